@@ -1,0 +1,90 @@
+// cache_config: everything kvactor is configured with, its JSON form
+// (DESIGN.md, "Config") and its validation. Plain data; no actor headers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/expected.hpp>
+#include <nlohmann/json_fwd.hpp>
+
+#include "kvactor/messages/types.hpp"
+
+namespace kvactor {
+
+/// The model whose K/V the cache holds; every request must match it.
+struct model_config {
+  std::uint32_t num_layers = 32;
+  std::uint32_t num_kv_heads = 8;
+  std::uint32_t head_dim = 128;
+  kvactor::dtype dtype = kvactor::dtype::fp16;
+};
+
+/// Pressure levels as fractions of blocks in use (cached free blocks do not
+/// count). A level is entered at its threshold and left once usage falls
+/// `hysteresis` below it, so a pool hovering at a mark does not flap.
+struct pressure_config {
+  double medium = 0.6;
+  double high = 0.8;
+  double critical = 0.95;
+  double hysteresis = 0.05;
+};
+
+/// One tenant. Block counts are device blocks.
+struct tenant_config {
+  std::string name = "default";
+  /// Hard quota; 0 = none. Allocations past it fail with quota_exceeded.
+  std::uint64_t max_blocks = 0;
+  /// Guaranteed minimum: while the tenant holds fewer, the difference stays
+  /// free for it and no other tenant may take it.
+  std::uint64_t reserved_blocks = 0;
+  kvactor::priority priority = kvactor::priority::normal;
+  /// Prefix-cache namespace; "" = the tenant's own (isolated). Tenants that
+  /// name the same namespace share cached prefixes.
+  std::string prefix_namespace;
+};
+
+struct cache_config {
+  std::uint32_t block_size = 16;
+  model_config model;
+  /// "paged" or "contiguous".
+  std::string layout = "paged";
+  /// "auto", "cuda", "host" or "none".
+  std::string storage = "auto";
+  /// 0 = derive from gpu_memory_utilization (cuda only).
+  std::uint64_t num_gpu_blocks = 0;
+  double gpu_memory_utilization = 0.9;
+  std::uint64_t num_host_blocks = 0;
+  bool prefix_caching = true;
+  pressure_config pressure;
+  /// Period of the supervisor's GC; 0 = only on demand.
+  std::uint64_t gc_interval_ms = 1000;
+  std::vector<tenant_config> tenants{tenant_config{}};
+  /// CAF worker threads; 0 = CAF's default.
+  std::uint32_t scheduler_threads = 0;
+  /// CUDA device index (for storage cuda / auto).
+  int device_index = 0;
+
+  /// The tenant named `name` ("" = the first, default tenant), or null.
+  const tenant_config* find_tenant(const std::string& name) const;
+};
+
+/// Parses and validates `json`. Every unknown key, wrong type or value out of
+/// range is reported as invalid_config naming the field (e.g. "pressure.high:
+/// must be in (0, 1]"). Missing keys take their defaults.
+caf::expected<cache_config> parse_config(const nlohmann::json& json);
+
+/// Reads the JSON file at `path` and parses it; errors name the file.
+caf::expected<cache_config> load_config(const std::string& path);
+
+/// Validates a config built in code (the same checks as parse_config).
+caf::error validate(const cache_config& cfg);
+
+/// The embedded default config as JSON text (what `make run` uses).
+const char* default_config_json() noexcept;
+
+/// `cfg` as JSON, with every key; parse_config(to_json(cfg)) == cfg.
+nlohmann::json to_json(const cache_config& cfg);
+
+} // namespace kvactor

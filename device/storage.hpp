@@ -1,0 +1,152 @@
+// The storage seam: where the K/V bytes live and the operations that move
+// them. Backends: none (bookkeeping only), host (plain memory, the reference),
+// cuda (device memory, streams, kernels). Only the device actor calls these.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+
+#include "kvactor/messages/types.hpp"
+
+namespace kvactor {
+
+enum class storage_kind : std::uint8_t { none, host, cuda };
+
+const char* to_string(storage_kind x) noexcept;
+
+/// Geometry of the cache memory, documented once. One allocation holds every
+/// layer, K and V of a layer side by side as vLLM's flash-attention layout:
+///   [num_layers][2 (K, V)][num_blocks][block_size][num_heads][head_dim]
+/// so that a layer's K (or V) pool is [num_blocks, block_size, num_heads,
+/// head_dim] and a block of one layer's K is one contiguous run of
+/// block_bytes(). The host tier has the same layout with num_host_blocks.
+struct storage_layout {
+  std::uint32_t num_layers = 0;
+  std::uint32_t num_blocks = 0;
+  std::uint32_t block_size = 0;
+  std::uint32_t num_heads = 0;
+  std::uint32_t head_dim = 0;
+  kvactor::dtype dtype = kvactor::dtype::fp16;
+  std::uint32_t num_host_blocks = 0;
+
+  std::size_t elem_bytes() const noexcept {
+    return size_of(dtype);
+  }
+  /// One block of one layer's K (or V).
+  std::size_t block_bytes() const noexcept {
+    return std::size_t{block_size} * num_heads * head_dim * elem_bytes();
+  }
+  /// One block across all layers, K and V: what a block costs.
+  std::size_t bytes_per_block() const noexcept {
+    return 2 * std::size_t{num_layers} * block_bytes();
+  }
+  /// One layer's K and V pools.
+  std::size_t layer_bytes(std::uint32_t blocks) const noexcept {
+    return 2 * std::size_t{blocks} * block_bytes();
+  }
+  std::size_t device_bytes() const noexcept {
+    return std::size_t{num_layers} * layer_bytes(num_blocks);
+  }
+  std::size_t host_bytes() const noexcept {
+    return std::size_t{num_layers} * layer_bytes(num_host_blocks);
+  }
+};
+
+/// Identifies submitted work. Tickets increase; 0 is never issued.
+using ticket = std::uint64_t;
+
+/// A storage backend. Every batch is validated whole before anything is
+/// submitted: a bad batch returns an error (invalid_request) and does nothing.
+/// Thread-safety: one caller thread (the device actor's), except that the wake
+/// function may be invoked from any thread.
+class storage {
+public:
+  explicit storage(storage_layout layout) : layout_(layout) {
+  }
+  virtual ~storage() = default;
+  storage(const storage&) = delete;
+  storage& operator=(const storage&) = delete;
+
+  const storage_layout& layout() const noexcept {
+    return layout_;
+  }
+
+  virtual storage_kind kind() const noexcept = 0;
+
+  /// Where the device pools live (cpu for none and host).
+  virtual kvactor::device where() const noexcept = 0;
+
+  /// Base of layer `layer`'s [2][num_blocks][block_size][num_heads][head_dim]
+  /// pools in the backend's memory, or nullptr for `none`.
+  virtual void* layer_base(std::uint32_t layer) noexcept = 0;
+
+  /// Base of layer `layer` in the host tier, or nullptr without one.
+  virtual void* host_layer_base(std::uint32_t layer) noexcept = 0;
+
+  /// Copies each pair's K and V in every layer. Destinations must be distinct
+  /// and no destination may also be a source in the same batch.
+  virtual caf::expected<ticket> copy_blocks(const std::vector<block_copy>& pairs) = 0;
+
+  /// Device blocks to host-tier blocks (every layer, K and V).
+  virtual caf::expected<ticket> swap_out(const std::vector<block_move>& moves) = 0;
+
+  /// Host-tier blocks back to device blocks.
+  virtual caf::expected<ticket> swap_in(const std::vector<block_move>& moves) = 0;
+
+  /// Scatters `num_tokens` tokens' key and value rows of layer `layer`
+  /// (each [num_tokens, num_heads, head_dim], in the backend's memory) into
+  /// the slots `slot_mapping[i]` (block * block_size + offset); slot -1 skips
+  /// the token. `slot_mapping` is in host memory.
+  virtual caf::expected<ticket>
+  write_slots(std::uint32_t layer, const void* key, const void* value,
+              const std::int64_t* slot_mapping, std::size_t num_tokens) = 0;
+
+  /// Gathers the first `num_tokens` tokens held by `blocks` of layer `layer`
+  /// into `key_out` and `value_out` (each [num_tokens, num_heads, head_dim],
+  /// in the backend's memory).
+  virtual caf::expected<ticket>
+  gather_blocks(std::uint32_t layer, const std::vector<block_id>& blocks,
+                std::size_t num_tokens, void* key_out, void* value_out) = 0;
+
+  /// True once `t` and all work submitted before it finished (or failed).
+  virtual bool done(ticket t) = 0;
+
+  /// Blocks until `t` finished; returns device_failure if any work failed.
+  /// A failure is sticky: every later wait reports it too.
+  virtual caf::error wait(ticket t) = 0;
+
+  /// Sets the function called (from any thread) when some ticket completes.
+  virtual void set_wake(std::function<void()> wake) = 0;
+
+protected:
+  storage_layout layout_;
+};
+
+/// How to make a storage backend.
+struct storage_options {
+  /// "none", "host", "cuda" or "auto" (cuda when a device answers, else host).
+  std::string kind = "auto";
+  storage_layout layout;
+  /// With layout.num_blocks == 0 (cuda only): size the pool from this
+  /// fraction of the device's free memory.
+  double gpu_memory_utilization = 0.9;
+  int device_index = 0;
+};
+
+/// Allocates every pool now, so a shortage is reported at start:
+/// device_failure with the CUDA error text and the sizes asked for, or
+/// invalid_config for an impossible layout. The returned storage's layout
+/// has num_blocks filled in.
+caf::expected<std::unique_ptr<storage>> make_storage(const storage_options& opts);
+
+/// True if the CUDA backend was built and a device answers.
+bool cuda_device_available() noexcept;
+
+} // namespace kvactor

@@ -1,0 +1,27 @@
+// Rendering of kvactor errors without an actor system.
+#include "kvactor/messages/error.hpp"
+
+#include <caf/message.hpp>
+
+namespace kvactor {
+
+std::string render(const caf::error& err) {
+  if (!err)
+    return "none";
+  if (err.category() != error_category)
+    return to_string(err);
+  std::string result = "kvactor: ";
+  result += to_string(static_cast<errc>(err.code()));
+  auto& ctx = err.context();
+  if (ctx.size() == 1 && ctx.match_element<std::string>(0)) {
+    result += " (";
+    result += ctx.get_as<std::string>(0);
+    result += ')';
+  } else if (!ctx.empty()) {
+    result += ' ';
+    result += to_string(ctx);
+  }
+  return result;
+}
+
+} // namespace kvactor
