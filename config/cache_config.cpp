@@ -1,1 +1,279 @@
-// placeholder: being written
+// cache_config: range checks (validate), the embedded default, the JSON
+// writer and tenant lookup. The JSON reader lives in parse_config.cpp.
+#include "kvactor/config/cache_config.hpp"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <sstream>
+#include <unordered_set>
+
+#include <nlohmann/json.hpp>
+
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor {
+
+namespace {
+
+constexpr std::uint64_t max_blocks_limit = std::uint64_t{1} << 31;
+constexpr std::uint32_t max_block_size = 1024;
+constexpr std::uint32_t max_model_dim = 1024; // layers, heads, head_dim
+constexpr std::uint64_t max_gc_interval_ms = 24ull * 60 * 60 * 1000;
+constexpr std::uint32_t max_scheduler_threads = 256;
+
+caf::error fail(const std::string& field, const std::string& what) {
+  return make_error(errc::invalid_config, field + ": " + what);
+}
+
+/// Shortest decimal text of `x` that reads back as `x`: "0.6", not
+/// "0.59999999999999998" (for messages).
+std::string num(double x) {
+  std::string text;
+  for (int digits = 1; digits <= std::numeric_limits<double>::max_digits10;
+       ++digits) {
+    std::ostringstream out;
+    out.precision(digits);
+    out << x;
+    text = out.str();
+    if (std::strtod(text.c_str(), nullptr) == x)
+      break;
+  }
+  return text;
+}
+
+/// True for x in (0, 1]; false for NaN.
+bool in_unit_interval(double x) {
+  return x > 0.0 && x <= 1.0;
+}
+
+bool is_power_of_two(std::uint64_t x) {
+  return x != 0 && (x & (x - 1)) == 0;
+}
+
+bool known(dtype x) {
+  return std::strcmp(to_string(x), "unknown") != 0;
+}
+
+bool known(priority x) {
+  return std::strcmp(to_string(x), "unknown") != 0;
+}
+
+caf::error check_dim(const char* field, std::uint32_t value) {
+  if (value < 1 || value > max_model_dim)
+    return fail(field, "must be in [1, " + std::to_string(max_model_dim) + "]");
+  return caf::none;
+}
+
+caf::error validate_model(const model_config& m) {
+  if (auto err = check_dim("model.num_layers", m.num_layers))
+    return err;
+  if (auto err = check_dim("model.num_kv_heads", m.num_kv_heads))
+    return err;
+  if (auto err = check_dim("model.head_dim", m.head_dim))
+    return err;
+  if (!known(m.dtype))
+    return fail("model.dtype",
+                "must be one of fp32, fp16, bf16, fp8_e4m3, int8");
+  return caf::none;
+}
+
+caf::error validate_pressure(const pressure_config& p) {
+  const std::pair<const char*, double> levels[] = {
+    {"pressure.medium", p.medium},
+    {"pressure.high", p.high},
+    {"pressure.critical", p.critical},
+  };
+  for (auto& [field, value] : levels)
+    if (!in_unit_interval(value))
+      return fail(field, "must be in (0, 1]");
+  if (!(p.high > p.medium))
+    return fail("pressure.high", "must be greater than pressure.medium ("
+                                   + num(p.medium) + ")");
+  if (!(p.critical > p.high))
+    return fail("pressure.critical",
+                "must be greater than pressure.high (" + num(p.high) + ")");
+  if (!(p.hysteresis >= 0.0 && p.hysteresis < 0.5))
+    return fail("pressure.hysteresis", "must be in [0, 0.5)");
+  if (!(p.hysteresis < p.medium))
+    return fail("pressure.hysteresis", "must be smaller than pressure.medium ("
+                                         + num(p.medium) + ")");
+  return caf::none;
+}
+
+caf::error validate_tenants(const std::vector<tenant_config>& tenants,
+                            std::uint64_t num_gpu_blocks) {
+  if (tenants.empty())
+    return fail("tenants", "must name at least one tenant");
+  std::unordered_set<std::string> names;
+  std::uint64_t reserved_sum = 0;
+  for (std::size_t i = 0; i < tenants.size(); ++i) {
+    auto& t = tenants[i];
+    auto path = "tenants[" + std::to_string(i) + "].";
+    if (t.name.empty())
+      return fail(path + "name", "must not be empty");
+    if (!names.insert(t.name).second)
+      return fail(path + "name", "duplicate tenant '" + t.name + "'");
+    if (t.max_blocks > max_blocks_limit)
+      return fail(path + "max_blocks",
+                  "must be at most " + std::to_string(max_blocks_limit));
+    if (t.reserved_blocks > max_blocks_limit)
+      return fail(path + "reserved_blocks",
+                  "must be at most " + std::to_string(max_blocks_limit));
+    if (t.max_blocks != 0 && t.max_blocks < t.reserved_blocks)
+      return fail(path + "max_blocks",
+                  "must be 0 (no quota) or at least reserved_blocks ("
+                    + std::to_string(t.reserved_blocks) + ")");
+    if (!known(t.priority))
+      return fail(path + "priority",
+                  "must be one of low, normal, high, critical");
+    // Cannot overflow: each term is at most 2^31.
+    reserved_sum += t.reserved_blocks;
+    if (num_gpu_blocks > 0 && reserved_sum > num_gpu_blocks)
+      return fail(path + "reserved_blocks",
+                  "reserved blocks of all tenants sum to "
+                    + std::to_string(reserved_sum)
+                    + ", more than num_gpu_blocks ("
+                    + std::to_string(num_gpu_blocks) + ")");
+  }
+  return caf::none;
+}
+
+} // namespace
+
+// -- cache_config -------------------------------------------------------------
+
+const tenant_config* cache_config::find_tenant(const std::string& name) const {
+  if (name.empty())
+    return tenants.empty() ? nullptr : &tenants.front();
+  for (auto& t : tenants)
+    if (t.name == name)
+      return &t;
+  return nullptr;
+}
+
+bool operator==(const cache_config& x, const cache_config& y) {
+  return x.block_size == y.block_size && x.model == y.model
+         && x.layout == y.layout && x.storage == y.storage
+         && x.num_gpu_blocks == y.num_gpu_blocks
+         && x.gpu_memory_utilization == y.gpu_memory_utilization
+         && x.num_host_blocks == y.num_host_blocks
+         && x.prefix_caching == y.prefix_caching && x.pressure == y.pressure
+         && x.gc_interval_ms == y.gc_interval_ms && x.tenants == y.tenants
+         && x.scheduler_threads == y.scheduler_threads
+         && x.device_index == y.device_index;
+}
+
+// -- validation ---------------------------------------------------------------
+
+caf::error validate(const cache_config& cfg) {
+  if (cfg.block_size > max_block_size || !is_power_of_two(cfg.block_size))
+    return fail("block_size", "must be a power of two in [1, "
+                                + std::to_string(max_block_size) + "]");
+  if (auto err = validate_model(cfg.model))
+    return err;
+  if (cfg.layout != "paged" && cfg.layout != "contiguous")
+    return fail("layout",
+                "must be 'paged' or 'contiguous' (got '" + cfg.layout + "')");
+  if (cfg.storage != "auto" && cfg.storage != "cuda" && cfg.storage != "host"
+      && cfg.storage != "none")
+    return fail("storage", "must be 'auto', 'cuda', 'host' or 'none' (got '"
+                             + cfg.storage + "')");
+  if (cfg.num_gpu_blocks > max_blocks_limit)
+    return fail("num_gpu_blocks",
+                "must be at most " + std::to_string(max_blocks_limit));
+  if (cfg.num_gpu_blocks == 0
+      && (cfg.storage == "host" || cfg.storage == "none"))
+    return fail("num_gpu_blocks",
+                "storage '" + cfg.storage
+                  + "' needs an explicit count > 0 (0 derives it from GPU "
+                    "memory: cuda and auto only)");
+  if (!in_unit_interval(cfg.gpu_memory_utilization))
+    return fail("gpu_memory_utilization", "must be in (0, 1]");
+  if (cfg.num_host_blocks > max_blocks_limit)
+    return fail("num_host_blocks",
+                "must be at most " + std::to_string(max_blocks_limit));
+  if (cfg.prefix_caching && cfg.layout == "contiguous")
+    return fail("prefix_caching",
+                "requires layout paged (layout is 'contiguous')");
+  if (auto err = validate_pressure(cfg.pressure))
+    return err;
+  if (cfg.gc_interval_ms > max_gc_interval_ms)
+    return fail("gc_interval_ms", "must be at most "
+                                    + std::to_string(max_gc_interval_ms)
+                                    + " (one day); 0 = on demand only");
+  if (auto err = validate_tenants(cfg.tenants, cfg.num_gpu_blocks))
+    return err;
+  if (cfg.scheduler_threads > max_scheduler_threads)
+    return fail("scheduler_threads",
+                "must be at most " + std::to_string(max_scheduler_threads));
+  if (cfg.device_index < 0)
+    return fail("device_index", "must be >= 0");
+  return caf::none;
+}
+
+// -- JSON ---------------------------------------------------------------------
+
+const char* default_config_json() noexcept {
+  // DESIGN.md's config with a small model on host storage, so it runs
+  // without a GPU. One block holds 16 tokens x 4 layers x 4 heads x 64 dims x
+  // 2 bytes x (K, V) = 64 KiB: 256 MiB of device-tier blocks, 64 MiB of host
+  // tier.
+  return R"({
+  "block_size": 16,
+  "model": {
+    "num_layers": 4, "num_kv_heads": 4, "head_dim": 64, "dtype": "fp16"
+  },
+  "layout": "paged",
+  "storage": "host",
+  "num_gpu_blocks": 4096,
+  "gpu_memory_utilization": 0.9,
+  "num_host_blocks": 1024,
+  "prefix_caching": true,
+  "pressure": {
+    "medium": 0.6, "high": 0.8, "critical": 0.95, "hysteresis": 0.05
+  },
+  "gc_interval_ms": 1000,
+  "tenants": [{"name": "default"}],
+  "scheduler_threads": 0,
+  "device_index": 0
+}
+)";
+}
+
+nlohmann::json to_json(const cache_config& cfg) {
+  using nlohmann::json;
+  json tenants = json::array();
+  for (auto& t : cfg.tenants)
+    tenants.push_back(json{{"name", t.name},
+                           {"max_blocks", t.max_blocks},
+                           {"reserved_blocks", t.reserved_blocks},
+                           {"priority", to_string(t.priority)},
+                           {"prefix_namespace", t.prefix_namespace}});
+  return json{
+    {"block_size", cfg.block_size},
+    {"model",
+     {{"num_layers", cfg.model.num_layers},
+      {"num_kv_heads", cfg.model.num_kv_heads},
+      {"head_dim", cfg.model.head_dim},
+      {"dtype", to_string(cfg.model.dtype)}}},
+    {"layout", cfg.layout},
+    {"storage", cfg.storage},
+    {"num_gpu_blocks", cfg.num_gpu_blocks},
+    {"gpu_memory_utilization", cfg.gpu_memory_utilization},
+    {"num_host_blocks", cfg.num_host_blocks},
+    {"prefix_caching", cfg.prefix_caching},
+    {"pressure",
+     {{"medium", cfg.pressure.medium},
+      {"high", cfg.pressure.high},
+      {"critical", cfg.pressure.critical},
+      {"hysteresis", cfg.pressure.hysteresis}}},
+    {"gc_interval_ms", cfg.gc_interval_ms},
+    {"tenants", std::move(tenants)},
+    {"scheduler_threads", cfg.scheduler_threads},
+    {"device_index", cfg.device_index},
+  };
+}
+
+} // namespace kvactor

@@ -70,12 +70,52 @@ struct cache_config {
   const tenant_config* find_tenant(const std::string& name) const;
 };
 
+// -- equality (field by field; fractions compare exactly) ---------------------
+
+inline bool operator==(const model_config& x, const model_config& y) noexcept {
+  return x.num_layers == y.num_layers && x.num_kv_heads == y.num_kv_heads
+         && x.head_dim == y.head_dim && x.dtype == y.dtype;
+}
+
+inline bool operator==(const pressure_config& x,
+                       const pressure_config& y) noexcept {
+  return x.medium == y.medium && x.high == y.high && x.critical == y.critical
+         && x.hysteresis == y.hysteresis;
+}
+
+inline bool operator==(const tenant_config& x, const tenant_config& y) {
+  return x.name == y.name && x.max_blocks == y.max_blocks
+         && x.reserved_blocks == y.reserved_blocks && x.priority == y.priority
+         && x.prefix_namespace == y.prefix_namespace;
+}
+
+bool operator==(const cache_config& x, const cache_config& y);
+
+inline bool operator!=(const model_config& x, const model_config& y) noexcept {
+  return !(x == y);
+}
+inline bool operator!=(const pressure_config& x,
+                       const pressure_config& y) noexcept {
+  return !(x == y);
+}
+inline bool operator!=(const tenant_config& x, const tenant_config& y) {
+  return !(x == y);
+}
+inline bool operator!=(const cache_config& x, const cache_config& y) {
+  return !(x == y);
+}
+
+// -- JSON ---------------------------------------------------------------------
+
 /// Parses and validates `json`. Every unknown key, wrong type or value out of
 /// range is reported as invalid_config naming the field (e.g. "pressure.high:
 /// must be in (0, 1]"). Missing keys take their defaults.
 caf::expected<cache_config> parse_config(const nlohmann::json& json);
 
-/// Reads the JSON file at `path` and parses it; errors name the file.
+/// Reads the JSON file at `path` and parses it. Errors (invalid_config) start
+/// with the path: "cfg.json: cannot open (No such file or directory)",
+/// "cfg.json: malformed JSON at byte 31: <nlohmann's message>",
+/// "cfg.json: pressure.high: must be in (0, 1]".
 caf::expected<cache_config> load_config(const std::string& path);
 
 /// Validates a config built in code (the same checks as parse_config).

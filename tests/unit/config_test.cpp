@@ -1,0 +1,442 @@
+// cache_config: defaults, the embedded default, JSON round trip, and one case
+// per class of bad field, each checking the field is named.
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <nlohmann/json.hpp>
+
+#include "kvactor/config/cache_config.hpp"
+#include "kvactor/messages/error.hpp"
+
+using nlohmann::json;
+using namespace kvactor;
+
+namespace {
+
+/// A valid config to patch: the embedded default.
+json base() {
+  return json::parse(default_config_json());
+}
+
+/// render() of the error parse_config gives for `j`, or "ok".
+std::string parse_error(const json& j) {
+  auto cfg = parse_config(j);
+  if (cfg)
+    return "ok";
+  BOOST_TEST(has_code(cfg.error(), errc::invalid_config));
+  return render(cfg.error());
+}
+
+/// True if parsing `j` fails with invalid_config and a message containing
+/// `field + ": "` and `what`; prints the message otherwise.
+bool fails_naming(const json& j, const std::string& field,
+                  const std::string& what = "") {
+  auto msg = parse_error(j);
+  bool ok = msg.find("invalid_config (" + field + ": ") != std::string::npos
+            && msg.find(what) != std::string::npos;
+  if (!ok)
+    BOOST_TEST_MESSAGE("expected " << field << ": ..." << what << ", got: "
+                                   << msg);
+  return ok;
+}
+
+/// Writes `text` to a fresh file under /tmp and returns its path.
+std::string temp_file(const std::string& text) {
+  char path[] = "/tmp/kvactor_config_XXXXXX";
+  int fd = mkstemp(path);
+  BOOST_REQUIRE(fd >= 0);
+  close(fd);
+  std::ofstream{path} << text;
+  return path;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(config_suite)
+
+BOOST_AUTO_TEST_CASE(defaults_follow_the_design) {
+  cache_config cfg;
+  BOOST_TEST(cfg.block_size == 16u);
+  BOOST_TEST(cfg.model.num_layers == 32u);
+  BOOST_TEST(cfg.model.num_kv_heads == 8u);
+  BOOST_TEST(cfg.model.head_dim == 128u);
+  BOOST_TEST((cfg.model.dtype == dtype::fp16));
+  BOOST_TEST(cfg.layout == "paged");
+  BOOST_TEST(cfg.storage == "auto");
+  BOOST_TEST(cfg.num_gpu_blocks == 0u);
+  BOOST_TEST(cfg.gpu_memory_utilization == 0.9);
+  BOOST_TEST(cfg.prefix_caching);
+  BOOST_TEST(cfg.pressure.medium == 0.6);
+  BOOST_TEST(cfg.pressure.high == 0.8);
+  BOOST_TEST(cfg.pressure.critical == 0.95);
+  BOOST_TEST(cfg.gc_interval_ms == 1000u);
+  BOOST_REQUIRE(cfg.tenants.size() == 1u);
+  BOOST_TEST(cfg.tenants[0].name == "default");
+  BOOST_TEST(render(validate(cfg)) == "none");
+}
+
+BOOST_AUTO_TEST_CASE(empty_object_gives_the_struct_defaults) {
+  auto cfg = parse_config(json::object());
+  BOOST_REQUIRE(cfg);
+  BOOST_TEST((*cfg == cache_config{}));
+}
+
+BOOST_AUTO_TEST_CASE(embedded_default_parses_to_a_small_host_config) {
+  auto cfg = parse_config(base());
+  BOOST_REQUIRE(cfg);
+  BOOST_TEST(cfg->storage == "host");
+  BOOST_TEST(cfg->num_gpu_blocks == 4096u);
+  BOOST_TEST(cfg->num_host_blocks == 1024u);
+  BOOST_TEST(cfg->model.num_layers == 4u);
+  BOOST_TEST(cfg->model.num_kv_heads == 4u);
+  BOOST_TEST(cfg->model.head_dim == 64u);
+  BOOST_TEST((cfg->model.dtype == dtype::fp16));
+  BOOST_REQUIRE(cfg->tenants.size() == 1u);
+  BOOST_TEST(cfg->tenants[0].name == "default");
+}
+
+BOOST_AUTO_TEST_CASE(to_json_round_trips_every_field) {
+  cache_config cfg;
+  cfg.block_size = 32;
+  cfg.model = {12, 2, 96, dtype::bf16};
+  cfg.storage = "none";
+  cfg.num_gpu_blocks = 1000;
+  cfg.gpu_memory_utilization = 0.85;
+  cfg.num_host_blocks = 77;
+  cfg.prefix_caching = false;
+  cfg.pressure = {0.5, 0.7, 0.9, 0.1};
+  cfg.gc_interval_ms = 0;
+  cfg.tenants = {{"a", 500, 100, priority::high, "shared"},
+                 {"b", 0, 0, priority::low, "shared"}};
+  cfg.scheduler_threads = 3;
+  cfg.device_index = 2;
+  auto direct = parse_config(to_json(cfg));
+  BOOST_REQUIRE(direct);
+  BOOST_TEST((*direct == cfg));
+  auto via_text = parse_config(json::parse(to_json(cfg).dump()));
+  BOOST_REQUIRE(via_text);
+  BOOST_TEST((*via_text == cfg));
+  BOOST_TEST(to_json(cfg).size() == 13u);
+  cfg.tenants[1].prefix_namespace = "other";
+  BOOST_TEST((*direct != cfg));
+}
+
+BOOST_AUTO_TEST_CASE(json_built_in_code_with_signed_ints_parses) {
+  json j = base();
+  j["block_size"] = int{8};
+  j["device_index"] = int{1};
+  auto cfg = parse_config(j);
+  BOOST_REQUIRE(cfg);
+  BOOST_TEST(cfg->block_size == 8u);
+  BOOST_TEST(cfg->device_index == 1);
+}
+
+BOOST_AUTO_TEST_CASE(find_tenant_maps_empty_name_to_the_first_tenant) {
+  cache_config cfg;
+  cfg.tenants.resize(2);
+  cfg.tenants[0].name = "a";
+  cfg.tenants[1].name = "b";
+  BOOST_REQUIRE(cfg.find_tenant(""));
+  BOOST_TEST(cfg.find_tenant("")->name == "a");
+  BOOST_REQUIRE(cfg.find_tenant("b"));
+  BOOST_TEST(cfg.find_tenant("b")->name == "b");
+  BOOST_TEST(!cfg.find_tenant("c"));
+  cfg.tenants.clear();
+  BOOST_TEST(!cfg.find_tenant(""));
+}
+
+BOOST_AUTO_TEST_CASE(unknown_key_is_reported_by_path) {
+  auto j = base();
+  j["foo"] = 1;
+  BOOST_TEST(fails_naming(j, "foo", "unknown key 'foo'"));
+  j = base();
+  j["model"]["num_layer"] = 4;
+  BOOST_TEST(fails_naming(j, "model.num_layer", "unknown key 'num_layer'"));
+  j = base();
+  j["pressure"]["low"] = 0.1;
+  BOOST_TEST(fails_naming(j, "pressure.low", "unknown key 'low'"));
+  j = base();
+  j["tenants"] = json::array({{{"name", "a"}}, {{"name", "b"}, {"quota", 1}}});
+  BOOST_TEST(fails_naming(j, "tenants[1].quota", "unknown key 'quota'"));
+}
+
+BOOST_AUTO_TEST_CASE(wrong_json_type_is_reported_by_path) {
+  auto with = [](const char* key, json value) {
+    auto j = base();
+    j[key] = std::move(value);
+    return j;
+  };
+  BOOST_TEST(fails_naming(with("block_size", "16"), "block_size",
+                          "expected a positive integer"));
+  BOOST_TEST(fails_naming(with("layout", 1), "layout", "expected a string"));
+  BOOST_TEST(fails_naming(with("prefix_caching", "yes"), "prefix_caching",
+                          "expected true or false"));
+  BOOST_TEST(fails_naming(with("gpu_memory_utilization", "0.5"),
+                          "gpu_memory_utilization", "expected a number"));
+  BOOST_TEST(fails_naming(with("model", json::array()), "model",
+                          "expected an object"));
+  BOOST_TEST(fails_naming(with("pressure", 0.5), "pressure",
+                          "expected an object"));
+  BOOST_TEST(fails_naming(with("tenants", json::object()), "tenants",
+                          "expected an array"));
+  BOOST_TEST(fails_naming(with("num_gpu_blocks", nullptr), "num_gpu_blocks",
+                          "expected a non-negative integer"));
+  auto j = base();
+  j["model"]["head_dim"] = json::array({64});
+  BOOST_TEST(fails_naming(j, "model.head_dim", "expected a positive integer"));
+  j = base();
+  j["tenants"] = json::array({{{"name", "a"}}, 5});
+  BOOST_TEST(fails_naming(j, "tenants[1]", "expected an object"));
+  j = base();
+  j["tenants"][0]["name"] = 3;
+  BOOST_TEST(fails_naming(j, "tenants[0].name", "expected a string"));
+  BOOST_TEST(fails_naming(json::array(), "config", "expected a JSON object"));
+}
+
+BOOST_AUTO_TEST_CASE(negative_or_fractional_counts_are_errors_not_wrapped) {
+  auto j = base();
+  j["num_gpu_blocks"] = -1;
+  BOOST_TEST(fails_naming(j, "num_gpu_blocks", "non-negative integer"));
+  j = base();
+  j["block_size"] = 1.5;
+  BOOST_TEST(fails_naming(j, "block_size", "positive integer"));
+  j = base();
+  j["model"]["num_layers"] = -4;
+  BOOST_TEST(fails_naming(j, "model.num_layers", "positive integer"));
+  j = base();
+  j["tenants"][0]["max_blocks"] = 2.0;
+  BOOST_TEST(fails_naming(j, "tenants[0].max_blocks", "integer"));
+  j = base();
+  j["device_index"] = -1;
+  BOOST_TEST(fails_naming(j, "device_index", "non-negative integer"));
+  j = base();
+  j["scheduler_threads"] = std::uint64_t{1} << 40; // would wrap in uint32
+  BOOST_TEST(fails_naming(j, "scheduler_threads", "at most 256"));
+  j = base();
+  j["gpu_memory_utilization"] = 1; // an integer is a fine fraction
+  BOOST_TEST(parse_error(j) == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(block_size_must_be_a_power_of_two_up_to_1024) {
+  for (int bad : {0, 3, 24, 2048}) {
+    auto j = base();
+    j["block_size"] = bad;
+    BOOST_TEST(fails_naming(j, "block_size", "power of two in [1, 1024]"));
+  }
+  for (int good : {1, 2, 64, 1024}) {
+    auto j = base();
+    j["block_size"] = good;
+    BOOST_TEST(parse_error(j) == "ok");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(model_dimensions_out_of_range_name_the_field) {
+  for (auto key : {"num_layers", "num_kv_heads", "head_dim"}) {
+    auto j = base();
+    j["model"][key] = 0;
+    BOOST_TEST(fails_naming(j, std::string{"model."} + key, "[1, 1024]"));
+    j["model"][key] = 1025;
+    BOOST_TEST(fails_naming(j, std::string{"model."} + key, "[1, 1024]"));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(unknown_enum_names_are_rejected) {
+  auto j = base();
+  j["model"]["dtype"] = "fp64";
+  BOOST_TEST(fails_naming(j, "model.dtype", "must be one of fp32"));
+  j = base();
+  j["layout"] = "ring";
+  BOOST_TEST(fails_naming(j, "layout", "'paged' or 'contiguous'"));
+  j = base();
+  j["storage"] = "disk";
+  BOOST_TEST(fails_naming(j, "storage", "'auto', 'cuda', 'host' or 'none'"));
+  j = base();
+  j["tenants"][0]["priority"] = "urgent";
+  BOOST_TEST(fails_naming(j, "tenants[0].priority", "must be one of low"));
+  for (auto name : {"fp32", "fp16", "bf16", "fp8_e4m3", "int8"}) {
+    j = base();
+    j["model"]["dtype"] = name;
+    BOOST_TEST(parse_error(j) == "ok");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(num_gpu_blocks_zero_needs_storage_cuda_or_auto) {
+  for (auto storage : {"host", "none"}) {
+    auto j = base();
+    j["storage"] = storage;
+    j["num_gpu_blocks"] = 0;
+    BOOST_TEST(fails_naming(j, "num_gpu_blocks", "explicit count"));
+  }
+  for (auto storage : {"cuda", "auto"}) {
+    auto j = base();
+    j["storage"] = storage;
+    j["num_gpu_blocks"] = 0;
+    BOOST_TEST(parse_error(j) == "ok");
+  }
+  auto j = base();
+  j["num_gpu_blocks"] = (std::uint64_t{1} << 31) + 1;
+  BOOST_TEST(fails_naming(j, "num_gpu_blocks", "at most 2147483648"));
+  j = base();
+  j["num_host_blocks"] = (std::uint64_t{1} << 31) + 1;
+  BOOST_TEST(fails_naming(j, "num_host_blocks", "at most 2147483648"));
+}
+
+BOOST_AUTO_TEST_CASE(fractions_must_lie_in_zero_one) {
+  for (double bad : {0.0, -0.1, 1.01}) {
+    auto j = base();
+    j["gpu_memory_utilization"] = bad;
+    BOOST_TEST(fails_naming(j, "gpu_memory_utilization", "must be in (0, 1]"));
+    j = base();
+    j["pressure"]["high"] = bad;
+    BOOST_TEST(fails_naming(j, "pressure.high", "must be in (0, 1]"));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(pressure_thresholds_must_increase_strictly) {
+  auto j = base();
+  j["pressure"] = {{"medium", 0.8}, {"high", 0.8}, {"critical", 0.9}};
+  BOOST_TEST(fails_naming(j, "pressure.high", "greater than pressure.medium"));
+  j["pressure"] = {{"medium", 0.5}, {"high", 0.9}, {"critical", 0.7}};
+  BOOST_TEST(
+    fails_naming(j, "pressure.critical", "greater than pressure.high"));
+  j["pressure"] = {{"medium", 0.5}, {"high", 0.9}, {"critical", 1}};
+  BOOST_TEST(parse_error(j) == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(hysteresis_must_be_below_half_and_below_medium) {
+  auto j = base();
+  j["pressure"]["hysteresis"] = 0.5;
+  BOOST_TEST(fails_naming(j, "pressure.hysteresis", "[0, 0.5)"));
+  j["pressure"]["hysteresis"] = -0.01;
+  BOOST_TEST(fails_naming(j, "pressure.hysteresis", "[0, 0.5)"));
+  j["pressure"] = {{"medium", 0.2}, {"hysteresis", 0.3}};
+  BOOST_TEST(
+    fails_naming(j, "pressure.hysteresis", "smaller than pressure.medium"));
+  j["pressure"] = {{"hysteresis", 0}};
+  BOOST_TEST(parse_error(j) == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(gc_interval_is_at_most_a_day) {
+  auto j = base();
+  j["gc_interval_ms"] = 86400001;
+  BOOST_TEST(fails_naming(j, "gc_interval_ms", "one day"));
+  j["gc_interval_ms"] = 0;
+  BOOST_TEST(parse_error(j) == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(tenants_need_unique_nonempty_names) {
+  auto j = base();
+  j["tenants"] = json::array();
+  BOOST_TEST(fails_naming(j, "tenants", "at least one tenant"));
+  j["tenants"] = json::array({{{"name", "a"}}, {{"name", ""}}});
+  BOOST_TEST(fails_naming(j, "tenants[1].name", "must not be empty"));
+  j["tenants"] =
+    json::array({{{"name", "a"}}, {{"name", "b"}}, {{"name", "a"}}});
+  BOOST_TEST(fails_naming(j, "tenants[2].name", "duplicate tenant 'a'"));
+}
+
+BOOST_AUTO_TEST_CASE(tenant_quota_must_cover_its_reservation) {
+  auto j = base();
+  j["tenants"] = json::array(
+    {{{"name", "a"}},
+     {{"name", "b"}, {"max_blocks", 10}, {"reserved_blocks", 20}}});
+  BOOST_TEST(
+    fails_naming(j, "tenants[1].max_blocks", "at least reserved_blocks"));
+  j["tenants"][1]["max_blocks"] = 0; // no quota: fine
+  BOOST_TEST(parse_error(j) == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(tenant_reservations_must_fit_the_pool) {
+  auto j = base(); // 4096 blocks
+  j["tenants"] = json::array({{{"name", "a"}, {"reserved_blocks", 3000}},
+                              {{"name", "b"}, {"reserved_blocks", 1097}}});
+  BOOST_TEST(fails_naming(j, "tenants[1].reserved_blocks", "4097"));
+  j["tenants"][1]["reserved_blocks"] = 1096;
+  BOOST_TEST(parse_error(j) == "ok");
+  j["storage"] = "cuda"; // pool size unknown until the device answers
+  j["num_gpu_blocks"] = 0;
+  j["tenants"][1]["reserved_blocks"] = 100000;
+  BOOST_TEST(parse_error(j) == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(scheduler_threads_are_capped) {
+  auto j = base();
+  j["scheduler_threads"] = 257;
+  BOOST_TEST(fails_naming(j, "scheduler_threads", "at most 256"));
+  j["scheduler_threads"] = 256;
+  BOOST_TEST(parse_error(j) == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(contiguous_layout_rejects_prefix_caching) {
+  auto j = base();
+  j["layout"] = "contiguous";
+  BOOST_TEST(fails_naming(j, "prefix_caching", "requires layout paged"));
+  j["prefix_caching"] = false;
+  BOOST_TEST(parse_error(j) == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(validate_checks_configs_built_in_code) {
+  cache_config cfg;
+  cfg.device_index = -1;
+  BOOST_TEST(render(validate(cfg)).find("device_index: must be >= 0")
+             != std::string::npos);
+  cfg = cache_config{};
+  cfg.pressure.high = 0.5;
+  BOOST_TEST(render(validate(cfg))
+             == "kvactor: invalid_config (pressure.high: must be greater than "
+                "pressure.medium (0.6))");
+  cfg = cache_config{};
+  cfg.model.dtype = static_cast<dtype>(42);
+  BOOST_TEST(render(validate(cfg)).find("model.dtype") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(load_config_reads_a_file) {
+  auto path = temp_file(default_config_json());
+  auto cfg = load_config(path);
+  std::remove(path.c_str());
+  BOOST_REQUIRE(cfg);
+  BOOST_TEST((*cfg == *parse_config(base())));
+}
+
+BOOST_AUTO_TEST_CASE(load_config_of_a_missing_file_names_it) {
+  auto cfg = load_config("/tmp/kvactor_no_such_config.json");
+  BOOST_REQUIRE(!cfg);
+  BOOST_TEST(has_code(cfg.error(), errc::invalid_config));
+  auto msg = render(cfg.error());
+  BOOST_TEST(msg.find("/tmp/kvactor_no_such_config.json: cannot open")
+             != std::string::npos);
+  BOOST_TEST_MESSAGE(msg);
+}
+
+BOOST_AUTO_TEST_CASE(load_config_of_malformed_json_gives_the_position) {
+  auto path = temp_file("{\"block_size\": 16,\n \"layout\": }");
+  auto cfg = load_config(path);
+  std::remove(path.c_str());
+  BOOST_REQUIRE(!cfg);
+  BOOST_TEST(has_code(cfg.error(), errc::invalid_config));
+  auto msg = render(cfg.error());
+  // nlohmann counts bytes read, the offending one included: the 31st, "}".
+  BOOST_TEST(msg.find(path + ": malformed JSON at byte 31: ")
+             != std::string::npos);
+  BOOST_TEST(msg.find("parse error") != std::string::npos);
+  BOOST_TEST_MESSAGE(msg);
+}
+
+BOOST_AUTO_TEST_CASE(load_config_prefixes_field_errors_with_the_path) {
+  auto j = base();
+  j["pressure"]["high"] = 2;
+  auto path = temp_file(j.dump());
+  auto cfg = load_config(path);
+  std::remove(path.c_str());
+  BOOST_REQUIRE(!cfg);
+  BOOST_TEST(render(cfg.error())
+             == "kvactor: invalid_config (" + path
+                  + ": pressure.high: must be in (0, 1])");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
