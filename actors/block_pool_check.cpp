@@ -1,0 +1,134 @@
+// block_pool_core::check_invariant: recomputes the pool's accounting from the
+// sequence tables and compares it with the pool's own, block by block.
+#include "kvactor/actors/block_pool_core.hpp"
+
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor::detail {
+
+namespace {
+
+caf::error broken(std::string what) {
+  return make_error(errc::invariant_violation, std::move(what));
+}
+
+std::string blk(block_id b) {
+  return "block " + std::to_string(b);
+}
+
+} // namespace
+
+caf::error block_pool_core::check_invariant() const {
+  auto n = blocks_.size();
+  // References held by the tables.
+  std::vector<std::uint32_t> refs(n, 0);
+  std::vector<std::uint64_t> active(tenants_.size(), 0);
+  caf::error err;
+  std::size_t seqs = 0;
+  for_each_sequence([&](const sequence& s) {
+    ++seqs;
+    if (err)
+      return;
+    if (s.tenant >= tenants_.size()) {
+      err = broken("request " + std::to_string(s.id) + " has no tenant");
+      return;
+    }
+    ++active[s.tenant];
+    auto want = (s.num_tokens + block_size_ - 1) / block_size_;
+    if (s.blocks.size() != want) {
+      err = broken("request " + std::to_string(s.id) + " holds "
+                   + std::to_string(s.blocks.size()) + " blocks for "
+                   + std::to_string(s.num_tokens) + " tokens");
+      return;
+    }
+    for (auto b : s.blocks) {
+      if (b >= n) {
+        err = broken("request " + std::to_string(s.id) + " holds " + blk(b)
+                     + " out of range");
+        return;
+      }
+      ++refs[b];
+    }
+  });
+  if (err)
+    return err;
+  if (seqs != seq_index_.size())
+    return broken("sequence index size mismatch");
+  // Membership of the free stack and the LRU lists.
+  std::vector<std::uint8_t> on_list(n, 0); // 1 free, 2 lru
+  for (auto b : free_.ids()) {
+    if (b >= n || on_list[b] != 0)
+      return broken(blk(b) + " is on the free stack twice or out of range");
+    on_list[b] = 1;
+  }
+  lru_.for_each([&](block_id b, std::size_t level) {
+    if (err)
+      return;
+    if (b >= n || on_list[b] != 0) {
+      err = broken(blk(b) + " is on two lists");
+      return;
+    }
+    if (blocks_[b].level != level)
+      err = broken(blk(b) + " is on the wrong LRU level");
+    on_list[b] = 2;
+  });
+  if (err)
+    return err;
+  std::vector<std::uint64_t> charged(tenants_.size(), 0);
+  std::uint64_t used = 0;
+  std::size_t indexed = 0;
+  for (block_id b = 0; b < n; ++b) {
+    auto& m = blocks_[b];
+    if (m.ref_count != refs[b])
+      return broken(blk(b) + " has ref count " + std::to_string(m.ref_count)
+                    + " but " + std::to_string(refs[b]) + " tables hold it");
+    switch (m.state) {
+      case block_state::free:
+        if (m.ref_count != 0 || on_list[b] != 1 || m.indexed)
+          return broken(blk(b) + " is free but not (only) on the free stack");
+        break;
+      case block_state::cached:
+        if (m.ref_count != 0 || on_list[b] != 2 || !m.indexed)
+          return broken(blk(b) + " is cached but not an indexed LRU entry");
+        break;
+      case block_state::used:
+        if (m.ref_count == 0 || on_list[b] != 0)
+          return broken(blk(b) + " is used but unreferenced or on a list");
+        if (m.tenant >= tenants_.size())
+          return broken(blk(b) + " is charged to no tenant");
+        ++charged[m.tenant];
+        ++used;
+        break;
+    }
+    if (m.indexed) {
+      ++indexed;
+      if (index_.find(m.hash.lo) != b)
+        return broken(blk(b) + " is marked indexed but the index disagrees");
+    }
+  }
+  if (indexed != index_.size())
+    return broken("the prefix index holds " + std::to_string(index_.size())
+                  + " entries for " + std::to_string(indexed)
+                  + " indexed blocks");
+  if (used != used_)
+    return broken("used count " + std::to_string(used_) + " != "
+                  + std::to_string(used));
+  std::uint64_t shortfall = 0;
+  for (std::size_t t = 0; t < tenants_.size(); ++t) {
+    auto& ts = tenants_[t];
+    if (charged[t] != ts.used)
+      return broken("tenant '" + ts.config.name + "' is charged "
+                    + std::to_string(ts.used) + " blocks but holds "
+                    + std::to_string(charged[t]));
+    if (active[t] != ts.active)
+      return broken("tenant '" + ts.config.name + "' active count mismatch");
+    if (ts.used < ts.config.reserved_blocks)
+      shortfall += ts.config.reserved_blocks - ts.used;
+  }
+  if (shortfall != shortfall_total_)
+    return broken("reservation shortfall " + std::to_string(shortfall_total_)
+                  + " != " + std::to_string(shortfall));
+  return caf::none;
+}
+
+} // namespace kvactor::detail

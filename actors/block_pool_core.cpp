@@ -1,0 +1,529 @@
+// block_pool_core: allocation, extension, release, fork and eviction.
+// The step and the invariant check live in block_pool_step.cpp and
+// block_pool_check.cpp.
+#include "kvactor/actors/block_pool_core.hpp"
+
+#include <algorithm>
+
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor::detail {
+
+namespace {
+
+std::string req_name(request_id id) {
+  return "request " + std::to_string(id);
+}
+
+} // namespace
+
+block_pool_core::block_pool_core(const cache_config& cfg,
+                                 std::uint32_t num_blocks)
+  : block_size_(cfg.block_size),
+    prefix_caching_(cfg.prefix_caching),
+    model_(cfg.model),
+    blocks_(num_blocks),
+    lru_(num_blocks),
+    index_(num_blocks) {
+  free_.reserve(num_blocks);
+  // Hand out low block ids first: push them last.
+  for (auto b = num_blocks; b > 0; --b)
+    free_.push(b - 1);
+  for (auto& tc : cfg.tenants) {
+    tenant_state ts;
+    ts.config = tc;
+    ts.seed = namespace_seed(tc.prefix_namespace.empty()
+                               ? "tenant:" + tc.name
+                               : "namespace:" + tc.prefix_namespace);
+    shortfall_total_ += tc.reserved_blocks;
+    tenants_.push_back(std::move(ts));
+  }
+}
+
+// -- checks -------------------------------------------------------------------------
+
+caf::expected<std::uint16_t>
+block_pool_core::check(const allocation_request& req) const {
+  std::uint16_t t = 0;
+  if (!req.tenant.empty()) {
+    auto i = std::find_if(tenants_.begin(), tenants_.end(), [&](auto& ts) {
+      return ts.config.name == req.tenant;
+    });
+    if (i == tenants_.end())
+      return make_error(errc::unknown_tenant, req_name(req.id) + ": tenant '"
+                                                + req.tenant
+                                                + "' is not configured");
+    t = static_cast<std::uint16_t>(i - tenants_.begin());
+  }
+  auto shape_err = [&](const char* field, std::uint64_t got,
+                       std::uint64_t want) {
+    return make_error(errc::invalid_request,
+                      req_name(req.id) + ": " + field + " " + std::to_string(got)
+                        + " does not match the model's " + std::to_string(want));
+  };
+  if (req.num_layers != model_.num_layers)
+    return shape_err("num_layers", req.num_layers, model_.num_layers);
+  if (req.num_heads != model_.num_kv_heads)
+    return shape_err("num_heads", req.num_heads, model_.num_kv_heads);
+  if (req.head_dim != model_.head_dim)
+    return shape_err("head_dim", req.head_dim, model_.head_dim);
+  if (req.dtype != model_.dtype)
+    return make_error(errc::invalid_request,
+                      req_name(req.id) + ": dtype " + to_string(req.dtype)
+                        + " does not match the model's "
+                        + to_string(model_.dtype));
+  if (req.max_sequence_length == 0)
+    return make_error(errc::invalid_request,
+                      req_name(req.id) + ": max_sequence_length must be > 0");
+  if (!req.prompt.empty() && req.initial_tokens != 0
+      && req.initial_tokens != req.prompt.size())
+    return make_error(errc::invalid_request,
+                      req_name(req.id) + ": initial_tokens "
+                        + std::to_string(req.initial_tokens)
+                        + " differs from the prompt's length "
+                        + std::to_string(req.prompt.size()));
+  for (std::size_t i = 0; i < req.prompt.size(); ++i)
+    if (req.prompt[i] < 0)
+      return make_error(errc::invalid_request,
+                        req_name(req.id) + ": prompt[" + std::to_string(i)
+                          + "] = " + std::to_string(req.prompt[i])
+                          + " is not a token id");
+  auto n = req.prompt.empty() ? req.initial_tokens : req.prompt.size();
+  if (n > req.max_sequence_length)
+    return make_error(errc::exceeds_max_sequence_length,
+                      req_name(req.id) + ": " + std::to_string(n)
+                        + " initial tokens > max_sequence_length "
+                        + std::to_string(req.max_sequence_length));
+  return t;
+}
+
+std::uint64_t block_pool_core::shortfall(std::uint16_t t) const noexcept {
+  auto& ts = tenants_[t];
+  auto reserved = ts.config.reserved_blocks;
+  return ts.used < reserved ? reserved - ts.used : 0;
+}
+
+std::uint64_t block_pool_core::takeable(std::uint16_t t) const noexcept {
+  auto avail = static_cast<std::uint64_t>(free_.size() + lru_.size());
+  auto held = shortfall_total_ - shortfall(t);
+  return avail > held ? avail - held : 0;
+}
+
+caf::error block_pool_core::admit_blocks(std::uint16_t t,
+                                         std::uint64_t n) const {
+  if (n == 0)
+    return caf::none;
+  auto& ts = tenants_[t];
+  auto quota = ts.config.max_blocks;
+  if (quota != 0 && ts.used + n > quota)
+    return make_error(errc::quota_exceeded,
+                      "tenant '" + ts.config.name + "': "
+                        + std::to_string(ts.used) + " blocks used + "
+                        + std::to_string(n) + " needed > max_blocks "
+                        + std::to_string(quota));
+  auto can = takeable(t);
+  if (n > can) {
+    auto avail = free_.size() + lru_.size();
+    return make_error(errc::out_of_blocks,
+                      "need " + std::to_string(n) + " blocks, "
+                        + std::to_string(can) + " available to tenant '"
+                        + ts.config.name + "' (" + std::to_string(avail)
+                        + " free incl. " + std::to_string(lru_.size())
+                        + " cached, " + std::to_string(avail - can)
+                        + " held for other tenants' reservations)");
+  }
+  return caf::none;
+}
+
+// -- block movement -------------------------------------------------------------------
+
+void block_pool_core::charge(block_id b, std::uint16_t t) noexcept {
+  blocks_[b].tenant = t;
+  auto& ts = tenants_[t];
+  if (ts.used < ts.config.reserved_blocks)
+    --shortfall_total_;
+  ++ts.used;
+  ++used_;
+}
+
+void block_pool_core::uncharge(block_id b) noexcept {
+  auto& ts = tenants_[blocks_[b].tenant];
+  --ts.used;
+  if (ts.used < ts.config.reserved_blocks)
+    ++shortfall_total_;
+  --used_;
+}
+
+void block_pool_core::evict_one(block_id b, std::uint8_t level) {
+  auto& m = blocks_[b];
+  lru_.remove(b, level);
+  index_.erase(m.hash.lo);
+  m.indexed = false;
+  m.state = block_state::free;
+  ++counters_.evictions;
+  if (record_events_)
+    events_.push_back(index_event{false, m.hash.lo, m.parent, b, m.tenant});
+}
+
+block_id block_pool_core::take_block(std::uint16_t t) {
+  block_id b;
+  if (!free_.empty()) {
+    b = free_.pop();
+  } else {
+    std::size_t level = 0;
+    b = lru_.front(level);
+    evict_one(b, static_cast<std::uint8_t>(level));
+  }
+  auto& m = blocks_[b];
+  m.state = block_state::used;
+  m.ref_count = 1;
+  charge(b, t);
+  ++counters_.blocks_allocated;
+  return b;
+}
+
+void block_pool_core::unref(block_id b, std::uint8_t level) {
+  auto& m = blocks_[b];
+  if (--m.ref_count > 0)
+    return;
+  uncharge(b);
+  ++counters_.blocks_freed;
+  if (m.indexed) {
+    m.state = block_state::cached;
+    m.level = level;
+    lru_.push_back(b, level);
+  } else {
+    m.state = block_state::free;
+    free_.push(b);
+  }
+}
+
+void block_pool_core::index_block(block_id b, block_hash h,
+                                  std::uint64_t parent, std::uint16_t t) {
+  auto& m = blocks_[b];
+  if (m.indexed)
+    return;
+  m.hash = h;
+  m.parent = parent;
+  // A block computed twice (two requests filled identical blocks at once)
+  // stays unindexed: the first copy serves later hits.
+  if (index_.insert(h.lo, b)) {
+    m.indexed = true;
+    ++counters_.blocks_cached;
+    if (record_events_)
+      events_.push_back(index_event{true, h.lo, parent, b, t});
+  }
+}
+
+std::uint8_t block_pool_core::retention_level(const sequence& seq) const
+  noexcept {
+  return static_cast<std::uint8_t>(seq.priority);
+}
+
+// -- sequences ------------------------------------------------------------------------
+
+const sequence* block_pool_core::find(request_id id) const noexcept {
+  auto slot = seq_index_.find(id);
+  return slot == flat_index::npos ? nullptr : &seqs_[slot];
+}
+
+sequence* block_pool_core::find_mut(request_id id) noexcept {
+  auto slot = seq_index_.find(id);
+  return slot == flat_index::npos ? nullptr : &seqs_[slot];
+}
+
+sequence& block_pool_core::new_sequence(request_id id) {
+  std::uint32_t slot;
+  if (!free_seq_slots_.empty()) {
+    slot = free_seq_slots_.back();
+    free_seq_slots_.pop_back();
+  } else {
+    slot = static_cast<std::uint32_t>(seqs_.size());
+    seqs_.emplace_back();
+  }
+  seq_index_.insert(id, slot);
+  auto& seq = seqs_[slot];
+  seq.id = id;
+  seq.cache_id = next_cache_id_++;
+  seq.admitted = next_admission_++;
+  seq.blocks.clear();
+  seq.tail.clear();
+  seq.hashable = false;
+  seq.num_hashed = 0;
+  return seq;
+}
+
+void block_pool_core::drop_sequence(request_id id) {
+  auto slot = seq_index_.find(id);
+  seq_index_.erase(id);
+  auto& seq = seqs_[slot];
+  seq.blocks.clear();
+  seq.tail.clear();
+  free_seq_slots_.push_back(slot);
+}
+
+block_table block_pool_core::table(const sequence& seq) const {
+  return block_table{seq.blocks, seq.num_tokens, block_size_};
+}
+
+// -- allocate -------------------------------------------------------------------------
+
+std::uint32_t block_pool_core::lookup(std::uint16_t t,
+                                      const std::vector<token_id>& prompt,
+                                      std::uint32_t max_hits) const {
+  auto full = prompt.size() / block_size_;
+  scratch_.resize(full);
+  auto h = tenants_[t].seed;
+  std::uint32_t hits = 0;
+  bool hitting = true;
+  for (std::size_t i = 0; i < full; ++i) {
+    h = hash_block(h, prompt.data() + i * block_size_, block_size_);
+    scratch_[i] = h;
+    if (hitting && i < max_hits) {
+      auto b = index_.find(h.lo);
+      if (b != flat_index::npos && blocks_[b].hash.hi == h.hi)
+        ++hits;
+      else
+        hitting = false;
+    }
+  }
+  return hits;
+}
+
+caf::expected<allocation_outcome>
+block_pool_core::allocate(const allocation_request& req) {
+  auto t = check(req);
+  if (!t)
+    return std::move(t.error());
+  if (find(req.id) != nullptr)
+    return make_error(errc::duplicate_request,
+                      req_name(req.id) + " is already allocated");
+  auto& prompt = req.prompt;
+  auto n = prompt.empty() ? req.initial_tokens : prompt.size();
+  auto need = (n + block_size_ - 1) / block_size_;
+  std::uint32_t hits = 0;
+  std::uint64_t revived = 0;
+  bool hashing = prefix_caching_ && (!prompt.empty() || n == 0);
+  if (hashing && !prompt.empty()) {
+    hits = lookup(*t, prompt, static_cast<std::uint32_t>((n - 1) / block_size_));
+    for (std::uint32_t i = 0; i < hits; ++i)
+      if (blocks_[index_.find(scratch_[i].lo)].state == block_state::cached)
+        ++revived;
+  }
+  if (auto err = admit_blocks(*t, need - hits + revived)) {
+    ++counters_.allocation_failures;
+    ++tenants_[*t].failures;
+    return err;
+  }
+  // Commit: pin the hits first so that taking fresh blocks cannot evict them.
+  auto& seq = new_sequence(req.id);
+  seq.tenant = *t;
+  seq.priority = req.priority;
+  seq.num_tokens = n;
+  seq.max_tokens = req.max_sequence_length;
+  seq.blocks.reserve(need);
+  for (std::uint32_t i = 0; i < hits; ++i) {
+    auto b = index_.find(scratch_[i].lo);
+    auto& m = blocks_[b];
+    if (m.state == block_state::cached) {
+      lru_.remove(b, m.level);
+      m.state = block_state::used;
+      charge(b, *t);
+    }
+    ++m.ref_count;
+    seq.blocks.push_back(b);
+  }
+  for (auto i = hits; i < need; ++i)
+    seq.blocks.push_back(take_block(*t));
+  if (hashing) {
+    seq.hashable = true;
+    auto& ts = tenants_[*t];
+    seq.chain = ts.seed;
+    auto full = static_cast<std::uint32_t>(prompt.size() / block_size_);
+    for (std::uint32_t i = 0; i < full; ++i) {
+      if (i >= hits)
+        index_block(seq.blocks[i], scratch_[i], i > 0 ? scratch_[i - 1].lo : 0,
+                    *t);
+      seq.chain = scratch_[i];
+    }
+    seq.num_hashed = full;
+    seq.tail.assign(prompt.begin() + std::size_t{full} * block_size_,
+                    prompt.end());
+    if (!prompt.empty()) {
+      counters_.query_tokens += n;
+      counters_.hit_tokens += std::uint64_t{hits} * block_size_;
+      counters_.prefix_hit_blocks += hits;
+      ts.query_tokens += n;
+      ts.hit_tokens += std::uint64_t{hits} * block_size_;
+    }
+  }
+  ++counters_.allocations;
+  ++tenants_[*t].active;
+  return allocation_outcome{seq.cache_id, std::uint64_t{hits} * block_size_};
+}
+
+bool block_pool_core::can_allocate(const allocation_request& req) const {
+  auto t = check(req);
+  if (!t || find(req.id) != nullptr)
+    return false;
+  auto& prompt = req.prompt;
+  auto n = prompt.empty() ? req.initial_tokens : prompt.size();
+  auto need = (n + block_size_ - 1) / block_size_;
+  std::uint32_t hits = 0;
+  std::uint64_t revived = 0;
+  if (prefix_caching_ && !prompt.empty()) {
+    hits = lookup(*t, prompt, static_cast<std::uint32_t>((n - 1) / block_size_));
+    for (std::uint32_t i = 0; i < hits; ++i)
+      if (blocks_[index_.find(scratch_[i].lo)].state == block_state::cached)
+        ++revived;
+  }
+  return !admit_blocks(*t, need - hits + revived);
+}
+
+// -- extend ---------------------------------------------------------------------------
+
+void block_pool_core::hash_appended(sequence& seq, const token_id* tokens,
+                                    std::uint64_t n) {
+  seq.tail.insert(seq.tail.end(), tokens, tokens + n);
+  std::size_t off = 0;
+  while (seq.tail.size() - off >= block_size_) {
+    auto parent = seq.num_hashed > 0 ? seq.chain.lo : 0;
+    auto h = hash_block(seq.chain, seq.tail.data() + off, block_size_);
+    index_block(seq.blocks[seq.num_hashed], h, parent, seq.tenant);
+    seq.chain = h;
+    ++seq.num_hashed;
+    off += block_size_;
+  }
+  if (off > 0)
+    seq.tail.erase(seq.tail.begin(), seq.tail.begin() + off);
+}
+
+caf::expected<extension_outcome>
+block_pool_core::extend(request_id id, std::uint64_t n,
+                        const token_id* tokens) {
+  auto seq = find_mut(id);
+  if (seq == nullptr)
+    return make_error(errc::unknown_request, req_name(id) + " is not allocated");
+  extension_outcome out;
+  if (n == 0)
+    return out;
+  if (seq->num_tokens + n > seq->max_tokens)
+    return make_error(errc::exceeds_max_sequence_length,
+                      req_name(id) + ": " + std::to_string(seq->num_tokens)
+                        + " + " + std::to_string(n)
+                        + " tokens > max_sequence_length "
+                        + std::to_string(seq->max_tokens));
+  if (tokens != nullptr)
+    for (std::uint64_t i = 0; i < n; ++i)
+      if (tokens[i] < 0)
+        return make_error(errc::invalid_request,
+                          req_name(id) + ": token " + std::to_string(tokens[i])
+                            + " is not a token id");
+  auto old_blocks = seq->blocks.size();
+  auto new_blocks = (seq->num_tokens + n + block_size_ - 1) / block_size_;
+  auto add = new_blocks - old_blocks;
+  bool cow = seq->num_tokens % block_size_ != 0
+             && blocks_[seq->blocks.back()].ref_count > 1;
+  if (auto err = admit_blocks(seq->tenant, add + cow))
+    return err;
+  out.changed = add + cow > 0;
+  out.first_changed = static_cast<std::uint32_t>(old_blocks - cow);
+  if (cow) {
+    auto old = seq->blocks.back();
+    auto copy = take_block(seq->tenant);
+    --blocks_[old].ref_count; // > 1 before: still used by the others
+    seq->blocks.back() = copy;
+    out.copies.push_back(block_copy{old, copy});
+    ++counters_.cow_copies;
+  }
+  for (std::uint64_t i = 0; i < add; ++i)
+    seq->blocks.push_back(take_block(seq->tenant));
+  if (tokens != nullptr && seq->hashable) {
+    hash_appended(*seq, tokens, n);
+  } else if (seq->hashable) {
+    // Unnamed tokens end the chain: later blocks cannot be looked up.
+    seq->hashable = false;
+    seq->tail.clear();
+  }
+  seq->num_tokens += n;
+  return out;
+}
+
+// -- release, reclaim, preempt, fork --------------------------------------------------
+
+caf::expected<std::uint32_t> block_pool_core::release(request_id id) {
+  auto seq = find_mut(id);
+  if (seq == nullptr)
+    return make_error(errc::unknown_request, req_name(id) + " is not allocated");
+  auto level = retention_level(*seq);
+  auto before = counters_.blocks_freed;
+  // Last block first: among blocks released together, the tail of a
+  // sequence is the least likely to be shared again, so it is evicted first.
+  for (auto i = seq->blocks.rbegin(); i != seq->blocks.rend(); ++i)
+    unref(*i, level);
+  --tenants_[seq->tenant].active;
+  drop_sequence(id);
+  return static_cast<std::uint32_t>(counters_.blocks_freed - before);
+}
+
+caf::expected<std::uint32_t> block_pool_core::reclaim(request_id id,
+                                                      std::uint64_t cache_id) {
+  auto seq = find(id);
+  if (seq == nullptr || seq->cache_id != cache_id)
+    return std::uint32_t{0};
+  return release(id);
+}
+
+caf::expected<std::uint32_t> block_pool_core::preempt(request_id id) {
+  auto seq = find(id);
+  if (seq == nullptr)
+    return make_error(errc::unknown_request, req_name(id) + " is not allocated");
+  auto t = seq->tenant;
+  auto res = release(id);
+  ++counters_.preemptions;
+  ++tenants_[t].preemptions;
+  return res;
+}
+
+caf::expected<allocation_outcome> block_pool_core::fork(request_id parent,
+                                                        request_id child) {
+  if (find(parent) == nullptr)
+    return make_error(errc::unknown_request,
+                      req_name(parent) + " (fork parent) is not allocated");
+  if (find(child) != nullptr)
+    return make_error(errc::duplicate_request,
+                      req_name(child) + " is already allocated");
+  auto& c = new_sequence(child); // may move seqs_: look the parent up after
+  auto& p = *find(parent);
+  c.tenant = p.tenant;
+  c.priority = p.priority;
+  c.num_tokens = p.num_tokens;
+  c.max_tokens = p.max_tokens;
+  c.blocks = p.blocks;
+  c.hashable = p.hashable;
+  c.num_hashed = p.num_hashed;
+  c.chain = p.chain;
+  c.tail = p.tail;
+  for (auto b : c.blocks)
+    ++blocks_[b].ref_count;
+  ++counters_.allocations;
+  ++tenants_[c.tenant].active;
+  return allocation_outcome{c.cache_id, 0};
+}
+
+// -- eviction -------------------------------------------------------------------------
+
+std::uint32_t block_pool_core::evict(std::uint32_t n) {
+  std::uint32_t done = 0;
+  std::size_t level = 0;
+  for (; done < n; ++done) {
+    auto b = lru_.front(level);
+    if (b == no_block)
+      break;
+    evict_one(b, static_cast<std::uint8_t>(level));
+    free_.push(b);
+  }
+  return done;
+}
+
+} // namespace kvactor::detail

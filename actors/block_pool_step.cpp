@@ -1,0 +1,95 @@
+// block_pool_core::run_step: one scheduler step (frees, extends with vLLM's
+// preempt-the-newest policy, first-come-first-served admissions) in one call.
+#include "kvactor/actors/block_pool_core.hpp"
+
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor::detail {
+
+step_result block_pool_core::run_step(const step_request& step) {
+  step_result r;
+  for (auto id : step.frees) {
+    if (auto n = release(id))
+      r.freed.push_back(id);
+    else
+      r.failed.push_back(op_failure{id, std::move(n.error())});
+  }
+  // Extends, oldest first; victims come from the back of the list.
+  auto& ops = step.extends;
+  std::vector<bool> gone(ops.size(), false);
+  auto last = ops.size(); // ops[last..] are preempted
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (gone[i])
+      continue;
+    auto& op = ops[i];
+    if (!op.tokens.empty() && op.tokens.size() != op.num_tokens) {
+      r.failed.push_back(op_failure{
+        op.id, make_error(errc::invalid_request,
+                          "request " + std::to_string(op.id) + ": "
+                            + std::to_string(op.tokens.size())
+                            + " token ids for num_tokens "
+                            + std::to_string(op.num_tokens))});
+      continue;
+    }
+    auto tokens = op.tokens.empty() ? nullptr : op.tokens.data();
+    for (;;) {
+      auto res = extend(op.id, op.num_tokens, tokens);
+      if (res) {
+        if (res->changed) {
+          auto& seq = *find(op.id);
+          r.changed.push_back(table_delta{
+            op.id, res->first_changed,
+            std::vector<block_id>(seq.blocks.begin() + res->first_changed,
+                                  seq.blocks.end()),
+            seq.num_tokens});
+          r.copies.insert(r.copies.end(), res->copies.begin(),
+                          res->copies.end());
+        }
+        break;
+      }
+      if (!step.preempt_on_shortage
+          || !has_code(res.error(), errc::out_of_blocks)) {
+        r.failed.push_back(op_failure{op.id, std::move(res.error())});
+        break;
+      }
+      // Preempt the newest request of the step that is still running.
+      while (last > i && gone[last - 1])
+        --last;
+      auto victim = last - 1; // >= i
+      gone[victim] = true;
+      if (auto freed = preempt(ops[victim].id))
+        r.preempted.push_back(ops[victim].id);
+      else
+        r.failed.push_back(op_failure{ops[victim].id, std::move(freed.error())});
+      if (victim == i)
+        break;
+    }
+  }
+  // Admissions, first come first served.
+  if (!step.admits.empty()) {
+    if (!r.preempted.empty() && !step.admit_after_preemption) {
+      r.admission_blocked = true;
+      r.blocked = step.admits.front().id;
+    } else {
+      for (auto& req : step.admits) {
+        auto res = allocate(req);
+        if (res) {
+          r.admitted.push_back(admission{req.id, res->cache_id,
+                                         res->hit_tokens,
+                                         table(*find(req.id))});
+        } else if (has_code(res.error(), errc::out_of_blocks)) {
+          r.admission_blocked = true;
+          r.blocked = req.id;
+          break;
+        } else {
+          r.failed.push_back(op_failure{req.id, std::move(res.error())});
+        }
+      }
+    }
+  }
+  r.free_blocks = free_blocks();
+  r.used_blocks = used_;
+  return r;
+}
+
+} // namespace kvactor::detail

@@ -1,0 +1,145 @@
+// flat_index: an open-addressing hash map from 64-bit keys to 32-bit values
+// (linear probing, backward-shift deletion). The pool's prefix index (block
+// hash -> block) and its request lookup (request id -> sequence) both use it:
+// O(1) per operation, no allocation per entry. CAF-free.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace kvactor::detail {
+
+class flat_index {
+public:
+  /// Returned by find() for an absent key; never a valid value.
+  static constexpr std::uint32_t npos = 0xFFFFFFFFu;
+
+  /// Room for `expected` keys before the first growth.
+  explicit flat_index(std::size_t expected = 16) {
+    std::size_t cap = 16;
+    while (cap < expected * 2)
+      cap *= 2;
+    resize(cap);
+  }
+
+  std::size_t size() const noexcept {
+    return size_;
+  }
+
+  /// The value stored under `key`, or npos.
+  std::uint32_t find(std::uint64_t key) const noexcept {
+    for (auto i = home(key);; i = (i + 1) & mask_) {
+      auto& s = slots_[i];
+      if (s.value == npos)
+        return npos;
+      if (s.key == key)
+        return s.value;
+    }
+  }
+
+  /// Adds `key` -> `value`; false (and no change) if `key` is present.
+  /// REQUIRES: value != npos.
+  bool insert(std::uint64_t key, std::uint32_t value) {
+    if ((size_ + 1) * 2 > slots_.size())
+      grow();
+    for (auto i = home(key);; i = (i + 1) & mask_) {
+      auto& s = slots_[i];
+      if (s.value == npos) {
+        s = slot{key, value};
+        ++size_;
+        return true;
+      }
+      if (s.key == key)
+        return false;
+    }
+  }
+
+  /// Replaces the value of a present key; false if absent.
+  bool assign(std::uint64_t key, std::uint32_t value) noexcept {
+    for (auto i = home(key);; i = (i + 1) & mask_) {
+      auto& s = slots_[i];
+      if (s.value == npos)
+        return false;
+      if (s.key == key) {
+        s.value = value;
+        return true;
+      }
+    }
+  }
+
+  /// Removes `key`; false if absent.
+  bool erase(std::uint64_t key) noexcept {
+    auto i = home(key);
+    for (;; i = (i + 1) & mask_) {
+      if (slots_[i].value == npos)
+        return false;
+      if (slots_[i].key == key)
+        break;
+    }
+    // Backward-shift: pull later entries of the probe run into the hole so
+    // lookups never need tombstones.
+    auto hole = i;
+    for (auto j = (i + 1) & mask_; slots_[j].value != npos; j = (j + 1) & mask_) {
+      auto h = home(slots_[j].key);
+      // Move j into the hole unless its home lies cyclically in (hole, j].
+      bool stays = hole <= j ? (hole < h && h <= j) : (hole < h || h <= j);
+      if (!stays) {
+        slots_[hole] = slots_[j];
+        hole = j;
+      }
+    }
+    slots_[hole] = slot{0, npos};
+    --size_;
+    return true;
+  }
+
+  /// Calls f(key, value) for every entry, in no particular order.
+  template <class F>
+  void for_each(F&& f) const {
+    for (auto& s : slots_)
+      if (s.value != npos)
+        f(s.key, s.value);
+  }
+
+  /// Bytes held (for memory figures).
+  std::size_t memory_bytes() const noexcept {
+    return slots_.capacity() * sizeof(slot);
+  }
+
+private:
+  struct slot {
+    std::uint64_t key;
+    std::uint32_t value;
+  };
+
+  std::size_t home(std::uint64_t key) const noexcept {
+    // Fibonacci hashing spreads sequential request ids as well as hashes.
+    return static_cast<std::size_t>((key * 0x9e3779b97f4a7c15ull) >> shift_);
+  }
+
+  void resize(std::size_t cap) {
+    slots_.assign(cap, slot{0, npos});
+    mask_ = cap - 1;
+    shift_ = 64;
+    for (auto c = cap; c > 1; c >>= 1)
+      --shift_;
+  }
+
+  void grow() {
+    std::vector<slot> old;
+    old.swap(slots_);
+    resize(old.size() * 2);
+    size_ = 0;
+    for (auto& s : old)
+      if (s.value != npos)
+        insert(s.key, s.value);
+  }
+
+  std::vector<slot> slots_;
+  std::size_t mask_ = 0;
+  unsigned shift_ = 64;
+  std::size_t size_ = 0;
+};
+
+} // namespace kvactor::detail

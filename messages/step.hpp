@@ -1,0 +1,114 @@
+// The hot path: one scheduler step's cache work (frees, extends, admissions)
+// in one message and one reply, instead of a round trip per request.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/meta/type_name.hpp>
+
+#include "kvactor/messages/types.hpp"
+
+namespace kvactor {
+
+/// Grow request `id` by `num_tokens`; with `tokens` (then exactly num_tokens
+/// of them) the blocks they fill are hashed and enter the prefix index.
+struct extend_op {
+  request_id id = 0;
+  std::uint32_t num_tokens = 0;
+  std::vector<token_id> tokens;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, extend_op& x) {
+  return f(caf::meta::type_name("extend_op"), x.id, x.num_tokens, x.tokens);
+}
+
+/// One step, executed in this order in one message:
+/// 1. `frees` end (finished requests; blocks return, hashed ones stay cached);
+/// 2. `extends` run in list order (oldest request first). When one lacks a
+///    block and `preempt_on_shortage` is set, the newest not yet preempted
+///    request of the list (the last one; possibly itself) is preempted - its
+///    blocks freed, its id reported in `preempted` - and the extend retried,
+///    which is vLLM's policy; otherwise the extend fails alone;
+/// 3. `admits` are allocated in order, only if nothing was preempted in this
+///    step (unless `admit_after_preemption`); admission stops at the first
+///    request that does not fit (first come, first served).
+struct step_request {
+  std::vector<request_id> frees;
+  std::vector<extend_op> extends;
+  std::vector<allocation_request> admits;
+  bool preempt_on_shortage = true;
+  bool admit_after_preemption = false;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_request& x) {
+  return f(caf::meta::type_name("step_request"), x.frees, x.extends, x.admits,
+           x.preempt_on_shortage, x.admit_after_preemption);
+}
+
+/// A request whose table changed: blocks[first...] are now `blocks` (new
+/// blocks appended, or a shared last block replaced by its private copy).
+struct table_delta {
+  request_id id = 0;
+  std::uint32_t first = 0;
+  std::vector<block_id> blocks;
+  std::uint64_t num_tokens = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, table_delta& x) {
+  return f(caf::meta::type_name("table_delta"), x.id, x.first, x.blocks,
+           x.num_tokens);
+}
+
+/// An admitted request.
+struct admission {
+  request_id id = 0;
+  std::uint64_t cache_id = 0;
+  std::uint64_t hit_tokens = 0; ///< prompt tokens found in the prefix cache
+  block_table table;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, admission& x) {
+  return f(caf::meta::type_name("admission"), x.id, x.cache_id, x.hit_tokens,
+           x.table);
+}
+
+/// An operation of the step that failed (and changed nothing).
+struct op_failure {
+  request_id id = 0;
+  caf::error error;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, op_failure& x) {
+  return f(caf::meta::type_name("op_failure"), x.id, x.error);
+}
+
+/// What a step did.
+struct step_result {
+  std::vector<request_id> freed;
+  std::vector<table_delta> changed;  ///< extends that changed blocks
+  std::vector<block_copy> copies;    ///< copy-on-write, done before the reply
+  std::vector<request_id> preempted; ///< newest first, as chosen
+  std::vector<admission> admitted;
+  std::vector<op_failure> failed;
+  /// The first admit that did not fit (admission stopped there); 0 = none.
+  request_id blocked = 0;
+  bool admission_blocked = false;
+  std::uint64_t free_blocks = 0; ///< after the step, cached ones included
+  std::uint64_t used_blocks = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_result& x) {
+  return f(caf::meta::type_name("step_result"), x.freed, x.changed, x.copies,
+           x.preempted, x.admitted, x.failed, x.blocked, x.admission_blocked,
+           x.free_blocks, x.used_blocks);
+}
+
+} // namespace kvactor
