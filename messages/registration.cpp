@@ -1,0 +1,69 @@
+// Message type names and the error renderer of kvactor.
+#include "kvactor/messages/registration.hpp"
+
+#include <caf/actor_system_config.hpp>
+
+#include "kvactor/messages/error.hpp"
+#include "kvactor/messages/interfaces.hpp"
+#include "kvactor/messages/protocol.hpp"
+#include "kvactor/messages/step.hpp"
+#include "kvactor/messages/types.hpp"
+
+namespace kvactor {
+
+void add_message_types(caf::actor_system_config& cfg) {
+  cfg.add_message_type<device_kind>("kvactor::device_kind")
+    .add_message_type<device>("kvactor::device")
+    .add_message_type<dtype>("kvactor::dtype")
+    .add_message_type<priority>("kvactor::priority")
+    .add_message_type<memory_pressure>("kvactor::memory_pressure")
+    .add_message_type<allocation_request>("kvactor::allocation_request")
+    .add_message_type<block_table>("kvactor::block_table")
+    .add_message_type<block_copy>("kvactor::block_copy")
+    .add_message_type<block_move>("kvactor::block_move")
+    .add_message_type<tenant_usage>("kvactor::tenant_usage")
+    .add_message_type<cache_manager_stats>("kvactor::cache_manager_stats")
+    .add_message_type<cache_gc_stats>("kvactor::cache_gc_stats")
+    .add_message_type<cache_handle_stats>("kvactor::cache_handle_stats")
+    .add_message_type<extend_op>("kvactor::extend_op")
+    .add_message_type<step_request>("kvactor::step_request")
+    .add_message_type<table_delta>("kvactor::table_delta")
+    .add_message_type<admission>("kvactor::admission")
+    .add_message_type<op_failure>("kvactor::op_failure")
+    .add_message_type<step_result>("kvactor::step_result")
+    .add_message_type<end_reason>("kvactor::end_reason")
+    .add_message_type<topic>("kvactor::topic")
+    .add_message_type<request_info>("kvactor::request_info")
+    .add_message_type<extension>("kvactor::extension")
+    .add_message_type<pool_usage>("kvactor::pool_usage")
+    .add_message_type<pressure_event>("kvactor::pressure_event")
+    .add_message_type<request_ended>("kvactor::request_ended")
+    .add_message_type<pool_stats>("kvactor::pool_stats")
+    .add_message_type<slot_write>("kvactor::slot_write")
+    .add_message_type<gathered_kv>("kvactor::gathered_kv")
+    .add_message_type<storage_info>("kvactor::storage_info")
+    .add_message_type<handle_entry>("kvactor::handle_entry")
+    .add_message_type<std::vector<token_id>>("kvactor::token_ids")
+    .add_message_type<std::vector<block_id>>("kvactor::block_ids")
+    .add_message_type<std::vector<std::pair<request_id, std::uint64_t>>>(
+      "kvactor::live_requests")
+    .add_message_type<request_handle_actor>("kvactor::request_handle_actor")
+    .add_message_type<supervisor_actor>("kvactor::supervisor_actor")
+    .add_message_type<block_pool_actor>("kvactor::block_pool_actor")
+    .add_message_type<device_actor>("kvactor::device_actor")
+    .add_message_type<kv_cache_manager_actor>("kvactor::kv_cache_manager_actor");
+  cfg.add_error_category(error_category, [](std::uint8_t code, caf::atom_value,
+                                            const caf::message& ctx) {
+    return render(caf::error{code, error_category, ctx});
+  });
+}
+
+void tune_for_latency(caf::actor_system_config& cfg) {
+  // Workers spin through the aggressive phase longer and never take the
+  // moderate phase's 50 us naps, so a message from a non-actor thread is
+  // picked up in microseconds; idle workers still end up asleep.
+  cfg.set("work-stealing.aggressive-poll-attempts", 2000);
+  cfg.set("work-stealing.moderate-poll-attempts", 0);
+}
+
+} // namespace kvactor

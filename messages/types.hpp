@@ -248,3 +248,6 @@ typename Inspector::result_type inspect(Inspector& f, cache_handle_stats& x) {
 }
 
 } // namespace kvactor
+
+// tensor_view (in-process only) belongs to the public value types.
+#include "kvactor/messages/tensor_view.hpp"

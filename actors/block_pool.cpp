@@ -1,0 +1,207 @@
+// block_pool actor: wraps detail::block_pool_core; after each message that
+// changes usage it tells the supervisor if usage crossed a pressure mark.
+#include "kvactor/actors/block_pool.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "kvactor/actors/block_pool_core.hpp"
+#include "kvactor/actors/pressure_tracker.hpp"
+#include "kvactor/messages/error.hpp"
+
+#include <memory>
+
+namespace kvactor {
+
+namespace {
+
+struct block_pool_state {
+  static inline const char* name = "kvactor.block_pool";
+
+  // Built in init(): CAF default-constructs the state before the spawn
+  // function sees its arguments.
+  std::unique_ptr<detail::block_pool_core> core_ptr;
+  std::unique_ptr<detail::pressure_tracker> marks;
+  std::size_t band = 0;
+  supervisor_actor supervisor;
+
+  void init(const cache_config& cfg, std::uint32_t num_blocks) {
+    core_ptr = std::make_unique<detail::block_pool_core>(cfg, num_blocks);
+    marks = std::make_unique<detail::pressure_tracker>(cfg.pressure, num_blocks);
+  }
+
+  detail::block_pool_core& core() {
+    return *core_ptr;
+  }
+  const detail::block_pool_core& core() const {
+    return *core_ptr;
+  }
+
+  /// Tells the supervisor when usage moved between pressure marks.
+  void report(block_pool_actor::pointer self) {
+    auto b = marks->band(core().used_blocks());
+    if (b == band || !supervisor)
+      return;
+    band = b;
+    self->send(supervisor, usage_atom::value,
+               pool_usage{core().used_blocks(), core().cached_blocks(),
+                          core().num_blocks()});
+  }
+
+  pool_stats stats() const {
+    pool_stats s;
+    auto& c = core().counters();
+    s.total_blocks = core().num_blocks();
+    s.used_blocks = core().used_blocks();
+    s.cached_blocks = core().cached_blocks();
+    s.active_requests = core().num_sequences();
+    s.allocations = c.allocations;
+    s.allocation_failures = c.allocation_failures;
+    s.blocks_allocated = c.blocks_allocated;
+    s.prefix_hit_blocks = c.prefix_hit_blocks;
+    s.blocks_freed = c.blocks_freed;
+    s.blocks_cached = c.blocks_cached;
+    s.evictions = c.evictions;
+    s.cow_copies = c.cow_copies;
+    s.preemptions = c.preemptions;
+    s.query_tokens = c.query_tokens;
+    s.hit_tokens = c.hit_tokens;
+    for (auto& ts : core().tenants()) {
+      tenant_usage u;
+      u.name = ts.config.name;
+      u.blocks_used = ts.used;
+      u.max_blocks = ts.config.max_blocks;
+      u.reserved_blocks = ts.config.reserved_blocks;
+      u.active_requests = ts.active;
+      u.prefix_query_tokens = ts.query_tokens;
+      u.prefix_hit_tokens = ts.hit_tokens;
+      u.preemptions = ts.preemptions;
+      u.allocation_failures = ts.failures;
+      s.tenants.push_back(std::move(u));
+    }
+    return s;
+  }
+};
+
+using pool_ptr = block_pool_actor::stateful_pointer<block_pool_state>;
+
+/// The table of a live request (after a successful operation on it).
+block_table table_of(const detail::block_pool_core& core, request_id id) {
+  return core.table(*core.find(id));
+}
+
+block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
+                                               std::uint32_t num_blocks) {
+  auto& st = self->state;
+  st.init(cfg, num_blocks);
+  return {
+    [self, &st](allocate_atom, const allocation_request& req)
+      -> caf::result<admission> {
+      auto res = st.core().allocate(req);
+      if (!res)
+        return std::move(res.error());
+      st.report(self);
+      return admission{req.id, res->cache_id, res->hit_tokens,
+                       table_of(st.core(), req.id)};
+    },
+    [&st](can_alloc_atom, const allocation_request& req) {
+      return st.core().can_allocate(req);
+    },
+    [self, &st](extend_atom, request_id id, std::uint64_t n,
+                const std::vector<token_id>& tokens) -> caf::result<extension> {
+      if (!tokens.empty() && tokens.size() != n)
+        return make_error(errc::invalid_request,
+                          "request " + std::to_string(id) + ": "
+                            + std::to_string(tokens.size())
+                            + " token ids for " + std::to_string(n)
+                            + " tokens");
+      auto res = st.core().extend(id, n, tokens.empty() ? nullptr : tokens.data());
+      if (!res)
+        return std::move(res.error());
+      st.report(self);
+      return extension{table_of(st.core(), id), std::move(res->copies)};
+    },
+    [self, &st](free_atom, request_id id) -> caf::result<std::uint32_t> {
+      auto res = st.core().release(id);
+      if (!res)
+        return std::move(res.error());
+      st.report(self);
+      return *res;
+    },
+    [self, &st](reclaim_atom, request_id id,
+                std::uint64_t cache_id) -> caf::result<bool, std::uint32_t> {
+      auto seq = st.core().find(id);
+      if (seq == nullptr || seq->cache_id != cache_id)
+        return {false, std::uint32_t{0}};
+      auto res = st.core().release(id);
+      if (!res)
+        return std::move(res.error());
+      st.report(self);
+      return {true, *res};
+    },
+    [self, &st](preempt_atom, request_id id) -> caf::result<std::uint32_t> {
+      auto res = st.core().preempt(id);
+      if (!res)
+        return std::move(res.error());
+      st.report(self);
+      return *res;
+    },
+    [self, &st](fork_atom, request_id parent,
+                request_id child) -> caf::result<admission> {
+      auto res = st.core().fork(parent, child);
+      if (!res)
+        return std::move(res.error());
+      st.report(self);
+      return admission{child, res->cache_id, 0, table_of(st.core(), child)};
+    },
+    [self, &st](step_atom, const step_request& step) {
+      auto res = st.core().run_step(step);
+      st.report(self);
+      return res;
+    },
+    [&st](table_atom, request_id id) -> caf::result<block_table> {
+      auto seq = st.core().find(id);
+      if (seq == nullptr)
+        return make_error(errc::unknown_request,
+                          "request " + std::to_string(id) + " is not allocated");
+      return st.core().table(*seq);
+    },
+    [&st](stats_atom) {
+      return st.stats();
+    },
+    [self, &st](evict_atom, std::uint32_t n) {
+      auto done = st.core().evict(n);
+      st.report(self);
+      return done;
+    },
+    [&st](check_atom) -> caf::result<bool> {
+      if (auto err = st.core().check_invariant())
+        return err;
+      return true;
+    },
+    [&st](list_atom) {
+      std::vector<std::pair<request_id, std::uint64_t>> live;
+      live.reserve(st.core().num_sequences());
+      st.core().for_each_sequence([&](const detail::sequence& s) {
+        live.emplace_back(s.id, s.cache_id);
+      });
+      return live;
+    },
+    [self, &st](subscribe_atom, supervisor_actor sup) {
+      st.supervisor = std::move(sup);
+      st.band = static_cast<std::size_t>(-1); // report the current usage now
+      st.report(self);
+    },
+  };
+}
+
+} // namespace
+
+block_pool_actor spawn_block_pool(caf::actor_system& sys,
+                                  const cache_config& cfg,
+                                  std::uint32_t num_blocks) {
+  return sys.spawn(block_pool_fun, cfg, num_blocks);
+}
+
+} // namespace kvactor

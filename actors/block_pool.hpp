@@ -1,0 +1,24 @@
+// The block pool actor: the one owner of block-level truth. Every decision
+// about who gets a block is made here, in one message (lookup and pin of a
+// cached prefix included); the state and the decisions themselves are
+// detail::block_pool_core, this actor serializes access to it and reports
+// usage crossings to the supervisor.
+#pragma once
+
+#include <cstdint>
+
+#include "kvactor/config/cache_config.hpp"
+#include "kvactor/messages/interfaces.hpp"
+
+namespace caf {
+class actor_system;
+} // namespace caf
+
+namespace kvactor {
+
+/// Spawns a pool of `num_blocks` blocks for `cfg`.
+/// REQUIRES: validate(cfg) passed.
+block_pool_actor spawn_block_pool(caf::actor_system& sys, const cache_config& cfg,
+                                  std::uint32_t num_blocks);
+
+} // namespace kvactor

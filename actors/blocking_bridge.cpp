@@ -1,0 +1,139 @@
+// blocking_bridge: companion-based request/response for non-actor threads.
+#include "kvactor/actors/blocking_bridge.hpp"
+
+#include <thread>
+
+#include <caf/actor_companion.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/mailbox_element.hpp>
+#include <caf/scoped_execution_unit.hpp>
+#include <caf/sec.hpp>
+
+namespace kvactor::detail {
+
+namespace {
+
+caf::actor_companion* companion_of(const caf::strong_actor_ptr& ptr) {
+  return static_cast<caf::actor_companion*>(
+    caf::actor_cast<caf::abstract_actor*>(ptr));
+}
+
+} // namespace
+
+blocking_bridge::blocking_bridge(caf::actor_system& sys) {
+  companion_ = caf::actor_cast<caf::strong_actor_ptr>(
+    sys.spawn<caf::actor_companion>());
+  companion_of(companion_)->on_enqueue([this](caf::mailbox_element_ptr ptr) {
+    if (!ptr)
+      return;
+    auto msg = ptr->move_content_to_message();
+    if (ptr->mid.is_response()) {
+      deliver(ptr->mid.request_id().integer_value(), std::move(msg));
+      return;
+    }
+    notification_handler f;
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      f = notify_;
+    }
+    if (f)
+      f(msg);
+  });
+}
+
+blocking_bridge::~blocking_bridge() {
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    closed_ = true;
+    for (auto& kvp : pending_) {
+      std::lock_guard<std::mutex> g2{kvp.second->mtx};
+      kvp.second->done = true;
+      kvp.second->reply = caf::make_message(
+        caf::make_error(caf::sec::request_receiver_down));
+      kvp.second->cv.notify_all();
+    }
+  }
+  auto self = companion_of(companion_);
+  self->on_enqueue(nullptr);
+  caf::scoped_execution_unit context{&self->home_system()};
+  self->cleanup(caf::exit_reason::user_shutdown, &context);
+}
+
+void blocking_bridge::deliver(std::uint64_t id, caf::message msg) {
+  std::shared_ptr<slot> s;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto i = pending_.find(id);
+    if (i == pending_.end())
+      return; // timed out: drop the late reply
+    s = std::move(i->second);
+    pending_.erase(i);
+  }
+  {
+    std::lock_guard<std::mutex> guard{s->mtx};
+    s->reply = std::move(msg);
+    s->done = true;
+  }
+  s->cv.notify_one();
+}
+
+caf::expected<caf::message>
+blocking_bridge::call(const caf::strong_actor_ptr& dest, caf::message msg,
+                      std::chrono::milliseconds timeout) {
+  if (!dest)
+    return caf::make_error(caf::sec::invalid_argument);
+  auto s = std::make_shared<slot>();
+  std::uint64_t id;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (closed_)
+      return caf::make_error(caf::sec::request_receiver_down);
+    id = next_id_++;
+    pending_.emplace(id, s);
+  }
+  dest->enqueue(caf::make_mailbox_element(companion_, caf::make_message_id(id),
+                                          {}, std::move(msg)),
+                nullptr);
+  // Replies usually arrive within microseconds: spin briefly before paying
+  // for a sleep and a wake-up.
+  auto spin_until = std::chrono::steady_clock::now()
+                    + std::chrono::microseconds{30};
+  std::unique_lock<std::mutex> lock{s->mtx};
+  while (!s->done && std::chrono::steady_clock::now() < spin_until) {
+    lock.unlock();
+    std::this_thread::yield();
+    lock.lock();
+  }
+  if (!s->cv.wait_for(lock, timeout, [&] { return s->done; })) {
+    lock.unlock();
+    std::lock_guard<std::mutex> guard{mtx_};
+    pending_.erase(id);
+    return caf::make_error(caf::sec::request_timeout);
+  }
+  auto reply = std::move(s->reply);
+  if (reply.match_elements<caf::error>())
+    return reply.get_as<caf::error>(0);
+  return reply;
+}
+
+void blocking_bridge::send(const caf::strong_actor_ptr& dest, caf::message msg) {
+  if (dest)
+    dest->enqueue(caf::make_mailbox_element(companion_, caf::make_message_id(),
+                                            {}, std::move(msg)),
+                  nullptr);
+}
+
+void blocking_bridge::on_notification(notification_handler f) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  notify_ = std::move(f);
+}
+
+void blocking_bridge::watch(const caf::actor_addr& whom) {
+  companion_of(companion_)->monitor(whom);
+}
+
+caf::actor blocking_bridge::self() const {
+  return caf::actor_cast<caf::actor>(companion_);
+}
+
+} // namespace kvactor::detail

@@ -1,0 +1,79 @@
+// blocking_bridge: request/response between a plain thread and actors,
+// without a scoped_actor per call. Replies are delivered by the replying
+// actor's thread straight into the waiting caller's slot (through a CAF
+// actor_companion); the caller spins briefly, then sleeps on a condition
+// variable. Asynchronous messages to the bridge go to a notification handler.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+#include <caf/actor.hpp>
+#include <caf/actor_control_block.hpp>
+#include <caf/expected.hpp>
+#include <caf/message.hpp>
+
+namespace caf {
+class actor_system;
+} // namespace caf
+
+namespace kvactor::detail {
+
+class blocking_bridge {
+public:
+  using notification_handler = std::function<void(caf::message&)>;
+
+  explicit blocking_bridge(caf::actor_system& sys);
+
+  /// Stops the companion; calls still waiting fail with request_receiver_down.
+  ~blocking_bridge();
+
+  blocking_bridge(const blocking_bridge&) = delete;
+  blocking_bridge& operator=(const blocking_bridge&) = delete;
+
+  /// Sends `msg` to `dest` as a request and waits for the reply (or an
+  /// error message, or `timeout`: caf::sec::request_timeout).
+  /// Thread-safe: any number of threads may call concurrently.
+  caf::expected<caf::message> call(const caf::strong_actor_ptr& dest,
+                                   caf::message msg,
+                                   std::chrono::milliseconds timeout);
+
+  /// Sends `msg` to `dest` without waiting; the bridge is the sender.
+  void send(const caf::strong_actor_ptr& dest, caf::message msg);
+
+  /// Called (on an actor thread: keep it short) for every message to the
+  /// bridge that is not a reply.
+  void on_notification(notification_handler f);
+
+  /// Monitors `whom`: its down_msg arrives as a notification (at once if it
+  /// is already gone - so never call this while holding a lock the
+  /// notification handler takes).
+  void watch(const caf::actor_addr& whom);
+
+  /// The bridge as an actor (to subscribe it, or to own requests).
+  caf::actor self() const;
+
+private:
+  struct slot {
+    std::mutex mtx;
+    std::condition_variable cv;
+    bool done = false;
+    caf::message reply;
+  };
+
+  void deliver(std::uint64_t id, caf::message msg);
+
+  caf::strong_actor_ptr companion_;
+  std::mutex mtx_;
+  std::unordered_map<std::uint64_t, std::shared_ptr<slot>> pending_;
+  std::uint64_t next_id_ = 1;
+  notification_handler notify_;
+  bool closed_ = false;
+};
+
+} // namespace kvactor::detail

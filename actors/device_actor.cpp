@@ -1,0 +1,149 @@
+// device actor: validates and submits storage work, replies on completion.
+#include "kvactor/actors/device_actor.hpp"
+
+#include <deque>
+
+#include <caf/actor_system.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor {
+
+namespace {
+
+struct device_state {
+  static inline const char* name = "kvactor.device";
+
+  std::shared_ptr<storage> store;
+  /// Submitted work not yet answered, in submission order.
+  struct pending {
+    ticket t;
+    std::function<void(caf::error)> finish;
+  };
+  std::deque<pending> queue;
+};
+
+using device_ptr = device_actor::stateful_pointer<device_state>;
+
+/// Answers every pending request whose work completed, in order.
+void drain(device_ptr self) {
+  auto& q = self->state.queue;
+  while (!q.empty() && self->state.store->done(q.front().t)) {
+    auto p = std::move(q.front());
+    q.pop_front();
+    p.finish(self->state.store->wait(p.t));
+  }
+}
+
+/// Submits through `submit` (returns expected<ticket>) and replies with
+/// `value` once the work completed, or with the error.
+template <class T, class Submit>
+caf::result<T> run(device_ptr self, Submit submit, T value) {
+  auto t = submit();
+  if (!t)
+    return std::move(t.error());
+  auto rp = self->make_response_promise<T>();
+  self->state.queue.push_back(device_state::pending{
+    *t, [rp, value](caf::error err) mutable {
+      if (err)
+        rp.deliver(std::move(err));
+      else
+        rp.deliver(std::move(value));
+    }});
+  drain(self);
+  return rp;
+}
+
+device_actor::behavior_type device_fun(device_ptr self,
+                                       std::shared_ptr<storage> store) {
+  auto& st = self->state;
+  st.store = std::move(store);
+  // Completion callbacks come from a CUDA thread: only post a message.
+  st.store->set_wake([addr = self->address()] {
+    if (auto strong = caf::actor_cast<caf::strong_actor_ptr>(addr))
+      caf::anon_send(caf::actor_cast<device_actor>(strong), done_atom::value);
+  });
+  // The state is gone when attached functors run: hold the storage itself.
+  self->attach_functor([store = st.store] { store->set_wake(nullptr); });
+  return {
+    [self](copy_atom, const std::vector<block_copy>& pairs) {
+      return run<std::uint32_t>(
+        self, [&] { return self->state.store->copy_blocks(pairs); },
+        static_cast<std::uint32_t>(pairs.size()));
+    },
+    [self](swap_out_atom, const std::vector<block_move>& moves) {
+      return run<std::uint32_t>(
+        self, [&] { return self->state.store->swap_out(moves); },
+        static_cast<std::uint32_t>(moves.size()));
+    },
+    [self](swap_in_atom, const std::vector<block_move>& moves) {
+      return run<std::uint32_t>(
+        self, [&] { return self->state.store->swap_in(moves); },
+        static_cast<std::uint32_t>(moves.size()));
+    },
+    [self](write_atom, const slot_write& w) -> caf::result<std::uint32_t> {
+      auto& lay = self->state.store->layout();
+      auto row = std::size_t{lay.num_heads} * lay.head_dim * lay.elem_bytes();
+      auto n = w.slots.size();
+      if (w.keys.size() != n * row || w.values.size() != n * row)
+        return make_error(errc::invalid_request,
+                          "slot_write: " + std::to_string(n) + " slots need "
+                            + std::to_string(n * row)
+                            + " bytes of keys and of values, got "
+                            + std::to_string(w.keys.size()) + " and "
+                            + std::to_string(w.values.size()));
+      // The message's buffers must outlive asynchronous work: wait here.
+      auto t = self->state.store->write_slots(w.layer, w.keys.data(),
+                                              w.values.data(), w.slots.data(), n);
+      if (!t)
+        return std::move(t.error());
+      if (auto err = self->state.store->wait(*t))
+        return err;
+      return static_cast<std::uint32_t>(n);
+    },
+    [self](gather_atom, std::uint32_t layer, const std::vector<block_id>& blocks,
+           std::uint64_t num_tokens) -> caf::result<gathered_kv> {
+      auto& lay = self->state.store->layout();
+      auto row = std::size_t{lay.num_heads} * lay.head_dim * lay.elem_bytes();
+      gathered_kv out;
+      out.layer = layer;
+      out.num_tokens = num_tokens;
+      if (num_tokens > blocks.size() * std::uint64_t{lay.block_size})
+        return make_error(errc::invalid_request,
+                          "gather: " + std::to_string(num_tokens)
+                            + " tokens do not fit in "
+                            + std::to_string(blocks.size()) + " blocks");
+      out.keys.resize(num_tokens * row);
+      out.values.resize(num_tokens * row);
+      auto t = self->state.store->gather_blocks(layer, blocks, num_tokens,
+                                                out.keys.data(),
+                                                out.values.data());
+      if (!t)
+        return std::move(t.error());
+      if (auto err = self->state.store->wait(*t))
+        return err;
+      return out;
+    },
+    [self](info_atom) {
+      auto& s = *self->state.store;
+      auto& lay = s.layout();
+      return storage_info{to_string(s.kind()), s.where(), lay.num_blocks,
+                          lay.num_host_blocks, lay.bytes_per_block()};
+    },
+    [self](done_atom) {
+      drain(self);
+    },
+  };
+}
+
+} // namespace
+
+device_actor spawn_device_actor(caf::actor_system& sys,
+                                std::shared_ptr<storage> store) {
+  return sys.spawn<caf::detached>(device_fun, std::move(store));
+}
+
+} // namespace kvactor

@@ -1,0 +1,121 @@
+// facade_core: slots, validity (by monitoring handle actors) and the
+// pressure-callback relay.
+#include "kvactor/actors/facade_core.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/system_messages.hpp>
+
+namespace kvactor::detail {
+
+facade_core::facade_core(caf::actor_system& sys, cache_config cfg,
+                         cache_system cache)
+  : sys_(sys), cfg_(std::move(cfg)), cache_(std::move(cache)), bridge_(sys) {
+  bridge_.on_notification([this](caf::message& msg) {
+    if (msg.match_elements<caf::down_msg>())
+      invalidate(msg.get_as<caf::down_msg>(0).source.id());
+  });
+  callback_ = std::make_shared<std::function<void(memory_pressure)>>();
+  callback_mtx_ = std::make_shared<std::mutex>();
+}
+
+facade_core::~facade_core() {
+  caf::anon_send_exit(cache_.manager, caf::exit_reason::user_shutdown);
+  if (relay_)
+    caf::anon_send_exit(relay_, caf::exit_reason::user_shutdown);
+  invalidate_all();
+}
+
+std::shared_ptr<request_slot>
+facade_core::slot_for(const request_handle_actor& h, const request_info& info) {
+  std::shared_ptr<request_slot> s;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto i = slots_.find(h.id());
+    if (i != slots_.end())
+      if (auto existing = i->second.lock())
+        return existing;
+    s = std::make_shared<request_slot>();
+    s->info = info;
+    s->actor = h;
+    s->handle_id = h.id();
+    slots_[h.id()] = s;
+    by_request_[info.request.id] = h.id();
+  }
+  // Outside the lock: a handle already gone reports down at once.
+  bridge_.watch(h.address());
+  return s;
+}
+
+std::shared_ptr<kv_cache_handle>
+facade_core::make_handle(std::shared_ptr<request_slot> slot) {
+  if (cfg_.layout == "contiguous")
+    return std::make_shared<contiguous_kv_cache_handle>(std::move(slot),
+                                                        weak_from_this());
+  return std::make_shared<paged_kv_cache_handle>(std::move(slot),
+                                                 weak_from_this());
+}
+
+void facade_core::invalidate(std::uint64_t handle_id) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  auto i = slots_.find(handle_id);
+  if (i == slots_.end())
+    return;
+  if (auto s = i->second.lock()) {
+    s->valid = false;
+    auto j = by_request_.find(s->info.request.id);
+    if (j != by_request_.end() && j->second == handle_id)
+      by_request_.erase(j);
+  }
+  slots_.erase(i);
+}
+
+void facade_core::invalidate_request(request_id id) {
+  std::uint64_t handle_id;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto i = by_request_.find(id);
+    if (i == by_request_.end())
+      return;
+    handle_id = i->second;
+  }
+  invalidate(handle_id);
+}
+
+void facade_core::invalidate_all() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  for (auto& kvp : slots_)
+    if (auto s = kvp.second.lock())
+      s->valid = false;
+  slots_.clear();
+  by_request_.clear();
+}
+
+void facade_core::set_pressure_callback(std::function<void(memory_pressure)> f) {
+  {
+    std::lock_guard<std::mutex> guard{*callback_mtx_};
+    *callback_ = std::move(f);
+  }
+  std::lock_guard<std::mutex> guard{mtx_};
+  if (relay_)
+    return;
+  // One detached actor calls the callback, so a slow callback delays only
+  // later callbacks, never the cache; one subscriber keeps them in order.
+  relay_ = sys_.spawn<caf::detached>(
+    [cb = callback_, mtx = callback_mtx_,
+     manager = cache_.manager](caf::event_based_actor* self) -> caf::behavior {
+      self->monitor(manager);
+      self->set_down_handler([self](const caf::down_msg&) { self->quit(); });
+      return {
+        [cb, mtx](pressure_atom, const pressure_event& ev) {
+          std::lock_guard<std::mutex> guard{*mtx};
+          if (*cb)
+            (*cb)(ev.level);
+        },
+      };
+    });
+  caf::anon_send(cache_.manager, subscribe_atom::value, topic::pressure, relay_);
+}
+
+} // namespace kvactor::detail

@@ -1,0 +1,97 @@
+// facade_core: what the kv_cache_manager facade and its handles share - the
+// started cache, the blocking bridge and the per-request slots. Internal.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+
+#include <caf/actor_cast.hpp>
+#include <caf/make_message.hpp>
+
+#include "kvactor/actors/blocking_bridge.hpp"
+#include "kvactor/actors/kv_cache_handle.hpp"
+#include "kvactor/actors/kv_cache_manager_actor.hpp"
+#include "kvactor/config/cache_config.hpp"
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor::detail {
+
+class facade_core : public std::enable_shared_from_this<facade_core> {
+public:
+  facade_core(caf::actor_system& sys, cache_config cfg, cache_system cache);
+
+  /// Stops the manager (and with it every actor of the cache).
+  ~facade_core();
+
+  /// Request/response from a plain thread; the reply must be `Rs...`.
+  template <class... Rs, class Handle, class... Ts>
+  caf::expected<std::tuple<Rs...>> ask(const Handle& dest, Ts&&... xs) {
+    auto res = bridge_.call(caf::actor_cast<caf::strong_actor_ptr>(dest),
+                            caf::make_message(std::forward<Ts>(xs)...),
+                            timeout_);
+    if (!res)
+      return std::move(res.error());
+    if (!res->template match_elements<Rs...>())
+      return make_error(errc::invalid_request,
+                        "unexpected reply: " + to_string(*res));
+    return unpack<Rs...>(*res, std::index_sequence_for<Rs...>{});
+  }
+
+  /// The slot of the request whose handle actor is `h` (made and watched on
+  /// first sight; one per handle actor, shared by every reference).
+  std::shared_ptr<request_slot> slot_for(const request_handle_actor& h,
+                                         const request_info& info);
+
+  /// A handle of the configured layout for `slot`.
+  std::shared_ptr<kv_cache_handle> make_handle(std::shared_ptr<request_slot> slot);
+
+  /// Marks the request of handle actor `handle_id` ended.
+  void invalidate(std::uint64_t handle_id);
+
+  /// Marks the live incarnation of request `id` ended (after a successful
+  /// free or preemption, before the handle actor's down message arrives).
+  void invalidate_request(request_id id);
+
+  /// Marks every slot ended (shutdown).
+  void invalidate_all();
+
+  /// The pressure callback; replaces the previous one.
+  void set_pressure_callback(std::function<void(memory_pressure)> f);
+
+  const cache_config& config() const noexcept {
+    return cfg_;
+  }
+  const cache_system& cache() const noexcept {
+    return cache_;
+  }
+  std::chrono::milliseconds timeout() const noexcept {
+    return timeout_;
+  }
+  void timeout(std::chrono::milliseconds t) noexcept {
+    timeout_ = t;
+  }
+
+private:
+  template <class... Rs, size_t... Is>
+  static std::tuple<Rs...> unpack(caf::message& msg, std::index_sequence<Is...>) {
+    return std::tuple<Rs...>{std::move(msg.get_mutable_as<Rs>(Is))...};
+  }
+
+  caf::actor_system& sys_;
+  cache_config cfg_;
+  cache_system cache_;
+  blocking_bridge bridge_;
+  std::chrono::milliseconds timeout_{std::chrono::seconds{60}};
+  std::mutex mtx_;
+  std::unordered_map<std::uint64_t, std::weak_ptr<request_slot>> slots_;
+  std::unordered_map<request_id, std::uint64_t> by_request_; ///< -> handle id
+  caf::actor relay_; ///< calls the pressure callback (detached)
+  std::shared_ptr<std::function<void(memory_pressure)>> callback_;
+  std::shared_ptr<std::mutex> callback_mtx_;
+};
+
+} // namespace kvactor::detail

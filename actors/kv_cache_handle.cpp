@@ -1,0 +1,176 @@
+// kv_cache_handle: validity, table and stats round trips, tensor views.
+#include "kvactor/actors/kv_cache_handle.hpp"
+
+#include <cstring>
+
+#include <caf/sec.hpp>
+
+#include "kvactor/actors/facade_core.hpp"
+
+namespace kvactor {
+
+namespace {
+
+/// A dead handle actor means the request ended.
+caf::error as_handle_error(caf::error err, request_id id) {
+  if (err == caf::sec::request_receiver_down)
+    return make_error(errc::invalid_handle,
+                      "request " + std::to_string(id) + " has ended");
+  return err;
+}
+
+} // namespace
+
+// -- kv_cache_handle ----------------------------------------------------------------
+
+bool kv_cache_handle::is_valid() const noexcept {
+  return slot_->valid.load() && !core_.expired();
+}
+
+caf::error kv_cache_handle::check_live() const {
+  if (!is_valid())
+    return make_error(errc::invalid_handle,
+                      "request " + std::to_string(id()) + " has ended");
+  return caf::none;
+}
+
+caf::error kv_cache_handle::check_layer(std::uint32_t layer) const {
+  if (layer >= num_layers())
+    return make_error(errc::invalid_request,
+                      "layer " + std::to_string(layer) + " >= num_layers "
+                        + std::to_string(num_layers()));
+  return caf::none;
+}
+
+block_table kv_cache_handle::table() const {
+  auto core = core_.lock();
+  if (!core || !slot_->valid)
+    return block_table{{}, 0, core ? core->config().block_size : 0};
+  auto res = core->ask<block_table>(slot_->actor, table_atom::value);
+  if (!res)
+    return block_table{{}, 0, core->config().block_size};
+  return std::move(std::get<0>(*res));
+}
+
+std::uint64_t kv_cache_handle::num_tokens() const {
+  return table().num_tokens;
+}
+
+cache_handle_stats kv_cache_handle::stats() const {
+  auto core = core_.lock();
+  if (!core || !slot_->valid)
+    return {};
+  auto res = core->ask<cache_handle_stats>(slot_->actor, stats_atom::value);
+  return res ? std::get<0>(*res) : cache_handle_stats{};
+}
+
+// -- paged ----------------------------------------------------------------------------
+
+caf::expected<std::optional<tensor_view>>
+paged_kv_cache_handle::view(std::uint32_t layer, int part) const {
+  if (auto err = check_live())
+    return err;
+  if (auto err = check_layer(layer))
+    return err;
+  auto core = core_.lock();
+  auto& store = *core->cache().store;
+  auto base = static_cast<std::uint8_t*>(store.layer_base(layer));
+  if (base == nullptr)
+    return std::optional<tensor_view>{};
+  auto& lay = store.layout();
+  tensor_view v;
+  v.device = store.where();
+  v.dtype = lay.dtype;
+  v.shape = {lay.num_blocks, lay.block_size, lay.num_heads, lay.head_dim};
+  if (part == 2)
+    v.shape.insert(v.shape.begin(), 2);
+  v.strides = tensor_view::contiguous_strides(v.shape);
+  v.data = base + (part == 1 ? std::size_t{lay.num_blocks} * lay.block_bytes() : 0);
+  return std::optional<tensor_view>{std::move(v)};
+}
+
+caf::expected<std::optional<tensor_view>>
+paged_kv_cache_handle::key_cache(std::uint32_t layer) const {
+  return view(layer, 0);
+}
+
+caf::expected<std::optional<tensor_view>>
+paged_kv_cache_handle::value_cache(std::uint32_t layer) const {
+  return view(layer, 1);
+}
+
+caf::expected<std::optional<tensor_view>>
+paged_kv_cache_handle::kv_cache(std::uint32_t layer) const {
+  return view(layer, 2);
+}
+
+std::shared_ptr<kv_cache_handle> paged_kv_cache_handle::clone_handle() const {
+  return std::make_shared<paged_kv_cache_handle>(slot_, core_);
+}
+
+// -- contiguous -----------------------------------------------------------------------
+
+contiguous_kv_cache_handle::contiguous_kv_cache_handle(
+  std::shared_ptr<detail::request_slot> slot,
+  std::weak_ptr<detail::facade_core> core)
+  : kv_cache_handle(std::move(slot), std::move(core)) {
+  buffers_.resize(num_layers());
+}
+
+caf::expected<std::optional<tensor_view>>
+contiguous_kv_cache_handle::view(std::uint32_t layer, int part) const {
+  if (auto err = check_live())
+    return err;
+  if (auto err = check_layer(layer))
+    return err;
+  auto core = core_.lock();
+  auto& store = *core->cache().store;
+  if (store.kind() == storage_kind::none)
+    return std::optional<tensor_view>{};
+  auto tbl = core->ask<block_table>(slot_->actor, table_atom::value);
+  if (!tbl)
+    return as_handle_error(std::move(tbl.error()), id());
+  auto& t = std::get<0>(*tbl);
+  auto got = core->ask<gathered_kv>(core->cache().device, gather_atom::value,
+                                    layer, t.blocks, t.num_tokens);
+  if (!got)
+    return std::move(got.error());
+  auto& kv = std::get<0>(*got);
+  auto& lay = store.layout();
+  auto row = std::size_t{lay.num_heads} * lay.head_dim * lay.elem_bytes();
+  auto max_len = static_cast<std::size_t>(max_sequence_length());
+  auto& buf = buffers_[layer];
+  buf.assign(2 * max_len * row, 0);
+  std::memcpy(buf.data(), kv.keys.data(), kv.keys.size());
+  std::memcpy(buf.data() + max_len * row, kv.values.data(), kv.values.size());
+  tensor_view v;
+  v.device = kvactor::device{};
+  v.dtype = lay.dtype;
+  v.shape = {static_cast<std::int64_t>(max_len), lay.num_heads, lay.head_dim};
+  if (part == 2)
+    v.shape.insert(v.shape.begin(), 2);
+  v.strides = tensor_view::contiguous_strides(v.shape);
+  v.data = buf.data() + (part == 1 ? max_len * row : 0);
+  return std::optional<tensor_view>{std::move(v)};
+}
+
+caf::expected<std::optional<tensor_view>>
+contiguous_kv_cache_handle::key_cache(std::uint32_t layer) const {
+  return view(layer, 0);
+}
+
+caf::expected<std::optional<tensor_view>>
+contiguous_kv_cache_handle::value_cache(std::uint32_t layer) const {
+  return view(layer, 1);
+}
+
+caf::expected<std::optional<tensor_view>>
+contiguous_kv_cache_handle::kv_cache(std::uint32_t layer) const {
+  return view(layer, 2);
+}
+
+std::shared_ptr<kv_cache_handle> contiguous_kv_cache_handle::clone_handle() const {
+  return std::make_shared<contiguous_kv_cache_handle>(slot_, core_);
+}
+
+} // namespace kvactor

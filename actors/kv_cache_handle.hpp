@@ -1,0 +1,157 @@
+// kv_cache_handle: an in-process reference to one request's cache (ferrum's
+// KvCacheHandle). Two implementations: paged_kv_cache_handle serves views of
+// the shared per-layer pools indexed by the block table; the contiguous one
+// serves one [max_sequence_length, num_heads, head_dim] buffer per layer.
+// Handles are made by the kv_cache_manager facade; they stay safe to use
+// after the request ended or the manager stopped (is_valid() is then false
+// and data accessors fail with invalid_handle).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <caf/expected.hpp>
+
+#include "kvactor/messages/interfaces.hpp"
+#include "kvactor/messages/tensor_view.hpp"
+#include "kvactor/messages/types.hpp"
+
+namespace kvactor {
+
+namespace detail {
+class facade_core;
+/// State shared by every reference to one request (clones included).
+struct request_slot {
+  request_info info;
+  request_handle_actor actor;
+  std::uint64_t handle_id = 0; ///< the handle actor's id: cache_id()
+  std::atomic<bool> valid{true};
+};
+} // namespace detail
+
+class kv_cache_handle {
+public:
+  virtual ~kv_cache_handle() = default;
+
+  /// The current block table (a round trip to the handle actor); empty once
+  /// the request ended.
+  block_table table() const;
+
+  request_id id() const noexcept {
+    return slot_->info.request.id;
+  }
+  kvactor::device device() const noexcept {
+    return slot_->info.request.device;
+  }
+  kvactor::dtype dtype() const noexcept {
+    return slot_->info.request.dtype;
+  }
+  std::uint32_t num_layers() const noexcept {
+    return slot_->info.request.num_layers;
+  }
+  std::uint32_t num_heads() const noexcept {
+    return slot_->info.request.num_heads;
+  }
+  std::uint32_t head_dim() const noexcept {
+    return slot_->info.request.head_dim;
+  }
+  std::uint64_t max_sequence_length() const noexcept {
+    return slot_->info.request.max_sequence_length;
+  }
+  /// Tokens stored now (0 once the request ended).
+  std::uint64_t num_tokens() const;
+
+  /// Views of layer `layer`'s keys, values, or both (leading dimension 2:
+  /// K then V). nullopt when the storage is `none` (bookkeeping only).
+  /// Errors: invalid_handle (request ended), invalid_request (layer out of
+  /// range).
+  virtual caf::expected<std::optional<tensor_view>> key_cache(std::uint32_t layer) const = 0;
+  virtual caf::expected<std::optional<tensor_view>> value_cache(std::uint32_t layer) const = 0;
+  virtual caf::expected<std::optional<tensor_view>> kv_cache(std::uint32_t layer) const = 0;
+
+  /// Another reference to the same cache (not a copy): it sees the same
+  /// blocks and turns invalid with this one.
+  virtual std::shared_ptr<kv_cache_handle> clone_handle() const = 0;
+
+  /// The request's figures (a round trip); zeros once it ended.
+  cache_handle_stats stats() const;
+
+  /// False once the request was deallocated, preempted or reclaimed, or the
+  /// manager stopped.
+  bool is_valid() const noexcept;
+
+  /// Unique over the actor system's lifetime (the handle actor's id).
+  std::uint64_t cache_id() const noexcept {
+    return slot_->handle_id;
+  }
+
+  /// The request's handle actor.
+  request_handle_actor actor() const {
+    return slot_->actor;
+  }
+
+  /// The shared per-request state (for the facade).
+  const std::shared_ptr<detail::request_slot>& slot() const noexcept {
+    return slot_;
+  }
+
+protected:
+  kv_cache_handle(std::shared_ptr<detail::request_slot> slot,
+                  std::weak_ptr<detail::facade_core> core)
+    : slot_(std::move(slot)), core_(std::move(core)) {
+  }
+
+  /// invalid_handle unless the request is live and the manager running.
+  caf::error check_live() const;
+  /// invalid_request unless layer < num_layers().
+  caf::error check_layer(std::uint32_t layer) const;
+
+  std::shared_ptr<detail::request_slot> slot_;
+  std::weak_ptr<detail::facade_core> core_;
+};
+
+/// Views of the shared pools: layer l's keys are [num_blocks, block_size,
+/// num_heads, head_dim]; the request's tokens live in the blocks its table
+/// names.
+class paged_kv_cache_handle final : public kv_cache_handle {
+public:
+  paged_kv_cache_handle(std::shared_ptr<detail::request_slot> slot,
+                        std::weak_ptr<detail::facade_core> core)
+    : kv_cache_handle(std::move(slot), std::move(core)) {
+  }
+
+  caf::expected<std::optional<tensor_view>> key_cache(std::uint32_t layer) const override;
+  caf::expected<std::optional<tensor_view>> value_cache(std::uint32_t layer) const override;
+  caf::expected<std::optional<tensor_view>> kv_cache(std::uint32_t layer) const override;
+  std::shared_ptr<kv_cache_handle> clone_handle() const override;
+
+private:
+  caf::expected<std::optional<tensor_view>> view(std::uint32_t layer, int part) const;
+};
+
+/// ferrum's DefaultKvCacheHandle: per layer, one [max_sequence_length,
+/// num_heads, head_dim] buffer for keys and one for values, in host memory,
+/// refreshed from the cache (a gather through the device actor) on each
+/// call; rows past num_tokens() are zero. A snapshot: writes to it do not
+/// reach the cache.
+class contiguous_kv_cache_handle final : public kv_cache_handle {
+public:
+  contiguous_kv_cache_handle(std::shared_ptr<detail::request_slot> slot,
+                             std::weak_ptr<detail::facade_core> core);
+
+  caf::expected<std::optional<tensor_view>> key_cache(std::uint32_t layer) const override;
+  caf::expected<std::optional<tensor_view>> value_cache(std::uint32_t layer) const override;
+  caf::expected<std::optional<tensor_view>> kv_cache(std::uint32_t layer) const override;
+  std::shared_ptr<kv_cache_handle> clone_handle() const override;
+
+private:
+  caf::expected<std::optional<tensor_view>> view(std::uint32_t layer, int part) const;
+
+  /// Per layer: [2][max_sequence_length][num_heads][head_dim].
+  mutable std::vector<std::vector<std::uint8_t>> buffers_;
+};
+
+} // namespace kvactor

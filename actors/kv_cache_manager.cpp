@@ -1,0 +1,178 @@
+// kv_cache_manager facade: each method is one blocking round trip.
+#include "kvactor/actors/kv_cache_manager.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/sec.hpp>
+
+#include "kvactor/actors/facade_core.hpp"
+#include "kvactor/messages/registration.hpp"
+
+namespace kvactor {
+
+namespace {
+
+caf::error as_handle_error(caf::error err, request_id id) {
+  if (err == caf::sec::request_receiver_down)
+    return make_error(errc::invalid_handle,
+                      "request " + std::to_string(id) + " has ended");
+  return err;
+}
+
+} // namespace
+
+void configure(caf::actor_system_config& sys_cfg, const cache_config& cfg) {
+  add_message_types(sys_cfg);
+  if (cfg.scheduler_threads > 0)
+    sys_cfg.set("scheduler.max-threads", std::size_t{cfg.scheduler_threads});
+  tune_for_latency(sys_cfg);
+}
+
+caf::expected<kv_cache_manager> kv_cache_manager::start(caf::actor_system& sys,
+                                                        const cache_config& cfg) {
+  auto cache = spawn_kv_cache(sys, cfg);
+  if (!cache)
+    return std::move(cache.error());
+  auto effective = cfg;
+  effective.num_gpu_blocks = cache->store->layout().num_blocks;
+  return kv_cache_manager{
+    std::make_shared<detail::facade_core>(sys, std::move(effective),
+                                          std::move(*cache))};
+}
+
+caf::expected<std::shared_ptr<kv_cache_handle>>
+kv_cache_manager::allocate(const allocation_request& req) {
+  auto res = core_->ask<request_handle_actor, block_table>(
+    core_->cache().manager, allocate_atom::value, req);
+  if (!res)
+    return std::move(res.error());
+  request_info info;
+  info.request = req;
+  info.request.prompt.clear();
+  auto slot = core_->slot_for(std::get<0>(*res), info);
+  return core_->make_handle(std::move(slot));
+}
+
+caf::error kv_cache_manager::extend(kv_cache_handle& handle,
+                                    std::size_t additional_tokens) {
+  if (!handle.is_valid())
+    return make_error(errc::invalid_handle, "request "
+                                              + std::to_string(handle.id())
+                                              + " has ended");
+  auto res = core_->ask<block_table>(handle.actor(), extend_atom::value,
+                                     std::uint64_t{additional_tokens});
+  return res ? caf::none : as_handle_error(std::move(res.error()), handle.id());
+}
+
+caf::error kv_cache_manager::append(kv_cache_handle& handle,
+                                    const std::vector<token_id>& tokens) {
+  if (!handle.is_valid())
+    return make_error(errc::invalid_handle, "request "
+                                              + std::to_string(handle.id())
+                                              + " has ended");
+  auto res = core_->ask<block_table>(handle.actor(), append_atom::value, tokens);
+  return res ? caf::none : as_handle_error(std::move(res.error()), handle.id());
+}
+
+caf::error kv_cache_manager::deallocate(request_id id) {
+  auto res = core_->ask<std::uint32_t>(core_->cache().manager, free_atom::value,
+                                       id);
+  if (!res)
+    return std::move(res.error());
+  core_->invalidate_request(id);
+  return caf::none;
+}
+
+caf::expected<std::shared_ptr<kv_cache_handle>>
+kv_cache_manager::fork(request_id parent, request_id child) {
+  auto res = core_->ask<request_handle_actor, block_table>(
+    core_->cache().manager, fork_atom::value, parent, child);
+  if (!res)
+    return std::move(res.error());
+  auto info = core_->ask<request_handle_actor, request_info>(
+    core_->cache().manager, lookup_atom::value, child);
+  if (!info)
+    return std::move(info.error());
+  return core_->make_handle(core_->slot_for(std::get<0>(*res),
+                                            std::get<1>(*info)));
+}
+
+bool kv_cache_manager::can_allocate(const allocation_request& req) const {
+  auto res = core_->ask<bool>(core_->cache().manager, can_alloc_atom::value, req);
+  return res && std::get<0>(*res);
+}
+
+cache_manager_stats kv_cache_manager::stats() const {
+  auto res = core_->ask<cache_manager_stats>(core_->cache().manager,
+                                             stats_atom::value);
+  return res ? std::move(std::get<0>(*res)) : cache_manager_stats{};
+}
+
+caf::expected<cache_gc_stats> kv_cache_manager::gc() {
+  auto res = core_->ask<cache_gc_stats>(core_->cache().manager, gc_atom::value);
+  if (!res)
+    return std::move(res.error());
+  return std::get<0>(*res);
+}
+
+void kv_cache_manager::set_pressure_callback(
+  std::function<void(memory_pressure)> f) {
+  core_->set_pressure_callback(std::move(f));
+}
+
+std::shared_ptr<kv_cache_handle> kv_cache_manager::get_handle(request_id id) const {
+  auto res = core_->ask<request_handle_actor, request_info>(
+    core_->cache().manager, lookup_atom::value, id);
+  if (!res)
+    return nullptr;
+  return core_->make_handle(core_->slot_for(std::get<0>(*res),
+                                            std::get<1>(*res)));
+}
+
+std::vector<std::pair<request_id, std::shared_ptr<kv_cache_handle>>>
+kv_cache_manager::list_handles() const {
+  std::vector<std::pair<request_id, std::shared_ptr<kv_cache_handle>>> out;
+  auto res = core_->ask<std::vector<handle_entry>>(core_->cache().manager,
+                                                   list_atom::value);
+  if (!res)
+    return out;
+  for (auto& e : std::get<0>(*res))
+    out.emplace_back(e.id, core_->make_handle(core_->slot_for(e.handle, e.info)));
+  return out;
+}
+
+caf::expected<step_result> kv_cache_manager::step(step_request req) {
+  auto res = core_->ask<step_result>(core_->cache().manager, step_atom::value,
+                                     std::move(req));
+  if (!res)
+    return std::move(res.error());
+  auto& r = std::get<0>(*res);
+  for (auto id : r.freed)
+    core_->invalidate_request(id);
+  for (auto id : r.preempted)
+    core_->invalidate_request(id);
+  return std::move(r);
+}
+
+caf::error kv_cache_manager::preempt(request_id id) {
+  auto res = core_->ask<std::uint32_t>(core_->cache().manager,
+                                       preempt_atom::value, id);
+  if (!res)
+    return std::move(res.error());
+  core_->invalidate_request(id);
+  return caf::none;
+}
+
+kv_cache_manager_actor kv_cache_manager::actor() const {
+  return core_->cache().manager;
+}
+
+const cache_config& kv_cache_manager::config() const {
+  return core_->config();
+}
+
+void kv_cache_manager::set_timeout(std::chrono::milliseconds t) {
+  core_->timeout(t);
+}
+
+} // namespace kvactor

@@ -1,0 +1,109 @@
+// kv_cache_manager: the blocking facade for code that is not an actor
+// (ferrum's KvCacheManager). Each call is one request/response with the
+// manager actor; copies share one cache, and the last copy's destruction
+// stops it. Thread-safe: any thread may call any method.
+//
+// Lifetime: destroy every copy of the facade before the caf::actor_system
+// (whose destructor waits for the cache's actors). Handles may outlive the
+// facade: they turn invalid.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <caf/error.hpp>
+#include <caf/expected.hpp>
+
+#include "kvactor/actors/kv_cache_handle.hpp"
+#include "kvactor/config/cache_config.hpp"
+#include "kvactor/messages/interfaces.hpp"
+#include "kvactor/messages/step.hpp"
+#include "kvactor/messages/types.hpp"
+
+namespace caf {
+class actor_system;
+class actor_system_config;
+} // namespace caf
+
+namespace kvactor {
+
+/// Prepares an actor system config for kvactor: registers the message types
+/// and error category, applies `cfg.scheduler_threads` and the latency
+/// tuning of the scheduler. Call before constructing the actor_system.
+void configure(caf::actor_system_config& sys_cfg, const cache_config& cfg);
+
+class kv_cache_manager {
+public:
+  /// Starts a cache for `cfg` in `sys`. Errors: invalid_config (naming the
+  /// field), device_failure (storage could not be allocated).
+  static caf::expected<kv_cache_manager> start(caf::actor_system& sys,
+                                               const cache_config& cfg);
+
+  /// Starts a request. Errors: see kv_cache_manager_actor's allocate.
+  caf::expected<std::shared_ptr<kv_cache_handle>>
+  allocate(const allocation_request& req);
+
+  /// Grows the handle's request by `additional_tokens` (copy-on-write done
+  /// before it returns). Errors: invalid_handle, exceeds_max_sequence_length,
+  /// out_of_blocks, quota_exceeded; on error nothing changed.
+  caf::error extend(kv_cache_handle& handle, std::size_t additional_tokens);
+
+  /// Grows the handle's request by these tokens (full blocks become findable
+  /// by later prompts).
+  caf::error append(kv_cache_handle& handle, const std::vector<token_id>& tokens);
+
+  /// Ends the request: every reference turns invalid, blocks return (full
+  /// hashed blocks stay cached). Error: unknown_request.
+  caf::error deallocate(request_id id);
+
+  /// A new request `child` sharing every block of `parent` (copy-on-write).
+  caf::expected<std::shared_ptr<kv_cache_handle>> fork(request_id parent,
+                                                       request_id child);
+
+  /// Whether allocate(req) would succeed now (false on any error).
+  bool can_allocate(const allocation_request& req) const;
+
+  /// The current figures (zeros if the manager does not answer).
+  cache_manager_stats stats() const;
+
+  /// Runs GC now.
+  caf::expected<cache_gc_stats> gc();
+
+  /// Called with each new pressure level, once per change, in order, on a
+  /// thread of its own. Replaces the previous callback.
+  void set_pressure_callback(std::function<void(memory_pressure)> f);
+
+  /// The live request's handle, or null.
+  std::shared_ptr<kv_cache_handle> get_handle(request_id id) const;
+
+  /// Every live request, by id.
+  std::vector<std::pair<request_id, std::shared_ptr<kv_cache_handle>>>
+  list_handles() const;
+
+  /// One scheduler step in one round trip (messages/step.hpp).
+  caf::expected<step_result> step(step_request req);
+
+  /// Recompute-style preemption: frees the request's blocks now.
+  caf::error preempt(request_id id);
+
+  /// The manager actor, for actor clients.
+  kv_cache_manager_actor actor() const;
+
+  /// The config the cache runs with (num_gpu_blocks as allocated).
+  const cache_config& config() const;
+
+  /// How long a call waits for its reply (default 60 s).
+  void set_timeout(std::chrono::milliseconds t);
+
+private:
+  explicit kv_cache_manager(std::shared_ptr<detail::facade_core> core)
+    : core_(std::move(core)) {
+  }
+
+  std::shared_ptr<detail::facade_core> core_;
+};
+
+} // namespace kvactor

@@ -1,0 +1,473 @@
+// kv_cache_manager actor: registry, request validation, lifecycle
+// notifications and the batched step.
+#include "kvactor/actors/kv_cache_manager_actor.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "kvactor/actors/block_pool.hpp"
+#include "kvactor/actors/device_actor.hpp"
+#include "kvactor/actors/request_handle.hpp"
+#include "kvactor/actors/supervisor.hpp"
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor {
+
+namespace {
+
+struct manager_state {
+  static inline const char* name = "kvactor.manager";
+
+  cache_config cfg;
+  storage_info store;
+  block_pool_actor pool;
+  supervisor_actor supervisor;
+  device_actor device;
+  memory_pressure pressure = memory_pressure::low;
+  std::uint64_t reclaims = 0;
+
+  struct entry {
+    request_handle_actor handle;
+    request_info info;
+    caf::strong_actor_ptr owner;
+  };
+  std::unordered_map<request_id, entry> registry;
+  std::vector<caf::actor> lifecycle;
+};
+
+using mgr_ptr = kv_cache_manager_actor::stateful_pointer<manager_state>;
+
+std::string unknown(request_id id) {
+  return "request " + std::to_string(id) + " is not allocated";
+}
+
+/// Checks what the pool cannot: the device the request expects.
+caf::error check_device(const manager_state& st, const allocation_request& req) {
+  if (st.store.kind == "none" || req.device == st.store.device)
+    return caf::none;
+  return make_error(errc::invalid_request,
+                    "request " + std::to_string(req.id) + ": device "
+                      + to_string(req.device) + " but the cache lives on "
+                      + to_string(st.store.device));
+}
+
+/// Spawns and registers the handle of a request the pool just admitted.
+request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
+                                 std::uint64_t cache_id,
+                                 caf::strong_actor_ptr owner) {
+  auto& st = self->state;
+  request_handle_args args;
+  args.info.request = req;
+  args.info.request.prompt.clear();
+  args.info.request.prompt.shrink_to_fit();
+  args.info.cache_id = cache_id;
+  args.block_size = st.cfg.block_size;
+  args.bytes_per_block = st.store.bytes_per_block;
+  args.pool = st.pool;
+  args.device = st.device;
+  args.manager = caf::actor_cast<kv_cache_manager_actor>(self);
+  args.owner = owner;
+  auto info = args.info;
+  auto h = spawn_request_handle(self->system(), std::move(args));
+  self->send(st.supervisor, watch_atom::value, h, req.id, cache_id);
+  st.registry[req.id] = manager_state::entry{h, std::move(info),
+                                             std::move(owner)};
+  return h;
+}
+
+/// Removes a request from the registry, ends its handle and tells the
+/// lifecycle subscribers (and, for preemptions it did not ask for, the owner).
+void end_request(mgr_ptr self, request_id id, end_reason why,
+                 std::uint32_t released, bool tell_owner) {
+  auto& st = self->state;
+  auto i = st.registry.find(id);
+  if (i == st.registry.end())
+    return;
+  auto e = std::move(i->second);
+  st.registry.erase(i);
+  self->send(e.handle, end_atom::value, why);
+  request_ended ev{id, e.info.cache_id, why, released};
+  for (auto& sub : st.lifecycle)
+    caf::anon_send(sub, ended_atom::value, ev);
+  if (tell_owner && e.owner)
+    caf::anon_send(caf::actor_cast<caf::actor>(e.owner), preempt_atom::value, ev);
+}
+
+/// The actor that sent the current message, as an owner (null if none).
+caf::strong_actor_ptr owner_of(mgr_ptr self) {
+  return self->current_sender();
+}
+
+kv_cache_manager_actor::behavior_type
+manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
+            device_actor device) {
+  auto& st = self->state;
+  st.cfg = std::move(cfg);
+  st.store = store;
+  st.device = std::move(device);
+  st.pool = spawn_block_pool(self->system(), st.cfg, store.num_blocks);
+  st.supervisor = spawn_supervisor(self->system(), st.cfg, store.num_blocks,
+                                   store.bytes_per_block, st.pool,
+                                   caf::actor_cast<kv_cache_manager_actor>(self));
+  // Keep the current pressure level for stats().
+  self->request(st.supervisor, caf::infinite, subscribe_atom::value,
+                caf::actor_cast<caf::actor>(self))
+    .then([self](memory_pressure level) { self->state.pressure = level; });
+  // Orderly shutdown on an exit message: tell subscribers, stop every actor
+  // this manager spawned. The state is gone by the time attached functors
+  // run, so those only hold copies of the fixed handles (for a kill).
+  self->set_exit_handler([self](const caf::exit_msg& msg) {
+    auto& st = self->state;
+    for (auto& kvp : st.registry) {
+      request_ended ev{kvp.first, kvp.second.info.cache_id,
+                       end_reason::shutdown, 0};
+      for (auto& sub : st.lifecycle)
+        caf::anon_send(sub, ended_atom::value, ev);
+      self->send_exit(kvp.second.handle, caf::exit_reason::user_shutdown);
+    }
+    st.registry.clear();
+    self->quit(msg.reason);
+  });
+  self->attach_functor([sup = st.supervisor, pool = st.pool,
+                        dev = st.device](const caf::error&) {
+    caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
+    caf::anon_send_exit(dev, caf::exit_reason::user_shutdown);
+  });
+  return {
+    [self](allocate_atom, allocation_request& req)
+      -> caf::result<request_handle_actor, block_table> {
+      auto& st = self->state;
+      if (auto err = check_device(st, req))
+        return err;
+      if (st.registry.count(req.id) != 0)
+        return make_error(errc::duplicate_request,
+                          "request " + std::to_string(req.id)
+                            + " is already allocated");
+      auto rp = self->make_response_promise<request_handle_actor, block_table>();
+      auto owner = owner_of(self);
+      self->request(st.pool, caf::infinite, allocate_atom::value, req)
+        .then(
+          [self, rp, req, owner](admission& a) mutable {
+            auto h = add_request(self, req, a.cache_id, std::move(owner));
+            rp.deliver(std::move(h), std::move(a.table));
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [self](extend_atom, request_id id,
+           std::uint64_t n) -> caf::result<block_table> {
+      auto& st = self->state;
+      auto i = st.registry.find(id);
+      if (i == st.registry.end())
+        return make_error(errc::unknown_request, unknown(id));
+      return self->delegate(i->second.handle, extend_atom::value, n);
+    },
+    [self](append_atom, request_id id,
+           std::vector<token_id>& tokens) -> caf::result<block_table> {
+      auto& st = self->state;
+      auto i = st.registry.find(id);
+      if (i == st.registry.end())
+        return make_error(errc::unknown_request, unknown(id));
+      return self->delegate(i->second.handle, append_atom::value,
+                            std::move(tokens));
+    },
+    [self](free_atom, request_id id) -> caf::result<std::uint32_t> {
+      auto& st = self->state;
+      if (st.registry.count(id) == 0)
+        return make_error(errc::unknown_request, unknown(id));
+      auto rp = self->make_response_promise<std::uint32_t>();
+      self->request(st.pool, caf::infinite, free_atom::value, id)
+        .then(
+          [self, rp, id](std::uint32_t released) mutable {
+            end_request(self, id, end_reason::deallocated, released, false);
+            rp.deliver(released);
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [self](fork_atom, request_id parent, request_id child)
+      -> caf::result<request_handle_actor, block_table> {
+      auto& st = self->state;
+      auto i = st.registry.find(parent);
+      if (i == st.registry.end())
+        return make_error(errc::unknown_request, unknown(parent));
+      if (st.registry.count(child) != 0)
+        return make_error(errc::duplicate_request,
+                          "request " + std::to_string(child)
+                            + " is already allocated");
+      auto req = i->second.info.request;
+      req.id = child;
+      auto rp = self->make_response_promise<request_handle_actor, block_table>();
+      auto owner = owner_of(self);
+      self->request(st.pool, caf::infinite, fork_atom::value, parent, child)
+        .then(
+          [self, rp, req, owner](admission& a) mutable {
+            auto h = add_request(self, req, a.cache_id, std::move(owner));
+            rp.deliver(std::move(h), std::move(a.table));
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [self](can_alloc_atom, const allocation_request& req) -> caf::result<bool> {
+      auto& st = self->state;
+      if (check_device(st, req) || st.registry.count(req.id) != 0)
+        return false;
+      return self->delegate(st.pool, can_alloc_atom::value, req);
+    },
+    [self](stats_atom) -> caf::result<cache_manager_stats> {
+      auto& st = self->state;
+      auto rp = self->make_response_promise<cache_manager_stats>();
+      self->request(st.pool, caf::infinite, stats_atom::value)
+        .then(
+          [self, rp](pool_stats& p) mutable {
+            auto& st = self->state;
+            cache_manager_stats s;
+            auto bpb = st.store.bytes_per_block;
+            s.total_blocks = p.total_blocks;
+            s.free_blocks = p.total_blocks - p.used_blocks;
+            s.cached_blocks = p.cached_blocks;
+            s.total_memory_bytes = p.total_blocks * bpb;
+            s.used_memory_bytes = p.used_blocks * bpb;
+            s.active_caches = p.active_requests;
+            s.cache_hit_rate = p.query_tokens == 0
+                                 ? 0.0
+                                 : static_cast<double>(p.hit_tokens)
+                                     / static_cast<double>(p.query_tokens);
+            s.eviction_count = p.evictions;
+            s.allocation_count = p.allocations;
+            s.allocation_failures = p.allocation_failures;
+            s.pressure = st.pressure;
+            s.preemption_count = p.preemptions;
+            s.block_size = st.cfg.block_size;
+            s.prefix_query_tokens = p.query_tokens;
+            s.prefix_hit_tokens = p.hit_tokens;
+            s.host_total_blocks = st.store.num_host_blocks;
+            s.host_free_blocks = st.store.num_host_blocks;
+            s.tenants = std::move(p.tenants);
+            rp.deliver(std::move(s));
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [self](gc_atom) -> caf::result<cache_gc_stats> {
+      return self->delegate(self->state.supervisor, gc_atom::value);
+    },
+    [self](lookup_atom, request_id id)
+      -> caf::result<request_handle_actor, request_info> {
+      auto& st = self->state;
+      auto i = st.registry.find(id);
+      if (i == st.registry.end())
+        return make_error(errc::unknown_request, unknown(id));
+      return {i->second.handle, i->second.info};
+    },
+    [self](list_atom) {
+      std::vector<handle_entry> out;
+      out.reserve(self->state.registry.size());
+      for (auto& kvp : self->state.registry)
+        out.push_back(handle_entry{kvp.first, kvp.second.handle,
+                                   kvp.second.info});
+      std::sort(out.begin(), out.end(),
+                [](auto& x, auto& y) { return x.id < y.id; });
+      return out;
+    },
+    [self](table_atom, request_id id) -> caf::result<block_table> {
+      auto& st = self->state;
+      if (st.registry.count(id) == 0)
+        return make_error(errc::unknown_request, unknown(id));
+      return self->delegate(st.pool, table_atom::value, id);
+    },
+    [self](step_atom, step_request& step) -> caf::result<step_result> {
+      auto& st = self->state;
+      std::vector<op_failure> rejected;
+      if (st.store.kind != "none") {
+        auto bad = [&](const allocation_request& r) {
+          if (auto err = check_device(st, r)) {
+            rejected.push_back(op_failure{r.id, std::move(err)});
+            return true;
+          }
+          return false;
+        };
+        auto& a = step.admits;
+        a.erase(std::remove_if(a.begin(), a.end(), bad), a.end());
+      }
+      auto rp = self->make_response_promise<step_result>();
+      auto owner = owner_of(self);
+      // Keep the admits' parameters for the handles (the reply has tables).
+      auto admits = step.admits;
+      self->request(st.pool, caf::infinite, step_atom::value, std::move(step))
+        .then(
+          [self, rp, owner, admits = std::move(admits),
+           rejected = std::move(rejected)](step_result& res) mutable {
+            for (auto id : res.freed)
+              end_request(self, id, end_reason::deallocated, 0, false);
+            for (auto id : res.preempted)
+              end_request(self, id, end_reason::preempted, 0, false);
+            std::size_t k = 0;
+            for (auto& a : res.admitted) {
+              while (admits[k].id != a.id)
+                ++k;
+              add_request(self, admits[k], a.cache_id, owner);
+            }
+            res.failed.insert(res.failed.end(),
+                              std::make_move_iterator(rejected.begin()),
+                              std::make_move_iterator(rejected.end()));
+            if (res.copies.empty() || !self->state.device) {
+              rp.deliver(std::move(res));
+              return;
+            }
+            auto copies = res.copies;
+            self->request(self->state.device, caf::infinite, copy_atom::value,
+                          std::move(copies))
+              .then(
+                [rp, res = std::move(res)](std::uint32_t) mutable {
+                  rp.deliver(std::move(res));
+                },
+                [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [self](preempt_atom, request_id id) -> caf::result<std::uint32_t> {
+      auto& st = self->state;
+      auto i = st.registry.find(id);
+      if (i == st.registry.end())
+        return make_error(errc::unknown_request, unknown(id));
+      auto rp = self->make_response_promise<std::uint32_t>();
+      bool by_owner = i->second.owner == self->current_sender();
+      self->request(st.pool, caf::infinite, preempt_atom::value, id)
+        .then(
+          [self, rp, id, by_owner](std::uint32_t released) mutable {
+            end_request(self, id, end_reason::preempted, released, !by_owner);
+            rp.deliver(released);
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [self](subscribe_atom, topic t, const caf::actor& sub) {
+      auto& st = self->state;
+      switch (t) {
+        case topic::pressure:
+          caf::anon_send(st.supervisor, subscribe_atom::value, sub);
+          break;
+        case topic::lifecycle:
+          if (std::find(st.lifecycle.begin(), st.lifecycle.end(), sub)
+              == st.lifecycle.end())
+            st.lifecycle.push_back(sub);
+          break;
+        case topic::kv_events:
+          break;
+      }
+    },
+    [self](unsubscribe_atom, topic t, const caf::actor& sub) {
+      auto& st = self->state;
+      switch (t) {
+        case topic::pressure:
+          self->send(st.supervisor, unsubscribe_atom::value, sub);
+          break;
+        case topic::lifecycle:
+          st.lifecycle.erase(std::remove(st.lifecycle.begin(),
+                                         st.lifecycle.end(), sub),
+                             st.lifecycle.end());
+          break;
+        case topic::kv_events:
+          break;
+      }
+    },
+    [self](reclaim_atom, request_id id, std::uint64_t cache_id) {
+      auto& st = self->state;
+      auto i = st.registry.find(id);
+      if (i == st.registry.end() || i->second.info.cache_id != cache_id)
+        return; // ended normally before its handle went down
+      self->request(st.pool, caf::infinite, reclaim_atom::value, id, cache_id)
+        .then([self, id](bool, std::uint32_t released) {
+          ++self->state.reclaims;
+          end_request(self, id, end_reason::reclaimed, released, false);
+        },
+        [](caf::error&) {});
+    },
+    [self](reclaim_atom) -> caf::result<cache_gc_stats> {
+      auto& st = self->state;
+      auto rp = self->make_response_promise<cache_gc_stats>();
+      self->request(st.pool, caf::infinite, list_atom::value)
+        .then(
+          [self, rp](std::vector<std::pair<request_id, std::uint64_t>>& live) mutable {
+            // Pool replies arrive in order: every admission the pool made
+            // before this list has already been registered here, so a live
+            // request missing from the registry is a true orphan.
+            auto& st = self->state;
+            auto stats = std::make_shared<cache_gc_stats>();
+            auto pending = std::make_shared<std::size_t>(0);
+            for (auto& [id, cache_id] : live) {
+              auto i = st.registry.find(id);
+              if (i != st.registry.end() && i->second.info.cache_id == cache_id)
+                continue;
+              ++*pending;
+              self->request(st.pool, caf::infinite, reclaim_atom::value, id,
+                            cache_id)
+                .then(
+                  [self, rp, stats, pending](bool found,
+                                             std::uint32_t released) mutable {
+                    if (found) {
+                      stats->caches_freed += 1;
+                      stats->blocks_reclaimed += released;
+                      stats->memory_freed
+                        += released * self->state.store.bytes_per_block;
+                    }
+                    if (--*pending == 0)
+                      rp.deliver(*stats);
+                  },
+                  [rp, pending](caf::error& err) mutable {
+                    if (--*pending == 0)
+                      rp.deliver(std::move(err));
+                  });
+            }
+            if (*pending == 0)
+              rp.deliver(*stats);
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [self](pressure_atom, const pressure_event& ev) {
+      self->state.pressure = ev.level;
+    },
+  };
+}
+
+} // namespace
+
+caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
+                                           const cache_config& cfg) {
+  if (auto err = validate(cfg))
+    return err;
+  storage_options opts;
+  opts.kind = cfg.storage;
+  opts.layout.num_layers = cfg.model.num_layers;
+  opts.layout.num_blocks = static_cast<std::uint32_t>(cfg.num_gpu_blocks);
+  opts.layout.block_size = cfg.block_size;
+  opts.layout.num_heads = cfg.model.num_kv_heads;
+  opts.layout.head_dim = cfg.model.head_dim;
+  opts.layout.dtype = cfg.model.dtype;
+  opts.layout.num_host_blocks = static_cast<std::uint32_t>(cfg.num_host_blocks);
+  opts.gpu_memory_utilization = cfg.gpu_memory_utilization;
+  opts.device_index = cfg.device_index;
+  auto made = make_storage(opts);
+  if (!made)
+    return std::move(made.error());
+  cache_system out;
+  out.store = std::shared_ptr<storage>{std::move(*made)};
+  auto& lay = out.store->layout();
+  storage_info info{to_string(out.store->kind()), out.store->where(),
+                    lay.num_blocks, lay.num_host_blocks, lay.bytes_per_block()};
+  out.device = spawn_device_actor(sys, out.store);
+  out.manager = sys.spawn(manager_fun, cfg, info, out.device);
+  return out;
+}
+
+} // namespace kvactor

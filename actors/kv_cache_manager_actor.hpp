@@ -1,0 +1,37 @@
+// The manager actor: kvactor's front door. It validates requests, spawns one
+// request_handle actor per request, keeps the registry request id -> handle,
+// answers the manager-level questions and runs the batched step message. It
+// spawns (and on exit stops) the block pool and the supervisor.
+#pragma once
+
+#include <memory>
+
+#include <caf/expected.hpp>
+
+#include "kvactor/config/cache_config.hpp"
+#include "kvactor/device/storage.hpp"
+#include "kvactor/messages/interfaces.hpp"
+
+namespace caf {
+class actor_system;
+} // namespace caf
+
+namespace kvactor {
+
+/// A started cache: the manager actor and what it runs on.
+struct cache_system {
+  kv_cache_manager_actor manager;
+  device_actor device;
+  /// The storage the device actor owns; the facade serves tensor views of
+  /// it in-process. Never touched by anyone but the device actor otherwise.
+  std::shared_ptr<storage> store;
+};
+
+/// Validates `cfg`, allocates the storage (a shortage fails here, at start,
+/// not later), spawns the device actor and the manager (which spawns the pool
+/// and the supervisor). The manager stops everything it spawned when it
+/// exits; send it an exit message (or drop the facade) to shut down.
+caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
+                                           const cache_config& cfg);
+
+} // namespace kvactor

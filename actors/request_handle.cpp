@@ -1,0 +1,135 @@
+// request_handle actor: extend with copy-on-write, stats, owner watch.
+#include "kvactor/actors/request_handle.hpp"
+
+#include <chrono>
+
+#include <caf/actor_system.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor {
+
+namespace {
+
+struct request_handle_state {
+  static inline const char* name = "kvactor.request_handle";
+
+  request_handle_args args;
+  std::uint64_t last_access = 0;
+
+  request_id id() const noexcept {
+    return args.info.request.id;
+  }
+
+  void touch() {
+    last_access = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(
+        std::chrono::system_clock::now().time_since_epoch())
+        .count());
+  }
+};
+
+using handle_ptr = request_handle_actor::stateful_pointer<request_handle_state>;
+
+/// Grows the request through the pool; copies shared blocks (copy-on-write)
+/// before replying, so the caller never appends into a block another
+/// request still reads.
+caf::result<block_table> grow(handle_ptr self, std::uint64_t n,
+                              std::vector<token_id> tokens) {
+  auto& st = self->state;
+  st.touch();
+  auto rp = self->make_response_promise<block_table>();
+  self->request(st.args.pool, caf::infinite, extend_atom::value, st.id(), n,
+                std::move(tokens))
+    .then(
+      [self, rp](extension& ext) mutable {
+        if (ext.copies.empty() || !self->state.args.device) {
+          rp.deliver(std::move(ext.table));
+          return;
+        }
+        self->request(self->state.args.device, caf::infinite, copy_atom::value,
+                      ext.copies)
+          .then([rp, table = std::move(ext.table)](std::uint32_t) mutable {
+                  rp.deliver(std::move(table));
+                },
+                [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      },
+      [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  return rp;
+}
+
+request_handle_actor::behavior_type handle_fun(handle_ptr self,
+                                               request_handle_args args) {
+  auto& st = self->state;
+  st.args = std::move(args);
+  st.touch();
+  // A handle lives no longer than its owner or its manager.
+  self->monitor(st.args.manager);
+  if (st.args.owner)
+    self->monitor(st.args.owner);
+  self->set_down_handler([self](const caf::down_msg& dm) {
+    auto& st = self->state;
+    if (dm.source == st.args.manager.address())
+      self->quit(dm.reason);
+    else if (st.args.owner
+             && dm.source == caf::actor_cast<caf::actor_addr>(st.args.owner))
+      self->quit(make_error(errc::invalid_handle,
+                            "owner of request " + std::to_string(st.id())
+                              + " terminated"));
+  });
+  return {
+    [self](table_atom) -> caf::result<block_table> {
+      auto& st = self->state;
+      return self->delegate(st.args.pool, table_atom::value, st.id());
+    },
+    [self](extend_atom, std::uint64_t n) {
+      return grow(self, n, {});
+    },
+    [self](append_atom, std::vector<token_id>& tokens) {
+      auto n = tokens.size();
+      return grow(self, n, std::move(tokens));
+    },
+    [self](stats_atom) -> caf::result<cache_handle_stats> {
+      auto& st = self->state;
+      auto rp = self->make_response_promise<cache_handle_stats>();
+      self->request(st.args.pool, caf::infinite, table_atom::value, st.id())
+        .then(
+          [self, rp](const block_table& t) mutable {
+            auto& st = self->state;
+            cache_handle_stats s;
+            s.blocks_allocated = t.blocks.size();
+            s.memory_bytes = t.blocks.size() * st.args.bytes_per_block;
+            s.tokens_stored = t.num_tokens;
+            auto slots = t.blocks.size() * std::uint64_t{st.args.block_size};
+            s.utilization = slots == 0 ? 0.0
+                                       : static_cast<double>(t.num_tokens)
+                                           / static_cast<double>(slots);
+            s.last_access = st.last_access;
+            rp.deliver(s);
+          },
+          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      return rp;
+    },
+    [self](info_atom) {
+      return self->state.args.info;
+    },
+    [self](free_atom) -> caf::result<std::uint32_t> {
+      auto& st = self->state;
+      return self->delegate(st.args.manager, free_atom::value, st.id());
+    },
+    [self](end_atom, end_reason) {
+      self->quit();
+    },
+  };
+}
+
+} // namespace
+
+request_handle_actor spawn_request_handle(caf::actor_system& sys,
+                                          request_handle_args args) {
+  return sys.spawn(handle_fun, std::move(args));
+}
+
+} // namespace kvactor

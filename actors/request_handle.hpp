@@ -1,0 +1,37 @@
+// The request handle actor: one per live request. It is the request's
+// identity and lifetime (it dies with its owner, and the supervisor then
+// reclaims its blocks), and it runs the data movement its growth needs
+// (copy-on-write through the device actor). The block table itself is kept by
+// the block pool, so that a scheduler step and a prefix lookup-and-pin each
+// stay one message; the handle answers table queries from there.
+#pragma once
+
+#include <cstdint>
+
+#include <caf/actor_control_block.hpp>
+
+#include "kvactor/messages/interfaces.hpp"
+
+namespace caf {
+class actor_system;
+} // namespace caf
+
+namespace kvactor {
+
+/// Everything a handle actor starts with.
+struct request_handle_args {
+  request_info info;
+  std::uint32_t block_size = 0;
+  std::uint64_t bytes_per_block = 0;
+  block_pool_actor pool;
+  device_actor device;
+  kv_cache_manager_actor manager;
+  /// Its owner; the handle quits (and the request is reclaimed) when the
+  /// owner terminates. Null: no owner (ended only by free).
+  caf::strong_actor_ptr owner;
+};
+
+request_handle_actor spawn_request_handle(caf::actor_system& sys,
+                                          request_handle_args args);
+
+} // namespace kvactor

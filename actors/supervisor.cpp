@@ -1,0 +1,191 @@
+// supervisor actor: handle monitoring, GC, pressure levels and broadcasts.
+#include "kvactor/actors/supervisor.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <chrono>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/logger.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "kvactor/actors/pressure_tracker.hpp"
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor {
+
+namespace {
+
+struct supervisor_state {
+  static inline const char* name = "kvactor.supervisor";
+
+  block_pool_actor pool;
+  kv_cache_manager_actor manager;
+  std::unique_ptr<detail::pressure_tracker> tracker;
+  double medium = 0;
+  std::uint64_t total_blocks = 0;
+  std::uint64_t bytes_per_block = 0;
+  std::chrono::milliseconds gc_interval{0};
+  pool_usage last;
+  std::vector<caf::actor> subscribers;
+  struct watched_request {
+    request_id id;
+    std::uint64_t cache_id;
+  };
+  std::unordered_map<caf::actor_addr, watched_request> watched;
+
+  /// Cached blocks to evict so that used + cached falls to the medium mark.
+  std::uint32_t eviction_target() const {
+    auto mark = static_cast<std::uint64_t>(medium * total_blocks);
+    auto held = last.used_blocks + last.cached_blocks;
+    if (held <= mark)
+      return 0;
+    return static_cast<std::uint32_t>(std::min(held - mark, last.cached_blocks));
+  }
+};
+
+using sup_ptr = supervisor_actor::stateful_pointer<supervisor_state>;
+
+/// One GC pass: sweep orphans through the manager, evict under pressure,
+/// verify the invariant. `done` receives the figures or the first error.
+using gc_callback = std::function<void(caf::expected<cache_gc_stats>)>;
+
+void run_gc(sup_ptr self, gc_callback done) {
+  auto& st = self->state;
+  auto t0 = std::chrono::steady_clock::now();
+  auto rp = std::make_shared<gc_callback>(std::move(done));
+  auto fail = [rp](caf::error& err) { (*rp)(std::move(err)); };
+  self->request(st.manager, caf::infinite, reclaim_atom::value)
+    .then(
+      [self, rp, t0, fail](cache_gc_stats swept) {
+        auto& st = self->state;
+        std::uint32_t evict = 0;
+        if (st.tracker->level() >= memory_pressure::high)
+          evict = st.eviction_target();
+        self->request(st.pool, caf::infinite, evict_atom::value, evict)
+          .then(
+            [self, rp, t0, swept, fail](std::uint32_t evicted) {
+              auto& st = self->state;
+              self->request(st.pool, caf::infinite, check_atom::value)
+                .then(
+                  [self, rp, t0, swept, evicted](bool) {
+                    auto& st = self->state;
+                    auto res = swept;
+                    res.blocks_reclaimed += evicted;
+                    res.memory_freed += evicted * st.bytes_per_block;
+                    std::chrono::duration<double, std::milli> dt
+                      = std::chrono::steady_clock::now() - t0;
+                    res.gc_time_ms = dt.count();
+                    (*rp)(res);
+                  },
+                  fail);
+            },
+            fail);
+      },
+      fail);
+}
+
+supervisor_actor::behavior_type
+supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
+               std::uint64_t bytes_per_block, block_pool_actor pool,
+               kv_cache_manager_actor manager) {
+  auto& st = self->state;
+  st.pool = std::move(pool);
+  st.manager = std::move(manager);
+  st.tracker = std::make_unique<detail::pressure_tracker>(cfg.pressure,
+                                                          num_blocks);
+  st.medium = cfg.pressure.medium;
+  st.total_blocks = num_blocks;
+  st.last.total_blocks = num_blocks;
+  st.bytes_per_block = bytes_per_block;
+  st.gc_interval = std::chrono::milliseconds{cfg.gc_interval_ms};
+  self->send(st.pool, subscribe_atom::value,
+             caf::actor_cast<supervisor_actor>(self));
+  if (st.gc_interval.count() > 0)
+    self->delayed_send(self, st.gc_interval, tick_atom::value);
+  self->set_down_handler([self](const caf::down_msg& dm) {
+    auto& st = self->state;
+    auto i = st.watched.find(dm.source);
+    if (i == st.watched.end())
+      return;
+    auto w = i->second;
+    st.watched.erase(i);
+    // The manager decides whether this was a live request (reclaim) or one
+    // that already ended (nothing to do).
+    self->send(st.manager, reclaim_atom::value, w.id, w.cache_id);
+  });
+  return {
+    [self](usage_atom, const pool_usage& u) {
+      auto& st = self->state;
+      st.last = u;
+      auto prev = st.tracker->level();
+      if (!st.tracker->update(u.used_blocks))
+        return;
+      pressure_event ev{st.tracker->level(), prev, u.used_blocks,
+                        u.total_blocks};
+      for (auto& sub : st.subscribers)
+        caf::anon_send(sub, pressure_atom::value, ev);
+      if (ev.level >= memory_pressure::high)
+        if (auto n = st.eviction_target())
+          caf::anon_send(st.pool, evict_atom::value, n);
+    },
+    [self](watch_atom, const request_handle_actor& h, request_id id,
+           std::uint64_t cache_id) {
+      auto& st = self->state;
+      self->monitor(h);
+      st.watched[h.address()] = supervisor_state::watched_request{id, cache_id};
+    },
+    [self](gc_atom) -> caf::result<cache_gc_stats> {
+      auto rp = self->make_response_promise<cache_gc_stats>();
+      run_gc(self, [rp](caf::expected<cache_gc_stats> res) mutable {
+        if (res)
+          rp.deliver(std::move(*res));
+        else
+          rp.deliver(std::move(res.error()));
+      });
+      return rp;
+    },
+    [self](subscribe_atom, const caf::actor& sub) {
+      auto& st = self->state;
+      if (std::find(st.subscribers.begin(), st.subscribers.end(), sub)
+          == st.subscribers.end())
+        st.subscribers.push_back(sub);
+      return st.tracker->level();
+    },
+    [self](unsubscribe_atom, const caf::actor& sub) {
+      auto& subs = self->state.subscribers;
+      subs.erase(std::remove(subs.begin(), subs.end(), sub), subs.end());
+    },
+    [self](pressure_atom) {
+      return self->state.tracker->level();
+    },
+    [self](tick_atom) {
+      auto& st = self->state;
+      // A timer pass answers nobody; a broken invariant is logged.
+      run_gc(self, [self](caf::expected<cache_gc_stats> res) {
+        if (!res)
+          CAF_LOG_ERROR("periodic GC failed:" << render(res.error()));
+      });
+      self->delayed_send(self, st.gc_interval, tick_atom::value);
+    },
+  };
+}
+
+} // namespace
+
+supervisor_actor spawn_supervisor(caf::actor_system& sys,
+                                  const cache_config& cfg,
+                                  std::uint32_t num_blocks,
+                                  std::uint64_t bytes_per_block,
+                                  block_pool_actor pool,
+                                  kv_cache_manager_actor manager) {
+  return sys.spawn(supervisor_fun, cfg, num_blocks, bytes_per_block,
+                   std::move(pool), std::move(manager));
+}
+
+} // namespace kvactor

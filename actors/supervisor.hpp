@@ -1,0 +1,27 @@
+// The supervisor actor: watches every handle actor (a handle that dies has
+// its request's blocks reclaimed), runs GC on a timer and on demand, turns
+// pool usage into pressure levels (with hysteresis) and broadcasts each change
+// to its subscribers; under high pressure it evicts cached blocks toward the
+// medium mark, at critical its broadcast asks schedulers to preempt.
+#pragma once
+
+#include <cstdint>
+
+#include "kvactor/config/cache_config.hpp"
+#include "kvactor/messages/interfaces.hpp"
+
+namespace caf {
+class actor_system;
+} // namespace caf
+
+namespace kvactor {
+
+/// Spawns the supervisor of `pool`; orphan sweeps and reclaims go through
+/// `manager`. `bytes_per_block` converts blocks to bytes in GC figures.
+supervisor_actor spawn_supervisor(caf::actor_system& sys, const cache_config& cfg,
+                                  std::uint32_t num_blocks,
+                                  std::uint64_t bytes_per_block,
+                                  block_pool_actor pool,
+                                  kv_cache_manager_actor manager);
+
+} // namespace kvactor

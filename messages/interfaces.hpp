@@ -1,0 +1,161 @@
+// The typed interfaces of kvactor's five actors. Each message: what it does,
+// what it replies, which errors (errc) it fails with. Every error carries a
+// context string naming what was wrong; a failed operation changes nothing.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include <caf/actor.hpp>
+#include <caf/replies_to.hpp>
+#include <caf/typed_actor.hpp>
+
+#include "kvactor/messages/atoms.hpp"
+#include "kvactor/messages/protocol.hpp"
+#include "kvactor/messages/step.hpp"
+#include "kvactor/messages/types.hpp"
+
+namespace kvactor {
+
+/// One per live request: its identity, shape and device, the data movement
+/// its growth needs (copy-on-write) and its lifetime (it dies with its owner).
+using request_handle_actor = caf::typed_actor<
+  // Its current block table.
+  caf::replies_to<table_atom>::with<block_table>,
+  // Grow by n tokens (copy-on-write done before the reply); replies with the
+  // table. Errors: exceeds_max_sequence_length, out_of_blocks,
+  // quota_exceeded, invalid_request (while swapped out).
+  caf::replies_to<extend_atom, std::uint64_t>::with<block_table>,
+  // Grow by these tokens; full blocks enter the prefix index.
+  caf::replies_to<append_atom, std::vector<token_id>>::with<block_table>,
+  // Its figures.
+  caf::replies_to<stats_atom>::with<cache_handle_stats>,
+  // What was allocated.
+  caf::replies_to<info_atom>::with<request_info>,
+  // Ends the request (as the manager's free); replies with blocks released.
+  caf::replies_to<free_atom>::with<std::uint32_t>,
+  // From the manager: the request ended; the actor quits.
+  caf::reacts_to<end_atom, end_reason>>;
+
+/// Watches handles, runs GC, turns pool usage into pressure levels.
+using supervisor_actor = caf::typed_actor<
+  // From the pool: usage crossed a pressure mark.
+  caf::reacts_to<usage_atom, pool_usage>,
+  // Monitor this handle actor (request id, cache id): if it dies while its
+  // request is live, the request's blocks are reclaimed.
+  caf::reacts_to<watch_atom, request_handle_actor, request_id, std::uint64_t>,
+  // Runs GC now: reclaims orphaned requests, evicts toward the medium mark
+  // under high pressure, checks the invariant. Error: invariant_violation.
+  caf::replies_to<gc_atom>::with<cache_gc_stats>,
+  // Subscribe an actor to (pressure_atom, pressure_event) messages; replies
+  // with the current level.
+  caf::replies_to<subscribe_atom, caf::actor>::with<memory_pressure>,
+  caf::reacts_to<unsubscribe_atom, caf::actor>,
+  // The current level.
+  caf::replies_to<pressure_atom>::with<memory_pressure>,
+  // GC timer.
+  caf::reacts_to<tick_atom>>;
+
+/// The one owner of block-level truth (see actors/block_pool_core.hpp).
+using block_pool_actor = caf::typed_actor<
+  // Lookup + pin of the cached prefix and allocation of the rest, in one
+  // step. Errors: as the manager's allocate.
+  caf::replies_to<allocate_atom, allocation_request>::with<admission>,
+  caf::replies_to<can_alloc_atom, allocation_request>::with<bool>,
+  // Grow (token ids optional, empty = unnamed). Errors: unknown_request,
+  // exceeds_max_sequence_length, out_of_blocks, quota_exceeded.
+  caf::replies_to<extend_atom, request_id, std::uint64_t,
+                  std::vector<token_id>>::with<extension>,
+  // End a request. Error: unknown_request.
+  caf::replies_to<free_atom, request_id>::with<std::uint32_t>,
+  // End it only if its cache id still matches; replies (whether it did,
+  // blocks released).
+  caf::replies_to<reclaim_atom, request_id, std::uint64_t>::with<bool, std::uint32_t>,
+  // End it as a preemption.
+  caf::replies_to<preempt_atom, request_id>::with<std::uint32_t>,
+  // (parent, child): child shares the parent's blocks.
+  caf::replies_to<fork_atom, request_id, request_id>::with<admission>,
+  caf::replies_to<step_atom, step_request>::with<step_result>,
+  caf::replies_to<table_atom, request_id>::with<block_table>,
+  caf::replies_to<stats_atom>::with<pool_stats>,
+  // Evict up to n cached blocks; replies with how many.
+  caf::replies_to<evict_atom, std::uint32_t>::with<std::uint32_t>,
+  // Verify the accounting invariant. Error: invariant_violation.
+  caf::replies_to<check_atom>::with<bool>,
+  // The live requests (id, cache id).
+  caf::replies_to<list_atom>::with<std::vector<std::pair<request_id, std::uint64_t>>>,
+  // Where usage samples go.
+  caf::reacts_to<subscribe_atom, supervisor_actor>>;
+
+/// Owns the K/V storage and every CUDA stream; runs detached.
+using device_actor = caf::typed_actor<
+  // Copy blocks (all layers, K and V); replies once done with the count.
+  // Errors: invalid_request (bad ids), device_failure.
+  caf::replies_to<copy_atom, std::vector<block_copy>>::with<std::uint32_t>,
+  // Device -> host tier, and back.
+  caf::replies_to<swap_out_atom, std::vector<block_move>>::with<std::uint32_t>,
+  caf::replies_to<swap_in_atom, std::vector<block_move>>::with<std::uint32_t>,
+  // Scatter tokens' K/V into slots; replies with tokens written.
+  caf::replies_to<write_atom, slot_write>::with<std::uint32_t>,
+  // A request's tokens of one layer, contiguous: (layer, blocks, tokens).
+  caf::replies_to<gather_atom, std::uint32_t, std::vector<block_id>,
+                  std::uint64_t>::with<gathered_kv>,
+  caf::replies_to<info_atom>::with<storage_info>,
+  // Internal: some submitted work completed.
+  caf::reacts_to<done_atom>>;
+
+/// A live request in the manager's registry.
+struct handle_entry {
+  request_id id = 0;
+  request_handle_actor handle;
+  request_info info;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, handle_entry& x) {
+  return f(caf::meta::type_name("handle_entry"), x.id, x.handle, x.info);
+}
+
+/// The front door.
+using kv_cache_manager_actor = caf::typed_actor<
+  // Start a request. Errors: invalid_request, duplicate_request,
+  // unknown_tenant, exceeds_max_sequence_length, out_of_blocks,
+  // quota_exceeded, shutting_down. The sender (if an actor) owns it: the
+  // request is reclaimed when its owner dies.
+  caf::replies_to<allocate_atom, allocation_request>::with<request_handle_actor,
+                                                           block_table>,
+  // Grow a request by n unnamed tokens. Errors: unknown_request and as the
+  // handle's extend.
+  caf::replies_to<extend_atom, request_id, std::uint64_t>::with<block_table>,
+  // Grow a request by these tokens.
+  caf::replies_to<append_atom, request_id, std::vector<token_id>>::with<block_table>,
+  // End a request; replies with the blocks returned. Error: unknown_request.
+  caf::replies_to<free_atom, request_id>::with<std::uint32_t>,
+  // (parent, child): a new request sharing the parent's blocks. Errors:
+  // unknown_request, duplicate_request.
+  caf::replies_to<fork_atom, request_id, request_id>::with<request_handle_actor,
+                                                           block_table>,
+  // Whether allocate would succeed now.
+  caf::replies_to<can_alloc_atom, allocation_request>::with<bool>,
+  caf::replies_to<stats_atom>::with<cache_manager_stats>,
+  caf::replies_to<gc_atom>::with<cache_gc_stats>,
+  // A live request's handle. Error: unknown_request.
+  caf::replies_to<lookup_atom, request_id>::with<request_handle_actor, request_info>,
+  caf::replies_to<list_atom>::with<std::vector<handle_entry>>,
+  caf::replies_to<table_atom, request_id>::with<block_table>,
+  // One scheduler step in one round trip (messages/step.hpp).
+  caf::replies_to<step_atom, step_request>::with<step_result>,
+  // Recompute-style preemption: frees the blocks, tells the owner.
+  caf::replies_to<preempt_atom, request_id>::with<std::uint32_t>,
+  // Subscribe / unsubscribe an actor to a topic.
+  caf::reacts_to<subscribe_atom, topic, caf::actor>,
+  caf::reacts_to<unsubscribe_atom, topic, caf::actor>,
+  // From the supervisor: a watched handle died.
+  caf::reacts_to<reclaim_atom, request_id, std::uint64_t>,
+  // From the supervisor: the pressure level changed (kept for stats).
+  caf::reacts_to<pressure_atom, pressure_event>,
+  // From the supervisor's GC: reclaim requests the pool holds that have no
+  // live handle (orphans); replies with what was reclaimed.
+  caf::replies_to<reclaim_atom>::with<cache_gc_stats>>;
+
+} // namespace kvactor

@@ -1,0 +1,173 @@
+// Value types that travel between kvactor's actors (and to subscribers), on
+// top of the public ones in types.hpp. Each has inspect() and is registered.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/meta/type_name.hpp>
+
+#include "kvactor/messages/types.hpp"
+
+namespace kvactor {
+
+/// Why a request ended.
+enum class end_reason : std::uint8_t {
+  deallocated, ///< its owner freed it
+  preempted,   ///< its blocks were taken back to make room (recompute later)
+  reclaimed,   ///< its handle actor or its owner died
+  shutdown,    ///< the manager stopped
+};
+
+const char* to_string(end_reason x) noexcept;
+
+/// What a subscription is for.
+enum class topic : std::uint8_t {
+  pressure,  ///< (pressure_atom, pressure_event) on each change of level
+  lifecycle, ///< (ended_atom, request_ended) when a request ends
+  kv_events, ///< (kv_event_atom, kv_event_batch) on prefix-index changes
+};
+
+const char* to_string(topic x) noexcept;
+
+/// A request as the manager knows it (the prompt is not kept).
+struct request_info {
+  allocation_request request; ///< as allocated, prompt dropped
+  std::uint64_t cache_id = 0; ///< the pool's id of this incarnation
+  bool swapped = false;       ///< blocks live in the host tier
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_info& x) {
+  return f(caf::meta::type_name("request_info"), x.request, x.cache_id,
+           x.swapped);
+}
+
+/// The pool's reply to an extend: the new table and the copies to make
+/// before the request may append (copy-on-write).
+struct extension {
+  block_table table;
+  std::vector<block_copy> copies;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, extension& x) {
+  return f(caf::meta::type_name("extension"), x.table, x.copies);
+}
+
+/// Pool usage, sent to the supervisor when it crosses a pressure mark.
+struct pool_usage {
+  std::uint64_t used_blocks = 0;
+  std::uint64_t cached_blocks = 0;
+  std::uint64_t total_blocks = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pool_usage& x) {
+  return f(caf::meta::type_name("pool_usage"), x.used_blocks, x.cached_blocks,
+           x.total_blocks);
+}
+
+/// A change of pressure level.
+struct pressure_event {
+  memory_pressure level = memory_pressure::low;
+  memory_pressure previous = memory_pressure::low;
+  std::uint64_t used_blocks = 0;
+  std::uint64_t total_blocks = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pressure_event& x) {
+  return f(caf::meta::type_name("pressure_event"), x.level, x.previous,
+           x.used_blocks, x.total_blocks);
+}
+
+/// A request that ended, for lifecycle subscribers and owners.
+struct request_ended {
+  request_id id = 0;
+  std::uint64_t cache_id = 0;
+  end_reason reason = end_reason::deallocated;
+  std::uint32_t blocks_released = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, request_ended& x) {
+  return f(caf::meta::type_name("request_ended"), x.id, x.cache_id, x.reason,
+           x.blocks_released);
+}
+
+/// The pool's figures (the manager merges them into cache_manager_stats).
+struct pool_stats {
+  std::uint64_t total_blocks = 0;
+  std::uint64_t used_blocks = 0;
+  std::uint64_t cached_blocks = 0;
+  std::uint64_t active_requests = 0;
+  std::uint64_t allocations = 0;
+  std::uint64_t allocation_failures = 0;
+  std::uint64_t blocks_allocated = 0;
+  std::uint64_t prefix_hit_blocks = 0;
+  std::uint64_t blocks_freed = 0;
+  std::uint64_t blocks_cached = 0;
+  std::uint64_t evictions = 0;
+  std::uint64_t cow_copies = 0;
+  std::uint64_t preemptions = 0;
+  std::uint64_t query_tokens = 0;
+  std::uint64_t hit_tokens = 0;
+  std::vector<tenant_usage> tenants;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, pool_stats& x) {
+  return f(caf::meta::type_name("pool_stats"), x.total_blocks, x.used_blocks,
+           x.cached_blocks, x.active_requests, x.allocations,
+           x.allocation_failures, x.blocks_allocated, x.prefix_hit_blocks,
+           x.blocks_freed, x.blocks_cached, x.evictions, x.cow_copies,
+           x.preemptions, x.query_tokens, x.hit_tokens, x.tenants);
+}
+
+/// New tokens' K and V rows for one layer, to scatter into their slots
+/// (the message form of write_slots; bytes are in host memory).
+struct slot_write {
+  std::uint32_t layer = 0;
+  std::vector<std::int64_t> slots;  ///< per token; -1 skips it
+  std::vector<std::uint8_t> keys;   ///< [num_tokens, num_heads, head_dim]
+  std::vector<std::uint8_t> values; ///< [num_tokens, num_heads, head_dim]
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, slot_write& x) {
+  return f(caf::meta::type_name("slot_write"), x.layer, x.slots, x.keys,
+           x.values);
+}
+
+/// One layer's K and V of a request's tokens, gathered contiguously.
+struct gathered_kv {
+  std::uint32_t layer = 0;
+  std::uint64_t num_tokens = 0;
+  std::vector<std::uint8_t> keys;   ///< [num_tokens, num_heads, head_dim]
+  std::vector<std::uint8_t> values;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, gathered_kv& x) {
+  return f(caf::meta::type_name("gathered_kv"), x.layer, x.num_tokens, x.keys,
+           x.values);
+}
+
+/// What the device actor serves.
+struct storage_info {
+  std::string kind;   ///< "none", "host" or "cuda"
+  kvactor::device device;
+  std::uint32_t num_blocks = 0;
+  std::uint32_t num_host_blocks = 0;
+  std::uint64_t bytes_per_block = 0; ///< all layers, K and V
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, storage_info& x) {
+  return f(caf::meta::type_name("storage_info"), x.kind, x.device,
+           x.num_blocks, x.num_host_blocks, x.bytes_per_block);
+}
+
+} // namespace kvactor
