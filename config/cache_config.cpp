@@ -218,8 +218,8 @@ caf::error validate(const cache_config& cfg) {
 const char* default_config_json() noexcept {
   // DESIGN.md's config with a small model on host storage, so it runs
   // without a GPU. One block holds 16 tokens x 4 layers x 4 heads x 64 dims x
-  // 2 bytes x (K, V) = 64 KiB: 256 MiB of device-tier blocks, 64 MiB of host
-  // tier.
+  // 2 bytes x (K, V) = 64 KiB: 16 MiB of device-tier blocks, 4 MiB of host
+  // tier - small enough that the example reaches every pressure level.
   return R"({
   "block_size": 16,
   "model": {
@@ -227,9 +227,9 @@ const char* default_config_json() noexcept {
   },
   "layout": "paged",
   "storage": "host",
-  "num_gpu_blocks": 4096,
+  "num_gpu_blocks": 256,
   "gpu_memory_utilization": 0.9,
-  "num_host_blocks": 1024,
+  "num_host_blocks": 64,
   "prefix_caching": true,
   "pressure": {
     "medium": 0.6, "high": 0.8, "critical": 0.95, "hysteresis": 0.05

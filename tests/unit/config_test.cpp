@@ -90,8 +90,8 @@ BOOST_AUTO_TEST_CASE(embedded_default_parses_to_a_small_host_config) {
   auto cfg = parse_config(base());
   BOOST_REQUIRE(cfg);
   BOOST_TEST(cfg->storage == "host");
-  BOOST_TEST(cfg->num_gpu_blocks == 4096u);
-  BOOST_TEST(cfg->num_host_blocks == 1024u);
+  BOOST_TEST(cfg->num_gpu_blocks == 256u);
+  BOOST_TEST(cfg->num_host_blocks == 64u);
   BOOST_TEST(cfg->model.num_layers == 4u);
   BOOST_TEST(cfg->model.num_kv_heads == 4u);
   BOOST_TEST(cfg->model.head_dim == 64u);
@@ -352,11 +352,11 @@ BOOST_AUTO_TEST_CASE(tenant_quota_must_cover_its_reservation) {
 }
 
 BOOST_AUTO_TEST_CASE(tenant_reservations_must_fit_the_pool) {
-  auto j = base(); // 4096 blocks
-  j["tenants"] = json::array({{{"name", "a"}, {"reserved_blocks", 3000}},
-                              {{"name", "b"}, {"reserved_blocks", 1097}}});
-  BOOST_TEST(fails_naming(j, "tenants[1].reserved_blocks", "4097"));
-  j["tenants"][1]["reserved_blocks"] = 1096;
+  auto j = base(); // 256 blocks
+  j["tenants"] = json::array({{{"name", "a"}, {"reserved_blocks", 200}},
+                              {{"name", "b"}, {"reserved_blocks", 57}}});
+  BOOST_TEST(fails_naming(j, "tenants[1].reserved_blocks", "257"));
+  j["tenants"][1]["reserved_blocks"] = 56;
   BOOST_TEST(parse_error(j) == "ok");
   j["storage"] = "cuda"; // pool size unknown until the device answers
   j["num_gpu_blocks"] = 0;

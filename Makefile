@@ -1,0 +1,40 @@
+# kvactor's entry points on a fresh Debian machine:
+#   make run    install what is missing (apt), build, run the main example
+#   make test   install what is missing (apt), build, run the whole suite
+BUILD ?= build
+JOBS ?= $(shell nproc)
+BUILD_TYPE ?= Release
+PACKAGES := cmake g++ make libcaf-dev libboost-test-dev nlohmann-json3-dev \
+            libdlpack-dev prometheus-cpp-dev gnuplot-nox
+SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
+
+.PHONY: all deps configure build run test clean
+
+all: build
+
+deps:
+	@missing=$$(for p in $(PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; \
+	done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:" $$missing; \
+	  $(SUDO) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+$(BUILD)/CMakeCache.txt: | deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+
+configure: deps $(BUILD)/CMakeCache.txt
+
+build: configure
+	cmake --build $(BUILD) -j$(JOBS)
+
+run: build
+	$(BUILD)/examples/lifecycle
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)
+
+clean:
+	rm -rf $(BUILD)
