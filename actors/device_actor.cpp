@@ -142,7 +142,9 @@ device_actor::behavior_type device_fun(device_ptr self,
 } // namespace
 
 device_actor spawn_device_actor(caf::actor_system& sys,
-                                std::shared_ptr<storage> store) {
+                                std::shared_ptr<storage> store, bool detached) {
+  if (!detached)
+    return sys.spawn(device_fun, std::move(store));
   return sys.spawn<caf::detached>(device_fun, std::move(store));
 }
 

@@ -17,8 +17,10 @@ class actor_system;
 namespace kvactor {
 
 /// Spawns the device actor over `store` (shared with the facade, which serves
-/// in-process tensor views of the same memory).
+/// in-process tensor views of the same memory). `detached` false only for
+/// tests on CAF's deterministic scheduler.
 device_actor spawn_device_actor(caf::actor_system& sys,
-                                std::shared_ptr<storage> store);
+                                std::shared_ptr<storage> store,
+                                bool detached = true);
 
 } // namespace kvactor

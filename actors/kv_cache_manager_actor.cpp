@@ -443,7 +443,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
 } // namespace
 
 caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
-                                           const cache_config& cfg) {
+                                           const cache_config& cfg,
+                                           spawn_options spawn_opts) {
   if (auto err = validate(cfg))
     return err;
   storage_options opts;
@@ -465,7 +466,7 @@ caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
   auto& lay = out.store->layout();
   storage_info info{to_string(out.store->kind()), out.store->where(),
                     lay.num_blocks, lay.num_host_blocks, lay.bytes_per_block()};
-  out.device = spawn_device_actor(sys, out.store);
+  out.device = spawn_device_actor(sys, out.store, spawn_opts.detached_device);
   out.manager = sys.spawn(manager_fun, cfg, info, out.device);
   return out;
 }

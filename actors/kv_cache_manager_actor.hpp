@@ -27,11 +27,19 @@ struct cache_system {
   std::shared_ptr<storage> store;
 };
 
+/// How to spawn the cache's actors.
+struct spawn_options {
+  /// Run the device actor on its own thread (always, except in tests on
+  /// CAF's deterministic scheduler, which cannot step a detached actor).
+  bool detached_device = true;
+};
+
 /// Validates `cfg`, allocates the storage (a shortage fails here, at start,
 /// not later), spawns the device actor and the manager (which spawns the pool
 /// and the supervisor). The manager stops everything it spawned when it
 /// exits; send it an exit message (or drop the facade) to shut down.
 caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
-                                           const cache_config& cfg);
+                                           const cache_config& cfg,
+                                           spawn_options opts = {});
 
 } // namespace kvactor
