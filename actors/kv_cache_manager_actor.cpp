@@ -106,12 +106,12 @@ caf::strong_actor_ptr owner_of(mgr_ptr self) {
 
 kv_cache_manager_actor::behavior_type
 manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
-            device_actor device) {
+            device_actor device, block_pool_actor pool) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.store = store;
   st.device = std::move(device);
-  st.pool = spawn_block_pool(self->system(), st.cfg, store.num_blocks);
+  st.pool = std::move(pool);
   st.supervisor = spawn_supervisor(self->system(), st.cfg, store.num_blocks,
                                    store.bytes_per_block, st.pool,
                                    caf::actor_cast<kv_cache_manager_actor>(self));
@@ -467,7 +467,8 @@ caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
   storage_info info{to_string(out.store->kind()), out.store->where(),
                     lay.num_blocks, lay.num_host_blocks, lay.bytes_per_block()};
   out.device = spawn_device_actor(sys, out.store, spawn_opts.detached_device);
-  out.manager = sys.spawn(manager_fun, cfg, info, out.device);
+  out.pool = spawn_block_pool(sys, cfg, lay.num_blocks);
+  out.manager = sys.spawn(manager_fun, cfg, info, out.device, out.pool);
   return out;
 }
 

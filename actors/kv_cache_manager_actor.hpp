@@ -22,6 +22,9 @@ namespace kvactor {
 struct cache_system {
   kv_cache_manager_actor manager;
   device_actor device;
+  /// The block pool (for diagnostics and tests: clients go through the
+  /// manager, whose registry an allocation made here bypasses).
+  block_pool_actor pool;
   /// The storage the device actor owns; the facade serves tensor views of
   /// it in-process. Never touched by anyone but the device actor otherwise.
   std::shared_ptr<storage> store;
@@ -35,9 +38,9 @@ struct spawn_options {
 };
 
 /// Validates `cfg`, allocates the storage (a shortage fails here, at start,
-/// not later), spawns the device actor and the manager (which spawns the pool
-/// and the supervisor). The manager stops everything it spawned when it
-/// exits; send it an exit message (or drop the facade) to shut down.
+/// not later), spawns the device actor, the block pool and the manager (which
+/// spawns the supervisor). The manager stops all of them when it exits; send
+/// it an exit message (or drop the facade) to shut down.
 caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
                                            const cache_config& cfg,
                                            spawn_options opts = {});
