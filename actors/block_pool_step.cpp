@@ -16,22 +16,30 @@ step_result block_pool_core::run_step(const step_request& step) {
   }
   // Extends, oldest first; victims come from the back of the list.
   auto& ops = step.extends;
+  bool named = !step.tokens.empty();
+  if (named) {
+    std::uint64_t want = 0;
+    for (auto& op : ops)
+      want += op.num_tokens;
+    if (want != step.tokens.size()) {
+      // Nothing of the extends can be matched to its tokens: fail them all.
+      auto err = make_error(errc::invalid_request,
+                            "step: " + std::to_string(step.tokens.size())
+                              + " token ids for " + std::to_string(want)
+                              + " extended tokens");
+      for (auto& op : ops)
+        r.failed.push_back(op_failure{op.id, err});
+      named = false;
+    }
+  }
   std::vector<bool> gone(ops.size(), false);
   auto last = ops.size(); // ops[last..] are preempted
-  for (std::size_t i = 0; i < ops.size(); ++i) {
-    if (gone[i])
+  std::size_t offset = 0; // of ops[i]'s tokens in step.tokens
+  for (std::size_t i = 0; i < ops.size(); offset += ops[i].num_tokens, ++i) {
+    if (gone[i] || (!named && !step.tokens.empty()))
       continue;
     auto& op = ops[i];
-    if (!op.tokens.empty() && op.tokens.size() != op.num_tokens) {
-      r.failed.push_back(op_failure{
-        op.id, make_error(errc::invalid_request,
-                          "request " + std::to_string(op.id) + ": "
-                            + std::to_string(op.tokens.size())
-                            + " token ids for num_tokens "
-                            + std::to_string(op.num_tokens))});
-      continue;
-    }
-    auto tokens = op.tokens.empty() ? nullptr : op.tokens.data();
+    auto tokens = named ? step.tokens.data() + offset : nullptr;
     for (;;) {
       auto res = extend(op.id, op.num_tokens, tokens);
       if (res) {

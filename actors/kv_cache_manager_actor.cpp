@@ -251,6 +251,11 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
             s.host_total_blocks = st.store.num_host_blocks;
             s.host_free_blocks = st.store.num_host_blocks;
             s.tenants = std::move(p.tenants);
+            s.blocks_allocated = p.blocks_allocated;
+            s.prefix_hit_blocks = p.prefix_hit_blocks;
+            s.blocks_freed = p.blocks_freed;
+            s.blocks_cached = p.blocks_cached;
+            s.cow_copies = p.cow_copies;
             rp.deliver(std::move(s));
           },
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });

@@ -12,17 +12,15 @@
 
 namespace kvactor {
 
-/// Grow request `id` by `num_tokens`; with `tokens` (then exactly num_tokens
-/// of them) the blocks they fill are hashed and enter the prefix index.
+/// Grow request `id` by `num_tokens`.
 struct extend_op {
   request_id id = 0;
   std::uint32_t num_tokens = 0;
-  std::vector<token_id> tokens;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, extend_op& x) {
-  return f(caf::meta::type_name("extend_op"), x.id, x.num_tokens, x.tokens);
+  return f(caf::meta::type_name("extend_op"), x.id, x.num_tokens);
 }
 
 /// One step, executed in this order in one message:
@@ -35,9 +33,14 @@ typename Inspector::result_type inspect(Inspector& f, extend_op& x) {
 /// 3. `admits` are allocated in order, only if nothing was preempted in this
 ///    step (unless `admit_after_preemption`); admission stops at the first
 ///    request that does not fit (first come, first served).
+/// `tokens` is either empty (unnamed tokens) or holds every extend's token
+/// ids back to back, in list order (then the blocks they fill are hashed and
+/// enter the prefix index). Flat, so a step costs a handful of allocations
+/// however many requests it grows.
 struct step_request {
   std::vector<request_id> frees;
   std::vector<extend_op> extends;
+  std::vector<token_id> tokens;
   std::vector<allocation_request> admits;
   bool preempt_on_shortage = true;
   bool admit_after_preemption = false;
@@ -45,8 +48,8 @@ struct step_request {
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_request& x) {
-  return f(caf::meta::type_name("step_request"), x.frees, x.extends, x.admits,
-           x.preempt_on_shortage, x.admit_after_preemption);
+  return f(caf::meta::type_name("step_request"), x.frees, x.extends, x.tokens,
+           x.admits, x.preempt_on_shortage, x.admit_after_preemption);
 }
 
 /// A request whose table changed: blocks[first...] are now `blocks` (new

@@ -205,6 +205,13 @@ struct cache_manager_stats {
   std::uint64_t host_total_blocks = 0; ///< host tier for swapping
   std::uint64_t host_free_blocks = 0;
   std::vector<tenant_usage> tenants;
+  // Block operations since start (REPLAY.md's block_ops is their sum with
+  // eviction_count).
+  std::uint64_t blocks_allocated = 0;  ///< fresh blocks handed out
+  std::uint64_t prefix_hit_blocks = 0; ///< blocks shared from the index
+  std::uint64_t blocks_freed = 0;      ///< blocks whose last ref went
+  std::uint64_t blocks_cached = 0;     ///< full blocks entered the index
+  std::uint64_t cow_copies = 0;        ///< copy-on-write block copies
 };
 
 template <class Inspector>
@@ -215,7 +222,8 @@ typename Inspector::result_type inspect(Inspector& f, cache_manager_stats& x) {
            x.allocation_failures, x.cached_blocks, x.pressure,
            x.preemption_count, x.swap_out_count, x.swap_in_count, x.block_size,
            x.prefix_query_tokens, x.prefix_hit_tokens, x.host_total_blocks,
-           x.host_free_blocks, x.tenants);
+           x.host_free_blocks, x.tenants, x.blocks_allocated,
+           x.prefix_hit_blocks, x.blocks_freed, x.blocks_cached, x.cow_copies);
 }
 
 /// What one garbage collection did.

@@ -128,6 +128,16 @@ std::string to_prometheus(const cache_manager_stats& s) {
           s.allocation_count);
   counter(reg, "kvactor:allocation_failures_total", "Failed allocations.",
           s.allocation_failures);
+  counter(reg, "kvactor:blocks_allocated_total", "Fresh blocks handed out.",
+          s.blocks_allocated);
+  counter(reg, "kvactor:prefix_hit_blocks_total",
+          "Blocks shared from the prefix index.", s.prefix_hit_blocks);
+  counter(reg, "kvactor:blocks_freed_total",
+          "Blocks whose last reference was released.", s.blocks_freed);
+  counter(reg, "kvactor:blocks_cached_total",
+          "Full blocks entered into the prefix index.", s.blocks_cached);
+  counter(reg, "kvactor:cow_copies_total", "Copy-on-write block copies.",
+          s.cow_copies);
   counter(reg, "kvactor:swap_outs_total",
           "Requests swapped out to the host tier.", s.swap_out_count);
   counter(reg, "kvactor:swap_ins_total",

@@ -44,6 +44,11 @@ nlohmann::json to_json(const cache_manager_stats& x) {
     {"host_total_blocks", x.host_total_blocks},
     {"host_free_blocks", x.host_free_blocks},
     {"tenants", std::move(tenants)},
+    {"blocks_allocated", x.blocks_allocated},
+    {"prefix_hit_blocks", x.prefix_hit_blocks},
+    {"blocks_freed", x.blocks_freed},
+    {"blocks_cached", x.blocks_cached},
+    {"cow_copies", x.cow_copies},
   };
 }
 
