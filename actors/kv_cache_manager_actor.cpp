@@ -57,15 +57,29 @@ caf::error check_device(const manager_state& st, const allocation_request& req) 
                       + to_string(st.store.device));
 }
 
+/// `req` as the registry keeps it: everything but the prompt.
+allocation_request without_prompt(const allocation_request& req) {
+  allocation_request out;
+  out.id = req.id;
+  out.initial_tokens = req.prompt.empty() ? req.initial_tokens : req.prompt.size();
+  out.max_sequence_length = req.max_sequence_length;
+  out.num_layers = req.num_layers;
+  out.num_heads = req.num_heads;
+  out.head_dim = req.head_dim;
+  out.device = req.device;
+  out.dtype = req.dtype;
+  out.priority = req.priority;
+  out.tenant = req.tenant;
+  return out;
+}
+
 /// Spawns and registers the handle of a request the pool just admitted.
 request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
                                  std::uint64_t cache_id,
                                  caf::strong_actor_ptr owner) {
   auto& st = self->state;
   request_handle_args args;
-  args.info.request = req;
-  args.info.request.prompt.clear();
-  args.info.request.prompt.shrink_to_fit();
+  args.info.request = without_prompt(req);
   args.info.cache_id = cache_id;
   args.block_size = st.cfg.block_size;
   args.bytes_per_block = st.store.bytes_per_block;
@@ -152,10 +166,11 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
                             + " is already allocated");
       auto rp = self->make_response_promise<request_handle_actor, block_table>();
       auto owner = owner_of(self);
-      self->request(st.pool, caf::infinite, allocate_atom::value, req)
+      auto params = without_prompt(req);
+      self->request(st.pool, caf::infinite, allocate_atom::value, std::move(req))
         .then(
-          [self, rp, req, owner](admission& a) mutable {
-            auto h = add_request(self, req, a.cache_id, std::move(owner));
+          [self, rp, params, owner](admission& a) mutable {
+            auto h = add_request(self, params, a.cache_id, std::move(owner));
             rp.deliver(std::move(h), std::move(a.table));
           },
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
@@ -304,8 +319,11 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       }
       auto rp = self->make_response_promise<step_result>();
       auto owner = owner_of(self);
-      // Keep the admits' parameters for the handles (the reply has tables).
-      auto admits = step.admits;
+      // Keep the admits' parameters for the handles (not their prompts).
+      std::vector<allocation_request> admits;
+      admits.reserve(step.admits.size());
+      for (auto& a : step.admits)
+        admits.push_back(without_prompt(a));
       self->request(st.pool, caf::infinite, step_atom::value, std::move(step))
         .then(
           [self, rp, owner, admits = std::move(admits),

@@ -28,6 +28,7 @@ struct supervisor_state {
   kv_cache_manager_actor manager;
   std::unique_ptr<detail::pressure_tracker> tracker;
   double medium = 0;
+  bool evict_at_high = true;
   std::uint64_t total_blocks = 0;
   std::uint64_t bytes_per_block = 0;
   std::chrono::milliseconds gc_interval{0};
@@ -41,6 +42,8 @@ struct supervisor_state {
 
   /// Cached blocks to evict so that used + cached falls to the medium mark.
   std::uint32_t eviction_target() const {
+    if (!evict_at_high || tracker->level() < memory_pressure::high)
+      return 0;
     auto mark = static_cast<std::uint64_t>(medium * total_blocks);
     auto held = last.used_blocks + last.cached_blocks;
     if (held <= mark)
@@ -64,9 +67,7 @@ void run_gc(sup_ptr self, gc_callback done) {
     .then(
       [self, rp, t0, fail](cache_gc_stats swept) {
         auto& st = self->state;
-        std::uint32_t evict = 0;
-        if (st.tracker->level() >= memory_pressure::high)
-          evict = st.eviction_target();
+        auto evict = st.eviction_target();
         self->request(st.pool, caf::infinite, evict_atom::value, evict)
           .then(
             [self, rp, t0, swept, fail](std::uint32_t evicted) {
@@ -100,6 +101,7 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
   st.tracker = std::make_unique<detail::pressure_tracker>(cfg.pressure,
                                                           num_blocks);
   st.medium = cfg.pressure.medium;
+  st.evict_at_high = cfg.pressure.evict_cached_at_high;
   st.total_blocks = num_blocks;
   st.last.total_blocks = num_blocks;
   st.bytes_per_block = bytes_per_block;
@@ -130,9 +132,8 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
                         u.total_blocks};
       for (auto& sub : st.subscribers)
         caf::anon_send(sub, pressure_atom::value, ev);
-      if (ev.level >= memory_pressure::high)
-        if (auto n = st.eviction_target())
-          caf::anon_send(st.pool, evict_atom::value, n);
+      if (auto n = st.eviction_target())
+        caf::anon_send(st.pool, evict_atom::value, n);
     },
     [self](watch_atom, const request_handle_actor& h, request_id id,
            std::uint64_t cache_id) {

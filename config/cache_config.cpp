@@ -232,7 +232,8 @@ const char* default_config_json() noexcept {
   "num_host_blocks": 64,
   "prefix_caching": true,
   "pressure": {
-    "medium": 0.6, "high": 0.8, "critical": 0.95, "hysteresis": 0.05
+    "medium": 0.6, "high": 0.8, "critical": 0.95, "hysteresis": 0.05,
+    "evict_cached_at_high": true
   },
   "gc_interval_ms": 1000,
   "tenants": [{"name": "default"}],
@@ -268,7 +269,8 @@ nlohmann::json to_json(const cache_config& cfg) {
      {{"medium", cfg.pressure.medium},
       {"high", cfg.pressure.high},
       {"critical", cfg.pressure.critical},
-      {"hysteresis", cfg.pressure.hysteresis}}},
+      {"hysteresis", cfg.pressure.hysteresis},
+      {"evict_cached_at_high", cfg.pressure.evict_cached_at_high}}},
     {"gc_interval_ms", cfg.gc_interval_ms},
     {"tenants", std::move(tenants)},
     {"scheduler_threads", cfg.scheduler_threads},

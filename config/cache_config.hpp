@@ -29,6 +29,11 @@ struct pressure_config {
   double high = 0.8;
   double critical = 0.95;
   double hysteresis = 0.05;
+  /// At high pressure, evict cached free blocks until blocks in use plus
+  /// cached ones fall to the medium mark, so the pool keeps free blocks with
+  /// nothing worth keeping in them. Off: cached blocks are evicted only when
+  /// an allocation needs them (vLLM's lazy LRU), which keeps more prefixes.
+  bool evict_cached_at_high = true;
 };
 
 /// One tenant. Block counts are device blocks.
@@ -80,7 +85,8 @@ inline bool operator==(const model_config& x, const model_config& y) noexcept {
 inline bool operator==(const pressure_config& x,
                        const pressure_config& y) noexcept {
   return x.medium == y.medium && x.high == y.high && x.critical == y.critical
-         && x.hysteresis == y.hysteresis;
+         && x.hysteresis == y.hysteresis
+         && x.evict_cached_at_high == y.evict_cached_at_high;
 }
 
 inline bool operator==(const tenant_config& x, const tenant_config& y) {

@@ -184,11 +184,13 @@ caf::error read_model(const json& obj, model_config& out) {
 caf::error read_pressure(const json& obj, pressure_config& out) {
   object_reader r{obj, "pressure"};
   caf::error err;
-  (err = r.check_keys({"medium", "high", "critical", "hysteresis"}))
+  (err = r.check_keys(
+     {"medium", "high", "critical", "hysteresis", "evict_cached_at_high"}))
     || (err = r.number("medium", out.medium))
     || (err = r.number("high", out.high))
     || (err = r.number("critical", out.critical))
-    || (err = r.number("hysteresis", out.hysteresis));
+    || (err = r.number("hysteresis", out.hysteresis))
+    || (err = r.boolean("evict_cached_at_high", out.evict_cached_at_high));
   return err;
 }
 

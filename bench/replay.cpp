@@ -1,0 +1,359 @@
+// replay: REPLAY.md's bookkeeping benchmark. Replays a trace through the
+// cache in two modes - through the blocking facade, one call per operation,
+// and through the batched step message sent by a scheduler that is itself an
+// actor - and prints one JSON line per mode. Both modes make the same
+// decisions (bench/replay_scheduler.hpp), so their hit rates and preemption
+// counts agree; only the cost of reaching the cache differs.
+//
+//   replay --trace FILE [--mode facade|step|both] [--num-blocks N]
+//          [--max-admits K] [--scheduler-threads N]
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <iostream>
+#include <memory>
+#include <unordered_map>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <nlohmann/json.hpp>
+
+#include "bench/replay_scheduler.hpp"
+#include "bench/trace.hpp"
+#include "kvactor/actors/kv_cache_manager.hpp"
+#include "kvactor/messages/error.hpp"
+
+using namespace kvactor;
+using namespace kvactor::bench;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+double ms(clock_type::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+/// Latencies of one kind of operation, in microseconds.
+struct latencies {
+  std::uint64_t calls = 0;
+  std::vector<double> us;
+
+  void add(double micros) {
+    us.push_back(micros);
+  }
+
+  nlohmann::json to_json() {
+    nlohmann::json out{{"calls", calls}};
+    if (us.empty()) {
+      out["mean_us"] = out["p50_us"] = out["p99_us"] = nullptr;
+      return out;
+    }
+    std::sort(us.begin(), us.end());
+    double sum = 0;
+    for (auto x : us)
+      sum += x;
+    auto pick = [&](double q) {
+      return us[std::min(us.size() - 1, static_cast<std::size_t>(q * us.size()))];
+    };
+    out["mean_us"] = sum / us.size();
+    out["p50_us"] = pick(0.50);
+    out["p99_us"] = pick(0.99);
+    return out;
+  }
+};
+
+struct run_figures {
+  double bookkeeping_ms = 0;
+  double wall_ms = 0;
+  latencies alloc, extend, free, message;
+};
+
+cache_config config_for(const trace& tr, std::uint32_t num_blocks) {
+  cache_config cfg;
+  cfg.block_size = tr.block_size;
+  cfg.model = model_config{1, 1, 8, dtype::fp16};
+  cfg.storage = "none"; // bookkeeping only
+  cfg.num_gpu_blocks = num_blocks;
+  cfg.gc_interval_ms = 0;
+  // REPLAY.md's policy evicts cached blocks only when an allocation needs
+  // them (least recently used first).
+  cfg.pressure.evict_cached_at_high = false;
+  return cfg;
+}
+
+nlohmann::json report(const std::string& mode, const trace& tr,
+                      const cache_config& cfg, const replay_scheduler& sched,
+                      const cache_manager_stats& st, run_figures& fig) {
+  auto block_ops = st.blocks_allocated + st.prefix_hit_blocks + st.blocks_freed
+                   + st.blocks_cached + st.eviction_count;
+  nlohmann::json out{
+    {"impl", "kvactor"},
+    {"mode", mode},
+    {"trace", tr.path},
+    {"requests", tr.requests.size()},
+    {"block_size", cfg.block_size},
+    {"num_blocks", cfg.num_gpu_blocks},
+    {"steps", sched.steps()},
+    {"total_bookkeeping_ms", fig.bookkeeping_ms},
+    {"replay_wall_ms", fig.wall_ms},
+    {"block_ops", block_ops},
+    {"ops_per_sec", fig.bookkeeping_ms > 0
+                      ? block_ops / (fig.bookkeeping_ms / 1000.0)
+                      : 0.0},
+    {"allocate", fig.alloc.to_json()},
+    {"extend", fig.extend.to_json()},
+    {"free", fig.free.to_json()},
+    {"prefix_hit_rate", st.cache_hit_rate},
+    {"peak_blocks_used", sched.peak_blocks_used()},
+    {"avg_blocks_used", sched.avg_blocks_used()},
+    {"preemptions", sched.preemptions()},
+    {"finished", sched.finished()},
+  };
+  if (mode == "step") {
+    // No operation has a latency of its own here: allocate / extend / free
+    // show each message's round trip divided by the operations it carried.
+    out["latency"] = "amortized_per_op";
+    out["messages"] = fig.message.to_json();
+  } else {
+    out["latency"] = "per_call";
+  }
+  return out;
+}
+
+// -- facade mode ---------------------------------------------------------------------
+
+using handle_map = std::unordered_map<request_id, std::shared_ptr<kv_cache_handle>>;
+
+/// Executes one step's work with one blocking call per operation, with the
+/// step message's semantics (messages/step.hpp).
+step_result run_through_facade(kv_cache_manager& mgr, const step_request& step,
+                               handle_map& live, run_figures& fig) {
+  step_result r;
+  auto timed = [&](latencies& lat, auto&& call) {
+    auto t0 = clock_type::now();
+    auto res = call();
+    auto dt = clock_type::now() - t0;
+    ++lat.calls;
+    lat.add(ms(dt) * 1000.0);
+    fig.bookkeeping_ms += ms(dt);
+    return res;
+  };
+  for (auto id : step.frees) {
+    if (auto err = timed(fig.free, [&] { return mgr.deallocate(id); }))
+      r.failed.push_back(op_failure{id, err});
+    live.erase(id);
+  }
+  auto& ops = step.extends;
+  std::vector<bool> gone(ops.size(), false);
+  auto last = ops.size();
+  std::vector<token_id> tok(1);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (gone[i])
+      continue;
+    tok[0] = step.tokens[i];
+    for (;;) {
+      auto err = timed(fig.extend, [&] { return mgr.append(*live[ops[i].id], tok); });
+      if (!err)
+        break;
+      if (!has_code(err, errc::out_of_blocks)) {
+        r.failed.push_back(op_failure{ops[i].id, err});
+        break;
+      }
+      while (last > i && gone[last - 1])
+        --last;
+      auto victim = last - 1;
+      gone[victim] = true;
+      auto vid = ops[victim].id;
+      if (auto perr = timed(fig.free, [&] { return mgr.preempt(vid); }))
+        r.failed.push_back(op_failure{vid, perr});
+      r.preempted.push_back(vid);
+      live.erase(vid);
+      if (victim == i)
+        break;
+    }
+  }
+  if (r.preempted.empty()) {
+    for (auto& req : step.admits) {
+      auto h = timed(fig.alloc, [&] { return mgr.allocate(req); });
+      if (!h) {
+        if (has_code(h.error(), errc::out_of_blocks))
+          break;
+        r.failed.push_back(op_failure{req.id, h.error()});
+        continue;
+      }
+      live[req.id] = *h;
+      r.admitted.push_back(admission{req.id, 0, 0,
+                                     block_table{{}, req.prompt.size(), 0}});
+    }
+  }
+  auto st = mgr.stats(); // untimed: usage figures only
+  r.used_blocks = st.total_blocks - st.free_blocks;
+  r.free_blocks = st.free_blocks;
+  return r;
+}
+
+nlohmann::json replay_facade(caf::actor_system& sys, const trace& tr,
+                             const cache_config& cfg, std::size_t max_admits) {
+  auto started = kv_cache_manager::start(sys, cfg);
+  if (!started)
+    throw std::runtime_error(render(started.error()));
+  auto& mgr = *started;
+  replay_scheduler sched{tr, cfg, max_admits};
+  run_figures fig;
+  handle_map live;
+  auto t0 = clock_type::now();
+  while (!sched.done()) {
+    auto step = sched.begin_step();
+    while (sched.apply(run_through_facade(mgr, step, live, fig)))
+      step = sched.more_admits();
+    sched.end_step();
+  }
+  fig.wall_ms = ms(clock_type::now() - t0);
+  return report("facade", tr, cfg, sched, mgr.stats(), fig);
+}
+
+// -- step mode: a scheduler actor, one message per step --------------------------------
+
+/// Drives `sched` against `mgr` with one step message per step, then
+/// fulfils `done`.
+caf::behavior step_driver(caf::event_based_actor* self, replay_scheduler* sched,
+                          kv_cache_manager_actor mgr, run_figures* fig,
+                          std::promise<void>* done) {
+  auto issue = std::make_shared<std::function<void(step_request)>>();
+  auto next = std::make_shared<std::function<void()>>();
+  *next = [=] {
+    if (sched->done()) {
+      done->set_value();
+      self->quit();
+      return;
+    }
+    (*issue)(sched->begin_step());
+  };
+  *issue = [=](step_request req) {
+    auto n_alloc = req.admits.size();
+    auto n_ext = req.extends.size();
+    auto n_free = req.frees.size();
+    auto t0 = clock_type::now();
+    self->request(mgr, caf::infinite, step_atom::value, std::move(req))
+      .then(
+        [=](step_result& res) {
+          auto dt = ms(clock_type::now() - t0);
+          fig->bookkeeping_ms += dt;
+          ++fig->message.calls;
+          fig->message.add(dt * 1000.0);
+          auto ops = n_alloc + n_ext + n_free;
+          auto per_op = ops == 0 ? 0.0 : dt * 1000.0 / ops;
+          auto note = [&](latencies& lat, std::size_t n) {
+            lat.calls += n;
+            for (std::size_t i = 0; i < n; ++i)
+              lat.add(per_op);
+          };
+          note(fig->alloc, n_alloc);
+          note(fig->extend, n_ext);
+          note(fig->free, n_free);
+          try {
+            if (sched->apply(res)) {
+              (*issue)(sched->more_admits());
+              return;
+            }
+          } catch (...) {
+            done->set_exception(std::current_exception());
+            self->quit();
+            return;
+          }
+          sched->end_step();
+          (*next)();
+        },
+        [=](caf::error& err) {
+          done->set_exception(
+            std::make_exception_ptr(std::runtime_error(render(err))));
+          self->quit();
+        });
+  };
+  (*next)();
+  return {[](caf::unit_t) {}};
+}
+
+nlohmann::json replay_step(caf::actor_system& sys, const trace& tr,
+                           const cache_config& cfg, std::size_t max_admits) {
+  auto started = kv_cache_manager::start(sys, cfg);
+  if (!started)
+    throw std::runtime_error(render(started.error()));
+  auto& mgr = *started;
+  replay_scheduler sched{tr, cfg, max_admits};
+  run_figures fig;
+  std::promise<void> done;
+  auto finished = done.get_future();
+  auto t0 = clock_type::now();
+  sys.spawn(step_driver, &sched, mgr.actor(), &fig, &done);
+  finished.get();
+  fig.wall_ms = ms(clock_type::now() - t0);
+  return report("step", tr, cfg, sched, mgr.stats(), fig);
+}
+
+int usage() {
+  std::cerr << "usage: replay --trace FILE [--mode facade|step|both] "
+               "[--num-blocks N] [--max-admits K] [--scheduler-threads N]\n";
+  return 2;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::string path;
+  std::string mode = "both";
+  std::uint32_t num_blocks = 0;
+  std::size_t max_admits = 8;
+  std::uint32_t threads = 0;
+  for (int i = 1; i < argc; ++i) {
+    auto arg = std::string{argv[i]};
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc)
+        throw std::invalid_argument(arg + " needs a value");
+      return argv[++i];
+    };
+    try {
+      if (arg == "--trace")
+        path = value();
+      else if (arg == "--mode")
+        mode = value();
+      else if (arg == "--num-blocks")
+        num_blocks = static_cast<std::uint32_t>(std::stoul(value()));
+      else if (arg == "--max-admits")
+        max_admits = std::stoul(value());
+      else if (arg == "--scheduler-threads")
+        threads = static_cast<std::uint32_t>(std::stoul(value()));
+      else
+        return usage();
+    } catch (std::exception& e) {
+      std::cerr << "replay: " << e.what() << '\n';
+      return usage();
+    }
+  }
+  if (path.empty() || (mode != "facade" && mode != "step" && mode != "both")
+      || max_admits == 0)
+    return usage();
+  auto tr = load_trace(path);
+  if (!tr) {
+    std::cerr << "replay: " << render(tr.error()) << '\n';
+    return 1;
+  }
+  auto cfg = config_for(*tr, num_blocks != 0 ? num_blocks : tr->num_blocks);
+  cfg.scheduler_threads = threads;
+  caf::actor_system_config sys_cfg;
+  configure(sys_cfg, cfg);
+  caf::actor_system sys{sys_cfg};
+  try {
+    if (mode == "step" || mode == "both")
+      std::cout << replay_step(sys, *tr, cfg, max_admits).dump() << std::endl;
+    if (mode == "facade" || mode == "both")
+      std::cout << replay_facade(sys, *tr, cfg, max_admits).dump() << std::endl;
+  } catch (std::exception& e) {
+    std::cerr << "replay: " << e.what() << '\n';
+    return 1;
+  }
+  return 0;
+}

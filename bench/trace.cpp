@@ -1,0 +1,117 @@
+// load_trace: JSON lines -> trace, validating as it goes.
+#include "bench/trace.hpp"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor::bench {
+
+namespace {
+
+struct line_error {
+  std::string what;
+};
+
+const nlohmann::json& field(const nlohmann::json& obj, const char* name) {
+  auto i = obj.find(name);
+  if (i == obj.end())
+    throw line_error{std::string{name} + ": missing"};
+  return *i;
+}
+
+std::uint64_t count(const nlohmann::json& obj, const char* name) {
+  auto& v = field(obj, name);
+  if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
+    throw line_error{std::string{name} + ": expected a non-negative integer"};
+  return v.get<std::uint64_t>();
+}
+
+std::vector<token_id> tokens(const nlohmann::json& obj, const char* name,
+                             std::uint64_t len, std::uint32_t vocab) {
+  auto& v = field(obj, name);
+  if (!v.is_array())
+    throw line_error{std::string{name} + ": expected an array of token ids"};
+  if (v.size() != len)
+    throw line_error{std::string{name} + ": " + std::to_string(v.size())
+                     + " tokens, but its length field says "
+                     + std::to_string(len)};
+  std::vector<token_id> out;
+  out.reserve(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    auto& t = v[i];
+    if (!t.is_number_integer() || t.get<std::int64_t>() < 0
+        || (vocab != 0 && t.get<std::int64_t>() >= vocab))
+      throw line_error{std::string{name} + "[" + std::to_string(i)
+                       + "]: token id out of range [0, "
+                       + std::to_string(vocab) + ")"};
+    out.push_back(t.get<token_id>());
+  }
+  return out;
+}
+
+} // namespace
+
+caf::expected<trace> load_trace(const std::string& path) {
+  std::ifstream in{path};
+  if (!in)
+    return make_error(errc::invalid_request, path + ": cannot open");
+  trace out;
+  out.path = path;
+  std::string text;
+  std::size_t line = 0;
+  std::uint64_t last_step = 0;
+  try {
+    while (std::getline(in, text)) {
+      ++line;
+      if (text.empty())
+        continue;
+      auto obj = nlohmann::json::parse(text, nullptr, false);
+      if (obj.is_discarded() || !obj.is_object())
+        throw line_error{"not a JSON object"};
+      auto& type = field(obj, "type");
+      if (line == 1) {
+        if (type != "header")
+          throw line_error{"type: the first line must be the header"};
+        out.block_size = static_cast<std::uint32_t>(count(obj, "block_size"));
+        out.num_blocks = static_cast<std::uint32_t>(count(obj, "num_blocks"));
+        out.max_model_len = count(obj, "max_model_len");
+        out.vocab = static_cast<std::uint32_t>(count(obj, "vocab"));
+        if (out.block_size == 0)
+          throw line_error{"block_size: must be > 0"};
+        continue;
+      }
+      if (type != "req")
+        throw line_error{"type: expected \"req\""};
+      trace_request r;
+      r.id = count(obj, "id");
+      r.arrival_step = count(obj, "arrival_step");
+      if (r.arrival_step < last_step)
+        throw line_error{"arrival_step: requests must come in arrival order"};
+      last_step = r.arrival_step;
+      auto& sp = field(obj, "sys_prompt");
+      if (!sp.is_number_integer())
+        throw line_error{"sys_prompt: expected an integer"};
+      r.sys_prompt = sp.get<std::int64_t>();
+      auto plen = count(obj, "prompt_len");
+      auto olen = count(obj, "output_len");
+      if (plen == 0)
+        throw line_error{"prompt_len: must be > 0"};
+      if (olen == 0)
+        throw line_error{"output_len: must be > 0"};
+      r.prompt = tokens(obj, "prompt", plen, out.vocab);
+      r.output = tokens(obj, "output", olen, out.vocab);
+      out.requests.push_back(std::move(r));
+    }
+  } catch (line_error& e) {
+    return make_error(errc::invalid_request,
+                      path + ":" + std::to_string(line) + ": " + e.what);
+  }
+  if (line == 0)
+    return make_error(errc::invalid_request, path + ": empty trace");
+  return out;
+}
+
+} // namespace kvactor::bench
