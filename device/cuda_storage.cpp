@@ -1,1 +1,263 @@
-// placeholder: being written
+// Storage kind "cuda": memory, streams, ordering and tickets around the
+// kernels of kernels.cu (cuda_storage.hpp).
+#include "kvactor/device/cuda_storage.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <string>
+
+#include <caf/error.hpp>
+#include <cuda_runtime_api.h>
+
+#include "kvactor/device/validate.hpp"
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor {
+
+namespace {
+
+std::string cuda_text(cudaError_t err) {
+  return std::string{cudaGetErrorName(err)} + " (" + cudaGetErrorString(err)
+         + ")";
+}
+
+caf::error device_failure(std::string text) {
+  return make_error(errc::device_failure, std::move(text));
+}
+
+} // namespace
+
+int detail::cuda_device_count(std::string& why) noexcept {
+  int n = 0;
+  auto err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess) {
+    cudaGetLastError(); // not sticky: leave no trace for later checks
+    why = cuda_text(err);
+    return 0;
+  }
+  if (n == 0)
+    why = "no CUDA device";
+  return n;
+}
+
+caf::expected<std::unique_ptr<storage>>
+cuda_storage::make(const storage_options& opts) {
+  std::string why;
+  auto count = detail::cuda_device_count(why);
+  if (count == 0)
+    return device_failure("storage cuda: no CUDA device answers: " + why);
+  if (opts.device_index < 0 || opts.device_index >= count)
+    return device_failure("storage cuda: no device " + std::to_string(opts.device_index)
+                          + " (" + std::to_string(count) + " present)");
+  if (auto err = cudaSetDevice(opts.device_index))
+    return device_failure("storage cuda: cudaSetDevice("
+                          + std::to_string(opts.device_index)
+                          + "): " + cuda_text(err));
+  auto layout = opts.layout;
+  if (layout.num_blocks == 0) {
+    auto util = opts.gpu_memory_utilization;
+    if (!(util > 0 && util <= 1))
+      return make_error(errc::invalid_config,
+                        "gpu_memory_utilization must be in (0, 1]: "
+                          + std::to_string(util));
+    if (auto err = detail::check_layout(layout, false))
+      return err;
+    std::size_t free_bytes = 0;
+    std::size_t total_bytes = 0;
+    if (auto err = cudaMemGetInfo(&free_bytes, &total_bytes))
+      return device_failure("storage cuda: cudaMemGetInfo: " + cuda_text(err));
+    auto blocks = std::floor(util * static_cast<double>(free_bytes)
+                             / static_cast<double>(layout.bytes_per_block()));
+    blocks = std::min(blocks, static_cast<double>(no_block - 1));
+    if (blocks < 1)
+      return device_failure("storage cuda: " + std::to_string(util) + " of "
+                            + std::to_string(free_bytes)
+                            + " free bytes holds no block of "
+                            + std::to_string(layout.bytes_per_block())
+                            + " bytes");
+    layout.num_blocks = static_cast<std::uint32_t>(blocks);
+  }
+  if (auto err = detail::check_layout(layout, true))
+    return err;
+  std::unique_ptr<cuda_storage> self{
+    new cuda_storage(layout, opts.device_index)};
+  if (auto err = self->init())
+    return err;
+  return std::unique_ptr<storage>{std::move(self)};
+}
+
+cuda_storage::cuda_storage(storage_layout layout, int device)
+  : storage(layout),
+    device_(device),
+    uploads_(tickets_),
+    device_hazards_(layout.num_blocks, num_streams),
+    host_hazards_(layout.num_host_blocks, num_streams) {
+}
+
+caf::error cuda_storage::init() {
+  const auto dev_bytes = layout_.device_bytes();
+  void* p = nullptr;
+  if (auto err = cudaMalloc(&p, dev_bytes)) {
+    cudaGetLastError();
+    return device_failure("storage cuda: cudaMalloc of " + std::to_string(dev_bytes)
+                          + " bytes (" + std::to_string(layout_.num_blocks)
+                          + " blocks x " + std::to_string(layout_.bytes_per_block())
+                          + " bytes) failed: " + cuda_text(err));
+  }
+  pools_ = static_cast<std::byte*>(p);
+  if (layout_.num_host_blocks > 0) {
+    const auto host_bytes = layout_.host_bytes();
+    if (auto err = cudaHostAlloc(&p, host_bytes, cudaHostAllocDefault)) {
+      cudaGetLastError();
+      return device_failure("storage cuda: cudaHostAlloc of "
+                            + std::to_string(host_bytes) + " bytes ("
+                            + std::to_string(layout_.num_host_blocks)
+                            + " host blocks) failed: " + cuda_text(err));
+    }
+    host_tier_ = static_cast<std::byte*>(p);
+  }
+  for (auto& s : streams_)
+    if (auto err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking))
+      return fail(err, "cudaStreamCreate");
+  if (auto err = uploads_.init())
+    return fail(err, "upload ring");
+  int pitch = 0;
+  if (auto err = cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, device_))
+    return fail(err, "cudaDeviceGetAttribute(MaxPitch)");
+  max_pitch_ = static_cast<std::size_t>(pitch);
+  return caf::none;
+}
+
+cuda_storage::~cuda_storage() {
+  // Errors are ignored here: a failed device cannot be cleaned up better.
+  cudaSetDevice(device_);
+  for (auto s : streams_)
+    if (s != nullptr)
+      cudaStreamSynchronize(s);
+  for (auto s : streams_)
+    if (s != nullptr)
+      cudaStreamDestroy(s);
+  cudaFree(pools_);
+  cudaFreeHost(host_tier_);
+}
+
+void* cuda_storage::layer_base(std::uint32_t layer) noexcept {
+  if (layer >= layout_.num_layers)
+    return nullptr;
+  return pools_ + std::size_t{layer} * layout_.layer_bytes(layout_.num_blocks);
+}
+
+void* cuda_storage::host_layer_base(std::uint32_t layer) noexcept {
+  if (host_tier_ == nullptr || layer >= layout_.num_layers)
+    return nullptr;
+  return host_tier_
+         + std::size_t{layer} * layout_.layer_bytes(layout_.num_host_blocks);
+}
+
+detail::pool_geometry cuda_storage::geometry() const noexcept {
+  return {pools_, layout_.num_layers, layout_.num_blocks, layout_.block_size,
+          layout_.block_bytes() / layout_.block_size};
+}
+
+caf::error cuda_storage::usable() {
+  if (!failed_.empty())
+    return device_failure(failed_);
+  if (auto err = cudaSetDevice(device_))
+    return fail(err, "cudaSetDevice");
+  return caf::none;
+}
+
+caf::error cuda_storage::fail(int err, const char* what) {
+  if (failed_.empty())
+    failed_ = std::string{"storage cuda: "} + what + ": "
+              + cuda_text(static_cast<cudaError_t>(err));
+  return device_failure(failed_);
+}
+
+caf::error cuda_storage::order(const detail::hazard_tracker::waits& w,
+                               stream_role role) {
+  const auto self = stream_of(role);
+  for (std::size_t s = 0; s < num_streams; ++s) {
+    if (s == self || w[s] == 0)
+      continue;
+    if (auto ev = tickets_.event(w[s]))
+      if (auto err = cudaStreamWaitEvent(streams_[self], ev, 0))
+        return fail(err, "cudaStreamWaitEvent");
+  }
+  return caf::none;
+}
+
+caf::expected<ticket> cuda_storage::submit(stream_role role) {
+  auto stream = streams_[stream_of(role)];
+  const auto t = next_ticket_;
+  if (auto err = tickets_.record(t, stream))
+    return fail(err, "cudaEventRecord");
+  ++next_ticket_;
+  if (has_wake_)
+    if (auto err = cudaLaunchHostFunc(stream, &cuda_storage::on_complete, this))
+      return fail(err, "cudaLaunchHostFunc");
+  if (auto err = tickets_.trim())
+    return fail(err, "cudaEventQuery");
+  return t;
+}
+
+caf::error cuda_storage::check_accessible(const void* p, const char* op,
+                                          const char* what) {
+  if (p == nullptr)
+    return caf::none;
+  cudaPointerAttributes attr{};
+  if (auto err = cudaPointerGetAttributes(&attr, p)) {
+    cudaGetLastError();
+    return make_error(errc::invalid_request, std::string{op} + ": " + what
+                                               + " is not a CUDA pointer: "
+                                               + cuda_text(err));
+  }
+  if (attr.type == cudaMemoryTypeUnregistered)
+    return make_error(errc::invalid_request,
+                      std::string{op} + ": " + what
+                        + " is pageable host memory: pass device or pinned "
+                          "memory");
+  return caf::none;
+}
+
+bool cuda_storage::done(ticket t) {
+  if (!failed_.empty())
+    return true;
+  bool all_done = false;
+  if (auto err = tickets_.poll(t, all_done)) {
+    fail(err, "cudaEventQuery");
+    return true;
+  }
+  return all_done;
+}
+
+caf::error cuda_storage::wait(ticket t) {
+  if (auto err = usable())
+    return err;
+  if (auto err = tickets_.sync(t))
+    return fail(err, "cudaEventSynchronize");
+  return caf::none;
+}
+
+void cuda_storage::set_wake(std::function<void()> wake) {
+  has_wake_ = static_cast<bool>(wake);
+  std::lock_guard<std::mutex> guard{wake_mutex_};
+  wake_ = has_wake_ ? std::make_shared<const std::function<void()>>(
+                        std::move(wake))
+                    : nullptr;
+}
+
+void cuda_storage::on_complete(void* self) {
+  // Runs on CUDA's callback thread: must not call CUDA.
+  auto* st = static_cast<cuda_storage*>(self);
+  std::shared_ptr<const std::function<void()>> wake;
+  {
+    std::lock_guard<std::mutex> guard{st->wake_mutex_};
+    wake = st->wake_;
+  }
+  if (wake)
+    (*wake)();
+}
+
+} // namespace kvactor

@@ -1,1 +1,274 @@
-// placeholder: being written
+// kvactor's CUDA kernels and the batched swap copy (launchers: kernels.hpp).
+// Layout (storage.hpp): pool = [num_layers][2 (K, V)][num_blocks][block_size]
+// [num_heads][head_dim]; a "plane" is one layer's K or V pool, a "row" one
+// token of one plane (row_bytes), a block of a plane block_bytes contiguous.
+#include "kvactor/device/kernels.hpp"
+
+#include <algorithm>
+
+#include "kvactor/device/kernels.cuh"
+
+namespace kvactor::detail {
+
+namespace {
+
+constexpr int threads_per_block = 256;
+constexpr int warps_per_block = threads_per_block / 32;
+constexpr std::int64_t max_grid_x = 0x7fffffff;
+constexpr std::int64_t max_grid_y = 65535;
+// Byte movers ask for 4 resident blocks per SM (at most 64 registers): with
+// 8 x 16 B loads per thread that is 128 KiB in flight per SM.
+
+// Grid: (min(num_pairs, 2^31 - 1), min(2 * num_layers, 65535)), strided over
+// both. Block: 256. CUDA block (p, q) copies pair p's block in plane q: one
+// chunk of block_bytes (32 KiB for 16 tokens x 8 heads x 128 fp16 = one
+// round of 8 int4 per thread).
+template <class T>
+__global__ void __launch_bounds__(threads_per_block, 4) copy_blocks_kernel(
+  char* pool,                            // [num_planes][num_blocks][block_bytes]
+  const block_pair* __restrict__ pairs,  // [num_pairs]
+  std::int64_t num_pairs, std::int64_t num_planes, std::int64_t plane_bytes,
+  std::int64_t block_bytes) {
+  const std::int64_t n = block_bytes / static_cast<std::int64_t>(sizeof(T));
+  for (std::int64_t p = blockIdx.x; p < num_pairs; p += gridDim.x) {
+    const block_pair bp = pairs[p];
+    const std::int64_t src = bp.src * block_bytes;
+    const std::int64_t dst = bp.dst * block_bytes;
+    for (std::int64_t q = blockIdx.y; q < num_planes; q += gridDim.y) {
+      char* plane = pool + q * plane_bytes;
+      copy_chunk(reinterpret_cast<T*>(plane + dst),
+                 reinterpret_cast<const T*>(plane + src), n, threadIdx.x,
+                 blockDim.x);
+    }
+  }
+}
+
+// Grid: min(ceil(2 * num_tokens / 8), 2^31 - 1), strided. Block: 256 = 8
+// warps. Each warp moves one row r: token r / 2's K (r even) or V (r odd), to
+// slot slots[r / 2] (block * block_size + offset; a row of a plane is at
+// slot * row_bytes). Slot -1 skips the token (padding).
+template <class T>
+__global__ void __launch_bounds__(threads_per_block, 4) write_slots_kernel(
+  char* __restrict__ k_plane,              // [num_blocks * block_size][row_bytes]
+  char* __restrict__ v_plane,              // [num_blocks * block_size][row_bytes]
+  const char* __restrict__ key,            // [num_tokens][num_heads][head_dim]
+  const char* __restrict__ value,          // [num_tokens][num_heads][head_dim]
+  const std::int64_t* __restrict__ slots,  // [num_tokens]
+  std::int64_t num_tokens, std::int64_t row_bytes) {
+  const int lane = threadIdx.x % 32;
+  const std::int64_t n = row_bytes / static_cast<std::int64_t>(sizeof(T));
+  const std::int64_t rows = 2 * num_tokens;
+  const std::int64_t stride = std::int64_t{gridDim.x} * warps_per_block;
+  for (std::int64_t r = std::int64_t{blockIdx.x} * warps_per_block
+                        + threadIdx.x / 32;
+       r < rows; r += stride) {
+    const std::int64_t t = r >> 1;
+    const std::int64_t slot = slots[t];
+    if (slot < 0)
+      continue;
+    const bool is_v = (r & 1) != 0;
+    const char* src = (is_v ? value : key) + t * row_bytes;
+    char* dst = (is_v ? v_plane : k_plane) + slot * row_bytes;
+    copy_chunk(reinterpret_cast<T*>(dst), reinterpret_cast<const T*>(src), n,
+               lane, 32);
+  }
+}
+
+// Grid: (min(num_chunks, 2^31 - 1), 2), strided. Block: 256. CUDA block (j,
+// kv) copies the first min(block_size, num_tokens - j * block_size) rows of
+// list block j of the K (kv = 0) or V plane: one contiguous run, to rows
+// j * block_size.. of the output.
+template <class T>
+__global__ void __launch_bounds__(threads_per_block, 4) gather_blocks_kernel(
+  const char* __restrict__ k_plane,        // [num_blocks][block_size][row_bytes]
+  const char* __restrict__ v_plane,        // [num_blocks][block_size][row_bytes]
+  const std::uint32_t* __restrict__ blocks,  // [num_chunks]
+  char* __restrict__ key_out,              // [num_tokens][num_heads][head_dim]
+  char* __restrict__ value_out,            // [num_tokens][num_heads][head_dim]
+  std::int64_t num_chunks, std::int64_t num_tokens, std::int64_t block_size,
+  std::int64_t row_bytes) {
+  const std::int64_t block_bytes = block_size * row_bytes;
+  for (std::int64_t j = blockIdx.x; j < num_chunks; j += gridDim.x) {
+    const std::int64_t first = j * block_size;
+    const std::int64_t rows = min(block_size, num_tokens - first);
+    const std::int64_t src = std::int64_t{blocks[j]} * block_bytes;
+    const bool is_v = blockIdx.y == 1;
+    copy_chunk(
+      reinterpret_cast<T*>((is_v ? value_out : key_out) + first * row_bytes),
+      reinterpret_cast<const T*>((is_v ? v_plane : k_plane) + src),
+      rows * row_bytes / static_cast<std::int64_t>(sizeof(T)), threadIdx.x,
+      blockDim.x);
+  }
+}
+
+__device__ __forceinline__ std::uint64_t mix64(std::uint64_t x) {
+  // splitmix64's finaliser: a bijection, so distinct offsets never collide.
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Grid: up to 4096 blocks, strided. Block: 256. Word i gets mix64(seed + i);
+// a byte-granular tail (or an unaligned dst) gets the low byte of the hash.
+__global__ void fill_random_kernel(
+  unsigned char* __restrict__ dst,  // [bytes]
+  std::int64_t bytes, std::uint64_t seed) {
+  const std::int64_t stride = std::int64_t{gridDim.x} * blockDim.x;
+  const std::int64_t tid = std::int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  const bool aligned = reinterpret_cast<std::uintptr_t>(dst) % 8 == 0;
+  const std::int64_t words = aligned ? bytes / 8 : 0;
+  auto* w = reinterpret_cast<std::uint64_t*>(dst);
+  for (std::int64_t i = tid; i < words; i += stride)
+    w[i] = mix64(seed + static_cast<std::uint64_t>(i));
+  for (std::int64_t i = words * 8 + tid; i < bytes; i += stride)
+    dst[i] = static_cast<unsigned char>(
+      mix64(~seed + static_cast<std::uint64_t>(i)));
+}
+
+unsigned grid_of(std::int64_t work, std::int64_t cap) {
+  return static_cast<unsigned>(std::max<std::int64_t>(1, std::min(work, cap)));
+}
+
+cudaStream_t as_stream(void* s) {
+  return static_cast<cudaStream_t>(s);
+}
+
+int last_error() {
+  return static_cast<int>(cudaGetLastError());
+}
+
+} // namespace
+
+int launch_copy_blocks(const pool_geometry& pool, const block_pair* pairs,
+                       std::size_t num_pairs, void* stream) {
+  if (num_pairs == 0)
+    return 0;
+  const auto block_bytes = static_cast<std::int64_t>(pool.block_bytes());
+  const auto planes = std::int64_t{2} * pool.num_layers;
+  const dim3 grid(grid_of(static_cast<std::int64_t>(num_pairs), max_grid_x),
+                  grid_of(planes, max_grid_y));
+  const auto bits = address_bits(pool.base) | pool.block_bytes();
+  return with_vector_type(bits, [&](auto tag) {
+    using T = decltype(tag);
+    copy_blocks_kernel<T><<<grid, threads_per_block, 0, as_stream(stream)>>>(
+      static_cast<char*>(pool.base), pairs,
+      static_cast<std::int64_t>(num_pairs), planes,
+      block_bytes * pool.num_blocks, block_bytes);
+    return last_error();
+  });
+}
+
+int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
+                       const void* key, const void* value,
+                       const std::int64_t* slots, std::size_t num_tokens,
+                       void* stream) {
+  if (num_tokens == 0)
+    return 0;
+  const auto plane_bytes = pool.block_bytes() * pool.num_blocks;
+  auto k_plane = static_cast<char*>(pool.base) + std::size_t{layer} * 2 * plane_bytes;
+  auto v_plane = k_plane + plane_bytes;
+  const auto rows = 2 * static_cast<std::int64_t>(num_tokens);
+  const auto grid = grid_of((rows + warps_per_block - 1) / warps_per_block,
+                            max_grid_x);
+  const auto bits = address_bits(pool.base) | pool.row_bytes
+                    | address_bits(key) | address_bits(value);
+  return with_vector_type(bits, [&](auto tag) {
+    using T = decltype(tag);
+    write_slots_kernel<T><<<grid, threads_per_block, 0, as_stream(stream)>>>(
+      k_plane, v_plane, static_cast<const char*>(key),
+      static_cast<const char*>(value), slots,
+      static_cast<std::int64_t>(num_tokens),
+      static_cast<std::int64_t>(pool.row_bytes));
+    return last_error();
+  });
+}
+
+int launch_gather_blocks(const pool_geometry& pool, std::uint32_t layer,
+                         const std::uint32_t* blocks, std::size_t num_list,
+                         std::size_t num_tokens, void* key_out,
+                         void* value_out, void* stream) {
+  if (num_tokens == 0)
+    return 0;
+  const auto bs = static_cast<std::int64_t>(pool.block_size);
+  const auto chunks = std::min<std::int64_t>(
+    static_cast<std::int64_t>(num_list),
+    (static_cast<std::int64_t>(num_tokens) + bs - 1) / bs);
+  const auto plane_bytes = pool.block_bytes() * pool.num_blocks;
+  auto k_plane = static_cast<const char*>(pool.base) + std::size_t{layer} * 2 * plane_bytes;
+  auto v_plane = k_plane + plane_bytes;
+  const dim3 grid(grid_of(chunks, max_grid_x), 2);
+  const auto bits = address_bits(pool.base) | pool.row_bytes
+                    | address_bits(key_out) | address_bits(value_out);
+  return with_vector_type(bits, [&](auto tag) {
+    using T = decltype(tag);
+    gather_blocks_kernel<T><<<grid, threads_per_block, 0, as_stream(stream)>>>(
+      k_plane, v_plane, blocks, static_cast<char*>(key_out),
+      static_cast<char*>(value_out), chunks,
+      static_cast<std::int64_t>(num_tokens), bs,
+      static_cast<std::int64_t>(pool.row_bytes));
+    return last_error();
+  });
+}
+
+// Why one cudaMemcpy2DAsync per run: copy engines move the bytes (no SM time
+// taken from attention kernels, which a zero-copy kernel would need), and one
+// call moves a run's 2 * num_layers planes at once: with 32 layers and 32 KiB
+// blocks a single random block is already 2 MiB per call, so the per-call
+// cost (a few us) is amortised over ~40 us of PCIe transfer. vLLM's one
+// cudaMemcpyAsync per block per plane pays that cost for every 32 KiB.
+int launch_swap(const pool_geometry& pool, void* host_base,
+                std::uint32_t num_host_blocks, const swap_run* runs,
+                std::size_t num_runs, swap_direction dir,
+                std::size_t max_pitch, void* stream) {
+  const std::size_t bb = pool.block_bytes();
+  const std::size_t dev_pitch = bb * pool.num_blocks;
+  const std::size_t host_pitch = bb * num_host_blocks;
+  const std::size_t planes = std::size_t{2} * pool.num_layers;
+  const bool to_host = dir == swap_direction::device_to_host;
+  const auto kind = to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
+  const bool two_d = dev_pitch <= max_pitch && host_pitch <= max_pitch;
+  auto dev_base = static_cast<char*>(pool.base);
+  auto tier = static_cast<char*>(host_base);
+  for (std::size_t i = 0; i < num_runs; ++i) {
+    const auto& run = runs[i];
+    char* dev = dev_base + std::size_t{run.device_first} * bb;
+    char* host = tier + std::size_t{run.host_first} * bb;
+    const std::size_t width = std::size_t{run.count} * bb;
+    char* dst = to_host ? host : dev;
+    const char* src = to_host ? dev : host;
+    const std::size_t dpitch = to_host ? host_pitch : dev_pitch;
+    const std::size_t spitch = to_host ? dev_pitch : host_pitch;
+    cudaError_t err = cudaSuccess;
+    if (two_d) {
+      err = cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, planes, kind,
+                              as_stream(stream));
+    } else {
+      for (std::size_t q = 0; q < planes && err == cudaSuccess; ++q)
+        err = cudaMemcpyAsync(dst + q * dpitch, src + q * spitch, width, kind,
+                              as_stream(stream));
+    }
+    if (err != cudaSuccess)
+      return static_cast<int>(err);
+  }
+  return 0;
+}
+
+int launch_fill_random(void* dst, std::size_t bytes, std::uint64_t seed,
+                       void* stream) {
+  if (bytes == 0)
+    return 0;
+  const auto work = static_cast<std::int64_t>(bytes / 8 + 1);
+  fill_random_kernel<<<grid_of((work + threads_per_block - 1)
+                                 / threads_per_block,
+                               4096),
+                       threads_per_block, 0, as_stream(stream)>>>(
+    static_cast<unsigned char*>(dst), static_cast<std::int64_t>(bytes), seed);
+  return last_error();
+}
+
+const char* cuda_error_text(int err) noexcept {
+  return cudaGetErrorString(static_cast<cudaError_t>(err));
+}
+
+} // namespace kvactor::detail

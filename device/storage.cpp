@@ -1,1 +1,64 @@
-// placeholder: being written
+// Choosing and making a storage backend (storage.hpp): kind names, the auto
+// rule, and the checks every kind shares.
+#include "kvactor/device/storage.hpp"
+
+#include <string>
+
+#include "kvactor/device/host_storage.hpp"
+#include "kvactor/device/null_storage.hpp"
+#include "kvactor/device/validate.hpp"
+#include "kvactor/messages/error.hpp"
+
+#if KVACTOR_HAVE_CUDA
+#  include "kvactor/device/cuda_storage.hpp"
+#endif
+
+namespace kvactor {
+
+const char* to_string(storage_kind x) noexcept {
+  switch (x) {
+    case storage_kind::none: return "none";
+    case storage_kind::host: return "host";
+    case storage_kind::cuda: return "cuda";
+  }
+  return "unknown";
+}
+
+bool cuda_device_available() noexcept {
+#if KVACTOR_HAVE_CUDA
+  std::string why;
+  return detail::cuda_device_count(why) > 0;
+#else
+  return false;
+#endif
+}
+
+caf::expected<std::unique_ptr<storage>>
+make_storage(const storage_options& opts) {
+  auto kind = opts.kind;
+  if (kind == "auto")
+    kind = cuda_device_available() ? "cuda" : "host";
+  if (kind == "none") {
+    if (auto err = detail::check_layout(opts.layout, true))
+      return err;
+    return std::unique_ptr<storage>{new null_storage(opts.layout)};
+  }
+  if (kind == "host") {
+    if (auto err = detail::check_layout(opts.layout, true))
+      return err;
+    return host_storage::make(opts.layout);
+  }
+  if (kind == "cuda") {
+#if KVACTOR_HAVE_CUDA
+    return cuda_storage::make(opts);
+#else
+    return make_error(errc::device_failure,
+                      "storage cuda: kvactor was built without CUDA");
+#endif
+  }
+  return make_error(errc::invalid_config,
+                    "storage: unknown kind (none, host, cuda, auto): "
+                      + opts.kind);
+}
+
+} // namespace kvactor

@@ -1,0 +1,352 @@
+// gpu_bench: bandwidth of the cuda storage's copy_blocks, swaps, write_slots
+// and gather_blocks on random data and random block mappings, each beside the
+// ceiling measured in the same run (device-to-device memcpy, pinned copies)
+// and beside vLLM's one-cudaMemcpyAsync-per-block swap. Prints a table line
+// and a JSON line per measurement.
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include "kvactor/device/cuda_storage.hpp"
+#include "kvactor/device/kernels.hpp"
+#include "kvactor/device/storage.hpp"
+#include "kvactor/messages/error.hpp"
+
+using namespace kvactor;
+
+namespace {
+
+constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
+
+void check(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "gpu_bench: %s: %s\n", what, cudaGetErrorString(err));
+    std::exit(1);
+  }
+}
+
+template <class T>
+T require(caf::expected<T> x, const char* what) {
+  if (!x) {
+    std::fprintf(stderr, "gpu_bench: %s: %s\n", what, render(x.error()).c_str());
+    std::exit(1);
+  }
+  return std::move(*x);
+}
+
+void fill(void* p, std::size_t bytes, std::uint64_t seed) {
+  check(static_cast<cudaError_t>(detail::launch_fill_random(p, bytes, seed, nullptr)),
+        "fill_random");
+  check(cudaDeviceSynchronize(), "fill_random sync");
+}
+
+/// Median milliseconds of `runs` timed calls of op(i) on `stream` (CUDA
+/// events around each), after `warmup` untimed ones.
+template <class F>
+double median_ms(cudaStream_t stream, int warmup, int runs, F&& op) {
+  cudaEvent_t start, stop;
+  check(cudaEventCreate(&start), "cudaEventCreate");
+  check(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<float> times;
+  for (int i = 0; i < warmup + runs; ++i) {
+    check(cudaEventRecord(start, stream), "cudaEventRecord");
+    op(i);
+    check(cudaEventRecord(stop, stream), "cudaEventRecord");
+    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (i >= warmup)
+      times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+struct ceiling {
+  const char* name;
+  double gbps;
+};
+
+/// One measurement: a table line and a JSON line.
+void report(const char* op, const storage_layout& l, std::size_t items,
+            double bytes, double ms, const ceiling& c) {
+  const double gbps = bytes / (ms * 1e-3) / 1e9;
+  const double kib = static_cast<double>(l.block_bytes()) / 1024;
+  std::printf("%-24s %2u heads %4.0f KiB %6zu items %7.2f GiB %9.3f ms "
+              "%8.1f GB/s  %.3f of %s (%.1f GB/s)\n",
+              op, l.num_heads, kib, items, bytes / GiB, ms, gbps, gbps / c.gbps,
+              c.name, c.gbps);
+  std::printf("{\"bench\":\"gpu\",\"op\":\"%s\",\"layers\":%u,\"block_size\":%u,"
+              "\"heads\":%u,\"head_dim\":%u,\"block_bytes\":%zu,\"items\":%zu,"
+              "\"bytes\":%.0f,\"median_ms\":%.4f,\"gbps\":%.2f,"
+              "\"ceiling\":\"%s\",\"ceiling_gbps\":%.2f,\"fraction\":%.4f}\n",
+              op, l.num_layers, l.block_size, l.num_heads, l.head_dim,
+              l.block_bytes(), items, bytes, ms, gbps, c.name, c.gbps,
+              gbps / c.gbps);
+  std::fflush(stdout);
+}
+
+struct ceilings {
+  ceiling d2d, h2d, d2h;
+};
+
+/// Plain copies measured in this run: d2d 1 GiB (bytes read + written),
+/// pinned 256 MiB each way (bytes moved).
+ceilings measure_ceilings(cudaStream_t s, int runs) {
+  const std::size_t big = std::size_t{1} << 30;
+  const std::size_t pinned = std::size_t{256} << 20;
+  void *a = nullptr, *b = nullptr, *h = nullptr;
+  check(cudaMalloc(&a, big), "cudaMalloc");
+  check(cudaMalloc(&b, big), "cudaMalloc");
+  check(cudaHostAlloc(&h, pinned, cudaHostAllocDefault), "cudaHostAlloc");
+  fill(a, big, 1);
+  fill(h, pinned, 2);
+  auto d2d = median_ms(s, 3, runs, [&](int) {
+    check(cudaMemcpyAsync(b, a, big, cudaMemcpyDeviceToDevice, s), "d2d");
+  });
+  auto h2d = median_ms(s, 3, runs, [&](int) {
+    check(cudaMemcpyAsync(b, h, pinned, cudaMemcpyHostToDevice, s), "h2d");
+  });
+  auto d2h = median_ms(s, 3, runs, [&](int) {
+    check(cudaMemcpyAsync(h, a, pinned, cudaMemcpyDeviceToHost, s), "d2h");
+  });
+  cudaFree(a);
+  cudaFree(b);
+  cudaFreeHost(h);
+  ceilings c{{"d2d memcpy", 2.0 * big / (d2d * 1e-3) / 1e9},
+             {"pinned h2d memcpy", pinned / (h2d * 1e-3) / 1e9},
+             {"pinned d2h memcpy", pinned / (d2h * 1e-3) / 1e9}};
+  std::printf("ceilings: d2d memcpy 1 GiB %.1f GB/s (read + written), pinned "
+              "256 MiB h2d %.1f GB/s, d2h %.1f GB/s\n",
+              c.d2d.gbps, c.h2d.gbps, c.d2h.gbps);
+  std::printf("{\"bench\":\"gpu\",\"op\":\"ceilings\",\"d2d_gbps\":%.2f,"
+              "\"h2d_gbps\":%.2f,\"d2h_gbps\":%.2f}\n",
+              c.d2d.gbps, c.h2d.gbps, c.d2h.gbps);
+  return c;
+}
+
+std::vector<block_id> shuffled(std::uint32_t n, std::mt19937_64& rng) {
+  std::vector<block_id> ids(n);
+  std::iota(ids.begin(), ids.end(), 0u);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  return ids;
+}
+
+/// vLLM's swap: per layer, per K/V cache, one cudaMemcpyAsync per block.
+void per_block_swap(const storage_layout& l, std::byte* dev, std::byte* host,
+                    const std::vector<block_move>& moves, bool out,
+                    cudaStream_t s) {
+  const auto bb = l.block_bytes();
+  for (std::size_t plane = 0; plane < 2 * std::size_t{l.num_layers}; ++plane) {
+    auto dp = dev + plane * l.num_blocks * bb;
+    auto hp = host + plane * l.num_host_blocks * bb;
+    for (auto& m : moves) {
+      auto d = dp + m.device_block * bb;
+      auto h = hp + m.host_block * bb;
+      check(out ? cudaMemcpyAsync(h, d, bb, cudaMemcpyDeviceToHost, s)
+                : cudaMemcpyAsync(d, h, bb, cudaMemcpyHostToDevice, s),
+            "per-block memcpy");
+    }
+  }
+}
+
+/// The same per-block copies as one cudaMemcpyBatchAsync (CUDA 12.8+), for
+/// comparison with the 2D-per-run copies the storage issues. False if the
+/// driver refuses it.
+bool batched_swap(const storage_layout& l, std::byte* dev, std::byte* host,
+                  const std::vector<block_move>& moves, bool out,
+                  cudaStream_t s) {
+  const auto bb = l.block_bytes();
+  std::vector<void*> dsts;
+  std::vector<const void*> srcs;
+  for (std::size_t plane = 0; plane < 2 * std::size_t{l.num_layers}; ++plane) {
+    auto dp = dev + plane * l.num_blocks * bb;
+    auto hp = host + plane * l.num_host_blocks * bb;
+    for (auto& m : moves) {
+      auto d = dp + m.device_block * bb;
+      auto h = hp + m.host_block * bb;
+      dsts.push_back(out ? static_cast<void*>(h) : static_cast<void*>(d));
+      srcs.push_back(out ? static_cast<const void*>(d) : static_cast<const void*>(h));
+    }
+  }
+  std::vector<std::size_t> sizes(dsts.size(), bb);
+  cudaMemcpyAttributes attr{};
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  std::size_t index = 0;
+  auto err = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(),
+                                  dsts.size(), &attr, &index, 1, s);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    std::printf("cudaMemcpyBatchAsync: %s\n", cudaGetErrorString(err));
+    return false;
+  }
+  return true;
+}
+
+void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
+                 double pool_gib, std::mt19937_64& rng) {
+  storage_layout l;
+  l.num_layers = 32;
+  l.block_size = 16;
+  l.num_heads = heads;
+  l.head_dim = 128;
+  l.dtype = dtype::fp16;
+  const double pool_bytes = pool_gib * GiB, tier_bytes = pool_bytes / 8;
+  l.num_blocks = static_cast<std::uint32_t>(pool_bytes / l.bytes_per_block());
+  l.num_host_blocks = static_cast<std::uint32_t>(tier_bytes / l.bytes_per_block());
+  storage_options opts;
+  opts.kind = "cuda";
+  opts.layout = l;
+  auto st = require(make_storage(opts), "make_storage");
+  auto& cs = dynamic_cast<cuda_storage&>(*st);
+  auto compute = static_cast<cudaStream_t>(
+    cs.native_stream(cuda_storage::stream_role::compute));
+  auto d2h = static_cast<cudaStream_t>(
+    cs.native_stream(cuda_storage::stream_role::device_to_host));
+  auto h2d = static_cast<cudaStream_t>(
+    cs.native_stream(cuda_storage::stream_role::host_to_device));
+  auto dev = static_cast<std::byte*>(st->layer_base(0));
+  auto host = static_cast<std::byte*>(st->host_layer_base(0));
+  fill(dev, l.device_bytes(), rng());
+  fill(host, l.host_bytes(), rng()); // pinned: written over the bus
+  const double bpb = static_cast<double>(l.bytes_per_block());
+
+  // copy_blocks: a quarter of the pool onto another quarter.
+  auto ids = shuffled(l.num_blocks, rng);
+  std::vector<block_copy> pairs;
+  for (std::uint32_t i = 0; i < l.num_blocks / 4; ++i)
+    pairs.push_back({ids[i], ids[l.num_blocks / 2 + i]});
+  auto ms = median_ms(compute, 3, runs, [&](int) {
+    require(st->copy_blocks(pairs), "copy_blocks");
+  });
+  report("copy_blocks", l, pairs.size(), 2 * bpb * pairs.size(), ms, c.d2d);
+
+  // Swaps: the whole host tier, random blocks on both sides.
+  auto dev_ids = shuffled(l.num_blocks, rng);
+  auto host_ids = shuffled(l.num_host_blocks, rng);
+  std::vector<block_move> moves;
+  for (std::uint32_t i = 0; i < l.num_host_blocks; ++i)
+    moves.push_back({dev_ids[i], host_ids[i]});
+  const double swap_bytes = bpb * moves.size();
+  ms = median_ms(d2h, 2, runs / 2, [&](int) {
+    require(st->swap_out(moves), "swap_out");
+  });
+  report("swap_out", l, moves.size(), swap_bytes, ms, c.d2h);
+  ms = median_ms(h2d, 2, runs / 2, [&](int) {
+    require(st->swap_in(moves), "swap_in");
+  });
+  report("swap_in", l, moves.size(), swap_bytes, ms, c.h2d);
+  std::vector<block_move> runs16; // runs of 16 consecutive blocks each side
+  for (std::uint32_t i = 0; i + 16 <= l.num_host_blocks; i += 16)
+    for (std::uint32_t k = 0; k < 16; ++k)
+      runs16.push_back({l.num_blocks - l.num_host_blocks + i + k, i + k});
+  if (!runs16.empty()) {
+    ms = median_ms(d2h, 2, runs / 2, [&](int) {
+      require(st->swap_out(runs16), "swap_out");
+    });
+    report("swap_out runs of 16", l, runs16.size(), bpb * runs16.size(), ms,
+           c.d2h);
+  }
+  // vLLM's per-block copies, on a subset (each call costs microseconds).
+  std::vector<block_move> few(moves.begin(),
+                              moves.begin() + std::min<std::size_t>(moves.size(), 256));
+  ms = median_ms(d2h, 1, 3, [&](int) { per_block_swap(l, dev, host, few, true, d2h); });
+  report("swap_out per-block vLLM", l, few.size(), bpb * few.size(), ms, c.d2h);
+  ms = median_ms(h2d, 1, 3, [&](int) { per_block_swap(l, dev, host, few, false, h2d); });
+  report("swap_in per-block vLLM", l, few.size(), bpb * few.size(), ms, c.h2d);
+  bool batch_ok = true;
+  ms = median_ms(d2h, 1, 3, [&](int) {
+    batch_ok = batched_swap(l, dev, host, moves, true, d2h) && batch_ok;
+  });
+  if (batch_ok)
+    report("swap_out batch memcpy", l, moves.size(), swap_bytes, ms, c.d2h);
+
+  // write_slots: 4096 tokens into random slots of every layer, one launch per
+  // layer back to back (as a forward pass does), distinct inputs per layer.
+  const std::size_t tokens = std::min<std::size_t>(
+    4096, std::size_t{l.num_blocks} * l.block_size / 2);
+  const auto row = l.block_bytes() / l.block_size;
+  const std::size_t input = 2 * tokens * row; // K then V
+  void* inputs = nullptr;
+  check(cudaMalloc(&inputs, input * l.num_layers), "cudaMalloc");
+  fill(inputs, input * l.num_layers, rng());
+  auto slot_ids = shuffled(l.num_blocks * l.block_size, rng);
+  std::vector<std::int64_t> slots(slot_ids.begin(), slot_ids.begin() + tokens);
+  auto in_of = [&](std::uint32_t layer) {
+    return static_cast<std::byte*>(inputs) + layer * input;
+  };
+  ms = median_ms(compute, 3, runs, [&](int) {
+    for (std::uint32_t layer = 0; layer < l.num_layers; ++layer)
+      require(st->write_slots(layer, in_of(layer), in_of(layer) + tokens * row,
+                              slots.data(), tokens),
+              "write_slots");
+  });
+  report("write_slots x32 layers", l, tokens, 2.0 * input * l.num_layers, ms,
+         c.d2d);
+  ms = median_ms(compute, 3, runs, [&](int i) {
+    auto layer = static_cast<std::uint32_t>(i) % l.num_layers;
+    require(st->write_slots(layer, in_of(layer), in_of(layer) + tokens * row,
+                            slots.data(), tokens),
+            "write_slots");
+  });
+  report("write_slots 1 launch", l, tokens, 2.0 * input, ms, c.d2d);
+  cudaFree(inputs);
+
+  // gather_blocks: 256 MiB of random blocks of one layer (K and V), full.
+  const std::size_t list = std::min<std::size_t>(
+    static_cast<std::size_t>(128.0 * 1024 * 1024 / l.block_bytes()),
+    l.num_blocks / 2);
+  std::vector<block_id> blocks(dev_ids.begin(), dev_ids.begin() + list);
+  const std::size_t n = list * l.block_size;
+  void* out = nullptr;
+  check(cudaMalloc(&out, 2 * n * row), "cudaMalloc");
+  auto out_k = static_cast<std::byte*>(out);
+  ms = median_ms(compute, 3, runs, [&](int i) {
+    require(st->gather_blocks(static_cast<std::uint32_t>(i) % l.num_layers,
+                              blocks, n, out_k, out_k + n * row),
+            "gather_blocks");
+  });
+  report("gather_blocks", l, list, 4.0 * n * row, ms, c.d2d);
+  cudaFree(out);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  if (!cuda_device_available()) {
+    std::puts("no CUDA device");
+    return 0;
+  }
+  // gpu_bench [runs (20)] [device pool GiB (16; the host tier is 1/8 of it)]
+  int runs = 20;
+  if (argc > 1)
+    runs = std::max(2, std::atoi(argv[1]));
+  double pool_gib = 16;
+  if (argc > 2)
+    pool_gib = std::max(0.0625, std::atof(argv[2]));
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::printf("gpu_bench on %s: median of %d runs after warm-up, random data, "
+              "random block mappings\n",
+              prop.name, runs);
+  std::printf("copy_blocks, write_slots, gather_blocks: GB/s of bytes read + "
+              "written; swaps: GB/s of bytes moved\n");
+  cudaStream_t s;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  auto c = measure_ceilings(s, runs);
+  std::mt19937_64 rng{std::random_device{}()};
+  for (std::uint32_t heads : {8u, 32u})
+    bench_shape(heads, c, runs, pool_gib, rng);
+  cudaStreamDestroy(s);
+  return 0;
+}

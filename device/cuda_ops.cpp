@@ -1,0 +1,204 @@
+// Storage kind "cuda": the operations: validate, order against other
+// streams, stage metadata, launch, record the ticket (cuda_storage.hpp).
+#include "kvactor/device/cuda_storage.hpp"
+
+#include <string>
+
+#include <caf/error.hpp>
+#include <cuda_runtime_api.h>
+
+#include "kvactor/device/swap_plan.hpp"
+#include "kvactor/device/validate.hpp"
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor {
+
+static_assert(sizeof(block_copy) == sizeof(detail::block_pair)
+                && offsetof(block_copy, src) == offsetof(detail::block_pair, src)
+                && offsetof(block_copy, dst) == offsetof(detail::block_pair, dst),
+              "copy pairs are uploaded as they are");
+
+caf::expected<ticket>
+cuda_storage::copy_blocks(const std::vector<block_copy>& pairs) {
+  constexpr auto role = stream_role::compute;
+  if (auto err = usable())
+    return err;
+  if (auto err = detail::check_copy(layout_, pairs))
+    return err;
+  detail::hazard_tracker::waits w{};
+  for (auto& p : pairs) {
+    device_hazards_.need_read(p.src, stream_of(role), w);
+    device_hazards_.need_write(p.dst, stream_of(role), w);
+  }
+  if (auto err = order(w, role))
+    return err;
+  if (!pairs.empty()) {
+    void* dev = nullptr;
+    auto stream = streams_[stream_of(role)];
+    if (auto err = uploads_.stage(pairs.data(), pairs.size() * sizeof(block_copy),
+                                  stream, dev))
+      return fail(err, "copy_blocks upload");
+    if (auto err = detail::launch_copy_blocks(
+          geometry(), static_cast<const detail::block_pair*>(dev), pairs.size(),
+          stream))
+      return fail(err, "copy_blocks launch");
+  }
+  auto t = submit(role);
+  if (!t)
+    return t;
+  if (!pairs.empty())
+    uploads_.consumed(*t);
+  for (auto& p : pairs) {
+    device_hazards_.note_read(p.src, stream_of(role), *t);
+    device_hazards_.note_write(p.dst, stream_of(role), *t);
+  }
+  return t;
+}
+
+caf::expected<ticket>
+cuda_storage::swap_out(const std::vector<block_move>& moves) {
+  return swap(moves, detail::swap_direction::device_to_host);
+}
+
+caf::expected<ticket>
+cuda_storage::swap_in(const std::vector<block_move>& moves) {
+  return swap(moves, detail::swap_direction::host_to_device);
+}
+
+caf::expected<ticket> cuda_storage::swap(const std::vector<block_move>& moves,
+                                         detail::swap_direction dir) {
+  const bool out = dir == detail::swap_direction::device_to_host;
+  const auto role = out ? stream_role::device_to_host
+                        : stream_role::host_to_device;
+  const auto s = stream_of(role);
+  if (auto err = usable())
+    return err;
+  if (auto err = detail::check_swap(layout_, moves, out ? "swap_out"
+                                                        : "swap_in"))
+    return err;
+  // Out reads device blocks and writes host blocks; in the other way round.
+  auto& src = out ? device_hazards_ : host_hazards_;
+  auto& dst = out ? host_hazards_ : device_hazards_;
+  auto src_of = [out](const block_move& m) {
+    return out ? m.device_block : m.host_block;
+  };
+  auto dst_of = [out](const block_move& m) {
+    return out ? m.host_block : m.device_block;
+  };
+  detail::hazard_tracker::waits w{};
+  for (auto& m : moves) {
+    src.need_read(src_of(m), s, w);
+    dst.need_write(dst_of(m), s, w);
+  }
+  if (auto err = order(w, role))
+    return err;
+  auto runs = detail::coalesce_moves(moves);
+  if (auto err = detail::launch_swap(geometry(), host_tier_,
+                                     layout_.num_host_blocks, runs.data(),
+                                     runs.size(), dir, max_pitch_,
+                                     streams_[s]))
+    return fail(err, out ? "swap_out copy" : "swap_in copy");
+  auto t = submit(role);
+  if (!t)
+    return t;
+  for (auto& m : moves) {
+    src.note_read(src_of(m), s, *t);
+    dst.note_write(dst_of(m), s, *t);
+  }
+  return t;
+}
+
+caf::expected<ticket>
+cuda_storage::write_slots(std::uint32_t layer, const void* key,
+                          const void* value, const std::int64_t* slot_mapping,
+                          std::size_t num_tokens) {
+  constexpr auto role = stream_role::compute;
+  constexpr const char* op = "write_slots";
+  if (auto err = usable())
+    return err;
+  if (auto err = detail::check_write(layout_, layer, key, value, slot_mapping,
+                                     num_tokens))
+    return err;
+  if (num_tokens > 0) {
+    if (auto err = check_accessible(key, op, "key"))
+      return err;
+    if (auto err = check_accessible(value, op, "value"))
+      return err;
+  }
+  const auto bs = std::int64_t{layout_.block_size};
+  detail::hazard_tracker::waits w{};
+  for (std::size_t i = 0; i < num_tokens; ++i)
+    if (slot_mapping[i] >= 0)
+      device_hazards_.need_write(static_cast<block_id>(slot_mapping[i] / bs),
+                                 stream_of(role), w);
+  if (auto err = order(w, role))
+    return err;
+  if (num_tokens > 0) {
+    void* dev = nullptr;
+    auto stream = streams_[stream_of(role)];
+    if (auto err = uploads_.stage(slot_mapping, num_tokens * sizeof(std::int64_t),
+                                  stream, dev))
+      return fail(err, "write_slots upload");
+    if (auto err = detail::launch_write_slots(
+          geometry(), layer, key, value, static_cast<const std::int64_t*>(dev),
+          num_tokens, stream))
+      return fail(err, "write_slots launch");
+  }
+  auto t = submit(role);
+  if (!t)
+    return t;
+  if (num_tokens > 0)
+    uploads_.consumed(*t);
+  for (std::size_t i = 0; i < num_tokens; ++i)
+    if (slot_mapping[i] >= 0)
+      device_hazards_.note_write(static_cast<block_id>(slot_mapping[i] / bs),
+                                 stream_of(role), *t);
+  return t;
+}
+
+caf::expected<ticket>
+cuda_storage::gather_blocks(std::uint32_t layer,
+                            const std::vector<block_id>& blocks,
+                            std::size_t num_tokens, void* key_out,
+                            void* value_out) {
+  constexpr auto role = stream_role::compute;
+  constexpr const char* op = "gather_blocks";
+  if (auto err = usable())
+    return err;
+  if (auto err = detail::check_gather(layout_, layer, blocks, num_tokens,
+                                      key_out, value_out))
+    return err;
+  if (num_tokens > 0) {
+    if (auto err = check_accessible(key_out, op, "key_out"))
+      return err;
+    if (auto err = check_accessible(value_out, op, "value_out"))
+      return err;
+  }
+  const auto used = (num_tokens + layout_.block_size - 1) / layout_.block_size;
+  detail::hazard_tracker::waits w{};
+  for (std::size_t j = 0; j < used; ++j)
+    device_hazards_.need_read(blocks[j], stream_of(role), w);
+  if (auto err = order(w, role))
+    return err;
+  if (used > 0) {
+    void* dev = nullptr;
+    auto stream = streams_[stream_of(role)];
+    if (auto err = uploads_.stage(blocks.data(), used * sizeof(block_id),
+                                  stream, dev))
+      return fail(err, "gather_blocks upload");
+    if (auto err = detail::launch_gather_blocks(
+          geometry(), layer, static_cast<const std::uint32_t*>(dev), used,
+          num_tokens, key_out, value_out, stream))
+      return fail(err, "gather_blocks launch");
+  }
+  auto t = submit(role);
+  if (!t)
+    return t;
+  if (used > 0)
+    uploads_.consumed(*t);
+  for (std::size_t j = 0; j < used; ++j)
+    device_hazards_.note_read(blocks[j], stream_of(role), *t);
+  return t;
+}
+
+} // namespace kvactor

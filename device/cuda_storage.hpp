@@ -1,0 +1,142 @@
+// Storage kind "cuda": the layout of storage.hpp in one cudaMalloc, the host
+// tier in pinned memory, three streams, and per-block events that keep work
+// on different streams in the order it was submitted.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "kvactor/device/cuda_tickets.hpp"
+#include "kvactor/device/cuda_upload.hpp"
+#include "kvactor/device/hazards.hpp"
+#include "kvactor/device/kernels.hpp"
+#include "kvactor/device/storage.hpp"
+
+namespace kvactor {
+
+/// Streams: compute (copy_blocks, write_slots, gather_blocks), device→host
+/// (swap_out) and host→device (swap_in), plus the upload ring's own stream
+/// for per-op metadata. Ordering: before an op goes on its stream, that
+/// stream waits (cudaStreamWaitEvent) for the newest conflicting op of each
+/// other stream on the blocks it touches (read-after-write, write-after-read,
+/// write-after-write; detail::hazard_tracker), device and host tier alike.
+/// So a swap_out followed by a copy_blocks overwriting its source block swaps
+/// the old bytes. Tickets map to events; done() queries, wait() synchronises;
+/// a set wake function runs from a cudaLaunchHostFunc callback after each op.
+/// Memory: write_slots' key/value and gather_blocks' outputs must be
+/// device-accessible (device memory or pinned host memory); pageable host
+/// memory is rejected (invalid_request). The caller's buffers are not tracked:
+/// keep them alive and unchanged until the op's ticket is done.
+/// Failure: any CUDA error makes the storage failed for good: that op and
+/// every later op or wait returns device_failure with the CUDA error text.
+/// Thread-safety: as storage (one caller thread; wake from CUDA's thread).
+class cuda_storage final : public storage {
+public:
+  enum class stream_role : std::uint8_t {
+    compute = 0,
+    device_to_host = 1,
+    host_to_device = 2,
+  };
+
+  /// Picks the device, sizes the pool (num_blocks 0: gpu_memory_utilization
+  /// of the free memory) and allocates everything. device_failure with the
+  /// CUDA error text and the sizes asked for when memory or device is
+  /// lacking; invalid_config for an impossible layout.
+  static caf::expected<std::unique_ptr<storage>>
+  make(const storage_options& opts);
+
+  /// Waits for all submitted work, then frees everything.
+  ~cuda_storage() override;
+
+  storage_kind kind() const noexcept override {
+    return storage_kind::cuda;
+  }
+  kvactor::device where() const noexcept override {
+    return {device_kind::cuda, device_};
+  }
+  void* layer_base(std::uint32_t layer) noexcept override;
+  void* host_layer_base(std::uint32_t layer) noexcept override;
+
+  caf::expected<ticket> copy_blocks(const std::vector<block_copy>& pairs) override;
+  caf::expected<ticket> swap_out(const std::vector<block_move>& moves) override;
+  caf::expected<ticket> swap_in(const std::vector<block_move>& moves) override;
+  caf::expected<ticket>
+  write_slots(std::uint32_t layer, const void* key, const void* value,
+              const std::int64_t* slot_mapping, std::size_t num_tokens) override;
+  caf::expected<ticket>
+  gather_blocks(std::uint32_t layer, const std::vector<block_id>& blocks,
+                std::size_t num_tokens, void* key_out, void* value_out) override;
+
+  bool done(ticket t) override;
+  caf::error wait(ticket t) override;
+  void set_wake(std::function<void()> wake) override;
+
+  /// The cudaStream_t of `role`, for benchmarks and tests that time or order
+  /// their own work against this storage's.
+  void* native_stream(stream_role role) const noexcept {
+    return streams_[static_cast<std::size_t>(role)];
+  }
+
+private:
+  static constexpr std::size_t num_streams = 3;
+
+  static constexpr std::size_t stream_of(stream_role r) noexcept {
+    return static_cast<std::size_t>(r);
+  }
+
+  cuda_storage(storage_layout layout, int device);
+
+  caf::error init();
+
+  /// device_failure if failed, else selects the device for this thread.
+  caf::error usable();
+
+  /// Marks the storage failed with `what` and the CUDA error text.
+  caf::error fail(int err, const char* what);
+
+  /// Makes `role`'s stream wait for the tickets in `w` of other streams.
+  caf::error order(const detail::hazard_tracker::waits& w, stream_role role);
+
+  /// Records ticket next_ticket_ on `role`'s stream, queues the wake
+  /// callback, and returns the ticket.
+  caf::expected<ticket> submit(stream_role role);
+
+  /// swap_out and swap_in: one run-coalesced copy on the direction's stream.
+  caf::expected<ticket> swap(const std::vector<block_move>& moves,
+                             detail::swap_direction dir);
+
+  /// invalid_request unless `p` is device-accessible (or null).
+  caf::error check_accessible(const void* p, const char* op, const char* what);
+
+  detail::pool_geometry geometry() const noexcept;
+
+  static void on_complete(void* self);
+
+  int device_;
+  std::byte* pools_ = nullptr;     // device: the whole layout, one cudaMalloc
+  std::byte* host_tier_ = nullptr; // pinned: cudaHostAlloc, or nullptr
+  CUstream_st* streams_[num_streams] = {};
+  std::size_t max_pitch_ = 0;      // cudaDevAttrMaxPitch
+  detail::ticket_table tickets_;
+  detail::upload_ring uploads_;
+  detail::hazard_tracker device_hazards_;
+  detail::hazard_tracker host_hazards_;
+  ticket next_ticket_ = 1;
+  std::string failed_;             // empty while healthy
+  bool has_wake_ = false;
+  std::mutex wake_mutex_;
+  std::shared_ptr<const std::function<void()>> wake_; // guarded by wake_mutex_
+};
+
+namespace detail {
+
+/// Number of CUDA devices that answer; 0 with `why` set otherwise.
+int cuda_device_count(std::string& why) noexcept;
+
+} // namespace detail
+
+} // namespace kvactor

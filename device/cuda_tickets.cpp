@@ -1,0 +1,91 @@
+// Tickets as pooled CUDA events (cuda_tickets.hpp).
+#include "kvactor/device/cuda_tickets.hpp"
+
+#include <cuda_runtime_api.h>
+
+namespace kvactor::detail {
+
+ticket_table::~ticket_table() {
+  // Destroying an event whose record is pending is allowed: the driver frees
+  // it once complete.
+  for (auto& [t, ev] : pending_)
+    cudaEventDestroy(ev);
+  for (auto ev : free_)
+    cudaEventDestroy(ev);
+}
+
+int ticket_table::record(ticket t, CUstream_st* stream) {
+  cudaEvent_t ev = nullptr;
+  if (free_.empty()) {
+    if (auto err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming))
+      return err;
+  } else {
+    ev = free_.back();
+    free_.pop_back();
+  }
+  if (auto err = cudaEventRecord(ev, stream)) {
+    free_.push_back(ev);
+    return err;
+  }
+  pending_.emplace_hint(pending_.end(), t, ev);
+  return cudaSuccess;
+}
+
+CUevent_st* ticket_table::event(ticket t) const {
+  auto i = pending_.find(t);
+  return i == pending_.end() ? nullptr : i->second;
+}
+
+void ticket_table::release(std::map<ticket, CUevent_st*>::iterator i) {
+  free_.push_back(i->second);
+  pending_.erase(i);
+}
+
+int ticket_table::poll(ticket t, bool& all_done) {
+  all_done = true;
+  for (auto i = pending_.begin(); i != pending_.end() && i->first <= t;) {
+    auto err = cudaEventQuery(i->second);
+    if (err == cudaErrorNotReady) {
+      all_done = false;
+      ++i;
+    } else if (err != cudaSuccess) {
+      return err;
+    } else {
+      release(i++);
+    }
+  }
+  return cudaSuccess;
+}
+
+int ticket_table::sync(ticket t) {
+  while (!pending_.empty() && pending_.begin()->first <= t) {
+    if (auto err = cudaEventSynchronize(pending_.begin()->second))
+      return err;
+    release(pending_.begin());
+  }
+  return cudaSuccess;
+}
+
+int ticket_table::sync_one(ticket t) {
+  auto i = pending_.find(t);
+  if (i == pending_.end())
+    return cudaSuccess;
+  if (auto err = cudaEventSynchronize(i->second))
+    return err;
+  release(i);
+  return cudaSuccess;
+}
+
+int ticket_table::trim() {
+  while (!pending_.empty()) {
+    auto err = cudaEventQuery(pending_.begin()->second);
+    if (err == cudaErrorNotReady)
+      return cudaSuccess;
+    if (err != cudaSuccess)
+      return err;
+    release(pending_.begin());
+  }
+  return cudaSuccess;
+}
+
+} // namespace kvactor::detail

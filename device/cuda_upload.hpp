@@ -1,0 +1,71 @@
+// Stages each op's small metadata (copy pairs, slot mapping, block list) in
+// device memory without putting a host-to-device copy in the compute stream's
+// critical path. CUDA types stay opaque (forward declarations).
+#pragma once
+
+#include <array>
+#include <cstddef>
+
+#include "kvactor/device/cuda_tickets.hpp"
+
+namespace kvactor::detail {
+
+/// A ring of slots, each a pinned host buffer and a device buffer. stage()
+/// copies the bytes into the next slot's pinned buffer, moves them with
+/// cudaMemcpyAsync on the ring's own upload stream and makes the consumer
+/// stream wait on that copy's event. While the consumer is busy with earlier
+/// work, the upload of the next op overlaps it, so back-to-back ops start
+/// without a gap. A slot is reused only once the op that consumed it (and its
+/// upload) completed: with num_slots in rotation that wait rarely blocks.
+/// NOTE: a slot that is too small is reallocated (cudaFree/cudaFreeHost
+/// synchronise the device); capacities double, so this happens a few times.
+/// Functions return a cudaError_t as int (0 = success).
+/// Thread-safety: none (the storage's caller thread only).
+class upload_ring {
+public:
+  static constexpr std::size_t num_slots = 16;
+  static constexpr std::size_t initial_capacity = 64 * 1024;
+
+  explicit upload_ring(ticket_table& tickets) : tickets_(tickets) {
+  }
+  ~upload_ring();
+  upload_ring(const upload_ring&) = delete;
+  upload_ring& operator=(const upload_ring&) = delete;
+
+  /// Creates the upload stream, the events and the first buffers.
+  int init();
+
+  /// Uploads `bytes` bytes from host memory `data` for the next op on
+  /// `consumer`; `dev` receives their device address. The caller must then
+  /// call consumed() with the op's ticket (or the slot is reused unguarded).
+  int stage(const void* data, std::size_t bytes, CUstream_st* consumer,
+            void*& dev);
+
+  /// Ticket `t` (the op just submitted) reads the slot stage() returned.
+  void consumed(ticket t) noexcept {
+    slots_[last_].user = t;
+  }
+
+  CUstream_st* stream() const noexcept {
+    return stream_;
+  }
+
+private:
+  struct slot {
+    void* host = nullptr; // pinned
+    void* dev = nullptr;
+    std::size_t capacity = 0;
+    ticket user = 0;      // the last op that read `dev`
+    CUevent_st* uploaded = nullptr;
+  };
+
+  int reserve(slot& s, std::size_t bytes);
+
+  ticket_table& tickets_;
+  CUstream_st* stream_ = nullptr;
+  std::array<slot, num_slots> slots_;
+  std::size_t next_ = 0;
+  std::size_t last_ = 0;
+};
+
+} // namespace kvactor::detail

@@ -1,0 +1,91 @@
+// Launchers of kvactor's CUDA kernels and batched copies, in plain C++ (no
+// CUDA types: streams pass as void*), callable from code that never sees a
+// CUDA header. Defined in kernels.cu; only built with KVACTOR_HAVE_CUDA.
+//
+// Every launcher enqueues on `stream` (a cudaStream_t), never synchronizes and
+// returns the launch's cudaError_t as an int (0 = success); a fault while the
+// work runs surfaces later, at the next event query or synchronisation.
+// All byte-moving work is dtype-agnostic: it moves the widest vectors (up to
+// 16 bytes) that the sizes and pointers' alignment allow.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvactor::detail {
+
+/// Where and how big the device pools are (storage.hpp's layout):
+///   base: [num_layers][2 (K, V)][num_blocks][block_size][num_heads][head_dim]
+/// row_bytes = num_heads * head_dim * element size (one token of K or V).
+struct pool_geometry {
+  void* base = nullptr;
+  std::uint32_t num_layers = 0;
+  std::uint32_t num_blocks = 0;
+  std::uint32_t block_size = 0;
+  std::size_t row_bytes = 0;
+
+  std::size_t block_bytes() const noexcept {
+    return std::size_t{block_size} * row_bytes;
+  }
+};
+
+/// One block copy; layout-compatible with kvactor::block_copy.
+struct block_pair {
+  std::uint32_t src;
+  std::uint32_t dst;
+};
+
+/// `count` consecutive device blocks from `device_first` paired with as many
+/// consecutive host-tier blocks from `host_first`.
+struct swap_run {
+  std::uint32_t device_first;
+  std::uint32_t host_first;
+  std::uint32_t count;
+};
+
+enum class swap_direction : std::uint8_t { device_to_host, host_to_device };
+
+/// Copies, for each pair, the K and V block of every layer: one launch for the
+/// whole batch. REQUIRES: `pairs` in device memory, [num_pairs]; ids below
+/// num_blocks; destinations distinct and not sources.
+int launch_copy_blocks(const pool_geometry& pool, const block_pair* pairs,
+                       std::size_t num_pairs, void* stream);
+
+/// Scatters token i's K and V rows (key, value: [num_tokens, num_heads,
+/// head_dim], device-accessible) of layer `layer` into slot slots[i]; -1
+/// skips. REQUIRES: `slots` in device memory; every slot -1 or in range.
+int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
+                       const void* key, const void* value,
+                       const std::int64_t* slots, std::size_t num_tokens,
+                       void* stream);
+
+/// Copies the first `num_tokens` tokens of `blocks` ([num_list], device
+/// memory) of layer `layer` into key_out and value_out ([num_tokens,
+/// num_heads, head_dim], device-accessible).
+/// REQUIRES: num_tokens <= num_list * block_size; ids in range.
+int launch_gather_blocks(const pool_geometry& pool, std::uint32_t layer,
+                         const std::uint32_t* blocks, std::size_t num_list,
+                         std::size_t num_tokens, void* key_out,
+                         void* value_out, void* stream);
+
+/// Moves every layer's K and V of each run between the device pools and the
+/// host tier (`host_base`: the same layout with `num_host_blocks`, pinned).
+/// One cudaMemcpy2DAsync per run covers all 2 * num_layers planes (rows of
+/// count * block_bytes, one pitch per side); if a pitch exceeds `max_pitch`
+/// (cudaDevAttrMaxPitch) it falls back to one cudaMemcpyAsync per run per
+/// plane. `runs` is host memory and may be reused on return.
+int launch_swap(const pool_geometry& pool, void* host_base,
+                std::uint32_t num_host_blocks, const swap_run* runs,
+                std::size_t num_runs, swap_direction dir,
+                std::size_t max_pitch, void* stream);
+
+/// Fills `bytes` bytes at `dst` (device-accessible) with pseudo-random bytes
+/// derived from `seed` (a hash of the offset: no two 8-byte words alike).
+/// For tests and benchmarks.
+int launch_fill_random(void* dst, std::size_t bytes, std::uint64_t seed,
+                       void* stream);
+
+/// cudaGetErrorString for a code these launchers return.
+const char* cuda_error_text(int err) noexcept;
+
+} // namespace kvactor::detail

@@ -1,0 +1,44 @@
+// Whole-batch validation shared by every storage backend: a bad batch is
+// rejected with invalid_request before any backend touches memory.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <caf/error.hpp>
+
+#include "kvactor/device/storage.hpp"
+
+namespace kvactor::detail {
+
+/// Every id below num_blocks; destinations distinct; no destination is also
+/// a source. Errors read "copy_blocks: <what>: <value>".
+caf::error check_copy(const storage_layout& layout,
+                      const std::vector<block_copy>& pairs);
+
+/// Device ids below num_blocks and distinct; host ids below num_host_blocks
+/// and distinct. `op` names the operation in the error text.
+caf::error check_swap(const storage_layout& layout,
+                      const std::vector<block_move>& moves, const char* op);
+
+/// layer < num_layers; with num_tokens > 0 the three pointers are non-null;
+/// every slot is -1 or below num_blocks * block_size.
+caf::error check_write(const storage_layout& layout, std::uint32_t layer,
+                       const void* key, const void* value,
+                       const std::int64_t* slot_mapping,
+                       std::size_t num_tokens);
+
+/// layer < num_layers; every block id below num_blocks; num_tokens at most
+/// blocks.size() * block_size; with num_tokens > 0 the outputs are non-null.
+caf::error check_gather(const storage_layout& layout, std::uint32_t layer,
+                        const std::vector<block_id>& blocks,
+                        std::size_t num_tokens, const void* key_out,
+                        const void* value_out);
+
+/// invalid_config unless every dimension is positive, the dtype has a size
+/// and the sizes fit the 64-bit offsets the kernels use. `need_blocks`:
+/// num_blocks must be positive too.
+caf::error check_layout(const storage_layout& layout, bool need_blocks);
+
+} // namespace kvactor::detail
