@@ -34,7 +34,7 @@ caf::error block_pool_core::check_invariant() const {
       return;
     }
     ++active[s.tenant];
-    auto want = (s.num_tokens + block_size_ - 1) / block_size_;
+    auto want = s.num_tokens / block_size_ + (s.num_tokens % block_size_ != 0);
     if (s.blocks.size() != want) {
       err = broken("request " + std::to_string(s.id) + " holds "
                    + std::to_string(s.blocks.size()) + " blocks for "

@@ -115,7 +115,7 @@ caf::error block_pool_core::admit_blocks(std::uint16_t t,
     return caf::none;
   auto& ts = tenants_[t];
   auto quota = ts.config.max_blocks;
-  if (quota != 0 && ts.used + n > quota)
+  if (quota != 0 && (n > quota || ts.used > quota - n))
     return make_error(errc::quota_exceeded,
                       "tenant '" + ts.config.name + "': "
                         + std::to_string(ts.used) + " blocks used + "
@@ -300,7 +300,7 @@ block_pool_core::allocate(const allocation_request& req) {
                       req_name(req.id) + " is already allocated");
   auto& prompt = req.prompt;
   auto n = prompt.empty() ? req.initial_tokens : prompt.size();
-  auto need = (n + block_size_ - 1) / block_size_;
+  auto need = n / block_size_ + (n % block_size_ != 0);
   std::uint32_t hits = 0;
   std::uint64_t revived = 0;
   bool hashing = prefix_caching_ && (!prompt.empty() || n == 0);
@@ -368,7 +368,7 @@ bool block_pool_core::can_allocate(const allocation_request& req) const {
     return false;
   auto& prompt = req.prompt;
   auto n = prompt.empty() ? req.initial_tokens : prompt.size();
-  auto need = (n + block_size_ - 1) / block_size_;
+  auto need = n / block_size_ + (n % block_size_ != 0);
   std::uint32_t hits = 0;
   std::uint64_t revived = 0;
   if (prefix_caching_ && !prompt.empty()) {
@@ -407,7 +407,7 @@ block_pool_core::extend(request_id id, std::uint64_t n,
   extension_outcome out;
   if (n == 0)
     return out;
-  if (seq->num_tokens + n > seq->max_tokens)
+  if (n > seq->max_tokens - seq->num_tokens)
     return make_error(errc::exceeds_max_sequence_length,
                       req_name(id) + ": " + std::to_string(seq->num_tokens)
                         + " + " + std::to_string(n)
@@ -420,7 +420,8 @@ block_pool_core::extend(request_id id, std::uint64_t n,
                           req_name(id) + ": token " + std::to_string(tokens[i])
                             + " is not a token id");
   auto old_blocks = seq->blocks.size();
-  auto new_blocks = (seq->num_tokens + n + block_size_ - 1) / block_size_;
+  auto total = seq->num_tokens + n;
+  auto new_blocks = total / block_size_ + (total % block_size_ != 0);
   auto add = new_blocks - old_blocks;
   bool cow = seq->num_tokens % block_size_ != 0
              && blocks_[seq->blocks.back()].ref_count > 1;

@@ -63,7 +63,7 @@ BOOST_AUTO_TEST_SUITE(metrics_suite)
 
 BOOST_AUTO_TEST_CASE(manager_stats_json_has_every_field_by_name) {
   auto j = to_json(filled_stats());
-  BOOST_TEST(j.size() == 20u);
+  BOOST_TEST(j.size() == 25u);
   BOOST_TEST(j["total_memory_bytes"].get<std::uint64_t>() == 1000u * 65536);
   BOOST_TEST(j["used_memory_bytes"].get<std::uint64_t>() == 600u * 65536);
   BOOST_TEST(j["active_caches"].get<std::uint64_t>() == 7u);
@@ -221,7 +221,7 @@ BOOST_AUTO_TEST_CASE(prometheus_text_lines_are_well_formed) {
       }
     }
   }
-  BOOST_TEST(num_samples == 18u + 8u * 2u);
+  BOOST_TEST(num_samples == 23u + 8u * 2u);
   // Counter families end in _total (vLLM's scraped names); gauges never do.
   for (auto& [family, kind] : types) {
     bool suffixed = family.size() > 6

@@ -1,0 +1,614 @@
+// block_pool_core against pool_reference_model: seeded random runs of mixed
+// operations (shared system prompts, several tenants with quotas,
+// reservations and a shared namespace, forks, reclaims, evictions, steps with
+// preemption), comparing every answer and the whole state after each one.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "kvactor/actors/block_pool_core.hpp"
+#include "kvactor/messages/error.hpp"
+
+#include "pool_reference_model.hpp"
+
+using namespace kvactor;
+using kvactor::detail::block_pool_core;
+using kvactor::test::maybe_errc;
+using kvactor::test::pool_model;
+
+/// BOOST_REQUIRE_MESSAGE, but the message is built only on failure (Boost
+/// builds it every time, which dominated this test's run time).
+#define MODEL_REQUIRE(cond, msg)                                                 \
+  do {                                                                           \
+    if (!(cond))                                                                 \
+      BOOST_FAIL(msg);                                                           \
+  } while (false)
+
+namespace {
+
+/// The errc a caf::error carries; none for success; invariant_violation
+/// stands in for an error of another category (never expected).
+maybe_errc code_of(const caf::error& err) {
+  if (!err)
+    return std::nullopt;
+  if (err.category() != error_category)
+    return errc::invariant_violation;
+  return static_cast<errc>(err.code());
+}
+
+std::string name(maybe_errc e) {
+  return e ? to_string(*e) : "ok";
+}
+
+template <class T>
+std::string str(const std::vector<T>& xs) {
+  std::ostringstream out;
+  out << '[';
+  for (auto& x : xs)
+    out << x << ' ';
+  out << ']';
+  return out.str();
+}
+
+std::string str(const std::vector<block_copy>& xs) {
+  std::ostringstream out;
+  for (auto& c : xs)
+    out << '(' << c.src << "->" << c.dst << ')';
+  return out.str();
+}
+
+/// Model-test parameters: one pool and its traffic.
+struct run_params {
+  std::uint64_t seed;
+  std::uint32_t num_blocks;
+  std::uint32_t block_size;
+  bool prefix_caching;
+  std::size_t ops;
+};
+
+/// What a run exercised (to assert that pressure really happened).
+struct coverage {
+  std::map<std::string, std::size_t> n;
+  void operator()(const std::string& what) {
+    ++n[what];
+  }
+  std::string report() const {
+    std::string out;
+    for (auto& [k, v] : n)
+      out += k + "=" + std::to_string(v) + " ";
+    return out;
+  }
+};
+
+class harness {
+public:
+  explicit harness(const run_params& p)
+    : p_(p), cfg_(make_config(p)), core_(cfg_, p.num_blocks),
+      model_(cfg_, p.num_blocks), rng_(p.seed) {
+    core_.record_events(true);
+    for (std::size_t len : {8u, 11u, 16u, 5u}) {
+      std::vector<token_id> sp;
+      for (std::size_t i = 0; i < len; ++i)
+        sp.push_back(static_cast<token_id>(rng_() % 50000));
+      system_prompts_.push_back(sp);
+    }
+    system_prompts_[0][0] = 0;
+    system_prompts_[1][3] = std::numeric_limits<token_id>::max();
+  }
+
+  void run() {
+    for (op_ = 0; op_ < p_.ops; ++op_) {
+      auto r = rng_() % 100;
+      if (r < 22)
+        do_allocate();
+      else if (r < 48)
+        do_extend();
+      else if (r < 58)
+        do_release();
+      else if (r < 63)
+        do_fork();
+      else if (r < 68)
+        do_reclaim();
+      else if (r < 71)
+        do_preempt();
+      else if (r < 73)
+        do_evict();
+      else if (r < 76)
+        do_can_allocate();
+      else
+        do_step();
+      compare();
+    }
+  }
+
+  const coverage& cov() const {
+    return cov_;
+  }
+
+private:
+  static cache_config make_config(const run_params& p) {
+    cache_config cfg;
+    cfg.block_size = p.block_size;
+    cfg.model = model_config{2, 2, 8, dtype::fp16};
+    cfg.storage = "none";
+    cfg.num_gpu_blocks = p.num_blocks;
+    cfg.prefix_caching = p.prefix_caching;
+    auto n = p.num_blocks;
+    tenant_config def; // "default": no limits, own namespace
+    tenant_config alpha;
+    alpha.name = "alpha";
+    alpha.max_blocks = n / 4;
+    alpha.prefix_namespace = "shared";
+    tenant_config beta;
+    beta.name = "beta";
+    beta.reserved_blocks = n / 8;
+    beta.prefix_namespace = "shared";
+    tenant_config gamma;
+    gamma.name = "gamma";
+    gamma.max_blocks = n / 3;
+    gamma.reserved_blocks = n / 16;
+    cfg.tenants = {def, alpha, beta, gamma};
+    return cfg;
+  }
+
+  // -- random inputs ---------------------------------------------------------------
+
+  std::uint64_t below(std::uint64_t n) {
+    return rng_() % n;
+  }
+  bool chance(unsigned percent) {
+    return below(100) < percent;
+  }
+
+  /// Tokens from a tiny alphabet, so that suffixes repeat and hit.
+  token_id small_token() {
+    return static_cast<token_id>(below(3));
+  }
+
+  std::vector<token_id> random_tokens(std::size_t n) {
+    std::vector<token_id> out;
+    for (std::size_t i = 0; i < n; ++i)
+      out.push_back(chance(80) ? small_token()
+                               : static_cast<token_id>(below(1u << 31)));
+    if (n > 0 && chance(1))
+      out[below(n)] = -1 - static_cast<token_id>(below(5));
+    return out;
+  }
+
+  /// Ids from a range that grows with the pool, so that live requests
+  /// outgrow it, and small enough that ids collide.
+  request_id any_id() {
+    return 1 + below(std::max<std::uint32_t>(32, p_.num_blocks * 3 / 4));
+  }
+
+  /// A live request's id (or, now and then or if none, any id).
+  request_id live_id() {
+    auto& seqs = model_.sequences();
+    if (seqs.empty() || chance(8))
+      return any_id();
+    auto it = seqs.begin();
+    std::advance(it, below(seqs.size()));
+    return it->first;
+  }
+
+  allocation_request random_request() {
+    allocation_request req;
+    req.id = any_id();
+    req.num_layers = 2;
+    req.num_heads = 2;
+    req.head_dim = 8;
+    req.dtype = dtype::fp16;
+    req.priority = static_cast<priority>(below(4));
+    static const char* names[] = {"", "default", "alpha", "beta", "gamma"};
+    req.tenant = chance(1) ? "nobody" : names[below(5)];
+    std::uint64_t n;
+    if (chance(75)) {
+      if (chance(75)) {
+        req.prompt = system_prompts_[below(system_prompts_.size())];
+        auto suffix = random_tokens(below(11));
+        req.prompt.insert(req.prompt.end(), suffix.begin(), suffix.end());
+      } else {
+        req.prompt = random_tokens(1 + below(24));
+      }
+      n = req.prompt.size();
+      req.initial_tokens = chance(50) ? n : 0;
+      if (chance(2))
+        req.initial_tokens = n + 1;
+    } else {
+      n = below(25);
+      req.initial_tokens = n;
+    }
+    req.max_sequence_length = n + below(33);
+    if (chance(3) && n > 0)
+      req.max_sequence_length = n - 1;
+    if (chance(1))
+      req.max_sequence_length = 0;
+    if (chance(1)) {
+      switch (below(4)) {
+        case 0: req.num_layers = 3; break;
+        case 1: req.num_heads = 1; break;
+        case 2: req.head_dim = 16; break;
+        default: req.dtype = dtype::bf16;
+      }
+    }
+    return req;
+  }
+
+  // -- operations ------------------------------------------------------------------
+
+  void expect_code(const char* op, maybe_errc core, maybe_errc model) {
+    MODEL_REQUIRE(core == model, where() << op << ": core " << name(core)
+                                                 << ", model " << name(model));
+    cov_(std::string(op) + ":" + name(core));
+  }
+
+  void do_allocate() {
+    auto req = random_request();
+    auto want = model_.allocate(req);
+    auto got = core_.allocate(req);
+    expect_code("allocate", code_of(got ? caf::error{} : got.error()), want.err);
+    if (got) {
+      MODEL_REQUIRE(got->cache_id == want.cache_id, where() << "cache_id");
+      MODEL_REQUIRE(got->hit_tokens == want.hit_tokens,
+                            where() << "hit_tokens " << got->hit_tokens << " vs "
+                                    << want.hit_tokens);
+      if (got->hit_tokens > 0)
+        cov_("prefix hit");
+    }
+  }
+
+  void do_can_allocate() {
+    auto req = random_request();
+    auto want = model_.can_allocate(req);
+    MODEL_REQUIRE(core_.can_allocate(req) == want,
+                          where() << "can_allocate, model says " << want);
+    cov_(want ? "can_allocate:yes" : "can_allocate:no");
+  }
+
+  void do_extend() {
+    auto id = live_id();
+    std::uint64_t n = chance(60) ? 1 : below(10);
+    bool named = chance(65);
+    auto tokens = random_tokens(n);
+    auto want = model_.extend(id, n, named ? &tokens : nullptr);
+    auto got = core_.extend(id, n, named ? tokens.data() : nullptr);
+    expect_code("extend", code_of(got ? caf::error{} : got.error()), want.err);
+    if (got) {
+      MODEL_REQUIRE(got->changed == want.changed, where() << "changed");
+      MODEL_REQUIRE(got->first_changed == want.first_changed,
+                            where() << "first_changed");
+      MODEL_REQUIRE(str(got->copies) == str(want.copies),
+                            where() << "copies " << str(got->copies) << " vs "
+                                    << str(want.copies));
+      if (!got->copies.empty())
+        cov_("copy on write");
+    }
+  }
+
+  void expect_release(const char* op, const caf::expected<std::uint32_t>& got,
+                      const test::model_release& want) {
+    expect_code(op, code_of(got ? caf::error{} : got.error()), want.err);
+    if (got)
+      MODEL_REQUIRE(*got == want.freed,
+                            where() << op << " freed " << *got << " vs "
+                                    << want.freed);
+  }
+
+  void do_release() {
+    auto id = live_id();
+    auto want = model_.release(id);
+    expect_release("release", core_.release(id), want);
+  }
+
+  void do_reclaim() {
+    auto id = live_id();
+    auto it = model_.sequences().find(id);
+    std::uint64_t cache_id = it == model_.sequences().end() ? below(1000)
+                                                           : it->second.cache_id;
+    if (chance(40))
+      cache_id += 1 + below(3); // a stale or future incarnation
+    if (it != model_.sequences().end())
+      cov_(cache_id == it->second.cache_id ? "reclaim:live" : "reclaim:stale");
+    auto want = model_.reclaim(id, cache_id);
+    expect_release("reclaim", core_.reclaim(id, cache_id), want);
+  }
+
+  void do_preempt() {
+    auto id = live_id();
+    auto want = model_.preempt(id);
+    expect_release("preempt", core_.preempt(id), want);
+  }
+
+  void do_fork() {
+    auto parent = live_id();
+    auto child = chance(20) ? live_id() : any_id();
+    auto want = model_.fork(parent, child);
+    auto got = core_.fork(parent, child);
+    expect_code("fork", code_of(got ? caf::error{} : got.error()), want.err);
+    if (got)
+      MODEL_REQUIRE(got->cache_id == want.cache_id, where() << "cache_id");
+  }
+
+  void do_evict() {
+    auto n = static_cast<std::uint32_t>(below(12));
+    auto want = model_.evict(n);
+    MODEL_REQUIRE(core_.evict(n) == want, where() << "evict");
+  }
+
+  void do_step() {
+    step_request step;
+    std::set<request_id> used;
+    for (auto k = below(3); k > 0; --k)
+      step.frees.push_back(live_id());
+    for (auto k = below(7); k > 0; --k) {
+      extend_op op;
+      op.id = live_id();
+      if (used.count(op.id) && !chance(5))
+        continue; // an id twice in one step is rare
+      used.insert(op.id);
+      op.num_tokens = static_cast<std::uint32_t>(chance(60) ? 1 : below(6));
+      step.extends.push_back(op);
+    }
+    if (chance(60)) {
+      for (auto& op : step.extends) {
+        auto t = random_tokens(op.num_tokens);
+        step.tokens.insert(step.tokens.end(), t.begin(), t.end());
+      }
+      if (chance(3))
+        step.tokens.push_back(1); // one token id too many
+    }
+    for (auto k = below(4); k > 0; --k)
+      step.admits.push_back(random_request());
+    step.preempt_on_shortage = chance(85);
+    step.admit_after_preemption = chance(25);
+    auto want = model_.run_step(step);
+    auto got = core_.run_step(step);
+    auto& w = want;
+    auto& g = got;
+    MODEL_REQUIRE(g.freed == w.freed, where() << "step freed");
+    MODEL_REQUIRE(g.changed.size() == w.changed.size(),
+                          where() << "step changed count " << g.changed.size()
+                                  << " vs " << w.changed.size());
+    for (std::size_t i = 0; i < g.changed.size(); ++i) {
+      auto& a = g.changed[i];
+      auto& b = w.changed[i];
+      MODEL_REQUIRE(a.id == b.id && a.first == b.first
+                              && a.blocks == b.blocks
+                              && a.num_tokens == b.num_tokens,
+                            where() << "step delta " << i << ": " << a.id << "@"
+                                    << a.first << str(a.blocks) << " vs " << b.id
+                                    << "@" << b.first << str(b.blocks));
+    }
+    MODEL_REQUIRE(str(g.copies) == str(w.copies), where() << "step copies");
+    MODEL_REQUIRE(g.preempted == w.preempted,
+                          where() << "step preempted " << str(g.preempted) << " vs "
+                                  << str(w.preempted));
+    MODEL_REQUIRE(g.admitted.size() == w.admitted.size(),
+                          where() << "step admitted count");
+    for (std::size_t i = 0; i < g.admitted.size(); ++i) {
+      auto& a = g.admitted[i];
+      auto& b = w.admitted[i];
+      MODEL_REQUIRE(a.id == b.id && a.cache_id == b.cache_id
+                              && a.hit_tokens == b.hit_tokens && a.table == b.table,
+                            where() << "step admission " << i);
+    }
+    MODEL_REQUIRE(g.failed.size() == w.failed.size(),
+                          where() << "step failed count " << g.failed.size()
+                                  << " vs " << w.failed.size());
+    for (std::size_t i = 0; i < g.failed.size(); ++i) {
+      MODEL_REQUIRE(g.failed[i].id == w.failed[i].first
+                              && code_of(g.failed[i].error) == w.failed[i].second,
+                            where() << "step failure " << i << ": "
+                                    << render(g.failed[i].error) << " vs "
+                                    << to_string(w.failed[i].second));
+      cov_(std::string("step failed:") + to_string(w.failed[i].second));
+    }
+    MODEL_REQUIRE(g.blocked == w.blocked
+                            && g.admission_blocked == w.admission_blocked,
+                          where() << "step blocked");
+    MODEL_REQUIRE(g.free_blocks == w.free_blocks
+                            && g.used_blocks == w.used_blocks,
+                          where() << "step block counts");
+    if (!g.preempted.empty())
+      cov_("step preempted");
+    if (g.admission_blocked)
+      cov_("step admission blocked");
+    if (!g.admitted.empty())
+      cov_("step admitted");
+    if (!g.copies.empty())
+      cov_("step copy on write");
+  }
+
+  // -- comparison ------------------------------------------------------------------
+
+  std::string where() const {
+    std::ostringstream out;
+    out << "seed " << p_.seed << " op " << op_ << ": ";
+    return out.str();
+  }
+
+  void compare() {
+    auto inv = core_.check_invariant();
+    MODEL_REQUIRE(!inv, where() << render(inv));
+    auto& seqs = model_.sequences();
+    MODEL_REQUIRE(core_.num_sequences() == seqs.size(),
+                          where() << "sequence count");
+    std::string diff;
+    core_.for_each_sequence([&](const detail::sequence& s) {
+      if (!diff.empty())
+        return;
+      auto it = seqs.find(s.id);
+      if (it == seqs.end()) {
+        diff = "core has request " + std::to_string(s.id);
+        return;
+      }
+      auto& m = it->second;
+      if (s.blocks != m.blocks)
+        diff = "request " + std::to_string(s.id) + " blocks " + str(s.blocks)
+               + " vs " + str(m.blocks);
+      else if (s.num_tokens != m.num_tokens || s.max_tokens != m.max_tokens)
+        diff = "request " + std::to_string(s.id) + " token counts";
+      else if (s.cache_id != m.cache_id || s.tenant != m.tenant
+               || s.priority != m.priority)
+        diff = "request " + std::to_string(s.id) + " cache id, tenant or priority";
+      else if (s.hashable != m.hashable)
+        diff = "request " + std::to_string(s.id) + " hashable";
+      else if (s.hashable) {
+        auto bs = p_.block_size;
+        auto full = m.tokens.size() / bs;
+        std::vector<token_id> tail(m.tokens.begin() + full * bs, m.tokens.end());
+        if (s.num_hashed != full || s.tail != tail)
+          diff = "request " + std::to_string(s.id) + " hashing state";
+      }
+      auto view = core_.table(s);
+      if (diff.empty()
+          && !(view == block_table{m.blocks, m.num_tokens, p_.block_size}))
+        diff = "request " + std::to_string(s.id) + " table()";
+      if (diff.empty() && core_.find(s.id) != &s)
+        diff = "find(" + std::to_string(s.id) + ")";
+    });
+    MODEL_REQUIRE(diff.empty(), where() << diff);
+    MODEL_REQUIRE(core_.used_blocks() == model_.used_blocks()
+                            && core_.cached_blocks() == model_.cached_blocks()
+                            && core_.free_blocks() == model_.free_blocks(),
+                          where() << "used/cached/free " << core_.used_blocks()
+                                  << "/" << core_.cached_blocks() << "/"
+                                  << core_.free_blocks() << " vs "
+                                  << model_.used_blocks() << "/"
+                                  << model_.cached_blocks() << "/"
+                                  << model_.free_blocks());
+    auto& c = core_.counters();
+    auto& m = model_.counters();
+    MODEL_REQUIRE(
+      c.allocations == m.allocations
+        && c.allocation_failures == m.allocation_failures
+        && c.blocks_allocated == m.blocks_allocated
+        && c.prefix_hit_blocks == m.prefix_hit_blocks
+        && c.blocks_freed == m.blocks_freed && c.blocks_cached == m.blocks_cached
+        && c.evictions == m.evictions && c.cow_copies == m.cow_copies
+        && c.preemptions == m.preemptions && c.query_tokens == m.query_tokens
+        && c.hit_tokens == m.hit_tokens,
+      where() << "counters");
+    auto& ct = core_.tenants();
+    auto& mt = model_.tenants();
+    MODEL_REQUIRE(ct.size() == mt.size(), "tenant count");
+    for (std::size_t t = 0; t < ct.size(); ++t)
+      MODEL_REQUIRE(ct[t].used == mt[t].used && ct[t].active == mt[t].active
+                              && ct[t].query_tokens == mt[t].query_tokens
+                              && ct[t].hit_tokens == mt[t].hit_tokens
+                              && ct[t].preemptions == mt[t].preemptions
+                              && ct[t].failures == mt[t].failures,
+                            where() << "tenant " << mt[t].config.name << " used "
+                                    << ct[t].used << " vs " << mt[t].used);
+    compare_events();
+  }
+
+  /// Events: same blocks, kinds and tenants in the same order; each prefix
+  /// always gets the same hash, distinct prefixes distinct hashes, and a
+  /// block's parent is its prefix's predecessor's hash (0 for the first).
+  void compare_events() {
+    auto got = core_.take_events();
+    auto want = model_.take_events();
+    MODEL_REQUIRE(got.size() == want.size(),
+                          where() << "event count " << got.size() << " vs "
+                                  << want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      auto& g = got[i];
+      auto& w = want[i];
+      MODEL_REQUIRE(g.stored == w.stored && g.block == w.block
+                              && g.tenant == w.tenant,
+                            where() << "event " << i << ": " << g.stored << " "
+                                    << g.block << " vs " << w.stored << " "
+                                    << w.block);
+      cov_(g.stored ? "event:stored" : "event:removed");
+      auto [it, fresh] = hash_of_.emplace(w.key, g.hash);
+      MODEL_REQUIRE(it->second == g.hash, where() << "hash changed");
+      if (fresh) {
+        auto [jt, new_hash] = key_of_.emplace(g.hash, w.key);
+        MODEL_REQUIRE(new_hash, where() << "two prefixes, one hash");
+      }
+      auto& toks = w.key.second;
+      if (toks.size() == p_.block_size) {
+        MODEL_REQUIRE(g.parent_hash == 0, where() << "first block's parent");
+      } else {
+        test::prefix_key parent{w.key.first,
+                                std::vector<token_id>(toks.begin(),
+                                                      toks.end() - p_.block_size)};
+        auto pt = hash_of_.find(parent);
+        if (pt != hash_of_.end())
+          MODEL_REQUIRE(g.parent_hash == pt->second, where() << "parent hash");
+      }
+    }
+  }
+
+  run_params p_;
+  cache_config cfg_;
+  block_pool_core core_;
+  pool_model model_;
+  std::mt19937_64 rng_;
+  std::vector<std::vector<token_id>> system_prompts_;
+  std::size_t op_ = 0;
+  coverage cov_;
+  std::map<test::prefix_key, std::uint64_t> hash_of_;
+  std::map<std::uint64_t, test::prefix_key> key_of_;
+};
+
+/// Runs `p`, prints what it covered, and checks the pressure was real.
+void run_and_check_coverage(const run_params& p) {
+  auto start = std::chrono::steady_clock::now();
+  harness h(p);
+  h.run();
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+              std::chrono::steady_clock::now() - start)
+              .count();
+  auto& n = h.cov().n;
+  BOOST_TEST_MESSAGE("seed " << p.seed << ", " << p.ops << " ops, " << ms
+                             << " ms: " << h.cov().report());
+  auto has = [&](const std::string& k) { return n.count(k) && n.at(k) > 0; };
+  for (auto k : {"allocate:ok", "allocate:out_of_blocks", "allocate:quota_exceeded",
+                 "allocate:duplicate_request", "allocate:invalid_request",
+                 "allocate:unknown_tenant", "allocate:exceeds_max_sequence_length",
+                 "extend:ok", "extend:out_of_blocks", "extend:unknown_request",
+                 "extend:exceeds_max_sequence_length", "extend:invalid_request",
+                 "fork:ok", "fork:duplicate_request", "release:ok",
+                 "reclaim:live", "reclaim:stale", "preempt:ok",
+                 "step preempted", "step admitted", "step admission blocked",
+                 "can_allocate:yes", "can_allocate:no"})
+    BOOST_TEST(has(k), "seed " << p.seed << " never reached " << k);
+  if (p.block_size > 1) // with one token per block, no block is partly full
+    BOOST_TEST(has("copy on write"), "seed " << p.seed << " never copied on write");
+  if (p.prefix_caching)
+    for (auto k : {"prefix hit", "event:stored", "event:removed"})
+      BOOST_TEST(has(k), "seed " << p.seed << " never reached " << k);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(block_pool_model_suite)
+
+BOOST_AUTO_TEST_CASE(core_matches_the_reference_model_on_random_operations) {
+  // Three fixed seeds, each a different pool size, 100k operations each.
+  run_and_check_coverage({1, 64, 4, true, 100000});
+  run_and_check_coverage({2, 128, 4, true, 100000});
+  run_and_check_coverage({3, 256, 4, true, 100000});
+}
+
+BOOST_AUTO_TEST_CASE(core_matches_the_reference_model_with_odd_block_sizes) {
+  run_and_check_coverage({4, 96, 3, true, 20000});
+  run_and_check_coverage({5, 48, 1, true, 20000});
+}
+
+BOOST_AUTO_TEST_CASE(core_matches_the_reference_model_without_prefix_caching) {
+  run_and_check_coverage({6, 64, 4, false, 20000});
+}
+
+BOOST_AUTO_TEST_SUITE_END()

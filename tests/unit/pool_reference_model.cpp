@@ -1,0 +1,454 @@
+// pool_reference_model: each operation written out step by step, as the
+// documented policy reads, with no attempt at speed.
+#include "pool_reference_model.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace kvactor::test {
+
+namespace {
+
+model_extension failed_extension(errc e) {
+  model_extension out;
+  out.err = e;
+  return out;
+}
+
+} // namespace
+
+pool_model::pool_model(const cache_config& cfg, std::uint32_t num_blocks)
+  : block_size_(cfg.block_size),
+    prefix_caching_(cfg.prefix_caching),
+    model_(cfg.model),
+    blocks_(num_blocks) {
+  // Block 0 is handed out first, then 1, 2, ...
+  for (auto b = num_blocks; b > 0; --b)
+    free_.push_back(b - 1);
+  for (auto& tc : cfg.tenants) {
+    model_tenant mt;
+    mt.config = tc;
+    mt.ns = tc.prefix_namespace.empty() ? "tenant:" + tc.name
+                                        : "namespace:" + tc.prefix_namespace;
+    tenants_.push_back(mt);
+  }
+}
+
+std::uint64_t pool_model::used_blocks() const {
+  return std::count_if(blocks_.begin(), blocks_.end(),
+                       [](const block& b) { return b.st == state::used; });
+}
+
+std::uint64_t pool_model::cached_blocks() const {
+  std::uint64_t n = 0;
+  for (auto& l : lru_)
+    n += l.size();
+  return n;
+}
+
+// -- helpers --------------------------------------------------------------------------
+
+maybe_errc pool_model::check(const allocation_request& req,
+                             std::uint16_t& t) const {
+  t = 0;
+  if (!req.tenant.empty()) {
+    bool found = false;
+    for (std::size_t i = 0; i < tenants_.size() && !found; ++i)
+      if (tenants_[i].config.name == req.tenant) {
+        t = static_cast<std::uint16_t>(i);
+        found = true;
+      }
+    if (!found)
+      return errc::unknown_tenant;
+  }
+  if (req.num_layers != model_.num_layers || req.num_heads != model_.num_kv_heads
+      || req.head_dim != model_.head_dim || req.dtype != model_.dtype
+      || req.max_sequence_length == 0)
+    return errc::invalid_request;
+  if (!req.prompt.empty() && req.initial_tokens != 0
+      && req.initial_tokens != req.prompt.size())
+    return errc::invalid_request;
+  for (auto tok : req.prompt)
+    if (tok < 0)
+      return errc::invalid_request;
+  auto n = req.prompt.empty() ? req.initial_tokens : req.prompt.size();
+  if (n > req.max_sequence_length)
+    return errc::exceeds_max_sequence_length;
+  return std::nullopt;
+}
+
+prefix_key pool_model::key_of(std::uint16_t t,
+                              const std::vector<token_id>& tokens,
+                              std::size_t len) const {
+  return {tenants_[t].ns, std::vector<token_id>(tokens.begin(),
+                                                tokens.begin() + len)};
+}
+
+std::uint32_t pool_model::hits(std::uint16_t t,
+                               const std::vector<token_id>& prompt) const {
+  // The last prompt token is always computed: at most (len - 1) / bs hits.
+  auto max_hits = (prompt.size() - 1) / block_size_;
+  std::uint32_t h = 0;
+  while (h < max_hits && index_.count(key_of(t, prompt, (h + 1) * block_size_)))
+    ++h;
+  return h;
+}
+
+std::uint64_t pool_model::revived(std::uint16_t t,
+                                  const std::vector<token_id>& prompt,
+                                  std::uint32_t hits) const {
+  std::uint64_t n = 0;
+  for (std::uint32_t i = 0; i < hits; ++i)
+    if (blocks_[index_.at(key_of(t, prompt, (i + 1) * block_size_))].st
+        == state::cached)
+      ++n;
+  return n;
+}
+
+maybe_errc pool_model::admit(std::uint16_t t, std::uint64_t n) const {
+  if (n == 0)
+    return std::nullopt;
+  auto& ts = tenants_[t];
+  if (ts.config.max_blocks != 0 && ts.used + n > ts.config.max_blocks)
+    return errc::quota_exceeded;
+  std::uint64_t avail = free_.size() + cached_blocks();
+  std::uint64_t held = 0; // what other tenants' reservations hold back
+  for (std::size_t u = 0; u < tenants_.size(); ++u)
+    if (u != t && tenants_[u].used < tenants_[u].config.reserved_blocks)
+      held += tenants_[u].config.reserved_blocks - tenants_[u].used;
+  if (n + held > avail)
+    return errc::out_of_blocks;
+  return std::nullopt;
+}
+
+void pool_model::evict_block(block_id b) {
+  auto& m = blocks_[b];
+  lru_[m.level].remove(b);
+  index_.erase(*m.key);
+  events_.push_back(model_event{false, *m.key, b, m.tenant});
+  m.key.reset();
+  m.st = state::free;
+  ++counters_.evictions;
+}
+
+block_id pool_model::take(std::uint16_t t) {
+  block_id b;
+  if (!free_.empty()) {
+    b = free_.back();
+    free_.pop_back();
+  } else {
+    std::size_t level = 0;
+    while (lru_[level].empty())
+      ++level;
+    b = lru_[level].front();
+    evict_block(b);
+  }
+  auto& m = blocks_[b];
+  m.st = state::used;
+  m.refs = 1;
+  m.tenant = t;
+  ++tenants_[t].used;
+  ++counters_.blocks_allocated;
+  return b;
+}
+
+void pool_model::unref(block_id b, std::size_t level) {
+  auto& m = blocks_[b];
+  if (--m.refs > 0)
+    return;
+  --tenants_[m.tenant].used;
+  ++counters_.blocks_freed;
+  if (m.key) {
+    m.st = state::cached;
+    m.level = level;
+    lru_[level].push_back(b);
+  } else {
+    m.st = state::free;
+    free_.push_back(b);
+  }
+}
+
+void pool_model::index(block_id b, prefix_key key, std::uint16_t t) {
+  if (index_.count(key))
+    return; // computed twice: the first copy serves hits
+  if (blocks_[b].key)
+    throw std::logic_error("model: indexing a block that is indexed");
+  index_[key] = b;
+  blocks_[b].key = key;
+  ++counters_.blocks_cached;
+  events_.push_back(model_event{true, std::move(key), b, t});
+}
+
+// -- operations -----------------------------------------------------------------------
+
+model_allocation pool_model::allocate(const allocation_request& req) {
+  std::uint16_t t;
+  if (auto e = check(req, t))
+    return {e};
+  if (seqs_.count(req.id))
+    return {errc::duplicate_request};
+  auto& prompt = req.prompt;
+  auto n = prompt.empty() ? req.initial_tokens : prompt.size();
+  auto need = (n + block_size_ - 1) / block_size_;
+  bool hashing = prefix_caching_ && (!prompt.empty() || n == 0);
+  std::uint32_t h = hashing && !prompt.empty() ? hits(t, prompt) : 0;
+  if (auto e = admit(t, need - h + (h > 0 ? revived(t, prompt, h) : 0))) {
+    ++counters_.allocation_failures;
+    ++tenants_[t].failures;
+    return {e};
+  }
+  model_sequence seq;
+  seq.id = req.id;
+  seq.cache_id = next_cache_id_++;
+  seq.tenant = t;
+  seq.priority = req.priority;
+  seq.num_tokens = n;
+  seq.max_tokens = req.max_sequence_length;
+  for (std::uint32_t i = 0; i < h; ++i) {
+    auto b = index_.at(key_of(t, prompt, (i + 1) * block_size_));
+    auto& m = blocks_[b];
+    if (m.st == state::cached) {
+      lru_[m.level].remove(b);
+      m.st = state::used;
+      m.tenant = t;
+      ++tenants_[t].used;
+    }
+    ++m.refs;
+    seq.blocks.push_back(b);
+  }
+  for (auto i = h; i < need; ++i)
+    seq.blocks.push_back(take(t));
+  if (hashing) {
+    seq.hashable = true;
+    seq.tokens = prompt;
+    for (auto i = h; i < prompt.size() / block_size_; ++i)
+      index(seq.blocks[i], key_of(t, prompt, (i + 1) * block_size_), t);
+    if (!prompt.empty()) {
+      counters_.query_tokens += n;
+      counters_.hit_tokens += std::uint64_t{h} * block_size_;
+      counters_.prefix_hit_blocks += h;
+      tenants_[t].query_tokens += n;
+      tenants_[t].hit_tokens += std::uint64_t{h} * block_size_;
+    }
+  }
+  ++counters_.allocations;
+  ++tenants_[t].active;
+  auto cache_id = seq.cache_id;
+  seqs_[req.id] = std::move(seq);
+  return {std::nullopt, cache_id, std::uint64_t{h} * block_size_};
+}
+
+bool pool_model::can_allocate(const allocation_request& req) const {
+  std::uint16_t t;
+  if (check(req, t) || seqs_.count(req.id))
+    return false;
+  auto& prompt = req.prompt;
+  auto n = prompt.empty() ? req.initial_tokens : prompt.size();
+  auto need = (n + block_size_ - 1) / block_size_;
+  std::uint32_t h = prefix_caching_ && !prompt.empty() ? hits(t, prompt) : 0;
+  return !admit(t, need - h + (h > 0 ? revived(t, prompt, h) : 0));
+}
+
+model_extension pool_model::extend(request_id id, std::uint64_t n,
+                                   const std::vector<token_id>* tokens) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end())
+    return failed_extension(errc::unknown_request);
+  auto& seq = it->second;
+  model_extension out;
+  if (n == 0)
+    return out;
+  if (seq.num_tokens + n > seq.max_tokens)
+    return failed_extension(errc::exceeds_max_sequence_length);
+  if (tokens != nullptr)
+    for (auto tok : *tokens)
+      if (tok < 0)
+        return failed_extension(errc::invalid_request);
+  auto old_size = seq.blocks.size();
+  auto add = (seq.num_tokens + n + block_size_ - 1) / block_size_ - old_size;
+  // Appending into a partly filled block that others share: copy it first.
+  bool cow = seq.num_tokens % block_size_ != 0
+             && blocks_[seq.blocks.back()].refs > 1;
+  if (auto e = admit(seq.tenant, add + cow))
+    return failed_extension(*e);
+  out.changed = add + cow > 0;
+  out.first_changed = static_cast<std::uint32_t>(old_size - cow);
+  if (cow) {
+    auto old = seq.blocks.back();
+    auto copy = take(seq.tenant);
+    --blocks_[old].refs;
+    seq.blocks.back() = copy;
+    out.copies.push_back(block_copy{old, copy});
+    ++counters_.cow_copies;
+  }
+  for (std::uint64_t i = 0; i < add; ++i)
+    seq.blocks.push_back(take(seq.tenant));
+  if (seq.hashable && tokens != nullptr) {
+    auto before = seq.tokens.size() / block_size_;
+    seq.tokens.insert(seq.tokens.end(), tokens->begin(), tokens->end());
+    auto after = seq.tokens.size() / block_size_;
+    for (auto i = before; i < after; ++i)
+      index(seq.blocks[i], key_of(seq.tenant, seq.tokens, (i + 1) * block_size_),
+            seq.tenant);
+  } else if (seq.hashable) {
+    seq.hashable = false;
+    seq.tokens.clear();
+  }
+  seq.num_tokens += n;
+  return out;
+}
+
+model_release pool_model::release(request_id id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end())
+    return {errc::unknown_request};
+  auto& seq = it->second;
+  auto before = counters_.blocks_freed;
+  for (auto b = seq.blocks.rbegin(); b != seq.blocks.rend(); ++b)
+    unref(*b, static_cast<std::size_t>(seq.priority));
+  --tenants_[seq.tenant].active;
+  seqs_.erase(it);
+  return {std::nullopt, static_cast<std::uint32_t>(counters_.blocks_freed - before)};
+}
+
+model_release pool_model::reclaim(request_id id, std::uint64_t cache_id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second.cache_id != cache_id)
+    return {};
+  return release(id);
+}
+
+model_release pool_model::preempt(request_id id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end())
+    return {errc::unknown_request};
+  auto t = it->second.tenant;
+  auto res = release(id);
+  ++counters_.preemptions;
+  ++tenants_[t].preemptions;
+  return res;
+}
+
+model_allocation pool_model::fork(request_id parent, request_id child) {
+  auto p = seqs_.find(parent);
+  if (p == seqs_.end())
+    return {errc::unknown_request};
+  if (seqs_.count(child))
+    return {errc::duplicate_request};
+  model_sequence c = p->second;
+  c.id = child;
+  c.cache_id = next_cache_id_++;
+  for (auto b : c.blocks)
+    ++blocks_[b].refs;
+  ++counters_.allocations;
+  ++tenants_[c.tenant].active;
+  auto cache_id = c.cache_id;
+  seqs_[child] = std::move(c);
+  return {std::nullopt, cache_id, 0};
+}
+
+std::uint32_t pool_model::evict(std::uint32_t n) {
+  std::uint32_t done = 0;
+  while (done < n && cached_blocks() > 0) {
+    std::size_t level = 0;
+    while (lru_[level].empty())
+      ++level;
+    auto b = lru_[level].front();
+    evict_block(b);
+    free_.push_back(b);
+    ++done;
+  }
+  return done;
+}
+
+model_step_result pool_model::run_step(const step_request& step) {
+  model_step_result r;
+  for (auto id : step.frees) {
+    auto res = release(id);
+    if (res.err)
+      r.failed.emplace_back(id, *res.err);
+    else
+      r.freed.push_back(id);
+  }
+  auto& ops = step.extends;
+  // Each extend's own token ids, cut from the flat list (if it is whole).
+  std::vector<std::vector<token_id>> tokens(ops.size());
+  bool named = !step.tokens.empty();
+  std::size_t total = 0;
+  for (auto& op : ops)
+    total += op.num_tokens;
+  if (named && total != step.tokens.size()) {
+    for (auto& op : ops)
+      r.failed.emplace_back(op.id, errc::invalid_request);
+  } else {
+    std::size_t offset = 0;
+    for (std::size_t i = 0; i < ops.size(); offset += ops[i++].num_tokens)
+      if (named)
+        tokens[i].assign(step.tokens.begin() + offset,
+                         step.tokens.begin() + offset + ops[i].num_tokens);
+  }
+  std::vector<bool> preempted(ops.size(), false);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (preempted[i] || (named && total != step.tokens.size()))
+      continue;
+    auto& op = ops[i];
+    for (;;) {
+      auto res = extend(op.id, op.num_tokens, named ? &tokens[i] : nullptr);
+      if (!res.err) {
+        if (res.changed) {
+          auto& seq = seqs_.at(op.id);
+          r.changed.push_back(table_delta{
+            op.id, res.first_changed,
+            std::vector<block_id>(seq.blocks.begin() + res.first_changed,
+                                  seq.blocks.end()),
+            seq.num_tokens});
+          r.copies.insert(r.copies.end(), res.copies.begin(), res.copies.end());
+        }
+        break;
+      }
+      if (!step.preempt_on_shortage || *res.err != errc::out_of_blocks) {
+        r.failed.emplace_back(op.id, *res.err);
+        break;
+      }
+      // The newest request of the list not yet preempted; possibly op itself.
+      auto victim = ops.size() - 1;
+      while (preempted[victim])
+        --victim;
+      preempted[victim] = true;
+      auto p = preempt(ops[victim].id);
+      if (p.err)
+        r.failed.emplace_back(ops[victim].id, *p.err);
+      else
+        r.preempted.push_back(ops[victim].id);
+      if (victim == i)
+        break;
+    }
+  }
+  if (!step.admits.empty()) {
+    if (!r.preempted.empty() && !step.admit_after_preemption) {
+      r.admission_blocked = true;
+      r.blocked = step.admits.front().id;
+    } else {
+      for (auto& req : step.admits) {
+        auto res = allocate(req);
+        if (!res.err) {
+          auto& seq = seqs_.at(req.id);
+          r.admitted.push_back(admission{
+            req.id, res.cache_id, res.hit_tokens,
+            block_table{seq.blocks, seq.num_tokens, block_size_}});
+        } else if (*res.err == errc::out_of_blocks) {
+          r.admission_blocked = true;
+          r.blocked = req.id;
+          break;
+        } else {
+          r.failed.emplace_back(req.id, *res.err);
+        }
+      }
+    }
+  }
+  r.free_blocks = free_blocks();
+  r.used_blocks = used_blocks();
+  return r;
+}
+
+} // namespace kvactor::test

@@ -1,0 +1,167 @@
+// pool_reference_model: a slow, obviously correct block pool for the model
+// test. It keeps what block_pool_core keeps, in std containers: the prefix
+// index maps (namespace, the whole token prefix) to a block instead of a
+// chained hash, LRU levels are std::lists, the free blocks a std::vector
+// stack, reservations are summed over tenants on every question. It follows
+// the documented policy (block_pool_core.hpp, messages/step.hpp) and predicts
+// the core's every answer, block ids included.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvactor/actors/block_pool_core.hpp"
+#include "kvactor/config/cache_config.hpp"
+#include "kvactor/messages/errc.hpp"
+#include "kvactor/messages/step.hpp"
+#include "kvactor/messages/types.hpp"
+
+namespace kvactor::test {
+
+/// No value: success.
+using maybe_errc = std::optional<errc>;
+
+/// A prefix index key: the namespace and every token up to a block's end.
+using prefix_key = std::pair<std::string, std::vector<token_id>>;
+
+struct model_sequence {
+  request_id id = 0;
+  std::uint64_t cache_id = 0;
+  std::uint16_t tenant = 0;
+  kvactor::priority priority = kvactor::priority::normal;
+  std::uint64_t num_tokens = 0;
+  std::uint64_t max_tokens = 0;
+  std::vector<block_id> blocks;
+  /// Whether every token so far is known (then `tokens` holds them all).
+  bool hashable = false;
+  std::vector<token_id> tokens;
+};
+
+struct model_tenant {
+  tenant_config config;
+  std::string ns;
+  std::uint64_t used = 0;
+  std::uint64_t active = 0;
+  std::uint64_t query_tokens = 0;
+  std::uint64_t hit_tokens = 0;
+  std::uint64_t preemptions = 0;
+  std::uint64_t failures = 0;
+};
+
+struct model_event {
+  bool stored = true;
+  prefix_key key;
+  block_id block = 0;
+  std::uint16_t tenant = 0;
+};
+
+struct model_allocation {
+  maybe_errc err;
+  std::uint64_t cache_id = 0;
+  std::uint64_t hit_tokens = 0;
+};
+
+struct model_extension {
+  maybe_errc err;
+  std::uint32_t first_changed = 0;
+  bool changed = false;
+  std::vector<block_copy> copies;
+};
+
+struct model_release {
+  maybe_errc err;
+  std::uint32_t freed = 0;
+};
+
+/// step_result with error codes in place of caf::error.
+struct model_step_result {
+  std::vector<request_id> freed;
+  std::vector<table_delta> changed;
+  std::vector<block_copy> copies;
+  std::vector<request_id> preempted;
+  std::vector<admission> admitted;
+  std::vector<std::pair<request_id, errc>> failed;
+  request_id blocked = 0;
+  bool admission_blocked = false;
+  std::uint64_t free_blocks = 0;
+  std::uint64_t used_blocks = 0;
+};
+
+class pool_model {
+public:
+  pool_model(const cache_config& cfg, std::uint32_t num_blocks);
+
+  model_allocation allocate(const allocation_request& req);
+  bool can_allocate(const allocation_request& req) const;
+  /// `tokens`: null or exactly n ids.
+  model_extension extend(request_id id, std::uint64_t n,
+                         const std::vector<token_id>* tokens);
+  model_release release(request_id id);
+  model_release reclaim(request_id id, std::uint64_t cache_id);
+  model_release preempt(request_id id);
+  model_allocation fork(request_id parent, request_id child);
+  std::uint32_t evict(std::uint32_t n);
+  model_step_result run_step(const step_request& step);
+
+  const std::map<request_id, model_sequence>& sequences() const {
+    return seqs_;
+  }
+  const std::vector<model_tenant>& tenants() const {
+    return tenants_;
+  }
+  const detail::pool_counters& counters() const {
+    return counters_;
+  }
+  std::uint64_t used_blocks() const;
+  std::uint64_t cached_blocks() const;
+  std::uint64_t free_blocks() const {
+    return blocks_.size() - used_blocks();
+  }
+  std::vector<model_event> take_events() {
+    return std::exchange(events_, {});
+  }
+
+private:
+  enum class state { free, cached, used };
+
+  struct block {
+    std::uint32_t refs = 0;
+    state st = state::free;
+    std::uint16_t tenant = 0; ///< last charged
+    std::size_t level = 0;
+    std::optional<prefix_key> key; ///< set iff indexed
+  };
+
+  maybe_errc check(const allocation_request& req, std::uint16_t& t) const;
+  prefix_key key_of(std::uint16_t t, const std::vector<token_id>& tokens,
+                    std::size_t len) const;
+  std::uint32_t hits(std::uint16_t t, const std::vector<token_id>& prompt) const;
+  std::uint64_t revived(std::uint16_t t, const std::vector<token_id>& prompt,
+                        std::uint32_t hits) const;
+  maybe_errc admit(std::uint16_t t, std::uint64_t n) const;
+  block_id take(std::uint16_t t);
+  void unref(block_id b, std::size_t level);
+  void evict_block(block_id b);
+  void index(block_id b, prefix_key key, std::uint16_t t);
+
+  std::uint32_t block_size_;
+  bool prefix_caching_;
+  model_config model_;
+  std::vector<block> blocks_;
+  std::vector<block_id> free_; ///< back = handed out next
+  std::array<std::list<block_id>, detail::lru_lists::num_levels> lru_;
+  std::map<prefix_key, block_id> index_;
+  std::map<request_id, model_sequence> seqs_;
+  std::vector<model_tenant> tenants_;
+  detail::pool_counters counters_;
+  std::uint64_t next_cache_id_ = 1;
+  std::vector<model_event> events_;
+};
+
+} // namespace kvactor::test
