@@ -1,6 +1,7 @@
 // device actor: validates and submits storage work, replies on completion.
 #include "kvactor/actors/device_actor.hpp"
 
+#include <cstring>
 #include <deque>
 
 #include <caf/actor_system.hpp>
@@ -24,6 +25,19 @@ struct device_state {
     std::function<void(caf::error)> finish;
   };
   std::deque<pending> queue;
+  /// Staging for bytes that arrive in or leave in messages (pinned on cuda);
+  /// grows to the largest request seen.
+  std::shared_ptr<std::uint8_t> staging;
+  std::size_t staging_bytes = 0;
+
+  /// At least `bytes` of staging, or null.
+  std::uint8_t* stage(std::size_t bytes) {
+    if (bytes > staging_bytes) {
+      staging = store->host_buffer(bytes);
+      staging_bytes = staging ? bytes : 0;
+    }
+    return staging.get();
+  }
 };
 
 using device_ptr = device_actor::stateful_pointer<device_state>;
@@ -95,12 +109,23 @@ device_actor::behavior_type device_fun(device_ptr self,
                             + " bytes of keys and of values, got "
                             + std::to_string(w.keys.size()) + " and "
                             + std::to_string(w.values.size()));
-      // The message's buffers must outlive asynchronous work: wait here.
-      auto t = self->state.store->write_slots(w.layer, w.keys.data(),
-                                              w.values.data(), w.slots.data(), n);
+      // Stage in memory the backend accepts; wait here, so the staging is
+      // free again when the next message comes.
+      auto& st = self->state;
+      auto buf = st.stage(2 * n * row);
+      if (buf == nullptr && n > 0)
+        return make_error(errc::device_failure,
+                          "slot_write: no staging memory for "
+                            + std::to_string(2 * n * row) + " bytes");
+      if (n > 0) {
+        std::memcpy(buf, w.keys.data(), n * row);
+        std::memcpy(buf + n * row, w.values.data(), n * row);
+      }
+      auto t = st.store->write_slots(w.layer, buf, buf + n * row,
+                                     w.slots.data(), n);
       if (!t)
         return std::move(t.error());
-      if (auto err = self->state.store->wait(*t))
+      if (auto err = st.store->wait(*t))
         return err;
       return static_cast<std::uint32_t>(n);
     },
@@ -116,15 +141,21 @@ device_actor::behavior_type device_fun(device_ptr self,
                           "gather: " + std::to_string(num_tokens)
                             + " tokens do not fit in "
                             + std::to_string(blocks.size()) + " blocks");
-      out.keys.resize(num_tokens * row);
-      out.values.resize(num_tokens * row);
-      auto t = self->state.store->gather_blocks(layer, blocks, num_tokens,
-                                                out.keys.data(),
-                                                out.values.data());
+      auto& st = self->state;
+      auto bytes = num_tokens * row;
+      auto buf = st.stage(2 * bytes);
+      if (buf == nullptr && bytes > 0)
+        return make_error(errc::device_failure,
+                          "gather: no staging memory for "
+                            + std::to_string(2 * bytes) + " bytes");
+      auto t = st.store->gather_blocks(layer, blocks, num_tokens, buf,
+                                       buf + bytes);
       if (!t)
         return std::move(t.error());
-      if (auto err = self->state.store->wait(*t))
+      if (auto err = st.store->wait(*t))
         return err;
+      out.keys.assign(buf, buf + bytes);
+      out.values.assign(buf + bytes, buf + 2 * bytes);
       return out;
     },
     [self](info_atom) {

@@ -260,4 +260,14 @@ void cuda_storage::on_complete(void* self) {
     (*wake)();
 }
 
+std::shared_ptr<std::uint8_t> cuda_storage::host_buffer(std::size_t bytes) {
+  void* p = nullptr;
+  if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
+    cudaGetLastError(); // a failed allocation is not a sticky device error
+    return nullptr;
+  }
+  return std::shared_ptr<std::uint8_t>(static_cast<std::uint8_t*>(p),
+                                       [](std::uint8_t* x) { cudaFreeHost(x); });
+}
+
 } // namespace kvactor

@@ -75,6 +75,9 @@ public:
   caf::error wait(ticket t) override;
   void set_wake(std::function<void()> wake) override;
 
+  /// Pinned (cudaHostAlloc) memory.
+  std::shared_ptr<std::uint8_t> host_buffer(std::size_t bytes) override;
+
   /// The cudaStream_t of `role`, for benchmarks and tests that time or order
   /// their own work against this storage's.
   void* native_stream(stream_role role) const noexcept {

@@ -2,6 +2,8 @@
 // rule, and the checks every kind shares.
 #include "kvactor/device/storage.hpp"
 
+#include <new>
+
 #include <string>
 
 #include "kvactor/device/host_storage.hpp"
@@ -59,6 +61,11 @@ make_storage(const storage_options& opts) {
   return make_error(errc::invalid_config,
                     "storage: unknown kind (none, host, cuda, auto): "
                       + opts.kind);
+}
+
+std::shared_ptr<std::uint8_t> storage::host_buffer(std::size_t bytes) {
+  return std::shared_ptr<std::uint8_t>(new (std::nothrow) std::uint8_t[bytes],
+                                       std::default_delete<std::uint8_t[]>());
 }
 
 } // namespace kvactor

@@ -125,6 +125,12 @@ public:
   /// Sets the function called (from any thread) when some ticket completes.
   virtual void set_wake(std::function<void()> wake) = 0;
 
+  /// A host buffer of `bytes` that write_slots and gather_blocks accept
+  /// (pinned memory for cuda, plain memory otherwise): where the device
+  /// actor stages bytes that arrive in, or leave in, messages. Null if the
+  /// allocation failed.
+  virtual std::shared_ptr<std::uint8_t> host_buffer(std::size_t bytes);
+
 protected:
   storage_layout layout_;
 };
