@@ -47,7 +47,7 @@ private:
 /// level; the caller tracks membership.
 class lru_lists {
 public:
-  static constexpr std::size_t num_levels = 4;
+  static constexpr std::size_t num_levels = 16;
 
   explicit lru_lists(std::size_t num_blocks = 0)
     : prev_(num_blocks, no_block), next_(num_blocks, no_block) {

@@ -10,7 +10,11 @@
 #include "kvactor/actors/pressure_tracker.hpp"
 #include "kvactor/messages/error.hpp"
 
+#include <algorithm>
+#include <chrono>
 #include <memory>
+
+#include <caf/send.hpp>
 
 namespace kvactor {
 
@@ -25,8 +29,12 @@ struct block_pool_state {
   std::unique_ptr<detail::pressure_tracker> marks;
   std::size_t band = 0;
   supervisor_actor supervisor;
+  std::vector<caf::actor> kv_subscribers;
+  std::uint64_t kv_seq = 0;
+  std::uint32_t block_size = 0;
 
   void init(const cache_config& cfg, std::uint32_t num_blocks) {
+    block_size = cfg.block_size;
     core_ptr = std::make_unique<detail::block_pool_core>(cfg, num_blocks);
     marks = std::make_unique<detail::pressure_tracker>(cfg.pressure, num_blocks);
   }
@@ -38,8 +46,10 @@ struct block_pool_state {
     return *core_ptr;
   }
 
-  /// Tells the supervisor when usage moved between pressure marks.
+  /// After each message: KV events to their subscribers, usage crossings to
+  /// the supervisor.
   void report(block_pool_actor::pointer self) {
+    publish_events();
     auto b = marks->band(core().used_blocks());
     if (b == band || !supervisor)
       return;
@@ -47,6 +57,32 @@ struct block_pool_state {
     self->send(supervisor, usage_atom::value,
                pool_usage{core().used_blocks(), core().cached_blocks(),
                           core().num_blocks()});
+  }
+
+  void publish_events() {
+    if (kv_subscribers.empty())
+      return;
+    auto events = core().take_events();
+    if (events.empty())
+      return;
+    kv_event_batch batch;
+    batch.seq = ++kv_seq;
+    batch.block_size = block_size;
+    batch.events.reserve(events.size());
+    auto& tenants = core().tenants();
+    for (auto& e : events)
+      batch.events.push_back(kv_event{e.stored, e.hash, e.parent_hash, e.block,
+                                      tenants[e.tenant].config.name,
+                                      std::move(e.tokens)});
+    for (auto& sub : kv_subscribers)
+      caf::anon_send(sub, kv_event_atom::value, batch);
+  }
+
+  static std::uint64_t now_ms() {
+    return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now().time_since_epoch())
+        .count());
   }
 
   pool_stats stats() const {
@@ -67,6 +103,11 @@ struct block_pool_state {
     s.preemptions = c.preemptions;
     s.query_tokens = c.query_tokens;
     s.hit_tokens = c.hit_tokens;
+    s.swap_outs = c.swap_outs;
+    s.swap_ins = c.swap_ins;
+    s.host_total_blocks = core().num_host_blocks();
+    s.host_free_blocks = core().free_host_blocks();
+    s.pinned_blocks = core().pinned_blocks();
     for (auto& ts : core().tenants()) {
       tenant_usage u;
       u.name = ts.config.name;
@@ -192,6 +233,83 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       st.supervisor = std::move(sup);
       st.band = static_cast<std::size_t>(-1); // report the current usage now
       st.report(self);
+    },
+    [&st](subscribe_atom, topic t, const caf::actor& sub) {
+      if (t != topic::kv_events)
+        return;
+      auto& subs = st.kv_subscribers;
+      if (std::find(subs.begin(), subs.end(), sub) == subs.end())
+        subs.push_back(sub);
+      st.core().record_events(true);
+    },
+    [&st](unsubscribe_atom, topic t, const caf::actor& sub) {
+      if (t != topic::kv_events)
+        return;
+      auto& subs = st.kv_subscribers;
+      subs.erase(std::remove(subs.begin(), subs.end(), sub), subs.end());
+      if (subs.empty()) {
+        st.core().record_events(false);
+        st.core().take_events();
+      }
+    },
+    [self, &st](swap_out_atom, request_id id)
+      -> caf::result<std::vector<block_move>> {
+      auto res = st.core().swap_out_begin(id);
+      if (!res)
+        return std::move(res.error());
+      st.report(self);
+      return std::move(*res);
+    },
+    [self, &st](swap_in_atom, request_id id)
+      -> caf::result<std::vector<block_move>> {
+      auto res = st.core().swap_in_begin(id);
+      if (!res)
+        return std::move(res.error());
+      st.report(self);
+      return std::move(*res);
+    },
+    [self, &st](swap_out_atom, request_id id,
+                bool ok) -> caf::result<std::uint32_t> {
+      auto res = st.core().swap_out_done(id, ok);
+      if (!res)
+        return std::move(res.error());
+      st.report(self);
+      return *res;
+    },
+    [self, &st](swap_in_atom, request_id id,
+                bool ok) -> caf::result<std::uint32_t> {
+      auto res = st.core().swap_in_done(id, ok);
+      if (!res)
+        return std::move(res.error());
+      st.report(self);
+      return *res;
+    },
+    [&st](victims_atom, std::uint64_t blocks) {
+      return st.core().choose_victims(blocks);
+    },
+    [self, &st](pin_atom, const std::string& tenant,
+                const std::vector<token_id>& tokens,
+                std::uint64_t ttl_ms) -> caf::result<std::uint32_t> {
+      auto t = st.core().tenant_index(tenant);
+      if (!t)
+        return std::move(t.error());
+      auto res = st.core().pin(*t, tokens, ttl_ms, block_pool_state::now_ms());
+      if (!res)
+        return std::move(res.error());
+      st.report(self);
+      return *res;
+    },
+    [self, &st](tick_atom) {
+      auto n = st.core().expire_pins(block_pool_state::now_ms());
+      st.report(self);
+      return n;
+    },
+    [&st](index_atom) {
+      std::vector<std::pair<std::uint64_t, block_id>> out;
+      st.core().for_each_indexed(
+        [&](std::uint64_t h, block_id b) { out.emplace_back(h, b); });
+      std::sort(out.begin(), out.end());
+      return out;
     },
   };
 }

@@ -23,6 +23,8 @@ caf::error block_pool_core::check_invariant() const {
   // References held by the tables.
   std::vector<std::uint32_t> refs(n, 0);
   std::vector<std::uint64_t> active(tenants_.size(), 0);
+  std::vector<bool> host_seen(num_host_blocks_, false);
+  std::uint64_t promised = 0;
   caf::error err;
   std::size_t seqs = 0;
   for_each_sequence([&](const sequence& s) {
@@ -88,8 +90,9 @@ caf::error block_pool_core::check_invariant() const {
           return broken(blk(b) + " is free but not (only) on the free stack");
         break;
       case block_state::cached:
-        if (m.ref_count != 0 || on_list[b] != 2 || !m.indexed)
-          return broken(blk(b) + " is cached but not an indexed LRU entry");
+        if (m.ref_count != 0 || on_list[b] != (m.pinned ? 0 : 2) || !m.indexed)
+          return broken(blk(b) + " is cached but not an indexed LRU entry "
+                                 "(or pinned and on the LRU)");
         break;
       case block_state::used:
         if (m.ref_count == 0 || on_list[b] != 0)
@@ -106,6 +109,27 @@ caf::error block_pool_core::check_invariant() const {
         return broken(blk(b) + " is marked indexed but the index disagrees");
     }
   }
+  for (auto h : host_free_.ids()) {
+    if (h >= num_host_blocks_ || host_seen[h])
+      return broken("host block " + std::to_string(h)
+                    + " is free and held, or free twice");
+    host_seen[h] = true;
+  }
+  for (std::uint32_t h = 0; h < num_host_blocks_; ++h)
+    if (!host_seen[h])
+      return broken("host block " + std::to_string(h) + " is lost");
+  std::size_t pinned = 0;
+  for (block_id b = 0; b < n; ++b)
+    pinned += blocks_[b].pinned;
+  if (pinned != pinned_.size())
+    return broken("pinned list holds " + std::to_string(pinned_.size())
+                  + " blocks, " + std::to_string(pinned) + " are pinned");
+  for (auto b : pinned_)
+    if (b >= n || !blocks_[b].pinned || !blocks_[b].indexed)
+      return broken(blk(b) + " is on the pinned list but not pinned and indexed");
+  if (promised != promised_)
+    return broken("promised growth " + std::to_string(promised_) + " != "
+                  + std::to_string(promised));
   if (indexed != index_.size())
     return broken("the prefix index holds " + std::to_string(index_.size())
                   + " entries for " + std::to_string(indexed)

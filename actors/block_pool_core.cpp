@@ -4,6 +4,7 @@
 #include "kvactor/actors/block_pool_core.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "kvactor/messages/error.hpp"
 
@@ -29,6 +30,14 @@ block_pool_core::block_pool_core(const cache_config& cfg,
   // Hand out low block ids first: push them last.
   for (auto b = num_blocks; b > 0; --b)
     free_.push(b - 1);
+  admission_ = cfg.admission;
+  watermark_blocks_ = static_cast<std::uint64_t>(
+    std::ceil(cfg.admission.watermark * num_blocks));
+  max_pinned_ = cfg.max_pinned_blocks;
+  num_host_blocks_ = static_cast<std::uint32_t>(cfg.num_host_blocks);
+  host_free_.reserve(num_host_blocks_);
+  for (auto b = num_host_blocks_; b > 0; --b)
+    host_free_.push(b - 1);
   for (auto& tc : cfg.tenants) {
     tenant_state ts;
     ts.config = tc;
@@ -44,17 +53,11 @@ block_pool_core::block_pool_core(const cache_config& cfg,
 
 caf::expected<std::uint16_t>
 block_pool_core::check(const allocation_request& req) const {
-  std::uint16_t t = 0;
-  if (!req.tenant.empty()) {
-    auto i = std::find_if(tenants_.begin(), tenants_.end(), [&](auto& ts) {
-      return ts.config.name == req.tenant;
-    });
-    if (i == tenants_.end())
-      return make_error(errc::unknown_tenant, req_name(req.id) + ": tenant '"
-                                                + req.tenant
-                                                + "' is not configured");
-    t = static_cast<std::uint16_t>(i - tenants_.begin());
-  }
+  auto ti = tenant_index(req.tenant);
+  if (!ti)
+    return make_error(errc::unknown_tenant,
+                      req_name(req.id) + ": " + render(ti.error()));
+  auto t = *ti;
   auto shape_err = [&](const char* field, std::uint64_t got,
                        std::uint64_t want) {
     return make_error(errc::invalid_request,
@@ -135,6 +138,27 @@ caf::error block_pool_core::admit_blocks(std::uint16_t t,
   return caf::none;
 }
 
+caf::error block_pool_core::admit_headroom(std::uint16_t t, std::uint64_t n,
+                                           std::uint64_t own_growth) const {
+  bool reserve = admission_.policy == "reserve_expected";
+  if (watermark_blocks_ == 0 && !reserve)
+    return caf::none;
+  auto left = takeable(t) - n; // admit_blocks checked n <= takeable(t)
+  auto want = watermark_blocks_ + (reserve ? promised_ + own_growth : 0);
+  if (left >= want)
+    return caf::none;
+  return make_error(errc::out_of_blocks,
+                    "admission headroom: " + std::to_string(left)
+                      + " blocks would stay free, " + std::to_string(want)
+                      + " wanted (watermark " + std::to_string(watermark_blocks_)
+                      + (reserve ? ", expected growth of live requests "
+                                     + std::to_string(promised_)
+                                     + " and of this one "
+                                     + std::to_string(own_growth)
+                                 : std::string{})
+                      + ")");
+}
+
 // -- block movement -------------------------------------------------------------------
 
 void block_pool_core::charge(block_id b, std::uint16_t t) noexcept {
@@ -162,7 +186,7 @@ void block_pool_core::evict_one(block_id b, std::uint8_t level) {
   m.state = block_state::free;
   ++counters_.evictions;
   if (record_events_)
-    events_.push_back(index_event{false, m.hash.lo, m.parent, b, m.tenant});
+    events_.push_back(index_event{false, m.hash.lo, m.parent, b, m.tenant, {}});
 }
 
 block_id block_pool_core::take_block(std::uint16_t t) {
@@ -177,6 +201,7 @@ block_id block_pool_core::take_block(std::uint16_t t) {
   auto& m = blocks_[b];
   m.state = block_state::used;
   m.ref_count = 1;
+  m.level = 0;
   charge(b, t);
   ++counters_.blocks_allocated;
   return b;
@@ -189,9 +214,11 @@ void block_pool_core::unref(block_id b, std::uint8_t level) {
   uncharge(b);
   ++counters_.blocks_freed;
   if (m.indexed) {
+    // The most valuable holder decides how long the prefix stays cached.
     m.state = block_state::cached;
-    m.level = level;
-    lru_.push_back(b, level);
+    m.level = std::max(m.level, level);
+    if (!m.pinned)
+      lru_.push_back(b, m.level);
   } else {
     m.state = block_state::free;
     free_.push(b);
@@ -199,7 +226,8 @@ void block_pool_core::unref(block_id b, std::uint8_t level) {
 }
 
 void block_pool_core::index_block(block_id b, block_hash h,
-                                  std::uint64_t parent, std::uint16_t t) {
+                                  std::uint64_t parent, std::uint16_t t,
+                                  const token_id* tokens) {
   auto& m = blocks_[b];
   if (m.indexed)
     return;
@@ -211,13 +239,20 @@ void block_pool_core::index_block(block_id b, block_hash h,
     m.indexed = true;
     ++counters_.blocks_cached;
     if (record_events_)
-      events_.push_back(index_event{true, h.lo, parent, b, t});
+      events_.push_back(index_event{true, h.lo, parent, b, t,
+                                    {tokens, tokens + block_size_}});
   }
 }
 
 std::uint8_t block_pool_core::retention_level(const sequence& seq) const
   noexcept {
-  return static_cast<std::uint8_t>(seq.priority);
+  return seq.level;
+}
+
+void block_pool_core::hold(block_id b, const sequence& seq) noexcept {
+  auto& m = blocks_[b];
+  m.level = std::max(m.level, seq.level);
+  ++m.ref_count;
 }
 
 // -- sequences ------------------------------------------------------------------------
@@ -250,6 +285,11 @@ sequence& block_pool_core::new_sequence(request_id id) {
   seq.tail.clear();
   seq.hashable = false;
   seq.num_hashed = 0;
+  seq.where = residency::resident;
+  seq.release_pending = false;
+  seq.expected_tokens = 0;
+  seq.host_blocks.clear();
+  seq.incoming.clear();
   return seq;
 }
 
@@ -259,6 +299,11 @@ void block_pool_core::drop_sequence(request_id id) {
   auto& seq = seqs_[slot];
   seq.blocks.clear();
   seq.tail.clear();
+  seq.host_blocks.clear();
+  seq.incoming.clear();
+  seq.where = residency::resident;
+  seq.release_pending = false;
+  seq.expected_tokens = 0;
   free_seq_slots_.push_back(slot);
 }
 
@@ -290,94 +335,115 @@ std::uint32_t block_pool_core::lookup(std::uint16_t t,
   return hits;
 }
 
-caf::expected<allocation_outcome>
-block_pool_core::allocate(const allocation_request& req) {
+caf::expected<block_pool_core::alloc_plan>
+block_pool_core::plan_allocation(const allocation_request& req) const {
   auto t = check(req);
   if (!t)
     return std::move(t.error());
   if (find(req.id) != nullptr)
     return make_error(errc::duplicate_request,
                       req_name(req.id) + " is already allocated");
+  alloc_plan p;
+  p.tenant = *t;
   auto& prompt = req.prompt;
-  auto n = prompt.empty() ? req.initial_tokens : prompt.size();
-  auto need = n / block_size_ + (n % block_size_ != 0);
-  std::uint32_t hits = 0;
-  std::uint64_t revived = 0;
-  bool hashing = prefix_caching_ && (!prompt.empty() || n == 0);
-  if (hashing && !prompt.empty()) {
-    hits = lookup(*t, prompt, static_cast<std::uint32_t>((n - 1) / block_size_));
-    for (std::uint32_t i = 0; i < hits; ++i)
+  p.tokens = prompt.empty() ? req.initial_tokens : prompt.size();
+  p.need = p.tokens / block_size_ + (p.tokens % block_size_ != 0);
+  p.hashing = prefix_caching_ && (!prompt.empty() || p.tokens == 0);
+  if (p.hashing && !prompt.empty()) {
+    p.hits = lookup(p.tenant, prompt,
+                    static_cast<std::uint32_t>((p.tokens - 1) / block_size_));
+    for (std::uint32_t i = 0; i < p.hits; ++i)
       if (blocks_[index_.find(scratch_[i].lo)].state == block_state::cached)
-        ++revived;
+        ++p.revived;
   }
-  if (auto err = admit_blocks(*t, need - hits + revived)) {
-    ++counters_.allocation_failures;
-    ++tenants_[*t].failures;
+  if (admission_.policy == "reserve_expected") {
+    auto out = req.expected_output_tokens != 0
+                 ? req.expected_output_tokens
+                 : admission_.default_expected_output;
+    auto room = req.max_sequence_length - p.tokens; // check() made it >= 0
+    p.expected = p.tokens + std::min(out, room);
+  }
+  auto take = p.need - p.hits + p.revived;
+  if (auto err = admit_blocks(p.tenant, take))
     return err;
+  auto want = p.expected / block_size_ + (p.expected % block_size_ != 0);
+  if (auto err = admit_headroom(p.tenant, take, want > p.need ? want - p.need : 0))
+    return err;
+  return p;
+}
+
+caf::expected<allocation_outcome>
+block_pool_core::allocate(const allocation_request& req) {
+  auto planned = plan_allocation(req);
+  if (!planned) {
+    auto& err = planned.error();
+    if (has_code(err, errc::out_of_blocks) || has_code(err, errc::quota_exceeded)) {
+      ++counters_.allocation_failures;
+      if (auto t = tenant_index(req.tenant))
+        ++tenants_[*t].failures;
+    }
+    return std::move(err);
   }
+  auto& p = *planned;
+  auto t = p.tenant;
+  auto& prompt = req.prompt;
   // Commit: pin the hits first so that taking fresh blocks cannot evict them.
   auto& seq = new_sequence(req.id);
-  seq.tenant = *t;
+  seq.tenant = t;
   seq.priority = req.priority;
-  seq.num_tokens = n;
+  seq.level = retention_of(tenants_[t].config.priority, req.priority);
+  seq.num_tokens = p.tokens;
   seq.max_tokens = req.max_sequence_length;
-  seq.blocks.reserve(need);
-  for (std::uint32_t i = 0; i < hits; ++i) {
+  seq.expected_tokens = p.expected;
+  seq.blocks.reserve(p.need);
+  for (std::uint32_t i = 0; i < p.hits; ++i) {
     auto b = index_.find(scratch_[i].lo);
     auto& m = blocks_[b];
     if (m.state == block_state::cached) {
-      lru_.remove(b, m.level);
+      if (!m.pinned)
+        lru_.remove(b, m.level);
       m.state = block_state::used;
-      charge(b, *t);
+      m.level = 0; // a revived prefix is worth what its new holders are
+      charge(b, t);
     }
-    ++m.ref_count;
+    hold(b, seq);
     seq.blocks.push_back(b);
   }
-  for (auto i = hits; i < need; ++i)
-    seq.blocks.push_back(take_block(*t));
-  if (hashing) {
+  for (auto i = p.hits; i < p.need; ++i) {
+    seq.blocks.push_back(take_block(t));
+    blocks_[seq.blocks.back()].level = seq.level;
+  }
+  if (p.hashing) {
     seq.hashable = true;
-    auto& ts = tenants_[*t];
+    auto& ts = tenants_[t];
     seq.chain = ts.seed;
     auto full = static_cast<std::uint32_t>(prompt.size() / block_size_);
     for (std::uint32_t i = 0; i < full; ++i) {
-      if (i >= hits)
+      if (i >= p.hits)
         index_block(seq.blocks[i], scratch_[i], i > 0 ? scratch_[i - 1].lo : 0,
-                    *t);
+                    t, prompt.data() + std::size_t{i} * block_size_);
       seq.chain = scratch_[i];
     }
     seq.num_hashed = full;
     seq.tail.assign(prompt.begin() + std::size_t{full} * block_size_,
                     prompt.end());
     if (!prompt.empty()) {
-      counters_.query_tokens += n;
-      counters_.hit_tokens += std::uint64_t{hits} * block_size_;
-      counters_.prefix_hit_blocks += hits;
-      ts.query_tokens += n;
-      ts.hit_tokens += std::uint64_t{hits} * block_size_;
+      auto hit_tokens = std::uint64_t{p.hits} * block_size_;
+      counters_.query_tokens += p.tokens;
+      counters_.hit_tokens += hit_tokens;
+      counters_.prefix_hit_blocks += p.hits;
+      ts.query_tokens += p.tokens;
+      ts.hit_tokens += hit_tokens;
     }
   }
+  promised_ += growth(seq);
   ++counters_.allocations;
-  ++tenants_[*t].active;
-  return allocation_outcome{seq.cache_id, std::uint64_t{hits} * block_size_};
+  ++tenants_[t].active;
+  return allocation_outcome{seq.cache_id, std::uint64_t{p.hits} * block_size_};
 }
 
 bool block_pool_core::can_allocate(const allocation_request& req) const {
-  auto t = check(req);
-  if (!t || find(req.id) != nullptr)
-    return false;
-  auto& prompt = req.prompt;
-  auto n = prompt.empty() ? req.initial_tokens : prompt.size();
-  auto need = n / block_size_ + (n % block_size_ != 0);
-  std::uint32_t hits = 0;
-  std::uint64_t revived = 0;
-  if (prefix_caching_ && !prompt.empty()) {
-    hits = lookup(*t, prompt, static_cast<std::uint32_t>((n - 1) / block_size_));
-    for (std::uint32_t i = 0; i < hits; ++i)
-      if (blocks_[index_.find(scratch_[i].lo)].state == block_state::cached)
-        ++revived;
-  }
-  return !admit_blocks(*t, need - hits + revived);
+  return static_cast<bool>(plan_allocation(req));
 }
 
 // -- extend ---------------------------------------------------------------------------
@@ -389,7 +455,8 @@ void block_pool_core::hash_appended(sequence& seq, const token_id* tokens,
   while (seq.tail.size() - off >= block_size_) {
     auto parent = seq.num_hashed > 0 ? seq.chain.lo : 0;
     auto h = hash_block(seq.chain, seq.tail.data() + off, block_size_);
-    index_block(seq.blocks[seq.num_hashed], h, parent, seq.tenant);
+    index_block(seq.blocks[seq.num_hashed], h, parent, seq.tenant,
+                seq.tail.data() + off);
     seq.chain = h;
     ++seq.num_hashed;
     off += block_size_;
@@ -398,12 +465,43 @@ void block_pool_core::hash_appended(sequence& seq, const token_id* tokens,
     seq.tail.erase(seq.tail.begin(), seq.tail.begin() + off);
 }
 
+sequence* block_pool_core::find_resident(request_id id, caf::error& err) {
+  auto seq = find_mut(id);
+  if (seq == nullptr) {
+    err = make_error(errc::unknown_request, req_name(id) + " is not allocated");
+    return nullptr;
+  }
+  if (seq->where != residency::resident) {
+    err = make_error(errc::invalid_request,
+                     req_name(id)
+                       + (seq->where == residency::swapped
+                            ? " is swapped out: swap it in first"
+                            : " is being swapped: wait for the swap"));
+    return nullptr;
+  }
+  return seq;
+}
+
+std::uint64_t block_pool_core::growth(const sequence& seq) const noexcept {
+  if (seq.expected_tokens == 0 || seq.where != residency::resident)
+    return 0;
+  auto want = seq.expected_tokens / block_size_
+              + (seq.expected_tokens % block_size_ != 0);
+  return want > seq.blocks.size() ? want - seq.blocks.size() : 0;
+}
+
+void block_pool_core::repromise(const sequence& seq,
+                                std::uint64_t before) noexcept {
+  promised_ = promised_ - before + growth(seq);
+}
+
 caf::expected<extension_outcome>
 block_pool_core::extend(request_id id, std::uint64_t n,
                         const token_id* tokens) {
-  auto seq = find_mut(id);
+  caf::error err;
+  auto seq = find_resident(id, err);
   if (seq == nullptr)
-    return make_error(errc::unknown_request, req_name(id) + " is not allocated");
+    return err;
   extension_outcome out;
   if (n == 0)
     return out;
@@ -427,18 +525,22 @@ block_pool_core::extend(request_id id, std::uint64_t n,
              && blocks_[seq->blocks.back()].ref_count > 1;
   if (auto err = admit_blocks(seq->tenant, add + cow))
     return err;
+  auto promised_before = growth(*seq);
   out.changed = add + cow > 0;
   out.first_changed = static_cast<std::uint32_t>(old_blocks - cow);
   if (cow) {
     auto old = seq->blocks.back();
     auto copy = take_block(seq->tenant);
+    blocks_[copy].level = seq->level;
     --blocks_[old].ref_count; // > 1 before: still used by the others
     seq->blocks.back() = copy;
     out.copies.push_back(block_copy{old, copy});
     ++counters_.cow_copies;
   }
-  for (std::uint64_t i = 0; i < add; ++i)
+  for (std::uint64_t i = 0; i < add; ++i) {
     seq->blocks.push_back(take_block(seq->tenant));
+    blocks_[seq->blocks.back()].level = seq->level;
+  }
   if (tokens != nullptr && seq->hashable) {
     hash_appended(*seq, tokens, n);
   } else if (seq->hashable) {
@@ -447,23 +549,41 @@ block_pool_core::extend(request_id id, std::uint64_t n,
     seq->tail.clear();
   }
   seq->num_tokens += n;
+  repromise(*seq, promised_before);
   return out;
 }
 
 // -- release, reclaim, preempt, fork --------------------------------------------------
 
+void block_pool_core::release_now(sequence& seq) {
+  promised_ -= growth(seq);
+  auto level = retention_level(seq);
+  // Last block first: among blocks released together, the tail of a
+  // sequence is the least likely to be shared again, so it is evicted first.
+  for (auto i = seq.blocks.rbegin(); i != seq.blocks.rend(); ++i)
+    unref(*i, level);
+  for (auto i = seq.incoming.rbegin(); i != seq.incoming.rend(); ++i)
+    unref(*i, level);
+  for (auto h : seq.host_blocks)
+    host_free_.push(h);
+  seq.incoming.clear();
+  seq.host_blocks.clear();
+  --tenants_[seq.tenant].active;
+  drop_sequence(seq.id);
+}
+
 caf::expected<std::uint32_t> block_pool_core::release(request_id id) {
   auto seq = find_mut(id);
   if (seq == nullptr)
     return make_error(errc::unknown_request, req_name(id) + " is not allocated");
-  auto level = retention_level(*seq);
+  if (seq->where == residency::swapping_out
+      || seq->where == residency::swapping_in) {
+    // The device is still moving its bytes: finish when the move ends.
+    seq->release_pending = true;
+    return std::uint32_t{0};
+  }
   auto before = counters_.blocks_freed;
-  // Last block first: among blocks released together, the tail of a
-  // sequence is the least likely to be shared again, so it is evicted first.
-  for (auto i = seq->blocks.rbegin(); i != seq->blocks.rend(); ++i)
-    unref(*i, level);
-  --tenants_[seq->tenant].active;
-  drop_sequence(id);
+  release_now(*seq);
   return static_cast<std::uint32_t>(counters_.blocks_freed - before);
 }
 
@@ -488,9 +608,10 @@ caf::expected<std::uint32_t> block_pool_core::preempt(request_id id) {
 
 caf::expected<allocation_outcome> block_pool_core::fork(request_id parent,
                                                         request_id child) {
-  if (find(parent) == nullptr)
-    return make_error(errc::unknown_request,
-                      req_name(parent) + " (fork parent) is not allocated");
+  caf::error err;
+  if (find_resident(parent, err) == nullptr)
+    return make_error(static_cast<errc>(err.code()),
+                      "fork parent: " + render(err));
   if (find(child) != nullptr)
     return make_error(errc::duplicate_request,
                       req_name(child) + " is already allocated");
@@ -498,15 +619,18 @@ caf::expected<allocation_outcome> block_pool_core::fork(request_id parent,
   auto& p = *find(parent);
   c.tenant = p.tenant;
   c.priority = p.priority;
+  c.level = p.level;
   c.num_tokens = p.num_tokens;
   c.max_tokens = p.max_tokens;
+  c.expected_tokens = p.expected_tokens;
   c.blocks = p.blocks;
   c.hashable = p.hashable;
   c.num_hashed = p.num_hashed;
   c.chain = p.chain;
   c.tail = p.tail;
   for (auto b : c.blocks)
-    ++blocks_[b].ref_count;
+    hold(b, c);
+  promised_ += growth(c);
   ++counters_.allocations;
   ++tenants_[c.tenant].active;
   return allocation_outcome{c.cache_id, 0};

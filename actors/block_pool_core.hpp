@@ -31,6 +31,18 @@
 
 namespace kvactor::detail {
 
+/// The LRU level of a request's blocks: tenants by priority first, then
+/// requests by priority within a tenant - the lowest level is evicted first.
+constexpr std::uint8_t retention_of(priority tenant, priority request) noexcept {
+  return static_cast<std::uint8_t>(static_cast<int>(tenant) * 4
+                                   + static_cast<int>(request));
+}
+
+/// Where a request's blocks are. Transitions: resident -> swapping_out ->
+/// swapped -> swapping_in -> resident; the *_ing states last while the
+/// device moves the bytes, and a failed move returns to the previous state.
+enum class residency : std::uint8_t { resident, swapping_out, swapped, swapping_in };
+
 /// One live request as the pool sees it.
 struct sequence {
   request_id id = 0;
@@ -48,6 +60,16 @@ struct sequence {
   std::uint32_t num_hashed = 0;
   block_hash chain;
   std::vector<token_id> tail;
+  /// LRU level its blocks join when released (retention_of).
+  std::uint8_t level = 5;
+  /// Tokens it is expected to reach (admission headroom); 0 = no promise.
+  std::uint64_t expected_tokens = 0;
+  // Swapping: host-tier copies (swapping_out, swapped) and the device blocks
+  // being filled (swapping_in); a release during a move waits for its end.
+  residency where = residency::resident;
+  std::vector<block_id> host_blocks;
+  std::vector<block_id> incoming;
+  bool release_pending = false;
 };
 
 /// Counters over the pool's lifetime.
@@ -63,6 +85,8 @@ struct pool_counters {
   std::uint64_t preemptions = 0;
   std::uint64_t query_tokens = 0;        ///< prompt tokens looked up
   std::uint64_t hit_tokens = 0;          ///< of which found cached
+  std::uint64_t swap_outs = 0;           ///< requests moved to the host tier
+  std::uint64_t swap_ins = 0;            ///< and back
 };
 
 /// A change to the prefix index, for KV-event subscribers.
@@ -72,6 +96,7 @@ struct index_event {
   std::uint64_t parent_hash = 0; ///< 0 for a chain's first block
   block_id block = 0;
   std::uint16_t tenant = 0;
+  std::vector<token_id> tokens; ///< the block's tokens (stored events)
 };
 
 /// Per-tenant state.
@@ -142,6 +167,57 @@ public:
   /// Executes one scheduler step (see messages/step.hpp).
   step_result run_step(const step_request& step);
 
+  // -- swapping (block_pool_swap.cpp) --------------------------------------------
+
+  /// Starts moving `id`'s blocks to the host tier: reserves host blocks and
+  /// returns the moves for the device; the device blocks stay held until
+  /// swap_out_done. Errors: unknown_request, invalid_request (not resident),
+  /// out_of_blocks (host tier full).
+  caf::expected<std::vector<block_move>> swap_out_begin(request_id id);
+  /// The device moved the bytes (ok) or failed (!ok: back to resident).
+  /// Returns the device blocks whose last reference went.
+  caf::expected<std::uint32_t> swap_out_done(request_id id, bool ok);
+  /// Starts bringing a swapped request back into fresh device blocks.
+  /// Errors: unknown_request, invalid_request (not swapped), out_of_blocks,
+  /// quota_exceeded.
+  caf::expected<std::vector<block_move>> swap_in_begin(request_id id);
+  /// The device moved the bytes (ok: resident again) or failed (!ok: still
+  /// swapped, the fresh blocks returned).
+  caf::expected<std::uint32_t> swap_in_done(request_id id, bool ok);
+  std::uint32_t num_host_blocks() const noexcept {
+    return num_host_blocks_;
+  }
+  std::uint64_t free_host_blocks() const noexcept {
+    return host_free_.size();
+  }
+
+  // -- policy (block_pool_policy.cpp) --------------------------------------------
+
+  /// Requests to preempt so that about `blocks` blocks come free: lowest
+  /// priority first, then the tenant furthest over its fair share, then the
+  /// newest; never one of a tenant at or below its reservation.
+  std::vector<request_id> choose_victims(std::uint64_t blocks) const;
+
+  /// Keeps the cached full blocks of `tokens` (tenant `t`'s namespace) from
+  /// eviction until `now_ms + ttl_ms`. Returns how many blocks are pinned.
+  /// Error: quota_exceeded past max_pinned_blocks (nothing pinned then).
+  caf::expected<std::uint32_t> pin(std::uint16_t t,
+                                   const std::vector<token_id>& tokens,
+                                   std::uint64_t ttl_ms, std::uint64_t now_ms);
+  /// Unpins blocks whose time ran out; returns how many.
+  std::uint32_t expire_pins(std::uint64_t now_ms);
+  std::uint64_t pinned_blocks() const noexcept {
+    return pinned_.size();
+  }
+  /// The tenant index of `name` ("" = the first).
+  caf::expected<std::uint16_t> tenant_index(const std::string& name) const;
+
+  /// Calls f(hash, block) for every prefix-index entry.
+  template <class F>
+  void for_each_indexed(F&& f) const {
+    index_.for_each([&](std::uint64_t h, std::uint32_t b) { f(h, b); });
+  }
+
   // -- cache ---------------------------------------------------------------------
 
   /// Evicts up to `n` cached blocks, least valuable first; returns how many.
@@ -201,13 +277,29 @@ private:
     std::uint32_t ref_count = 0;
     std::uint16_t tenant = 0;
     block_state state = block_state::free;
-    std::uint8_t level = 0; ///< LRU level while cached
+    /// LRU level while cached; while used, the highest level of its holders.
+    std::uint8_t level = 0;
     bool indexed = false;
+    bool pinned = false; ///< cached but kept off the LRU until pin_until
     block_hash hash;
     std::uint64_t parent = 0; ///< parent's hash.lo, for events
+    std::uint64_t pin_until = 0;
   };
 
   // -- helpers (block_pool_core.cpp) ---------------------------------------------
+
+  /// What an allocation would do (lookup included), checked against every
+  /// limit; changes nothing. Hit hashes are left in scratch_.
+  struct alloc_plan {
+    std::uint16_t tenant = 0;
+    std::uint64_t tokens = 0;   ///< tokens now
+    std::uint64_t need = 0;     ///< blocks for them
+    std::uint32_t hits = 0;     ///< of which shared from the index
+    std::uint64_t revived = 0;  ///< hits on cached (unheld) blocks
+    bool hashing = false;
+    std::uint64_t expected = 0; ///< tokens promised (reserve_expected)
+  };
+  caf::expected<alloc_plan> plan_allocation(const allocation_request& req) const;
 
   /// Blocks tenant `t` may take now: free and cached blocks, minus what other
   /// tenants' reservations hold back.
@@ -215,14 +307,27 @@ private:
   /// Whether tenant `t` may take `n` more blocks (quota and reservations);
   /// the error says which limit.
   caf::error admit_blocks(std::uint16_t t, std::uint64_t n) const;
+  /// Admission headroom: after taking `n` blocks, does the pool still hold
+  /// the watermark and (reserve_expected) the promised growth plus `growth`?
+  caf::error admit_headroom(std::uint16_t t, std::uint64_t n,
+                            std::uint64_t growth) const;
+  /// Blocks `seq` is expected to grow by (0 without a promise).
+  std::uint64_t growth(const sequence& seq) const noexcept;
+  /// Keeps promised_ right around a change of `seq`: call with the growth
+  /// before the change, after it.
+  void repromise(const sequence& seq, std::uint64_t before) noexcept;
+  void release_now(sequence& seq);
+  sequence* find_resident(request_id id, caf::error& err);
   block_id take_block(std::uint16_t t);
   void charge(block_id b, std::uint16_t t) noexcept;
   void uncharge(block_id b) noexcept;
   void unref(block_id b, std::uint8_t level);
   void evict_one(block_id b, std::uint8_t level);
-  void index_block(block_id b, block_hash h, std::uint64_t parent, std::uint16_t t);
+  void index_block(block_id b, block_hash h, std::uint64_t parent,
+                   std::uint16_t t, const token_id* tokens);
   void hash_appended(sequence& seq, const token_id* tokens, std::uint64_t n);
   std::uint8_t retention_level(const sequence& seq) const noexcept;
+  void hold(block_id b, const sequence& seq) noexcept;
   /// Prompt block hashes into scratch_; returns how many lead the index.
   std::uint32_t lookup(std::uint16_t t, const std::vector<token_id>& prompt,
                        std::uint32_t max_hits) const;
@@ -249,6 +354,16 @@ private:
   pool_counters counters_;
   bool record_events_ = false;
   std::vector<index_event> events_;
+  // Policy state.
+  admission_config admission_;
+  std::uint64_t watermark_blocks_ = 0;
+  std::uint64_t promised_ = 0; ///< sum of growth() over live requests
+  std::uint64_t max_pinned_ = 0;
+  std::vector<block_id> pinned_;
+  // Host tier (swap): free host blocks; the others belong to swapped
+  // requests.
+  std::uint32_t num_host_blocks_ = 0;
+  free_stack host_free_;
   mutable std::vector<block_hash> scratch_;
 };
 

@@ -7,6 +7,12 @@
 #include <caf/send.hpp>
 #include <caf/system_messages.hpp>
 
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "kvactor/metrics/kv_events.hpp"
+
 namespace kvactor::detail {
 
 facade_core::facade_core(caf::actor_system& sys, cache_config cfg,
@@ -24,6 +30,8 @@ facade_core::~facade_core() {
   caf::anon_send_exit(cache_.manager, caf::exit_reason::user_shutdown);
   if (relay_)
     caf::anon_send_exit(relay_, caf::exit_reason::user_shutdown);
+  for (auto& w : writers_)
+    caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
   invalidate_all();
 }
 
@@ -90,6 +98,30 @@ void facade_core::invalidate_all() {
       s->valid = false;
   slots_.clear();
   by_request_.clear();
+}
+
+caf::error facade_core::write_kv_events(const std::string& path) {
+  auto out = std::make_shared<std::ofstream>(path, std::ios::app);
+  if (!*out)
+    return make_error(errc::invalid_request,
+                      "write_kv_events: cannot open " + path);
+  // A detached actor: file I/O never blocks the scheduler's workers.
+  auto writer = sys_.spawn<caf::detached>(
+    [out, manager = cache_.manager](caf::event_based_actor* self) -> caf::behavior {
+      self->monitor(manager);
+      self->set_down_handler([self](const caf::down_msg&) { self->quit(); });
+      return {
+        [out](kv_event_atom, const kv_event_batch& batch) {
+          *out << to_json(batch).dump() << '\n';
+          out->flush();
+        },
+      };
+    });
+  caf::anon_send(cache_.manager, subscribe_atom::value, topic::kv_events,
+                 writer);
+  std::lock_guard<std::mutex> guard{mtx_};
+  writers_.push_back(writer);
+  return caf::none;
 }
 
 void facade_core::set_pressure_callback(std::function<void(memory_pressure)> f) {

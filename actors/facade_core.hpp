@@ -59,6 +59,9 @@ public:
   /// Marks every slot ended (shutdown).
   void invalidate_all();
 
+  /// Spawns a writer of KV events to `path` (JSON lines), subscribed.
+  caf::error write_kv_events(const std::string& path);
+
   /// The pressure callback; replaces the previous one.
   void set_pressure_callback(std::function<void(memory_pressure)> f);
 
@@ -90,6 +93,7 @@ private:
   std::unordered_map<std::uint64_t, std::weak_ptr<request_slot>> slots_;
   std::unordered_map<request_id, std::uint64_t> by_request_; ///< -> handle id
   caf::actor relay_; ///< calls the pressure callback (detached)
+  std::vector<caf::actor> writers_; ///< KV event files (detached)
   std::shared_ptr<std::function<void(memory_pressure)>> callback_;
   std::shared_ptr<std::mutex> callback_mtx_;
 };

@@ -52,6 +52,15 @@ block_table kv_cache_handle::table() const {
   return std::move(std::get<0>(*res));
 }
 
+bool kv_cache_handle::is_swapped() const {
+  auto core = core_.lock();
+  if (!core || !slot_->valid)
+    return false;
+  auto res = core->ask<request_handle_actor, request_info>(
+    core->cache().manager, lookup_atom::value, id());
+  return res && std::get<1>(*res).swapped;
+}
+
 std::uint64_t kv_cache_handle::num_tokens() const {
   return table().num_tokens;
 }

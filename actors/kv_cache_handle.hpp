@@ -83,6 +83,9 @@ public:
   /// manager stopped.
   bool is_valid() const noexcept;
 
+  /// True while its blocks live in the host tier (a round trip).
+  bool is_swapped() const;
+
   /// Unique over the actor system's lifetime (the handle actor's id).
   std::uint64_t cache_id() const noexcept {
     return slot_->handle_id;

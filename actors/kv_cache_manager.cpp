@@ -163,6 +163,34 @@ caf::error kv_cache_manager::preempt(request_id id) {
   return caf::none;
 }
 
+caf::error kv_cache_manager::swap_out(request_id id) {
+  auto res = core_->ask<std::uint32_t>(core_->cache().manager,
+                                       swap_out_atom::value, id);
+  return res ? caf::none : std::move(res.error());
+}
+
+caf::error kv_cache_manager::swap_in(request_id id) {
+  auto res = core_->ask<block_table>(core_->cache().manager,
+                                     swap_in_atom::value, id);
+  return res ? caf::none : std::move(res.error());
+}
+
+caf::expected<std::uint32_t>
+kv_cache_manager::pin_prefix(const std::string& tenant,
+                             const std::vector<token_id>& tokens,
+                             std::chrono::milliseconds ttl) {
+  auto res = core_->ask<std::uint32_t>(
+    core_->cache().manager, pin_atom::value, tenant, tokens,
+    static_cast<std::uint64_t>(ttl.count()));
+  if (!res)
+    return std::move(res.error());
+  return std::get<0>(*res);
+}
+
+caf::error kv_cache_manager::write_kv_events(const std::string& path) {
+  return core_->write_kv_events(path);
+}
+
 kv_cache_manager_actor kv_cache_manager::actor() const {
   return core_->cache().manager;
 }

@@ -89,6 +89,29 @@ public:
   /// Recompute-style preemption: frees the request's blocks now.
   caf::error preempt(request_id id);
 
+  /// Moves the request's blocks to the host tier (num_host_blocks) and frees
+  /// its device blocks; it cannot grow until swapped in. Errors:
+  /// unknown_request, invalid_request (already swapped), out_of_blocks (host
+  /// tier full), device_failure; on error nothing changed.
+  caf::error swap_out(request_id id);
+
+  /// Brings a swapped request back, byte for byte, possibly into other
+  /// blocks. Errors: unknown_request, invalid_request (not swapped),
+  /// out_of_blocks, quota_exceeded, device_failure.
+  caf::error swap_in(request_id id);
+
+  /// Keeps the tenant's cached full blocks of `tokens` from eviction for
+  /// `ttl`; returns how many blocks are pinned. Errors: unknown_tenant,
+  /// quota_exceeded (max_pinned_blocks).
+  caf::expected<std::uint32_t> pin_prefix(const std::string& tenant,
+                                          const std::vector<token_id>& tokens,
+                                          std::chrono::milliseconds ttl);
+
+  /// Appends every prefix-index change, from now on, to the file at `path`
+  /// as JSON lines (metrics/kv_events.hpp). Error: invalid_request if the
+  /// file cannot be opened.
+  caf::error write_kv_events(const std::string& path);
+
   /// The manager actor, for actor clients.
   kv_cache_manager_actor actor() const;
 

@@ -3,6 +3,7 @@
 #include "kvactor/actors/kv_cache_manager_actor.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <unordered_map>
 #include <vector>
 
@@ -70,6 +71,7 @@ allocation_request without_prompt(const allocation_request& req) {
   out.dtype = req.dtype;
   out.priority = req.priority;
   out.tenant = req.tenant;
+  out.expected_output_tokens = req.expected_output_tokens;
   return out;
 }
 
@@ -113,7 +115,63 @@ void end_request(mgr_ptr self, request_id id, end_reason why,
     caf::anon_send(caf::actor_cast<caf::actor>(e.owner), preempt_atom::value, ev);
 }
 
+/// Marks a registered request swapped out or in.
+void set_swapped(mgr_ptr self, request_id id, bool swapped) {
+  auto& reg = self->state.registry;
+  auto i = reg.find(id);
+  if (i != reg.end())
+    i->second.info.swapped = swapped;
+}
+
+/// Swaps request `id` out (`out`) or in: the pool reserves the other side's
+/// blocks, the device copies, the pool commits - or undoes everything when
+/// the copy fails, so a failed swap changes nothing. `done` gets the device
+/// blocks moved or the error.
+void swap(mgr_ptr self, request_id id, bool out,
+          std::function<void(caf::expected<std::uint32_t>)> done) {
+  auto& st = self->state;
+  auto finish = [self, id, out, done](bool ok, caf::error cause,
+                                      std::uint32_t moved) {
+    auto phase2 = [&](auto atom) {
+      self->request(self->state.pool, caf::infinite, atom, id, ok)
+        .then(
+          [done, ok, cause, moved](std::uint32_t) mutable {
+            if (ok)
+              done(moved);
+            else
+              done(std::move(cause));
+          },
+          [done](caf::error& err) mutable { done(std::move(err)); });
+    };
+    if (out)
+      phase2(swap_out_atom::value);
+    else
+      phase2(swap_in_atom::value);
+  };
+  auto copy = [self, out, finish](std::vector<block_move>& moves) {
+    auto n = static_cast<std::uint32_t>(moves.size());
+    auto on_copied = [finish, n](std::uint32_t) { finish(true, caf::none, n); };
+    auto on_failed = [finish](caf::error& err) { finish(false, err, 0); };
+    if (out)
+      self->request(self->state.device, caf::infinite, swap_out_atom::value,
+                    std::move(moves))
+        .then(on_copied, on_failed);
+    else
+      self->request(self->state.device, caf::infinite, swap_in_atom::value,
+                    std::move(moves))
+        .then(on_copied, on_failed);
+  };
+  auto failed = [done](caf::error& err) mutable { done(std::move(err)); };
+  if (out)
+    self->request(st.pool, caf::infinite, swap_out_atom::value, id)
+      .then(copy, failed);
+  else
+    self->request(st.pool, caf::infinite, swap_in_atom::value, id)
+      .then(copy, failed);
+}
+
 /// The actor that sent the current message, as an owner (null if none).
+/// Call it before make_response_promise, which moves the sender out.
 caf::strong_actor_ptr owner_of(mgr_ptr self) {
   return self->current_sender();
 }
@@ -164,8 +222,9 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
         return make_error(errc::duplicate_request,
                           "request " + std::to_string(req.id)
                             + " is already allocated");
-      auto rp = self->make_response_promise<request_handle_actor, block_table>();
+      // Before the promise, which takes the sender out of the message.
       auto owner = owner_of(self);
+      auto rp = self->make_response_promise<request_handle_actor, block_table>();
       auto params = without_prompt(req);
       self->request(st.pool, caf::infinite, allocate_atom::value, std::move(req))
         .then(
@@ -219,8 +278,9 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
                             + " is already allocated");
       auto req = i->second.info.request;
       req.id = child;
-      auto rp = self->make_response_promise<request_handle_actor, block_table>();
+      // Before the promise, which takes the sender out of the message.
       auto owner = owner_of(self);
+      auto rp = self->make_response_promise<request_handle_actor, block_table>();
       self->request(st.pool, caf::infinite, fork_atom::value, parent, child)
         .then(
           [self, rp, req, owner](admission& a) mutable {
@@ -263,8 +323,10 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
             s.block_size = st.cfg.block_size;
             s.prefix_query_tokens = p.query_tokens;
             s.prefix_hit_tokens = p.hit_tokens;
-            s.host_total_blocks = st.store.num_host_blocks;
-            s.host_free_blocks = st.store.num_host_blocks;
+            s.host_total_blocks = p.host_total_blocks;
+            s.host_free_blocks = p.host_free_blocks;
+            s.swap_out_count = p.swap_outs;
+            s.swap_in_count = p.swap_ins;
             s.tenants = std::move(p.tenants);
             s.blocks_allocated = p.blocks_allocated;
             s.prefix_hit_blocks = p.prefix_hit_blocks;
@@ -317,8 +379,9 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
         auto& a = step.admits;
         a.erase(std::remove_if(a.begin(), a.end(), bad), a.end());
       }
-      auto rp = self->make_response_promise<step_result>();
+      // Before the promise, which takes the sender out of the message.
       auto owner = owner_of(self);
+      auto rp = self->make_response_promise<step_result>();
       // Keep the admits' parameters for the handles (not their prompts).
       std::vector<allocation_request> admits;
       admits.reserve(step.admits.size());
@@ -362,8 +425,9 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       auto i = st.registry.find(id);
       if (i == st.registry.end())
         return make_error(errc::unknown_request, unknown(id));
-      auto rp = self->make_response_promise<std::uint32_t>();
+      // Before the promise, which takes the sender out of the message.
       bool by_owner = i->second.owner == self->current_sender();
+      auto rp = self->make_response_promise<std::uint32_t>();
       self->request(st.pool, caf::infinite, preempt_atom::value, id)
         .then(
           [self, rp, id, by_owner](std::uint32_t released) mutable {
@@ -385,6 +449,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
             st.lifecycle.push_back(sub);
           break;
         case topic::kv_events:
+          caf::anon_send(st.pool, subscribe_atom::value, t, sub);
           break;
       }
     },
@@ -400,6 +465,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
                              st.lifecycle.end());
           break;
         case topic::kv_events:
+          caf::anon_send(st.pool, unsubscribe_atom::value, t, sub);
           break;
       }
     },
@@ -459,6 +525,41 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     },
     [self](pressure_atom, const pressure_event& ev) {
       self->state.pressure = ev.level;
+    },
+    [self](swap_out_atom, request_id id) -> caf::result<std::uint32_t> {
+      auto& st = self->state;
+      if (st.registry.count(id) == 0)
+        return make_error(errc::unknown_request, unknown(id));
+      auto rp = self->make_response_promise<std::uint32_t>();
+      swap(self, id, true, [self, rp, id](caf::expected<std::uint32_t> res) mutable {
+        if (!res) {
+          rp.deliver(std::move(res.error()));
+          return;
+        }
+        set_swapped(self, id, true);
+        rp.deliver(*res);
+      });
+      return rp;
+    },
+    [self](swap_in_atom, request_id id) -> caf::result<block_table> {
+      auto& st = self->state;
+      if (st.registry.count(id) == 0)
+        return make_error(errc::unknown_request, unknown(id));
+      auto rp = self->make_response_promise<block_table>();
+      swap(self, id, false, [self, rp, id](caf::expected<std::uint32_t> res) mutable {
+        if (!res) {
+          rp.deliver(std::move(res.error()));
+          return;
+        }
+        set_swapped(self, id, false);
+        rp.delegate(self->state.pool, table_atom::value, id);
+      });
+      return rp;
+    },
+    [self](pin_atom, std::string& tenant, std::vector<token_id>& tokens,
+           std::uint64_t ttl_ms) -> caf::result<std::uint32_t> {
+      return self->delegate(self->state.pool, pin_atom::value,
+                            std::move(tenant), std::move(tokens), ttl_ms);
     },
   };
 }

@@ -29,6 +29,8 @@ struct supervisor_state {
   std::unique_ptr<detail::pressure_tracker> tracker;
   double medium = 0;
   bool evict_at_high = true;
+  bool preempt_at_critical = true;
+  bool preempting = false; ///< victims chosen, preemptions in flight
   std::uint64_t total_blocks = 0;
   std::uint64_t bytes_per_block = 0;
   std::chrono::milliseconds gc_interval{0};
@@ -54,6 +56,38 @@ struct supervisor_state {
 
 using sup_ptr = supervisor_actor::stateful_pointer<supervisor_state>;
 
+/// At critical pressure: preempt (recompute-style, through the manager, which
+/// tells each owner) the victims the pool names, until usage is back under
+/// the high mark. One round at a time.
+void relieve(sup_ptr self) {
+  auto& st = self->state;
+  if (!st.preempt_at_critical || st.preempting
+      || st.tracker->level() < memory_pressure::critical)
+    return;
+  auto high = st.tracker->enter_mark(memory_pressure::high);
+  auto used = st.last.used_blocks;
+  if (used < high)
+    return;
+  st.preempting = true;
+  self->request(st.pool, caf::infinite, victims_atom::value, used - high + 1)
+    .then(
+      [self](std::vector<request_id>& victims) {
+        auto pending = std::make_shared<std::size_t>(victims.size());
+        auto one_done = [self, pending] {
+          if (--*pending == 0)
+            self->state.preempting = false;
+        };
+        if (victims.empty())
+          self->state.preempting = false;
+        for (auto id : victims)
+          self->request(self->state.manager, caf::infinite,
+                        preempt_atom::value, id)
+            .then([one_done](std::uint32_t) { one_done(); },
+                  [one_done](caf::error&) { one_done(); });
+      },
+      [self](caf::error&) { self->state.preempting = false; });
+}
+
 /// One GC pass: sweep orphans through the manager, evict under pressure,
 /// verify the invariant. `done` receives the figures or the first error.
 using gc_callback = std::function<void(caf::expected<cache_gc_stats>)>;
@@ -68,6 +102,8 @@ void run_gc(sup_ptr self, gc_callback done) {
       [self, rp, t0, fail](cache_gc_stats swept) {
         auto& st = self->state;
         auto evict = st.eviction_target();
+        relieve(self);
+        caf::anon_send(st.pool, tick_atom::value); // pins whose time ran out
         self->request(st.pool, caf::infinite, evict_atom::value, evict)
           .then(
             [self, rp, t0, swept, fail](std::uint32_t evicted) {
@@ -102,6 +138,7 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
                                                           num_blocks);
   st.medium = cfg.pressure.medium;
   st.evict_at_high = cfg.pressure.evict_cached_at_high;
+  st.preempt_at_critical = cfg.pressure.preempt_at_critical;
   st.total_blocks = num_blocks;
   st.last.total_blocks = num_blocks;
   st.bytes_per_block = bytes_per_block;
@@ -126,14 +163,15 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
       auto& st = self->state;
       st.last = u;
       auto prev = st.tracker->level();
-      if (!st.tracker->update(u.used_blocks))
-        return;
-      pressure_event ev{st.tracker->level(), prev, u.used_blocks,
-                        u.total_blocks};
-      for (auto& sub : st.subscribers)
-        caf::anon_send(sub, pressure_atom::value, ev);
-      if (auto n = st.eviction_target())
-        caf::anon_send(st.pool, evict_atom::value, n);
+      if (st.tracker->update(u.used_blocks)) {
+        pressure_event ev{st.tracker->level(), prev, u.used_blocks,
+                          u.total_blocks};
+        for (auto& sub : st.subscribers)
+          caf::anon_send(sub, pressure_atom::value, ev);
+        if (auto n = st.eviction_target())
+          caf::anon_send(st.pool, evict_atom::value, n);
+      }
+      relieve(self);
     },
     [self](watch_atom, const request_handle_actor& h, request_id id,
            std::uint64_t cache_id) {

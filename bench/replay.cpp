@@ -81,6 +81,7 @@ cache_config config_for(const trace& tr, std::uint32_t num_blocks) {
   // REPLAY.md's policy evicts cached blocks only when an allocation needs
   // them (least recently used first).
   cfg.pressure.evict_cached_at_high = false;
+  cfg.pressure.preempt_at_critical = false; // the scheduler preempts
   return cfg;
 }
 

@@ -162,7 +162,8 @@ bool operator==(const cache_config& x, const cache_config& y) {
          && x.prefix_caching == y.prefix_caching && x.pressure == y.pressure
          && x.gc_interval_ms == y.gc_interval_ms && x.tenants == y.tenants
          && x.scheduler_threads == y.scheduler_threads
-         && x.device_index == y.device_index;
+         && x.device_index == y.device_index && x.admission == y.admission
+         && x.max_pinned_blocks == y.max_pinned_blocks;
 }
 
 // -- validation ---------------------------------------------------------------
@@ -205,6 +206,16 @@ caf::error validate(const cache_config& cfg) {
                                     + " (one day); 0 = on demand only");
   if (auto err = validate_tenants(cfg.tenants, cfg.num_gpu_blocks))
     return err;
+  if (cfg.admission.policy != "immediate"
+      && cfg.admission.policy != "reserve_expected")
+    return fail("admission.policy", "must be immediate or reserve_expected");
+  if (!(cfg.admission.watermark >= 0.0 && cfg.admission.watermark < 1.0))
+    return fail("admission.watermark", "must be in [0, 1)");
+  if (cfg.admission.default_expected_output > (std::uint64_t{1} << 32))
+    return fail("admission.default_expected_output", "must be at most 2^32");
+  if (cfg.max_pinned_blocks > max_blocks_limit)
+    return fail("max_pinned_blocks",
+                "must be at most " + std::to_string(max_blocks_limit));
   if (cfg.scheduler_threads > max_scheduler_threads)
     return fail("scheduler_threads",
                 "must be at most " + std::to_string(max_scheduler_threads));
@@ -233,8 +244,12 @@ const char* default_config_json() noexcept {
   "prefix_caching": true,
   "pressure": {
     "medium": 0.6, "high": 0.8, "critical": 0.95, "hysteresis": 0.05,
-    "evict_cached_at_high": true
+    "evict_cached_at_high": true, "preempt_at_critical": true
   },
+  "admission": {
+    "policy": "immediate", "watermark": 0.0, "default_expected_output": 256
+  },
+  "max_pinned_blocks": 64,
   "gc_interval_ms": 1000,
   "tenants": [{"name": "default"}],
   "scheduler_threads": 0,
@@ -270,7 +285,13 @@ nlohmann::json to_json(const cache_config& cfg) {
       {"high", cfg.pressure.high},
       {"critical", cfg.pressure.critical},
       {"hysteresis", cfg.pressure.hysteresis},
-      {"evict_cached_at_high", cfg.pressure.evict_cached_at_high}}},
+      {"evict_cached_at_high", cfg.pressure.evict_cached_at_high},
+      {"preempt_at_critical", cfg.pressure.preempt_at_critical}}},
+    {"admission",
+     {{"policy", cfg.admission.policy},
+      {"watermark", cfg.admission.watermark},
+      {"default_expected_output", cfg.admission.default_expected_output}}},
+    {"max_pinned_blocks", cfg.max_pinned_blocks},
     {"gc_interval_ms", cfg.gc_interval_ms},
     {"tenants", std::move(tenants)},
     {"scheduler_threads", cfg.scheduler_threads},

@@ -34,6 +34,26 @@ struct pressure_config {
   /// nothing worth keeping in them. Off: cached blocks are evicted only when
   /// an allocation needs them (vLLM's lazy LRU), which keeps more prefixes.
   bool evict_cached_at_high = true;
+  /// At critical pressure the supervisor preempts (recompute-style) until
+  /// usage is back under the high mark: lowest priority first, then the
+  /// tenant furthest over its fair share, then the newest; never a tenant
+  /// at or below its reservation. Off: schedulers preempt themselves.
+  bool preempt_at_critical = true;
+};
+
+/// When may a request be admitted? Extends never wait for headroom.
+struct admission_config {
+  /// "immediate": when its blocks are free now (vLLM). "reserve_expected":
+  /// only if, after taking them, the free blocks still cover the expected
+  /// growth of every live request and its own, so admitted requests do not
+  /// immediately preempt each other.
+  std::string policy = "immediate";
+  /// Fraction of the pool admissions always leave free (vLLM v0's
+  /// watermark), under either policy.
+  double watermark = 0.0;
+  /// Expected output of a request that does not say
+  /// (allocation_request::expected_output_tokens == 0), for reserve_expected.
+  std::uint64_t default_expected_output = 256;
 };
 
 /// One tenant. Block counts are device blocks.
@@ -63,6 +83,10 @@ struct cache_config {
   std::uint64_t num_host_blocks = 0;
   bool prefix_caching = true;
   pressure_config pressure;
+  admission_config admission;
+  /// Cap on blocks pinned in the prefix cache with a time to live (pin
+  /// messages); 0 disables pinning.
+  std::uint64_t max_pinned_blocks = 0;
   /// Period of the supervisor's GC; 0 = only on demand.
   std::uint64_t gc_interval_ms = 1000;
   std::vector<tenant_config> tenants{tenant_config{}};
@@ -86,7 +110,14 @@ inline bool operator==(const pressure_config& x,
                        const pressure_config& y) noexcept {
   return x.medium == y.medium && x.high == y.high && x.critical == y.critical
          && x.hysteresis == y.hysteresis
-         && x.evict_cached_at_high == y.evict_cached_at_high;
+         && x.evict_cached_at_high == y.evict_cached_at_high
+         && x.preempt_at_critical == y.preempt_at_critical;
+}
+
+inline bool operator==(const admission_config& x,
+                       const admission_config& y) noexcept {
+  return x.policy == y.policy && x.watermark == y.watermark
+         && x.default_expected_output == y.default_expected_output;
 }
 
 inline bool operator==(const tenant_config& x, const tenant_config& y) {

@@ -184,13 +184,24 @@ caf::error read_model(const json& obj, model_config& out) {
 caf::error read_pressure(const json& obj, pressure_config& out) {
   object_reader r{obj, "pressure"};
   caf::error err;
-  (err = r.check_keys(
-     {"medium", "high", "critical", "hysteresis", "evict_cached_at_high"}))
+  (err = r.check_keys({"medium", "high", "critical", "hysteresis",
+                       "evict_cached_at_high", "preempt_at_critical"}))
     || (err = r.number("medium", out.medium))
     || (err = r.number("high", out.high))
     || (err = r.number("critical", out.critical))
     || (err = r.number("hysteresis", out.hysteresis))
-    || (err = r.boolean("evict_cached_at_high", out.evict_cached_at_high));
+    || (err = r.boolean("evict_cached_at_high", out.evict_cached_at_high))
+    || (err = r.boolean("preempt_at_critical", out.preempt_at_critical));
+  return err;
+}
+
+caf::error read_admission(const json& obj, admission_config& out) {
+  object_reader r{obj, "admission"};
+  caf::error err;
+  (err = r.check_keys({"policy", "watermark", "default_expected_output"}))
+    || (err = r.string("policy", out.policy))
+    || (err = r.number("watermark", out.watermark))
+    || (err = r.count("default_expected_output", out.default_expected_output));
   return err;
 }
 
@@ -246,12 +257,13 @@ caf::error read_config(const json& obj, cache_config& out) {
   object_reader r{obj, ""};
   const json* model = nullptr;
   const json* pressure = nullptr;
+  const json* admission = nullptr;
   caf::error err;
   (err = r.check_keys({"block_size", "model", "layout", "storage",
                        "num_gpu_blocks", "gpu_memory_utilization",
                        "num_host_blocks", "prefix_caching", "pressure",
                        "gc_interval_ms", "tenants", "scheduler_threads",
-                       "device_index"}))
+                       "device_index", "admission", "max_pinned_blocks"}))
     || (err = r.count("block_size", out.block_size, true))
     || (err = r.object("model", model))
     || (model && (err = read_model(*model, out.model)))
@@ -263,6 +275,9 @@ caf::error read_config(const json& obj, cache_config& out) {
     || (err = r.boolean("prefix_caching", out.prefix_caching))
     || (err = r.object("pressure", pressure))
     || (pressure && (err = read_pressure(*pressure, out.pressure)))
+    || (err = r.object("admission", admission))
+    || (admission && (err = read_admission(*admission, out.admission)))
+    || (err = r.count("max_pinned_blocks", out.max_pinned_blocks))
     || (err = r.count("gc_interval_ms", out.gc_interval_ms))
     || (err = read_tenants(r.find("tenants"), out.tenants))
     || (err = r.count("scheduler_threads", out.scheduler_threads))

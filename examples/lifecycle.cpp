@@ -143,27 +143,64 @@ int run(caf::actor_system& sys, const cache_config& cfg) {
               << (same ? "yes" : "NO") << '\n';
   }
 
-  // 4. Fill the pool: pressure rises through its levels.
-  std::cout << "4. allocate 256-token requests until the pool is full\n";
-  request_id next = 10;
-  std::vector<request_id> bulk;
-  for (;;) {
-    auto req = request_for(eff, next, {});
-    req.initial_tokens = 256;
-    if (!mgr.can_allocate(req))
-      break;
-    if (!mgr.allocate(req))
-      break;
-    bulk.push_back(next++);
+  // 3b. Swap request 2 to the host tier and back: the bytes survive, the
+  //     blocks may change.
+  auto t2 = (*b)->table();
+  auto marker2 = std::string{"kvactor-swap-marker"};
+  if (auto view = (*b)->value_cache(eff.model.num_layers - 1); view && *view) {
+    auto& v = **view;
+    auto row = v.strides[0] * size_of(v.dtype);
+    std::memcpy(static_cast<char*>(v.data) + t2.blocks.back() * row,
+                marker2.data(), marker2.size());
   }
-  auto full = mgr.stats();
-  std::cout << "   " << bulk.size() << " requests admitted; "
-            << full.free_blocks << " blocks left; the next one is refused: ";
-  auto refused = request_for(eff, next, {});
-  refused.initial_tokens = 256;
-  auto r = mgr.allocate(refused);
-  std::cout << (r ? std::string{"admitted?!"} : render(r.error())) << '\n';
+  if (auto err = mgr.swap_out(2))
+    return fail("swap_out", err);
+  std::cout << "   swap request 2 out: swapped? "
+            << ((*b)->is_swapped() ? "yes" : "no") << ", host blocks free "
+            << mgr.stats().host_free_blocks << '\n';
+  if (auto err = mgr.swap_in(2))
+    return fail("swap_in", err);
+  auto t2b = (*b)->table();
+  std::cout << "   swap it back in:                            " << blocks_of(t2b);
+  if (auto view = (*b)->value_cache(eff.model.num_layers - 1); view && *view) {
+    auto& v = **view;
+    auto row = v.strides[0] * size_of(v.dtype);
+    bool same = std::memcmp(static_cast<char*>(v.data) + t2b.blocks.back() * row,
+                            marker2.data(), marker2.size())
+                == 0;
+    std::cout << "  <- bytes intact: " << (same ? "yes" : "NO");
+  }
+  std::cout << '\n';
+
+  // 4. Fill the pool: pressure rises through its levels; at critical the
+  //    supervisor preempts the newest requests (lowest priority first) until
+  //    usage is back under the high mark, and their handles turn invalid.
+  std::cout << "4. allocate fifteen 256-token requests (16 blocks each)\n";
+  std::vector<std::pair<request_id, std::shared_ptr<kv_cache_handle>>> bulk;
+  for (request_id id = 10; id < 25; ++id) {
+    auto req = request_for(eff, id, {});
+    req.initial_tokens = 256;
+    auto h = mgr.allocate(req);
+    if (!h) {
+      std::cout << "   request " << id << " refused: " << render(h.error())
+                << '\n';
+      continue;
+    }
+    bulk.emplace_back(id, *h);
+  }
   print_pressure();
+  std::cout << "   preempted by the supervisor:";
+  for (auto& [id, h] : bulk)
+    if (!h->is_valid())
+      std::cout << ' ' << id;
+  auto after = mgr.stats();
+  std::cout << "\n   now " << (after.total_blocks - after.free_blocks)
+            << " blocks in use, pressure " << to_string(after.pressure) << '\n';
+  auto refused = request_for(eff, 99, {});
+  refused.initial_tokens = 4096;
+  auto r = mgr.allocate(refused);
+  std::cout << "   a 4096-token request: "
+            << (r ? std::string{"admitted?!"} : render(r.error())) << '\n';
 
   // 5. GC: nothing leaked, so it reclaims no request; the invariant holds.
   auto g = mgr.gc();
@@ -174,9 +211,10 @@ int run(caf::actor_system& sys, const cache_config& cfg) {
             << " ms (invariant checked)\n";
 
   // 6. Deallocate: blocks return, the prompt's full blocks stay cached.
-  for (auto id : bulk)
-    if (auto err = mgr.deallocate(id))
-      return fail("deallocate", err);
+  for (auto& [id, h] : bulk)
+    if (h->is_valid())
+      if (auto err = mgr.deallocate(id))
+        return fail("deallocate", err);
   for (request_id id : {request_id{1}, request_id{2}, request_id{3}})
     if (auto err = mgr.deallocate(id))
       return fail("deallocate", err);

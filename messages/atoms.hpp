@@ -37,5 +37,8 @@ using gather_atom = caf::atom_constant<caf::atom("gather")>;
 using done_atom = caf::atom_constant<caf::atom("done")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using kv_event_atom = caf::atom_constant<caf::atom("kvevent")>;
+using pin_atom = caf::atom_constant<caf::atom("pin")>;
+using victims_atom = caf::atom_constant<caf::atom("victims")>;
+using index_atom = caf::atom_constant<caf::atom("index")>;
 
 } // namespace kvactor

@@ -85,7 +85,29 @@ using block_pool_actor = caf::typed_actor<
   // The live requests (id, cache id).
   caf::replies_to<list_atom>::with<std::vector<std::pair<request_id, std::uint64_t>>>,
   // Where usage samples go.
-  caf::reacts_to<subscribe_atom, supervisor_actor>>;
+  caf::reacts_to<subscribe_atom, supervisor_actor>,
+  // KV events: (kv_event_atom, kv_event_batch) to each subscriber.
+  caf::reacts_to<subscribe_atom, topic, caf::actor>,
+  caf::reacts_to<unsubscribe_atom, topic, caf::actor>,
+  // Swap, first phase: reserve the other side's blocks, reply the moves for
+  // the device. Errors: unknown_request, invalid_request (wrong residency),
+  // out_of_blocks, quota_exceeded (swap in).
+  caf::replies_to<swap_out_atom, request_id>::with<std::vector<block_move>>,
+  caf::replies_to<swap_in_atom, request_id>::with<std::vector<block_move>>,
+  // Swap, second phase: the device's copy succeeded (commit) or not (undo);
+  // replies with device blocks released.
+  caf::replies_to<swap_out_atom, request_id, bool>::with<std::uint32_t>,
+  caf::replies_to<swap_in_atom, request_id, bool>::with<std::uint32_t>,
+  // Requests to preempt so about n blocks come free (critical pressure).
+  caf::replies_to<victims_atom, std::uint64_t>::with<std::vector<request_id>>,
+  // Pin a tenant's cached prefix for ttl_ms; replies with blocks pinned.
+  // Errors: unknown_tenant, quota_exceeded (max_pinned_blocks).
+  caf::replies_to<pin_atom, std::string, std::vector<token_id>,
+                  std::uint64_t>::with<std::uint32_t>,
+  // Unpin what expired; replies with how many.
+  caf::replies_to<tick_atom>::with<std::uint32_t>,
+  // The prefix index: (hash, block) pairs, sorted by hash.
+  caf::replies_to<index_atom>::with<std::vector<std::pair<std::uint64_t, block_id>>>>;
 
 /// Owns the K/V storage and every CUDA stream; runs detached.
 using device_actor = caf::typed_actor<
@@ -147,6 +169,16 @@ using kv_cache_manager_actor = caf::typed_actor<
   caf::replies_to<step_atom, step_request>::with<step_result>,
   // Recompute-style preemption: frees the blocks, tells the owner.
   caf::replies_to<preempt_atom, request_id>::with<std::uint32_t>,
+  // Moves a request's blocks to the host tier (replies with blocks moved)
+  // and back (replies with its new table; the bytes are identical, the
+  // blocks may differ). While swapped out it cannot grow. Errors:
+  // unknown_request, invalid_request (already swapped / not swapped),
+  // out_of_blocks (host tier or pool full), quota_exceeded, device_failure.
+  caf::replies_to<swap_out_atom, request_id>::with<std::uint32_t>,
+  caf::replies_to<swap_in_atom, request_id>::with<block_table>,
+  // Pins (tenant, prompt)'s cached full blocks for ttl_ms.
+  caf::replies_to<pin_atom, std::string, std::vector<token_id>,
+                  std::uint64_t>::with<std::uint32_t>,
   // Subscribe / unsubscribe an actor to a topic.
   caf::reacts_to<subscribe_atom, topic, caf::actor>,
   caf::reacts_to<unsubscribe_atom, topic, caf::actor>,

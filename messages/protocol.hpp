@@ -115,6 +115,11 @@ struct pool_stats {
   std::uint64_t query_tokens = 0;
   std::uint64_t hit_tokens = 0;
   std::vector<tenant_usage> tenants;
+  std::uint64_t swap_outs = 0;
+  std::uint64_t swap_ins = 0;
+  std::uint64_t host_total_blocks = 0;
+  std::uint64_t host_free_blocks = 0;
+  std::uint64_t pinned_blocks = 0;
 };
 
 template <class Inspector>
@@ -123,7 +128,9 @@ typename Inspector::result_type inspect(Inspector& f, pool_stats& x) {
            x.cached_blocks, x.active_requests, x.allocations,
            x.allocation_failures, x.blocks_allocated, x.prefix_hit_blocks,
            x.blocks_freed, x.blocks_cached, x.evictions, x.cow_copies,
-           x.preemptions, x.query_tokens, x.hit_tokens, x.tenants);
+           x.preemptions, x.query_tokens, x.hit_tokens, x.tenants,
+           x.swap_outs, x.swap_ins, x.host_total_blocks, x.host_free_blocks,
+           x.pinned_blocks);
 }
 
 /// New tokens' K and V rows for one layer, to scatter into their slots
@@ -153,6 +160,38 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, gathered_kv& x) {
   return f(caf::meta::type_name("gathered_kv"), x.layer, x.num_tokens, x.keys,
            x.values);
+}
+
+/// A change to the prefix index (vLLM's KV events: BlockStored /
+/// BlockRemoved), so a router outside the process can track what a node
+/// holds. Hashes are the chained 64-bit block hashes (actors/block_hash.hpp).
+struct kv_event {
+  bool stored = true;            ///< false: removed (evicted)
+  std::uint64_t block_hash = 0;
+  std::uint64_t parent_hash = 0; ///< 0: first block of its chain
+  block_id block = 0;
+  std::string tenant;
+  std::vector<token_id> token_ids; ///< stored events: the block's tokens
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_event& x) {
+  return f(caf::meta::type_name("kv_event"), x.stored, x.block_hash,
+           x.parent_hash, x.block, x.tenant, x.token_ids);
+}
+
+/// The index changes of one pool message, in order; batches are numbered
+/// consecutively from 1, so a subscriber can tell it missed one.
+struct kv_event_batch {
+  std::uint64_t seq = 0;
+  std::uint32_t block_size = 0;
+  std::vector<kv_event> events;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, kv_event_batch& x) {
+  return f(caf::meta::type_name("kv_event_batch"), x.seq, x.block_size,
+           x.events);
 }
 
 /// What the device actor serves.

@@ -42,6 +42,11 @@ void add_message_types(caf::actor_system_config& cfg) {
     .add_message_type<slot_write>("kvactor::slot_write")
     .add_message_type<gathered_kv>("kvactor::gathered_kv")
     .add_message_type<storage_info>("kvactor::storage_info")
+    .add_message_type<kv_event>("kvactor::kv_event")
+    .add_message_type<kv_event_batch>("kvactor::kv_event_batch")
+    .add_message_type<std::vector<request_id>>("kvactor::request_ids")
+    .add_message_type<std::vector<std::pair<std::uint64_t, block_id>>>(
+      "kvactor::index_entries")
     .add_message_type<handle_entry>("kvactor::handle_entry")
     .add_message_type<std::vector<token_id>>("kvactor::token_ids")
     .add_message_type<std::vector<block_id>>("kvactor::block_ids")

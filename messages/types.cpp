@@ -87,7 +87,8 @@ bool operator==(const allocation_request& x, const allocation_request& y) {
          && x.num_layers == y.num_layers && x.num_heads == y.num_heads
          && x.head_dim == y.head_dim && x.device == y.device
          && x.dtype == y.dtype && x.priority == y.priority
-         && x.tenant == y.tenant && x.prompt == y.prompt;
+         && x.tenant == y.tenant && x.prompt == y.prompt
+         && x.expected_output_tokens == y.expected_output_tokens;
 }
 
 } // namespace kvactor

@@ -85,6 +85,9 @@ struct allocation_request {
   std::string tenant;
   /// Optional prompt tokens: enables prefix reuse and block hashing.
   std::vector<token_id> prompt;
+  /// Tokens the request is expected to generate (0 = unknown), for
+  /// admission headroom (config admission.policy "reserve_expected").
+  std::uint64_t expected_output_tokens = 0;
 };
 
 bool operator==(const allocation_request& x, const allocation_request& y);
@@ -93,7 +96,8 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, allocation_request& x) {
   return f(caf::meta::type_name("allocation_request"), x.id, x.initial_tokens,
            x.max_sequence_length, x.num_layers, x.num_heads, x.head_dim,
-           x.device, x.dtype, x.priority, x.tenant, x.prompt);
+           x.device, x.dtype, x.priority, x.tenant, x.prompt,
+           x.expected_output_tokens);
 }
 
 // -- block_table ---------------------------------------------------------------

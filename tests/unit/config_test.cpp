@@ -121,7 +121,7 @@ BOOST_AUTO_TEST_CASE(to_json_round_trips_every_field) {
   auto via_text = parse_config(json::parse(to_json(cfg).dump()));
   BOOST_REQUIRE(via_text);
   BOOST_TEST((*via_text == cfg));
-  BOOST_TEST(to_json(cfg).size() == 13u);
+  BOOST_TEST(to_json(cfg).size() == 15u);
   cfg.tenants[1].prefix_namespace = "other";
   BOOST_TEST((*direct != cfg));
 }

@@ -131,7 +131,7 @@ void pool_model::evict_block(block_id b) {
   ++counters_.evictions;
 }
 
-block_id pool_model::take(std::uint16_t t) {
+block_id pool_model::take(std::uint16_t t, std::size_t level) {
   block_id b;
   if (!free_.empty()) {
     b = free_.back();
@@ -147,6 +147,7 @@ block_id pool_model::take(std::uint16_t t) {
   m.st = state::used;
   m.refs = 1;
   m.tenant = t;
+  m.level = level;
   ++tenants_[t].used;
   ++counters_.blocks_allocated;
   return b;
@@ -160,8 +161,8 @@ void pool_model::unref(block_id b, std::size_t level) {
   ++counters_.blocks_freed;
   if (m.key) {
     m.st = state::cached;
-    m.level = level;
-    lru_[level].push_back(b);
+    m.level = std::max(m.level, level);
+    lru_[m.level].push_back(b);
   } else {
     m.st = state::free;
     free_.push_back(b);
@@ -202,6 +203,8 @@ model_allocation pool_model::allocate(const allocation_request& req) {
   seq.cache_id = next_cache_id_++;
   seq.tenant = t;
   seq.priority = req.priority;
+  seq.level = 4 * static_cast<std::size_t>(tenants_[t].config.priority)
+              + static_cast<std::size_t>(req.priority);
   seq.num_tokens = n;
   seq.max_tokens = req.max_sequence_length;
   for (std::uint32_t i = 0; i < h; ++i) {
@@ -211,13 +214,15 @@ model_allocation pool_model::allocate(const allocation_request& req) {
       lru_[m.level].remove(b);
       m.st = state::used;
       m.tenant = t;
+      m.level = seq.level; // revived: worth what its new holder is
       ++tenants_[t].used;
     }
+    m.level = std::max(m.level, seq.level);
     ++m.refs;
     seq.blocks.push_back(b);
   }
   for (auto i = h; i < need; ++i)
-    seq.blocks.push_back(take(t));
+    seq.blocks.push_back(take(t, seq.level));
   if (hashing) {
     seq.hashable = true;
     seq.tokens = prompt;
@@ -275,14 +280,14 @@ model_extension pool_model::extend(request_id id, std::uint64_t n,
   out.first_changed = static_cast<std::uint32_t>(old_size - cow);
   if (cow) {
     auto old = seq.blocks.back();
-    auto copy = take(seq.tenant);
+    auto copy = take(seq.tenant, seq.level);
     --blocks_[old].refs;
     seq.blocks.back() = copy;
     out.copies.push_back(block_copy{old, copy});
     ++counters_.cow_copies;
   }
   for (std::uint64_t i = 0; i < add; ++i)
-    seq.blocks.push_back(take(seq.tenant));
+    seq.blocks.push_back(take(seq.tenant, seq.level));
   if (seq.hashable && tokens != nullptr) {
     auto before = seq.tokens.size() / block_size_;
     seq.tokens.insert(seq.tokens.end(), tokens->begin(), tokens->end());
@@ -305,7 +310,7 @@ model_release pool_model::release(request_id id) {
   auto& seq = it->second;
   auto before = counters_.blocks_freed;
   for (auto b = seq.blocks.rbegin(); b != seq.blocks.rend(); ++b)
-    unref(*b, static_cast<std::size_t>(seq.priority));
+    unref(*b, seq.level);
   --tenants_[seq.tenant].active;
   seqs_.erase(it);
   return {std::nullopt, static_cast<std::uint32_t>(counters_.blocks_freed - before)};
@@ -338,8 +343,10 @@ model_allocation pool_model::fork(request_id parent, request_id child) {
   model_sequence c = p->second;
   c.id = child;
   c.cache_id = next_cache_id_++;
-  for (auto b : c.blocks)
+  for (auto b : c.blocks) {
     ++blocks_[b].refs;
+    blocks_[b].level = std::max(blocks_[b].level, c.level);
+  }
   ++counters_.allocations;
   ++tenants_[c.tenant].active;
   auto cache_id = c.cache_id;

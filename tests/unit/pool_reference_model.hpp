@@ -35,6 +35,8 @@ struct model_sequence {
   std::uint64_t cache_id = 0;
   std::uint16_t tenant = 0;
   kvactor::priority priority = kvactor::priority::normal;
+  /// Retention: 4 * tenant priority + request priority; lower goes first.
+  std::size_t level = 5;
   std::uint64_t num_tokens = 0;
   std::uint64_t max_tokens = 0;
   std::vector<block_id> blocks;
@@ -134,6 +136,8 @@ private:
     std::uint32_t refs = 0;
     state st = state::free;
     std::uint16_t tenant = 0; ///< last charged
+    /// While cached: its LRU level. While used: the highest retention of
+    /// its holders since it was taken fresh or revived from the cache.
     std::size_t level = 0;
     std::optional<prefix_key> key; ///< set iff indexed
   };
@@ -145,7 +149,7 @@ private:
   std::uint64_t revived(std::uint16_t t, const std::vector<token_id>& prompt,
                         std::uint32_t hits) const;
   maybe_errc admit(std::uint16_t t, std::uint64_t n) const;
-  block_id take(std::uint16_t t);
+  block_id take(std::uint16_t t, std::size_t level);
   void unref(block_id b, std::size_t level);
   void evict_block(block_id b);
   void index(block_id b, prefix_key key, std::uint16_t t);

@@ -1,0 +1,148 @@
+// block_pool_core: who to preempt under critical pressure, and pinned
+// prefixes with a time to live.
+#include "kvactor/actors/block_pool_core.hpp"
+
+#include <algorithm>
+
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor::detail {
+
+caf::expected<std::uint16_t>
+block_pool_core::tenant_index(const std::string& name) const {
+  if (name.empty())
+    return std::uint16_t{0};
+  for (std::size_t i = 0; i < tenants_.size(); ++i)
+    if (tenants_[i].config.name == name)
+      return static_cast<std::uint16_t>(i);
+  return make_error(errc::unknown_tenant,
+                    "tenant '" + name + "' is not configured");
+}
+
+std::vector<request_id> block_pool_core::choose_victims(std::uint64_t blocks) const {
+  // A tenant's fair share: its reservation, or an equal split of the pool
+  // if that is more.
+  auto n_tenants = static_cast<std::uint64_t>(tenants_.size());
+  auto equal = blocks_.size() / std::max<std::uint64_t>(n_tenants, 1);
+  struct candidate {
+    const sequence* seq;
+    std::uint64_t exclusive; ///< blocks only it holds: what preempting frees
+  };
+  std::vector<candidate> cands;
+  for_each_sequence([&](const sequence& s) {
+    if (s.where != residency::resident)
+      return;
+    std::uint64_t mine = 0;
+    for (auto b : s.blocks)
+      mine += blocks_[b].ref_count == 1;
+    if (mine > 0)
+      cands.push_back(candidate{&s, mine});
+  });
+  std::vector<std::uint64_t> used(tenants_.size());
+  for (std::size_t t = 0; t < tenants_.size(); ++t)
+    used[t] = tenants_[t].used;
+  auto over = [&](std::uint16_t t) {
+    auto fair = std::max(tenants_[t].config.reserved_blocks, equal);
+    return static_cast<std::int64_t>(used[t]) - static_cast<std::int64_t>(fair);
+  };
+  std::vector<request_id> out;
+  std::uint64_t freed = 0;
+  // Greedy: each round takes the best candidate under the usage left by the
+  // rounds before (so one tenant's overshoot shrinks as it loses requests).
+  while (freed < blocks && !cands.empty()) {
+    auto best = cands.end();
+    for (auto i = cands.begin(); i != cands.end(); ++i) {
+      auto t = i->seq->tenant;
+      // Never below its reservation.
+      if (used[t] <= tenants_[t].config.reserved_blocks)
+        continue;
+      if (best == cands.end()) {
+        best = i;
+        continue;
+      }
+      auto& x = *i->seq;
+      auto& y = *best->seq;
+      auto px = std::make_tuple(x.priority, tenants_[x.tenant].config.priority);
+      auto py = std::make_tuple(y.priority, tenants_[y.tenant].config.priority);
+      if (px != py) {
+        if (px < py)
+          best = i;
+        continue;
+      }
+      auto ox = over(x.tenant);
+      auto oy = over(y.tenant);
+      if (ox != oy) {
+        if (ox > oy)
+          best = i;
+        continue;
+      }
+      if (x.admitted > y.admitted)
+        best = i;
+    }
+    if (best == cands.end())
+      break;
+    out.push_back(best->seq->id);
+    freed += best->exclusive;
+    auto& u = used[best->seq->tenant];
+    u -= std::min(u, best->exclusive);
+    cands.erase(best);
+  }
+  return out;
+}
+
+caf::expected<std::uint32_t>
+block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
+                     std::uint64_t ttl_ms, std::uint64_t now_ms) {
+  if (max_pinned_ == 0)
+    return make_error(errc::quota_exceeded,
+                      "pinning is disabled (max_pinned_blocks is 0)");
+  if (t >= tenants_.size())
+    return make_error(errc::unknown_tenant, "no tenant " + std::to_string(t));
+  // Every full block of `tokens` that is in the index, from the start.
+  auto full = static_cast<std::uint32_t>(tokens.size() / block_size_);
+  auto hits = lookup(t, tokens, full);
+  std::uint64_t fresh = 0;
+  for (std::uint32_t i = 0; i < hits; ++i)
+    fresh += !blocks_[index_.find(scratch_[i].lo)].pinned;
+  if (pinned_.size() + fresh > max_pinned_)
+    return make_error(errc::quota_exceeded,
+                      "pinning " + std::to_string(fresh) + " more blocks would "
+                        + "exceed max_pinned_blocks "
+                        + std::to_string(max_pinned_) + " ("
+                        + std::to_string(pinned_.size()) + " pinned)");
+  auto until = now_ms + ttl_ms;
+  for (std::uint32_t i = 0; i < hits; ++i) {
+    auto b = index_.find(scratch_[i].lo);
+    auto& m = blocks_[b];
+    m.pin_until = std::max(m.pin_until, until);
+    if (m.pinned)
+      continue;
+    m.pinned = true;
+    pinned_.push_back(b);
+    if (m.state == block_state::cached)
+      lru_.remove(b, m.level);
+  }
+  return hits;
+}
+
+std::uint32_t block_pool_core::expire_pins(std::uint64_t now_ms) {
+  std::uint32_t done = 0;
+  for (std::size_t i = 0; i < pinned_.size();) {
+    auto b = pinned_[i];
+    auto& m = blocks_[b];
+    if (m.pin_until > now_ms) {
+      ++i;
+      continue;
+    }
+    m.pinned = false;
+    m.pin_until = 0;
+    if (m.state == block_state::cached)
+      lru_.push_back(b, m.level);
+    pinned_[i] = pinned_.back();
+    pinned_.pop_back();
+    ++done;
+  }
+  return done;
+}
+
+} // namespace kvactor::detail

@@ -1,0 +1,124 @@
+// block_pool_core: swapping a request's blocks to the host tier and back, in
+// two phases around the device's copy, so that a failed copy changes nothing
+// and a block being read is never handed to anyone else.
+#include "kvactor/actors/block_pool_core.hpp"
+
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor::detail {
+
+namespace {
+
+std::string req_name(request_id id) {
+  return "request " + std::to_string(id);
+}
+
+} // namespace
+
+caf::expected<std::vector<block_move>>
+block_pool_core::swap_out_begin(request_id id) {
+  caf::error err;
+  auto seq = find_resident(id, err);
+  if (seq == nullptr)
+    return err;
+  auto n = seq->blocks.size();
+  if (n > host_free_.size())
+    return make_error(errc::out_of_blocks,
+                      req_name(id) + ": swap out needs " + std::to_string(n)
+                        + " host blocks, " + std::to_string(host_free_.size())
+                        + " of " + std::to_string(num_host_blocks_) + " free");
+  promised_ -= growth(*seq);
+  std::vector<block_move> moves;
+  moves.reserve(n);
+  for (auto b : seq->blocks) {
+    auto h = host_free_.pop();
+    seq->host_blocks.push_back(h);
+    moves.push_back(block_move{b, h});
+  }
+  // The device blocks stay referenced until the copy finished.
+  seq->where = residency::swapping_out;
+  return moves;
+}
+
+caf::expected<std::uint32_t> block_pool_core::swap_out_done(request_id id,
+                                                            bool ok) {
+  auto seq = find_mut(id);
+  if (seq == nullptr || seq->where != residency::swapping_out)
+    return make_error(errc::invalid_request,
+                      req_name(id) + " has no swap out in progress");
+  auto before = counters_.blocks_freed;
+  if (ok) {
+    auto level = retention_level(*seq);
+    for (auto i = seq->blocks.rbegin(); i != seq->blocks.rend(); ++i)
+      unref(*i, level);
+    seq->blocks.clear();
+    seq->where = residency::swapped;
+    ++counters_.swap_outs;
+  } else {
+    for (auto h : seq->host_blocks)
+      host_free_.push(h);
+    seq->host_blocks.clear();
+    seq->where = residency::resident;
+    promised_ += growth(*seq);
+  }
+  if (seq->release_pending)
+    release_now(*seq);
+  return static_cast<std::uint32_t>(counters_.blocks_freed - before);
+}
+
+caf::expected<std::vector<block_move>>
+block_pool_core::swap_in_begin(request_id id) {
+  auto seq = find_mut(id);
+  if (seq == nullptr)
+    return make_error(errc::unknown_request, req_name(id) + " is not allocated");
+  if (seq->where != residency::swapped)
+    return make_error(errc::invalid_request,
+                      req_name(id) + (seq->where == residency::resident
+                                        ? " is not swapped out"
+                                        : " is being swapped: wait for it"));
+  auto n = seq->host_blocks.size();
+  if (auto err = admit_blocks(seq->tenant, n))
+    return err;
+  std::vector<block_move> moves;
+  moves.reserve(n);
+  for (auto h : seq->host_blocks) {
+    auto b = take_block(seq->tenant);
+    blocks_[b].level = seq->level;
+    seq->incoming.push_back(b);
+    moves.push_back(block_move{b, h});
+  }
+  seq->where = residency::swapping_in;
+  return moves;
+}
+
+caf::expected<std::uint32_t> block_pool_core::swap_in_done(request_id id,
+                                                           bool ok) {
+  auto seq = find_mut(id);
+  if (seq == nullptr || seq->where != residency::swapping_in)
+    return make_error(errc::invalid_request,
+                      req_name(id) + " has no swap in progress");
+  auto before = counters_.blocks_freed;
+  if (ok) {
+    // Fresh, private blocks: the request's hash chain continues from here,
+    // but these copies are not findable (the originals may still be).
+    seq->blocks.swap(seq->incoming);
+    seq->incoming.clear();
+    for (auto h : seq->host_blocks)
+      host_free_.push(h);
+    seq->host_blocks.clear();
+    seq->where = residency::resident;
+    promised_ += growth(*seq);
+    ++counters_.swap_ins;
+  } else {
+    auto level = retention_level(*seq);
+    for (auto i = seq->incoming.rbegin(); i != seq->incoming.rend(); ++i)
+      unref(*i, level);
+    seq->incoming.clear();
+    seq->where = residency::swapped;
+  }
+  if (seq->release_pending)
+    release_now(*seq);
+  return static_cast<std::uint32_t>(counters_.blocks_freed - before);
+}
+
+} // namespace kvactor::detail

@@ -1,0 +1,19 @@
+// KV events as JSON, in the schema of vLLM's KV events (BlockStored /
+// BlockRemoved, as its ZMQ publisher sends them), one batch per line, so a
+// router that consumes vLLM's events can consume kvactor's.
+#pragma once
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "kvactor/messages/protocol.hpp"
+
+namespace kvactor {
+
+/// {"seq": N, "events": [{"type": "BlockStored", "block_hashes": [h],
+///   "parent_block_hash": p | null, "token_ids": [...], "block_size": bs,
+///   "lora_id": null, "medium": "GPU", "tenant": "..."},
+///  {"type": "BlockRemoved", "block_hashes": [h], "medium": "GPU",
+///   "tenant": "..."}]}
+nlohmann::json to_json(const kv_event_batch& batch);
+
+} // namespace kvactor
