@@ -1,0 +1,220 @@
+// scale: cost per operation and memory per live request as the number of
+// live requests (one handle actor each) grows 1,000 -> 10,000 -> 100,000 over
+// a pool of 1,000,000 blocks. Operations go to the manager actor from a
+// client actor with a window of requests in flight. Prints one JSON line per
+// size.
+//
+//   scale [--sizes 1000,10000,100000] [--blocks 1000000] [--ops 200000]
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <iostream>
+#include <random>
+#include <sstream>
+#include <unistd.h>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <nlohmann/json.hpp>
+
+#include "kvactor/actors/kv_cache_manager.hpp"
+#include "kvactor/messages/error.hpp"
+
+using namespace kvactor;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::size_t window = 32; // requests in flight
+constexpr std::uint64_t tokens_per_request = 64; // 4 blocks of 16
+
+/// Resident set size in bytes.
+std::size_t rss_bytes() {
+  std::ifstream in{"/proc/self/statm"};
+  std::size_t pages = 0, resident = 0;
+  in >> pages >> resident;
+  return resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+allocation_request make_req(request_id id) {
+  allocation_request req;
+  req.id = id;
+  req.initial_tokens = tokens_per_request;
+  req.max_sequence_length = 1 << 16;
+  req.num_layers = 1;
+  req.num_heads = 1;
+  req.head_dim = 8;
+  return req;
+}
+
+/// Runs `total` operations produced by `next(i, done)` with `window` in
+/// flight from an event-based actor; returns the wall time.
+double run_window(caf::actor_system& sys, std::size_t total,
+                  std::function<void(caf::event_based_actor*, std::size_t,
+                                     std::function<void()>)>
+                    issue) {
+  std::promise<void> finished;
+  auto fut = finished.get_future();
+  auto t0 = clock_type::now();
+  sys.spawn([&, total](caf::event_based_actor* self) -> caf::behavior {
+    auto next = std::make_shared<std::size_t>(0);
+    auto done = std::make_shared<std::size_t>(0);
+    auto pump = std::make_shared<std::function<void()>>();
+    *pump = [=, &finished] {
+      if (*next >= total)
+        return;
+      auto i = (*next)++;
+      issue(self, i, [=, &finished] {
+        if (++*done == total) {
+          finished.set_value();
+          self->quit();
+          return;
+        }
+        (*pump)();
+      });
+    };
+    for (std::size_t k = 0; k < window && k < total; ++k)
+      (*pump)();
+    return {[](caf::unit_t) {}}; // stay alive for the replies
+  });
+  fut.get();
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+void fail(caf::error& err) {
+  std::cerr << "scale: " << render(err) << '\n';
+  std::exit(1);
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::size_t> sizes{1000, 10000, 100000};
+  std::uint64_t blocks = 1000000;
+  std::size_t ops = 200000;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string arg = argv[i];
+    if (arg == "--sizes") {
+      sizes.clear();
+      std::stringstream in{argv[i + 1]};
+      for (std::string tok; std::getline(in, tok, ',');)
+        sizes.push_back(std::stoul(tok));
+    } else if (arg == "--blocks") {
+      blocks = std::stoull(argv[i + 1]);
+    } else if (arg == "--ops") {
+      ops = std::stoul(argv[i + 1]);
+    } else {
+      std::cerr << "usage: scale [--sizes A,B,C] [--blocks N] [--ops N]\n";
+      return 2;
+    }
+  }
+  cache_config cfg;
+  cfg.storage = "none";
+  cfg.num_gpu_blocks = blocks;
+  cfg.model = model_config{1, 1, 8, dtype::fp16};
+  cfg.gc_interval_ms = 0;
+  cfg.pressure.preempt_at_critical = false;
+  caf::actor_system_config sys_cfg;
+  configure(sys_cfg, cfg);
+  caf::actor_system sys{sys_cfg};
+  auto cache = kv_cache_manager::start(sys, cfg);
+  if (!cache) {
+    std::cerr << render(cache.error()) << '\n';
+    return 1;
+  }
+  auto mgr = cache->actor();
+  std::mt19937_64 rng{42};
+  request_id next_id = 1;
+  // Warm up: the first requests pay for one-time allocations (CAF's memory
+  // caches, the pool's lazily touched pages) that are not per-request cost.
+  {
+    std::size_t warm = std::min<std::size_t>(sizes.empty() ? 0 : sizes.back(), 10000);
+    auto first = next_id;
+    next_id += warm;
+    run_window(sys, warm, [&](caf::event_based_actor* self, std::size_t i,
+                              std::function<void()> k) {
+      self->request(mgr, caf::infinite, allocate_atom::value, make_req(first + i))
+        .then([k](request_handle_actor&, block_table&) { k(); }, fail);
+    });
+    run_window(sys, warm, [&](caf::event_based_actor* self, std::size_t i,
+                              std::function<void()> k) {
+      self->request(mgr, caf::infinite, free_atom::value, first + i)
+        .then([k](std::uint32_t) { k(); }, fail);
+    });
+  }
+  for (auto n : sizes) {
+    // Grow to n live requests; the memory they cost is the RSS delta.
+    std::vector<request_id> live;
+    auto base = rss_bytes();
+    auto first = next_id;
+    next_id += n;
+    auto t_alloc = run_window(sys, n, [&](caf::event_based_actor* self,
+                                          std::size_t i, std::function<void()> k) {
+      self->request(mgr, caf::infinite, allocate_atom::value, make_req(first + i))
+        .then([k](request_handle_actor&, block_table&) { k(); }, fail);
+    });
+    auto grown = rss_bytes();
+    for (std::size_t i = 0; i < n; ++i)
+      live.push_back(first + i);
+    // At that size: extends of random live requests, and churn (free one,
+    // allocate a new one) for one in ten operations.
+    std::vector<request_id> ids = live;
+    std::vector<std::uint8_t> kind(ops);
+    std::vector<std::size_t> pick(ops);
+    for (std::size_t i = 0; i < ops; ++i) {
+      kind[i] = rng() % 10 == 0;
+      pick[i] = rng() % ids.size();
+    }
+    auto churn_base = next_id;
+    next_id += ops;
+    auto t_ops = run_window(sys, ops, [&](caf::event_based_actor* self,
+                                          std::size_t i, std::function<void()> k) {
+      if (kind[i] == 0) {
+        self->request(mgr, caf::infinite, extend_atom::value, ids[pick[i]],
+                      std::uint64_t{1})
+          .then([k](block_table&) { k(); },
+                [k](caf::error&) { k(); }); // a request freed by churn meanwhile
+      } else {
+        auto fresh = churn_base + i;
+        auto old = ids[pick[i]];
+        ids[pick[i]] = fresh;
+        self->request(mgr, caf::infinite, free_atom::value, old)
+          .then(
+            [=](std::uint32_t) {
+              self->request(mgr, caf::infinite, allocate_atom::value,
+                            make_req(fresh))
+                .then([k](request_handle_actor&, block_table&) { k(); }, fail);
+            },
+            [=](caf::error&) { k(); });
+      }
+    });
+    auto st = cache->stats();
+    auto held_blocks = st.total_blocks - st.free_blocks;
+    double per_req = n ? double(grown - base) / n : 0.0;
+    double blocks_per_req = double(held_blocks) / double(st.active_caches);
+    nlohmann::json out{
+      {"bench", "scale"},
+      {"live_requests", n},
+      {"pool_blocks", blocks},
+      {"allocate_us_per_request", 1e6 * t_alloc / n},
+      {"operations", ops},
+      {"us_per_operation", 1e6 * t_ops / ops},
+      {"ops_per_sec", ops / t_ops},
+      {"rss_delta_bytes", grown - base},
+      {"bytes_per_live_request", per_req},
+      {"blocks_per_request", blocks_per_req},
+      {"bytes_per_request_minus_8_per_block", per_req - 8.0 * blocks_per_req},
+    };
+    std::cout << out.dump() << std::endl;
+    // Back to empty for the next size.
+    run_window(sys, ids.size(), [&](caf::event_based_actor* self, std::size_t i,
+                                    std::function<void()> k) {
+      self->request(mgr, caf::infinite, free_atom::value, ids[i])
+        .then([k](std::uint32_t) { k(); }, [k](caf::error&) { k(); });
+    });
+  }
+  return 0;
+}
