@@ -31,7 +31,7 @@ build: configure
 	cmake --build $(BUILD) -j$(JOBS)
 
 run: build
-	$(BUILD)/examples/lifecycle
+	$(BUILD)/examples/multi_tenant_sim
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure -j$(JOBS)

@@ -1,0 +1,388 @@
+// batcher: waiting queues, the running list, preemption bookkeeping, figures.
+//
+// A request's life: waiting (in its tenant's queue) -> running (admitted:
+// its prompt is prefilled, then one token per step) -> finished (freed in
+// the next step's message). Preempted by recompute it goes back to the
+// front of its queue and is admitted again with its prompt and the output
+// sampled so far; swapped out it waits in the host tier and runs again once
+// swapped in. While running, the cache holds its prompt and every sampled
+// token but the last, which the next step's extend appends.
+#include "batcher.hpp"
+
+#include <algorithm>
+
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor::sim {
+
+namespace {
+
+constexpr std::size_t max_warnings = 20;
+
+} // namespace
+
+std::uint64_t batcher::blocks_for(std::uint64_t tokens,
+                                  std::uint32_t block_size) noexcept {
+  return (tokens + block_size - 1) / block_size;
+}
+
+bool batcher::fatal(const caf::error& err) noexcept {
+  return has_code(err, errc::device_failure) || has_code(err, errc::shutting_down)
+         || has_code(err, errc::invariant_violation);
+}
+
+batcher::batcher(const scenario& s, const cache_config& effective,
+                 kvactor::device dev, bool track_data)
+  : scenario_(s),
+    cfg_(effective),
+    device_(dev),
+    track_data_(track_data),
+    gen_(s),
+    waiting_(s.workloads.size()),
+    tenant_blocks_(s.workloads.size(), 0),
+    tenant_quota_(s.workloads.size(), 0),
+    last_free_(effective.num_gpu_blocks) {
+  for (std::size_t i = 0; i < s.workloads.size(); ++i) {
+    tenant_figures f;
+    f.name = s.workloads[i].tenant;
+    f.priority = s.workloads[i].priority;
+    if (auto t = effective.find_tenant(f.name))
+      tenant_quota_[i] = t->max_blocks;
+    figures_.push_back(std::move(f));
+  }
+  auto total = effective.num_gpu_blocks;
+  auto limit = static_cast<std::uint64_t>(admission_limit(s) * double(total));
+  above_limit_ = total - std::min(total, limit);
+}
+
+bool batcher::done() const noexcept {
+  if (step_ < scenario_.steps)
+    return false;
+  if (!scenario_.drain)
+    return true;
+  return running_.empty() && swapped_.empty() && to_free_.empty()
+         && limbo_.empty() && waiting() == 0;
+}
+
+std::size_t batcher::waiting() const noexcept {
+  std::size_t n = 0;
+  for (auto& q : waiting_)
+    n += q.size();
+  return n;
+}
+
+void batcher::warn(std::string text) {
+  if (warnings_.size() < max_warnings)
+    warnings_.push_back(std::move(text));
+}
+
+bool batcher::running_before(const live& x, const live& y) const noexcept {
+  // Highest priority first, then admission order: the cache preempts from
+  // the back, so the lowest-priority, newest request goes first.
+  if (x.req.priority != y.req.priority)
+    return x.req.priority > y.req.priority;
+  return x.seq < y.seq;
+}
+
+void batcher::insert_sorted(std::vector<request_id>& xs, request_id id) {
+  auto at = std::upper_bound(xs.begin(), xs.end(), id,
+                             [&](request_id x, request_id y) {
+                               return running_before(live_.at(x), live_.at(y));
+                             });
+  xs.insert(at, id);
+}
+
+allocation_request batcher::admission_for(const live& l) const {
+  // A preempted request recomputes everything it had: its prompt and the
+  // output sampled so far (whose full blocks may still be cached).
+  allocation_request req;
+  req.id = l.req.id;
+  req.max_sequence_length = l.req.prompt.size() + l.req.output.size();
+  req.num_layers = cfg_.model.num_layers;
+  req.num_heads = cfg_.model.num_kv_heads;
+  req.head_dim = cfg_.model.head_dim;
+  req.dtype = cfg_.model.dtype;
+  req.device = device_;
+  req.priority = l.req.priority;
+  req.tenant = figures_[l.req.workload].name;
+  req.prompt.reserve(l.req.prompt.size() + l.generated);
+  req.prompt = l.req.prompt;
+  req.prompt.insert(req.prompt.end(), l.req.output.begin(),
+                    l.req.output.begin() + l.generated);
+  req.initial_tokens = req.prompt.size();
+  req.expected_output_tokens = l.req.output.size() - l.generated;
+  return req;
+}
+
+void batcher::admit(step_request& out, std::uint64_t budget) {
+  // The waiting heads in order of priority, then arrival, as long as they
+  // fit in `budget` (the free blocks) less the blocks above the admit_up_to
+  // mark, counting no prefix hits. Without such a mark ("full") the first
+  // is sent even if it seems too big (hits may make it fit), unless it was
+  // refused at a budget at least as large; after it only what fits
+  // (admission stops at the first that does not fit, so sending more would
+  // only copy prompts). With nothing running the first always goes. A
+  // tenant near its quota is passed over (its allocation would fail alone)
+  // unless it runs nothing, so that it still makes progress.
+  sent_admits_.clear();
+  budget = budget > above_limit_ ? budget - above_limit_ : 0;
+  budget_ = budget;
+  auto n = waiting_.size();
+  std::vector<std::size_t> cursor(n, 0);
+  std::vector<bool> skip(n, false);
+  std::vector<std::uint64_t> running_of(n, 0);
+  for (auto id : running_)
+    ++running_of[live_.at(id).req.workload];
+  auto est = tenant_blocks_;
+  std::uint64_t need_total = 0;
+  auto bs = cfg_.block_size;
+  while (sent_admits_.size() < scenario_.max_admits_per_step
+         && running_.size() + sent_admits_.size() < scenario_.max_running) {
+    const live* best = nullptr;
+    std::size_t best_w = 0;
+    for (std::size_t w = 0; w < n; ++w) {
+      if (skip[w] || cursor[w] >= waiting_[w].size())
+        continue;
+      auto& l = live_.at(waiting_[w][cursor[w]]);
+      if (!best || l.req.priority > best->req.priority
+          || (l.req.priority == best->req.priority
+              && (l.req.arrival < best->req.arrival
+                  || (l.req.arrival == best->req.arrival
+                      && l.req.id < best->req.id)))) {
+        best = &l;
+        best_w = w;
+      }
+    }
+    if (!best)
+      break;
+    // Swapped requests come back before new ones of their priority or less.
+    if (!swapped_.empty()
+        && best->req.priority <= live_.at(swapped_.front()).req.priority)
+      break;
+    auto need = blocks_for(best->req.prompt.size() + best->generated, bs);
+    auto quota = tenant_quota_[best_w];
+    // Room for the tenant's running requests to grow a block each.
+    if (quota != 0 && running_of[best_w] > 0
+        && est[best_w] + need + running_of[best_w] > quota) {
+      skip[best_w] = true;
+      continue;
+    }
+    if (sent_admits_.empty()) {
+      if (need > budget && !running_.empty()
+          && (above_limit_ > 0
+              || (best->req.id == blocked_id_ && budget <= blocked_budget_)))
+        break;
+    } else if (need_total + need > budget) {
+      break;
+    }
+    need_total += need;
+    est[best_w] += need;
+    ++running_of[best_w];
+    ++cursor[best_w];
+    sent_admits_.push_back(best->req.id);
+    out.admits.push_back(admission_for(*best));
+  }
+}
+
+void batcher::start_step() {
+  step_admitted_ = step_finished_ = step_preempted_ = 0;
+  swap_in_used_ = 0;
+  swap_ins_ = 0;
+  process_external();
+  for (auto& r : gen_.arrivals(step_)) {
+    auto id = r.id;
+    auto w = r.workload;
+    ++figures_[w].arrived;
+    live l;
+    l.req = std::move(r);
+    live_.emplace(id, std::move(l));
+    waiting_[w].push_back(id);
+  }
+}
+
+step_request batcher::begin_step() {
+  step_request out;
+  out.frees.swap(to_free_);
+  sent_frees_ = out.frees;
+  auto freeing = freeing_blocks_;
+  freeing_blocks_ = 0;
+  sent_extends_ = running_;
+  main_message_ = true;
+  out.extends.reserve(running_.size());
+  out.tokens.reserve(running_.size());
+  std::uint64_t new_blocks = 0;
+  for (auto id : running_) {
+    auto& l = live_.at(id);
+    // Room for the token sampled last step, whose K/V this step computes.
+    out.extends.push_back(extend_op{id, 1});
+    out.tokens.push_back(l.req.output[l.generated - 1]);
+    if (l.in_cache() % cfg_.block_size == 0)
+      ++new_blocks;
+  }
+  // Recompute: the cache preempts the newest when an extend lacks a block
+  // and then admits nothing. Swap: an extend that lacks a block fails alone,
+  // the scheduler swaps out a victim, and admissions wait for a follow-up
+  // that is sent only if every extend went through.
+  out.preempt_on_shortage = !swap_mode();
+  out.admit_after_preemption = false;
+  if (!swap_mode()) {
+    // Free blocks once this step's frees returned theirs (an upper bound:
+    // shared blocks stay) and its extends took theirs.
+    auto room = last_free_ + freeing;
+    admit(out, room > new_blocks ? room - new_blocks : 0);
+  } else {
+    sent_admits_.clear();
+  }
+  return out;
+}
+
+step_request batcher::more_admits() {
+  step_request out;
+  sent_frees_.clear();
+  sent_extends_.clear();
+  admit(out, last_free_);
+  return out;
+}
+
+void batcher::stop_running(request_id id) {
+  auto i = std::find(running_.begin(), running_.end(), id);
+  if (i != running_.end())
+    running_.erase(i);
+  live_.at(id).running = false;
+}
+
+void batcher::requeue_front(live& l) {
+  waiting_[l.req.workload].push_front(l.req.id);
+}
+
+void batcher::free_and_requeue(request_id id) {
+  // Freed in the next step's message, queued again once that went through
+  // (so that the free and its next admission never share a message).
+  auto& l = live_.at(id);
+  stop_running(id);
+  freeing_blocks_ += l.table.num_blocks();
+  to_free_.push_back(id);
+  limbo_.push_back(id);
+}
+
+request_id batcher::newest_of(std::int64_t workload) const {
+  // running_ is in extend order: the last is the lowest-priority, newest.
+  // One that finishes this step frees its blocks anyway.
+  for (auto i = running_.rbegin(); i != running_.rend(); ++i) {
+    auto& l = live_.at(*i);
+    if (workload >= 0 && l.req.workload != workload)
+      continue;
+    if (l.computed_at == step_ && l.generated + 1 == l.req.output.size())
+      continue;
+    return *i;
+  }
+  return 0;
+}
+void batcher::end_step() {
+  auto sample = [&](live& l) {
+    // The token computed this step yields the next one.
+    ++l.generated;
+    ++figures_[l.req.workload].generated_tokens;
+  };
+  std::size_t kept = 0;
+  for (auto id : running_) {
+    auto i = live_.find(id);
+    auto& l = i->second;
+    auto& f = figures_[l.req.workload];
+    if (l.computed_at != step_) {
+      running_[kept++] = id; // its extend failed: no new token this step
+      continue;
+    }
+    sample(l);
+    if (l.generated == l.req.output.size()) {
+      ++f.finished;
+      ++step_finished_;
+      f.latency.push_back(static_cast<std::uint32_t>(step_ - l.req.arrival + 1));
+      freeing_blocks_ += l.table.num_blocks();
+      to_free_.push_back(id);
+      live_.erase(i);
+    } else {
+      running_[kept++] = id;
+    }
+  }
+  running_.resize(kept);
+  // Swapped out after computing this step's token: it samples the next one
+  // too (victims never finish this step, see newest_of).
+  for (auto id : swapping_out_) {
+    auto& l = live_.at(id);
+    if (l.swapped && l.computed_at == step_)
+      sample(l);
+  }
+  swapping_out_.clear();
+  if (running_.empty() && to_free_.empty() && step_admitted_ == 0
+      && swap_ins_ == 0 && (waiting() > 0 || !swapped_.empty()))
+    ++stalled_;
+  else
+    stalled_ = 0;
+  ++step_;
+}
+
+void batcher::record(const cache_manager_stats& st, memory_pressure level) {
+  step_sample s;
+  s.step = step_;
+  s.waiting = static_cast<std::uint32_t>(waiting());
+  s.running = static_cast<std::uint32_t>(running_.size());
+  s.swapped = static_cast<std::uint32_t>(swapped_.size());
+  s.admitted = step_admitted_;
+  s.finished = 0;
+  for (auto id : running_) {
+    auto& l = live_.at(id);
+    if (l.computed_at == step_ && l.generated + 1 == l.req.output.size())
+      ++s.finished; // finishes in end_step
+  }
+  s.preempted = step_preempted_;
+  s.used_blocks = st.total_blocks - st.free_blocks;
+  s.cached_blocks = st.cached_blocks;
+  s.total_blocks = st.total_blocks;
+  s.pressure = level;
+  s.hit_rate = total_prefill_ == 0 ? 0.0
+                                   : double(total_hits_) / double(total_prefill_);
+  s.tenants.resize(figures_.size());
+  std::vector<std::uint32_t> running_of(figures_.size(), 0);
+  for (auto id : running_)
+    ++running_of[live_.at(id).req.workload];
+  for (std::size_t w = 0; w < figures_.size(); ++w) {
+    auto& ts = s.tenants[w];
+    ts.waiting = static_cast<std::uint32_t>(waiting_[w].size());
+    ts.running = running_of[w];
+    for (auto& u : st.tenants)
+      if (u.name == figures_[w].name)
+        ts.blocks = u.blocks_used;
+    tenant_blocks_[w] = ts.blocks;
+    auto& f = figures_[w];
+    f.blocks_peak = std::max(f.blocks_peak, ts.blocks);
+    f.blocks_sum += double(ts.blocks);
+  }
+  samples_.push_back(std::move(s));
+}
+
+std::optional<verify_target> batcher::pick_verify(std::uint64_t k) {
+  process_external(); // a request preempted since may hold nothing now
+  if (running_.empty())
+    return std::nullopt;
+  auto id = running_[k % running_.size()];
+  if (verify_next_ != 0) {
+    // Prefer the request swapped in last: its bytes made the round trip.
+    if (auto i = live_.find(verify_next_); i != live_.end() && i->second.running)
+      id = verify_next_;
+    verify_next_ = 0;
+  }
+  auto& l = live_.at(id);
+  verify_target out;
+  out.id = l.req.id;
+  out.table = l.table;
+  auto n = l.table.num_tokens;
+  out.tokens.reserve(n);
+  for (std::uint64_t pos = 0; pos < n; ++pos)
+    out.tokens.push_back(pos < l.req.prompt.size()
+                           ? l.req.prompt[pos]
+                           : l.req.output[pos - l.req.prompt.size()]);
+  return out;
+}
+
+} // namespace kvactor::sim

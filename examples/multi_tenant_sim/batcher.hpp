@@ -1,0 +1,292 @@
+// batcher: the simulator's scheduling policy - continuous batching over
+// per-tenant waiting queues, preemption by recompute or swap - and the
+// figures it keeps, apart from how the cache is reached. Each step it
+// produces one step_request (frees, extends of every running request,
+// admissions), consumes the step_result, and names the swaps to make.
+// CAF-free apart from the message value types; not thread-safe (one actor
+// owns it).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <caf/expected.hpp>
+
+#include "kvactor/messages/step.hpp"
+#include "kvactor/messages/types.hpp"
+#include "scenario.hpp"
+#include "workload.hpp"
+
+namespace kvactor::sim {
+
+/// A token whose K/V a step computed, and the slot they go to.
+struct computed_token {
+  request_id id = 0; ///< whose
+  std::int64_t slot = 0;
+  token_id token = 0;
+  std::uint32_t position = 0;
+};
+
+/// One tenant's figures over the run.
+struct tenant_figures {
+  std::string name;
+  kvactor::priority priority = kvactor::priority::normal;
+  std::uint64_t arrived = 0;
+  std::uint64_t admitted = 0;   ///< first admissions
+  std::uint64_t readmitted = 0; ///< admissions after a preemption
+  std::uint64_t finished = 0;
+  std::uint64_t rejected = 0;         ///< refused by the cache for good
+  std::uint64_t prompt_tokens = 0;    ///< prompts of first admissions
+  std::uint64_t generated_tokens = 0; ///< output tokens decoded
+  std::uint64_t prefill_tokens = 0;   ///< prompts of every admission
+  std::uint64_t hit_tokens = 0;       ///< of those, found in the prefix cache
+  std::uint64_t preempted_in_step = 0;  ///< by the step's shortage policy
+  std::uint64_t preempted_by_cache = 0; ///< by the supervisor (critical)
+  std::uint64_t preempted_by_quota = 0; ///< its extend hit max_blocks
+  std::uint64_t swaps = 0;              ///< swap-outs (preemption "swap")
+  std::uint64_t swap_ins = 0;
+  std::vector<std::uint32_t> queue_delay; ///< steps, arrival -> admission
+  std::vector<std::uint32_t> latency;     ///< steps, arrival -> finished
+  std::uint64_t blocks_peak = 0;          ///< blocks charged to the tenant
+  double blocks_sum = 0;                  ///< over samples, for the mean
+
+  std::uint64_t preemptions() const noexcept {
+    return preempted_in_step + preempted_by_cache + preempted_by_quota;
+  }
+  double hit_rate() const noexcept {
+    return prefill_tokens == 0 ? 0.0 : double(hit_tokens) / double(prefill_tokens);
+  }
+};
+
+struct tenant_sample {
+  std::uint32_t waiting = 0;
+  std::uint32_t running = 0;
+  std::uint64_t blocks = 0; ///< charged to the tenant (manager's stats)
+};
+
+/// The state after one step.
+struct step_sample {
+  std::uint64_t step = 0;
+  std::uint32_t waiting = 0;
+  std::uint32_t running = 0;
+  std::uint32_t swapped = 0; ///< requests in the host tier
+  std::uint32_t admitted = 0;
+  std::uint32_t finished = 0;
+  std::uint32_t preempted = 0;
+  std::uint64_t used_blocks = 0;
+  std::uint64_t cached_blocks = 0;
+  std::uint64_t total_blocks = 0;
+  memory_pressure pressure = memory_pressure::low;
+  double hit_rate = 0; ///< cumulative: hit tokens / prefilled prompt tokens
+  std::vector<tenant_sample> tenants;
+};
+
+/// One running request's cache contents, for a read-back check.
+struct verify_target {
+  request_id id = 0;
+  block_table table;
+  std::vector<token_id> tokens; ///< the tokens in the cache, in order
+};
+
+class batcher {
+public:
+  /// `dev`: the device requests name (the cache's). `track_data`: collect
+  /// computed tokens (for storage that holds bytes).
+  batcher(const scenario& s, const cache_config& effective, kvactor::device dev,
+          bool track_data);
+
+  /// Arrivals are over and (with drain) nothing is left to do.
+  bool done() const noexcept;
+
+  /// Steps in a row with requests waiting and nothing running or admitted.
+  std::uint64_t stalled_steps() const noexcept {
+    return stalled_;
+  }
+
+  /// Starts a step: arrivals join their tenant's queue.
+  void start_step();
+
+  /// The step's message: frees (requests finished last step), extends
+  /// (every running request by its pending token, highest priority and
+  /// oldest first: the cache preempts from the back) and admissions (with
+  /// preemption "swap", in follow-ups only, once no extend lacked a block,
+  /// and only of a priority above every swapped request's).
+  step_request begin_step();
+
+  /// Applies a reply. Returns whether an admissions-only follow-up message
+  /// is wanted (everything sent got in, more wait, nothing was preempted);
+  /// an error if the cache failed in a way the run cannot go on from.
+  caf::expected<bool> apply(const step_result& res);
+
+  /// The follow-up: more admissions (none: nothing to send).
+  step_request more_admits();
+
+  // -- preemption "swap" (after the step's K/V writes) -------------------------
+
+  /// Requests to swap out, one per extend that lacked a block: the newest,
+  /// lowest-priority running request (of the same tenant when the tenant's
+  /// quota was the limit). They stop running now.
+  std::vector<request_id> swap_victims();
+
+  /// A victim's swap out went through: it waits in the host tier.
+  void swapped_out(request_id id);
+
+  /// A victim's swap out failed (host tier full...): it is recomputed
+  /// instead. An error if the run cannot go on.
+  caf::error swap_out_failed(request_id id, const caf::error& err);
+
+  /// The next swapped request to bring back, if it plausibly fits (only in
+  /// steps that swapped nothing out).
+  std::optional<request_id> next_swap_in();
+
+  /// It is back, in the blocks of `table`, and runs from the next step on.
+  void swapped_in(request_id id, const block_table& table);
+
+  /// Its swap in failed: returns whether to try more this step; an error if
+  /// the run cannot go on.
+  caf::expected<bool> swap_in_failed(request_id id, const caf::error& err);
+
+  // -- end of step -------------------------------------------------------------
+
+  /// Each request that computed a token this step samples its next one;
+  /// complete ones finish.
+  void end_step();
+
+  /// The supervisor preempted a request outside a step (applied at the next
+  /// safe point; stale notices are ignored by cache id).
+  void preempted_elsewhere(request_id id, std::uint64_t cache_id);
+
+  /// Records the state after this step (call before end_step).
+  void record(const cache_manager_stats& st, memory_pressure level);
+
+  /// Tokens computed since the last clear (with track_data), in the order
+  /// the cache handed out their blocks: where two name the same slot (a
+  /// block freed by a preemption and reallocated within the step), the
+  /// later one is its owner's and must win.
+  const std::vector<computed_token>& computed() const noexcept {
+    return computed_;
+  }
+  void clear_computed() {
+    computed_.clear();
+  }
+
+  /// The request swapped in last, if it runs, else the k-th running one
+  /// (modulo their number), if any.
+  std::optional<verify_target> pick_verify(std::uint64_t k);
+
+  std::uint64_t step() const noexcept {
+    return step_;
+  }
+  std::size_t waiting() const noexcept;
+  std::size_t running() const noexcept {
+    return running_.size();
+  }
+  std::size_t swapped() const noexcept {
+    return swapped_.size();
+  }
+  std::uint64_t arrived() const noexcept {
+    return gen_.generated();
+  }
+
+  const std::vector<tenant_figures>& figures() const noexcept {
+    return figures_;
+  }
+  std::vector<step_sample>& samples() noexcept {
+    return samples_;
+  }
+  const std::vector<std::string>& warnings() const noexcept {
+    return warnings_;
+  }
+
+private:
+  struct live {
+    sim_request req;
+    std::uint64_t generated = 0; ///< output tokens sampled so far
+    std::uint64_t seq = 0;       ///< admission order
+    std::uint64_t cache_id = 0;
+    bool admitted_once = false;
+    bool running = false;
+    bool swapped = false; ///< in the host tier (or on its way there)
+    /// The last step in which it computed a token (admission or extend);
+    /// only those sample a new one.
+    std::uint64_t computed_at = ~std::uint64_t{0};
+    block_table table;
+
+    /// Tokens the cache holds while running (the last sampled is pending).
+    std::uint64_t in_cache() const noexcept {
+      return req.prompt.size() + generated - 1;
+    }
+  };
+
+  static std::uint64_t blocks_for(std::uint64_t tokens,
+                                  std::uint32_t block_size) noexcept;
+  /// The cache failed in a way the run cannot go on from.
+  static bool fatal(const caf::error& err) noexcept;
+
+  allocation_request admission_for(const live& l) const;
+  void admit(step_request& out, std::uint64_t reserved);
+  void requeue_front(live& l);
+  void stop_running(request_id id);
+  void free_and_requeue(request_id id);
+  void insert_sorted(std::vector<request_id>& xs, request_id id);
+  /// The last running request (of `workload`, unless -1) that does not
+  /// finish this step; 0 if none.
+  request_id newest_of(std::int64_t workload) const;
+  bool swap_mode() const noexcept {
+    return scenario_.preemption == preemption_mode::swap;
+  }
+  void process_external();
+  void warn(std::string text); ///< recorded for the report (the first few)
+  bool running_before(const live& x, const live& y) const noexcept;
+
+  const scenario& scenario_;
+  const cache_config& cfg_;
+  kvactor::device device_;
+  bool track_data_;
+  workload_generator gen_;
+  std::uint64_t step_ = 0;
+  std::uint64_t seq_ = 0;
+  std::unordered_map<request_id, live> live_;
+  std::vector<std::deque<request_id>> waiting_; ///< per workload
+  std::vector<request_id> running_;             ///< extend order
+  std::vector<request_id> swapped_;             ///< same order
+  std::vector<request_id> swapping_out_;        ///< this step's victims
+  /// Extends that lacked a block this step (swap mode), and the tenant
+  /// whose quota was the limit (-1: the pool).
+  std::vector<std::pair<request_id, std::int64_t>> shortage_;
+  bool main_message_ = false; ///< the next reply is the step's first
+  std::uint64_t swap_in_used_ = 0;
+  std::uint32_t swap_ins_ = 0; ///< this step
+  request_id verify_next_ = 0;
+  std::vector<request_id> to_free_;
+  std::vector<request_id> limbo_; ///< freed by us, requeued once freed
+  std::vector<request_id> sent_frees_;
+  std::vector<request_id> sent_extends_;
+  std::vector<request_id> sent_admits_;
+  std::vector<std::pair<request_id, std::uint64_t>> external_;
+  std::vector<std::uint64_t> tenant_blocks_; ///< per workload, last stats
+  std::vector<std::uint64_t> tenant_quota_;  ///< per workload, 0 = none
+  std::uint64_t last_free_ = 0;
+  /// Blocks admissions leave alone: the pool above the admit_up_to mark.
+  std::uint64_t above_limit_ = 0;
+  std::uint64_t freeing_blocks_ = 0; ///< held by the requests in to_free_
+  std::uint64_t budget_ = 0;          ///< of the current step's admissions
+  request_id blocked_id_ = 0;         ///< the head that did not fit...
+  std::uint64_t blocked_budget_ = 0;  ///< ...when this many blocks were free
+  std::uint64_t total_prefill_ = 0;
+  std::uint64_t total_hits_ = 0;
+  std::uint32_t step_admitted_ = 0;
+  std::uint32_t step_finished_ = 0;
+  std::uint32_t step_preempted_ = 0;
+  std::uint64_t stalled_ = 0;
+  std::vector<computed_token> computed_;
+  std::vector<tenant_figures> figures_;
+  std::vector<step_sample> samples_;
+  std::vector<std::string> warnings_;
+};
+
+} // namespace kvactor::sim

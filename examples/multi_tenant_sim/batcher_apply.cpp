@@ -1,0 +1,221 @@
+// batcher: applying the cache's replies - failures, preemptions, table
+// changes, admissions - and the supervisor's preemption notices.
+#include "batcher.hpp"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor::sim {
+
+caf::expected<bool> batcher::apply(const step_result& res) {
+  auto main_message = main_message_;
+  main_message_ = false;
+  std::unordered_set<request_id> frees(sent_frees_.begin(), sent_frees_.end());
+  std::unordered_set<request_id> extends(sent_extends_.begin(),
+                                         sent_extends_.end());
+  std::unordered_set<request_id> failed;
+  for (auto& f : res.failed) {
+    failed.insert(f.id);
+    auto what = "request " + std::to_string(f.id) + ": " + render(f.error);
+    if (fatal(f.error))
+      return make_error(errc::device_failure, "the cache failed: " + what);
+    if (frees.count(f.id)) {
+      // Finished (or freed by us) but already preempted by the cache.
+      if (!has_code(f.error, errc::unknown_request))
+        warn("free failed: " + what);
+    } else if (extends.count(f.id)) {
+      auto i = live_.find(f.id);
+      if (i == live_.end() || !i->second.running)
+        continue;
+      auto& l = i->second;
+      if (has_code(f.error, errc::unknown_request)) {
+        // Preempted by the supervisor; its notice may still be on the way.
+        stop_running(f.id);
+        requeue_front(l);
+        ++figures_[l.req.workload].preempted_by_cache;
+        ++step_preempted_;
+        continue;
+      }
+      auto quota = has_code(f.error, errc::quota_exceeded);
+      if (swap_mode() && (quota || has_code(f.error, errc::out_of_blocks))) {
+        // A victim is swapped out once the step's bytes are written; this
+        // one keeps its pending token and extends again next step.
+        shortage_.emplace_back(f.id, quota ? std::int64_t{l.req.workload} : -1);
+        continue;
+      }
+      ++step_preempted_;
+      if (quota) {
+        // The step preempts only for a pool shortage: at its tenant's quota
+        // the newest request of the tenant makes room (recomputed later);
+        // this one keeps its pending token and extends again next step.
+        auto victim = newest_of(l.req.workload);
+        ++figures_[l.req.workload].preempted_by_quota;
+        free_and_requeue(victim != 0 ? victim : f.id);
+      } else {
+        warn("extend failed, recomputing: " + what);
+        free_and_requeue(f.id);
+      }
+    } else if (auto i = live_.find(f.id); i != live_.end() && !i->second.running) {
+      // An admission. Over quota it waits; refused for good it is dropped.
+      if (has_code(f.error, errc::quota_exceeded))
+        continue;
+      warn("admission refused, request dropped: " + what);
+      auto& l = i->second;
+      auto& q = waiting_[l.req.workload];
+      q.erase(std::remove(q.begin(), q.end(), f.id), q.end());
+      ++figures_[l.req.workload].rejected;
+      live_.erase(i);
+    }
+  }
+  // Preempted requests go back to the head of their queue, the first
+  // preempted (the newest) deepest.
+  for (auto id : res.preempted) {
+    auto i = live_.find(id);
+    if (i == live_.end() || !i->second.running)
+      continue;
+    stop_running(id);
+    requeue_front(i->second);
+    ++figures_[i->second.req.workload].preempted_in_step;
+    ++step_preempted_;
+  }
+  for (auto& d : res.changed) {
+    auto i = live_.find(d.id);
+    if (i == live_.end())
+      continue;
+    auto& t = i->second.table;
+    t.blocks.resize(d.first);
+    t.blocks.insert(t.blocks.end(), d.blocks.begin(), d.blocks.end());
+    t.num_tokens = d.num_tokens;
+  }
+  // Every extend that went through computed its request's pending token
+  // (also in a request picked just now to make room at its quota: the
+  // blocks it filled stay cached once freed, so their bytes must be right).
+  std::unordered_set<request_id> preempted(res.preempted.begin(),
+                                           res.preempted.end());
+  for (auto id : sent_extends_) {
+    auto i = live_.find(id);
+    if (i == live_.end() || failed.count(id) || preempted.count(id))
+      continue;
+    auto& l = i->second;
+    auto pos = l.in_cache();
+    if (l.table.num_tokens != pos + 1 && l.table.num_tokens != pos) {
+      warn("request " + std::to_string(id) + ": table holds "
+           + std::to_string(l.table.num_tokens) + " tokens, expected "
+           + std::to_string(pos + 1));
+    }
+    l.table.num_tokens = pos + 1;
+    l.computed_at = step_;
+    if (track_data_)
+      computed_.push_back(computed_token{
+        id, static_cast<std::int64_t>(l.table.slot(pos)),
+        l.req.output[l.generated - 1], static_cast<std::uint32_t>(pos)});
+  }
+  sent_extends_.clear();
+  std::size_t admitted = 0;
+  for (auto& a : res.admitted) {
+    auto i = live_.find(a.id);
+    if (i == live_.end())
+      return make_error(errc::invalid_request,
+                        "the cache admitted unknown request "
+                          + std::to_string(a.id));
+    auto& l = i->second;
+    auto& f = figures_[l.req.workload];
+    auto& q = waiting_[l.req.workload];
+    q.erase(std::remove(q.begin(), q.end(), a.id), q.end());
+    auto len = l.req.prompt.size() + l.generated;
+    if (!l.admitted_once) {
+      l.admitted_once = true;
+      ++f.admitted;
+      f.queue_delay.push_back(static_cast<std::uint32_t>(step_ - l.req.arrival));
+      f.prompt_tokens += l.req.prompt.size();
+    } else {
+      ++f.readmitted;
+    }
+    f.prefill_tokens += len;
+    f.hit_tokens += a.hit_tokens;
+    total_prefill_ += len;
+    total_hits_ += a.hit_tokens;
+    l.cache_id = a.cache_id;
+    l.table = a.table;
+    l.running = true;
+    l.computed_at = step_;
+    l.seq = ++seq_;
+    insert_sorted(running_, a.id);
+    ++admitted;
+    ++step_admitted_;
+    if (a.table.num_tokens != len)
+      warn("request " + std::to_string(a.id) + ": admitted with "
+           + std::to_string(a.table.num_tokens) + " tokens, expected "
+           + std::to_string(len));
+    if (track_data_) {
+      // Prefill computes what the prefix cache did not have.
+      for (auto pos = a.hit_tokens; pos < len && pos < l.table.num_tokens; ++pos) {
+        auto tok = pos < l.req.prompt.size()
+                     ? l.req.prompt[pos]
+                     : l.req.output[pos - l.req.prompt.size()];
+        computed_.push_back(computed_token{
+          a.id, static_cast<std::int64_t>(l.table.slot(pos)), tok,
+          static_cast<std::uint32_t>(pos)});
+      }
+    }
+  }
+  // Requests we freed ourselves may be admitted again from now on.
+  for (auto id : sent_frees_) {
+    auto i = std::find(limbo_.begin(), limbo_.end(), id);
+    if (i == limbo_.end())
+      continue;
+    limbo_.erase(i);
+    requeue_front(live_.at(id));
+  }
+  sent_frees_.clear();
+  process_external();
+  last_free_ = res.free_blocks;
+  if (res.admission_blocked && res.preempted.empty() && !sent_admits_.empty()
+      && res.blocked == sent_admits_.front()) {
+    blocked_id_ = res.blocked;
+    blocked_budget_ = budget_;
+  }
+  auto room = waiting() > 0 && running_.size() < scenario_.max_running;
+  if (swap_mode() && main_message)
+    return room && shortage_.empty();
+  return room && res.preempted.empty() && !sent_admits_.empty()
+         && admitted == sent_admits_.size();
+}
+void batcher::preempted_elsewhere(request_id id, std::uint64_t cache_id) {
+  external_.emplace_back(id, cache_id);
+}
+
+void batcher::process_external() {
+  // The notice of a preemption the pool made before one of our messages
+  // arrives before that message's reply (both come from the manager), so
+  // applying notices after each reply leaves no request we think runs on
+  // blocks that an allocation of ours already handed to someone else. Its
+  // computed tokens are still written: the blocks it filled may be cached
+  // (and found by a prompt) before the write, and one reallocated since
+  // gets its new owner's tokens later in the same write (see computed()).
+  for (auto& [id, cache_id] : external_) {
+    auto i = live_.find(id);
+    if (i == live_.end() || i->second.cache_id != cache_id)
+      continue; // finished, or a later incarnation
+    auto& l = i->second;
+    if (l.running) {
+      stop_running(id);
+    } else if (l.swapped
+               && std::find(swapped_.begin(), swapped_.end(), id)
+                    != swapped_.end()) {
+      swapped_.erase(std::remove(swapped_.begin(), swapped_.end(), id),
+                     swapped_.end());
+      l.swapped = false;
+    } else {
+      continue; // already requeued (or being swapped out: that fails)
+    }
+    requeue_front(l);
+    ++figures_[l.req.workload].preempted_by_cache;
+    ++step_preempted_;
+  }
+  external_.clear();
+}
+
+} // namespace kvactor::sim

@@ -1,0 +1,270 @@
+// json_reader: the line scanner and the field readers.
+#include "json_reader.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor::sim {
+
+namespace {
+
+using nlohmann::json;
+
+/// Shortest text of `x` for messages ("0", "1e+06").
+std::string num(double x) {
+  auto text = json(x).dump();
+  if (text.size() > 2 && text.compare(text.size() - 2, 2, ".0") == 0)
+    text.resize(text.size() - 2);
+  return text;
+}
+
+} // namespace
+
+std::string join_path(const std::string& path, const std::string& key) {
+  return path.empty() ? key : path + "." + key;
+}
+
+// -- line_index -----------------------------------------------------------------
+
+line_index::line_index(const std::string& text, std::size_t end) {
+  end = std::min(end, text.size());
+  struct frame {
+    bool array;
+    std::size_t index;
+    std::string path;
+    bool expect_key;
+  };
+  std::vector<frame> stack;
+  std::string value_path; // of the value after the last key
+  int line = 1;
+  auto value_start = [&]() -> std::string {
+    if (stack.empty()) {
+      record("", line);
+      return "";
+    }
+    auto& top = stack.back();
+    if (!top.array)
+      return value_path;
+    auto p = top.path + "[" + std::to_string(top.index) + "]";
+    record(p, line);
+    return p;
+  };
+  auto is_delim = [](char c) {
+    return c == ',' || c == '}' || c == ']' || c == ' ' || c == '\n'
+           || c == '\t' || c == '\r' || c == ':' || c == '"';
+  };
+  for (std::size_t i = 0; i < end; ++i) {
+    auto c = text[i];
+    switch (c) {
+      case '\n':
+        ++line;
+        break;
+      case ' ':
+      case '\t':
+      case '\r':
+      case ':':
+        break;
+      case '"': {
+        auto start_line = line;
+        std::string s;
+        for (++i; i < end && text[i] != '"'; ++i) {
+          if (text[i] == '\\' && i + 1 < end)
+            ++i;
+          if (text[i] == '\n')
+            ++line;
+          s += text[i];
+        }
+        if (!stack.empty() && !stack.back().array && stack.back().expect_key) {
+          value_path = join_path(stack.back().path, s);
+          record(value_path, start_line);
+          stack.back().expect_key = false;
+        } else {
+          value_start();
+        }
+        break;
+      }
+      case '{':
+      case '[': {
+        auto p = value_start();
+        stack.push_back(frame{c == '[', 0, std::move(p), true});
+        break;
+      }
+      case '}':
+      case ']':
+        if (!stack.empty())
+          stack.pop_back();
+        break;
+      case ',':
+        if (!stack.empty()) {
+          if (stack.back().array)
+            ++stack.back().index;
+          else
+            stack.back().expect_key = true;
+        }
+        break;
+      default: // a number, true, false or null
+        value_start();
+        while (i + 1 < end && !is_delim(text[i + 1]))
+          ++i;
+    }
+  }
+}
+
+int line_index::line_of(std::string path) const {
+  for (;;) {
+    auto i = lines_.find(path);
+    if (i != lines_.end())
+      return i->second;
+    if (path.empty())
+      return 1;
+    auto cut = path.find_last_of(".[");
+    path.resize(cut == std::string::npos ? 0 : cut);
+  }
+}
+
+void line_index::record(const std::string& path, int line) {
+  lines_.emplace(path, line);
+  last_ = path;
+}
+
+// -- errors -----------------------------------------------------------------------
+
+caf::error error_maker::operator()(const std::string& field,
+                                   const std::string& what) const {
+  return make_error(errc::invalid_config,
+                    source + ":" + std::to_string(lines.line_of(field)) + ": "
+                      + field + ": " + what);
+}
+
+std::string got(const json& value) {
+  if (value.is_array())
+    return " (got an array)";
+  if (value.is_object())
+    return " (got an object)";
+  auto text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > 40)
+    text = text.substr(0, 37) + "...";
+  return " (got " + text + ")";
+}
+
+bool non_negative_integer(const json& value, std::uint64_t& out) {
+  if (value.is_number_unsigned()) {
+    out = value.get<std::uint64_t>();
+    return true;
+  }
+  if (value.is_number_integer() && value.get<std::int64_t>() >= 0) {
+    out = static_cast<std::uint64_t>(value.get<std::int64_t>());
+    return true;
+  }
+  return false;
+}
+
+// -- object_reader ----------------------------------------------------------------
+
+caf::error
+object_reader::check_keys(std::initializer_list<const char*> known) const {
+  for (auto& item : obj_.items()) {
+    bool found = false;
+    for (auto name : known)
+      found = found || item.key() == name;
+    if (!found) {
+      std::string list;
+      for (auto name : known)
+        list += (list.empty() ? "" : ", ") + std::string{name};
+      return fail_(field(item.key()), "unknown key '" + item.key()
+                                        + "' (known: " + list + ")");
+    }
+  }
+  return caf::none;
+}
+
+const json* object_reader::find(const char* key) const {
+  auto i = obj_.find(key);
+  return i == obj_.end() ? nullptr : &*i;
+}
+
+caf::error object_reader::missing(const char* key, const char* expected) const {
+  return fail_(field(key), std::string{"missing (expected "} + expected + ")");
+}
+
+caf::error object_reader::number(const char* key, double& out, double min,
+                                 double max, bool required) const {
+  auto value = find(key);
+  if (!value)
+    return required ? missing(key, "a number") : caf::none;
+  if (!value->is_number())
+    return fail_(field(key), "expected a number" + got(*value));
+  auto x = value->get<double>();
+  if (x < min)
+    return fail_(field(key), "must be >= " + num(min) + got(*value));
+  if (x > max)
+    return fail_(field(key), "must be <= " + num(max) + got(*value));
+  out = x;
+  return caf::none;
+}
+
+caf::error object_reader::boolean(const char* key, bool& out) const {
+  auto value = find(key);
+  if (!value)
+    return caf::none;
+  if (!value->is_boolean())
+    return fail_(field(key), "expected true or false" + got(*value));
+  out = value->get<bool>();
+  return caf::none;
+}
+
+caf::error object_reader::string(const char* key, std::string& out) const {
+  auto value = find(key);
+  if (!value)
+    return caf::none;
+  if (!value->is_string())
+    return fail_(field(key), "expected a string" + got(*value));
+  out = value->get<std::string>();
+  return caf::none;
+}
+
+caf::error object_reader::object(const char* key, const json*& out,
+                                 bool required) const {
+  out = find(key);
+  if (!out)
+    return required ? missing(key, "an object") : caf::none;
+  if (!out->is_object())
+    return fail_(field(key), "expected an object" + got(*out));
+  return caf::none;
+}
+
+caf::error object_reader::range(const char* key, std::uint32_t& min,
+                                std::uint32_t& max, std::uint32_t least,
+                                bool required) const {
+  auto value = find(key);
+  if (!value)
+    return required ? missing(key, "[min, max]") : caf::none;
+  std::uint64_t lo = 0;
+  std::uint64_t hi = 0;
+  auto ok = non_negative_integer(*value, lo);
+  hi = lo;
+  if (!ok && value->is_array() && value->size() == 2)
+    ok = non_negative_integer((*value)[0], lo)
+         && non_negative_integer((*value)[1], hi);
+  if (!ok)
+    return fail_(field(key), "expected [min, max] of non-negative integers or "
+                             "one integer"
+                               + got(*value));
+  constexpr std::uint64_t limit = 1u << 24;
+  if (lo < least)
+    return fail_(field(key), "min must be >= " + std::to_string(least)
+                               + got(*value));
+  if (lo > hi)
+    return fail_(field(key), "min " + std::to_string(lo) + " > max "
+                               + std::to_string(hi));
+  if (hi > limit)
+    return fail_(field(key), "max must be at most " + std::to_string(limit)
+                               + got(*value));
+  min = static_cast<std::uint32_t>(lo);
+  max = static_cast<std::uint32_t>(hi);
+  return caf::none;
+}
+
+} // namespace kvactor::sim

@@ -1,0 +1,443 @@
+// report: the summary table, report.json, timeseries.csv and the gnuplot
+// script (and its PNG).
+#include "report.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "kvactor/messages/error.hpp"
+#include "kvactor/metrics/stats_json.hpp"
+
+namespace kvactor::sim {
+
+namespace {
+
+// Keys in the order written (kvactor's own JSON is converted).
+using json = nlohmann::ordered_json;
+
+json ordered(const nlohmann::json& x) {
+  return json::parse(x.dump());
+}
+
+constexpr const char* level_names[] = {"low", "medium", "high", "critical"};
+
+/// Nearest-rank percentile of `xs` (sorted copy); 0 when empty.
+template <class T>
+double percentile(std::vector<T> xs, double q) {
+  if (xs.empty())
+    return 0;
+  std::sort(xs.begin(), xs.end());
+  auto rank = static_cast<std::size_t>(q * xs.size() + 0.999999);
+  return static_cast<double>(xs[std::clamp<std::size_t>(rank, 1, xs.size()) - 1]);
+}
+
+template <class T>
+json distribution(const std::vector<T>& xs) {
+  if (xs.empty())
+    return json{{"count", 0}, {"p50", nullptr}, {"p99", nullptr},
+                {"mean", nullptr}, {"max", nullptr}};
+  double sum = 0;
+  for (auto x : xs)
+    sum += static_cast<double>(x);
+  return json{{"count", xs.size()},
+              {"p50", percentile(xs, 0.50)},
+              {"p99", percentile(xs, 0.99)},
+              {"mean", sum / xs.size()},
+              {"max", *std::max_element(xs.begin(), xs.end())}};
+}
+
+std::string fmt(const char* format, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), format, x);
+  return buf;
+}
+
+std::string pct(double x) {
+  return fmt("%.1f %%", 100.0 * x);
+}
+
+/// The figures of all tenants together (queue delays and latencies merged).
+tenant_figures overall_of(const sim_outcome& r) {
+  tenant_figures all;
+  all.name = "overall";
+  for (auto& f : r.tenants) {
+    all.arrived += f.arrived;
+    all.admitted += f.admitted;
+    all.readmitted += f.readmitted;
+    all.finished += f.finished;
+    all.rejected += f.rejected;
+    all.prompt_tokens += f.prompt_tokens;
+    all.generated_tokens += f.generated_tokens;
+    all.prefill_tokens += f.prefill_tokens;
+    all.hit_tokens += f.hit_tokens;
+    all.preempted_in_step += f.preempted_in_step;
+    all.preempted_by_cache += f.preempted_by_cache;
+    all.preempted_by_quota += f.preempted_by_quota;
+    all.swaps += f.swaps;
+    all.swap_ins += f.swap_ins;
+    all.queue_delay.insert(all.queue_delay.end(), f.queue_delay.begin(),
+                           f.queue_delay.end());
+    all.latency.insert(all.latency.end(), f.latency.begin(), f.latency.end());
+  }
+  for (auto& s : r.samples) {
+    all.blocks_peak = std::max(all.blocks_peak, s.used_blocks);
+    all.blocks_sum += double(s.used_blocks);
+  }
+  return all;
+}
+
+double mean_blocks(const tenant_figures& f, const sim_outcome& r) {
+  return r.samples.empty() ? 0.0 : f.blocks_sum / double(r.samples.size());
+}
+
+json tenant_json(const tenant_figures& f, const sim_outcome& r) {
+  return json{
+    {"name", f.name},
+    {"priority", to_string(f.priority)},
+    {"arrived", f.arrived},
+    {"admitted", f.admitted},
+    {"readmitted", f.readmitted},
+    {"finished", f.finished},
+    {"rejected", f.rejected},
+    {"prompt_tokens", f.prompt_tokens},
+    {"generated_tokens", f.generated_tokens},
+    {"prefill_tokens", f.prefill_tokens},
+    {"prefix_hit_tokens", f.hit_tokens},
+    {"prefix_hit_rate", f.hit_rate()},
+    {"preemptions", f.preemptions()},
+    {"preempted_in_step", f.preempted_in_step},
+    {"preempted_by_supervisor", f.preempted_by_cache},
+    {"preempted_at_quota", f.preempted_by_quota},
+    {"swaps", f.swaps},
+    {"swap_ins", f.swap_ins},
+    {"queue_delay_steps", distribution(f.queue_delay)},
+    {"latency_steps", distribution(f.latency)},
+    {"blocks_used", {{"mean", mean_blocks(f, r)}, {"peak", f.blocks_peak}}},
+  };
+}
+
+/// Steps spent at each pressure level.
+std::vector<std::uint64_t> steps_at_levels(const sim_outcome& r) {
+  std::vector<std::uint64_t> out(4, 0);
+  for (auto& s : r.samples)
+    ++out[static_cast<int>(s.pressure) & 3];
+  return out;
+}
+
+/// A tenant name fit for a CSV header and a gnuplot string.
+std::string safe_name(const std::string& name) {
+  std::string out;
+  for (auto c : name)
+    out += (c == ',' || c == '"' || c == '\\' || c == '\n') ? '_' : c;
+  return out;
+}
+
+std::string shell_quote(const std::string& x) {
+  std::string out = "'";
+  for (auto c : x)
+    out += c == '\'' ? std::string{"'\\''"} : std::string(1, c);
+  return out + "'";
+}
+
+caf::error write_file(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream f{path, std::ios::binary | std::ios::trunc};
+  if (f)
+    f << text;
+  if (!f)
+    return make_error(errc::invalid_config, path.string() + ": cannot write ("
+                                              + std::strerror(errno) + ")");
+  return caf::none;
+}
+
+std::string report_json(const scenario& s, const sim_outcome& r) {
+  auto at = steps_at_levels(r);
+  json pressure_steps = json::object();
+  json entered = json::object();
+  for (int i = 0; i < 4; ++i) {
+    pressure_steps[level_names[i]] = at[i];
+    entered[level_names[i]] = r.pressure_entered[i];
+  }
+  json tenants = json::array();
+  for (auto& f : r.tenants)
+    tenants.push_back(tenant_json(f, r));
+  auto overall = tenant_json(overall_of(r), r);
+  overall.erase("priority");
+  json workloads = json::array();
+  for (auto& w : s.workloads)
+    workloads.push_back(json{
+      {"tenant", w.tenant},
+      {"rate", w.rate},
+      {"burst", {{"period", w.burst.period}, {"duration", w.burst.duration},
+                 {"rate", w.burst.rate}}},
+      {"prompt_len", {w.prompt_len.min, w.prompt_len.max}},
+      {"output_len", {w.output_len.min, w.output_len.max}},
+      {"system_prompts", {{"count", w.system_prompts.count},
+                          {"len", {w.system_prompts.len.min, w.system_prompts.len.max}},
+                          {"share", w.system_prompts.share}}},
+      {"priority", to_string(w.priority)},
+      {"vocab_size", w.vocab_size}});
+  json out{
+    {"scenario",
+     {{"source", s.source},
+      {"steps", s.steps},
+      {"drain", s.drain},
+      {"seed", s.seed},
+      {"preemption", to_string(s.preemption)},
+      {"admit_up_to", s.admit_up_to},
+      {"max_running", s.max_running},
+      {"max_admits_per_step", s.max_admits_per_step},
+      {"verify_every", s.verify_every},
+      {"cache", ordered(to_json(r.effective))},
+      {"workloads", std::move(workloads)}}},
+    {"run",
+     {{"completed", r.error.empty() && !r.interrupted},
+      {"interrupted", r.interrupted},
+      {"error", r.error.empty() ? json(nullptr) : json(r.error)},
+      {"steps", r.steps},
+      {"wall_seconds", r.wall_s},
+      {"storage", r.storage},
+      {"device", r.device},
+      {"bytes_per_block", r.bytes_per_block},
+      {"step_messages", r.step_round_trip_us.size()},
+      {"step_round_trip_us", distribution(r.step_round_trip_us)}}},
+    {"tenants", std::move(tenants)},
+    {"overall", std::move(overall)},
+    {"pressure", {{"steps_at", pressure_steps}, {"entered", entered}}},
+    {"data",
+     {{"kv_rows_written", r.tokens_written},
+      {"bytes_written", r.bytes_written},
+      {"read_back_checks", r.verify_checks},
+      {"read_back_mismatches", r.verify_failures}}},
+    {"cache_stats",
+     r.have_final_stats ? ordered(to_json(r.final_stats)) : json(nullptr)},
+    {"warnings", r.warnings},
+  };
+  return out.dump(2) + "\n";
+}
+
+std::string timeseries_csv(const sim_outcome& r) {
+  std::ostringstream out;
+  out << "step,waiting,running,swapped,admitted,finished,preempted,blocks_used,"
+         "blocks_cached,blocks_total,usage,pressure,pressure_level,hit_rate";
+  for (auto& f : r.tenants) {
+    auto n = safe_name(f.name);
+    out << ',' << n << "_waiting," << n << "_running," << n << "_blocks";
+  }
+  out << '\n';
+  char buf[64];
+  for (auto& s : r.samples) {
+    auto usage = s.total_blocks == 0 ? 0.0 : double(s.used_blocks) / s.total_blocks;
+    out << s.step << ',' << s.waiting << ',' << s.running << ',' << s.swapped
+        << ',' << s.admitted
+        << ',' << s.finished << ',' << s.preempted << ',' << s.used_blocks << ','
+        << s.cached_blocks << ',' << s.total_blocks << ',';
+    std::snprintf(buf, sizeof(buf), "%.4f", usage);
+    out << buf << ',' << to_string(s.pressure) << ','
+        << static_cast<int>(s.pressure) << ',';
+    std::snprintf(buf, sizeof(buf), "%.4f", s.hit_rate);
+    out << buf;
+    for (auto& t : s.tenants)
+      out << ',' << t.waiting << ',' << t.running << ',' << t.blocks;
+    out << '\n';
+  }
+  return out.str();
+}
+
+/// Three panels over steps: blocks (in use, cached, per tenant), the
+/// pressure level with preemptions, the cumulative prefix hit rate.
+std::string gnuplot_script(const scenario& s, const sim_outcome& r) {
+  constexpr int tenant_col = 15; // first per-tenant column of the CSV
+  std::ostringstream gp;
+  gp << "# usage.gp: draws usage.png from timeseries.csv; rerun with\n"
+        "#   gnuplot usage.gp\n"
+        "# in this directory.\n"
+        "set datafile separator \",\"\n"
+        "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"
+        "  set terminal pngcairo size 1280,1100 font \"sans,10\"\n"
+        "} else {\n"
+        "  set terminal png size 1280,1100\n"
+        "}\n"
+        "set termoption noenhanced\n"
+        "set output \"usage.png\"\n"
+        "f = \"timeseries.csv\"\n"
+        "set multiplot layout 3,1 title \"kvactor multi_tenant_sim: "
+     << safe_name(s.source) << " (" << r.effective.num_gpu_blocks
+     << " blocks, storage " << r.storage << ")\"\n"
+     << "set grid\n"
+        "set autoscale xfixmax\n"
+        "set key outside right top\n"
+        "set lmargin 12\n"
+        "set rmargin 28\n"
+        "set title \"blocks in use and cached\"\n"
+        "set ylabel \"blocks\"\n"
+        "set yrange [0:*]\n"
+        "plot f skip 1 using 1:8 with lines lw 2 title \"in use\", \\\n"
+        "     f skip 1 using 1:9 with lines lw 1 title \"cached (free)\", \\\n"
+        "     f skip 1 using 1:10 with lines dt 2 lc rgb \"black\" title \"total\"";
+  for (std::size_t w = 0; w < r.tenants.size(); ++w)
+    gp << ", \\\n     f skip 1 using 1:" << tenant_col + 3 * w + 2
+       << " with lines lw 1.5 dt 2 title \"" << safe_name(r.tenants[w].name)
+       << "\"";
+  gp << "\n"
+        "set title \"pressure level (as the scheduler heard it) and preemptions\"\n"
+        "set ylabel \"level\"\n"
+        "set yrange [-0.3:3.3]\n"
+        "set ytics (\"low\" 0, \"medium\" 1, \"high\" 2, \"critical\" 3)\n"
+        "set y2label \"requests\"\n"
+        "set y2range [0:*]\n"
+        "set y2tics\n"
+        "plot f skip 1 using 1:13 with steps lw 2 title \"pressure\", \\\n"
+        "     f skip 1 using 1:7 axes x1y2 with impulses title \"preempted this step\"";
+  if (s.preemption == preemption_mode::swap)
+    gp << ", \\\n     f skip 1 using 1:4 axes x1y2 with lines title \"swapped out\"";
+  gp << "\n"
+        "unset y2tics\n"
+        "unset y2label\n"
+        "set title \"cumulative prefix hit rate\"\n"
+        "set ylabel \"% of prefilled prompt tokens\"\n"
+        "set yrange [0:100]\n"
+        "set ytics auto\n"
+        "set xlabel \"step\"\n"
+        "plot f skip 1 using 1:($14*100) with lines lw 2 title \"hit rate\"\n"
+        "unset multiplot\n";
+  return gp.str();
+}
+
+} // namespace
+
+void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
+  auto& c = r.effective;
+  out << "kvactor multi_tenant_sim: " << s.source << ", " << r.tenants.size()
+      << " tenants, seed " << s.seed << "\n"
+      << "cache: " << c.num_gpu_blocks << " blocks x " << c.block_size
+      << " tokens, storage " << r.storage << " (" << r.device << "), model "
+      << c.model.num_layers << " layers x " << c.model.num_kv_heads
+      << " kv heads x " << c.model.head_dim << " dims " << to_string(c.model.dtype)
+      << "\n";
+  auto drained = r.steps > s.steps ? r.steps - s.steps : 0;
+  out << "ran " << r.steps << " steps";
+  if (drained > 0)
+    out << " (" << s.steps << " with arrivals, " << drained << " draining)";
+  if (r.interrupted)
+    out << " - INTERRUPTED, figures cover what ran";
+  if (!r.error.empty())
+    out << " - FAILED: " << r.error;
+  out << "\n\n";
+  char buf[256];
+  auto header = "tenant         prio      arrived   done  rej  prompt tok  output "
+                "tok  hit rate  preempt  swaps  queue p50  queue p99  blocks avg  "
+                "blocks peak\n";
+  std::string rule(std::strlen(header) - 1, '-');
+  out << header << rule << '\n';
+  auto row = [&](const tenant_figures& f, const char* prio, double blocks_avg) {
+    std::snprintf(buf, sizeof(buf),
+                  "%-14s %-8s %8llu %6llu %4llu %11llu %11llu %9s %8llu %6llu "
+                  "%10.0f %10.0f %11.1f %12llu\n",
+                  f.name.c_str(), prio, (unsigned long long) f.arrived,
+                  (unsigned long long) f.finished, (unsigned long long) f.rejected,
+                  (unsigned long long) f.prompt_tokens,
+                  (unsigned long long) f.generated_tokens, pct(f.hit_rate()).c_str(),
+                  (unsigned long long) f.preemptions(), (unsigned long long) f.swaps,
+                  percentile(f.queue_delay, 0.5), percentile(f.queue_delay, 0.99),
+                  blocks_avg, (unsigned long long) f.blocks_peak);
+    out << buf;
+  };
+  for (auto& f : r.tenants)
+    row(f, to_string(f.priority), mean_blocks(f, r));
+  out << rule << '\n';
+  auto all = overall_of(r);
+  row(all, "", mean_blocks(all, r));
+  out << "(preempt: recomputed; swaps: swapped out. Queue delays in steps from "
+         "arrival to first admission. Blocks: charged\n to the tenant, per step; "
+         "overall: the pool's blocks in use)\n\n";
+
+  auto at = steps_at_levels(r);
+  double n = r.samples.empty() ? 1.0 : double(r.samples.size());
+  out << "pressure: steps at low " << pct(at[0] / n) << ", medium "
+      << pct(at[1] / n) << ", high " << pct(at[2] / n) << ", critical "
+      << pct(at[3] / n) << "; entered medium " << r.pressure_entered[1]
+      << "x, high " << r.pressure_entered[2] << "x, critical "
+      << r.pressure_entered[3] << "x\n";
+  out << "preemptions (" << to_string(s.preemption) << "): "
+      << all.preempted_in_step << " recomputed (newest, lowest priority first), "
+      << all.preempted_by_cache << " by the supervisor, " << all.preempted_by_quota
+      << " at a tenant quota, " << all.swaps << " swapped out, " << all.swap_ins
+      << " swapped in; " << all.readmitted << " re-admissions\n";
+  if (r.have_final_stats) {
+    auto& st = r.final_stats;
+    out << "cache: " << st.allocation_count << " allocations ("
+        << st.allocation_failures << " failed), " << st.eviction_count
+        << " evictions, " << st.cow_copies << " copy-on-write copies, "
+        << st.preemption_count << " preemptions, " << st.swap_out_count
+        << " swaps; prefix hit rate " << pct(st.cache_hit_rate) << "\n";
+  }
+  auto rtt = r.step_round_trip_us;
+  out << "time: " << fmt("%.2f", r.wall_s) << " s wall";
+  if (r.steps > 0)
+    out << " (" << fmt("%.0f", r.wall_s * 1e6 / double(r.steps)) << " us/step)";
+  out << "; " << rtt.size() << " step messages, round trip p50 "
+      << fmt("%.0f", percentile(rtt, 0.5)) << " us, p99 "
+      << fmt("%.0f", percentile(rtt, 0.99)) << " us\n";
+  if (r.storage != "none" && !r.storage.empty())
+    out << "data: " << r.tokens_written << " K/V rows written ("
+        << fmt("%.1f", r.bytes_written / (1024.0 * 1024.0)) << " MiB) through "
+        << "the device actor; " << r.verify_checks << " read-backs, "
+        << r.verify_failures << " mismatched\n";
+  for (auto& w : r.warnings)
+    out << "warning: " << w << '\n';
+}
+
+caf::expected<std::vector<std::string>>
+write_reports(const scenario& s, const sim_outcome& r, std::ostream& log) {
+  namespace fs = std::filesystem;
+  fs::path dir{s.output_dir};
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    return make_error(errc::invalid_config,
+                      s.output_dir + ": cannot create (" + ec.message() + ")");
+  std::vector<std::string> written;
+  auto put = [&](const char* name, const std::string& text) -> caf::error {
+    auto path = dir / name;
+    if (auto err = write_file(path, text))
+      return err;
+    written.push_back(path.string());
+    return caf::none;
+  };
+  if (auto err = put("report.json", report_json(s, r)))
+    return err;
+  if (auto err = put("timeseries.csv", timeseries_csv(r)))
+    return err;
+  if (auto err = put("usage.gp", gnuplot_script(s, r)))
+    return err;
+  if (r.samples.empty()) {
+    log << "no step completed: no plot drawn\n";
+    return written;
+  }
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    log << "gnuplot is not installed: usage.png not drawn (apt-get install "
+           "gnuplot-nox, then run gnuplot usage.gp in "
+        << s.output_dir << ")\n";
+    return written;
+  }
+  auto cmd = "cd " + shell_quote(dir.string())
+             + " && gnuplot usage.gp > gnuplot.log 2>&1";
+  if (std::system(cmd.c_str()) != 0) {
+    log << "gnuplot failed: usage.png not drawn (see "
+        << (dir / "gnuplot.log").string() << ")\n";
+    return written;
+  }
+  fs::remove(dir / "gnuplot.log", ec);
+  written.push_back((dir / "usage.png").string());
+  return written;
+}
+
+} // namespace kvactor::sim

@@ -1,0 +1,25 @@
+// report: what a run did, for people and for programs - the summary table
+// (stdout), report.json, timeseries.csv and usage.png (drawn by gnuplot from
+// usage.gp, which is kept so the plot can be redrawn or edited).
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "scenario.hpp"
+#include "scheduler.hpp"
+
+namespace kvactor::sim {
+
+/// The per-tenant table, the overall row and a few lines about the pool.
+void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r);
+
+/// Writes report.json, timeseries.csv, usage.gp and (when gnuplot is
+/// installed) usage.png into s.output_dir, creating it. Returns the paths
+/// written; notes (gnuplot missing or failing) go to `log`. Error: a file
+/// could not be written (the message names it).
+caf::expected<std::vector<std::string>>
+write_reports(const scenario& s, const sim_outcome& r, std::ostream& log);
+
+} // namespace kvactor::sim

@@ -1,0 +1,317 @@
+// scenario: the JSON reader (field checks on top of json_reader, which makes
+// every error say FILE:LINE: FIELD).
+#include "scenario.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+
+#include <caf/message.hpp>
+#include <nlohmann/json.hpp>
+
+#include "json_reader.hpp"
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor::sim {
+
+namespace {
+
+using nlohmann::json;
+
+// -- the parts ------------------------------------------------------------------
+
+caf::error read_burst(const json& obj, const std::string& path,
+                      const error_maker& fail, burst_config& out) {
+  object_reader r{obj, path, fail};
+  caf::error err;
+  (err = r.check_keys({"period", "duration", "rate"}))
+    || (err = r.count("period", out.period, 1, true))
+    || (err = r.count("duration", out.duration, 0, true))
+    || (err = r.number("rate", out.rate, 0, 1e6, true));
+  if (!err && out.duration > out.period)
+    err = fail(join_path(path, "duration"),
+               "must be <= period (" + std::to_string(out.period) + ")");
+  return err;
+}
+
+caf::error read_system_prompts(const json& obj, const std::string& path,
+                               const error_maker& fail, std::uint32_t vocab,
+                               system_prompt_config& out) {
+  object_reader r{obj, path, fail};
+  caf::error err;
+  (err = r.check_keys({"count", "len", "tokens", "share"}))
+    || (err = r.number("share", out.share, 0, 1, false));
+  if (err)
+    return err;
+  if (auto tokens = r.find("tokens")) {
+    if (r.find("count") || r.find("len"))
+      return fail(r.field("tokens"), "give either tokens or count and len");
+    auto tpath = r.field("tokens");
+    if (!tokens->is_array())
+      return fail(tpath, "expected an array of token id arrays" + got(*tokens));
+    for (std::size_t i = 0; i < tokens->size(); ++i) {
+      auto& prompt = (*tokens)[i];
+      auto ppath = tpath + "[" + std::to_string(i) + "]";
+      if (!prompt.is_array() || prompt.empty())
+        return fail(ppath, "expected a non-empty array of token ids" + got(prompt));
+      std::vector<token_id> ids;
+      for (std::size_t j = 0; j < prompt.size(); ++j) {
+        auto& t = prompt[j];
+        auto jpath = ppath + "[" + std::to_string(j) + "]";
+        if (!t.is_number_integer())
+          return fail(jpath, "expected a token id (an integer)" + got(t));
+        auto v = t.get<std::int64_t>();
+        if (v < 0 || v >= static_cast<std::int64_t>(vocab))
+          return fail(jpath, "token id " + std::to_string(v)
+                               + " out of range [0, " + std::to_string(vocab)
+                               + ") (vocab_size)");
+        ids.push_back(static_cast<token_id>(v));
+      }
+      out.tokens.push_back(std::move(ids));
+    }
+    out.count = static_cast<std::uint32_t>(out.tokens.size());
+  } else {
+    (err = r.count("count", out.count, 0, true))
+      || (out.count > 0
+          && (err = r.range("len", out.len.min, out.len.max, 1, true)));
+    if (err)
+      return err;
+  }
+  if (out.share > 0 && out.count == 0)
+    return fail(r.field("share"), "is > 0 but there are no system prompts");
+  return caf::none;
+}
+
+caf::error read_workload(const json& obj, const std::string& path,
+                         const error_maker& fail, const tenant_config& tenant,
+                         workload_config& out) {
+  if (!obj.is_object())
+    return fail(path, "expected an object" + got(obj));
+  object_reader r{obj, path, fail};
+  out.tenant = tenant.name;
+  out.priority = tenant.priority;
+  const json* burst = nullptr;
+  const json* sys = nullptr;
+  std::string prio;
+  caf::error err;
+  (err = r.check_keys({"rate", "burst", "prompt_len", "output_len",
+                       "system_prompts", "priority", "vocab_size"}))
+    || (err = r.number("rate", out.rate, 0, 1e6, true))
+    || (err = r.object("burst", burst, false))
+    || (burst && (err = read_burst(*burst, r.field("burst"), fail, out.burst)))
+    || (err = r.range("prompt_len", out.prompt_len.min, out.prompt_len.max, 1,
+                      true))
+    || (err = r.range("output_len", out.output_len.min, out.output_len.max, 1,
+                      true))
+    || (err = r.count("vocab_size", out.vocab_size, 2, false))
+    || (err = r.object("system_prompts", sys, false))
+    || (sys && (err = read_system_prompts(*sys, r.field("system_prompts"), fail,
+                                          out.vocab_size, out.system_prompts)))
+    || (err = r.string("priority", prio));
+  if (err)
+    return err;
+  if (r.find("priority") && !from_string(prio, out.priority))
+    return fail(r.field("priority"), "expected one of low, normal, high, "
+                                     "critical (got \"" + prio + "\")");
+  return caf::none;
+}
+
+/// The message of a parse_config error, which names a field of the cache
+/// object ("pressure.high: must be in (0, 1]").
+std::string context_text(const caf::error& err) {
+  auto& ctx = err.context();
+  if (ctx.size() == 1 && ctx.match_element<std::string>(0))
+    return ctx.get_as<std::string>(0);
+  return render(err);
+}
+
+caf::error read_cache(const json& obj, const error_maker& fail,
+                      cache_config& out) {
+  auto cfg = parse_config(obj);
+  if (cfg) {
+    out = std::move(*cfg);
+    return caf::none;
+  }
+  auto text = context_text(cfg.error());
+  auto colon = text.find(": ");
+  if (colon == std::string::npos)
+    return fail("cache", text);
+  auto field = text.substr(0, colon);
+  return fail(field == "config" ? "cache" : "cache." + field,
+              text.substr(colon + 2));
+}
+
+/// A request that can never fit would wait forever: refuse the scenario.
+caf::error check_fits(const scenario& s, const std::string& path,
+                      const workload_config& w, const error_maker& fail) {
+  auto& cache = s.cache;
+  auto tokens = w.max_sequence_tokens();
+  auto blocks = (tokens + cache.block_size - 1) / cache.block_size;
+  auto why = "its longest request (" + std::to_string(tokens) + " tokens, "
+             + std::to_string(blocks) + " blocks of " + std::to_string(cache.block_size)
+             + ") cannot fit ";
+  auto tenant = cache.find_tenant(w.tenant);
+  if (tenant->max_blocks != 0 && blocks > tenant->max_blocks)
+    return fail(path, why + "the tenant's max_blocks ("
+                        + std::to_string(tenant->max_blocks) + ")");
+  if (cache.num_gpu_blocks != 0) {
+    std::uint64_t others = 0;
+    for (auto& t : cache.tenants)
+      if (t.name != w.tenant)
+        others += t.reserved_blocks;
+    auto room = cache.num_gpu_blocks > others ? cache.num_gpu_blocks - others : 0;
+    if (blocks > room)
+      return fail(path, why + "the pool (" + std::to_string(cache.num_gpu_blocks)
+                          + " blocks, " + std::to_string(others)
+                          + " reserved for other tenants)");
+  }
+  return caf::none;
+}
+
+caf::error read_scenario(const json& root, const error_maker& fail,
+                         scenario& out) {
+  if (!root.is_object())
+    return fail("", "expected a JSON object" + got(root));
+  object_reader r{root, "", fail};
+  const json* cache = nullptr;
+  const json* workloads = nullptr;
+  std::string preemption = "recompute";
+  caf::error err;
+  (err = r.check_keys({"cache", "steps", "drain", "seed", "output_dir",
+                       "preemption", "admit_up_to", "max_running",
+                       "max_admits_per_step",
+                       "verify_every", "workloads"}))
+    || (err = r.object("cache", cache, true))
+    || (err = read_cache(*cache, fail, out.cache))
+    || (err = r.count("steps", out.steps, 1, true))
+    || (err = r.boolean("drain", out.drain))
+    || (err = r.count("seed", out.seed, 0, false))
+    || (err = r.string("output_dir", out.output_dir))
+    || (err = r.string("preemption", preemption))
+    || (err = r.string("admit_up_to", out.admit_up_to))
+    || (err = r.count("max_running", out.max_running, 1, false))
+    || (err = r.count("max_admits_per_step", out.max_admits_per_step, 1, false))
+    || (err = r.count("verify_every", out.verify_every, 0, false))
+    || (err = r.object("workloads", workloads, true));
+  if (err)
+    return err;
+  if (out.output_dir.empty())
+    return fail("output_dir", "must not be empty");
+  if (preemption == "swap")
+    out.preemption = preemption_mode::swap;
+  else if (preemption != "recompute")
+    return fail("preemption", "expected \"recompute\" or \"swap\" (got \""
+                                + preemption + "\")");
+  if (out.preemption == preemption_mode::swap && out.cache.num_host_blocks == 0)
+    return fail("preemption", "\"swap\" needs a host tier: set "
+                              "cache.num_host_blocks");
+  auto& up_to = out.admit_up_to;
+  if (up_to != "auto" && up_to != "medium" && up_to != "high"
+      && up_to != "critical" && up_to != "full")
+    return fail("admit_up_to", "expected \"auto\", \"medium\", \"high\", "
+                               "\"critical\" or \"full\" (got \"" + up_to + "\")");
+  std::string known;
+  for (auto& t : out.cache.tenants)
+    known += (known.empty() ? "" : ", ") + t.name;
+  for (auto& item : workloads->items())
+    if (!out.cache.find_tenant(item.key()) || item.key().empty())
+      return fail(join_path("workloads", item.key()),
+                  "unknown tenant '" + item.key() + "' (cache.tenants: " + known
+                    + ")");
+  for (auto& t : out.cache.tenants) {
+    auto i = workloads->find(t.name);
+    if (i == workloads->end())
+      continue;
+    auto path = join_path("workloads", t.name);
+    workload_config w;
+    if (auto err = read_workload(*i, path, fail, t, w))
+      return err;
+    if (auto err = check_fits(out, path, w, fail))
+      return err;
+    out.workloads.push_back(std::move(w));
+  }
+  if (out.workloads.empty())
+    return fail("workloads", "names no tenant: nothing would arrive");
+  return caf::none;
+}
+
+} // namespace
+
+std::uint64_t workload_config::max_sequence_tokens() const {
+  std::uint64_t sys = 0;
+  if (system_prompts.share > 0) {
+    sys = system_prompts.len.max;
+    for (auto& t : system_prompts.tokens)
+      sys = std::max<std::uint64_t>(sys, t.size());
+  }
+  return sys + prompt_len.max + output_len.max;
+}
+
+double admission_limit(const scenario& s) noexcept {
+  auto& p = s.cache.pressure;
+  if (s.admit_up_to == "medium")
+    return p.medium;
+  if (s.admit_up_to == "high")
+    return p.high;
+  if (s.admit_up_to == "critical")
+    return p.critical;
+  if (s.admit_up_to == "auto" && p.preempt_at_critical)
+    return p.high;
+  return 1.0;
+}
+
+const char* to_string(preemption_mode x) noexcept {
+  return x == preemption_mode::swap ? "swap" : "recompute";
+}
+
+caf::expected<scenario> parse_scenario(const std::string& text,
+                                       const std::string& source) {
+  json root;
+  try {
+    root = json::parse(text);
+  } catch (const json::parse_error& e) {
+    // e.byte is 1-based: the index of the offending character plus one.
+    auto at = e.byte == 0 ? 0 : static_cast<std::size_t>(e.byte - 1);
+    at = std::min(at, text.size());
+    line_index before{text, at};
+    auto line = 1 + std::count(text.begin(), text.begin() + at, '\n');
+    std::string what = e.what();
+    auto pos = what.find("column");
+    if (pos != std::string::npos && (pos = what.find(": ", pos)) != std::string::npos)
+      what = what.substr(pos + 2);
+    std::string where = before.last_path().empty()
+                          ? ""
+                          : " after " + before.last_path();
+    return make_error(errc::invalid_config, source + ":" + std::to_string(line)
+                                              + ": malformed JSON" + where
+                                              + ": " + what);
+  }
+  line_index lines{text};
+  error_maker fail{source, lines};
+  scenario out;
+  out.source = source;
+  if (auto err = read_scenario(root, fail, out))
+    return err;
+  return out;
+}
+
+caf::expected<scenario> load_scenario(const std::string& path) {
+  std::ifstream in{path, std::ios::binary};
+  if (!in)
+    return make_error(errc::invalid_config,
+                      path + ": cannot open (" + std::strerror(errno) + ")");
+  std::string text{std::istreambuf_iterator<char>{in},
+                   std::istreambuf_iterator<char>{}};
+  if (in.bad())
+    return make_error(errc::invalid_config,
+                      path + ": cannot read (" + std::strerror(errno) + ")");
+  return parse_scenario(text, path);
+}
+
+std::string message_of(const caf::error& err) {
+  return context_text(err);
+}
+
+} // namespace kvactor::sim

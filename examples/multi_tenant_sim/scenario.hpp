@@ -1,0 +1,200 @@
+// scenario: what multi_tenant_sim simulates - the cache it runs against and
+// each tenant's workload - and its JSON form, read with every error naming
+// the file, the line and the field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/expected.hpp>
+
+#include "kvactor/config/cache_config.hpp"
+#include "kvactor/messages/types.hpp"
+
+// -- the scenario format --------------------------------------------------------
+//
+// A scenario is one JSON object. Unknown keys are errors everywhere; keys
+// marked (required) must be present, the others take the default shown.
+//
+// {
+//   "cache": {...},            (required) a kvactor cache_config, read by
+//                              kvactor::parse_config (DESIGN.md, "Config"):
+//                              block_size, model, storage, num_gpu_blocks,
+//                              pressure thresholds, tenants (name, max_blocks,
+//                              reserved_blocks, priority, prefix_namespace)...
+//                              Tenants, quotas, reservations and priorities
+//                              come from here.
+//   "steps": 2000,             (required) simulated steps during which requests
+//                              arrive (>= 1). One step = one scheduler
+//                              iteration: every running request decodes one
+//                              token, admitted requests prefill their prompt.
+//   "drain": true,             after `steps`, keep stepping (no new arrivals)
+//                              until every request has finished.
+//   "seed": 1,                 seed of every random choice: a scenario and a
+//                              seed always give the same requests (and the
+//                              same run, but for what the supervisor does on
+//                              its own clock: GC evictions, preemptions at
+//                              critical, the moment a pressure change is
+//                              heard).
+//   "output_dir": "sim-out",   where report.json, timeseries.csv, usage.gp and
+//                              usage.png are written (created if missing).
+//   "preemption": "recompute", what happens to a request preempted under
+//                              pressure. "recompute": its blocks are freed and
+//                              it goes back to the front of its tenant's
+//                              queue, to prefill prompt + generated tokens
+//                              again (cached prefix blocks are found again);
+//                              the step message preempts the newest request
+//                              itself. "swap": an extend that lacks a block
+//                              fails alone, and the scheduler swaps the
+//                              newest, lowest-priority request out to the
+//                              host tier (manager swap_out; needs
+//                              cache.num_host_blocks > 0; recompute when the
+//                              tier is full); swapped requests come back
+//                              (swap_in) before new admissions of their
+//                              priority or lower, oldest first. Either way, an
+//                              extend refused at its tenant's max_blocks makes
+//                              the newest request of that tenant give way.
+//   "admit_up_to": "auto",     admissions (and swap-ins) stop where they
+//                              would take the pool's blocks in use past this
+//                              pressure mark of cache.pressure: "medium",
+//                              "high", "critical", or "full" (vLLM: admit
+//                              while blocks are free). Running requests grow
+//                              past it. "auto": "high" when the supervisor
+//                              preempts at critical
+//                              (cache.pressure.preempt_at_critical, on by
+//                              default), else "full" - a scheduler that
+//                              admits up to critical while the supervisor
+//                              preempts there keeps undoing its work.
+//   "max_running": 256,        most requests decoding at once (vLLM's
+//                              max_num_seqs), >= 1.
+//   "max_admits_per_step": 16, most admissions sent in one step message (more
+//                              follow in the same step while all fit), and
+//                              most swap-ins per step, >= 1.
+//   "verify_every": 0,         with storage host or cuda (which hold bytes),
+//                              every computed token's K/V - a pattern made
+//                              from the token and its position - is written
+//                              through the device actor; every N steps one
+//                              running request's K/V are gathered back and
+//                              compared (0 = never; mismatches are reported).
+//   "workloads": {             (required) one entry per tenant that sends
+//                              requests; each name must be a tenant of
+//                              cache.tenants (tenants without one stay idle).
+//     "<tenant>": {
+//       "rate": 0.2,           (required) mean arrivals per step (Poisson), >= 0.
+//       "burst": {             optional: a higher rate for `duration` steps at
+//         "period": 500,         the start of every `period` steps
+//         "duration": 50,        (period >= 1, duration <= period,
+//         "rate": 1.5            rate >= 0).
+//       },
+//       "prompt_len": [32, 256], (required) the request's own prompt tokens,
+//                              uniform in [min, max] (or one number), >= 1;
+//                              a system prompt, if chosen, comes before them.
+//       "output_len": [16, 128], (required) tokens to generate, uniform in
+//                              [min, max] (or one number), >= 1.
+//       "system_prompts": {    optional shared prefixes, drawn once per run:
+//         "count": 2,            how many distinct system prompts;
+//         "len": [256, 512],     their lengths, uniform in [min, max];
+//         "tokens": [[1, 2]],    or the prompts' token ids given explicitly
+//                                (instead of count and len; each id in
+//                                [0, vocab_size));
+//         "share": 0.8           the fraction of requests that start with one
+//                                (chosen uniformly), in [0, 1].
+//       },
+//       "priority": "high",    the requests' priority (low, normal, high,
+//                              critical); default: the tenant's. Admission
+//                              goes by priority, then arrival; under pressure
+//                              the lowest priority, newest request is
+//                              preempted first.
+//       "vocab_size": 32000    token ids are drawn from [0, vocab_size), >= 2.
+//     }
+//   }
+// }
+//
+// Every request's longest sequence (system prompt + prompt + output) must fit
+// in the pool, and in its tenant's max_blocks: a request that could never fit
+// is a scenario error, not a stall.
+//
+// Errors read "FILE:LINE: FIELD: what is wrong", e.g.
+//   scenario.json:14: workloads.chat.rate: must be >= 0 (got -1)
+//   scenario.json:3: cache.pressure.high: must be in (0, 1]
+//   scenario.json:9: malformed JSON after workloads.chat.rate: syntax error ...
+
+namespace kvactor::sim {
+
+/// [min, max], inclusive.
+struct length_range {
+  std::uint32_t min = 0;
+  std::uint32_t max = 0;
+};
+
+/// A higher arrival rate during the first `duration` steps of each period.
+struct burst_config {
+  std::uint64_t period = 0; ///< 0 = no bursts
+  std::uint64_t duration = 0;
+  double rate = 0;
+};
+
+struct system_prompt_config {
+  std::uint32_t count = 0;
+  length_range len;
+  std::vector<std::vector<token_id>> tokens; ///< explicit prompts, if given
+  double share = 0;
+};
+
+/// One tenant's traffic.
+struct workload_config {
+  std::string tenant;
+  double rate = 0;
+  burst_config burst;
+  length_range prompt_len;
+  length_range output_len;
+  system_prompt_config system_prompts;
+  kvactor::priority priority = kvactor::priority::normal;
+  std::uint32_t vocab_size = 32000;
+
+  /// Tokens of the longest request this workload can produce.
+  std::uint64_t max_sequence_tokens() const;
+};
+
+enum class preemption_mode : std::uint8_t { recompute, swap };
+
+const char* to_string(preemption_mode x) noexcept;
+
+struct scenario;
+
+/// The fraction of the pool admissions may fill (scenario::admit_up_to).
+double admission_limit(const scenario& s) noexcept;
+
+struct scenario {
+  std::string source; ///< file name, for messages ("default.json (embedded)")
+  cache_config cache;
+  std::uint64_t steps = 0;
+  bool drain = true;
+  std::uint64_t seed = 1;
+  std::string output_dir = "sim-out";
+  preemption_mode preemption = preemption_mode::recompute;
+  /// "auto", "medium", "high", "critical" or "full".
+  std::string admit_up_to = "auto";
+  std::uint32_t max_running = 256;
+  std::uint32_t max_admits_per_step = 16;
+  std::uint64_t verify_every = 0;
+  /// In cache.tenants order; tenants without traffic have none.
+  std::vector<workload_config> workloads;
+};
+
+/// Parses scenario JSON `text`; `source` names it in errors. Errors are
+/// invalid_config whose context is the whole message ("FILE:LINE: FIELD: ...").
+caf::expected<scenario> parse_scenario(const std::string& text,
+                                       const std::string& source);
+
+/// Reads and parses the file at `path`.
+caf::expected<scenario> load_scenario(const std::string& path);
+
+/// The embedded default scenario (examples/scenarios/default.json).
+const char* default_scenario_json() noexcept;
+
+/// The message of an error made by parse_scenario (its context text).
+std::string message_of(const caf::error& err);
+
+} // namespace kvactor::sim

@@ -1,0 +1,423 @@
+// scheduler: the scheduler actor. Each step is one chain of messages:
+//   step (frees, extends, admissions) -> [more admissions]* ->
+//   [write the computed tokens' K/V, one message per layer] ->
+//   [preemption "swap": swap out victims, or else swap in] ->
+//   [read one request back, every verify_every steps] -> stats -> next step.
+// Pressure changes arrive as (pressure_atom, pressure_event) from the
+// supervisor, preemptions the supervisor makes as (preempt_atom,
+// request_ended) from the manager.
+#include "scheduler.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <unordered_map>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/send.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include "kvactor/actors/kv_cache_manager.hpp"
+#include "kvactor/actors/kv_cache_manager_actor.hpp"
+#include "kvactor/messages/error.hpp"
+#include "kvactor/messages/interfaces.hpp"
+
+namespace kvactor::sim {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+constexpr auto reply_timeout = std::chrono::seconds{120};
+
+/// Steps with requests waiting and nothing running before the run gives up.
+constexpr std::uint64_t stall_limit = 1000;
+
+constexpr std::size_t max_warnings = 40;
+
+/// One layer's K (kind 0) or V (kind 1) row of a token: a function of the
+/// token and its position only, so a read-back can check it and a shared
+/// prefix block holds the same bytes whichever request computed it.
+void fill_row(std::uint8_t* out, std::size_t row, token_id token,
+              std::uint32_t pos, std::uint32_t layer, std::uint32_t kind) {
+  auto h = static_cast<std::uint32_t>(token) * 2654435761u ^ pos * 40503u
+           ^ layer * 0x9e3779b9u ^ (kind + 1) * 0x85ebca6bu;
+  for (std::size_t j = 0; j < row; ++j)
+    out[j] = static_cast<std::uint8_t>((h >> (8 * (j & 3))) + j);
+}
+
+struct sched_state {
+  static inline const char* name = "kvactor.sim.scheduler";
+
+  const scenario* sc = nullptr;
+  std::unique_ptr<batcher> b;
+  kv_cache_manager_actor mgr;
+  device_actor dev;
+  bool write_data = false;
+  std::uint32_t num_layers = 0;
+  std::size_t row_bytes = 0; ///< one token's K (or V) in one layer
+  memory_pressure level = memory_pressure::low;
+  const std::atomic<bool>* interrupted = nullptr;
+  progress* bar = nullptr;
+  sim_outcome* out = nullptr;
+  std::promise<void>* done = nullptr;
+  std::uint64_t verifies = 0;
+  bool finishing = false;
+};
+
+using sched_actor = caf::stateful_actor<sched_state>;
+
+void next_step(sched_actor* self);
+
+void warn(sched_actor* self, std::string text) {
+  auto& w = self->state.out->warnings;
+  if (w.size() < max_warnings)
+    w.push_back(std::move(text));
+}
+
+/// Hands the figures over and stops.
+void deliver(sched_actor* self) {
+  auto& st = self->state;
+  auto& b = *st.b;
+  auto& out = *st.out;
+  out.steps = b.step();
+  out.tenants = b.figures();
+  out.samples = std::move(b.samples());
+  out.warnings.insert(out.warnings.begin(), b.warnings().begin(),
+                      b.warnings().end());
+  auto done = st.done;
+  st.done = nullptr;
+  self->quit();
+  done->set_value(); // last: the caller reads `out` from here on
+}
+
+/// Ends the run (at its end, on interrupt or on `error`): final stats first.
+void finish(sched_actor* self, std::string error = {}) {
+  auto& st = self->state;
+  if (st.finishing)
+    return;
+  st.finishing = true;
+  if (!error.empty())
+    st.out->error = std::move(error);
+  self->send(st.mgr, unsubscribe_atom::value, topic::pressure,
+             caf::actor_cast<caf::actor>(self));
+  self->request(st.mgr, reply_timeout, stats_atom::value)
+    .then(
+      [self](cache_manager_stats& s) {
+        self->state.out->final_stats = std::move(s);
+        self->state.out->have_final_stats = true;
+        deliver(self);
+      },
+      [self](caf::error& err) {
+        warn(self, "final stats: " + render(err));
+        deliver(self);
+      });
+}
+
+void stats_step(sched_actor* self) {
+  self->request(self->state.mgr, reply_timeout, stats_atom::value)
+    .then(
+      [self](cache_manager_stats& s) {
+        auto& st = self->state;
+        auto& b = *st.b;
+        b.record(s, st.level);
+        progress_state p;
+        p.step = b.step() + 1;
+        p.steps = st.sc->steps;
+        p.running = b.running();
+        p.waiting = b.waiting();
+        p.used_blocks = s.total_blocks - s.free_blocks;
+        p.total_blocks = s.total_blocks;
+        p.pressure = to_string(st.level);
+        st.bar->update(p);
+        b.end_step();
+        next_step(self);
+      },
+      [self](caf::error& err) { finish(self, "stats: " + render(err)); });
+}
+
+/// Every verify_every steps: one running request's K/V of one layer, read
+/// back through the device actor, must be what was written for its tokens.
+void verify_step(sched_actor* self) {
+  auto& st = self->state;
+  auto every = st.sc->verify_every;
+  if (!st.write_data || every == 0 || st.b->step() % every != 0)
+    return stats_step(self);
+  auto target = st.b->pick_verify(st.verifies);
+  if (!target || target->table.num_tokens == 0)
+    return stats_step(self);
+  auto layer = static_cast<std::uint32_t>(st.verifies % st.num_layers);
+  ++st.verifies;
+  auto t = std::make_shared<verify_target>(std::move(*target));
+  self->request(st.dev, reply_timeout, gather_atom::value, layer,
+                t->table.blocks, t->table.num_tokens)
+    .then(
+      [self, t, layer](gathered_kv& g) {
+        auto& st = self->state;
+        auto row = st.row_bytes;
+        auto n = t->tokens.size();
+        ++st.out->verify_checks;
+        std::uint64_t bad = 0;
+        std::uint64_t first_bad = 0;
+        if (g.keys.size() != n * row || g.values.size() != n * row) {
+          bad = n;
+        } else {
+          std::vector<std::uint8_t> want(row);
+          for (std::size_t pos = 0; pos < n; ++pos) {
+            bool ok = true;
+            for (std::uint32_t kind = 0; kind < 2 && ok; ++kind) {
+              fill_row(want.data(), row, t->tokens[pos],
+                       static_cast<std::uint32_t>(pos), layer, kind);
+              auto& got = kind == 0 ? g.keys : g.values;
+              ok = std::memcmp(got.data() + pos * row, want.data(), row) == 0;
+            }
+            if (!ok && bad++ == 0)
+              first_bad = pos;
+          }
+        }
+        if (bad > 0) {
+          ++st.out->verify_failures;
+          warn(self, "read-back of request " + std::to_string(t->id) + ", layer "
+                       + std::to_string(layer) + ": " + std::to_string(bad)
+                       + " of " + std::to_string(n)
+                       + " tokens differ (first at position "
+                       + std::to_string(first_bad) + ")");
+        }
+        stats_step(self);
+      },
+      [self](caf::error& err) { finish(self, "reading K/V back: " + render(err)); });
+}
+
+/// Brings swapped requests back while they fit, one message each.
+void swap_in_some(sched_actor* self) {
+  auto& st = self->state;
+  auto id = st.b->next_swap_in();
+  if (!id)
+    return verify_step(self);
+  self->request(st.mgr, reply_timeout, swap_in_atom::value, *id)
+    .then(
+      [self, id](block_table& t) {
+        self->state.b->swapped_in(*id, t);
+        swap_in_some(self);
+      },
+      [self, id](caf::error& err) {
+        auto more = self->state.b->swap_in_failed(*id, err);
+        if (!more)
+          return finish(self, render(more.error()));
+        if (*more)
+          return swap_in_some(self);
+        verify_step(self);
+      });
+}
+
+/// Swaps out victims[i...], one message each (the bytes of this step are
+/// written by now, so the host tier gets them).
+void swap_out_all(sched_actor* self, std::shared_ptr<std::vector<request_id>> victims,
+                  std::size_t i) {
+  auto& st = self->state;
+  if (i == victims->size())
+    return verify_step(self);
+  auto id = (*victims)[i];
+  self->request(st.mgr, reply_timeout, swap_out_atom::value, id)
+    .then(
+      [self, victims, i, id](std::uint32_t) {
+        self->state.b->swapped_out(id);
+        swap_out_all(self, victims, i + 1);
+      },
+      [self, victims, i, id](caf::error& err) {
+        if (auto fail = self->state.b->swap_out_failed(id, err))
+          return finish(self, render(fail));
+        swap_out_all(self, victims, i + 1);
+      });
+}
+
+/// Preemption "swap": victims of this step's shortage go to the host tier;
+/// in a step without one, swapped requests come back.
+void swap_step(sched_actor* self) {
+  auto& st = self->state;
+  if (st.sc->preemption != preemption_mode::swap)
+    return verify_step(self);
+  auto victims = std::make_shared<std::vector<request_id>>(st.b->swap_victims());
+  if (!victims->empty())
+    return swap_out_all(self, std::move(victims), 0);
+  swap_in_some(self);
+}
+
+/// Writes the K/V of every token the step computed (prefill and decode),
+/// one message per layer, and waits for all of them: the next step's
+/// copy-on-write must see these bytes.
+void write_step(sched_actor* self) {
+  auto& st = self->state;
+  auto& toks = st.b->computed();
+  if (!st.write_data || toks.empty()) {
+    st.b->clear_computed();
+    return swap_step(self);
+  }
+  // One write per slot, the last one named (batcher::computed()): a scatter
+  // with duplicate slots has no defined winner on a GPU.
+  std::unordered_map<std::int64_t, std::size_t> last;
+  last.reserve(toks.size());
+  for (std::size_t i = 0; i < toks.size(); ++i)
+    last[toks[i].slot] = i;
+  std::vector<std::size_t> keep;
+  keep.reserve(last.size());
+  for (std::size_t i = 0; i < toks.size(); ++i)
+    if (last[toks[i].slot] == i)
+      keep.push_back(i);
+  auto n = keep.size();
+  auto row = st.row_bytes;
+  auto pending = std::make_shared<std::uint32_t>(st.num_layers);
+  auto failed = std::make_shared<bool>(false);
+  for (std::uint32_t layer = 0; layer < st.num_layers; ++layer) {
+    slot_write w;
+    w.layer = layer;
+    w.slots.resize(n);
+    w.keys.resize(n * row);
+    w.values.resize(n * row);
+    for (std::size_t i = 0; i < n; ++i) {
+      auto& t = toks[keep[i]];
+      w.slots[i] = t.slot;
+      fill_row(w.keys.data() + i * row, row, t.token, t.position, layer, 0);
+      fill_row(w.values.data() + i * row, row, t.token, t.position, layer, 1);
+    }
+    self->request(st.dev, reply_timeout, write_atom::value, std::move(w))
+      .then(
+        [self, pending, failed](std::uint32_t) {
+          if (--*pending == 0 && !*failed)
+            swap_step(self);
+        },
+        [self, failed](caf::error& err) {
+          if (*failed)
+            return;
+          *failed = true;
+          finish(self, "writing K/V: " + render(err));
+        });
+  }
+  st.out->tokens_written += n * st.num_layers;
+  st.out->bytes_written += 2 * n * row * st.num_layers;
+  st.b->clear_computed();
+}
+
+void send_step(sched_actor* self, step_request req) {
+  auto t0 = clock_type::now();
+  self->request(self->state.mgr, reply_timeout, step_atom::value, std::move(req))
+    .then(
+      [self, t0](step_result& res) {
+        auto& st = self->state;
+        auto dt = std::chrono::duration<double, std::micro>(clock_type::now() - t0);
+        st.out->step_round_trip_us.push_back(dt.count());
+        auto more = st.b->apply(res);
+        if (!more)
+          return finish(self, render(more.error()));
+        if (*more) {
+          auto req = st.b->more_admits();
+          if (!req.admits.empty())
+            return send_step(self, std::move(req));
+        }
+        write_step(self);
+      },
+      [self](caf::error& err) { finish(self, "step message: " + render(err)); });
+}
+
+void next_step(sched_actor* self) {
+  auto& st = self->state;
+  if (st.interrupted->load()) {
+    st.out->interrupted = true;
+    return finish(self);
+  }
+  if (st.b->done())
+    return finish(self);
+  if (st.b->stalled_steps() >= stall_limit)
+    return finish(self, "stalled: " + std::to_string(st.b->waiting())
+                          + " requests waiting, nothing running and none "
+                            "admitted for "
+                          + std::to_string(stall_limit) + " steps");
+  st.b->start_step();
+  send_step(self, st.b->begin_step());
+}
+
+caf::behavior scheduler_fun(sched_actor* self, const scenario* sc,
+                            sim_outcome* out, kv_cache_manager_actor mgr,
+                            device_actor dev, storage_info info,
+                            const std::atomic<bool>* interrupted, progress* bar,
+                            std::promise<void>* done) {
+  auto& st = self->state;
+  st.sc = sc;
+  st.out = out;
+  st.mgr = std::move(mgr);
+  st.dev = std::move(dev);
+  st.write_data = info.kind != "none";
+  auto& model = out->effective.model;
+  st.num_layers = model.num_layers;
+  st.row_bytes = std::size_t{model.num_kv_heads} * model.head_dim
+                 * size_of(model.dtype);
+  st.interrupted = interrupted;
+  st.bar = bar;
+  st.done = done;
+  st.b = std::make_unique<batcher>(*sc, out->effective, info.device,
+                                   st.write_data);
+  self->send(st.mgr, subscribe_atom::value, topic::pressure,
+             caf::actor_cast<caf::actor>(self));
+  next_step(self);
+  return {
+    [self](pressure_atom, const pressure_event& ev) {
+      self->state.level = ev.level;
+      ++self->state.out->pressure_entered[static_cast<int>(ev.level) & 3];
+    },
+    [self](preempt_atom, const request_ended& ev) {
+      self->state.b->preempted_elsewhere(ev.id, ev.cache_id);
+    },
+  };
+}
+
+} // namespace
+
+sim_outcome simulate(const scenario& s, const std::atomic<bool>& interrupted,
+                     progress& bar) {
+  sim_outcome out;
+  out.effective = s.cache;
+  auto t0 = clock_type::now();
+  {
+    // Everything lives in this scope: the system's destructor waits for
+    // every actor before `out` is handed back.
+    caf::actor_system_config sys_cfg;
+    configure(sys_cfg, s.cache);
+    caf::actor_system sys{sys_cfg};
+    auto cache = spawn_kv_cache(sys, s.cache);
+    if (!cache) {
+      out.error = "cannot start the cache: " + render(cache.error());
+      return out;
+    }
+    out.started = true;
+    storage_info info;
+    caf::error err;
+    {
+      caf::scoped_actor blocking{sys};
+      blocking->request(cache->device, reply_timeout, info_atom::value)
+        .receive([&](storage_info& i) { info = std::move(i); },
+                 [&](caf::error& e) { err = std::move(e); });
+    }
+    if (!err) {
+      out.storage = info.kind;
+      out.device = to_string(info.device);
+      out.bytes_per_block = info.bytes_per_block;
+      out.effective.num_gpu_blocks = info.num_blocks;
+      std::promise<void> done;
+      auto finished = done.get_future();
+      sys.spawn(scheduler_fun, &s, &out, cache->manager, cache->device, info,
+                &interrupted, &bar, &done);
+      finished.wait();
+    } else {
+      out.error = "cannot ask the device actor what it serves: " + render(err);
+    }
+    caf::anon_send_exit(cache->manager, caf::exit_reason::user_shutdown);
+  }
+  out.wall_s = std::chrono::duration<double>(clock_type::now() - t0).count();
+  return out;
+}
+
+} // namespace kvactor::sim

@@ -1,0 +1,49 @@
+// scheduler: runs a scenario - starts the cache in an actor system of its
+// own and drives it with a scheduler actor that owns the simulated clock and
+// sends one step message per step - and returns what happened. CAF-free
+// header: only scheduler.cpp sees the actors.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "batcher.hpp"
+#include "kvactor/config/cache_config.hpp"
+#include "kvactor/messages/types.hpp"
+#include "progress.hpp"
+#include "scenario.hpp"
+
+namespace kvactor::sim {
+
+/// What a run did (also when it was interrupted or failed midway).
+struct sim_outcome {
+  bool started = false;     ///< the cache started
+  bool interrupted = false; ///< stopped early by the interrupt flag
+  std::string error;        ///< non-empty: the run failed (why)
+  cache_config effective;   ///< as started (num_gpu_blocks as allocated)
+  std::string storage;      ///< the backend that ran: none, host, cuda
+  std::string device;       ///< "cpu", "cuda:0"
+  std::uint64_t bytes_per_block = 0;
+  std::uint64_t steps = 0;  ///< steps completed
+  std::vector<tenant_figures> tenants;
+  std::vector<step_sample> samples;
+  std::vector<std::string> warnings;
+  bool have_final_stats = false;
+  cache_manager_stats final_stats;
+  std::uint64_t pressure_entered[4] = {}; ///< changes into each level
+  std::vector<double> step_round_trip_us; ///< per step message
+  std::uint64_t tokens_written = 0;       ///< K/V rows written (all layers)
+  std::uint64_t bytes_written = 0;
+  std::uint64_t verify_checks = 0;
+  std::uint64_t verify_failures = 0;
+  double wall_s = 0;
+};
+
+/// Runs `s` to its end, until `interrupted` turns true (checked once per
+/// step), or until the cache fails. Reports progress to `bar`.
+sim_outcome simulate(const scenario& s, const std::atomic<bool>& interrupted,
+                     progress& bar);
+
+} // namespace kvactor::sim
