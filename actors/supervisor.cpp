@@ -100,25 +100,34 @@ void run_gc(sup_ptr self, gc_callback done) {
   self->request(st.manager, caf::infinite, reclaim_atom::value)
     .then(
       [self, rp, t0, fail](cache_gc_stats swept) {
-        auto& st = self->state;
-        auto evict = st.eviction_target();
-        relieve(self);
-        caf::anon_send(st.pool, tick_atom::value); // pins whose time ran out
-        self->request(st.pool, caf::infinite, evict_atom::value, evict)
+        // The pool reports usage only when it crosses a mark: blocks cached
+        // since then are unknown here. Refresh before sizing the eviction.
+        self->request(self->state.pool, caf::infinite, stats_atom::value)
           .then(
-            [self, rp, t0, swept, fail](std::uint32_t evicted) {
+            [self, rp, t0, swept, fail](const pool_stats& now) {
               auto& st = self->state;
-              self->request(st.pool, caf::infinite, check_atom::value)
+              st.last.used_blocks = now.used_blocks;
+              st.last.cached_blocks = now.cached_blocks;
+              auto evict = st.eviction_target();
+              relieve(self);
+              caf::anon_send(st.pool, tick_atom::value); // expired pins
+              self->request(st.pool, caf::infinite, evict_atom::value, evict)
                 .then(
-                  [self, rp, t0, swept, evicted](bool) {
+                  [self, rp, t0, swept, fail](std::uint32_t evicted) {
                     auto& st = self->state;
-                    auto res = swept;
-                    res.blocks_reclaimed += evicted;
-                    res.memory_freed += evicted * st.bytes_per_block;
-                    std::chrono::duration<double, std::milli> dt
-                      = std::chrono::steady_clock::now() - t0;
-                    res.gc_time_ms = dt.count();
-                    (*rp)(res);
+                    self->request(st.pool, caf::infinite, check_atom::value)
+                      .then(
+                        [self, rp, t0, swept, evicted](bool) {
+                          auto& st = self->state;
+                          auto res = swept;
+                          res.blocks_reclaimed += evicted;
+                          res.memory_freed += evicted * st.bytes_per_block;
+                          std::chrono::duration<double, std::milli> dt
+                            = std::chrono::steady_clock::now() - t0;
+                          res.gc_time_ms = dt.count();
+                          (*rp)(res);
+                        },
+                        fail);
                   },
                   fail);
             },

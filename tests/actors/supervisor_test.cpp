@@ -1,0 +1,531 @@
+// The supervisor: pressure levels with hysteresis and their broadcast,
+// eviction at high pressure, reclaim of dead handles and owners, GC on the
+// timer and on demand; the pool actor's own messages; shutdown.
+#include "fixture.hpp"
+
+#include <cstdio>
+#include <future>
+#include <thread>
+
+#include <caf/all.hpp>
+
+#include "kvactor/messages/registration.hpp"
+
+using namespace kvactor;
+using namespace kvactor::test;
+
+namespace {
+
+using lvl = memory_pressure;
+
+struct level_change {
+  lvl level;
+  lvl previous;
+  std::uint64_t used;
+};
+
+bool operator==(const level_change& x, const level_change& y) {
+  return x.level == y.level && x.previous == y.previous && x.used == y.used;
+}
+
+std::ostream& operator<<(std::ostream& os, const level_change& x) {
+  return os << to_string(x.previous) << "->" << to_string(x.level) << "@"
+            << x.used;
+}
+
+std::vector<level_change> changes(const std::vector<pressure_event>& evs) {
+  std::vector<level_change> out;
+  for (auto& ev : evs)
+    out.push_back(level_change{ev.level, ev.previous, ev.used_blocks});
+  return out;
+}
+
+} // namespace
+
+BOOST_TEST_DONT_PRINT_LOG_VALUE(level_change)
+
+BOOST_FIXTURE_TEST_SUITE(supervisor, cache_fixture)
+
+// -- pressure -------------------------------------------------------------------------
+
+// 64 blocks, marks 0.6 / 0.8 / 0.95 with hysteresis 0.05: medium is entered
+// at 39 blocks in use and left below 36, high at 52 / below 48, critical at
+// 61 / below 58.
+BOOST_AUTO_TEST_CASE(pressure_levels_rise_and_fall_with_hysteresis) {
+  caf::scoped_actor sub{sys};
+  subscribe(topic::pressure, sub);
+  std::vector<level_change> seen;
+  auto collect = [&] {
+    for (auto& c : changes(pressure_events(sub)))
+      seen.push_back(c);
+  };
+  for (request_id id = 1; id <= 64; ++id) {
+    BOOST_REQUIRE(allocate(id, 4)); // one block each
+    collect();
+  }
+  std::vector<level_change> up{{lvl::medium, lvl::low, 39},
+                               {lvl::high, lvl::medium, 52},
+                               {lvl::critical, lvl::high, 61}};
+  BOOST_TEST(seen == up, boost::test_tools::per_element());
+  auto s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->pressure == lvl::critical);
+  seen.clear();
+  for (request_id id = 64; id >= 1; --id) {
+    BOOST_REQUIRE(free(id));
+    collect();
+  }
+  std::vector<level_change> down{{lvl::high, lvl::critical, 57},
+                                 {lvl::medium, lvl::high, 47},
+                                 {lvl::low, lvl::medium, 35}};
+  BOOST_TEST(seen == down, boost::test_tools::per_element());
+  s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->pressure == lvl::low);
+  BOOST_TEST(value_or(ask<memory_pressure>(sup, pressure_atom::value), lvl::critical)
+             == lvl::low);
+}
+
+BOOST_AUTO_TEST_CASE(pressure_hovering_at_a_threshold_does_not_flap) {
+  caf::scoped_actor sub{sys};
+  subscribe(topic::pressure, sub);
+  request_id next = 1;
+  for (; next <= 39; ++next)
+    BOOST_REQUIRE(allocate(next, 4));
+  auto evs = changes(pressure_events(sub));
+  BOOST_REQUIRE(evs.size() == 1u);
+  BOOST_TEST(evs[0].level == lvl::medium);
+  // Down to 36 and back up to 39, three times: no change of level.
+  for (int round = 0; round < 3; ++round) {
+    for (request_id id = next - 1; id >= next - 3; --id)
+      BOOST_REQUIRE(free(id));
+    for (request_id id = next - 3; id < next; ++id)
+      BOOST_REQUIRE(allocate(id, 4));
+  }
+  BOOST_TEST(pressure_events(sub).empty());
+  // Up to 52 (high), then between 48 and 52 a few times: still high.
+  for (; next <= 52; ++next)
+    BOOST_REQUIRE(allocate(next, 4));
+  evs = changes(pressure_events(sub));
+  BOOST_REQUIRE(evs.size() == 1u);
+  BOOST_TEST(evs[0].level == lvl::high);
+  for (int round = 0; round < 3; ++round) {
+    for (request_id id = next - 1; id >= next - 4; --id)
+      BOOST_REQUIRE(free(id));
+    for (request_id id = next - 4; id < next; ++id)
+      BOOST_REQUIRE(allocate(id, 4));
+  }
+  BOOST_TEST(pressure_events(sub).empty());
+  // One more block down past the mark: 47 is medium.
+  for (request_id id = next - 1; id >= next - 5; --id)
+    BOOST_REQUIRE(free(id));
+  evs = changes(pressure_events(sub));
+  BOOST_REQUIRE(evs.size() == 1u);
+  BOOST_TEST((evs[0] == level_change{lvl::medium, lvl::high, 47}));
+}
+
+BOOST_AUTO_TEST_CASE(pressure_jumps_are_one_event_and_every_subscriber_gets_it) {
+  caf::scoped_actor a{sys};
+  caf::scoped_actor b{sys};
+  subscribe(topic::pressure, a);
+  subscribe(topic::pressure, b);
+  // Directly at the supervisor, too: it answers with the current level.
+  caf::scoped_actor c{sys};
+  auto now = ask<memory_pressure>(sup, subscribe_atom::value,
+                                  caf::actor_cast<caf::actor>(c));
+  BOOST_TEST(value_or(now, lvl::critical) == lvl::low);
+  BOOST_REQUIRE(allocate(1, 4 * 62)); // 62 blocks at once
+  std::vector<level_change> want{{lvl::critical, lvl::low, 62}};
+  auto evs = pressure_events(a);
+  BOOST_REQUIRE(evs.size() == 1u);
+  BOOST_TEST(evs[0].total_blocks == 64u);
+  BOOST_TEST(changes(evs) == want, boost::test_tools::per_element());
+  BOOST_TEST(changes(pressure_events(b)) == want, boost::test_tools::per_element());
+  BOOST_TEST(changes(pressure_events(c)) == want, boost::test_tools::per_element());
+  unsubscribe(topic::pressure, b);
+  self->send(sup, unsubscribe_atom::value, caf::actor_cast<caf::actor>(c));
+  BOOST_REQUIRE(free(1));
+  BOOST_TEST(pressure_events(a).size() == 1u);
+  BOOST_TEST(pressure_events(b).empty());
+  BOOST_TEST(pressure_events(c).empty());
+}
+
+BOOST_AUTO_TEST_CASE(high_pressure_evicts_cached_blocks_toward_the_medium_mark) {
+  // Eight cached single-block prefixes.
+  for (request_id id = 1; id <= 8; ++id) {
+    BOOST_REQUIRE(allocate(make_prompt_request(cfg, id, make_tokens(4, id))));
+    BOOST_REQUIRE(free(id));
+  }
+  auto s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->cached_blocks == 8u);
+  // 51 blocks in use (medium): the cached blocks stay.
+  BOOST_REQUIRE(allocate(100, 4 * 51));
+  s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->cached_blocks == 8u);
+  BOOST_TEST(s->eviction_count == 0u);
+  // 52 (high): used + cached is above the medium mark (38) by more than the
+  // cached blocks, so all of them go.
+  BOOST_REQUIRE(allocate(101, 4));
+  s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->pressure == lvl::high);
+  BOOST_TEST(s->cached_blocks == 0u);
+  BOOST_TEST(s->eviction_count == 8u);
+  BOOST_TEST(s->free_blocks == 12u);
+  // The evicted prefixes are not found any more.
+  auto again = allocate(make_prompt_request(cfg, 1, make_tokens(5, 1)));
+  BOOST_REQUIRE(again);
+  BOOST_TEST(value_or(stats(), cache_manager_stats{}).prefix_hit_tokens == 0u);
+}
+
+BOOST_FIXTURE_TEST_CASE(without_eager_eviction_high_pressure_keeps_cached_blocks,
+                        lazy_fixture) {
+  for (request_id id = 1; id <= 8; ++id) {
+    BOOST_REQUIRE(allocate(make_prompt_request(cfg, id, make_tokens(4, id))));
+    BOOST_REQUIRE(free(id));
+  }
+  BOOST_REQUIRE(allocate(100, 4 * 53));
+  auto g = gc();
+  BOOST_REQUIRE(g);
+  BOOST_TEST(g->blocks_reclaimed == 0u);
+  auto s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->pressure == lvl::high);
+  BOOST_TEST(s->cached_blocks == 8u);
+  // Allocation takes them only when the free ones ran out: 3 free + 2.
+  BOOST_REQUIRE(allocate(101, 4 * 5));
+  s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->cached_blocks == 6u);
+  BOOST_TEST(s->eviction_count == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(gc_under_high_pressure_evicts_blocks_cached_since_the_last_mark) {
+  BOOST_REQUIRE(allocate(1, 4 * 52)); // high
+  BOOST_REQUIRE(allocate(make_prompt_request(cfg, 2, make_tokens(12, 2))));
+  BOOST_REQUIRE(free(2)); // back to 52: three cached blocks, no mark crossed
+  auto s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->pressure == lvl::high);
+  BOOST_TEST(s->cached_blocks == 3u);
+  auto g = gc();
+  BOOST_REQUIRE(g);
+  BOOST_TEST(g->blocks_reclaimed == 3u);
+  BOOST_TEST(g->memory_freed == 3 * bytes_per_block);
+  BOOST_TEST(g->caches_freed == 0u);
+  s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->cached_blocks == 0u);
+  BOOST_TEST(s->eviction_count == 3u);
+}
+
+// -- reclaim ----------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(a_killed_handle_actor_has_its_blocks_reclaimed) {
+  caf::scoped_actor sub{sys};
+  subscribe(topic::lifecycle, sub);
+  auto a = allocate(1, 9);
+  auto b = allocate(2, 4);
+  BOOST_REQUIRE(a && b);
+  BOOST_TEST(used_blocks() == 4u);
+  caf::anon_send_exit(a->handle, caf::exit_reason::kill);
+  run();
+  auto s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->free_blocks == 63u);
+  BOOST_TEST(s->active_caches == 1u);
+  BOOST_TEST(outcome(lookup(1)) == "unknown_request");
+  BOOST_TEST(outcome(extend(1, 1)) == "unknown_request");
+  BOOST_TEST(outcome(free(1)) == "unknown_request");
+  auto ended = ended_events(sub);
+  BOOST_REQUIRE(ended.size() == 1u);
+  BOOST_TEST(ended[0].id == 1u);
+  BOOST_TEST(ended[0].reason == end_reason::reclaimed);
+  BOOST_TEST(ended[0].blocks_released == 3u);
+  // The id can be used again, and the other request is untouched.
+  BOOST_TEST(outcome(allocate(1, 4)) == "ok");
+  BOOST_TEST(value_or(table(2), block_table{}) == b->table);
+}
+
+BOOST_AUTO_TEST_CASE(a_killed_handle_of_an_ended_request_reclaims_nothing) {
+  auto a = allocate(1, 9);
+  BOOST_REQUIRE(a);
+  BOOST_REQUIRE(free(1));
+  auto b = allocate(1, 5); // a new incarnation with the same id
+  BOOST_REQUIRE(b);
+  caf::anon_send_exit(a->handle, caf::exit_reason::kill);
+  run();
+  BOOST_TEST(outcome(lookup(1)) == "ok");
+  BOOST_TEST(value_or(table(1), block_table{}) == b->table);
+  BOOST_TEST(used_blocks() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(an_owner_that_dies_takes_its_requests_with_it) {
+  caf::scoped_actor sub{sys};
+  subscribe(topic::lifecycle, sub);
+  BOOST_REQUIRE(allocate(1, 4)); // owned by the fixture
+  {
+    caf::scoped_actor owner{sys};
+    BOOST_REQUIRE(allocate_from(owner, make_request(cfg, 2, 8)));
+    BOOST_REQUIRE(allocate_from(owner, make_request(cfg, 3, 12)));
+    auto forked = ask_from<request_handle_actor, block_table>(owner, mgr,
+                                                              fork_atom::value,
+                                                              request_id{1},
+                                                              request_id{4});
+    BOOST_REQUIRE(forked);
+    BOOST_TEST(used_blocks() == 6u);
+  }
+  run();
+  auto s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->active_caches == 1u);
+  BOOST_TEST(s->free_blocks == 63u);
+  for (request_id id : {2, 3, 4})
+    BOOST_TEST(outcome(lookup(id)) == "unknown_request");
+  BOOST_TEST(outcome(lookup(1)) == "ok");
+  auto ended = ended_events(sub);
+  BOOST_REQUIRE(ended.size() == 3u);
+  for (auto& ev : ended)
+    BOOST_TEST(ev.reason == end_reason::reclaimed);
+}
+
+// -- GC -------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(gc_on_demand_reclaims_orphans_with_real_figures) {
+  BOOST_REQUIRE(allocate(1, 4));
+  auto g = gc();
+  BOOST_REQUIRE(g);
+  BOOST_TEST(g->caches_freed == 0u);
+  BOOST_TEST(g->blocks_reclaimed == 0u);
+  BOOST_TEST(g->memory_freed == 0u);
+  BOOST_TEST(g->gc_time_ms >= 0.0);
+  // Orphans: the pool holds them, the manager never heard of them.
+  auto o1 = ask<admission>(pool, allocate_atom::value, make_request(cfg, 7, 10));
+  auto o2 = ask<admission>(pool, allocate_atom::value, make_request(cfg, 8, 1));
+  BOOST_REQUIRE(o1 && o2);
+  BOOST_TEST(o1->table.num_blocks() == 3u);
+  auto s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->active_caches == 3u);
+  BOOST_TEST(value_or(list(), std::vector<handle_entry>{}).size() == 1u);
+  g = gc();
+  BOOST_REQUIRE(g);
+  BOOST_TEST(g->caches_freed == 2u);
+  BOOST_TEST(g->blocks_reclaimed == 4u);
+  BOOST_TEST(g->memory_freed == 4 * bytes_per_block);
+  s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->active_caches == 1u);
+  BOOST_TEST(s->free_blocks == 63u);
+  BOOST_TEST(outcome(lookup(1)) == "ok");
+  // Nothing left to do.
+  g = gc();
+  BOOST_REQUIRE(g);
+  BOOST_TEST(g->caches_freed == 0u);
+  BOOST_TEST(g->blocks_reclaimed == 0u);
+}
+
+namespace {
+
+cache_config timer_config() {
+  auto c = small_config();
+  c.gc_interval_ms = 50;
+  return c;
+}
+
+struct timer_fixture : cache_fixture {
+  timer_fixture() : cache_fixture(timer_config()) {
+  }
+};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_CASE(gc_on_the_timer_reclaims_orphans, timer_fixture) {
+  BOOST_REQUIRE(allocate(1, 4));
+  for (request_id orphan : {7, 8}) {
+    auto o = ask<admission>(pool, allocate_atom::value,
+                            make_request(cfg, orphan, 10));
+    BOOST_REQUIRE(o);
+    BOOST_TEST(used_blocks() == 4u);
+    // Each tick runs one GC pass and arms the next.
+    BOOST_TEST(sched.trigger_timeouts() >= 1u);
+    run();
+    auto s = stats();
+    BOOST_REQUIRE(s);
+    BOOST_TEST(s->active_caches == 1u);
+    BOOST_TEST(s->free_blocks == 63u);
+  }
+  BOOST_TEST(outcome(lookup(1)) == "ok");
+}
+
+// -- the pool's own messages ------------------------------------------------------------
+
+BOOST_AUTO_TEST_CASE(the_pool_actor_answers_its_own_messages) {
+  auto a = allocate(1, 9);
+  BOOST_REQUIRE(a);
+  BOOST_TEST(value_or(ask<bool>(pool, check_atom::value), false));
+  BOOST_TEST(value_or(ask<block_table>(pool, table_atom::value, request_id{1}),
+                      block_table{})
+             == a->table);
+  BOOST_TEST(outcome(ask<block_table>(pool, table_atom::value, request_id{2}))
+             == "unknown_request");
+  using live_list = std::vector<std::pair<request_id, std::uint64_t>>;
+  auto live = ask<live_list>(pool, list_atom::value);
+  BOOST_REQUIRE(live);
+  BOOST_REQUIRE(live->size() == 1u);
+  auto cache_id = (*live)[0].second;
+  BOOST_TEST(cache_id == value_or(lookup(1), std::make_pair(request_handle_actor{}, request_info{})).second.cache_id);
+  auto ps = ask<pool_stats>(pool, stats_atom::value);
+  BOOST_REQUIRE(ps);
+  BOOST_TEST(ps->used_blocks == 3u);
+  BOOST_TEST(ps->total_blocks == 64u);
+  BOOST_TEST(ps->active_requests == 1u);
+  BOOST_TEST(value_or(ask<bool>(pool, can_alloc_atom::value, make_request(cfg, 2, 244)), false));
+  BOOST_TEST(!value_or(ask<bool>(pool, can_alloc_atom::value, make_request(cfg, 2, 245)), true));
+  // A reclaim naming an old incarnation does nothing.
+  auto r = ask_from<bool, std::uint32_t>(self, pool, reclaim_atom::value,
+                                         request_id{1}, cache_id + 100);
+  BOOST_REQUIRE(r);
+  BOOST_TEST(!std::get<0>(*r));
+  BOOST_TEST(std::get<1>(*r) == 0u);
+  // evict: nothing cached yet, then two cached blocks.
+  BOOST_TEST(value_or(ask<std::uint32_t>(pool, evict_atom::value, std::uint32_t{5}), 9u) == 0u);
+  BOOST_REQUIRE(allocate(make_prompt_request(cfg, 3, make_tokens(8, 3))));
+  BOOST_REQUIRE(free(3));
+  BOOST_TEST(value_or(ask<std::uint32_t>(pool, evict_atom::value, std::uint32_t{5}), 9u) == 2u);
+  auto s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->cached_blocks == 0u);
+  BOOST_TEST(s->eviction_count == 2u);
+  // The pool's extend checks its token ids against the count.
+  BOOST_TEST(outcome(ask<extension>(pool, extend_atom::value, request_id{1},
+                                    std::uint64_t{2}, std::vector<token_id>{1}))
+             == "invalid_request");
+  BOOST_TEST(value_or(table(1), block_table{}) == a->table);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// -- shutdown ---------------------------------------------------------------------------
+
+namespace {
+
+/// Runs `f` on its own thread; false if it did not finish within `limit`
+/// (the process then ends: a hung actor system cannot be recovered).
+template <class F>
+bool finishes_within(std::chrono::seconds limit, F f) {
+  auto done = std::async(std::launch::async, std::move(f));
+  if (done.wait_for(limit) == std::future_status::timeout) {
+    std::fprintf(stderr, "shutdown hung for %d s\n",
+                 static_cast<int>(limit.count()));
+    std::fflush(stderr);
+    std::_Exit(3);
+  }
+  done.get();
+  return true;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(shutdown_with_live_requests_and_subscribers_never_hangs) {
+  std::vector<request_ended> ended;
+  std::size_t downs = 0;
+  bool allocated = true;
+  BOOST_TEST(finishes_within(std::chrono::seconds(30), [&] {
+    auto c = supervisor::timer_config();
+    cache_fixture f{c};
+    f.check_on_exit = false;
+    caf::scoped_actor life{f.sys};
+    caf::scoped_actor pressure{f.sys};
+    f.subscribe(topic::lifecycle, life);
+    f.subscribe(topic::pressure, pressure);
+    std::vector<request_handle_actor> handles;
+    for (request_id id = 1; id <= 20; ++id) {
+      auto a = f.allocate(id, 4 * 3);
+      allocated = allocated && static_cast<bool>(a);
+      if (a) {
+        handles.push_back(a->handle);
+        f.self->monitor(a->handle);
+      }
+    }
+    f.fork(1, 100);
+    // Messages still in flight when the exit arrives.
+    f.self->send(f.mgr, allocate_atom::value, make_request(c, 200, 4));
+    f.self->send(f.mgr, extend_atom::value, request_id{2}, std::uint64_t{4});
+    f.self->send(f.mgr, gc_atom::value);
+    f.shutdown();
+    ended = cache_fixture::ended_events(life);
+    for (auto& h : handles)
+      if (f.received_down(f.self, h.address()))
+        ++downs;
+  }));
+  BOOST_TEST(allocated);
+  BOOST_TEST(downs == 20u);
+  // Every request that was live learned that it ended by shutdown.
+  std::size_t by_shutdown = 0;
+  for (auto& ev : ended)
+    if (ev.reason == end_reason::shutdown)
+      ++by_shutdown;
+  BOOST_TEST(by_shutdown >= 21u);
+}
+
+BOOST_AUTO_TEST_CASE(shutdown_on_the_threaded_scheduler_never_hangs) {
+  bool ok = false;
+  std::size_t ended = 0;
+  BOOST_TEST(finishes_within(std::chrono::seconds(60), [&] {
+    caf::actor_system_config sys_cfg;
+    add_message_types(sys_cfg);
+    sys_cfg.set("logger.file-verbosity", caf::atom("quiet"));
+    sys_cfg.set("logger.console-verbosity", caf::atom("quiet"));
+    caf::actor_system sys{sys_cfg};
+    auto c = small_config();
+    c.gc_interval_ms = 5;
+    auto started = spawn_kv_cache(sys, c); // detached device
+    if (!started)
+      return;
+    auto mgr = started->manager;
+    int live = 0;
+    {
+      // Scoped actors count as running (hidden or not): they must be gone
+      // before await_all_actors_done.
+      caf::scoped_actor self{sys};
+      caf::scoped_actor life{sys};
+      caf::scoped_actor pressure{sys};
+      self->send(mgr, subscribe_atom::value, topic::lifecycle,
+                 caf::actor_cast<caf::actor>(life));
+      self->send(mgr, subscribe_atom::value, topic::pressure,
+                 caf::actor_cast<caf::actor>(pressure));
+      for (request_id id = 1; id <= 40; ++id)
+        self->request(mgr, std::chrono::seconds(10), allocate_atom::value,
+                      make_request(c, id, 3 * (id % 2 + 1)))
+          .receive([&](request_handle_actor&, block_table&) { ++live; },
+                   [&](caf::error&) {});
+      // A fork and a copy-on-write through the detached device.
+      self->request(mgr, std::chrono::seconds(10), fork_atom::value,
+                    request_id{2}, request_id{1000})
+        .receive([&](request_handle_actor&, block_table&) { ++live; },
+                 [&](caf::error&) {});
+      self->request(mgr, std::chrono::seconds(10), extend_atom::value,
+                    request_id{1000}, std::uint64_t{1})
+        .receive([&](block_table&) {}, [&](caf::error&) {});
+      std::this_thread::sleep_for(std::chrono::milliseconds(20)); // GC ticks
+      caf::anon_send_exit(mgr, caf::exit_reason::user_shutdown);
+      bool more = true;
+      while (more && ended < 41)
+        life->receive([&](ended_atom, request_ended& ev) {
+                        if (ev.reason == end_reason::shutdown)
+                          ++ended;
+                      },
+                      caf::after(std::chrono::seconds(5)) >> [&] {
+                        more = false;
+                      });
+    }
+    mgr = nullptr;
+    sys.await_all_actors_done();
+    ok = live == 41;
+  }));
+  BOOST_TEST(ok);
+  BOOST_TEST(ended == 41u);
+}
