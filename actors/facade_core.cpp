@@ -27,10 +27,24 @@ facade_core::facade_core(caf::actor_system& sys, cache_config cfg,
 }
 
 facade_core::~facade_core() {
+  stop();
+}
+
+void facade_core::stop() {
+  caf::actor relay;
+  std::vector<caf::actor> writers;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (stopped_)
+      return;
+    stopped_ = true;
+    relay = relay_;
+    writers = writers_;
+  }
   caf::anon_send_exit(cache_.manager, caf::exit_reason::user_shutdown);
-  if (relay_)
-    caf::anon_send_exit(relay_, caf::exit_reason::user_shutdown);
-  for (auto& w : writers_)
+  if (relay)
+    caf::anon_send_exit(relay, caf::exit_reason::user_shutdown);
+  for (auto& w : writers)
     caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
   invalidate_all();
 }
@@ -45,6 +59,7 @@ facade_core::slot_for(const request_handle_actor& h, const request_info& info) {
       if (auto existing = i->second.lock())
         return existing;
     s = std::make_shared<request_slot>();
+    s->valid = !stopped_;
     s->info = info;
     s->actor = h;
     s->handle_id = h.id();

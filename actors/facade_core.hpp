@@ -27,6 +27,12 @@ public:
   /// Stops the manager (and with it every actor of the cache).
   ~facade_core();
 
+  /// Stops the cache now: the manager (and with it every actor of the
+  /// cache), the relay and the writers; every slot turns invalid.
+  /// Idempotent. Called when the last facade copy goes, even while handles
+  /// on other threads still hold the core for a call in flight.
+  void stop();
+
   /// Request/response from a plain thread; the reply must be `Rs...`.
   template <class... Rs, class Handle, class... Ts>
   caf::expected<std::tuple<Rs...>> ask(const Handle& dest, Ts&&... xs) {
@@ -92,6 +98,7 @@ private:
   std::mutex mtx_;
   std::unordered_map<std::uint64_t, std::weak_ptr<request_slot>> slots_;
   std::unordered_map<request_id, std::uint64_t> by_request_; ///< -> handle id
+  bool stopped_ = false; ///< guarded by mtx_
   caf::actor relay_; ///< calls the pressure callback (detached)
   std::vector<caf::actor> writers_; ///< KV event files (detached)
   std::shared_ptr<std::function<void(memory_pressure)>> callback_;

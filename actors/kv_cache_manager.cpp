@@ -35,9 +35,23 @@ caf::expected<kv_cache_manager> kv_cache_manager::start(caf::actor_system& sys,
     return std::move(cache.error());
   auto effective = cfg;
   effective.num_gpu_blocks = cache->store->layout().num_blocks;
-  return kv_cache_manager{
-    std::make_shared<detail::facade_core>(sys, std::move(effective),
-                                          std::move(*cache))};
+  auto core = std::make_shared<detail::facade_core>(sys, std::move(effective),
+                                                    std::move(*cache));
+  // The facade copies share an owner that stops the cache when the last copy
+  // goes. Handles only lock the core for a call: were the copies to share
+  // the core itself, handles in use on other threads could keep it - and
+  // the cache - running indefinitely after the last copy went.
+  struct owner {
+    std::shared_ptr<detail::facade_core> core;
+    ~owner() {
+      if (core)
+        core->stop();
+    }
+  };
+  auto token = std::make_shared<owner>();
+  token->core = core;
+  auto* ptr = core.get();
+  return kv_cache_manager{std::shared_ptr<detail::facade_core>{token, ptr}};
 }
 
 caf::expected<std::shared_ptr<kv_cache_handle>>

@@ -18,6 +18,15 @@ struct request_handle_state {
 
   request_handle_args args;
   std::uint64_t last_access = 0;
+  /// Requests it answers through a promise, still waiting for the pool or
+  /// the device. The actor quits only once they are answered: a promise
+  /// dropped by a quitting actor is never answered in CAF 0.17, and its
+  /// requester would wait forever.
+  std::uint32_t pending = 0;
+  /// The request ended (or its owner or manager died): quit once nothing
+  /// is pending, with `exit_reason`.
+  bool ending = false;
+  caf::error exit_reason;
 
   request_id id() const noexcept {
     return args.info.request.id;
@@ -33,30 +42,64 @@ struct request_handle_state {
 
 using handle_ptr = request_handle_actor::stateful_pointer<request_handle_state>;
 
+/// Quits now, or once the pending requests are answered.
+void end(handle_ptr self, caf::error reason) {
+  auto& st = self->state;
+  if (!st.ending) {
+    st.ending = true;
+    st.exit_reason = std::move(reason);
+  }
+  if (st.pending == 0)
+    self->quit(st.exit_reason);
+}
+
+/// One pending request answered.
+void answered(handle_ptr self) {
+  auto& st = self->state;
+  --st.pending;
+  if (st.ending && st.pending == 0)
+    self->quit(st.exit_reason);
+}
+
+caf::error ended_error(const request_handle_state& st) {
+  return make_error(errc::invalid_handle,
+                    "request " + std::to_string(st.id()) + " has ended");
+}
+
 /// Grows the request through the pool; copies shared blocks (copy-on-write)
 /// before replying, so the caller never appends into a block another
 /// request still reads.
 caf::result<block_table> grow(handle_ptr self, std::uint64_t n,
                               std::vector<token_id> tokens) {
   auto& st = self->state;
+  if (st.ending)
+    return ended_error(st);
   st.touch();
   auto rp = self->make_response_promise<block_table>();
+  ++st.pending;
+  auto fail = [self, rp](caf::error& err) mutable {
+    rp.deliver(std::move(err));
+    answered(self);
+  };
   self->request(st.args.pool, caf::infinite, extend_atom::value, st.id(), n,
                 std::move(tokens))
     .then(
-      [self, rp](extension& ext) mutable {
+      [self, rp, fail](extension& ext) mutable {
         if (ext.copies.empty() || !self->state.args.device) {
           rp.deliver(std::move(ext.table));
+          answered(self);
           return;
         }
         self->request(self->state.args.device, caf::infinite, copy_atom::value,
                       ext.copies)
-          .then([rp, table = std::move(ext.table)](std::uint32_t) mutable {
-                  rp.deliver(std::move(table));
-                },
-                [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+          .then(
+            [self, rp, table = std::move(ext.table)](std::uint32_t) mutable {
+              rp.deliver(std::move(table));
+              answered(self);
+            },
+            fail);
       },
-      [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      fail);
   return rp;
 }
 
@@ -69,15 +112,19 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
   self->monitor(st.args.manager);
   if (st.args.owner)
     self->monitor(st.args.owner);
+  // An exit message (the manager stopping) also waits for pending answers.
+  self->set_exit_handler([self](const caf::exit_msg& msg) {
+    end(self, msg.reason);
+  });
   self->set_down_handler([self](const caf::down_msg& dm) {
     auto& st = self->state;
     if (dm.source == st.args.manager.address())
-      self->quit(dm.reason);
+      end(self, dm.reason);
     else if (st.args.owner
              && dm.source == caf::actor_cast<caf::actor_addr>(st.args.owner))
-      self->quit(make_error(errc::invalid_handle,
-                            "owner of request " + std::to_string(st.id())
-                              + " terminated"));
+      end(self, make_error(errc::invalid_handle,
+                           "owner of request " + std::to_string(st.id())
+                             + " terminated"));
   });
   return {
     [self](table_atom) -> caf::result<block_table> {
@@ -93,7 +140,10 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
     },
     [self](stats_atom) -> caf::result<cache_handle_stats> {
       auto& st = self->state;
+      if (st.ending)
+        return ended_error(st);
       auto rp = self->make_response_promise<cache_handle_stats>();
+      ++st.pending;
       self->request(st.args.pool, caf::infinite, table_atom::value, st.id())
         .then(
           [self, rp](const block_table& t) mutable {
@@ -108,8 +158,12 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
                                            / static_cast<double>(slots);
             s.last_access = st.last_access;
             rp.deliver(s);
+            answered(self);
           },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+          [self, rp](caf::error& err) mutable {
+            rp.deliver(std::move(err));
+            answered(self);
+          });
       return rp;
     },
     [self](info_atom) {
@@ -120,7 +174,7 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
       return self->delegate(st.args.manager, free_atom::value, st.id());
     },
     [self](end_atom, end_reason) {
-      self->quit();
+      end(self, caf::none);
     },
   };
 }

@@ -1,0 +1,429 @@
+// The facade's cache-level operations on the threaded scheduler: gc,
+// pressure callbacks, fork with copy-on-write (bytes included), preempt, the
+// batched step, and actor() reaching the same cache.
+#include <algorithm>
+#include <cstring>
+
+#include <caf/scoped_actor.hpp>
+
+#include "fixture.hpp"
+
+using namespace kvtest;
+
+namespace {
+
+/// Thread-safe record of pressure callbacks.
+struct pressure_log {
+  std::mutex mtx;
+  std::vector<memory_pressure> levels;
+
+  std::function<void(memory_pressure)> callback() {
+    return [this](memory_pressure lvl) {
+      std::lock_guard<std::mutex> guard{mtx};
+      levels.push_back(lvl);
+    };
+  }
+  std::vector<memory_pressure> get() {
+    std::lock_guard<std::mutex> guard{mtx};
+    return levels;
+  }
+  std::size_t size() {
+    return get().size();
+  }
+};
+
+/// Block `b` of the plane `v` (one layer's K or V pool) as floats.
+float* block_of(const tensor_view& v, block_id b) {
+  return static_cast<float*>(v.data) + b * v.strides[0];
+}
+
+/// Fills block `b` of every layer's K and V with a pattern unique to
+/// (seed, layer, K/V, element).
+void fill_block(kv_cache_handle& h, block_id b, float seed) {
+  for (std::uint32_t l = 0; l < h.num_layers(); ++l) {
+    auto k = h.key_cache(l);
+    auto v = h.value_cache(l);
+    BOOST_REQUIRE(k && *k && v && *v);
+    auto n = (*k)->strides[0];
+    for (std::int64_t i = 0; i < n; ++i) {
+      block_of(**k, b)[i] = seed + 1000.0f * l + static_cast<float>(i);
+      block_of(**v, b)[i] = -(seed + 1000.0f * l + static_cast<float>(i));
+    }
+  }
+}
+
+/// True if block `x` equals block `y` in every layer's K and V.
+bool same_block(kv_cache_handle& h, block_id x, block_id y) {
+  for (std::uint32_t l = 0; l < h.num_layers(); ++l)
+    for (auto view : {h.key_cache(l), h.value_cache(l)}) {
+      auto& v = **view;
+      auto bytes = static_cast<std::size_t>(v.strides[0]) * sizeof(float);
+      if (std::memcmp(block_of(v, x), block_of(v, y), bytes) != 0)
+        return false;
+    }
+  return true;
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(facade_cache, watchdog)
+
+BOOST_AUTO_TEST_CASE(gc_on_an_idle_cache_reclaims_nothing_and_checks_the_invariant) {
+  cache_fixture f;
+  auto h = f.alloc(f.req(1, 9));
+  auto g = f.m().gc();
+  BOOST_REQUIRE_MESSAGE(g, why(g));
+  BOOST_TEST(g->caches_freed == 0u);
+  BOOST_TEST(g->blocks_reclaimed == 0u);
+  BOOST_TEST(g->memory_freed == 0u);
+  BOOST_TEST(g->gc_time_ms >= 0.0);
+  BOOST_TEST(h->is_valid());
+  BOOST_TEST(f.used_blocks() == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(gc_under_high_pressure_evicts_cached_blocks_and_says_so) {
+  // 64 blocks: medium at 39 used, high at 52 (left below 48), critical at 61.
+  cache_fixture f;
+  auto bulk = f.alloc(f.req(1, 50 * 4));
+  // A 37-token prompt: 10 blocks, 9 of them full and hashed. 60 used: high.
+  auto p = f.alloc(f.req(2, 0, 256, iota_tokens(10, 37)));
+  BOOST_TEST(f.used_blocks() == 60u);
+  BOOST_TEST(eventually([&] {
+    return f.m().stats().pressure == memory_pressure::high;
+  }));
+  // Its end leaves 9 cached blocks at 50 used: still high.
+  BOOST_REQUIRE(!f.m().deallocate(2));
+  auto s = f.m().stats();
+  BOOST_TEST(s.cached_blocks == 9u);
+  BOOST_TEST(s.free_blocks == 14u);
+  // GC evicts the cached blocks toward the medium mark (38 held).
+  auto g = f.m().gc();
+  BOOST_REQUIRE_MESSAGE(g, why(g));
+  BOOST_TEST(g->caches_freed == 0u);
+  BOOST_TEST(g->blocks_reclaimed == 9u);
+  BOOST_TEST(g->memory_freed == 9u * test_bytes_per_block);
+  auto after = f.m().stats();
+  BOOST_TEST(after.cached_blocks == 0u);
+  BOOST_TEST(after.eviction_count == 9u);
+  BOOST_TEST(after.free_blocks == 14u);
+  BOOST_TEST(bulk->is_valid());
+  // Evicted means not findable: the same prompt now hits nothing.
+  auto again = f.alloc(f.req(3, 0, 256, iota_tokens(10, 5)));
+  BOOST_TEST(f.m().stats().prefix_hit_tokens == 0u);
+  BOOST_TEST(static_cast<bool>(f.m().gc()));
+}
+
+BOOST_AUTO_TEST_CASE(pressure_callback_gets_each_level_once_in_order) {
+  cache_fixture f;
+  pressure_log log;
+  f.m().set_pressure_callback(log.callback());
+  // One block per request, up to 61 of 64: medium (39), high (52),
+  // critical (61).
+  for (request_id id = 1; id <= 61; ++id)
+    f.alloc(f.req(id, 4));
+  BOOST_TEST(eventually([&] { return log.size() >= 3; }));
+  std::vector<memory_pressure> rising{memory_pressure::medium,
+                                      memory_pressure::high,
+                                      memory_pressure::critical};
+  auto seen = log.get();
+  seen.resize(std::min<std::size_t>(seen.size(), 3));
+  BOOST_TEST(seen == rising, boost::test_tools::per_element());
+  // Falling with hysteresis: below 58 high, below 48 medium, below 36 low.
+  // (At critical the cache may preempt requests itself: free what is left.)
+  auto live = f.m().list_handles();
+  for (auto i = live.rbegin(); i != live.rend(); ++i) {
+    auto err = f.m().deallocate(i->first);
+    BOOST_TEST((!err || has_code(err, errc::unknown_request)), render(err));
+  }
+  BOOST_TEST(eventually([&] { return log.size() >= 6; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds{50});
+  std::vector<memory_pressure> all{
+    memory_pressure::medium, memory_pressure::high, memory_pressure::critical,
+    memory_pressure::high,   memory_pressure::medium, memory_pressure::low};
+  BOOST_TEST(log.get() == all, boost::test_tools::per_element());
+  BOOST_TEST(eventually([&] {
+    return f.m().stats().pressure == memory_pressure::low;
+  }));
+  // A new callback replaces the old one.
+  pressure_log second;
+  f.m().set_pressure_callback(second.callback());
+  for (request_id id = 100; id < 140; ++id)
+    f.alloc(f.req(id, 4));
+  BOOST_TEST(eventually([&] { return second.size() >= 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds{50});
+  BOOST_TEST(second.get() == std::vector<memory_pressure>{memory_pressure::medium},
+             boost::test_tools::per_element());
+  BOOST_TEST(log.size() == 6u);
+}
+
+BOOST_AUTO_TEST_CASE(fork_shares_every_block_and_copies_on_append) {
+  cache_fixture f;
+  auto a = f.alloc(f.req(1, 6)); // 2 blocks, the last one half full
+  auto ta = a->table();
+  BOOST_REQUIRE_EQUAL(ta.blocks.size(), 2u);
+  fill_block(*a, ta.blocks[0], 1.0f);
+  fill_block(*a, ta.blocks[1], 5.0f);
+  auto c = f.m().fork(1, 2);
+  BOOST_REQUIRE_MESSAGE(c, why(c));
+  auto& child = **c;
+  BOOST_TEST(child.id() == 2u);
+  BOOST_TEST(child.is_valid());
+  BOOST_TEST(child.cache_id() != a->cache_id());
+  BOOST_TEST(child.table() == ta);
+  BOOST_TEST(child.num_tokens() == 6u);
+  BOOST_TEST(f.used_blocks() == 2u);
+  // Appending into the shared last block copies it first, bytes and all.
+  BOOST_TEST(!f.m().append(child, {7, 8}));
+  auto tc = child.table();
+  BOOST_REQUIRE_EQUAL(tc.blocks.size(), 2u);
+  BOOST_TEST(tc.num_tokens == 8u);
+  BOOST_TEST(tc.blocks[0] == ta.blocks[0]);
+  BOOST_TEST(tc.blocks[1] != ta.blocks[1]);
+  BOOST_TEST(same_block(child, tc.blocks[1], ta.blocks[1]));
+  BOOST_TEST(a->table() == ta);
+  BOOST_TEST(f.used_blocks() == 3u);
+  // The copy is private: writing it leaves the parent's block alone.
+  fill_block(child, tc.blocks[1], 77.0f);
+  BOOST_TEST(!same_block(child, tc.blocks[1], ta.blocks[1]));
+  // The parent's last block is no longer shared: its append copies nothing.
+  BOOST_TEST(!f.m().extend(*a, 1));
+  BOOST_TEST(a->table().blocks == ta.blocks);
+  BOOST_TEST(f.used_blocks() == 3u);
+  // The parent extending into a block a second child shares copies too.
+  auto d = f.m().fork(1, 3);
+  BOOST_REQUIRE_MESSAGE(d, why(d));
+  BOOST_TEST(!f.m().extend(*a, 1));
+  auto ta2 = a->table();
+  BOOST_TEST(ta2.blocks[1] != ta.blocks[1]);
+  BOOST_TEST((*d)->table().blocks == ta.blocks);
+  BOOST_TEST(same_block(*a, ta2.blocks[1], ta.blocks[1]));
+  BOOST_TEST(f.used_blocks() == 4u);
+  auto s = f.m().stats();
+  BOOST_TEST(s.active_caches == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(fork_of_full_blocks_appends_without_copying) {
+  cache_fixture f;
+  auto a = f.alloc(f.req(1, 8));
+  auto ta = a->table();
+  auto c = f.m().fork(1, 2);
+  BOOST_REQUIRE_MESSAGE(c, why(c));
+  BOOST_TEST(!f.m().extend(**c, 1));
+  auto tc = (*c)->table();
+  BOOST_REQUIRE_EQUAL(tc.blocks.size(), 3u);
+  BOOST_TEST(tc.blocks[0] == ta.blocks[0]);
+  BOOST_TEST(tc.blocks[1] == ta.blocks[1]);
+  BOOST_TEST(f.used_blocks() == 3u);
+  // Ending the parent keeps the shared blocks for the child.
+  BOOST_REQUIRE(!f.m().deallocate(1));
+  BOOST_TEST(f.used_blocks() == 3u);
+  BOOST_TEST((*c)->table() == tc);
+  BOOST_REQUIRE(!f.m().deallocate(2));
+  BOOST_TEST(f.used_blocks() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(fork_errors_name_the_request) {
+  cache_fixture f;
+  auto a = f.alloc(f.req(1, 5));
+  auto b = f.alloc(f.req(2, 5));
+  auto used = f.used_blocks();
+  KV_CHECK_ERROR(error_of(f.m().fork(9, 10)), errc::unknown_request, "request 9");
+  KV_CHECK_ERROR(error_of(f.m().fork(1, 2)), errc::duplicate_request,
+                 "request 2");
+  BOOST_TEST(f.used_blocks() == used);
+  BOOST_TEST(f.m().stats().active_caches == 2u);
+  BOOST_TEST(b->table().num_tokens == 5u);
+}
+
+BOOST_AUTO_TEST_CASE(preempt_frees_the_blocks_and_invalidates_the_handle) {
+  cache_fixture f;
+  auto h = f.alloc(f.req(1, 8));
+  auto clone = h->clone_handle();
+  auto other = f.alloc(f.req(2, 4));
+  BOOST_REQUIRE(!f.m().preempt(1));
+  BOOST_TEST(!h->is_valid());
+  BOOST_TEST(!clone->is_valid());
+  BOOST_TEST(other->is_valid());
+  BOOST_TEST(f.used_blocks() == 1u);
+  auto s = f.m().stats();
+  BOOST_TEST(s.preemption_count == 1u);
+  BOOST_TEST(s.active_caches == 1u);
+  BOOST_TEST(!f.m().get_handle(1));
+  KV_CHECK_ERROR(f.m().preempt(1), errc::unknown_request, "request 1");
+  KV_CHECK_ERROR(f.m().deallocate(1), errc::unknown_request, "request 1");
+  KV_CHECK_ERROR(f.m().extend(*h, 1), errc::invalid_handle, "request 1");
+}
+
+BOOST_AUTO_TEST_CASE(step_runs_frees_extends_and_admits_in_one_round_trip) {
+  cache_fixture f;
+  auto h1 = f.alloc(f.req(1, 4));
+  auto h2 = f.alloc(f.req(2, 5));
+  auto h3 = f.alloc(f.req(3, 3));
+  auto t1 = h1->table();
+  step_request step;
+  step.frees = {3, 999};
+  step.extends = {extend_op{1, 1}, extend_op{2, 3}};
+  step.admits = {f.req(10, 6)};
+  auto r = f.m().step(step);
+  BOOST_REQUIRE_MESSAGE(r, why(r));
+  BOOST_TEST(r->freed == std::vector<request_id>{3},
+             boost::test_tools::per_element());
+  BOOST_REQUIRE_EQUAL(r->failed.size(), 1u);
+  BOOST_TEST(r->failed[0].id == 999u);
+  KV_CHECK_ERROR(r->failed[0].error, errc::unknown_request, "request 999");
+  // Request 1 got a block (its table from index 1 on); request 2 did not.
+  BOOST_REQUIRE_EQUAL(r->changed.size(), 1u);
+  BOOST_TEST(r->changed[0].id == 1u);
+  BOOST_TEST(r->changed[0].first == 1u);
+  BOOST_TEST(r->changed[0].num_tokens == 5u);
+  BOOST_REQUIRE_EQUAL(r->changed[0].blocks.size(), 1u);
+  auto nt1 = h1->table();
+  BOOST_TEST(nt1.num_tokens == 5u);
+  BOOST_TEST(nt1.blocks[0] == t1.blocks[0]);
+  BOOST_TEST(nt1.blocks[1] == r->changed[0].blocks[0]);
+  BOOST_TEST(h2->num_tokens() == 8u);
+  BOOST_TEST(r->copies.empty());
+  BOOST_TEST(r->preempted.empty());
+  BOOST_REQUIRE_EQUAL(r->admitted.size(), 1u);
+  BOOST_TEST(r->admitted[0].id == 10u);
+  BOOST_TEST(r->admitted[0].table.num_tokens == 6u);
+  BOOST_TEST(!r->admission_blocked);
+  BOOST_TEST(!h3->is_valid());
+  auto h10 = f.m().get_handle(10);
+  BOOST_REQUIRE(h10);
+  BOOST_TEST(h10->table() == r->admitted[0].table);
+  BOOST_TEST(r->used_blocks == 2u + 2u + 2u);
+  BOOST_TEST(r->free_blocks == 64u - r->used_blocks);
+  BOOST_TEST(f.used_blocks() == r->used_blocks);
+}
+
+BOOST_AUTO_TEST_CASE(step_preempts_the_newest_request_on_shortage) {
+  cache_fixture f{small_config(8)};
+  auto h1 = f.alloc(f.req(1, 16)); // 4 blocks
+  auto h2 = f.alloc(f.req(2, 12)); // 3 blocks; 1 left
+  step_request step;
+  step.extends = {extend_op{1, 8}, extend_op{2, 1}}; // 1 needs 2 blocks
+  step.admits = {f.req(20, 4)};
+  auto r = f.m().step(step);
+  BOOST_REQUIRE_MESSAGE(r, why(r));
+  BOOST_TEST(r->preempted == std::vector<request_id>{2},
+             boost::test_tools::per_element());
+  BOOST_REQUIRE_EQUAL(r->changed.size(), 1u);
+  BOOST_TEST(r->changed[0].id == 1u);
+  BOOST_TEST(h1->num_tokens() == 24u);
+  BOOST_TEST(!h2->is_valid());
+  BOOST_TEST(!f.m().get_handle(2));
+  // Admission waits for a step without preemption.
+  BOOST_TEST(r->admitted.empty());
+  BOOST_TEST(r->admission_blocked);
+  BOOST_TEST(r->blocked == 20u);
+  BOOST_TEST(!f.m().get_handle(20));
+  BOOST_TEST(f.m().stats().preemption_count == 1u);
+  // Without preemption, the shortage fails the extend alone.
+  step_request strict;
+  strict.extends = {extend_op{1, 16}};
+  strict.preempt_on_shortage = false;
+  auto r2 = f.m().step(strict);
+  BOOST_REQUIRE_MESSAGE(r2, why(r2));
+  BOOST_REQUIRE_EQUAL(r2->failed.size(), 1u);
+  KV_CHECK_ERROR(r2->failed[0].error, errc::out_of_blocks);
+  BOOST_TEST(h1->num_tokens() == 24u);
+  BOOST_TEST(h1->is_valid());
+}
+
+BOOST_AUTO_TEST_CASE(swap_out_and_in_round_trips_the_bytes) {
+  auto cfg = small_config();
+  cfg.num_host_blocks = 8;
+  cache_fixture f{cfg};
+  auto h = f.alloc(f.req(1, 6));
+  auto t0 = h->table();
+  fill_block(*h, t0.blocks[0], 11.0f);
+  fill_block(*h, t0.blocks[1], 22.0f);
+  // A copy of the request's bytes, to compare after the round trip.
+  std::vector<float> before;
+  for (std::uint32_t l = 0; l < 2; ++l)
+    for (auto view : {h->key_cache(l), h->value_cache(l)})
+      for (auto b : t0.blocks)
+        before.insert(before.end(), block_of(**view, b),
+                      block_of(**view, b) + (*view)->strides[0]);
+  BOOST_REQUIRE_MESSAGE(!f.m().swap_out(1), "swap_out");
+  BOOST_TEST(h->is_swapped());
+  BOOST_TEST(h->is_valid());
+  BOOST_TEST(f.used_blocks() == 0u);
+  KV_CHECK_ERROR(f.m().swap_out(1), errc::invalid_request);
+  KV_CHECK_ERROR(f.m().extend(*h, 1), errc::invalid_request);
+  // Other requests take the freed device blocks meanwhile.
+  auto other = f.alloc(f.req(2, 8));
+  fill_block(*other, other->table().blocks[0], 99.0f);
+  BOOST_REQUIRE_MESSAGE(!f.m().swap_in(1), "swap_in");
+  BOOST_TEST(!h->is_swapped());
+  auto t1 = h->table();
+  BOOST_TEST(t1.num_tokens == 6u);
+  BOOST_REQUIRE_EQUAL(t1.blocks.size(), 2u);
+  std::vector<float> after;
+  for (std::uint32_t l = 0; l < 2; ++l)
+    for (auto view : {h->key_cache(l), h->value_cache(l)})
+      for (auto b : t1.blocks)
+        after.insert(after.end(), block_of(**view, b),
+                     block_of(**view, b) + (*view)->strides[0]);
+  BOOST_TEST((after == before), "the bytes came back changed");
+  BOOST_TEST(!f.m().extend(*h, 3));
+  BOOST_TEST(h->num_tokens() == 9u);
+  KV_CHECK_ERROR(f.m().swap_in(1), errc::invalid_request);
+  KV_CHECK_ERROR(f.m().swap_out(77), errc::unknown_request, "request 77");
+  auto s = f.m().stats();
+  BOOST_TEST(s.swap_out_count == 1u);
+  BOOST_TEST(s.swap_in_count == 1u);
+  BOOST_TEST(s.host_total_blocks == 8u);
+  BOOST_TEST(s.host_free_blocks == 8u);
+}
+
+BOOST_AUTO_TEST_CASE(config_and_timeout_are_as_started) {
+  cache_fixture f;
+  auto& c = f.m().config();
+  BOOST_TEST(c.num_gpu_blocks == 64u);
+  BOOST_TEST(c.block_size == test_block_size);
+  BOOST_TEST(c.storage == "host");
+  BOOST_TEST(c.model.head_dim == 8u);
+  f.m().set_timeout(std::chrono::seconds{5});
+  auto h = f.alloc(f.req(1, 4));
+  BOOST_TEST(h->num_tokens() == 4u);
+}
+
+BOOST_AUTO_TEST_CASE(actor_serves_the_same_cache_as_the_facade) {
+  cache_fixture f;
+  auto h = f.alloc(f.req(1, 5));
+  auto mgr = f.m().actor();
+  BOOST_REQUIRE(static_cast<bool>(mgr));
+  std::shared_ptr<kv_cache_handle> g;
+  {
+    caf::scoped_actor self{*f.sys};
+    self->request(mgr, caf::infinite, stats_atom::value)
+      .receive([&](const cache_manager_stats& s) {
+                 BOOST_TEST(s.active_caches == 1u);
+                 BOOST_TEST(s.total_blocks == 64u);
+               },
+               [&](caf::error& err) { BOOST_FAIL(render(err)); });
+    self->request(mgr, caf::infinite, table_atom::value, request_id{1})
+      .receive([&](const block_table& t) { BOOST_TEST(t == h->table()); },
+               [&](caf::error& err) { BOOST_FAIL(render(err)); });
+    // A request the scoped actor allocates is visible through the facade...
+    self->request(mgr, caf::infinite, allocate_atom::value, f.req(2, 9))
+      .receive([&](request_handle_actor&, block_table& t) {
+                 BOOST_TEST(t.num_tokens == 9u);
+               },
+               [&](caf::error& err) { BOOST_FAIL(render(err)); });
+    g = f.m().get_handle(2);
+    BOOST_REQUIRE(g);
+    BOOST_TEST(g->is_valid());
+    BOOST_TEST(g->num_tokens() == 9u);
+  }
+  // ...and owned by it: it is reclaimed once its owner is gone.
+  BOOST_TEST(eventually([&] { return f.m().stats().active_caches == 1u; }));
+  BOOST_TEST(eventually([&] { return !g->is_valid(); }));
+  BOOST_TEST(!f.m().get_handle(2));
+  BOOST_TEST(f.used_blocks() == 2u);
+  BOOST_TEST(h->is_valid());
+}
+
+BOOST_AUTO_TEST_SUITE_END()

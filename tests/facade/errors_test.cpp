@@ -1,0 +1,208 @@
+// Bad input through the facade and the manager actor: each is refused with
+// its own errc and a context naming what was wrong, and changes nothing.
+#include <caf/scoped_actor.hpp>
+
+#include "fixture.hpp"
+
+using namespace kvtest;
+
+namespace {
+
+/// What must not change when an operation fails.
+struct snapshot {
+  std::uint64_t free_blocks;
+  std::uint64_t cached_blocks;
+  std::uint64_t active_caches;
+  std::uint64_t used_memory_bytes;
+  std::uint64_t allocation_count;
+  std::vector<std::pair<request_id, block_table>> tables;
+
+  static snapshot of(kv_cache_manager& m) {
+    auto s = m.stats();
+    snapshot out{s.free_blocks,       s.cached_blocks, s.active_caches,
+                 s.used_memory_bytes, s.allocation_count, {}};
+    for (auto& [id, h] : m.list_handles())
+      out.tables.emplace_back(id, h->table());
+    return out;
+  }
+
+  bool operator==(const snapshot& y) const {
+    return free_blocks == y.free_blocks && cached_blocks == y.cached_blocks
+           && active_caches == y.active_caches
+           && used_memory_bytes == y.used_memory_bytes
+           && allocation_count == y.allocation_count && tables == y.tables;
+  }
+};
+
+/// The error of one typed request to the manager actor (none if it
+/// replied with a value of types Rs...).
+template <class... Rs, class... Ts>
+caf::error ask_error(caf::actor_system& sys, const kv_cache_manager_actor& mgr,
+                     Ts... xs) {
+  caf::scoped_actor self{sys};
+  caf::error result;
+  self->request(mgr, std::chrono::seconds{10}, xs...)
+    .receive([&](Rs&...) {},
+             [&](caf::error& err) { result = std::move(err); });
+  return result;
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(facade_errors, watchdog)
+
+BOOST_AUTO_TEST_CASE(bad_allocations_are_refused_with_their_own_code) {
+  cache_config cfg = small_config();
+  tenant_config batch;
+  batch.name = "batch";
+  batch.max_blocks = 4;
+  cfg.tenants.push_back(batch);
+  cache_fixture f{cfg};
+  auto live = f.alloc(f.req(1, 9));
+  BOOST_REQUIRE(!f.m().append(*live, {}));
+  auto before = snapshot::of(f.m());
+  auto refuse = [&](allocation_request r, errc code,
+                    std::initializer_list<const char*> parts) {
+    BOOST_TEST_CONTEXT("request " << r.id << ", expecting " << to_string(code)) {
+      auto h = f.m().allocate(r);
+      BOOST_REQUIRE(!h);
+      BOOST_TEST(is_error(h.error(), code, parts),
+                 "got '" << render(h.error()) << "'");
+      BOOST_TEST(!f.m().can_allocate(r));
+      BOOST_TEST((snapshot::of(f.m()) == before));
+    }
+  };
+  // Duplicate id.
+  refuse(f.req(1, 4), errc::duplicate_request, {"request 1", "already"});
+  // Zero or mismatched shape, and other malformed requests.
+  auto r = f.req(2, 4);
+  r.num_layers = 0;
+  refuse(r, errc::invalid_request, {"request 2", "num_layers 0"});
+  r = f.req(3, 4);
+  r.num_heads = 0;
+  refuse(r, errc::invalid_request, {"request 3", "num_heads 0"});
+  r = f.req(4, 4);
+  r.head_dim = 16;
+  refuse(r, errc::invalid_request, {"head_dim 16", "model's 8"});
+  r = f.req(5, 4);
+  r.dtype = dtype::fp16;
+  refuse(r, errc::invalid_request, {"dtype fp16"});
+  r = f.req(6, 4);
+  r.max_sequence_length = 0;
+  refuse(r, errc::invalid_request, {"max_sequence_length"});
+  r = f.req(7, 0, 256, iota_tokens(1, 5));
+  r.initial_tokens = 3;
+  refuse(r, errc::invalid_request, {"initial_tokens 3", "prompt"});
+  r = f.req(8, 0, 256, {1, 2, -7});
+  refuse(r, errc::invalid_request, {"prompt[2]"});
+  r = f.req(9, 4);
+  r.device = device{device_kind::cuda, 0};
+  refuse(r, errc::invalid_request, {"device cuda:0"});
+  // initial_tokens > max_sequence_length.
+  refuse(f.req(10, 33, 32), errc::exceeds_max_sequence_length,
+         {"request 10", "33", "max_sequence_length 32"});
+  // More blocks than the pool has: nothing half-taken.
+  refuse(f.req(11, 64 * 4, 1000), errc::out_of_blocks, {"need 64 blocks"});
+  refuse(f.req(12, 62 * 4, 1000), errc::out_of_blocks, {"need 62 blocks"});
+  // Unknown tenant; over a tenant's quota.
+  r = f.req(13, 4);
+  r.tenant = "nobody";
+  refuse(r, errc::unknown_tenant, {"request 13", "tenant 'nobody'"});
+  r = f.req(14, 5 * 4);
+  r.tenant = "batch";
+  refuse(r, errc::quota_exceeded, {"tenant 'batch'", "max_blocks 4"});
+  // The failures counted, nothing else did.
+  auto s = f.m().stats();
+  BOOST_TEST(s.allocation_failures == 3u);
+  BOOST_TEST(static_cast<bool>(f.m().allocate(f.req(15, 62 * 4 - 4, 1000))));
+}
+
+BOOST_AUTO_TEST_CASE(unknown_ids_are_refused_by_every_operation) {
+  cache_fixture f;
+  auto live = f.alloc(f.req(1, 5));
+  auto before = snapshot::of(f.m());
+  KV_CHECK_ERROR(f.m().deallocate(77), errc::unknown_request, "request 77",
+                 "not allocated");
+  KV_CHECK_ERROR(f.m().preempt(77), errc::unknown_request, "request 77");
+  KV_CHECK_ERROR(error_of(f.m().fork(77, 78)), errc::unknown_request,
+                 "request 77");
+  BOOST_TEST(!f.m().get_handle(77));
+  auto mgr = f.m().actor();
+  auto& sys = *f.sys;
+  KV_CHECK_ERROR(ask_error<block_table>(sys, mgr, extend_atom::value, request_id{77},
+                           std::uint64_t{1}),
+                 errc::unknown_request, "request 77");
+  KV_CHECK_ERROR(ask_error<block_table>(sys, mgr, append_atom::value, request_id{77},
+                           std::vector<token_id>{1}),
+                 errc::unknown_request, "request 77");
+  KV_CHECK_ERROR((ask_error<request_handle_actor, request_info>(
+                   sys, mgr, lookup_atom::value, request_id{77})),
+                 errc::unknown_request, "request 77");
+  KV_CHECK_ERROR(ask_error<block_table>(sys, mgr, table_atom::value, request_id{77}),
+                 errc::unknown_request, "request 77");
+  KV_CHECK_ERROR(ask_error<std::uint32_t>(sys, mgr, free_atom::value, request_id{77}),
+                 errc::unknown_request, "request 77");
+  BOOST_TEST((snapshot::of(f.m()) == before));
+}
+
+BOOST_AUTO_TEST_CASE(deallocate_twice_and_extend_of_an_invalid_handle_fail) {
+  cache_fixture f;
+  auto h = f.alloc(f.req(1, 5));
+  auto keep = f.alloc(f.req(2, 5));
+  BOOST_REQUIRE(!f.m().deallocate(1));
+  auto before = snapshot::of(f.m());
+  KV_CHECK_ERROR(f.m().deallocate(1), errc::unknown_request, "request 1");
+  KV_CHECK_ERROR(f.m().extend(*h, 1), errc::invalid_handle, "request 1",
+                 "ended");
+  KV_CHECK_ERROR(f.m().append(*h, {3}), errc::invalid_handle, "request 1");
+  KV_CHECK_ERROR(error_of(h->key_cache(0)), errc::invalid_handle, "request 1");
+  BOOST_TEST((snapshot::of(f.m()) == before));
+}
+
+BOOST_AUTO_TEST_CASE(growth_past_the_limits_changes_nothing) {
+  cache_fixture f{small_config(8)};
+  auto h = f.alloc(f.req(1, 10, 16)); // 3 blocks
+  auto other = f.alloc(f.req(2, 16)); // 4 blocks; 1 left
+  auto before = snapshot::of(f.m());
+  KV_CHECK_ERROR(f.m().extend(*h, 7), errc::exceeds_max_sequence_length,
+                 "request 1", "max_sequence_length 16");
+  KV_CHECK_ERROR(f.m().extend(*other, 8), errc::out_of_blocks,
+                 "need 2 blocks");
+  KV_CHECK_ERROR(f.m().append(*other, iota_tokens(0, 8)), errc::out_of_blocks);
+  KV_CHECK_ERROR(f.m().append(*h, {1, -1}), errc::invalid_request, "-1");
+  // A step whose extend and admission cannot fit changes nothing either.
+  step_request step;
+  step.extends = {extend_op{2, 8}};
+  step.preempt_on_shortage = false;
+  step.admits = {f.req(3, 8)};
+  auto r = f.m().step(step);
+  BOOST_REQUIRE_MESSAGE(r, why(r));
+  BOOST_REQUIRE_EQUAL(r->failed.size(), 1u);
+  KV_CHECK_ERROR(r->failed[0].error, errc::out_of_blocks);
+  BOOST_TEST(r->admission_blocked);
+  BOOST_TEST(r->blocked == 3u);
+  // Token ids that do not match the extends fail them all.
+  step_request named;
+  named.extends = {extend_op{1, 2}};
+  named.tokens = {1, 2, 3};
+  auto r2 = f.m().step(named);
+  BOOST_REQUIRE_MESSAGE(r2, why(r2));
+  BOOST_REQUIRE_EQUAL(r2->failed.size(), 1u);
+  KV_CHECK_ERROR(r2->failed[0].error, errc::invalid_request, "3 token ids");
+  BOOST_TEST((snapshot::of(f.m()) == before));
+  // What fits still works.
+  BOOST_TEST(!f.m().extend(*h, 2));
+  BOOST_TEST(h->num_tokens() == 12u);
+}
+
+BOOST_AUTO_TEST_CASE(errors_render_with_code_and_context) {
+  auto err = make_error(errc::out_of_blocks, "need 4 blocks, 2 free");
+  BOOST_TEST(has_code(err, errc::out_of_blocks));
+  BOOST_TEST(!has_code(err, errc::quota_exceeded));
+  BOOST_TEST(render(err) == "kvactor: out_of_blocks (need 4 blocks, 2 free)");
+  BOOST_TEST(!has_code(caf::make_error(caf::sec::unexpected_message),
+                       errc::out_of_blocks));
+  BOOST_TEST(render(caf::error{}) == "none");
+}
+
+BOOST_AUTO_TEST_SUITE_END()

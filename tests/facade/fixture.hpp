@@ -1,0 +1,241 @@
+// Shared helpers of facade_tests: small configs and requests, a started cache
+// on CAF's threaded scheduler, a watchdog that fails a hanging test instead of
+// blocking CI, and Boost.Test printers for kvactor and CAF types.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+
+#include "kvactor/actors/kv_cache_manager.hpp"
+#include "kvactor/config/cache_config.hpp"
+#include "kvactor/messages/error.hpp"
+#include "kvactor/messages/types.hpp"
+
+// -- printers (Boost.Test finds them by ADL) ----------------------------------
+
+namespace caf {
+inline std::ostream& boost_test_print_type(std::ostream& os, const error& x) {
+  return os << kvactor::render(x);
+}
+} // namespace caf
+
+namespace kvactor {
+inline std::ostream& boost_test_print_type(std::ostream& os, memory_pressure x) {
+  return os << to_string(x);
+}
+inline std::ostream& boost_test_print_type(std::ostream& os, dtype x) {
+  return os << to_string(x);
+}
+inline std::ostream& boost_test_print_type(std::ostream& os, const device& x) {
+  return os << to_string(x);
+}
+inline std::ostream& boost_test_print_type(std::ostream& os,
+                                           const block_table& x) {
+  os << '[';
+  for (std::size_t i = 0; i < x.blocks.size(); ++i)
+    os << (i > 0 ? " " : "") << x.blocks[i];
+  return os << "] " << x.num_tokens << " tokens / " << x.block_size;
+}
+} // namespace kvactor
+
+namespace kvtest {
+
+using namespace kvactor;
+
+/// Tokens per block, blocks and model of the small caches the tests use.
+/// One block: 4 tokens x 2 heads x 8 dims x 4 bytes = 256 bytes per layer's
+/// K (or V); bytes_per_block = 2 layers x 2 x 256 = 1024.
+constexpr std::uint32_t test_block_size = 4;
+constexpr std::uint64_t test_bytes_per_block = 1024;
+
+inline cache_config small_config(std::uint64_t blocks = 64,
+                                 std::string storage = "host") {
+  cache_config cfg;
+  cfg.block_size = test_block_size;
+  cfg.model.num_layers = 2;
+  cfg.model.num_kv_heads = 2;
+  cfg.model.head_dim = 8;
+  cfg.model.dtype = dtype::fp32;
+  cfg.storage = std::move(storage);
+  cfg.num_gpu_blocks = blocks;
+  cfg.gc_interval_ms = 0; // GC only on demand: figures stay predictable
+  cfg.scheduler_threads = 4;
+  return cfg;
+}
+
+/// A request matching `cfg`'s model.
+inline allocation_request make_request(const cache_config& cfg, request_id id,
+                                       std::uint64_t tokens,
+                                       std::uint64_t max_len = 256,
+                                       std::vector<token_id> prompt = {}) {
+  allocation_request req;
+  req.id = id;
+  req.initial_tokens = prompt.empty() ? tokens : prompt.size();
+  req.max_sequence_length = max_len;
+  req.num_layers = cfg.model.num_layers;
+  req.num_heads = cfg.model.num_kv_heads;
+  req.head_dim = cfg.model.head_dim;
+  req.dtype = cfg.model.dtype;
+  req.prompt = std::move(prompt);
+  return req;
+}
+
+/// `n` token ids first, first + 1, ...
+inline std::vector<token_id> iota_tokens(token_id first, std::size_t n) {
+  std::vector<token_id> out(n);
+  for (std::size_t i = 0; i < n; ++i)
+    out[i] = first + static_cast<token_id>(i);
+  return out;
+}
+
+/// The error text of a failed expected, "" for a value.
+template <class T>
+std::string why(const caf::expected<T>& x) {
+  return x ? std::string{} : render(x.error());
+}
+
+/// True if `err` has kvactor code `code` and its rendering contains every
+/// one of `parts` (the context names what was wrong).
+inline bool is_error(const caf::error& err, errc code,
+                     std::initializer_list<const char*> parts = {}) {
+  if (!has_code(err, code))
+    return false;
+  auto text = render(err);
+  for (auto p : parts)
+    if (text.find(p) == std::string::npos)
+      return false;
+  return true;
+}
+
+#define KV_CHECK_ERROR(expr, code, ...)                                        \
+  do {                                                                         \
+    caf::error kv_err_ = (expr);                                               \
+    BOOST_TEST(kvtest::is_error(kv_err_, code, {__VA_ARGS__}),                 \
+               #expr << " gave '" << kvactor::render(kv_err_)                  \
+                     << "', expected " << kvactor::to_string(code));           \
+  } while (false)
+
+/// The error of an expected that must have failed (none if it did not).
+template <class T>
+caf::error error_of(caf::expected<T> x) {
+  if (x)
+    return caf::none;
+  return std::move(x.error());
+}
+
+/// A polling wait: true once `pred` holds, false after `limit`.
+inline bool eventually(const std::function<bool()>& pred,
+                       std::chrono::milliseconds limit
+                       = std::chrono::seconds{5}) {
+  auto until = std::chrono::steady_clock::now() + limit;
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > until)
+      return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds{2});
+  }
+  return true;
+}
+
+/// Fails the whole binary if not destroyed within `limit`: a hang (shutdown,
+/// a lost reply) ends the test run with a message instead of blocking CI.
+/// Used as the fixture of every suite; nothing here asserts off the main
+/// thread.
+class watchdog {
+public:
+  explicit watchdog(std::chrono::seconds limit = std::chrono::seconds{60})
+    : name_(boost::unit_test::framework::current_test_case().p_name.get()) {
+    thread_ = std::thread([this, limit] {
+      std::unique_lock<std::mutex> lock{mtx_};
+      if (!cv_.wait_for(lock, limit, [this] { return done_; })) {
+        std::fprintf(stderr, "\n*** watchdog: test '%s' hung for %llds ***\n",
+                     name_.c_str(), static_cast<long long>(limit.count()));
+        std::fflush(stderr);
+        std::_Exit(124);
+      }
+    });
+  }
+
+  ~watchdog() {
+    {
+      std::lock_guard<std::mutex> guard{mtx_};
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+private:
+  std::string name_;
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;
+};
+
+/// Runs `f` on a thread of its own and waits at most `limit` for it: false
+/// (and the thread left behind, detached) if it did not finish. For code
+/// that must not hang, such as a shutdown.
+bool finishes_within(std::chrono::milliseconds limit, std::function<void()> f);
+
+/// An actor system configured for kvactor and a cache started in it. The
+/// facade is destroyed before the system (the documented order).
+struct cache_fixture {
+  explicit cache_fixture(cache_config c = small_config()) : cfg(std::move(c)) {
+    configure(sys_cfg, cfg);
+    sys.emplace(sys_cfg);
+    auto started = kv_cache_manager::start(*sys, cfg);
+    BOOST_REQUIRE_MESSAGE(started, why(started));
+    mgr.emplace(std::move(*started));
+  }
+
+  ~cache_fixture() {
+    mgr.reset();
+    sys.reset();
+  }
+
+  kv_cache_manager& m() {
+    return *mgr;
+  }
+
+  allocation_request req(request_id id, std::uint64_t tokens,
+                         std::uint64_t max_len = 256,
+                         std::vector<token_id> prompt = {}) const {
+    return make_request(cfg, id, tokens, max_len, std::move(prompt));
+  }
+
+  /// Allocates or fails the test.
+  std::shared_ptr<kv_cache_handle> alloc(const allocation_request& r) {
+    auto h = mgr->allocate(r);
+    BOOST_REQUIRE_MESSAGE(h, "allocate " << r.id << ": " << why(h));
+    return *h;
+  }
+
+  /// Blocks no request holds (cached included) must be all once idle.
+  std::uint64_t used_blocks() {
+    auto s = mgr->stats();
+    return s.total_blocks - s.free_blocks;
+  }
+
+  cache_config cfg;
+  caf::actor_system_config sys_cfg;
+  std::optional<caf::actor_system> sys;
+  std::optional<kv_cache_manager> mgr;
+};
+
+} // namespace kvtest
