@@ -36,20 +36,45 @@ caf::error block_pool_core::check_invariant() const {
       return;
     }
     ++active[s.tenant];
+    promised += growth(s);
     auto want = s.num_tokens / block_size_ + (s.num_tokens % block_size_ != 0);
-    if (s.blocks.size() != want) {
-      err = broken("request " + std::to_string(s.id) + " holds "
-                   + std::to_string(s.blocks.size()) + " blocks for "
+    auto name = "request " + std::to_string(s.id);
+    // Where its table lives: on the device (resident, swapping_out), on the
+    // host (swapping_out, swapped, swapping_in), arriving (swapping_in).
+    bool on_device = s.where == residency::resident
+                     || s.where == residency::swapping_out;
+    bool on_host = s.where != residency::resident;
+    bool arriving = s.where == residency::swapping_in;
+    if (s.blocks.size() != (on_device ? want : 0)
+        || s.host_blocks.size() != (on_host ? want : 0)
+        || s.incoming.size() != (arriving ? want : 0)) {
+      err = broken(name + " holds " + std::to_string(s.blocks.size()) + "/"
+                   + std::to_string(s.host_blocks.size()) + "/"
+                   + std::to_string(s.incoming.size())
+                   + " device/host/incoming blocks for "
                    + std::to_string(s.num_tokens) + " tokens");
       return;
     }
-    for (auto b : s.blocks) {
-      if (b >= n) {
-        err = broken("request " + std::to_string(s.id) + " holds " + blk(b)
-                     + " out of range");
+    if (s.release_pending
+        && (s.where == residency::resident || s.where == residency::swapped)) {
+      err = broken(name + " has a release pending but no swap in progress");
+      return;
+    }
+    for (auto* table : {&s.blocks, &s.incoming})
+      for (auto b : *table) {
+        if (b >= n) {
+          err = broken(name + " holds " + blk(b) + " out of range");
+          return;
+        }
+        ++refs[b];
+      }
+    for (auto h : s.host_blocks) {
+      if (h >= num_host_blocks_ || host_seen[h]) {
+        err = broken(name + " holds host block " + std::to_string(h)
+                     + " out of range or held twice");
         return;
       }
-      ++refs[b];
+      host_seen[h] = true;
     }
   });
   if (err)

@@ -112,8 +112,8 @@ std::uint64_t block_pool_core::takeable(std::uint16_t t) const noexcept {
   return avail > held ? avail - held : 0;
 }
 
-caf::error block_pool_core::admit_blocks(std::uint16_t t,
-                                         std::uint64_t n) const {
+caf::error block_pool_core::admit_blocks(std::uint16_t t, std::uint64_t n,
+                                         std::uint64_t unlisted) const {
   if (n == 0)
     return caf::none;
   auto& ts = tenants_[t];
@@ -125,6 +125,7 @@ caf::error block_pool_core::admit_blocks(std::uint16_t t,
                         + std::to_string(n) + " needed > max_blocks "
                         + std::to_string(quota));
   auto can = takeable(t);
+  n -= unlisted;
   if (n > can) {
     auto avail = free_.size() + lru_.size();
     return make_error(errc::out_of_blocks,
@@ -186,7 +187,7 @@ void block_pool_core::evict_one(block_id b, std::uint8_t level) {
   m.state = block_state::free;
   ++counters_.evictions;
   if (record_events_)
-    events_.push_back(index_event{false, m.hash.lo, m.parent, b, m.tenant, {}});
+    events_.push_back(index_event{false, m.hash.lo, m.parent, b, m.stored_by, {}});
 }
 
 block_id block_pool_core::take_block(std::uint16_t t) {
@@ -237,6 +238,7 @@ void block_pool_core::index_block(block_id b, block_hash h,
   // stays unindexed: the first copy serves later hits.
   if (index_.insert(h.lo, b)) {
     m.indexed = true;
+    m.stored_by = t;
     ++counters_.blocks_cached;
     if (record_events_)
       events_.push_back(index_event{true, h.lo, parent, b, t,
@@ -352,9 +354,13 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
   if (p.hashing && !prompt.empty()) {
     p.hits = lookup(p.tenant, prompt,
                     static_cast<std::uint32_t>((p.tokens - 1) / block_size_));
-    for (std::uint32_t i = 0; i < p.hits; ++i)
-      if (blocks_[index_.find(scratch_[i].lo)].state == block_state::cached)
+    for (std::uint32_t i = 0; i < p.hits; ++i) {
+      auto& m = blocks_[index_.find(scratch_[i].lo)];
+      if (m.state == block_state::cached) {
         ++p.revived;
+        p.pinned += m.pinned;
+      }
+    }
   }
   if (admission_.policy == "reserve_expected") {
     auto out = req.expected_output_tokens != 0
@@ -363,11 +369,14 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
     auto room = req.max_sequence_length - p.tokens; // check() made it >= 0
     p.expected = p.tokens + std::min(out, room);
   }
+  // Revived blocks are charged like fresh ones; pinned ones among them are
+  // on no list, so they take nothing from what others may take.
   auto take = p.need - p.hits + p.revived;
-  if (auto err = admit_blocks(p.tenant, take))
+  if (auto err = admit_blocks(p.tenant, take, p.pinned))
     return err;
   auto want = p.expected / block_size_ + (p.expected % block_size_ != 0);
-  if (auto err = admit_headroom(p.tenant, take, want > p.need ? want - p.need : 0))
+  if (auto err = admit_headroom(p.tenant, take - p.pinned,
+                                want > p.need ? want - p.need : 0))
     return err;
   return p;
 }

@@ -200,7 +200,9 @@ public:
 
   /// Keeps the cached full blocks of `tokens` (tenant `t`'s namespace) from
   /// eviction until `now_ms + ttl_ms`. Returns how many blocks are pinned.
-  /// Error: quota_exceeded past max_pinned_blocks (nothing pinned then).
+  /// Errors (nothing pinned then): quota_exceeded past max_pinned_blocks;
+  /// out_of_blocks if pinning cached blocks would take what other tenants'
+  /// reservations hold (a pinned cached block cannot be taken).
   caf::expected<std::uint32_t> pin(std::uint16_t t,
                                    const std::vector<token_id>& tokens,
                                    std::uint64_t ttl_ms, std::uint64_t now_ms);
@@ -276,6 +278,9 @@ private:
   struct block_meta {
     std::uint32_t ref_count = 0;
     std::uint16_t tenant = 0;
+    /// The tenant whose request entered it into the index: its removal event
+    /// names the same tenant as its stored event, whoever was charged since.
+    std::uint16_t stored_by = 0;
     block_state state = block_state::free;
     /// LRU level while cached; while used, the highest level of its holders.
     std::uint8_t level = 0;
@@ -296,6 +301,7 @@ private:
     std::uint64_t need = 0;     ///< blocks for them
     std::uint32_t hits = 0;     ///< of which shared from the index
     std::uint64_t revived = 0;  ///< hits on cached (unheld) blocks
+    std::uint64_t pinned = 0;   ///< of which pinned (on no list)
     bool hashing = false;
     std::uint64_t expected = 0; ///< tokens promised (reserve_expected)
   };
@@ -305,8 +311,10 @@ private:
   /// tenants' reservations hold back.
   std::uint64_t takeable(std::uint16_t t) const noexcept;
   /// Whether tenant `t` may take `n` more blocks (quota and reservations);
-  /// the error says which limit.
-  caf::error admit_blocks(std::uint16_t t, std::uint64_t n) const;
+  /// the error says which limit. `unlisted` of them (revived pinned blocks)
+  /// count toward the quota but come off neither the free nor the LRU list.
+  caf::error admit_blocks(std::uint16_t t, std::uint64_t n,
+                          std::uint64_t unlisted = 0) const;
   /// Admission headroom: after taking `n` blocks, does the pool still hold
   /// the watermark and (reserve_expected) the promised growth plus `growth`?
   caf::error admit_headroom(std::uint16_t t, std::uint64_t n,

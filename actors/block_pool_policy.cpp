@@ -102,14 +102,27 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
   auto full = static_cast<std::uint32_t>(tokens.size() / block_size_);
   auto hits = lookup(t, tokens, full);
   std::uint64_t fresh = 0;
-  for (std::uint32_t i = 0; i < hits; ++i)
-    fresh += !blocks_[index_.find(scratch_[i].lo)].pinned;
+  std::uint64_t off_lru = 0; // cached blocks that stop being takeable
+  for (std::uint32_t i = 0; i < hits; ++i) {
+    auto& m = blocks_[index_.find(scratch_[i].lo)];
+    fresh += !m.pinned;
+    off_lru += !m.pinned && m.state == block_state::cached;
+  }
   if (pinned_.size() + fresh > max_pinned_)
     return make_error(errc::quota_exceeded,
                       "pinning " + std::to_string(fresh) + " more blocks would "
                         + "exceed max_pinned_blocks "
                         + std::to_string(max_pinned_) + " ("
                         + std::to_string(pinned_.size()) + " pinned)");
+  // A pinned cached block can no longer be taken: pinning it takes it, as
+  // far as other tenants' reservations are concerned.
+  if (off_lru > takeable(t))
+    return make_error(errc::out_of_blocks,
+                      "pinning " + std::to_string(off_lru)
+                        + " cached blocks would take blocks held for other "
+                          "tenants' reservations ("
+                        + std::to_string(takeable(t)) + " available to tenant '"
+                        + tenants_[t].config.name + "')");
   auto until = now_ms + ttl_ms;
   for (std::uint32_t i = 0; i < hits; ++i) {
     auto b = index_.find(scratch_[i].lo);

@@ -55,8 +55,9 @@ caf::expected<std::uint32_t> block_pool_core::swap_out_done(request_id id,
     seq->where = residency::swapped;
     ++counters_.swap_outs;
   } else {
-    for (auto h : seq->host_blocks)
-      host_free_.push(h);
+    // Back in reverse, so the host tier hands them out as before.
+    for (auto h = seq->host_blocks.rbegin(); h != seq->host_blocks.rend(); ++h)
+      host_free_.push(*h);
     seq->host_blocks.clear();
     seq->where = residency::resident;
     promised_ += growth(*seq);

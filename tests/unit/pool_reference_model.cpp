@@ -3,16 +3,24 @@
 #include "pool_reference_model.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
+#include <tuple>
 
 namespace kvactor::test {
 
 namespace {
 
+using detail::residency;
+
 model_extension failed_extension(errc e) {
   model_extension out;
   out.err = e;
   return out;
+}
+
+std::uint64_t blocks_for(std::uint64_t tokens, std::uint32_t block_size) {
+  return (tokens + block_size - 1) / block_size;
 }
 
 } // namespace
@@ -25,6 +33,12 @@ pool_model::pool_model(const cache_config& cfg, std::uint32_t num_blocks)
   // Block 0 is handed out first, then 1, 2, ...
   for (auto b = num_blocks; b > 0; --b)
     free_.push_back(b - 1);
+  for (auto b = static_cast<block_id>(cfg.num_host_blocks); b > 0; --b)
+    host_free_.push_back(b - 1);
+  admission_ = cfg.admission;
+  watermark_blocks_ = static_cast<std::uint64_t>(
+    std::ceil(cfg.admission.watermark * num_blocks));
+  max_pinned_ = cfg.max_pinned_blocks;
   for (auto& tc : cfg.tenants) {
     model_tenant mt;
     mt.config = tc;
@@ -94,29 +108,52 @@ std::uint32_t pool_model::hits(std::uint16_t t,
   return h;
 }
 
-std::uint64_t pool_model::revived(std::uint16_t t,
-                                  const std::vector<token_id>& prompt,
-                                  std::uint32_t hits) const {
+std::uint64_t pool_model::shortfall() const {
   std::uint64_t n = 0;
-  for (std::uint32_t i = 0; i < hits; ++i)
-    if (blocks_[index_.at(key_of(t, prompt, (i + 1) * block_size_))].st
-        == state::cached)
-      ++n;
+  for (auto& ts : tenants_)
+    if (ts.used < ts.config.reserved_blocks)
+      n += ts.config.reserved_blocks - ts.used;
   return n;
 }
 
-maybe_errc pool_model::admit(std::uint16_t t, std::uint64_t n) const {
+std::uint64_t pool_model::takeable(std::uint16_t t) const {
+  std::uint64_t held = 0; // what other tenants' reservations hold back
+  for (std::size_t u = 0; u < tenants_.size(); ++u)
+    if (u != t && tenants_[u].used < tenants_[u].config.reserved_blocks)
+      held += tenants_[u].config.reserved_blocks - tenants_[u].used;
+  auto avail = takeable_blocks();
+  return avail > held ? avail - held : 0;
+}
+
+maybe_errc pool_model::admit(std::uint16_t t, std::uint64_t n,
+                             std::uint64_t unlisted) const {
   if (n == 0)
     return std::nullopt;
   auto& ts = tenants_[t];
   if (ts.config.max_blocks != 0 && ts.used + n > ts.config.max_blocks)
     return errc::quota_exceeded;
-  std::uint64_t avail = free_.size() + cached_blocks();
-  std::uint64_t held = 0; // what other tenants' reservations hold back
-  for (std::size_t u = 0; u < tenants_.size(); ++u)
-    if (u != t && tenants_[u].used < tenants_[u].config.reserved_blocks)
-      held += tenants_[u].config.reserved_blocks - tenants_[u].used;
-  if (n + held > avail)
+  if (n - unlisted > takeable(t))
+    return errc::out_of_blocks;
+  return std::nullopt;
+}
+
+std::uint64_t pool_model::growth(const model_sequence& seq) const {
+  if (seq.expected_tokens == 0 || seq.where != residency::resident)
+    return 0;
+  auto want = blocks_for(seq.expected_tokens, block_size_);
+  return want > seq.blocks.size() ? want - seq.blocks.size() : 0;
+}
+
+maybe_errc pool_model::headroom(std::uint16_t t, std::uint64_t n,
+                                std::uint64_t own_growth) const {
+  bool reserve = admission_.policy == "reserve_expected";
+  if (watermark_blocks_ == 0 && !reserve)
+    return std::nullopt;
+  std::uint64_t promised = 0;
+  for (auto& [id, seq] : seqs_)
+    promised += growth(seq);
+  auto want = watermark_blocks_ + (reserve ? promised + own_growth : 0);
+  if (takeable(t) - n < want)
     return errc::out_of_blocks;
   return std::nullopt;
 }
@@ -125,7 +162,7 @@ void pool_model::evict_block(block_id b) {
   auto& m = blocks_[b];
   lru_[m.level].remove(b);
   index_.erase(*m.key);
-  events_.push_back(model_event{false, *m.key, b, m.tenant});
+  events_.push_back(model_event{false, *m.key, b, m.stored_by});
   m.key.reset();
   m.st = state::free;
   ++counters_.evictions;
@@ -162,7 +199,8 @@ void pool_model::unref(block_id b, std::size_t level) {
   if (m.key) {
     m.st = state::cached;
     m.level = std::max(m.level, level);
-    lru_[m.level].push_back(b);
+    if (!m.pinned)
+      lru_[m.level].push_back(b);
   } else {
     m.st = state::free;
     free_.push_back(b);
@@ -176,42 +214,78 @@ void pool_model::index(block_id b, prefix_key key, std::uint16_t t) {
     throw std::logic_error("model: indexing a block that is indexed");
   index_[key] = b;
   blocks_[b].key = key;
+  blocks_[b].stored_by = t;
   ++counters_.blocks_cached;
   events_.push_back(model_event{true, std::move(key), b, t});
 }
 
 // -- operations -----------------------------------------------------------------------
 
-model_allocation pool_model::allocate(const allocation_request& req) {
-  std::uint16_t t;
-  if (auto e = check(req, t))
-    return {e};
-  if (seqs_.count(req.id))
-    return {errc::duplicate_request};
-  auto& prompt = req.prompt;
-  auto n = prompt.empty() ? req.initial_tokens : prompt.size();
-  auto need = (n + block_size_ - 1) / block_size_;
-  bool hashing = prefix_caching_ && (!prompt.empty() || n == 0);
-  std::uint32_t h = hashing && !prompt.empty() ? hits(t, prompt) : 0;
-  if (auto e = admit(t, need - h + (h > 0 ? revived(t, prompt, h) : 0))) {
-    ++counters_.allocation_failures;
-    ++tenants_[t].failures;
-    return {e};
+pool_model::plan pool_model::plan_allocation(const allocation_request& req) const {
+  plan p;
+  if ((p.err = check(req, p.t)))
+    return p;
+  if (seqs_.count(req.id)) {
+    p.err = errc::duplicate_request;
+    return p;
   }
+  auto& prompt = req.prompt;
+  p.n = prompt.empty() ? req.initial_tokens : prompt.size();
+  p.need = blocks_for(p.n, block_size_);
+  p.hashing = prefix_caching_ && (!prompt.empty() || p.n == 0);
+  p.hits = p.hashing && !prompt.empty() ? hits(p.t, prompt) : 0;
+  std::uint64_t revived = 0;
+  std::uint64_t pinned = 0;
+  for (std::uint32_t i = 0; i < p.hits; ++i) {
+    auto& m = blocks_[index_.at(key_of(p.t, prompt, (i + 1) * block_size_))];
+    if (m.st == state::cached) {
+      ++revived;
+      pinned += m.pinned;
+    }
+  }
+  if (admission_.policy == "reserve_expected") {
+    auto out = req.expected_output_tokens != 0
+                 ? req.expected_output_tokens
+                 : admission_.default_expected_output;
+    p.expected = p.n + std::min(out, req.max_sequence_length - p.n);
+  }
+  // Revived blocks are charged like fresh ones; pinned ones are on no list.
+  auto take = p.need - p.hits + revived;
+  if ((p.err = admit(p.t, take, pinned)))
+    return p;
+  auto want = blocks_for(p.expected, block_size_);
+  p.err = headroom(p.t, take - pinned, want > p.need ? want - p.need : 0);
+  return p;
+}
+
+model_allocation pool_model::allocate(const allocation_request& req) {
+  auto p = plan_allocation(req);
+  if (p.err) {
+    if (*p.err == errc::out_of_blocks || *p.err == errc::quota_exceeded) {
+      ++counters_.allocation_failures;
+      ++tenants_[p.t].failures;
+    }
+    return {p.err};
+  }
+  auto t = p.t;
+  auto& prompt = req.prompt;
   model_sequence seq;
   seq.id = req.id;
   seq.cache_id = next_cache_id_++;
+  seq.admitted = next_admission_++;
   seq.tenant = t;
   seq.priority = req.priority;
   seq.level = 4 * static_cast<std::size_t>(tenants_[t].config.priority)
               + static_cast<std::size_t>(req.priority);
-  seq.num_tokens = n;
+  seq.num_tokens = p.n;
   seq.max_tokens = req.max_sequence_length;
-  for (std::uint32_t i = 0; i < h; ++i) {
+  seq.expected_tokens = p.expected;
+  for (std::uint32_t i = 0; i < p.hits; ++i) {
     auto b = index_.at(key_of(t, prompt, (i + 1) * block_size_));
     auto& m = blocks_[b];
     if (m.st == state::cached) {
-      lru_[m.level].remove(b);
+      if (!m.pinned)
+        lru_[m.level].remove(b);
       m.st = state::used;
       m.tenant = t;
       m.level = seq.level; // revived: worth what its new holder is
@@ -221,18 +295,19 @@ model_allocation pool_model::allocate(const allocation_request& req) {
     ++m.refs;
     seq.blocks.push_back(b);
   }
-  for (auto i = h; i < need; ++i)
+  for (auto i = p.hits; i < p.need; ++i)
     seq.blocks.push_back(take(t, seq.level));
-  if (hashing) {
+  auto h = p.hits;
+  if (p.hashing) {
     seq.hashable = true;
     seq.tokens = prompt;
     for (auto i = h; i < prompt.size() / block_size_; ++i)
       index(seq.blocks[i], key_of(t, prompt, (i + 1) * block_size_), t);
     if (!prompt.empty()) {
-      counters_.query_tokens += n;
+      counters_.query_tokens += p.n;
       counters_.hit_tokens += std::uint64_t{h} * block_size_;
       counters_.prefix_hit_blocks += h;
-      tenants_[t].query_tokens += n;
+      tenants_[t].query_tokens += p.n;
       tenants_[t].hit_tokens += std::uint64_t{h} * block_size_;
     }
   }
@@ -244,14 +319,7 @@ model_allocation pool_model::allocate(const allocation_request& req) {
 }
 
 bool pool_model::can_allocate(const allocation_request& req) const {
-  std::uint16_t t;
-  if (check(req, t) || seqs_.count(req.id))
-    return false;
-  auto& prompt = req.prompt;
-  auto n = prompt.empty() ? req.initial_tokens : prompt.size();
-  auto need = (n + block_size_ - 1) / block_size_;
-  std::uint32_t h = prefix_caching_ && !prompt.empty() ? hits(t, prompt) : 0;
-  return !admit(t, need - h + (h > 0 ? revived(t, prompt, h) : 0));
+  return !plan_allocation(req).err;
 }
 
 model_extension pool_model::extend(request_id id, std::uint64_t n,
@@ -260,6 +328,8 @@ model_extension pool_model::extend(request_id id, std::uint64_t n,
   if (it == seqs_.end())
     return failed_extension(errc::unknown_request);
   auto& seq = it->second;
+  if (seq.where != residency::resident)
+    return failed_extension(errc::invalid_request);
   model_extension out;
   if (n == 0)
     return out;
@@ -303,16 +373,30 @@ model_extension pool_model::extend(request_id id, std::uint64_t n,
   return out;
 }
 
+void pool_model::release_now(request_id id) {
+  auto& seq = seqs_.at(id);
+  for (auto b = seq.blocks.rbegin(); b != seq.blocks.rend(); ++b)
+    unref(*b, seq.level);
+  for (auto b = seq.incoming.rbegin(); b != seq.incoming.rend(); ++b)
+    unref(*b, seq.level);
+  for (auto h : seq.host_blocks)
+    host_free_.push_back(h);
+  --tenants_[seq.tenant].active;
+  seqs_.erase(id);
+}
+
 model_release pool_model::release(request_id id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end())
     return {errc::unknown_request};
   auto& seq = it->second;
+  if (seq.where == residency::swapping_out
+      || seq.where == residency::swapping_in) {
+    seq.release_pending = true; // when the device's move ends
+    return {};
+  }
   auto before = counters_.blocks_freed;
-  for (auto b = seq.blocks.rbegin(); b != seq.blocks.rend(); ++b)
-    unref(*b, seq.level);
-  --tenants_[seq.tenant].active;
-  seqs_.erase(it);
+  release_now(id);
   return {std::nullopt, static_cast<std::uint32_t>(counters_.blocks_freed - before)};
 }
 
@@ -338,11 +422,15 @@ model_allocation pool_model::fork(request_id parent, request_id child) {
   auto p = seqs_.find(parent);
   if (p == seqs_.end())
     return {errc::unknown_request};
+  if (p->second.where != residency::resident)
+    return {errc::invalid_request};
   if (seqs_.count(child))
     return {errc::duplicate_request};
   model_sequence c = p->second;
   c.id = child;
   c.cache_id = next_cache_id_++;
+  c.admitted = next_admission_++;
+  c.release_pending = false;
   for (auto b : c.blocks) {
     ++blocks_[b].refs;
     blocks_[b].level = std::max(blocks_[b].level, c.level);
@@ -456,6 +544,208 @@ model_step_result pool_model::run_step(const step_request& step) {
   r.free_blocks = free_blocks();
   r.used_blocks = used_blocks();
   return r;
+}
+
+// -- swapping --------------------------------------------------------------------------
+
+model_moves pool_model::swap_out_begin(request_id id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end())
+    return {errc::unknown_request, {}};
+  auto& seq = it->second;
+  if (seq.where != residency::resident)
+    return {errc::invalid_request, {}};
+  if (seq.blocks.size() > host_free_.size())
+    return {errc::out_of_blocks, {}};
+  model_moves out;
+  for (auto b : seq.blocks) {
+    seq.host_blocks.push_back(host_free_.back());
+    host_free_.pop_back();
+    out.moves.push_back(block_move{b, seq.host_blocks.back()});
+  }
+  seq.where = residency::swapping_out; // its blocks stay held meanwhile
+  return out;
+}
+
+model_release pool_model::swap_out_done(request_id id, bool ok) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second.where != residency::swapping_out)
+    return {errc::invalid_request};
+  auto& seq = it->second;
+  auto before = counters_.blocks_freed;
+  if (ok) {
+    for (auto b = seq.blocks.rbegin(); b != seq.blocks.rend(); ++b)
+      unref(*b, seq.level);
+    seq.blocks.clear();
+    seq.where = residency::swapped;
+    ++counters_.swap_outs;
+  } else {
+    // As if it never started: the host blocks go back to where they were.
+    for (auto h = seq.host_blocks.rbegin(); h != seq.host_blocks.rend(); ++h)
+      host_free_.push_back(*h);
+    seq.host_blocks.clear();
+    seq.where = residency::resident;
+  }
+  if (seq.release_pending)
+    release_now(id);
+  return {std::nullopt, static_cast<std::uint32_t>(counters_.blocks_freed - before)};
+}
+
+model_moves pool_model::swap_in_begin(request_id id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end())
+    return {errc::unknown_request, {}};
+  auto& seq = it->second;
+  if (seq.where != residency::swapped)
+    return {errc::invalid_request, {}};
+  if (auto e = admit(seq.tenant, seq.host_blocks.size()))
+    return {e, {}};
+  model_moves out;
+  for (auto h : seq.host_blocks) {
+    seq.incoming.push_back(take(seq.tenant, seq.level));
+    out.moves.push_back(block_move{seq.incoming.back(), h});
+  }
+  seq.where = residency::swapping_in;
+  return out;
+}
+
+model_release pool_model::swap_in_done(request_id id, bool ok) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second.where != residency::swapping_in)
+    return {errc::invalid_request};
+  auto& seq = it->second;
+  auto before = counters_.blocks_freed;
+  if (ok) {
+    seq.blocks = std::move(seq.incoming);
+    seq.incoming.clear();
+    for (auto h : seq.host_blocks)
+      host_free_.push_back(h);
+    seq.host_blocks.clear();
+    seq.where = residency::resident;
+    ++counters_.swap_ins;
+  } else {
+    for (auto b = seq.incoming.rbegin(); b != seq.incoming.rend(); ++b)
+      unref(*b, seq.level);
+    seq.incoming.clear();
+    seq.where = residency::swapped;
+  }
+  if (seq.release_pending)
+    release_now(id);
+  return {std::nullopt, static_cast<std::uint32_t>(counters_.blocks_freed - before)};
+}
+
+// -- pins and victims -------------------------------------------------------------------
+
+std::pair<maybe_errc, std::uint32_t>
+pool_model::pin(std::uint16_t t, const std::vector<token_id>& tokens,
+                std::uint64_t ttl_ms, std::uint64_t now_ms) {
+  if (max_pinned_ == 0)
+    return {errc::quota_exceeded, 0};
+  if (t >= tenants_.size())
+    return {errc::unknown_tenant, 0};
+  // Every full block of `tokens` found in the index, from the first on.
+  std::vector<block_id> found;
+  for (std::size_t len = block_size_; len <= tokens.size(); len += block_size_) {
+    auto it = index_.find(key_of(t, tokens, len));
+    if (it == index_.end())
+      break;
+    found.push_back(it->second);
+  }
+  std::uint64_t fresh = 0;
+  std::uint64_t off_lru = 0;
+  for (auto b : found) {
+    fresh += !blocks_[b].pinned;
+    off_lru += !blocks_[b].pinned && blocks_[b].st == state::cached;
+  }
+  if (pinned_.size() + fresh > max_pinned_)
+    return {errc::quota_exceeded, 0};
+  if (off_lru > takeable(t))
+    return {errc::out_of_blocks, 0};
+  for (auto b : found) {
+    auto& m = blocks_[b];
+    m.pin_until = std::max(m.pin_until, now_ms + ttl_ms);
+    if (m.pinned)
+      continue;
+    m.pinned = true;
+    pinned_.push_back(b);
+    if (m.st == state::cached)
+      lru_[m.level].remove(b);
+  }
+  return {std::nullopt, static_cast<std::uint32_t>(found.size())};
+}
+
+std::uint32_t pool_model::expire_pins(std::uint64_t now_ms) {
+  std::uint32_t done = 0;
+  for (std::size_t i = 0; i < pinned_.size();) {
+    auto& m = blocks_[pinned_[i]];
+    if (m.pin_until > now_ms) {
+      ++i;
+      continue;
+    }
+    m.pinned = false;
+    m.pin_until = 0;
+    if (m.st == state::cached)
+      lru_[m.level].push_back(pinned_[i]);
+    pinned_[i] = pinned_.back();
+    pinned_.pop_back();
+    ++done;
+  }
+  return done;
+}
+
+std::vector<request_id> pool_model::choose_victims(std::uint64_t blocks) const {
+  // Candidates: resident requests holding blocks no one else holds.
+  struct candidate {
+    const model_sequence* seq;
+    std::uint64_t own;
+  };
+  std::vector<candidate> cands;
+  for (auto& [id, seq] : seqs_) {
+    if (seq.where != residency::resident)
+      continue;
+    std::uint64_t own = 0;
+    for (auto b : seq.blocks)
+      own += blocks_[b].refs == 1;
+    if (own > 0)
+      cands.push_back({&seq, own});
+  }
+  std::vector<std::uint64_t> used;
+  for (auto& ts : tenants_)
+    used.push_back(ts.used);
+  auto equal = blocks_.size() / std::max<std::size_t>(tenants_.size(), 1);
+  std::vector<request_id> out;
+  std::uint64_t freed = 0;
+  while (freed < blocks) {
+    // Lowest request priority, lowest tenant priority, furthest over the
+    // fair share (max(reservation, equal split)), newest; the fair share is
+    // measured after the victims chosen so far.
+    auto rank = [&](const candidate& c) {
+      auto& ts = tenants_[c.seq->tenant];
+      auto fair = std::max<std::uint64_t>(ts.config.reserved_blocks, equal);
+      auto over = static_cast<std::int64_t>(used[c.seq->tenant])
+                  - static_cast<std::int64_t>(fair);
+      return std::make_tuple(static_cast<int>(c.seq->priority),
+                             static_cast<int>(ts.config.priority), -over,
+                             ~c.seq->admitted);
+    };
+    const candidate* best = nullptr;
+    for (auto& c : cands) {
+      auto t = c.seq->tenant;
+      if (used[t] <= tenants_[t].config.reserved_blocks)
+        continue; // never at or below its reservation
+      if (std::find(out.begin(), out.end(), c.seq->id) != out.end())
+        continue;
+      if (best == nullptr || rank(c) < rank(*best))
+        best = &c;
+    }
+    if (best == nullptr)
+      break;
+    out.push_back(best->seq->id);
+    freed += best->own;
+    auto& u = used[best->seq->tenant];
+    u -= std::min(u, best->own);
+  }
+  return out;
 }
 
 } // namespace kvactor::test

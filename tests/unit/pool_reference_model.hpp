@@ -4,7 +4,9 @@
 // chained hash, LRU levels are std::lists, the free blocks a std::vector
 // stack, reservations are summed over tenants on every question. It follows
 // the documented policy (block_pool_core.hpp, messages/step.hpp) and predicts
-// the core's every answer, block ids included.
+// the core's every answer, block ids included: allocation with quotas,
+// reservations and admission headroom, swapping in two phases, pins with a
+// time to live, and the choice of preemption victims.
 #pragma once
 
 #include <array>
@@ -33,6 +35,7 @@ using prefix_key = std::pair<std::string, std::vector<token_id>>;
 struct model_sequence {
   request_id id = 0;
   std::uint64_t cache_id = 0;
+  std::uint64_t admitted = 0; ///< admission order (forks included)
   std::uint16_t tenant = 0;
   kvactor::priority priority = kvactor::priority::normal;
   /// Retention: 4 * tenant priority + request priority; lower goes first.
@@ -43,6 +46,12 @@ struct model_sequence {
   /// Whether every token so far is known (then `tokens` holds them all).
   bool hashable = false;
   std::vector<token_id> tokens;
+  /// Tokens it is expected to reach (reserve_expected); 0 = no promise.
+  std::uint64_t expected_tokens = 0;
+  detail::residency where = detail::residency::resident;
+  std::vector<block_id> host_blocks; ///< swapping_out, swapped, swapping_in
+  std::vector<block_id> incoming;    ///< swapping_in
+  bool release_pending = false;
 };
 
 struct model_tenant {
@@ -81,6 +90,11 @@ struct model_release {
   std::uint32_t freed = 0;
 };
 
+struct model_moves {
+  maybe_errc err;
+  std::vector<block_move> moves;
+};
+
 /// step_result with error codes in place of caf::error.
 struct model_step_result {
   std::vector<request_id> freed;
@@ -111,6 +125,17 @@ public:
   std::uint32_t evict(std::uint32_t n);
   model_step_result run_step(const step_request& step);
 
+  model_moves swap_out_begin(request_id id);
+  model_release swap_out_done(request_id id, bool ok);
+  model_moves swap_in_begin(request_id id);
+  model_release swap_in_done(request_id id, bool ok);
+  /// maybe_errc, and the number of blocks pinned (`t` a tenant index).
+  std::pair<maybe_errc, std::uint32_t>
+  pin(std::uint16_t t, const std::vector<token_id>& tokens,
+      std::uint64_t ttl_ms, std::uint64_t now_ms);
+  std::uint32_t expire_pins(std::uint64_t now_ms);
+  std::vector<request_id> choose_victims(std::uint64_t blocks) const;
+
   const std::map<request_id, model_sequence>& sequences() const {
     return seqs_;
   }
@@ -124,6 +149,22 @@ public:
   std::uint64_t cached_blocks() const;
   std::uint64_t free_blocks() const {
     return blocks_.size() - used_blocks();
+  }
+  /// Blocks on the free stack or an LRU level: what allocations may take.
+  std::uint64_t takeable_blocks() const {
+    return free_.size() + cached_blocks();
+  }
+  std::uint64_t pinned_blocks() const {
+    return pinned_.size();
+  }
+  std::uint64_t free_host_blocks() const {
+    return host_free_.size();
+  }
+  /// Sum over tenants of reserved - used, where positive.
+  std::uint64_t shortfall() const;
+  /// The prefix index: block by key.
+  const std::map<prefix_key, block_id>& index() const {
+    return index_;
   }
   std::vector<model_event> take_events() {
     return std::exchange(events_, {});
@@ -140,15 +181,39 @@ private:
     /// its holders since it was taken fresh or revived from the cache.
     std::size_t level = 0;
     std::optional<prefix_key> key; ///< set iff indexed
+    std::uint16_t stored_by = 0;   ///< tenant of its stored event
+    bool pinned = false;           ///< then never on an LRU level
+    std::uint64_t pin_until = 0;
   };
 
   maybe_errc check(const allocation_request& req, std::uint16_t& t) const;
   prefix_key key_of(std::uint16_t t, const std::vector<token_id>& tokens,
                     std::size_t len) const;
   std::uint32_t hits(std::uint16_t t, const std::vector<token_id>& prompt) const;
-  std::uint64_t revived(std::uint16_t t, const std::vector<token_id>& prompt,
-                        std::uint32_t hits) const;
-  maybe_errc admit(std::uint16_t t, std::uint64_t n) const;
+  /// Quota on `n`; availability on `n - unlisted` (revived pinned blocks
+  /// come off no list).
+  maybe_errc admit(std::uint16_t t, std::uint64_t n,
+                   std::uint64_t unlisted = 0) const;
+  /// What tenant `t` may take: free and LRU blocks less the others'
+  /// reservations.
+  std::uint64_t takeable(std::uint16_t t) const;
+  /// Blocks `seq` is expected to grow by, resident only.
+  std::uint64_t growth(const model_sequence& seq) const;
+  maybe_errc headroom(std::uint16_t t, std::uint64_t n,
+                      std::uint64_t own_growth) const;
+  /// The plan of allocate and can_allocate: the error, or what to take.
+  struct plan {
+    maybe_errc err;
+    std::uint16_t t = 0;
+    std::uint64_t n = 0;
+    std::uint64_t need = 0;
+    std::uint32_t hits = 0;
+    bool hashing = false;
+    std::uint64_t expected = 0;
+  };
+  plan plan_allocation(const allocation_request& req) const;
+  /// release, for a request no device move holds.
+  void release_now(request_id id);
   block_id take(std::uint16_t t, std::size_t level);
   void unref(block_id b, std::size_t level);
   void evict_block(block_id b);
@@ -165,7 +230,16 @@ private:
   std::vector<model_tenant> tenants_;
   detail::pool_counters counters_;
   std::uint64_t next_cache_id_ = 1;
+  std::uint64_t next_admission_ = 1;
   std::vector<model_event> events_;
+  admission_config admission_;
+  std::uint64_t watermark_blocks_ = 0;
+  std::uint64_t max_pinned_ = 0;
+  /// Pinned blocks, in the order the core keeps them: expiry walks it and
+  /// moves the last entry into each removed one's place, and that order is
+  /// the order expired cached blocks rejoin the LRU.
+  std::vector<block_id> pinned_;
+  std::vector<block_id> host_free_; ///< back = handed out next
 };
 
 } // namespace kvactor::test

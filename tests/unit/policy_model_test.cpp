@@ -1,0 +1,634 @@
+// block_pool_core's tenant policy under heavy pressure: seeded random runs of
+// every operation (allocations with expected growth, extends, appends, forks,
+// releases, preemptions, swaps whose device copy succeeds or fails and which
+// stay in flight while other operations run, pins and their expiry, victims
+// chosen and preempted, scheduler steps) with three tenants, against
+// pool_reference_model. After every operation: the core's invariant, the whole
+// state against the model, no reservation broken, and the KV events replayed
+// into an index equal to the core's.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "kvactor/actors/block_pool_core.hpp"
+#include "kvactor/messages/error.hpp"
+
+#include "pool_reference_model.hpp"
+
+using namespace kvactor;
+using kvactor::detail::block_pool_core;
+using kvactor::detail::residency;
+using kvactor::test::maybe_errc;
+using kvactor::test::pool_model;
+
+/// Builds the message only on failure (Boost would build it every time).
+#define POLICY_REQUIRE(cond, msg)                                                \
+  do {                                                                           \
+    if (!(cond))                                                                 \
+      BOOST_FAIL(where() << msg);                                                \
+  } while (false)
+
+namespace {
+
+maybe_errc code_of(const caf::error& err) {
+  if (!err)
+    return std::nullopt;
+  if (err.category() != error_category)
+    return errc::invariant_violation;
+  return static_cast<errc>(err.code());
+}
+
+template <class T>
+maybe_errc code_of(const caf::expected<T>& x) {
+  return x ? std::nullopt : code_of(x.error());
+}
+
+std::string name(maybe_errc e) {
+  return e ? to_string(*e) : "ok";
+}
+
+template <class T>
+std::string str(const std::vector<T>& xs) {
+  std::ostringstream out;
+  for (auto& x : xs)
+    out << x << ' ';
+  return out.str();
+}
+
+std::string str(const std::vector<block_move>& xs) {
+  std::ostringstream out;
+  for (auto& m : xs)
+    out << m.device_block << ':' << m.host_block << ' ';
+  return out.str();
+}
+
+std::string str(const std::vector<block_copy>& xs) {
+  std::ostringstream out;
+  for (auto& c : xs)
+    out << c.src << "->" << c.dst << ' ';
+  return out.str();
+}
+
+struct run_params {
+  std::uint64_t seed;
+  std::uint32_t num_blocks;
+  std::size_t ops;
+  std::string policy; ///< admission.policy
+  double watermark;
+};
+
+class harness {
+public:
+  explicit harness(const run_params& p)
+    : p_(p), cfg_(make_config(p)), core_(cfg_, p.num_blocks),
+      model_(cfg_, p.num_blocks), rng_(p.seed) {
+    core_.record_events(true);
+    for (std::size_t len : {8u, 13u, 16u, 6u}) {
+      std::vector<token_id> sp;
+      for (std::size_t i = 0; i < len; ++i)
+        sp.push_back(static_cast<token_id>(rng_() % 1000));
+      system_prompts_.push_back(sp);
+    }
+  }
+
+  void run() {
+    for (op_ = 0; op_ < p_.ops; ++op_) {
+      now_ms_ += below(20);
+      auto r = below(100);
+      if (r < 20)
+        do_allocate();
+      else if (r < 32)
+        do_extend(false);
+      else if (r < 42)
+        do_extend(true);
+      else if (r < 46)
+        do_fork();
+      else if (r < 54)
+        do_release();
+      else if (r < 56)
+        do_preempt();
+      else if (r < 68)
+        do_swap();
+      else if (r < 72)
+        do_pin();
+      else if (r < 75)
+        do_expire();
+      else if (r < 79)
+        do_victims();
+      else if (r < 82)
+        do_can_allocate();
+      else if (r < 83)
+        do_evict();
+      else
+        do_step();
+      compare();
+    }
+  }
+
+  std::map<std::string, std::size_t> cov;
+
+private:
+  static cache_config make_config(const run_params& p) {
+    cache_config cfg;
+    cfg.block_size = 4;
+    cfg.model = model_config{2, 2, 8, dtype::fp16};
+    cfg.storage = "none";
+    cfg.num_gpu_blocks = p.num_blocks;
+    cfg.num_host_blocks = p.num_blocks / 2;
+    cfg.max_pinned_blocks = p.num_blocks / 4;
+    cfg.admission.policy = p.policy;
+    cfg.admission.watermark = p.watermark;
+    cfg.admission.default_expected_output = 8;
+    auto n = p.num_blocks;
+    tenant_config alpha; // quota and a small reservation, shares "team"
+    alpha.name = "alpha";
+    alpha.max_blocks = n / 2;
+    alpha.reserved_blocks = n / 8;
+    alpha.prefix_namespace = "team";
+    tenant_config beta; // a larger reservation, high priority, shares "team"
+    beta.name = "beta";
+    beta.reserved_blocks = n / 4;
+    beta.priority = priority::high;
+    beta.prefix_namespace = "team";
+    tenant_config gamma; // quota, low priority, its own namespace
+    gamma.name = "gamma";
+    gamma.max_blocks = n / 3;
+    gamma.priority = priority::low;
+    cfg.tenants = {alpha, beta, gamma};
+    return cfg;
+  }
+
+  // -- random inputs ---------------------------------------------------------------
+
+  std::uint64_t below(std::uint64_t n) {
+    return rng_() % n;
+  }
+  bool chance(unsigned percent) {
+    return below(100) < percent;
+  }
+
+  std::vector<token_id> random_tokens(std::size_t n) {
+    std::vector<token_id> out;
+    for (std::size_t i = 0; i < n; ++i)
+      out.push_back(static_cast<token_id>(chance(80) ? below(3) : below(1u << 30)));
+    return out;
+  }
+
+  request_id any_id() {
+    return 1 + below(p_.num_blocks);
+  }
+
+  /// A live request's id in residency `state` (-1: any), now and then one
+  /// in any state, or any id at all.
+  request_id live_id(int state = -1) {
+    if (chance(5))
+      state = -1;
+    std::vector<request_id> ids;
+    for (auto& [id, s] : model_.sequences())
+      if (state < 0 || static_cast<int>(s.where) == state)
+        ids.push_back(id);
+    if (ids.empty() || chance(5))
+      return any_id();
+    return ids[below(ids.size())];
+  }
+
+  allocation_request random_request() {
+    allocation_request req;
+    req.id = any_id();
+    req.num_layers = 2;
+    req.num_heads = 2;
+    req.head_dim = 8;
+    req.dtype = dtype::fp16;
+    req.priority = static_cast<priority>(below(4));
+    static const char* names[] = {"", "alpha", "beta", "gamma", "gamma"};
+    req.tenant = chance(1) ? "delta" : names[below(5)];
+    if (chance(80)) {
+      req.prompt = system_prompts_[below(system_prompts_.size())];
+      auto suffix = random_tokens(below(12));
+      req.prompt.insert(req.prompt.end(), suffix.begin(), suffix.end());
+      if (req.tenant == "gamma")
+        gamma_prompts_[below(gamma_prompts_.size())] = req.prompt;
+    } else {
+      req.initial_tokens = below(20);
+    }
+    auto n = req.prompt.empty() ? req.initial_tokens : req.prompt.size();
+    req.max_sequence_length = n + below(40) + (n == 0);
+    req.expected_output_tokens = chance(30) ? 0 : below(32);
+    return req;
+  }
+
+  // -- operations ------------------------------------------------------------------
+
+  void expect(const char* op, maybe_errc core, maybe_errc model) {
+    POLICY_REQUIRE(core == model,
+                   op << ": core " << name(core) << ", model " << name(model));
+    ++cov[std::string(op) + ":" + name(core)];
+  }
+
+  void do_allocate() {
+    auto req = random_request();
+    auto want = model_.allocate(req);
+    auto got = core_.allocate(req);
+    expect("allocate", code_of(got), want.err);
+    if (got)
+      POLICY_REQUIRE(got->cache_id == want.cache_id
+                       && got->hit_tokens == want.hit_tokens,
+                     "allocate hits " << got->hit_tokens << " vs " << want.hit_tokens);
+    else if (render(got.error()).find("headroom") != std::string::npos)
+      ++cov["headroom refused"];
+  }
+
+  void do_can_allocate() {
+    auto req = random_request();
+    auto want = model_.can_allocate(req);
+    POLICY_REQUIRE(core_.can_allocate(req) == want, "can_allocate");
+  }
+
+  void do_extend(bool named) {
+    auto id = live_id();
+    std::uint64_t n = chance(60) ? 1 : below(9);
+    auto tokens = random_tokens(n);
+    auto want = model_.extend(id, n, named ? &tokens : nullptr);
+    auto got = core_.extend(id, n, named ? tokens.data() : nullptr);
+    expect(named ? "append" : "extend", code_of(got), want.err);
+    if (got)
+      POLICY_REQUIRE(got->changed == want.changed
+                       && got->first_changed == want.first_changed
+                       && str(got->copies) == str(want.copies),
+                     "extend outcome " << str(got->copies));
+  }
+
+  void do_fork() {
+    auto parent = live_id();
+    auto child = any_id();
+    auto want = model_.fork(parent, child);
+    auto got = core_.fork(parent, child);
+    expect("fork", code_of(got), want.err);
+    if (got)
+      POLICY_REQUIRE(got->cache_id == want.cache_id, "fork cache_id");
+  }
+
+  void expect_release(const char* op, const caf::expected<std::uint32_t>& got,
+                      const test::model_release& want) {
+    expect(op, code_of(got), want.err);
+    if (got)
+      POLICY_REQUIRE(*got == want.freed, op << " freed " << *got << " vs " << want.freed);
+  }
+
+  void do_release() {
+    auto id = live_id();
+    auto it = model_.sequences().find(id);
+    if (it != model_.sequences().end()
+        && (it->second.where == residency::swapping_out
+            || it->second.where == residency::swapping_in))
+      ++cov["release during swap"];
+    expect_release("release", core_.release(id), model_.release(id));
+  }
+
+  void do_preempt() {
+    auto id = live_id();
+    expect_release("preempt", core_.preempt(id), model_.preempt(id));
+  }
+
+  /// One phase of a swap: begin one way or the other, or end one in flight
+  /// (the device's copy succeeding or failing); a begun swap may end at once.
+  void do_swap() {
+    auto r = below(4);
+    auto state = static_cast<int>(r == 0   ? residency::resident
+                                  : r == 1 ? residency::swapped
+                                  : r == 2 ? residency::swapping_out
+                                           : residency::swapping_in);
+    auto id = live_id(state);
+    if (r < 2) {
+      auto want = r == 0 ? model_.swap_out_begin(id) : model_.swap_in_begin(id);
+      auto got = r == 0 ? core_.swap_out_begin(id) : core_.swap_in_begin(id);
+      expect(r == 0 ? "swap_out_begin" : "swap_in_begin", code_of(got), want.err);
+      if (got)
+        POLICY_REQUIRE(str(*got) == str(want.moves),
+                       "moves " << str(*got) << " vs " << str(want.moves));
+      if (!got || chance(50))
+        return; // stays in flight
+      r += 2;
+    }
+    bool ok = chance(75);
+    auto want = r == 2 ? model_.swap_out_done(id, ok) : model_.swap_in_done(id, ok);
+    auto got = r == 2 ? core_.swap_out_done(id, ok) : core_.swap_in_done(id, ok);
+    expect_release(r == 2 ? (ok ? "swap_out_done:ok" : "swap_out_done:failed")
+                          : (ok ? "swap_in_done:ok" : "swap_in_done:failed"),
+                   got, want);
+  }
+
+  /// Pins a prefix gamma computed. Only gamma pins: its namespace is its
+  /// own and it has no reservation, so a block it pins is never one a
+  /// reserved tenant releases into the pinned state (which takes that
+  /// block from the reservation by the tenant's own doing).
+  void do_pin() {
+    auto& prompt = gamma_prompts_[below(gamma_prompts_.size())];
+    auto ttl = below(300);
+    auto want = model_.pin(2, prompt, ttl, now_ms_);
+    auto got = core_.pin(2, prompt, ttl, now_ms_);
+    expect("pin", code_of(got), want.first);
+    if (got) {
+      POLICY_REQUIRE(*got == want.second, "pinned " << *got << " vs " << want.second);
+      if (*got > 0)
+        ++cov["pinned some"];
+    }
+  }
+
+  void do_expire() {
+    auto want = model_.expire_pins(now_ms_);
+    POLICY_REQUIRE(core_.expire_pins(now_ms_) == want, "expire_pins");
+    if (want > 0)
+      ++cov["expired"];
+  }
+
+  /// The supervisor at critical pressure: choose victims, preempt them.
+  void do_victims() {
+    auto blocks = 1 + below(p_.num_blocks / 4);
+    auto want = model_.choose_victims(blocks);
+    auto got = core_.choose_victims(blocks);
+    POLICY_REQUIRE(got == want, "victims " << str(got) << " vs " << str(want));
+    for (auto id : got) {
+      auto& s = *core_.find(id);
+      auto& t = core_.tenants()[s.tenant];
+      // Chosen first, it was above its reservation when chosen.
+      if (id == got.front())
+        POLICY_REQUIRE(t.used > t.config.reserved_blocks, "victim at reservation");
+      expect_release("victim preempted", core_.preempt(id), model_.preempt(id));
+    }
+    ++cov[got.empty() ? "no victims" : "victims"];
+  }
+
+  void do_evict() {
+    auto n = static_cast<std::uint32_t>(below(6));
+    POLICY_REQUIRE(core_.evict(n) == model_.evict(n), "evict");
+  }
+
+  void do_step() {
+    step_request step;
+    for (auto k = below(3); k > 0; --k)
+      step.frees.push_back(live_id());
+    std::set<request_id> seen;
+    for (auto k = below(6); k > 0; --k) {
+      auto id = live_id();
+      if (seen.insert(id).second)
+        step.extends.push_back(extend_op{id, static_cast<std::uint32_t>(
+                                               chance(70) ? 1 : below(6))});
+    }
+    if (chance(60))
+      for (auto& op : step.extends) {
+        auto t = random_tokens(op.num_tokens);
+        step.tokens.insert(step.tokens.end(), t.begin(), t.end());
+      }
+    for (auto k = below(3); k > 0; --k)
+      step.admits.push_back(random_request());
+    step.preempt_on_shortage = chance(85);
+    step.admit_after_preemption = chance(30);
+    auto w = model_.run_step(step);
+    auto g = core_.run_step(step);
+    std::ostringstream gs;
+    std::ostringstream ws;
+    gs << "freed " << str(g.freed) << "preempted " << str(g.preempted)
+       << "copies " << str(g.copies) << "blocked " << g.admission_blocked << '/'
+       << g.blocked << " counts " << g.free_blocks << '/' << g.used_blocks;
+    ws << "freed " << str(w.freed) << "preempted " << str(w.preempted)
+       << "copies " << str(w.copies) << "blocked " << w.admission_blocked << '/'
+       << w.blocked << " counts " << w.free_blocks << '/' << w.used_blocks;
+    for (auto& d : g.changed)
+      gs << " delta " << d.id << '@' << d.first << ':' << str(d.blocks) << d.num_tokens;
+    for (auto& d : w.changed)
+      ws << " delta " << d.id << '@' << d.first << ':' << str(d.blocks) << d.num_tokens;
+    for (auto& a : g.admitted)
+      gs << " admitted " << a.id << '/' << a.cache_id << '/' << a.hit_tokens << ':'
+         << str(a.table.blocks);
+    for (auto& a : w.admitted)
+      ws << " admitted " << a.id << '/' << a.cache_id << '/' << a.hit_tokens << ':'
+         << str(a.table.blocks);
+    for (auto& f : g.failed)
+      gs << " failed " << f.id << ':' << name(code_of(f.error));
+    for (auto& f : w.failed)
+      ws << " failed " << f.first << ':' << name(f.second);
+    POLICY_REQUIRE(gs.str() == ws.str(), "step\n core  " << gs.str() << "\n model "
+                                                          << ws.str());
+    if (!g.preempted.empty())
+      ++cov["step preempted"];
+    if (!g.admitted.empty())
+      ++cov["step admitted"];
+  }
+
+  // -- checks ----------------------------------------------------------------------
+
+  std::string where() const {
+    std::ostringstream out;
+    out << "seed " << p_.seed << " op " << op_ << ": ";
+    return out.str();
+  }
+
+  void compare() {
+    auto inv = core_.check_invariant();
+    POLICY_REQUIRE(!inv, render(inv));
+    auto& seqs = model_.sequences();
+    POLICY_REQUIRE(core_.num_sequences() == seqs.size(), "sequence count");
+    std::string diff;
+    std::vector<bool> held(p_.num_blocks, false);
+    core_.for_each_sequence([&](const detail::sequence& s) {
+      for (auto* table : {&s.blocks, &s.incoming})
+        for (auto b : *table)
+          held[b] = true;
+      if (!diff.empty())
+        return;
+      auto it = seqs.find(s.id);
+      if (it == seqs.end()) {
+        diff = "core has request " + std::to_string(s.id);
+        return;
+      }
+      auto& m = it->second;
+      if (s.blocks != m.blocks || s.host_blocks != m.host_blocks
+          || s.incoming != m.incoming || s.where != m.where
+          || s.release_pending != m.release_pending)
+        diff = "blocks or residency of " + std::to_string(s.id) + ": "
+               + str(s.blocks) + "/ " + str(m.blocks);
+      else if (s.num_tokens != m.num_tokens || s.cache_id != m.cache_id
+               || s.admitted != m.admitted || s.tenant != m.tenant
+               || s.priority != m.priority || s.hashable != m.hashable
+               || s.expected_tokens != m.expected_tokens)
+        diff = "request " + std::to_string(s.id);
+    });
+    POLICY_REQUIRE(diff.empty(), diff);
+    POLICY_REQUIRE(core_.used_blocks() == model_.used_blocks()
+                     && core_.cached_blocks() == model_.cached_blocks()
+                     && core_.pinned_blocks() == model_.pinned_blocks()
+                     && core_.free_host_blocks() == model_.free_host_blocks(),
+                   "used/cached/pinned/host " << core_.used_blocks() << '/'
+                     << core_.cached_blocks() << '/' << core_.pinned_blocks()
+                     << '/' << core_.free_host_blocks() << " vs "
+                     << model_.used_blocks() << '/' << model_.cached_blocks()
+                     << '/' << model_.pinned_blocks() << '/'
+                     << model_.free_host_blocks());
+    auto& c = core_.counters();
+    auto& m = model_.counters();
+    POLICY_REQUIRE(c.allocations == m.allocations
+                     && c.allocation_failures == m.allocation_failures
+                     && c.blocks_allocated == m.blocks_allocated
+                     && c.prefix_hit_blocks == m.prefix_hit_blocks
+                     && c.blocks_freed == m.blocks_freed
+                     && c.blocks_cached == m.blocks_cached
+                     && c.evictions == m.evictions && c.cow_copies == m.cow_copies
+                     && c.preemptions == m.preemptions
+                     && c.query_tokens == m.query_tokens
+                     && c.hit_tokens == m.hit_tokens && c.swap_outs == m.swap_outs
+                     && c.swap_ins == m.swap_ins,
+                   "counters");
+    for (std::size_t t = 0; t < 3; ++t) {
+      auto& ct = core_.tenants()[t];
+      auto& mt = model_.tenants()[t];
+      POLICY_REQUIRE(ct.used == mt.used && ct.active == mt.active
+                       && ct.query_tokens == mt.query_tokens
+                       && ct.hit_tokens == mt.hit_tokens
+                       && ct.preemptions == mt.preemptions
+                       && ct.failures == mt.failures,
+                     "tenant " << mt.config.name);
+    }
+    check_events();
+    check_reservations(held);
+  }
+
+  /// From the core's own answers: the blocks others may take (free, or
+  /// cached off the pinned list) cover every tenant's shortfall.
+  void check_reservations(const std::vector<bool>& held) {
+    std::map<std::uint64_t, block_id> index;
+    core_.for_each_indexed([&](std::uint64_t h, block_id b) { index[h] = b; });
+    std::uint64_t unheld_indexed = 0;
+    for (auto& [h, b] : index)
+      unheld_indexed += !held[b];
+    auto pinned_cached = unheld_indexed - core_.cached_blocks();
+    auto takeable = core_.free_blocks() - pinned_cached;
+    std::uint64_t shortfall = 0;
+    for (auto& t : core_.tenants())
+      if (t.used < t.config.reserved_blocks)
+        shortfall += t.config.reserved_blocks - t.used;
+    POLICY_REQUIRE(takeable >= shortfall,
+                   "reservations broken: " << takeable << " takeable blocks for a "
+                                           << shortfall << " block shortfall");
+    POLICY_REQUIRE(takeable == model_.takeable_blocks()
+                     && shortfall == model_.shortfall(),
+                   "takeable or shortfall differs from the model");
+    if (shortfall > 0 && takeable == shortfall)
+      ++cov["reservation binding"];
+    POLICY_REQUIRE(index == replay_, "replayed events differ from the index ("
+                                       << replay_.size() << " vs " << index.size()
+                                       << " entries)");
+  }
+
+  /// Core and model events alike; each replayed in order: a stored hash is
+  /// new and its block unindexed, a removed one is there, on its block.
+  void check_events() {
+    auto got = core_.take_events();
+    auto want = model_.take_events();
+    POLICY_REQUIRE(got.size() == want.size(),
+                   "event count " << got.size() << " vs " << want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      auto& g = got[i];
+      auto& w = want[i];
+      POLICY_REQUIRE(g.stored == w.stored && g.block == w.block
+                       && g.tenant == w.tenant,
+                     "event " << i << ": " << g.stored << ' ' << g.block << ' '
+                              << g.tenant << " vs " << w.stored << ' ' << w.block
+                              << ' ' << w.tenant);
+      auto [it, fresh] = hash_of_.emplace(w.key, g.hash);
+      POLICY_REQUIRE(it->second == g.hash, "a prefix changed its hash");
+      if (fresh)
+        POLICY_REQUIRE(key_of_.emplace(g.hash, w.key).second, "two prefixes, one hash");
+      if (g.stored) {
+        POLICY_REQUIRE(replay_.count(g.hash) == 0 && block_hash_.count(g.block) == 0,
+                       "stored event " << i << " for an indexed hash or block");
+        replay_[g.hash] = g.block;
+        block_hash_[g.block] = g.hash;
+        ++cov["event:stored"];
+      } else {
+        auto r = replay_.find(g.hash);
+        POLICY_REQUIRE(r != replay_.end() && r->second == g.block,
+                       "removed event " << i << " for a hash not indexed there");
+        replay_.erase(r);
+        block_hash_.erase(g.block);
+        ++cov["event:removed"];
+      }
+    }
+  }
+
+  run_params p_;
+  cache_config cfg_;
+  block_pool_core core_;
+  pool_model model_;
+  std::mt19937_64 rng_;
+  std::vector<std::vector<token_id>> system_prompts_;
+  std::vector<std::vector<token_id>> gamma_prompts_ = std::vector<std::vector<token_id>>(6);
+  std::uint64_t now_ms_ = 0;
+  std::size_t op_ = 0;
+  std::map<std::uint64_t, block_id> replay_;
+  std::map<block_id, std::uint64_t> block_hash_;
+  std::map<test::prefix_key, std::uint64_t> hash_of_;
+  std::map<std::uint64_t, test::prefix_key> key_of_;
+};
+
+void run_and_check_coverage(const run_params& p,
+                            std::vector<std::string> must_reach) {
+  auto start = std::chrono::steady_clock::now();
+  harness h(p);
+  h.run();
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+              std::chrono::steady_clock::now() - start)
+              .count();
+  std::string report;
+  for (auto& [k, v] : h.cov)
+    report += k + "=" + std::to_string(v) + " ";
+  BOOST_TEST_MESSAGE("seed " << p.seed << ", " << p.ops << " ops, " << ms
+                             << " ms: " << report);
+  for (auto k : {"allocate:ok", "allocate:out_of_blocks", "allocate:quota_exceeded",
+                 "allocate:unknown_tenant", "extend:ok", "extend:invalid_request",
+                 "append:ok", "fork:ok", "fork:invalid_request", "release:ok",
+                 "release during swap", "preempt:ok", "swap_out_begin:ok",
+                 "swap_out_begin:out_of_blocks", "swap_out_begin:invalid_request",
+                 "swap_in_begin:ok", "swap_in_begin:quota_exceeded",
+                 "swap_out_done:ok:ok", "swap_out_done:failed:ok",
+                 "swap_in_done:ok:ok", "swap_in_done:failed:ok", "pin:ok",
+                 "pinned some", "pin:quota_exceeded", "expired", "victims",
+                 "victim preempted:ok", "step admitted",
+                 "event:stored", "event:removed"})
+    must_reach.push_back(k);
+  for (auto& k : must_reach)
+    BOOST_TEST(h.cov.count(k) > 0, "seed " << p.seed << " never reached " << k);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(policy_model_suite)
+
+BOOST_AUTO_TEST_CASE(three_tenants_under_pressure_keep_every_promise) {
+  // Headroom for expected growth: admissions wait, so extends rarely
+  // preempt.
+  run_and_check_coverage({11, 48, 100000, "reserve_expected", 0.0},
+                         {"headroom refused"});
+}
+
+BOOST_AUTO_TEST_CASE(three_tenants_under_pressure_with_a_watermark) {
+  run_and_check_coverage({12, 64, 100000, "immediate", 0.05},
+                         {"headroom refused", "step preempted",
+                          "reservation binding"});
+}
+
+BOOST_AUTO_TEST_CASE(three_tenants_under_pressure_admitted_immediately) {
+  run_and_check_coverage({13, 32, 100000, "immediate", 0.0},
+                         {"step preempted", "reservation binding",
+                          "swap_in_begin:out_of_blocks"});
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,643 @@
+// block_pool_core's two-phase swap to the host tier and back, driven directly:
+// what each phase holds and frees, what a failed device copy undoes, releases
+// deferred while the device moves bytes, a full host tier; then the bytes
+// themselves, through the host storage backend, over many random cycles.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "kvactor/actors/block_pool_core.hpp"
+#include "kvactor/device/storage.hpp"
+#include "kvactor/messages/error.hpp"
+
+using namespace kvactor;
+using kvactor::detail::block_pool_core;
+using kvactor::detail::residency;
+
+namespace {
+
+/// block_size 4, a tiny model, 8 host blocks, one default tenant.
+cache_config swap_config() {
+  cache_config cfg;
+  cfg.block_size = 4;
+  cfg.model = model_config{2, 2, 8, dtype::fp16};
+  cfg.storage = "none";
+  cfg.num_host_blocks = 8;
+  cfg.tenants = {tenant_config{}};
+  return cfg;
+}
+
+allocation_request tokens_req(request_id id, std::uint64_t n,
+                              std::string tenant = "") {
+  allocation_request req;
+  req.id = id;
+  req.initial_tokens = n;
+  req.max_sequence_length = 1000;
+  req.num_layers = 2;
+  req.num_heads = 2;
+  req.head_dim = 8;
+  req.dtype = dtype::fp16;
+  req.tenant = std::move(tenant);
+  return req;
+}
+
+allocation_request prompt_req(request_id id, std::vector<token_id> prompt) {
+  auto req = tokens_req(id, 0);
+  req.prompt = std::move(prompt);
+  return req;
+}
+
+std::vector<token_id> run(token_id first, std::size_t n) {
+  std::vector<token_id> out(n);
+  std::iota(out.begin(), out.end(), first);
+  return out;
+}
+
+std::string code(const caf::error& err) {
+  if (!err)
+    return "ok";
+  if (err.category() != error_category)
+    return render(err);
+  return to_string(static_cast<errc>(err.code()));
+}
+
+template <class T>
+std::string code(const caf::expected<T>& x) {
+  return x ? "ok" : code(x.error());
+}
+
+std::string invariant(const block_pool_core& pool) {
+  auto err = pool.check_invariant();
+  return err ? render(err) : "ok";
+}
+
+/// Everything observable about `pool` as text; the counts of blocks taken
+/// and freed over its lifetime only if `flow`.
+std::string describe(const block_pool_core& pool, bool flow = true) {
+  std::ostringstream out;
+  std::map<request_id, const detail::sequence*> seqs;
+  pool.for_each_sequence([&](const detail::sequence& s) { seqs[s.id] = &s; });
+  for (auto& [id, s] : seqs) {
+    out << "req " << id << " cache " << s->cache_id << " tokens "
+        << s->num_tokens << " where " << static_cast<int>(s->where)
+        << " pending " << s->release_pending << " blocks";
+    for (auto b : s->blocks)
+      out << ' ' << b;
+    out << " host";
+    for (auto b : s->host_blocks)
+      out << ' ' << b;
+    out << " incoming";
+    for (auto b : s->incoming)
+      out << ' ' << b;
+    out << " hashed " << s->hashable << '/' << s->num_hashed << '/'
+        << s->tail.size() << '\n';
+  }
+  out << "used " << pool.used_blocks() << " cached " << pool.cached_blocks()
+      << " free " << pool.free_blocks() << " host free "
+      << pool.free_host_blocks() << '\n';
+  auto& c = pool.counters();
+  out << "counters " << c.allocations << ' ' << c.allocation_failures << ' '
+      << c.blocks_cached << ' ' << c.evictions << ' ' << c.swap_outs << ' '
+      << c.swap_ins << ' ' << c.preemptions << '\n';
+  if (flow)
+    out << "flow " << c.blocks_allocated << ' ' << c.blocks_freed << '\n';
+  for (auto& t : pool.tenants())
+    out << "tenant " << t.config.name << ' ' << t.used << ' ' << t.active
+        << ' ' << t.failures << '\n';
+  std::map<std::uint64_t, block_id> index;
+  pool.for_each_indexed([&](std::uint64_t h, block_id b) { index[h] = b; });
+  for (auto& [h, b] : index)
+    out << "indexed " << h << " -> " << b << '\n';
+  return out.str();
+}
+
+std::vector<block_id> devices(const std::vector<block_move>& moves) {
+  std::vector<block_id> out;
+  for (auto& m : moves)
+    out.push_back(m.device_block);
+  return out;
+}
+
+struct swap_fixture {
+  cache_config cfg = swap_config();
+  std::unique_ptr<block_pool_core> pool_;
+
+  swap_fixture() {
+    make(16);
+  }
+
+  ~swap_fixture() {
+    BOOST_TEST(invariant(*pool_) == "ok");
+  }
+
+  block_pool_core& make(std::uint32_t num_blocks) {
+    pool_ = std::make_unique<block_pool_core>(cfg, num_blocks);
+    return *pool_;
+  }
+
+  block_pool_core& pool() {
+    return *pool_;
+  }
+
+  const detail::sequence& seq(request_id id) {
+    auto s = pool_->find(id);
+    BOOST_REQUIRE(s != nullptr);
+    return *s;
+  }
+
+  void ok() {
+    BOOST_TEST(invariant(pool()) == "ok");
+  }
+
+  /// The value of `res`, failing the case if it is an error.
+  template <class T>
+  T must(caf::expected<T> res, const char* what, request_id id) {
+    if (!res)
+      BOOST_FAIL(what << ' ' << id << ": " << render(res.error()));
+    ok();
+    return std::move(*res);
+  }
+
+  void alloc(const allocation_request& req) {
+    must(pool().allocate(req), "allocate", req.id);
+  }
+  std::vector<block_move> out_begin(request_id id) {
+    return must(pool().swap_out_begin(id), "swap_out_begin", id);
+  }
+  std::vector<block_move> in_begin(request_id id) {
+    return must(pool().swap_in_begin(id), "swap_in_begin", id);
+  }
+  std::uint32_t out_done(request_id id, bool success) {
+    return must(pool().swap_out_done(id, success), "swap_out_done", id);
+  }
+  std::uint32_t in_done(request_id id, bool success) {
+    return must(pool().swap_in_done(id, success), "swap_in_done", id);
+  }
+};
+
+using ids = std::vector<block_id>;
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(swap_core_suite)
+
+BOOST_FIXTURE_TEST_CASE(swap_out_frees_device_blocks_and_holds_host_blocks,
+                        swap_fixture) {
+  auto p = run(100, 13);                              // 3 full blocks + 1
+  alloc(prompt_req(1, p));                            // 0 1 2 3
+  alloc(prompt_req(2, std::vector<token_id>(p.begin(), p.begin() + 9))); // 0 1 4
+  BOOST_TEST((seq(2).blocks == ids{0, 1, 4}));
+  auto moves = out_begin(1);
+  BOOST_TEST((devices(moves) == ids{0, 1, 2, 3}));
+  // While the device reads them, the blocks stay held.
+  BOOST_TEST(pool().used_blocks() == 5u);
+  BOOST_TEST(pool().free_host_blocks() == 4u);
+  BOOST_TEST((seq(1).where == residency::swapping_out));
+  BOOST_TEST(seq(1).host_blocks.size() == 4u);
+  // Block 3 was private and unindexed: freed; block 2 private and indexed:
+  // cached; 0 and 1 stay with request 2.
+  BOOST_TEST(out_done(1, true) == 2u);
+  BOOST_TEST((seq(1).where == residency::swapped));
+  BOOST_TEST(seq(1).blocks.empty());
+  BOOST_TEST(seq(1).num_tokens == 13u);
+  BOOST_TEST(seq(1).host_blocks.size() == 4u);
+  BOOST_TEST(pool().used_blocks() == 3u);
+  BOOST_TEST(pool().cached_blocks() == 1u);
+  BOOST_TEST(pool().free_host_blocks() == 4u);
+  BOOST_TEST(pool().counters().swap_outs == 1u);
+  BOOST_TEST(pool().tenants()[0].used == 3u);
+  BOOST_TEST(pool().tenants()[0].active == 2u);
+  // The cached prefix is still findable by others.
+  alloc(prompt_req(3, p));
+  BOOST_TEST((seq(3).blocks[2] == 2u));
+}
+
+BOOST_FIXTURE_TEST_CASE(swapped_request_cannot_grow_or_fork_but_can_be_released,
+                        swap_fixture) {
+  alloc(tokens_req(1, 10));
+  alloc(tokens_req(9, 2));
+  out_begin(1);
+  // Mid-copy: nothing may touch it but the copy's end (or a release).
+  BOOST_TEST(code(pool().extend(1, 1, nullptr)) == "invalid_request");
+  BOOST_TEST(code(pool().fork(1, 2)) == "invalid_request");
+  BOOST_TEST(code(pool().swap_out_begin(1)) == "invalid_request");
+  BOOST_TEST(code(pool().swap_in_begin(1)) == "invalid_request");
+  BOOST_TEST(code(pool().swap_in_done(1, true)) == "invalid_request");
+  out_done(1, true);
+  auto before = describe(pool());
+  BOOST_TEST(code(pool().extend(1, 1, nullptr)) == "invalid_request");
+  BOOST_TEST(code(pool().fork(1, 2)) == "invalid_request");
+  BOOST_TEST(code(pool().fork(9, 1)) == "duplicate_request");
+  BOOST_TEST(code(pool().swap_out_begin(1)) == "invalid_request");
+  BOOST_TEST(code(pool().swap_out_done(1, true)) == "invalid_request");
+  BOOST_TEST(code(pool().swap_in_done(1, false)) == "invalid_request");
+  BOOST_TEST(code(pool().swap_out_begin(7)) == "unknown_request");
+  BOOST_TEST(code(pool().swap_in_begin(7)) == "unknown_request");
+  BOOST_TEST(code(pool().swap_in_begin(9)) == "invalid_request"); // resident
+  BOOST_TEST(pool().choose_victims(100).size() == 1u); // only request 9
+  BOOST_TEST(describe(pool()) == before);
+  ok();
+  BOOST_TEST(*pool().release(1) == 0u); // no device block to free
+  BOOST_TEST(pool().find(1) == nullptr);
+  BOOST_TEST(pool().free_host_blocks() == 8u);
+  BOOST_TEST(pool().tenants()[0].active == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(failed_swap_out_restores_everything, swap_fixture) {
+  alloc(prompt_req(1, run(0, 10)));
+  alloc(prompt_req(2, run(0, 9)));
+  alloc(tokens_req(3, 5));
+  auto before = describe(pool());
+  auto moves = out_begin(1);
+  BOOST_TEST(out_done(1, false) == 0u);
+  BOOST_TEST(describe(pool()) == before);
+  // Even the host blocks it would be handed next are the same.
+  auto again = out_begin(1);
+  BOOST_TEST((again == moves));
+  out_done(1, false);
+  BOOST_TEST(describe(pool()) == before);
+  // It is resident again: it grows and forks.
+  BOOST_TEST(static_cast<bool>(pool().extend(1, 3, nullptr)));
+  BOOST_TEST(static_cast<bool>(pool().fork(1, 4)));
+  ok();
+}
+
+BOOST_FIXTURE_TEST_CASE(swap_in_gives_a_table_of_the_same_length_in_other_blocks,
+                        swap_fixture) {
+  auto p = run(50, 10);
+  alloc(prompt_req(1, p)); // 0 1 2; 0 and 1 indexed
+  auto out = out_begin(1);
+  out_done(1, true);
+  alloc(tokens_req(2, 8)); // takes the freed block 2 and a fresh one
+  auto in = in_begin(1);
+  BOOST_TEST(in.size() == 3u);
+  BOOST_TEST((seq(1).where == residency::swapping_in));
+  BOOST_TEST(seq(1).incoming.size() == 3u);
+  for (std::size_t i = 0; i < in.size(); ++i)
+    BOOST_TEST(in[i].host_block == out[i].host_block); // table order kept
+  std::set<block_id> fresh(seq(1).incoming.begin(), seq(1).incoming.end());
+  BOOST_TEST(fresh.size() == 3u);
+  for (auto b : seq(2).blocks)
+    BOOST_TEST(fresh.count(b) == 0u);
+  BOOST_TEST(in_done(1, true) == 0u);
+  BOOST_TEST((seq(1).where == residency::resident));
+  BOOST_TEST(seq(1).blocks.size() == 3u);
+  BOOST_TEST((seq(1).blocks == devices(in)));
+  BOOST_TEST(seq(1).num_tokens == 10u);
+  BOOST_TEST(seq(1).host_blocks.empty());
+  BOOST_TEST(pool().free_host_blocks() == 8u);
+  BOOST_TEST(pool().counters().swap_ins == 1u);
+  // Resident again: it grows, and its hash chain goes on from where it was.
+  auto more = run(60, 2);
+  BOOST_REQUIRE(pool().extend(1, 2, more.data()));
+  ok();
+  auto q = p;
+  q.insert(q.end(), more.begin(), more.end());
+  q.push_back(7);
+  alloc(prompt_req(5, q));
+  BOOST_TEST(seq(5).blocks[2] == seq(1).blocks[2]);
+}
+
+BOOST_FIXTURE_TEST_CASE(failed_swap_in_keeps_it_swapped_and_returns_the_blocks,
+                        swap_fixture) {
+  alloc(tokens_req(1, 12));
+  alloc(tokens_req(2, 4));
+  out_begin(1);
+  out_done(1, true);
+  // The blocks it took come back in the order they were handed out, so the
+  // pool is as it was but for the count of blocks that flowed through it.
+  auto before = describe(pool(), false);
+  auto in = in_begin(1);
+  BOOST_TEST(pool().used_blocks() == 4u);
+  BOOST_TEST(in_done(1, false) == 3u);
+  BOOST_TEST(describe(pool(), false) == before);
+  BOOST_TEST((seq(1).where == residency::swapped));
+  // And a second try gets the same blocks.
+  BOOST_TEST((in_begin(1) == in));
+  in_done(1, true);
+  BOOST_TEST(pool().counters().swap_ins == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(release_during_a_swap_waits_for_its_end, swap_fixture) {
+  // Out, ok / out, failed / in, ok / in, failed.
+  for (int c = 0; c < 4; ++c) {
+    make(16);
+    alloc(prompt_req(1, run(0, 9)));  // 0 1 2, two indexed
+    alloc(prompt_req(2, run(0, 9)));  // shares 0 1
+    bool in = c >= 2;
+    bool success = c % 2 == 0;
+    if (in) {
+      out_begin(1);
+      out_done(1, true);
+      in_begin(1);
+    } else {
+      out_begin(1);
+    }
+    auto used = pool().used_blocks();
+    BOOST_TEST(*pool().release(1) == 0u);
+    ok();
+    BOOST_TEST(pool().find(1) != nullptr);
+    BOOST_TEST(seq(1).release_pending);
+    BOOST_TEST(pool().used_blocks() == used); // nothing handed out mid-copy
+    BOOST_TEST(*pool().preempt(1) == 0u);     // still waiting
+    // Fresh allocations cannot take its blocks meanwhile.
+    alloc(tokens_req(3, 4 * (16 - used)));
+    BOOST_TEST(code(pool().allocate(tokens_req(4, 1))) == "out_of_blocks");
+    BOOST_TEST(pool().release(3).value() == 16 - used);
+    // Its end finishes the release: device and host blocks all return.
+    auto freed = in ? in_done(1, success) : out_done(1, success);
+    BOOST_TEST(pool().find(1) == nullptr, "case " << c);
+    BOOST_TEST(freed == (in ? 3u : 1u), "case " << c);
+    BOOST_TEST(pool().free_host_blocks() == 8u);
+    BOOST_TEST(pool().used_blocks() == 3u); // request 2's
+    BOOST_TEST(pool().tenants()[0].active == 1u);
+    BOOST_TEST(code(pool().swap_out_done(1, true)) == "invalid_request");
+    BOOST_TEST(code(pool().swap_in_done(1, true)) == "invalid_request");
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(a_full_host_tier_is_out_of_blocks_and_changes_nothing,
+                        swap_fixture) {
+  cfg.num_host_blocks = 5;
+  make(16);
+  alloc(tokens_req(1, 12)); // 3
+  alloc(tokens_req(2, 12)); // 3
+  out_begin(1);
+  auto before = describe(pool());
+  BOOST_TEST(code(pool().swap_out_begin(2)) == "out_of_blocks");
+  BOOST_TEST(describe(pool()) == before);
+  out_done(1, true);
+  BOOST_TEST(code(pool().swap_out_begin(2)) == "out_of_blocks");
+  // No host tier at all.
+  cfg.num_host_blocks = 0;
+  make(16);
+  alloc(tokens_req(1, 4));
+  before = describe(pool());
+  BOOST_TEST(code(pool().swap_out_begin(1)) == "out_of_blocks");
+  BOOST_TEST(describe(pool()) == before);
+}
+
+BOOST_FIXTURE_TEST_CASE(swap_in_obeys_free_blocks_quota_and_reservations,
+                        swap_fixture) {
+  cfg.tenants = {tenant_config{}, tenant_config{}, tenant_config{}};
+  cfg.tenants[1].name = "q";
+  cfg.tenants[1].max_blocks = 4;
+  cfg.tenants[2].name = "r";
+  cfg.tenants[2].reserved_blocks = 4;
+  make(16);
+  alloc(tokens_req(1, 16, "q")); // 4: q's quota
+  out_begin(1);
+  out_done(1, true);
+  alloc(tokens_req(2, 4, "q"));
+  auto before = describe(pool());
+  BOOST_TEST(code(pool().swap_in_begin(1)) == "quota_exceeded");
+  BOOST_TEST(describe(pool()) == before);
+  BOOST_TEST(pool().release(2).value() == 1u);
+  // The default tenant fills what r's reservation leaves.
+  alloc(tokens_req(3, 4 * 9));
+  before = describe(pool());
+  BOOST_TEST(code(pool().swap_in_begin(1)) == "out_of_blocks");
+  BOOST_TEST(describe(pool()) == before);
+  BOOST_TEST(pool().release(3).value() == 9u);
+  in_begin(1);
+  in_done(1, true);
+}
+
+// -- the bytes ----------------------------------------------------------------------
+
+namespace {
+
+using bytes = std::vector<std::uint8_t>;
+
+/// The pool and a host storage backend of the same geometry, and what each
+/// live request's blocks must hold, table position by position.
+class byte_harness {
+public:
+  explicit byte_harness(std::uint64_t seed) : rng_(seed) {
+    cfg_ = swap_config();
+    cfg_.num_host_blocks = 20;
+    storage_options opts;
+    opts.kind = "host";
+    opts.layout = storage_layout{2, num_blocks, 4, 2, 8, dtype::fp16, 20};
+    auto st = make_storage(opts);
+    BOOST_REQUIRE_MESSAGE(st, (st ? std::string{} : render(st.error())));
+    storage_ = std::move(*st);
+    pool_ = std::make_unique<block_pool_core>(cfg_, num_blocks);
+  }
+
+  static constexpr std::uint32_t num_blocks = 24;
+
+  block_pool_core& pool() {
+    return *pool_;
+  }
+
+  bytes random_block() {
+    bytes out(storage_->layout().bytes_per_block());
+    for (auto& x : out)
+      x = static_cast<std::uint8_t>(rng_());
+    return out;
+  }
+
+  /// Block `b` of layer `layer`'s K (kv 0) or V (kv 1) pool.
+  std::uint8_t* at(std::uint32_t layer, std::uint32_t kv, block_id b) {
+    auto& l = storage_->layout();
+    return static_cast<std::uint8_t*>(storage_->layer_base(layer))
+           + (std::size_t{kv} * l.num_blocks + b) * l.block_bytes();
+  }
+
+  /// Every layer's K and V of device block `b`, back to back.
+  bytes read(block_id b) {
+    auto bb = storage_->layout().block_bytes();
+    bytes out;
+    for (std::uint32_t i = 0; i < 2 * storage_->layout().num_layers; ++i)
+      out.insert(out.end(), at(i / 2, i % 2, b), at(i / 2, i % 2, b) + bb);
+    return out;
+  }
+
+  void write(block_id b, const bytes& data) {
+    auto bb = storage_->layout().block_bytes();
+    for (std::uint32_t i = 0; i < 2 * storage_->layout().num_layers; ++i)
+      std::memcpy(at(i / 2, i % 2, b), data.data() + i * bb, bb);
+  }
+
+  /// Allocates `n` tokens for `id` and fills its blocks with random bytes.
+  bool allocate(request_id id, std::uint64_t n) {
+    auto res = pool().allocate(tokens_req(id, n));
+    if (!res)
+      return false;
+    auto& seq = *pool().find(id);
+    auto& want = expect_[id];
+    for (auto b : seq.blocks) {
+      want.push_back(random_block());
+      write(b, want.back());
+    }
+    return true;
+  }
+
+  /// Grows `id`; copies on write as told and fills the changed blocks anew.
+  void extend(request_id id, std::uint64_t n) {
+    auto res = pool().extend(id, n, nullptr);
+    if (!res)
+      return;
+    if (!res->copies.empty())
+      BOOST_REQUIRE(storage_->copy_blocks(res->copies));
+    auto& seq = *pool().find(id);
+    auto& want = expect_[id];
+    want.resize(seq.blocks.size());
+    for (auto i = res->first_changed; i < seq.blocks.size(); ++i) {
+      want[i] = random_block();
+      write(seq.blocks[i], want[i]);
+    }
+  }
+
+  void fork(request_id parent, request_id child) {
+    if (pool().fork(parent, child))
+      expect_[child] = expect_[parent];
+  }
+
+  void release(request_id id) {
+    if (pool().release(id))
+      expect_.erase(id);
+  }
+
+  /// Swaps `id` out; the device copy fails (and is not done) unless `ok`.
+  bool swap_out(request_id id, bool ok) {
+    auto moves = pool().swap_out_begin(id);
+    if (!moves)
+      return false;
+    if (ok)
+      BOOST_REQUIRE(storage_->swap_out(*moves));
+    BOOST_REQUIRE(pool().swap_out_done(id, ok));
+    return ok;
+  }
+
+  bool swap_in(request_id id, bool ok) {
+    auto moves = pool().swap_in_begin(id);
+    if (!moves)
+      return false;
+    if (ok)
+      BOOST_REQUIRE(storage_->swap_in(*moves));
+    else // a failed copy may leave anything behind
+      for (auto& m : *moves)
+        write(m.device_block, random_block());
+    BOOST_REQUIRE(pool().swap_in_done(id, ok));
+    return ok;
+  }
+
+  /// Fills every block no request holds with noise, as reuse would.
+  void scribble_free_blocks() {
+    std::vector<bool> held(num_blocks, false);
+    pool().for_each_sequence([&](const detail::sequence& s) {
+      for (auto b : s.blocks)
+        held[b] = true;
+    });
+    for (block_id b = 0; b < num_blocks; ++b)
+      if (!held[b])
+        write(b, random_block());
+  }
+
+  /// Every resident request's blocks hold its bytes.
+  void verify(const char* when) {
+    BOOST_REQUIRE_MESSAGE(!pool().check_invariant(),
+                          when << ": " << render(pool().check_invariant()));
+    for (auto& [id, want] : expect_) {
+      auto seq = pool().find(id);
+      BOOST_REQUIRE(seq != nullptr);
+      if (seq->where != residency::resident)
+        continue;
+      BOOST_REQUIRE(seq->blocks.size() == want.size());
+      for (std::size_t i = 0; i < want.size(); ++i)
+        BOOST_REQUIRE_MESSAGE(read(seq->blocks[i]) == want[i],
+                              when << ": request " << id << " block " << i);
+    }
+  }
+
+  std::vector<request_id> live(residency where) const {
+    std::vector<request_id> out;
+    pool_->for_each_sequence([&](const detail::sequence& s) {
+      if (s.where == where)
+        out.push_back(s.id);
+    });
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+  std::mt19937_64 rng_;
+
+private:
+  cache_config cfg_;
+  std::unique_ptr<storage> storage_;
+  std::unique_ptr<block_pool_core> pool_;
+  std::map<request_id, std::vector<bytes>> expect_;
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(swapped_bytes_come_back_after_their_blocks_were_reused) {
+  byte_harness h(7);
+  BOOST_REQUIRE(h.allocate(1, 14)); // blocks 0..3
+  auto old = h.pool().find(1)->blocks;
+  BOOST_REQUIRE(h.swap_out(1, true));
+  // Others take the very blocks it had and write over them.
+  BOOST_REQUIRE(h.allocate(2, 16));
+  auto reused = h.pool().find(2)->blocks;
+  std::sort(old.begin(), old.end());
+  std::sort(reused.begin(), reused.end());
+  BOOST_TEST((old == reused));
+  h.scribble_free_blocks();
+  h.verify("after reuse");
+  BOOST_REQUIRE(h.swap_in(1, true));
+  auto now = h.pool().find(1)->blocks;
+  for (auto b : now)
+    BOOST_TEST(!std::binary_search(old.begin(), old.end(), b));
+  h.verify("after swap in");
+}
+
+BOOST_AUTO_TEST_CASE(swapped_bytes_survive_many_random_cycles) {
+  byte_harness h(2024);
+  auto below = [&](std::uint64_t n) { return h.rng_() % n; };
+  std::size_t cycles = 0;
+  std::size_t failed = 0;
+  request_id next = 1;
+  for (int op = 0; cycles < 200 && op < 20000; ++op) {
+    auto resident = h.live(residency::resident);
+    auto swapped = h.live(residency::swapped);
+    auto r = below(100);
+    if (r < 25) {
+      h.allocate(next++, below(20));
+    } else if (r < 40 && !resident.empty()) {
+      h.extend(resident[below(resident.size())], 1 + below(6));
+    } else if (r < 45 && !resident.empty()) {
+      h.fork(resident[below(resident.size())], next++);
+    } else if (r < 60 && !resident.empty()) {
+      h.release(resident[below(resident.size())]);
+    } else if (r < 63 && !swapped.empty()) {
+      h.release(swapped[below(swapped.size())]);
+    } else if (r < 80 && !resident.empty()) {
+      bool ok = below(5) != 0;
+      failed += !ok;
+      h.swap_out(resident[below(resident.size())], ok);
+    } else if (!swapped.empty()) {
+      bool ok = below(5) != 0;
+      failed += !ok;
+      if (h.swap_in(swapped[below(swapped.size())], ok))
+        ++cycles;
+    }
+    h.scribble_free_blocks();
+    h.verify("random op");
+  }
+  BOOST_TEST(cycles == 200u);
+  BOOST_TEST(failed > 20u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
