@@ -106,9 +106,10 @@ caf::error block_pool_core::check_invariant() const {
   std::size_t indexed = 0;
   for (block_id b = 0; b < n; ++b) {
     auto& m = blocks_[b];
-    if (m.ref_count != refs[b])
+    if (m.ref_count != refs[b] + m.holds)
       return broken(blk(b) + " has ref count " + std::to_string(m.ref_count)
-                    + " but " + std::to_string(refs[b]) + " tables hold it");
+                    + " but " + std::to_string(refs[b]) + " tables and "
+                    + std::to_string(m.holds) + " copies hold it");
     switch (m.state) {
       case block_state::free:
         if (m.ref_count != 0 || on_list[b] != 1 || m.indexed)
@@ -152,6 +153,16 @@ caf::error block_pool_core::check_invariant() const {
   for (auto b : pinned_)
     if (b >= n || !blocks_[b].pinned || !blocks_[b].indexed)
       return broken(blk(b) + " is on the pinned list but not pinned and indexed");
+  std::vector<std::uint32_t> held(n, 0);
+  for (auto& [ticket, blocks] : copy_holds_)
+    for (auto b : blocks)
+      if (b < n)
+        ++held[b];
+  for (block_id b = 0; b < n; ++b)
+    if (held[b] != blocks_[b].holds)
+      return broken(blk(b) + " counts " + std::to_string(blocks_[b].holds)
+                    + " copy holds, " + std::to_string(held[b])
+                    + " copies in flight name it");
   if (promised != promised_)
     return broken("promised growth " + std::to_string(promised_) + " != "
                   + std::to_string(promised));

@@ -4,6 +4,7 @@
 #include "kvactor/actors/block_pool_core.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 
 #include "kvactor/messages/error.hpp"
@@ -195,8 +196,10 @@ block_id block_pool_core::take_block(std::uint16_t t) {
   if (!free_.empty()) {
     b = free_.pop();
   } else {
+    // admit_blocks made sure a cached block is there.
     std::size_t level = 0;
     b = lru_.front(level);
+    assert(b != no_block);
     evict_one(b, static_cast<std::uint8_t>(level));
   }
   auto& m = blocks_[b];

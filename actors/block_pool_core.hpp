@@ -206,6 +206,15 @@ public:
   caf::expected<std::uint32_t> pin(std::uint16_t t,
                                    const std::vector<token_id>& tokens,
                                    std::uint64_t ttl_ms, std::uint64_t now_ms);
+  /// Keeps the blocks of `copies` (sources and destinations) from being
+  /// freed until release_copy_hold(ticket): while the device copies, neither
+  /// side can be handed to another request, whatever happens to the tables.
+  std::uint64_t hold_for_copy(const std::vector<block_copy>& copies);
+  void release_copy_hold(std::uint64_t ticket);
+
+  /// Cached blocks that are pinned (cached_blocks() counts the others).
+  std::uint64_t pinned_cached_blocks() const noexcept;
+
   /// Unpins blocks whose time ran out; returns how many.
   std::uint32_t expire_pins(std::uint64_t now_ms);
   std::uint64_t pinned_blocks() const noexcept {
@@ -286,6 +295,8 @@ private:
     std::uint8_t level = 0;
     bool indexed = false;
     bool pinned = false; ///< cached but kept off the LRU until pin_until
+    /// References held by copies in flight (counted in ref_count too).
+    std::uint16_t holds = 0;
     block_hash hash;
     std::uint64_t parent = 0; ///< parent's hash.lo, for events
     std::uint64_t pin_until = 0;
@@ -368,6 +379,8 @@ private:
   std::uint64_t promised_ = 0; ///< sum of growth() over live requests
   std::uint64_t max_pinned_ = 0;
   std::vector<block_id> pinned_;
+  std::uint64_t next_hold_ = 1;
+  std::vector<std::pair<std::uint64_t, std::vector<block_id>>> copy_holds_;
   // Host tier (swap): free host blocks; the others belong to swapped
   // requests.
   std::uint32_t num_host_blocks_ = 0;

@@ -104,7 +104,17 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
   std::uint64_t fresh = 0;
   std::uint64_t off_lru = 0; // cached blocks that stop being takeable
   for (std::uint32_t i = 0; i < hits; ++i) {
-    auto& m = blocks_[index_.find(scratch_[i].lo)];
+    auto b = index_.find(scratch_[i].lo);
+    auto& m = blocks_[b];
+    // A block in use by another tenant with a reservation: once that tenant
+    // let it go, a pin would keep it from serving the reservation.
+    if (!m.pinned && m.state == block_state::used && m.tenant != t
+        && tenants_[m.tenant].config.reserved_blocks > 0)
+      return make_error(errc::invalid_request,
+                        "cannot pin block " + std::to_string(b)
+                          + ": it is in use by tenant '"
+                          + tenants_[m.tenant].config.name
+                          + "', which has a reservation");
     fresh += !m.pinned;
     off_lru += !m.pinned && m.state == block_state::cached;
   }
@@ -136,6 +146,40 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
       lru_.remove(b, m.level);
   }
   return hits;
+}
+
+std::uint64_t block_pool_core::hold_for_copy(const std::vector<block_copy>& copies) {
+  std::vector<block_id> held;
+  held.reserve(copies.size() * 2);
+  for (auto& c : copies)
+    for (auto b : {c.src, c.dst}) {
+      ++blocks_[b].ref_count;
+      ++blocks_[b].holds;
+      held.push_back(b);
+    }
+  auto ticket = next_hold_++;
+  copy_holds_.emplace_back(ticket, std::move(held));
+  return ticket;
+}
+
+void block_pool_core::release_copy_hold(std::uint64_t ticket) {
+  auto i = std::find_if(copy_holds_.begin(), copy_holds_.end(),
+                        [&](auto& x) { return x.first == ticket; });
+  if (i == copy_holds_.end())
+    return;
+  auto held = std::move(i->second);
+  copy_holds_.erase(i);
+  for (auto b : held) {
+    --blocks_[b].holds;
+    unref(b, blocks_[b].level);
+  }
+}
+
+std::uint64_t block_pool_core::pinned_cached_blocks() const noexcept {
+  std::uint64_t n = 0;
+  for (auto b : pinned_)
+    n += blocks_[b].state == block_state::cached;
+  return n;
 }
 
 std::uint32_t block_pool_core::expire_pins(std::uint64_t now_ms) {

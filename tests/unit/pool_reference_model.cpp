@@ -654,8 +654,12 @@ pool_model::pin(std::uint16_t t, const std::vector<token_id>& tokens,
   std::uint64_t fresh = 0;
   std::uint64_t off_lru = 0;
   for (auto b : found) {
-    fresh += !blocks_[b].pinned;
-    off_lru += !blocks_[b].pinned && blocks_[b].st == state::cached;
+    auto& m = blocks_[b];
+    if (!m.pinned && m.st == state::used && m.tenant != t
+        && tenants_[m.tenant].config.reserved_blocks > 0)
+      return {errc::invalid_request, 0}; // another reserved tenant's block
+    fresh += !m.pinned;
+    off_lru += !m.pinned && m.st == state::cached;
   }
   if (pinned_.size() + fresh > max_pinned_)
     return {errc::quota_exceeded, 0};

@@ -341,19 +341,20 @@ BOOST_AUTO_TEST_CASE(pinning_cannot_take_a_reserved_tenants_shortfall) {
   BOOST_TEST(try_alloc(tokens_req(3, 1)) == "out_of_blocks");
 }
 
-// A namespace peer pins r's prefix while r holds it; r ends, its blocks stay
-// pinned and cached, on no list: r is below its reservation and nothing is
-// left for it. Expected to fail until pinned blocks charged to a tenant
-// short of its reservation can serve that reservation.
-BOOST_AUTO_TEST_CASE(a_peers_pin_does_not_keep_a_reserved_tenant_short,
-                     *boost::unit_test::expected_failures(1)) {
+// Were a namespace peer to pin r's prefix while r holds it, r's blocks would
+// stay pinned and cached, on no list, once r ended: r below its reservation
+// with nothing left for it. So such a pin is refused.
+BOOST_AUTO_TEST_CASE(a_peer_cannot_pin_blocks_a_reserved_tenant_is_using) {
   cfg.tenants = {tenant_config{}, tenant("a", 0, 0, priority::normal, "team"),
                  tenant("r", 0, 6, priority::normal, "team")};
   cfg.max_pinned_blocks = 16;
   make(16);
   auto rp = run(200, 24);
   alloc(prompt_req(1, rp, "r")); // its 6, all indexed
-  BOOST_TEST(pool().pin(1, rp, 100, 0).value() == 6u);
+  auto pinned = pool().pin(1, rp, 100, 0);
+  BOOST_REQUIRE(!pinned);
+  BOOST_TEST(has_code(pinned.error(), errc::invalid_request));
+  BOOST_TEST(pool().pinned_blocks() == 0u);
   alloc(tokens_req(2, 40)); // the other 10
   release(1);
   BOOST_TEST(try_alloc(tokens_req(3, 4, "r")) == "ok");
