@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <memory>
 
 #include <caf/send.hpp>
@@ -29,6 +30,7 @@ struct block_pool_state {
   std::unique_ptr<detail::pressure_tracker> marks;
   std::size_t band = 0;
   supervisor_actor supervisor;
+  device_actor device; ///< copies for copy-on-write
   std::vector<caf::actor> kv_subscribers;
   std::uint64_t kv_seq = 0;
   std::uint32_t block_size = 0;
@@ -127,15 +129,33 @@ struct block_pool_state {
 
 using pool_ptr = block_pool_actor::stateful_pointer<block_pool_state>;
 
+/// Has the device copy `copies` (copy-on-write) and calls `done` with its
+/// outcome. The core took holds on both sides of every pair when it decided
+/// the copy: neither can be handed to another request meanwhile.
+void copy_then(pool_ptr self, const std::vector<block_copy>& copies,
+               std::function<void(caf::error)> done) {
+  auto& st = self->state;
+  auto finish = [self, copies, done](caf::error err) {
+    self->state.core().release_copies(copies);
+    self->state.report(self);
+    done(std::move(err));
+  };
+  self->request(st.device, caf::infinite, copy_atom::value, copies)
+    .then([finish](std::uint32_t) { finish(caf::none); },
+          [finish](caf::error& err) { finish(std::move(err)); });
+}
+
 /// The table of a live request (after a successful operation on it).
 block_table table_of(const detail::block_pool_core& core, request_id id) {
   return core.table(*core.find(id));
 }
 
 block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
-                                               std::uint32_t num_blocks) {
+                                               std::uint32_t num_blocks,
+                                               device_actor device) {
   auto& st = self->state;
   st.init(cfg, num_blocks);
+  st.device = std::move(device);
   return {
     [self, &st](allocate_atom, const allocation_request& req)
       -> caf::result<admission> {
@@ -157,11 +177,22 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
                             + std::to_string(tokens.size())
                             + " token ids for " + std::to_string(n)
                             + " tokens");
-      auto res = st.core().extend(id, n, tokens.empty() ? nullptr : tokens.data());
+      auto res = st.core().extend(id, n, tokens.empty() ? nullptr : tokens.data(),
+                                  true);
       if (!res)
         return std::move(res.error());
       st.report(self);
-      return extension{table_of(st.core(), id), std::move(res->copies)};
+      extension ext{table_of(st.core(), id), std::move(res->copies)};
+      if (ext.copies.empty())
+        return ext;
+      auto rp = self->make_response_promise<extension>();
+      copy_then(self, ext.copies, [rp, ext](caf::error err) mutable {
+        if (err)
+          rp.deliver(std::move(err));
+        else
+          rp.deliver(std::move(ext));
+      });
+      return rp;
     },
     [self, &st](free_atom, request_id id) -> caf::result<std::uint32_t> {
       auto res = st.core().release(id);
@@ -196,10 +227,24 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       st.report(self);
       return admission{child, res->cache_id, 0, table_of(st.core(), child)};
     },
-    [self, &st](step_atom, const step_request& step) {
-      auto res = st.core().run_step(step);
+    [self, &st](step_atom, const step_request& step) -> caf::result<step_result> {
+      auto res = st.core().run_step(step, true);
       st.report(self);
-      return res;
+      if (res.copies.empty())
+        return res;
+      auto rp = self->make_response_promise<step_result>();
+      auto copies = res.copies;
+      copy_then(self, copies, [self, rp, res](caf::error err) mutable {
+        if (err) {
+          rp.deliver(std::move(err));
+          return;
+        }
+        // The copies' holds are gone now: report usage as of the reply.
+        res.free_blocks = self->state.core().free_blocks();
+        res.used_blocks = self->state.core().used_blocks();
+        rp.deliver(std::move(res));
+      });
+      return rp;
     },
     [&st](table_atom, request_id id) -> caf::result<block_table> {
       auto seq = st.core().find(id);
@@ -318,8 +363,8 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
 
 block_pool_actor spawn_block_pool(caf::actor_system& sys,
                                   const cache_config& cfg,
-                                  std::uint32_t num_blocks) {
-  return sys.spawn(block_pool_fun, cfg, num_blocks);
+                                  std::uint32_t num_blocks, device_actor device) {
+  return sys.spawn(block_pool_fun, cfg, num_blocks, std::move(device));
 }
 
 } // namespace kvactor

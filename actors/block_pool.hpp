@@ -1,8 +1,9 @@
 // The block pool actor: the one owner of block-level truth. Every decision
 // about who gets a block is made here, in one message (lookup and pin of a
 // cached prefix included); the state and the decisions themselves are
-// detail::block_pool_core, this actor serializes access to it and reports
-// usage crossings to the supervisor.
+// detail::block_pool_core, this actor serializes access to it, has the
+// device make copy-on-write copies (holding both blocks meanwhile) and
+// reports usage crossings to the supervisor and index changes as KV events.
 #pragma once
 
 #include <cstdint>
@@ -16,9 +17,11 @@ class actor_system;
 
 namespace kvactor {
 
-/// Spawns a pool of `num_blocks` blocks for `cfg`.
+/// Spawns a pool of `num_blocks` blocks for `cfg`; `device` copies blocks
+/// for copy-on-write (the pool replies to an extend or step that copied only
+/// once the device has).
 /// REQUIRES: validate(cfg) passed.
 block_pool_actor spawn_block_pool(caf::actor_system& sys, const cache_config& cfg,
-                                  std::uint32_t num_blocks);
+                                  std::uint32_t num_blocks, device_actor device);
 
 } // namespace kvactor

@@ -153,16 +153,6 @@ caf::error block_pool_core::check_invariant() const {
   for (auto b : pinned_)
     if (b >= n || !blocks_[b].pinned || !blocks_[b].indexed)
       return broken(blk(b) + " is on the pinned list but not pinned and indexed");
-  std::vector<std::uint32_t> held(n, 0);
-  for (auto& [ticket, blocks] : copy_holds_)
-    for (auto b : blocks)
-      if (b < n)
-        ++held[b];
-  for (block_id b = 0; b < n; ++b)
-    if (held[b] != blocks_[b].holds)
-      return broken(blk(b) + " counts " + std::to_string(blocks_[b].holds)
-                    + " copy holds, " + std::to_string(held[b])
-                    + " copies in flight name it");
   if (promised != promised_)
     return broken("promised growth " + std::to_string(promised_) + " != "
                   + std::to_string(promised));

@@ -509,7 +509,7 @@ void block_pool_core::repromise(const sequence& seq,
 
 caf::expected<extension_outcome>
 block_pool_core::extend(request_id id, std::uint64_t n,
-                        const token_id* tokens) {
+                        const token_id* tokens, bool hold_copies) {
   caf::error err;
   auto seq = find_resident(id, err);
   if (seq == nullptr)
@@ -533,8 +533,13 @@ block_pool_core::extend(request_id id, std::uint64_t n,
   auto total = seq->num_tokens + n;
   auto new_blocks = total / block_size_ + (total % block_size_ != 0);
   auto add = new_blocks - old_blocks;
-  bool cow = seq->num_tokens % block_size_ != 0
-             && blocks_[seq->blocks.back()].ref_count > 1;
+  // Copy on write only if another table holds the block: a copy in flight
+  // (holds) only reads the tokens before ours, which we never change.
+  bool cow = false;
+  if (seq->num_tokens % block_size_ != 0) {
+    auto& last = blocks_[seq->blocks.back()];
+    cow = last.ref_count - last.holds > 1;
+  }
   if (auto err = admit_blocks(seq->tenant, add + cow))
     return err;
   auto promised_before = growth(*seq);
@@ -545,6 +550,11 @@ block_pool_core::extend(request_id id, std::uint64_t n,
     auto copy = take_block(seq->tenant);
     blocks_[copy].level = seq->level;
     --blocks_[old].ref_count; // > 1 before: still used by the others
+    if (hold_copies)
+      for (auto b : {old, copy}) {
+        ++blocks_[b].ref_count;
+        ++blocks_[b].holds;
+      }
     seq->blocks.back() = copy;
     out.copies.push_back(block_copy{old, copy});
     ++counters_.cow_copies;

@@ -146,8 +146,13 @@ public:
 
   /// Grows `id` by `n` tokens (`tokens`: null or exactly n token ids). A
   /// shared, partially filled last block is replaced by a private copy first.
+  /// With `hold_copies`, both blocks of that copy stay held (in use, counted
+  /// in their references) until release_copies: the device has yet to copy,
+  /// so neither may be handed to another request before - not even by a
+  /// free later in the same step.
   caf::expected<extension_outcome> extend(request_id id, std::uint64_t n,
-                                          const token_id* tokens);
+                                          const token_id* tokens,
+                                          bool hold_copies = false);
 
   /// Ends `id`: its blocks return, last block first; indexed ones stay cached.
   /// Returns the number of blocks whose last reference went.
@@ -165,7 +170,7 @@ public:
   caf::expected<allocation_outcome> fork(request_id parent, request_id child);
 
   /// Executes one scheduler step (see messages/step.hpp).
-  step_result run_step(const step_request& step);
+  step_result run_step(const step_request& step, bool hold_copies = false);
 
   // -- swapping (block_pool_swap.cpp) --------------------------------------------
 
@@ -206,11 +211,9 @@ public:
   caf::expected<std::uint32_t> pin(std::uint16_t t,
                                    const std::vector<token_id>& tokens,
                                    std::uint64_t ttl_ms, std::uint64_t now_ms);
-  /// Keeps the blocks of `copies` (sources and destinations) from being
-  /// freed until release_copy_hold(ticket): while the device copies, neither
-  /// side can be handed to another request, whatever happens to the tables.
-  std::uint64_t hold_for_copy(const std::vector<block_copy>& copies);
-  void release_copy_hold(std::uint64_t ticket);
+  /// Ends the holds extend(..., hold_copies) and run_step(..., hold_copies)
+  /// took on both blocks of each copy: call once the device copied them.
+  void release_copies(const std::vector<block_copy>& copies);
 
   /// Cached blocks that are pinned (cached_blocks() counts the others).
   std::uint64_t pinned_cached_blocks() const noexcept;
@@ -379,8 +382,6 @@ private:
   std::uint64_t promised_ = 0; ///< sum of growth() over live requests
   std::uint64_t max_pinned_ = 0;
   std::vector<block_id> pinned_;
-  std::uint64_t next_hold_ = 1;
-  std::vector<std::pair<std::uint64_t, std::vector<block_id>>> copy_holds_;
   // Host tier (swap): free host blocks; the others belong to swapped
   // requests.
   std::uint32_t num_host_blocks_ = 0;

@@ -34,7 +34,7 @@ std::vector<request_id> block_pool_core::choose_victims(std::uint64_t blocks) co
       return;
     std::uint64_t mine = 0;
     for (auto b : s.blocks)
-      mine += blocks_[b].ref_count == 1;
+      mine += blocks_[b].ref_count - blocks_[b].holds == 1;
     if (mine > 0)
       cands.push_back(candidate{&s, mine});
   });
@@ -148,31 +148,12 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
   return hits;
 }
 
-std::uint64_t block_pool_core::hold_for_copy(const std::vector<block_copy>& copies) {
-  std::vector<block_id> held;
-  held.reserve(copies.size() * 2);
+void block_pool_core::release_copies(const std::vector<block_copy>& copies) {
   for (auto& c : copies)
     for (auto b : {c.src, c.dst}) {
-      ++blocks_[b].ref_count;
-      ++blocks_[b].holds;
-      held.push_back(b);
+      --blocks_[b].holds;
+      unref(b, blocks_[b].level);
     }
-  auto ticket = next_hold_++;
-  copy_holds_.emplace_back(ticket, std::move(held));
-  return ticket;
-}
-
-void block_pool_core::release_copy_hold(std::uint64_t ticket) {
-  auto i = std::find_if(copy_holds_.begin(), copy_holds_.end(),
-                        [&](auto& x) { return x.first == ticket; });
-  if (i == copy_holds_.end())
-    return;
-  auto held = std::move(i->second);
-  copy_holds_.erase(i);
-  for (auto b : held) {
-    --blocks_[b].holds;
-    unref(b, blocks_[b].level);
-  }
 }
 
 std::uint64_t block_pool_core::pinned_cached_blocks() const noexcept {

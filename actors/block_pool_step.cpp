@@ -6,7 +6,8 @@
 
 namespace kvactor::detail {
 
-step_result block_pool_core::run_step(const step_request& step) {
+step_result block_pool_core::run_step(const step_request& step,
+                                      bool hold_copies) {
   step_result r;
   for (auto id : step.frees) {
     if (auto n = release(id))
@@ -41,7 +42,7 @@ step_result block_pool_core::run_step(const step_request& step) {
     auto& op = ops[i];
     auto tokens = named ? step.tokens.data() + offset : nullptr;
     for (;;) {
-      auto res = extend(op.id, op.num_tokens, tokens);
+      auto res = extend(op.id, op.num_tokens, tokens, hold_copies);
       if (res) {
         if (res->changed) {
           auto& seq = *find(op.id);

@@ -86,7 +86,6 @@ request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
   args.block_size = st.cfg.block_size;
   args.bytes_per_block = st.store.bytes_per_block;
   args.pool = st.pool;
-  args.device = st.device;
   args.manager = caf::actor_cast<kv_cache_manager_actor>(self);
   args.owner = owner;
   auto info = args.info;
@@ -404,18 +403,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
             res.failed.insert(res.failed.end(),
                               std::make_move_iterator(rejected.begin()),
                               std::make_move_iterator(rejected.end()));
-            if (res.copies.empty() || !self->state.device) {
-              rp.deliver(std::move(res));
-              return;
-            }
-            auto copies = res.copies;
-            self->request(self->state.device, caf::infinite, copy_atom::value,
-                          std::move(copies))
-              .then(
-                [rp, res = std::move(res)](std::uint32_t) mutable {
-                  rp.deliver(std::move(res));
-                },
-                [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+            rp.deliver(std::move(res)); // copies done by the pool
           },
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
       return rp;
@@ -591,7 +579,7 @@ caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
   storage_info info{to_string(out.store->kind()), out.store->where(),
                     lay.num_blocks, lay.num_host_blocks, lay.bytes_per_block()};
   out.device = spawn_device_actor(sys, out.store, spawn_opts.detached_device);
-  out.pool = spawn_block_pool(sys, cfg, lay.num_blocks);
+  out.pool = spawn_block_pool(sys, cfg, lay.num_blocks, out.device);
   out.manager = sys.spawn(manager_fun, cfg, info, out.device, out.pool);
   return out;
 }

@@ -66,9 +66,9 @@ caf::error ended_error(const request_handle_state& st) {
                     "request " + std::to_string(st.id()) + " has ended");
 }
 
-/// Grows the request through the pool; copies shared blocks (copy-on-write)
-/// before replying, so the caller never appends into a block another
-/// request still reads.
+/// Grows the request through the pool, which has shared blocks copied
+/// (copy-on-write) before it replies, so the caller never appends into a
+/// block another request still reads.
 caf::result<block_table> grow(handle_ptr self, std::uint64_t n,
                               std::vector<token_id> tokens) {
   auto& st = self->state;
@@ -84,20 +84,10 @@ caf::result<block_table> grow(handle_ptr self, std::uint64_t n,
   self->request(st.args.pool, caf::infinite, extend_atom::value, st.id(), n,
                 std::move(tokens))
     .then(
-      [self, rp, fail](extension& ext) mutable {
-        if (ext.copies.empty() || !self->state.args.device) {
-          rp.deliver(std::move(ext.table));
-          answered(self);
-          return;
-        }
-        self->request(self->state.args.device, caf::infinite, copy_atom::value,
-                      ext.copies)
-          .then(
-            [self, rp, table = std::move(ext.table)](std::uint32_t) mutable {
-              rp.deliver(std::move(table));
-              answered(self);
-            },
-            fail);
+      [self, rp](extension& ext) mutable {
+        // Copy-on-write copies, if any, are done: the pool waited for them.
+        rp.deliver(std::move(ext.table));
+        answered(self);
       },
       fail);
   return rp;

@@ -1,9 +1,10 @@
 // The request handle actor: one per live request. It is the request's
 // identity and lifetime (it dies with its owner, and the supervisor then
-// reclaims its blocks), and it runs the data movement its growth needs
-// (copy-on-write through the device actor). The block table itself is kept by
-// the block pool, so that a scheduler step and a prefix lookup-and-pin each
-// stay one message; the handle answers table queries from there.
+// reclaims its blocks), it grows the request (the pool has the device copy a
+// shared block before it appends: copy-on-write) and serves its figures. The
+// block table itself is kept by the block pool, so that a scheduler step and
+// a prefix lookup-and-pin each stay one message; the handle answers table
+// queries from there.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +25,6 @@ struct request_handle_args {
   std::uint32_t block_size = 0;
   std::uint64_t bytes_per_block = 0;
   block_pool_actor pool;
-  device_actor device;
   kv_cache_manager_actor manager;
   /// Its owner; the handle quits (and the request is reclaimed) when the
   /// owner terminates. Null: no owner (ended only by free).

@@ -103,7 +103,9 @@ struct step_result {
   /// The first admit that did not fit (admission stopped there); 0 = none.
   request_id blocked = 0;
   bool admission_blocked = false;
-  std::uint64_t free_blocks = 0; ///< after the step, cached ones included
+  /// As of the reply (after copy-on-write copies finished), cached blocks
+  /// counted as free.
+  std::uint64_t free_blocks = 0;
   std::uint64_t used_blocks = 0;
 };
 

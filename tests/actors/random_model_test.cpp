@@ -427,7 +427,13 @@ void random_model::op_step() {
   request_id blocked = 0;
   auto sim = live_;
   std::map<request_id, std::uint64_t> fresh;
-  auto sim_refs = [&] {
+  // A copy-on-write holds both its blocks until the device copied them,
+  // after the step: the source (its id is known) and the fresh destination
+  // (counted per request). Neither comes free before, even if released.
+  std::vector<block_id> held_src;
+  std::map<request_id, std::uint64_t> held_dst;
+  std::uint64_t released_dst = 0;
+  auto sim_refs = [&](bool with_holds) {
     ref_counts out(total_blocks, 0);
     for (auto& [id, r] : sim)
       for (auto b : r.blocks)
@@ -435,16 +441,21 @@ void random_model::op_step() {
     for (auto& [id, t] : orphans_)
       for (auto b : t.blocks)
         ++out.at(b);
+    if (with_holds)
+      for (auto b : held_src)
+        ++out.at(b);
     return out;
   };
-  std::uint64_t free_now = total_blocks - held(sim_refs());
+  std::uint64_t free_now = total_blocks - held(sim_refs(true));
   auto release = [&](request_id id) {
-    auto r = sim_refs();
-    std::uint64_t n = fresh[id];
+    auto r = sim_refs(true);
+    std::uint64_t n = fresh[id] - held_dst[id];
+    released_dst += held_dst[id];
     for (auto b : sim.at(id).blocks)
       if (r.at(b) == 1)
         ++n;
     fresh.erase(id);
+    held_dst.erase(id);
     sim.erase(id);
     free_now += n;
   };
@@ -481,11 +492,14 @@ void random_model::op_step() {
       // The last block is copied if it is partly filled and shared; one
       // taken in this step is private.
       bool cow = r.tokens % bs != 0 && fresh[op.id] == 0
-                 && sim_refs().at(r.blocks.back()) > 1;
+                 && sim_refs(false).at(r.blocks.back()) > 1;
       if (add + cow <= free_now) {
         free_now -= add + cow;
-        if (cow)
+        if (cow) {
+          held_src.push_back(r.blocks.back());
+          ++held_dst[op.id];
           r.blocks.pop_back();
+        }
         fresh[op.id] += add + cow;
         r.tokens += op.num_tokens;
         if (add + cow > 0)
@@ -539,6 +553,16 @@ void random_model::op_step() {
         admitted.push_back(a.id);
       }
     }
+  }
+  // The copies are done when the reply comes: their holds are gone.
+  {
+    auto with = sim_refs(true);
+    held_src.clear();
+    auto without = sim_refs(false);
+    for (std::size_t b = 0; b < total_blocks; ++b)
+      if (with.at(b) > 0 && without.at(b) == 0)
+        ++free_now;
+    free_now += released_dst;
   }
   // Compare.
   expect_outcome(res, "ok");
