@@ -25,6 +25,8 @@ block_pool_core::block_pool_core(const cache_config& cfg,
     prefix_caching_(cfg.prefix_caching),
     model_(cfg.model),
     blocks_(num_blocks),
+    parent_(num_blocks, 0),
+    pin_until_(num_blocks, 0),
     lru_(num_blocks),
     index_(num_blocks) {
   free_.reserve(num_blocks);
@@ -54,6 +56,12 @@ block_pool_core::block_pool_core(const cache_config& cfg,
 
 caf::expected<std::uint16_t>
 block_pool_core::check(const allocation_request& req) const {
+  return check(req, false);
+}
+
+caf::expected<std::uint16_t>
+block_pool_core::check(const allocation_request& req,
+                       bool prompt_validated) const {
   auto ti = tenant_index(req.tenant);
   if (!ti)
     return make_error(errc::unknown_tenant,
@@ -86,12 +94,20 @@ block_pool_core::check(const allocation_request& req) const {
                         + std::to_string(req.initial_tokens)
                         + " differs from the prompt's length "
                         + std::to_string(req.prompt.size()));
-  for (std::size_t i = 0; i < req.prompt.size(); ++i)
-    if (req.prompt[i] < 0)
-      return make_error(errc::invalid_request,
-                        req_name(req.id) + ": prompt[" + std::to_string(i)
-                          + "] = " + std::to_string(req.prompt[i])
-                          + " is not a token id");
+  // One vectorizable pass; the position only if it failed.
+  token_id lowest = 0;
+  if (!prompt_validated)
+    for (auto tok : req.prompt)
+      lowest = std::min(lowest, tok);
+  if (lowest < 0) {
+    auto i = std::find_if(req.prompt.begin(), req.prompt.end(),
+                          [](token_id x) { return x < 0; })
+             - req.prompt.begin();
+    return make_error(errc::invalid_request,
+                      req_name(req.id) + ": prompt[" + std::to_string(i)
+                        + "] = " + std::to_string(req.prompt[i])
+                        + " is not a token id");
+  }
   auto n = req.prompt.empty() ? req.initial_tokens : req.prompt.size();
   if (n > req.max_sequence_length)
     return make_error(errc::exceeds_max_sequence_length,
@@ -188,7 +204,7 @@ void block_pool_core::evict_one(block_id b, std::uint8_t level) {
   m.state = block_state::free;
   ++counters_.evictions;
   if (record_events_)
-    events_.push_back(index_event{false, m.hash.lo, m.parent, b, m.stored_by, {}});
+    events_.push_back(index_event{false, m.hash.lo, parent_[b], b, m.stored_by, {}});
 }
 
 block_id block_pool_core::take_block(std::uint16_t t) {
@@ -236,7 +252,7 @@ void block_pool_core::index_block(block_id b, block_hash h,
   if (m.indexed)
     return;
   m.hash = h;
-  m.parent = parent;
+  parent_[b] = parent;
   // A block computed twice (two requests filled identical blocks at once)
   // stays unindexed: the first copy serves later hits.
   if (index_.insert(h.lo, b)) {
@@ -290,6 +306,7 @@ sequence& block_pool_core::new_sequence(request_id id) {
   seq.tail.clear();
   seq.hashable = false;
   seq.num_hashed = 0;
+  seq.tail_shared = false;
   seq.where = residency::resident;
   seq.release_pending = false;
   seq.expected_tokens = 0;
@@ -320,29 +337,49 @@ block_table block_pool_core::table(const sequence& seq) const {
 
 std::uint32_t block_pool_core::lookup(std::uint16_t t,
                                       const std::vector<token_id>& prompt,
-                                      std::uint32_t max_hits) const {
-  auto full = prompt.size() / block_size_;
-  scratch_.resize(full);
+                                      std::uint32_t max_hits, bool memo) const {
+  auto full = std::min<std::size_t>(prompt.size() / block_size_, max_hits);
+  if (memo && memo_.tenant == t) {
+    scratch_ = memo_.hashes;
+    std::uint32_t hits = 0;
+    for (std::size_t i = 0; i < full; ++i) {
+      auto b = index_.find(scratch_[i].lo);
+      if (b == flat_index::npos || blocks_[b].hash.hi != scratch_[i].hi)
+        break;
+      ++hits;
+    }
+    return hits;
+  }
+  // Hash only up to the first miss: a new prompt that does not fit costs a
+  // few hashes, not its length.
+  scratch_.clear();
   auto h = tenants_[t].seed;
   std::uint32_t hits = 0;
-  bool hitting = true;
   for (std::size_t i = 0; i < full; ++i) {
     h = hash_block(h, prompt.data() + i * block_size_, block_size_);
-    scratch_[i] = h;
-    if (hitting && i < max_hits) {
-      auto b = index_.find(h.lo);
-      if (b != flat_index::npos && blocks_[b].hash.hi == h.hi)
-        ++hits;
-      else
-        hitting = false;
-    }
+    scratch_.push_back(h);
+    auto b = index_.find(h.lo);
+    if (b == flat_index::npos || blocks_[b].hash.hi != h.hi)
+      break;
+    ++hits;
   }
   return hits;
 }
 
+void block_pool_core::hash_all(std::uint16_t t,
+                               const std::vector<token_id>& prompt) const {
+  auto full = prompt.size() / block_size_;
+  auto h = scratch_.empty() ? tenants_[t].seed : scratch_.back();
+  for (auto i = scratch_.size(); i < full; ++i) {
+    h = hash_block(h, prompt.data() + i * block_size_, block_size_);
+    scratch_.push_back(h);
+  }
+}
+
 caf::expected<block_pool_core::alloc_plan>
 block_pool_core::plan_allocation(const allocation_request& req) const {
-  auto t = check(req);
+  auto known = memo_matches(req);
+  auto t = check(req, known);
   if (!t)
     return std::move(t.error());
   if (find(req.id) != nullptr)
@@ -356,7 +393,8 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
   p.hashing = prefix_caching_ && (!prompt.empty() || p.tokens == 0);
   if (p.hashing && !prompt.empty()) {
     p.hits = lookup(p.tenant, prompt,
-                    static_cast<std::uint32_t>((p.tokens - 1) / block_size_));
+                    static_cast<std::uint32_t>((p.tokens - 1) / block_size_),
+                    known);
     for (std::uint32_t i = 0; i < p.hits; ++i) {
       auto& m = blocks_[index_.find(scratch_[i].lo)];
       if (m.state == block_state::cached) {
@@ -391,8 +429,17 @@ block_pool_core::allocate(const allocation_request& req) {
     auto& err = planned.error();
     if (has_code(err, errc::out_of_blocks) || has_code(err, errc::quota_exceeded)) {
       ++counters_.allocation_failures;
-      if (auto t = tenant_index(req.tenant))
+      if (auto t = tenant_index(req.tenant)) {
         ++tenants_[*t].failures;
+        // It will be retried: keep what was learned about its prompt.
+        if (prefix_caching_ && !req.prompt.empty() && !memo_matches(req)) {
+          hash_all(*t, req.prompt);
+          memo_.valid = true;
+          memo_.tenant = *t;
+          memo_.prompt = req.prompt;
+          memo_.hashes = scratch_;
+        }
+      }
     }
     return std::move(err);
   }
@@ -426,6 +473,7 @@ block_pool_core::allocate(const allocation_request& req) {
     blocks_[seq.blocks.back()].level = seq.level;
   }
   if (p.hashing) {
+    hash_all(t, prompt);
     seq.hashable = true;
     auto& ts = tenants_[t];
     seq.chain = ts.seed;
@@ -460,8 +508,34 @@ bool block_pool_core::can_allocate(const allocation_request& req) const {
 
 // -- extend ---------------------------------------------------------------------------
 
+bool block_pool_core::append_in_place(sequence& seq, std::uint64_t n,
+                                      const token_id* tokens) {
+  // The common decode step: a few tokens into the partly filled last block,
+  // which no one else holds. Anything else takes the full path.
+  auto used = seq.num_tokens % block_size_;
+  if (used == 0 || used + n > block_size_ || seq.tail_shared
+      || n > seq.max_tokens - seq.num_tokens)
+    return false;
+  if (tokens != nullptr) {
+    for (std::uint64_t i = 0; i < n; ++i)
+      if (tokens[i] < 0)
+        return false; // the full path reports it
+    if (seq.hashable)
+      hash_appended(seq, tokens, n);
+  } else if (seq.hashable) {
+    seq.hashable = false;
+    seq.tail.clear();
+  }
+  seq.num_tokens += n;
+  return true;
+}
+
 void block_pool_core::hash_appended(sequence& seq, const token_id* tokens,
                                     std::uint64_t n) {
+  if (n == 1 && seq.tail.size() + 1 < block_size_) {
+    seq.tail.push_back(*tokens); // does not complete a block
+    return;
+  }
   seq.tail.insert(seq.tail.end(), tokens, tokens + n);
   std::size_t off = 0;
   while (seq.tail.size() - off >= block_size_) {
@@ -494,29 +568,22 @@ sequence* block_pool_core::find_resident(request_id id, caf::error& err) {
   return seq;
 }
 
-std::uint64_t block_pool_core::growth(const sequence& seq) const noexcept {
-  if (seq.expected_tokens == 0 || seq.where != residency::resident)
-    return 0;
-  auto want = seq.expected_tokens / block_size_
-              + (seq.expected_tokens % block_size_ != 0);
-  return want > seq.blocks.size() ? want - seq.blocks.size() : 0;
-}
-
-void block_pool_core::repromise(const sequence& seq,
-                                std::uint64_t before) noexcept {
-  promised_ = promised_ - before + growth(seq);
-}
-
 caf::expected<extension_outcome>
 block_pool_core::extend(request_id id, std::uint64_t n,
                         const token_id* tokens, bool hold_copies) {
-  caf::error err;
-  auto seq = find_resident(id, err);
-  if (seq == nullptr)
+  auto seq = find_mut(id);
+  if (seq == nullptr || seq->where != residency::resident) {
+    caf::error err;
+    find_resident(id, err);
     return err;
+  }
   extension_outcome out;
   if (n == 0)
     return out;
+  if (append_in_place(*seq, n, tokens)) {
+    out.first_changed = static_cast<std::uint32_t>(seq->blocks.size());
+    return out;
+  }
   if (n > seq->max_tokens - seq->num_tokens)
     return make_error(errc::exceeds_max_sequence_length,
                       req_name(id) + ": " + std::to_string(seq->num_tokens)
@@ -536,13 +603,15 @@ block_pool_core::extend(request_id id, std::uint64_t n,
   // Copy on write only if another table holds the block: a copy in flight
   // (holds) only reads the tokens before ours, which we never change.
   bool cow = false;
-  if (seq->num_tokens % block_size_ != 0) {
+  if (seq->tail_shared && seq->num_tokens % block_size_ != 0) {
     auto& last = blocks_[seq->blocks.back()];
     cow = last.ref_count - last.holds > 1;
   }
-  if (auto err = admit_blocks(seq->tenant, add + cow))
-    return err;
+  if (add + cow > 0)
+    if (auto err = admit_blocks(seq->tenant, add + cow))
+      return err;
   auto promised_before = growth(*seq);
+  seq->tail_shared = false; // its own copy, or it is the only holder left
   out.changed = add + cow > 0;
   out.first_changed = static_cast<std::uint32_t>(old_blocks - cow);
   if (cow) {
@@ -638,7 +707,7 @@ caf::expected<allocation_outcome> block_pool_core::fork(request_id parent,
     return make_error(errc::duplicate_request,
                       req_name(child) + " is already allocated");
   auto& c = new_sequence(child); // may move seqs_: look the parent up after
-  auto& p = *find(parent);
+  auto& p = *find_mut(parent);
   c.tenant = p.tenant;
   c.priority = p.priority;
   c.level = p.level;
@@ -650,6 +719,7 @@ caf::expected<allocation_outcome> block_pool_core::fork(request_id parent,
   c.num_hashed = p.num_hashed;
   c.chain = p.chain;
   c.tail = p.tail;
+  p.tail_shared = c.tail_shared = p.num_tokens % block_size_ != 0;
   for (auto b : c.blocks)
     hold(b, c);
   promised_ += growth(c);

@@ -62,6 +62,9 @@ struct sequence {
   std::vector<token_id> tail;
   /// LRU level its blocks join when released (retention_of).
   std::uint8_t level = 5;
+  /// Its partially filled last block may be shared (set by fork, the only
+  /// way a partial block gets a second holder); checked before appending.
+  bool tail_shared = false;
   /// Tokens it is expected to reach (admission headroom); 0 = no promise.
   std::uint64_t expected_tokens = 0;
   // Swapping: host-tier copies (swapping_out, swapped) and the device blocks
@@ -287,6 +290,8 @@ public:
 private:
   enum class block_state : std::uint8_t { free, cached, used };
 
+  /// Per block, 32 bytes: what every hot path touches. The parent hash
+  /// (events only) and pin deadline (pins only) live in side arrays.
   struct block_meta {
     std::uint32_t ref_count = 0;
     std::uint16_t tenant = 0;
@@ -297,13 +302,12 @@ private:
     /// LRU level while cached; while used, the highest level of its holders.
     std::uint8_t level = 0;
     bool indexed = false;
-    bool pinned = false; ///< cached but kept off the LRU until pin_until
+    bool pinned = false; ///< cached but kept off the LRU until its deadline
     /// References held by copies in flight (counted in ref_count too).
     std::uint16_t holds = 0;
     block_hash hash;
-    std::uint64_t parent = 0; ///< parent's hash.lo, for events
-    std::uint64_t pin_until = 0;
   };
+  static_assert(sizeof(block_meta) <= 32, "keep block_meta two to a line");
 
   // -- helpers (block_pool_core.cpp) ---------------------------------------------
 
@@ -321,6 +325,24 @@ private:
   };
   caf::expected<alloc_plan> plan_allocation(const allocation_request& req) const;
 
+  /// The last admission that did not fit: its prompt (already validated) and
+  /// every block hash of it. Retrying it - the waiting head, every step under
+  /// pressure - then costs a comparison instead of a validation pass and a
+  /// rehash (vLLM keeps the hashes on its request object for the same
+  /// reason).
+  struct admission_memo {
+    bool valid = false;
+    std::uint16_t tenant = 0;
+    std::vector<token_id> prompt;
+    std::vector<block_hash> hashes;
+  };
+  /// Whether `req`'s prompt is the memo's.
+  bool memo_matches(const allocation_request& req) const noexcept {
+    return memo_.valid && !req.prompt.empty() && memo_.prompt == req.prompt;
+  }
+  caf::expected<std::uint16_t> check(const allocation_request& req,
+                                     bool prompt_validated) const;
+
   /// Blocks tenant `t` may take now: free and cached blocks, minus what other
   /// tenants' reservations hold back.
   std::uint64_t takeable(std::uint16_t t) const noexcept;
@@ -334,10 +356,19 @@ private:
   caf::error admit_headroom(std::uint16_t t, std::uint64_t n,
                             std::uint64_t growth) const;
   /// Blocks `seq` is expected to grow by (0 without a promise).
-  std::uint64_t growth(const sequence& seq) const noexcept;
+  std::uint64_t growth(const sequence& seq) const noexcept {
+    if (seq.expected_tokens == 0 || seq.where != residency::resident)
+      return 0;
+    auto want = seq.expected_tokens / block_size_
+                + (seq.expected_tokens % block_size_ != 0);
+    return want > seq.blocks.size() ? want - seq.blocks.size() : 0;
+  }
   /// Keeps promised_ right around a change of `seq`: call with the growth
   /// before the change, after it.
-  void repromise(const sequence& seq, std::uint64_t before) noexcept;
+  void repromise(const sequence& seq, std::uint64_t before) noexcept {
+    if (seq.expected_tokens != 0)
+      promised_ = promised_ - before + growth(seq);
+  }
   void release_now(sequence& seq);
   sequence* find_resident(request_id id, caf::error& err);
   block_id take_block(std::uint16_t t);
@@ -348,11 +379,17 @@ private:
   void index_block(block_id b, block_hash h, std::uint64_t parent,
                    std::uint16_t t, const token_id* tokens);
   void hash_appended(sequence& seq, const token_id* tokens, std::uint64_t n);
+  /// Appends without taking a block when the tokens fit the unshared last
+  /// block; false (and nothing done) when the full path is needed.
+  bool append_in_place(sequence& seq, std::uint64_t n, const token_id* tokens);
   std::uint8_t retention_level(const sequence& seq) const noexcept;
   void hold(block_id b, const sequence& seq) noexcept;
-  /// Prompt block hashes into scratch_; returns how many lead the index.
+  /// How many of the prompt's first full blocks (at most `max_hits`) are in
+  /// the index; their hashes (and the first miss's) are left in scratch_.
   std::uint32_t lookup(std::uint16_t t, const std::vector<token_id>& prompt,
-                       std::uint32_t max_hits) const;
+                       std::uint32_t max_hits, bool memo = false) const;
+  /// Extends scratch_ to the hashes of every full block of the prompt.
+  void hash_all(std::uint16_t t, const std::vector<token_id>& prompt) const;
   sequence* find_mut(request_id id) noexcept;
   sequence& new_sequence(request_id id);
   void drop_sequence(request_id id);
@@ -362,6 +399,8 @@ private:
   bool prefix_caching_;
   model_config model_;
   std::vector<block_meta> blocks_;
+  std::vector<std::uint64_t> parent_;    ///< per block: parent's hash.lo
+  std::vector<std::uint64_t> pin_until_; ///< per block: pin deadline (ms)
   free_stack free_;
   lru_lists lru_;
   flat_index index_; ///< hash.lo -> block
@@ -387,6 +426,7 @@ private:
   std::uint32_t num_host_blocks_ = 0;
   free_stack host_free_;
   mutable std::vector<block_hash> scratch_;
+  mutable admission_memo memo_;
 };
 
 } // namespace kvactor::detail

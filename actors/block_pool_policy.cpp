@@ -137,7 +137,7 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
   for (std::uint32_t i = 0; i < hits; ++i) {
     auto b = index_.find(scratch_[i].lo);
     auto& m = blocks_[b];
-    m.pin_until = std::max(m.pin_until, until);
+    pin_until_[b] = std::max(pin_until_[b], until);
     if (m.pinned)
       continue;
     m.pinned = true;
@@ -168,12 +168,12 @@ std::uint32_t block_pool_core::expire_pins(std::uint64_t now_ms) {
   for (std::size_t i = 0; i < pinned_.size();) {
     auto b = pinned_[i];
     auto& m = blocks_[b];
-    if (m.pin_until > now_ms) {
+    if (pin_until_[b] > now_ms) {
       ++i;
       continue;
     }
     m.pinned = false;
-    m.pin_until = 0;
+    pin_until_[b] = 0;
     if (m.state == block_state::cached)
       lru_.push_back(b, m.level);
     pinned_[i] = pinned_.back();

@@ -41,6 +41,10 @@ step_result block_pool_core::run_step(const step_request& step,
       continue;
     auto& op = ops[i];
     auto tokens = named ? step.tokens.data() + offset : nullptr;
+    if (auto seq = find_mut(op.id); seq != nullptr
+        && seq->where == residency::resident && op.num_tokens > 0
+        && append_in_place(*seq, op.num_tokens, tokens))
+      continue; // the common case: no block taken, nothing to report
     for (;;) {
       auto res = extend(op.id, op.num_tokens, tokens, hold_copies);
       if (res) {

@@ -5,7 +5,7 @@
 // decisions (bench/replay_scheduler.hpp), so their hit rates and preemption
 // counts agree; only the cost of reaching the cache differs.
 //
-//   replay --trace FILE [--mode facade|step|both] [--num-blocks N]
+//   replay --trace FILE [--mode facade|step|core|both] [--num-blocks N]
 //          [--max-admits K] [--scheduler-threads N]
 #include <algorithm>
 #include <chrono>
@@ -23,6 +23,7 @@
 
 #include "bench/replay_scheduler.hpp"
 #include "bench/trace.hpp"
+#include "kvactor/actors/block_pool_core.hpp"
 #include "kvactor/actors/kv_cache_manager.hpp"
 #include "kvactor/messages/error.hpp"
 
@@ -216,6 +217,50 @@ nlohmann::json replay_facade(caf::actor_system& sys, const trace& tr,
   return report("facade", tr, cfg, sched, mgr.stats(), fig);
 }
 
+// -- core mode: the same steps straight into the pool core, no actors ------------------
+
+/// What the actors add is measured against this: the block pool core driven
+/// by a plain loop (REPLAY.md's "plain single-threaded C++ loop").
+nlohmann::json replay_core(const trace& tr, const cache_config& cfg,
+                           std::size_t max_admits) {
+  detail::block_pool_core pool{cfg, static_cast<std::uint32_t>(cfg.num_gpu_blocks)};
+  replay_scheduler sched{tr, cfg, max_admits};
+  run_figures fig;
+  auto run_one = [&](const step_request& req) {
+    auto t0 = clock_type::now();
+    auto res = pool.run_step(req);
+    auto dt = ms(clock_type::now() - t0);
+    fig.bookkeeping_ms += dt;
+    ++fig.message.calls;
+    fig.message.add(dt * 1000.0);
+    fig.alloc.calls += req.admits.size();
+    fig.extend.calls += req.extends.size();
+    fig.free.calls += req.frees.size();
+    return res;
+  };
+  auto t0 = clock_type::now();
+  while (!sched.done()) {
+    auto step = sched.begin_step();
+    while (sched.apply(run_one(step)))
+      step = sched.more_admits();
+    sched.end_step();
+  }
+  fig.wall_ms = ms(clock_type::now() - t0);
+  auto& c = pool.counters();
+  cache_manager_stats st;
+  st.blocks_allocated = c.blocks_allocated;
+  st.prefix_hit_blocks = c.prefix_hit_blocks;
+  st.blocks_freed = c.blocks_freed;
+  st.blocks_cached = c.blocks_cached;
+  st.eviction_count = c.evictions;
+  st.cache_hit_rate = c.query_tokens == 0 ? 0.0
+                                          : double(c.hit_tokens) / double(c.query_tokens);
+  auto out = report("core", tr, cfg, sched, st, fig);
+  out["latency"] = "per_step";
+  out["messages"] = fig.message.to_json();
+  return out;
+}
+
 // -- step mode: a scheduler actor, one message per step --------------------------------
 
 /// Drives `sched` against `mgr` with one step message per step, then
@@ -296,7 +341,7 @@ nlohmann::json replay_step(caf::actor_system& sys, const trace& tr,
 }
 
 int usage() {
-  std::cerr << "usage: replay --trace FILE [--mode facade|step|both] "
+  std::cerr << "usage: replay --trace FILE [--mode facade|step|core|both] "
                "[--num-blocks N] [--max-admits K] [--scheduler-threads N]\n";
   return 2;
 }
@@ -334,7 +379,8 @@ int main(int argc, char** argv) {
       return usage();
     }
   }
-  if (path.empty() || (mode != "facade" && mode != "step" && mode != "both")
+  if (path.empty()
+      || (mode != "facade" && mode != "step" && mode != "core" && mode != "both")
       || max_admits == 0)
     return usage();
   auto tr = load_trace(path);
@@ -348,6 +394,8 @@ int main(int argc, char** argv) {
   configure(sys_cfg, cfg);
   caf::actor_system sys{sys_cfg};
   try {
+    if (mode == "core")
+      std::cout << replay_core(*tr, cfg, max_admits).dump() << std::endl;
     if (mode == "step" || mode == "both")
       std::cout << replay_step(sys, *tr, cfg, max_admits).dump() << std::endl;
     if (mode == "facade" || mode == "both")
