@@ -42,6 +42,17 @@ struct request_handle_state {
 
 using handle_ptr = request_handle_actor::stateful_pointer<request_handle_state>;
 
+/// Quits, first removing its monitors from the manager and the owner: a
+/// monitor stays attached to the observed actor until one side removes it,
+/// and the manager outlives every request.
+void finish(handle_ptr self) {
+  auto& st = self->state;
+  self->demonitor(st.args.manager.address());
+  if (st.args.owner)
+    self->demonitor(caf::actor_cast<caf::actor_addr>(st.args.owner));
+  self->quit(st.exit_reason);
+}
+
 /// Quits now, or once the pending requests are answered.
 void end(handle_ptr self, caf::error reason) {
   auto& st = self->state;
@@ -50,7 +61,7 @@ void end(handle_ptr self, caf::error reason) {
     st.exit_reason = std::move(reason);
   }
   if (st.pending == 0)
-    self->quit(st.exit_reason);
+    finish(self);
 }
 
 /// One pending request answered.
@@ -58,7 +69,7 @@ void answered(handle_ptr self) {
   auto& st = self->state;
   --st.pending;
   if (st.ending && st.pending == 0)
-    self->quit(st.exit_reason);
+    finish(self);
 }
 
 caf::error ended_error(const request_handle_state& st) {

@@ -22,6 +22,8 @@ using clock_type = std::chrono::steady_clock;
 namespace {
 
 nlohmann::json summary(std::vector<double>& us) {
+  if (us.empty())
+    return {{"calls", 0}};
   std::sort(us.begin(), us.end());
   double sum = 0;
   for (auto x : us)
