@@ -92,7 +92,7 @@ struct block_pool_state {
     auto& c = core().counters();
     s.total_blocks = core().num_blocks();
     s.used_blocks = core().used_blocks();
-    s.cached_blocks = core().cached_blocks();
+    s.cached_blocks = core().cached_blocks() + core().pinned_cached_blocks();
     s.active_requests = core().num_sequences();
     s.allocations = c.allocations;
     s.allocation_failures = c.allocation_failures;
@@ -156,6 +156,18 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
   auto& st = self->state;
   st.init(cfg, num_blocks);
   st.device = std::move(device);
+  self->set_down_handler([self](const caf::down_msg& dm) {
+    auto& subs = self->state.kv_subscribers;
+    subs.erase(std::remove_if(subs.begin(), subs.end(),
+                              [&](const caf::actor& x) {
+                                return x.address() == dm.source;
+                              }),
+               subs.end());
+    if (subs.empty()) {
+      self->state.core().record_events(false);
+      self->state.core().take_events();
+    }
+  });
   return {
     [self, &st](allocate_atom, const allocation_request& req)
       -> caf::result<admission> {
@@ -279,12 +291,14 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       st.band = static_cast<std::size_t>(-1); // report the current usage now
       st.report(self);
     },
-    [&st](subscribe_atom, topic t, const caf::actor& sub) {
+    [self, &st](subscribe_atom, topic t, const caf::actor& sub) {
       if (t != topic::kv_events)
         return;
       auto& subs = st.kv_subscribers;
-      if (std::find(subs.begin(), subs.end(), sub) == subs.end())
+      if (std::find(subs.begin(), subs.end(), sub) == subs.end()) {
         subs.push_back(sub);
+        self->monitor(sub); // a subscriber that dies is dropped
+      }
       st.core().record_events(true);
     },
     [&st](unsubscribe_atom, topic t, const caf::actor& sub) {

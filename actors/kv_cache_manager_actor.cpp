@@ -190,6 +190,14 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
   self->request(st.supervisor, caf::infinite, subscribe_atom::value,
                 caf::actor_cast<caf::actor>(self))
     .then([self](memory_pressure level) { self->state.pressure = level; });
+  self->set_down_handler([self](const caf::down_msg& dm) {
+    auto& subs = self->state.lifecycle;
+    subs.erase(std::remove_if(subs.begin(), subs.end(),
+                              [&](const caf::actor& x) {
+                                return x.address() == dm.source;
+                              }),
+               subs.end());
+  });
   // Orderly shutdown on an exit message: tell subscribers, stop every actor
   // this manager spawned. The state is gone by the time attached functors
   // run, so those only hold copies of the fixed handles (for a kill).
@@ -433,8 +441,10 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
           break;
         case topic::lifecycle:
           if (std::find(st.lifecycle.begin(), st.lifecycle.end(), sub)
-              == st.lifecycle.end())
+              == st.lifecycle.end()) {
             st.lifecycle.push_back(sub);
+            self->monitor(sub); // a subscriber that dies is dropped
+          }
           break;
         case topic::kv_events:
           caf::anon_send(st.pool, subscribe_atom::value, t, sub);

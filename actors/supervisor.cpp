@@ -159,8 +159,15 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
   self->set_down_handler([self](const caf::down_msg& dm) {
     auto& st = self->state;
     auto i = st.watched.find(dm.source);
-    if (i == st.watched.end())
+    if (i == st.watched.end()) {
+      auto& subs = st.subscribers;
+      subs.erase(std::remove_if(subs.begin(), subs.end(),
+                                [&](const caf::actor& x) {
+                                  return x.address() == dm.source;
+                                }),
+                 subs.end());
       return;
+    }
     auto w = i->second;
     st.watched.erase(i);
     // The manager decides whether this was a live request (reclaim) or one
@@ -201,8 +208,10 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
     [self](subscribe_atom, const caf::actor& sub) {
       auto& st = self->state;
       if (std::find(st.subscribers.begin(), st.subscribers.end(), sub)
-          == st.subscribers.end())
+          == st.subscribers.end()) {
         st.subscribers.push_back(sub);
+        self->monitor(sub); // a subscriber that dies is dropped
+      }
       return st.tracker->level();
     },
     [self](unsubscribe_atom, const caf::actor& sub) {
