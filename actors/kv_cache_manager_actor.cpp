@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <functional>
 #include <unordered_map>
+#include <unordered_set>
+#include <memory>
 #include <vector>
 
 #include <caf/actor_system.hpp>
@@ -38,7 +40,14 @@ struct manager_state {
     request_info info;
     caf::strong_actor_ptr owner;
   };
-  std::unordered_map<request_id, entry> registry;
+  using registry_map = std::unordered_map<request_id, entry>;
+  /// Shared with the functor that stops the handles if the manager is
+  /// killed (the state is gone by then).
+  std::shared_ptr<registry_map> shared_registry = std::make_shared<registry_map>();
+  registry_map& registry = *shared_registry;
+  /// Live requests per owner: one monitor per owner (not per request - a
+  /// monitor is a list entry on the observed actor, removed by a search).
+  std::unordered_map<caf::actor_addr, std::unordered_set<request_id>> owned;
   std::vector<caf::actor> lifecycle;
 };
 
@@ -87,10 +96,16 @@ request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
   args.bytes_per_block = st.store.bytes_per_block;
   args.pool = st.pool;
   args.manager = caf::actor_cast<kv_cache_manager_actor>(self);
-  args.owner = owner;
   auto info = args.info;
   auto h = spawn_request_handle(self->system(), std::move(args));
   self->send(st.supervisor, watch_atom::value, h, req.id, cache_id);
+  if (owner) {
+    auto addr = caf::actor_cast<caf::actor_addr>(owner);
+    auto& ids = st.owned[addr];
+    if (ids.empty())
+      self->monitor(addr);
+    ids.insert(req.id);
+  }
   st.registry[req.id] = manager_state::entry{h, std::move(info),
                                              std::move(owner)};
   return h;
@@ -106,6 +121,14 @@ void end_request(mgr_ptr self, request_id id, end_reason why,
     return;
   auto e = std::move(i->second);
   st.registry.erase(i);
+  if (e.owner) {
+    auto addr = caf::actor_cast<caf::actor_addr>(e.owner);
+    auto o = st.owned.find(addr);
+    if (o != st.owned.end() && o->second.erase(id) > 0 && o->second.empty()) {
+      st.owned.erase(o);
+      self->demonitor(addr);
+    }
+  }
   self->send(e.handle, end_atom::value, why);
   request_ended ev{id, e.info.cache_id, why, released};
   for (auto& sub : st.lifecycle)
@@ -191,7 +214,27 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
                 caf::actor_cast<caf::actor>(self))
     .then([self](memory_pressure level) { self->state.pressure = level; });
   self->set_down_handler([self](const caf::down_msg& dm) {
-    auto& subs = self->state.lifecycle;
+    auto& st = self->state;
+    // An owner went: reclaim every request it still held.
+    if (auto o = st.owned.find(dm.source); o != st.owned.end()) {
+      auto ids = std::move(o->second);
+      st.owned.erase(o);
+      for (auto id : ids) {
+        auto i = st.registry.find(id);
+        if (i == st.registry.end())
+          continue;
+        auto cache_id = i->second.info.cache_id;
+        self->request(st.pool, caf::infinite, reclaim_atom::value, id, cache_id)
+          .then(
+            [self, id](bool, std::uint32_t released) {
+              ++self->state.reclaims;
+              end_request(self, id, end_reason::reclaimed, released, false);
+            },
+            [](caf::error&) {});
+      }
+      return;
+    }
+    auto& subs = st.lifecycle;
     subs.erase(std::remove_if(subs.begin(), subs.end(),
                               [&](const caf::actor& x) {
                                 return x.address() == dm.source;
@@ -213,8 +256,10 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     st.registry.clear();
     self->quit(msg.reason);
   });
-  self->attach_functor([sup = st.supervisor, pool = st.pool,
-                        dev = st.device](const caf::error&) {
+  self->attach_functor([sup = st.supervisor, pool = st.pool, dev = st.device,
+                        reg = st.shared_registry](const caf::error&) {
+    for (auto& kvp : *reg)
+      caf::anon_send_exit(kvp.second.handle, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(dev, caf::exit_reason::user_shutdown);

@@ -42,15 +42,10 @@ struct request_handle_state {
 
 using handle_ptr = request_handle_actor::stateful_pointer<request_handle_state>;
 
-/// Quits, first removing its monitors from the manager and the owner: a
-/// monitor stays attached to the observed actor until one side removes it,
-/// and the manager outlives every request.
+/// Quits. (It monitors nobody: the manager watches owners, one monitor per
+/// owner, and ends the handles itself when it stops.)
 void finish(handle_ptr self) {
-  auto& st = self->state;
-  self->demonitor(st.args.manager.address());
-  if (st.args.owner)
-    self->demonitor(caf::actor_cast<caf::actor_addr>(st.args.owner));
-  self->quit(st.exit_reason);
+  self->quit(self->state.exit_reason);
 }
 
 /// Quits now, or once the pending requests are answered.
@@ -109,23 +104,9 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
   auto& st = self->state;
   st.args = std::move(args);
   st.touch();
-  // A handle lives no longer than its owner or its manager.
-  self->monitor(st.args.manager);
-  if (st.args.owner)
-    self->monitor(st.args.owner);
   // An exit message (the manager stopping) also waits for pending answers.
   self->set_exit_handler([self](const caf::exit_msg& msg) {
     end(self, msg.reason);
-  });
-  self->set_down_handler([self](const caf::down_msg& dm) {
-    auto& st = self->state;
-    if (dm.source == st.args.manager.address())
-      end(self, dm.reason);
-    else if (st.args.owner
-             && dm.source == caf::actor_cast<caf::actor_addr>(st.args.owner))
-      end(self, make_error(errc::invalid_handle,
-                           "owner of request " + std::to_string(st.id())
-                             + " terminated"));
   });
   return {
     [self](table_atom) -> caf::result<block_table> {

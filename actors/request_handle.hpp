@@ -1,6 +1,7 @@
 // The request handle actor: one per live request. It is the request's
-// identity and lifetime (it dies with its owner, and the supervisor then
-// reclaims its blocks), it grows the request (the pool has the device copy a
+// identity and lifetime (the manager ends it with its request, or when its
+// owner dies; if it is killed, the supervisor reclaims the request's
+// blocks), it grows the request (the pool has the device copy a
 // shared block before it appends: copy-on-write) and serves its figures. The
 // block table itself is kept by the block pool, so that a scheduler step and
 // a prefix lookup-and-pin each stay one message; the handle answers table
@@ -8,8 +9,6 @@
 #pragma once
 
 #include <cstdint>
-
-#include <caf/actor_control_block.hpp>
 
 #include "kvactor/messages/interfaces.hpp"
 
@@ -26,9 +25,6 @@ struct request_handle_args {
   std::uint64_t bytes_per_block = 0;
   block_pool_actor pool;
   kv_cache_manager_actor manager;
-  /// Its owner; the handle quits (and the request is reclaimed) when the
-  /// owner terminates. Null: no owner (ended only by free).
-  caf::strong_actor_ptr owner;
 };
 
 request_handle_actor spawn_request_handle(caf::actor_system& sys,

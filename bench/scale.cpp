@@ -50,8 +50,9 @@ allocation_request make_req(request_id id) {
   return req;
 }
 
-/// Runs `total` operations produced by `next(i, done)` with `window` in
-/// flight from an event-based actor; returns the wall time.
+/// Runs `total` operations produced by `issue(self, i, done)` with `window`
+/// in flight from a new event-based actor (kept alive: it owns what it
+/// allocated); returns the wall time.
 double run_window(caf::actor_system& sys, std::size_t total,
                   std::function<void(caf::event_based_actor*, std::size_t,
                                      std::function<void()>)>
@@ -68,9 +69,10 @@ double run_window(caf::actor_system& sys, std::size_t total,
         return;
       auto i = (*next)++;
       issue(self, i, [=, &finished] {
+        // The actor stays: it owns the requests it allocated, and a request
+        // is reclaimed when its owner terminates.
         if (++*done == total) {
           finished.set_value();
-          self->quit();
           return;
         }
         (*pump)();
