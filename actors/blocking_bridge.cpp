@@ -46,11 +46,11 @@ blocking_bridge::~blocking_bridge() {
     std::lock_guard<std::mutex> guard{mtx_};
     closed_ = true;
     for (auto& kvp : pending_) {
-      std::lock_guard<std::mutex> g2{kvp.second->mtx};
-      kvp.second->done = true;
-      kvp.second->reply = caf::make_message(
-        caf::make_error(caf::sec::request_receiver_down));
-      kvp.second->cv.notify_all();
+      auto& s = *kvp.second;
+      s.reply = caf::make_message(caf::make_error(caf::sec::request_receiver_down));
+      s.done.store(true, std::memory_order_release);
+      std::lock_guard<std::mutex> g2{s.mtx};
+      s.cv.notify_all();
     }
   }
   auto self = companion_of(companion_);
@@ -69,12 +69,11 @@ void blocking_bridge::deliver(std::uint64_t id, caf::message msg) {
     s = std::move(i->second);
     pending_.erase(i);
   }
-  {
-    std::lock_guard<std::mutex> guard{s->mtx};
-    s->reply = std::move(msg);
-    s->done = true;
-  }
-  s->cv.notify_one();
+  s->reply = std::move(msg);
+  s->done.store(true, std::memory_order_release);
+  std::lock_guard<std::mutex> guard{s->mtx};
+  if (s->sleeping)
+    s->cv.notify_one();
 }
 
 caf::expected<caf::message>
@@ -94,21 +93,33 @@ blocking_bridge::call(const caf::strong_actor_ptr& dest, caf::message msg,
   dest->enqueue(caf::make_mailbox_element(companion_, caf::make_message_id(id),
                                           {}, std::move(msg)),
                 nullptr);
-  // Replies usually arrive within microseconds: spin briefly before paying
-  // for a sleep and a wake-up.
+  // Replies usually arrive within microseconds: spin briefly (without
+  // holding any lock the replier needs) before paying for a sleep and a
+  // wake-up.
   auto spin_until = std::chrono::steady_clock::now()
-                    + std::chrono::microseconds{30};
-  std::unique_lock<std::mutex> lock{s->mtx};
-  while (!s->done && std::chrono::steady_clock::now() < spin_until) {
-    lock.unlock();
-    std::this_thread::yield();
-    lock.lock();
+                    + std::chrono::microseconds{50};
+  while (!s->done.load(std::memory_order_acquire)
+         && std::chrono::steady_clock::now() < spin_until) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
   }
-  if (!s->cv.wait_for(lock, timeout, [&] { return s->done; })) {
-    lock.unlock();
-    std::lock_guard<std::mutex> guard{mtx_};
-    pending_.erase(id);
-    return caf::make_error(caf::sec::request_timeout);
+  if (!s->done.load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> lock{s->mtx};
+    s->sleeping = true;
+    auto ok = s->cv.wait_for(lock, timeout, [&] {
+      return s->done.load(std::memory_order_acquire);
+    });
+    s->sleeping = false;
+    if (!ok) {
+      lock.unlock();
+      std::lock_guard<std::mutex> guard{mtx_};
+      if (pending_.erase(id) > 0)
+        return caf::make_error(caf::sec::request_timeout);
+      // The reply is being delivered right now: take it.
+      lock.lock();
+      s->cv.wait(lock, [&] { return s->done.load(std::memory_order_acquire); });
+    }
   }
   auto reply = std::move(s->reply);
   if (reply.match_elements<caf::error>())

@@ -5,6 +5,7 @@
 // variable. Asynchronous messages to the bridge go to a notification handler.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -59,10 +60,15 @@ public:
   caf::actor self() const;
 
 private:
+  /// One call in flight. The replier writes `reply`, then sets `done`
+  /// (release); the caller spins on `done` without a lock and only then
+  /// takes the mutex to sleep, so neither ever waits for the other's lock
+  /// while both are running.
   struct slot {
+    std::atomic<bool> done{false};
     std::mutex mtx;
     std::condition_variable cv;
-    bool done = false;
+    bool sleeping = false; ///< guarded by mtx
     caf::message reply;
   };
 

@@ -5,6 +5,7 @@
 // size.
 //
 //   scale [--sizes 1000,10000,100000] [--blocks 1000000] [--ops 200000]
+//         [--scheduler-threads T]
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -97,6 +98,7 @@ int main(int argc, char** argv) {
   std::vector<std::size_t> sizes{1000, 10000, 100000};
   std::uint64_t blocks = 1000000;
   std::size_t ops = 200000;
+  std::uint32_t threads = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string arg = argv[i];
     if (arg == "--sizes") {
@@ -108,8 +110,11 @@ int main(int argc, char** argv) {
       blocks = std::stoull(argv[i + 1]);
     } else if (arg == "--ops") {
       ops = std::stoul(argv[i + 1]);
+    } else if (arg == "--scheduler-threads") {
+      threads = static_cast<std::uint32_t>(std::stoul(argv[i + 1]));
     } else {
-      std::cerr << "usage: scale [--sizes A,B,C] [--blocks N] [--ops N]\n";
+      std::cerr << "usage: scale [--sizes A,B,C] [--blocks N] [--ops N] "
+                   "[--scheduler-threads T]\n";
       return 2;
     }
   }
@@ -119,6 +124,7 @@ int main(int argc, char** argv) {
   cfg.model = model_config{1, 1, 8, dtype::fp16};
   cfg.gc_interval_ms = 0;
   cfg.pressure.preempt_at_critical = false;
+  cfg.scheduler_threads = threads;
   caf::actor_system_config sys_cfg;
   configure(sys_cfg, cfg);
   caf::actor_system sys{sys_cfg};
