@@ -76,7 +76,7 @@ cache_handle_stats kv_cache_handle::stats() const {
 // -- paged ----------------------------------------------------------------------------
 
 caf::expected<std::optional<tensor_view>>
-paged_kv_cache_handle::view(std::uint32_t layer, int part) const {
+paged_kv_cache_handle::view(std::uint32_t layer, view_part part) const {
   if (auto err = check_live())
     return err;
   if (auto err = check_layer(layer))
@@ -91,26 +91,11 @@ paged_kv_cache_handle::view(std::uint32_t layer, int part) const {
   v.device = store.where();
   v.dtype = lay.dtype;
   v.shape = {lay.num_blocks, lay.block_size, lay.num_heads, lay.head_dim};
-  if (part == 2)
+  if (part == view_part::both)
     v.shape.insert(v.shape.begin(), 2);
   v.strides = tensor_view::contiguous_strides(v.shape);
-  v.data = base + (part == 1 ? std::size_t{lay.num_blocks} * lay.block_bytes() : 0);
+  v.data = base + (part == view_part::values ? std::size_t{lay.num_blocks} * lay.block_bytes() : 0);
   return std::optional<tensor_view>{std::move(v)};
-}
-
-caf::expected<std::optional<tensor_view>>
-paged_kv_cache_handle::key_cache(std::uint32_t layer) const {
-  return view(layer, 0);
-}
-
-caf::expected<std::optional<tensor_view>>
-paged_kv_cache_handle::value_cache(std::uint32_t layer) const {
-  return view(layer, 1);
-}
-
-caf::expected<std::optional<tensor_view>>
-paged_kv_cache_handle::kv_cache(std::uint32_t layer) const {
-  return view(layer, 2);
 }
 
 std::shared_ptr<kv_cache_handle> paged_kv_cache_handle::clone_handle() const {
@@ -127,7 +112,7 @@ contiguous_kv_cache_handle::contiguous_kv_cache_handle(
 }
 
 caf::expected<std::optional<tensor_view>>
-contiguous_kv_cache_handle::view(std::uint32_t layer, int part) const {
+contiguous_kv_cache_handle::view(std::uint32_t layer, view_part part) const {
   if (auto err = check_live())
     return err;
   if (auto err = check_layer(layer))
@@ -156,26 +141,11 @@ contiguous_kv_cache_handle::view(std::uint32_t layer, int part) const {
   v.device = kvactor::device{};
   v.dtype = lay.dtype;
   v.shape = {static_cast<std::int64_t>(max_len), lay.num_heads, lay.head_dim};
-  if (part == 2)
+  if (part == view_part::both)
     v.shape.insert(v.shape.begin(), 2);
   v.strides = tensor_view::contiguous_strides(v.shape);
-  v.data = buf.data() + (part == 1 ? max_len * row : 0);
+  v.data = buf.data() + (part == view_part::values ? max_len * row : 0);
   return std::optional<tensor_view>{std::move(v)};
-}
-
-caf::expected<std::optional<tensor_view>>
-contiguous_kv_cache_handle::key_cache(std::uint32_t layer) const {
-  return view(layer, 0);
-}
-
-caf::expected<std::optional<tensor_view>>
-contiguous_kv_cache_handle::value_cache(std::uint32_t layer) const {
-  return view(layer, 1);
-}
-
-caf::expected<std::optional<tensor_view>>
-contiguous_kv_cache_handle::kv_cache(std::uint32_t layer) const {
-  return view(layer, 2);
 }
 
 std::shared_ptr<kv_cache_handle> contiguous_kv_cache_handle::clone_handle() const {

@@ -68,9 +68,15 @@ public:
   /// K then V). nullopt when the storage is `none` (bookkeeping only).
   /// Errors: invalid_handle (request ended), invalid_request (layer out of
   /// range).
-  virtual caf::expected<std::optional<tensor_view>> key_cache(std::uint32_t layer) const = 0;
-  virtual caf::expected<std::optional<tensor_view>> value_cache(std::uint32_t layer) const = 0;
-  virtual caf::expected<std::optional<tensor_view>> kv_cache(std::uint32_t layer) const = 0;
+  caf::expected<std::optional<tensor_view>> key_cache(std::uint32_t layer) const {
+    return view(layer, view_part::keys);
+  }
+  caf::expected<std::optional<tensor_view>> value_cache(std::uint32_t layer) const {
+    return view(layer, view_part::values);
+  }
+  caf::expected<std::optional<tensor_view>> kv_cache(std::uint32_t layer) const {
+    return view(layer, view_part::both);
+  }
 
   /// Another reference to the same cache (not a copy): it sees the same
   /// blocks and turns invalid with this one.
@@ -102,6 +108,12 @@ public:
   }
 
 protected:
+  enum class view_part { keys, values, both };
+
+  /// What the layouts differ in: the view of one part of a layer.
+  virtual caf::expected<std::optional<tensor_view>>
+  view(std::uint32_t layer, view_part part) const = 0;
+
   kv_cache_handle(std::shared_ptr<detail::request_slot> slot,
                   std::weak_ptr<detail::facade_core> core)
     : slot_(std::move(slot)), core_(std::move(core)) {
@@ -126,13 +138,11 @@ public:
     : kv_cache_handle(std::move(slot), std::move(core)) {
   }
 
-  caf::expected<std::optional<tensor_view>> key_cache(std::uint32_t layer) const override;
-  caf::expected<std::optional<tensor_view>> value_cache(std::uint32_t layer) const override;
-  caf::expected<std::optional<tensor_view>> kv_cache(std::uint32_t layer) const override;
   std::shared_ptr<kv_cache_handle> clone_handle() const override;
 
 private:
-  caf::expected<std::optional<tensor_view>> view(std::uint32_t layer, int part) const;
+  caf::expected<std::optional<tensor_view>>
+  view(std::uint32_t layer, view_part part) const override;
 };
 
 /// ferrum's DefaultKvCacheHandle: per layer, one [max_sequence_length,
@@ -145,13 +155,11 @@ public:
   contiguous_kv_cache_handle(std::shared_ptr<detail::request_slot> slot,
                              std::weak_ptr<detail::facade_core> core);
 
-  caf::expected<std::optional<tensor_view>> key_cache(std::uint32_t layer) const override;
-  caf::expected<std::optional<tensor_view>> value_cache(std::uint32_t layer) const override;
-  caf::expected<std::optional<tensor_view>> kv_cache(std::uint32_t layer) const override;
   std::shared_ptr<kv_cache_handle> clone_handle() const override;
 
 private:
-  caf::expected<std::optional<tensor_view>> view(std::uint32_t layer, int part) const;
+  caf::expected<std::optional<tensor_view>>
+  view(std::uint32_t layer, view_part part) const override;
 
   /// Per layer: [2][max_sequence_length][num_heads][head_dim].
   mutable std::vector<std::vector<std::uint8_t>> buffers_;

@@ -1,0 +1,193 @@
+// block_pool_core: allocation - the prefix lookup and the pin of its hits,
+// in one call with taking the rest, planned first so a failure changes
+// nothing.
+#include "kvactor/actors/block_pool_core.hpp"
+
+#include <algorithm>
+
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor::detail {
+
+namespace {
+
+std::string req_name(request_id id) {
+  return "request " + std::to_string(id);
+}
+
+} // namespace
+
+// -- allocate -------------------------------------------------------------------------
+
+std::uint32_t block_pool_core::lookup(std::uint16_t t,
+                                      const std::vector<token_id>& prompt,
+                                      std::uint32_t max_hits, bool memo) const {
+  auto full = std::min<std::size_t>(prompt.size() / block_size_, max_hits);
+  if (memo && memo_.tenant == t) {
+    scratch_ = memo_.hashes;
+    std::uint32_t hits = 0;
+    for (std::size_t i = 0; i < full; ++i) {
+      auto b = index_.find(scratch_[i].lo);
+      if (b == flat_index::npos || blocks_[b].hash.hi != scratch_[i].hi)
+        break;
+      ++hits;
+    }
+    return hits;
+  }
+  // Hash only up to the first miss: a new prompt that does not fit costs a
+  // few hashes, not its length.
+  scratch_.clear();
+  auto h = tenants_[t].seed;
+  std::uint32_t hits = 0;
+  for (std::size_t i = 0; i < full; ++i) {
+    h = hash_block(h, prompt.data() + i * block_size_, block_size_);
+    scratch_.push_back(h);
+    auto b = index_.find(h.lo);
+    if (b == flat_index::npos || blocks_[b].hash.hi != h.hi)
+      break;
+    ++hits;
+  }
+  return hits;
+}
+
+void block_pool_core::hash_all(std::uint16_t t,
+                               const std::vector<token_id>& prompt) const {
+  auto full = prompt.size() / block_size_;
+  auto h = scratch_.empty() ? tenants_[t].seed : scratch_.back();
+  for (auto i = scratch_.size(); i < full; ++i) {
+    h = hash_block(h, prompt.data() + i * block_size_, block_size_);
+    scratch_.push_back(h);
+  }
+}
+
+caf::expected<block_pool_core::alloc_plan>
+block_pool_core::plan_allocation(const allocation_request& req) const {
+  auto known = memo_matches(req);
+  auto t = check(req, known);
+  if (!t)
+    return std::move(t.error());
+  if (find(req.id) != nullptr)
+    return make_error(errc::duplicate_request,
+                      req_name(req.id) + " is already allocated");
+  alloc_plan p;
+  p.tenant = *t;
+  auto& prompt = req.prompt;
+  p.tokens = prompt.empty() ? req.initial_tokens : prompt.size();
+  p.need = p.tokens / block_size_ + (p.tokens % block_size_ != 0);
+  p.hashing = prefix_caching_ && (!prompt.empty() || p.tokens == 0);
+  if (p.hashing && !prompt.empty()) {
+    p.hits = lookup(p.tenant, prompt,
+                    static_cast<std::uint32_t>((p.tokens - 1) / block_size_),
+                    known);
+    for (std::uint32_t i = 0; i < p.hits; ++i) {
+      auto& m = blocks_[index_.find(scratch_[i].lo)];
+      if (m.state == block_state::cached) {
+        ++p.revived;
+        p.pinned += m.pinned;
+      }
+    }
+  }
+  if (admission_.policy == "reserve_expected") {
+    auto out = req.expected_output_tokens != 0
+                 ? req.expected_output_tokens
+                 : admission_.default_expected_output;
+    auto room = req.max_sequence_length - p.tokens; // check() made it >= 0
+    p.expected = p.tokens + std::min(out, room);
+  }
+  // Revived blocks are charged like fresh ones; pinned ones among them are
+  // on no list, so they take nothing from what others may take.
+  auto take = p.need - p.hits + p.revived;
+  if (auto err = admit_blocks(p.tenant, take, p.pinned))
+    return err;
+  auto want = p.expected / block_size_ + (p.expected % block_size_ != 0);
+  if (auto err = admit_headroom(p.tenant, take - p.pinned,
+                                want > p.need ? want - p.need : 0))
+    return err;
+  return p;
+}
+
+caf::expected<allocation_outcome>
+block_pool_core::allocate(const allocation_request& req) {
+  auto planned = plan_allocation(req);
+  if (!planned) {
+    auto& err = planned.error();
+    if (has_code(err, errc::out_of_blocks) || has_code(err, errc::quota_exceeded)) {
+      ++counters_.allocation_failures;
+      if (auto t = tenant_index(req.tenant)) {
+        ++tenants_[*t].failures;
+        // It will be retried: keep what was learned about its prompt.
+        if (prefix_caching_ && !req.prompt.empty() && !memo_matches(req)) {
+          hash_all(*t, req.prompt);
+          memo_.valid = true;
+          memo_.tenant = *t;
+          memo_.prompt = req.prompt;
+          memo_.hashes = scratch_;
+        }
+      }
+    }
+    return std::move(err);
+  }
+  auto& p = *planned;
+  auto t = p.tenant;
+  auto& prompt = req.prompt;
+  // Commit: pin the hits first so that taking fresh blocks cannot evict them.
+  auto& seq = new_sequence(req.id);
+  seq.tenant = t;
+  seq.priority = req.priority;
+  seq.level = retention_of(tenants_[t].config.priority, req.priority);
+  seq.num_tokens = p.tokens;
+  seq.max_tokens = req.max_sequence_length;
+  seq.expected_tokens = p.expected;
+  seq.blocks.reserve(p.need);
+  for (std::uint32_t i = 0; i < p.hits; ++i) {
+    auto b = index_.find(scratch_[i].lo);
+    auto& m = blocks_[b];
+    if (m.state == block_state::cached) {
+      if (!m.pinned)
+        lru_.remove(b, m.level);
+      m.state = block_state::used;
+      m.level = 0; // a revived prefix is worth what its new holders are
+      charge(b, t);
+    }
+    hold(b, seq);
+    seq.blocks.push_back(b);
+  }
+  for (auto i = p.hits; i < p.need; ++i) {
+    seq.blocks.push_back(take_block(t));
+    blocks_[seq.blocks.back()].level = seq.level;
+  }
+  if (p.hashing) {
+    hash_all(t, prompt);
+    seq.hashable = true;
+    auto& ts = tenants_[t];
+    seq.chain = ts.seed;
+    auto full = static_cast<std::uint32_t>(prompt.size() / block_size_);
+    for (std::uint32_t i = 0; i < full; ++i) {
+      if (i >= p.hits)
+        index_block(seq.blocks[i], scratch_[i], i > 0 ? scratch_[i - 1].lo : 0,
+                    t, prompt.data() + std::size_t{i} * block_size_);
+      seq.chain = scratch_[i];
+    }
+    seq.num_hashed = full;
+    seq.tail.assign(prompt.begin() + std::size_t{full} * block_size_,
+                    prompt.end());
+    if (!prompt.empty()) {
+      auto hit_tokens = std::uint64_t{p.hits} * block_size_;
+      counters_.query_tokens += p.tokens;
+      counters_.hit_tokens += hit_tokens;
+      counters_.prefix_hit_blocks += p.hits;
+      ts.query_tokens += p.tokens;
+      ts.hit_tokens += hit_tokens;
+    }
+  }
+  promised_ += growth(seq);
+  ++counters_.allocations;
+  ++tenants_[t].active;
+  return allocation_outcome{seq.cache_id, std::uint64_t{p.hits} * block_size_};
+}
+
+bool block_pool_core::can_allocate(const allocation_request& req) const {
+  return static_cast<bool>(plan_allocation(req));
+}
+
+} // namespace kvactor::detail
