@@ -33,7 +33,6 @@ struct manager_state {
   supervisor_actor supervisor;
   device_actor device;
   memory_pressure pressure = memory_pressure::low;
-  std::uint64_t reclaims = 0;
 
   struct entry {
     request_handle_actor handle;
@@ -227,7 +226,6 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
         self->request(st.pool, caf::infinite, reclaim_atom::value, id, cache_id)
           .then(
             [self, id](bool, std::uint32_t released) {
-              ++self->state.reclaims;
               end_request(self, id, end_reason::reclaimed, released, false);
             },
             [](caf::error&) {});
@@ -519,7 +517,6 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
         return; // ended normally before its handle went down
       self->request(st.pool, caf::infinite, reclaim_atom::value, id, cache_id)
         .then([self, id](bool, std::uint32_t released) {
-          ++self->state.reclaims;
           end_request(self, id, end_reason::reclaimed, released, false);
         },
         [](caf::error&) {});
