@@ -14,8 +14,10 @@
 
 #include "kvactor/actors/block_pool_core.hpp"
 #include "kvactor/messages/error.hpp"
+#include "pool_test_support.hpp"
 
 using namespace kvactor;
+using namespace kvactor::test;
 using kvactor::detail::block_pool_core;
 
 namespace {
@@ -67,36 +69,10 @@ allocation_request prompt_req(request_id id, std::vector<token_id> prompt,
   return req;
 }
 
-/// first, first + 1, ..., n tokens.
-std::vector<token_id> run(token_id first, std::size_t n) {
-  std::vector<token_id> out(n);
-  std::iota(out.begin(), out.end(), first);
-  return out;
-}
-
 std::vector<token_id> operator+(std::vector<token_id> x,
                                 const std::vector<token_id>& y) {
   x.insert(x.end(), y.begin(), y.end());
   return x;
-}
-
-/// "ok", or the errc's name (or render() for a foreign error).
-std::string code(const caf::error& err) {
-  if (!err)
-    return "ok";
-  if (err.category() != error_category)
-    return render(err);
-  return to_string(static_cast<errc>(err.code()));
-}
-
-template <class T>
-std::string code(const caf::expected<T>& x) {
-  return x ? "ok" : code(x.error());
-}
-
-std::string invariant(const block_pool_core& pool) {
-  return code(pool.check_invariant()) == "ok" ? "ok"
-                                              : render(pool.check_invariant());
 }
 
 std::string str(const std::vector<block_copy>& xs) {

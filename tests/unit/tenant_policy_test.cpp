@@ -15,8 +15,10 @@
 
 #include "kvactor/actors/block_pool_core.hpp"
 #include "kvactor/messages/error.hpp"
+#include "pool_test_support.hpp"
 
 using namespace kvactor;
+using namespace kvactor::test;
 using kvactor::detail::block_pool_core;
 
 namespace {
@@ -55,25 +57,6 @@ allocation_request prompt_req(request_id id, std::vector<token_id> prompt,
   auto req = tokens_req(id, 0, std::move(tenant_name), prio);
   req.prompt = std::move(prompt);
   return req;
-}
-
-std::vector<token_id> run(token_id first, std::size_t n) {
-  std::vector<token_id> out(n);
-  std::iota(out.begin(), out.end(), first);
-  return out;
-}
-
-std::string code(const caf::error& err) {
-  if (!err)
-    return "ok";
-  if (err.category() != error_category)
-    return render(err);
-  return to_string(static_cast<errc>(err.code()));
-}
-
-template <class T>
-std::string code(const caf::expected<T>& x) {
-  return x ? "ok" : code(x.error());
 }
 
 /// Requests, block counts, counters and tenants as text; allocation
