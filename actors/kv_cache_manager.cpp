@@ -35,6 +35,7 @@ caf::expected<kv_cache_manager> kv_cache_manager::start(caf::actor_system& sys,
     return std::move(cache.error());
   auto effective = cfg;
   effective.num_gpu_blocks = cache->store->layout().num_blocks;
+  effective.storage = to_string(cache->store->kind());
   auto core = std::make_shared<detail::facade_core>(sys, std::move(effective),
                                                     std::move(*cache));
   // The facade copies share an owner that stops the cache when the last copy
@@ -211,6 +212,15 @@ kv_cache_manager_actor kv_cache_manager::actor() const {
 
 const cache_config& kv_cache_manager::config() const {
   return core_->config();
+}
+
+storage_info kv_cache_manager::storage() const {
+  // Fixed once the storage exists, so read here rather than asked of the
+  // device actor.
+  auto& store = *core_->cache().store;
+  auto& lay = store.layout();
+  return storage_info{to_string(store.kind()), store.where(), lay.num_blocks,
+                      lay.num_host_blocks, lay.bytes_per_block()};
 }
 
 void kv_cache_manager::set_timeout(std::chrono::milliseconds t) {

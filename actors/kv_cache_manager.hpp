@@ -115,8 +115,13 @@ public:
   /// The manager actor, for actor clients.
   kv_cache_manager_actor actor() const;
 
-  /// The config the cache runs with (num_gpu_blocks as allocated).
+  /// The config the cache runs with (num_gpu_blocks as allocated, storage
+  /// as `auto` resolved).
   const cache_config& config() const;
+
+  /// Where the blocks live: the storage kind, the device that requests name
+  /// in allocation_request::device, block counts and bytes per block.
+  storage_info storage() const;
 
   /// How long a call waits for its reply (default 60 s).
   void set_timeout(std::chrono::milliseconds t);

@@ -390,6 +390,29 @@ BOOST_AUTO_TEST_CASE(config_and_timeout_are_as_started) {
   BOOST_TEST(h->num_tokens() == 4u);
 }
 
+BOOST_AUTO_TEST_CASE(storage_says_where_the_blocks_live) {
+  cache_fixture f;
+  auto s = f.m().storage();
+  BOOST_TEST(s.kind == "host");
+  BOOST_TEST((s.device == kvactor::device{}));
+  BOOST_TEST(s.num_blocks == 64u);
+  BOOST_TEST(s.num_host_blocks == 0u);
+  // 2 layers x (K, V) x 4 tokens x 2 heads x 8 dims x 4 bytes.
+  BOOST_TEST(s.bytes_per_block == 2u * 2u * test_block_size * 2u * 8u * 4u);
+}
+
+BOOST_AUTO_TEST_CASE(storage_auto_is_reported_as_what_it_picked) {
+  auto cfg = small_config(64, "auto");
+  cache_fixture f{cfg};
+  auto s = f.m().storage();
+  BOOST_TEST((s.kind == "host" || s.kind == "cuda"), "picked " << s.kind);
+  BOOST_TEST(f.m().config().storage == s.kind);
+  // A request naming the device the cache reports is accepted.
+  auto req = f.req(1, 4);
+  req.device = s.device;
+  BOOST_TEST(static_cast<bool>(f.m().allocate(req)));
+}
+
 BOOST_AUTO_TEST_CASE(actor_serves_the_same_cache_as_the_facade) {
   cache_fixture f;
   auto h = f.alloc(f.req(1, 5));
