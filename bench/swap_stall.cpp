@@ -1,0 +1,283 @@
+// swap_stall: does moving a large request between device and host memory
+// stall the bookkeeping? Measures the facade's allocate / extend / deallocate
+// latency (p50 / p99) twice: with the device idle, then while a second thread
+// swaps one request of --swap-mib (1 GiB by default) out to the host tier and
+// back in, without pause. Issue 3's target: p99 while swapping within 1.2x
+// of the idle p99 - the copies run on the device actor's own thread and the
+// GPU's copy engines, never on a scheduler worker. Prints one JSON line.
+//
+//   swap_stall [--storage auto|cuda|host] [--swap-mib M] [--requests N]
+//              [--extends K] [--scheduler-threads T]
+//              [--layers L] [--heads H] [--head-dim D]
+//
+// The model defaults to 32 layers x 8 KV heads x 128 dims in fp16 with
+// 16-token blocks: 2 MiB per block across all layers, 512 blocks per GiB.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <nlohmann/json.hpp>
+
+#include "kvactor/actors/kv_cache_manager.hpp"
+#include "kvactor/messages/error.hpp"
+
+using namespace kvactor;
+using clock_type = std::chrono::steady_clock;
+
+namespace {
+
+struct options {
+  std::string storage = "auto";
+  std::uint64_t swap_mib = 1024;
+  std::size_t requests = 5000;
+  std::size_t extends = 4;
+  std::uint32_t threads = 0;
+  std::uint32_t layers = 32;
+  std::uint32_t heads = 8;
+  std::uint32_t head_dim = 128;
+};
+
+double since_us(clock_type::time_point t0) {
+  return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
+}
+
+double percentile(std::vector<double> xs, double q) {
+  if (xs.empty())
+    return 0;
+  std::sort(xs.begin(), xs.end());
+  return xs[std::min(xs.size() - 1, static_cast<std::size_t>(q * xs.size()))];
+}
+
+nlohmann::json summary(const std::vector<double>& us) {
+  return {{"calls", us.size()},
+          {"p50_us", percentile(us, 0.5)},
+          {"p99_us", percentile(us, 0.99)}};
+}
+
+/// Latencies of one phase.
+struct phase {
+  std::vector<double> allocate, extend, deallocate;
+
+  nlohmann::json json() const {
+    return {{"allocate", summary(allocate)},
+            {"extend", summary(extend)},
+            {"deallocate", summary(deallocate)}};
+  }
+};
+
+/// `n` allocate / extend x k / deallocate cycles of small requests with ids
+/// from `first_id`; an error ends the run with a message.
+bool run_cycles(kv_cache_manager& mgr, allocation_request req,
+                request_id first_id, std::size_t n, std::size_t k,
+                phase* out) {
+  for (std::size_t i = 0; i < n; ++i) {
+    req.id = first_id + i;
+    auto t0 = clock_type::now();
+    auto h = mgr.allocate(req);
+    auto dt = since_us(t0);
+    if (!h) {
+      std::cerr << "swap_stall: allocate: " << render(h.error()) << '\n';
+      return false;
+    }
+    if (out)
+      out->allocate.push_back(dt);
+    for (std::size_t j = 0; j < k; ++j) {
+      t0 = clock_type::now();
+      auto err = mgr.extend(**h, 1);
+      dt = since_us(t0);
+      if (err) {
+        std::cerr << "swap_stall: extend: " << render(err) << '\n';
+        return false;
+      }
+      if (out)
+        out->extend.push_back(dt);
+    }
+    t0 = clock_type::now();
+    auto err = mgr.deallocate(req.id);
+    dt = since_us(t0);
+    if (err) {
+      std::cerr << "swap_stall: deallocate: " << render(err) << '\n';
+      return false;
+    }
+    if (out)
+      out->deallocate.push_back(dt);
+  }
+  return true;
+}
+
+bool parse(int argc, char** argv, options& o) {
+  for (int i = 1; i + 1 < argc; i += 2) {
+    std::string arg = argv[i];
+    std::string val = argv[i + 1];
+    try {
+      if (arg == "--storage")
+        o.storage = val;
+      else if (arg == "--swap-mib")
+        o.swap_mib = std::stoull(val);
+      else if (arg == "--requests")
+        o.requests = std::stoul(val);
+      else if (arg == "--extends")
+        o.extends = std::stoul(val);
+      else if (arg == "--scheduler-threads")
+        o.threads = static_cast<std::uint32_t>(std::stoul(val));
+      else if (arg == "--layers")
+        o.layers = static_cast<std::uint32_t>(std::stoul(val));
+      else if (arg == "--heads")
+        o.heads = static_cast<std::uint32_t>(std::stoul(val));
+      else if (arg == "--head-dim")
+        o.head_dim = static_cast<std::uint32_t>(std::stoul(val));
+      else
+        return false;
+    } catch (const std::exception&) {
+      std::cerr << "swap_stall: " << arg << ": not a number: " << val << '\n';
+      return false;
+    }
+  }
+  return argc % 2 == 1 && o.swap_mib > 0 && o.requests > 0;
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  if (!parse(argc, argv, o)) {
+    std::cerr << "usage: swap_stall [--storage auto|cuda|host] [--swap-mib M] "
+                 "[--requests N] [--extends K] [--scheduler-threads T] "
+                 "[--layers L] [--heads H] [--head-dim D]\n";
+    return 2;
+  }
+  cache_config cfg;
+  cfg.storage = o.storage;
+  cfg.model = model_config{o.layers, o.heads, o.head_dim, dtype::fp16};
+  cfg.scheduler_threads = o.threads;
+  cfg.gc_interval_ms = 0;
+  cfg.prefix_caching = false;
+  auto block_bytes = 2ull * o.layers * cfg.block_size * o.heads * o.head_dim
+                     * size_of(dtype::fp16);
+  auto swap_blocks = (o.swap_mib * 1024 * 1024 + block_bytes - 1) / block_bytes;
+  // The swapped request, plus room for the small requests the latency
+  // loop allocates one at a time.
+  cfg.num_gpu_blocks = swap_blocks + 64;
+  cfg.num_host_blocks = swap_blocks;
+  caf::actor_system_config sys_cfg;
+  configure(sys_cfg, cfg);
+  caf::actor_system sys{sys_cfg};
+  auto mgr = kv_cache_manager::start(sys, cfg);
+  if (!mgr) {
+    std::cerr << "swap_stall: cannot start the cache: " << render(mgr.error())
+              << '\n';
+    return 1;
+  }
+  auto where = mgr->storage();
+  allocation_request small;
+  small.max_sequence_length = 1 << 20;
+  small.num_layers = o.layers;
+  small.num_heads = o.heads;
+  small.head_dim = o.head_dim;
+  small.dtype = dtype::fp16;
+  small.device = where.device;
+  small.initial_tokens = 100;
+  // The request that moves: swap_blocks full blocks.
+  auto big = small;
+  big.id = request_id{1} << 40;
+  big.initial_tokens = swap_blocks * cfg.block_size;
+  big.max_sequence_length = big.initial_tokens;
+  auto big_handle = mgr->allocate(big);
+  if (!big_handle) {
+    std::cerr << "swap_stall: allocate the swapped request: "
+              << render(big_handle.error()) << '\n';
+    return 1;
+  }
+  // One round trip first, so that first-touch page faults of the device and
+  // host pools fall in neither phase.
+  if (auto err = mgr->swap_out(big.id); err || (err = mgr->swap_in(big.id))) {
+    std::cerr << "swap_stall: warm-up swap: " << render(err) << '\n';
+    return 1;
+  }
+  // Warm-up, then the idle phase.
+  auto warmup = std::max<std::size_t>(o.requests / 10, 1);
+  phase idle, busy;
+  request_id next_id = 1;
+  if (!run_cycles(*mgr, small, next_id, warmup, o.extends, nullptr))
+    return 1;
+  next_id += warmup;
+  if (!run_cycles(*mgr, small, next_id, o.requests, o.extends, &idle))
+    return 1;
+  next_id += o.requests;
+  // The swapper: out, in, out, in, ... until told to stop. The busy phase
+  // starts once the first swap is under way.
+  std::atomic<bool> stop{false};
+  std::atomic<bool> started{false};
+  std::atomic<std::uint64_t> swaps{0};
+  std::vector<double> swap_out_ms, swap_in_ms;
+  std::string swap_error;
+  std::thread swapper{[&] {
+    while (!stop.load()) {
+      started.store(true);
+      auto t0 = clock_type::now();
+      if (auto err = mgr->swap_out(big.id)) {
+        swap_error = "swap_out: " + render(err);
+        break;
+      }
+      swap_out_ms.push_back(since_us(t0) / 1000);
+      swaps.fetch_add(1);
+      t0 = clock_type::now();
+      if (auto err = mgr->swap_in(big.id)) {
+        swap_error = "swap_in: " + render(err);
+        break;
+      }
+      swap_in_ms.push_back(since_us(t0) / 1000);
+      swaps.fetch_add(1);
+    }
+    started.store(true);
+  }};
+  while (!started.load())
+    std::this_thread::yield();
+  auto busy_start = clock_type::now();
+  auto ok = run_cycles(*mgr, small, next_id, o.requests, o.extends, &busy);
+  auto busy_ms = since_us(busy_start) / 1000;
+  auto swaps_during = swaps.load();
+  stop.store(true);
+  swapper.join();
+  if (!ok)
+    return 1;
+  if (!swap_error.empty()) {
+    std::cerr << "swap_stall: " << swap_error << '\n';
+    return 1;
+  }
+  auto ratio = [](double busy_us, double idle_us) {
+    return idle_us > 0 ? busy_us / idle_us : 0.0;
+  };
+  auto swap_bytes = swap_blocks * block_bytes;
+  auto gbps = [&](const std::vector<double>& ms) {
+    auto p50 = percentile(ms, 0.5);
+    return p50 > 0 ? static_cast<double>(swap_bytes) / (p50 / 1000) / 1e9 : 0.0;
+  };
+  nlohmann::json out{
+    {"bench", "swap_stall"},
+    {"storage", where.kind},
+    {"device", to_string(where.device)},
+    {"scheduler_threads", o.threads},
+    {"swap_bytes", swap_bytes},
+    {"idle", idle.json()},
+    {"swapping", busy.json()},
+    {"p99_ratio",
+     {{"allocate", ratio(percentile(busy.allocate, 0.99),
+                         percentile(idle.allocate, 0.99))},
+      {"extend", ratio(percentile(busy.extend, 0.99),
+                       percentile(idle.extend, 0.99))}}},
+    {"busy_phase_ms", busy_ms},
+    {"swaps_during_busy_phase", swaps_during},
+    {"swap_out_p50_ms", percentile(swap_out_ms, 0.5)},
+    {"swap_in_p50_ms", percentile(swap_in_ms, 0.5)},
+    {"swap_out_gb_per_s", gbps(swap_out_ms)},
+    {"swap_in_gb_per_s", gbps(swap_in_ms)}};
+  std::cout << out.dump() << std::endl;
+  return 0;
+}
