@@ -105,8 +105,12 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
   st.args = std::move(args);
   st.touch();
   // An exit message (the manager stopping) also waits for pending answers.
+  // The handle quits without a reason only on end_atom (its request ended
+  // through the manager): the supervisor reclaims after any other exit, so
+  // an exit message without a reason still counts as a stop.
   self->set_exit_handler([self](const caf::exit_msg& msg) {
-    end(self, msg.reason);
+    end(self, msg.reason ? msg.reason
+                         : caf::make_error(caf::exit_reason::user_shutdown));
   });
   return {
     [self](table_atom) -> caf::result<block_table> {

@@ -170,8 +170,12 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
     }
     auto w = i->second;
     st.watched.erase(i);
-    // The manager decides whether this was a live request (reclaim) or one
-    // that already ended (nothing to do).
+    // A handle quits without a reason only when the manager ended its
+    // request, after the pool released the blocks: nothing to reclaim.
+    if (!dm.reason)
+      return;
+    // Killed, crashed or stopped: the manager decides whether the request
+    // is still live (reclaim) or already ended (nothing to do).
     self->send(st.manager, reclaim_atom::value, w.id, w.cache_id);
   });
   return {

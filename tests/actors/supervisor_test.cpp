@@ -249,6 +249,24 @@ BOOST_AUTO_TEST_CASE(a_killed_handle_actor_has_its_blocks_reclaimed) {
   BOOST_TEST(value_or(table(2), block_table{}) == b->table);
 }
 
+BOOST_AUTO_TEST_CASE(an_exit_message_without_a_reason_still_reclaims) {
+  // A handle quits without a reason only when its request ended through the
+  // manager; the supervisor skips the reclaim for those. An exit message
+  // whose reason is "normal" must not pass for one.
+  caf::scoped_actor sub{sys};
+  subscribe(topic::lifecycle, sub);
+  auto a = allocate(1, 9);
+  BOOST_REQUIRE(a);
+  caf::anon_send_exit(a->handle, caf::exit_reason::normal);
+  run();
+  BOOST_TEST(used_blocks() == 0u);
+  BOOST_TEST(outcome(lookup(1)) == "unknown_request");
+  auto ended = ended_events(sub);
+  BOOST_REQUIRE(ended.size() == 1u);
+  BOOST_TEST(ended[0].reason == end_reason::reclaimed);
+  BOOST_TEST(ended[0].blocks_released == 3u);
+}
+
 BOOST_AUTO_TEST_CASE(a_killed_handle_of_an_ended_request_reclaims_nothing) {
   auto a = allocate(1, 9);
   BOOST_REQUIRE(a);
