@@ -1,11 +1,11 @@
-// kv_cache_manager actor: registry, request validation, lifecycle
-// notifications and the batched step.
+// kv_cache_manager actor: its behavior (request validation, the handlers
+// of the front door, the batched step) and spawn_kv_cache. The registry
+// helpers are in kv_cache_manager_registry.cpp, the swap in
+// kv_cache_manager_swap.cpp, the state they share in
+// kv_cache_manager_state.hpp.
 #include "kvactor/actors/kv_cache_manager_actor.hpp"
 
 #include <algorithm>
-#include <functional>
-#include <unordered_map>
-#include <unordered_set>
 #include <memory>
 #include <vector>
 
@@ -16,6 +16,7 @@
 
 #include "kvactor/actors/block_pool.hpp"
 #include "kvactor/actors/device_actor.hpp"
+#include "kvactor/actors/kv_cache_manager_state.hpp"
 #include "kvactor/actors/request_handle.hpp"
 #include "kvactor/actors/supervisor.hpp"
 #include "kvactor/messages/error.hpp"
@@ -24,178 +25,7 @@ namespace kvactor {
 
 namespace {
 
-struct manager_state {
-  static inline const char* name = "kvactor.manager";
-
-  cache_config cfg;
-  storage_info store;
-  block_pool_actor pool;
-  supervisor_actor supervisor;
-  device_actor device;
-  memory_pressure pressure = memory_pressure::low;
-
-  struct entry {
-    request_handle_actor handle;
-    request_info info;
-    caf::strong_actor_ptr owner;
-  };
-  using registry_map = std::unordered_map<request_id, entry>;
-  /// Shared with the functor that stops the handles if the manager is
-  /// killed (the state is gone by then).
-  std::shared_ptr<registry_map> shared_registry = std::make_shared<registry_map>();
-  registry_map& registry = *shared_registry;
-  /// Live requests per owner: one monitor per owner (not per request - a
-  /// monitor is a list entry on the observed actor, removed by a search).
-  std::unordered_map<caf::actor_addr, std::unordered_set<request_id>> owned;
-  std::vector<caf::actor> lifecycle;
-};
-
-using mgr_ptr = kv_cache_manager_actor::stateful_pointer<manager_state>;
-
-std::string unknown(request_id id) {
-  return "request " + std::to_string(id) + " is not allocated";
-}
-
-/// Checks what the pool cannot: the device the request expects.
-caf::error check_device(const manager_state& st, const allocation_request& req) {
-  if (st.store.kind == "none" || req.device == st.store.device)
-    return caf::none;
-  return make_error(errc::invalid_request,
-                    "request " + std::to_string(req.id) + ": device "
-                      + to_string(req.device) + " but the cache lives on "
-                      + to_string(st.store.device));
-}
-
-/// `req` as the registry keeps it: everything but the prompt.
-allocation_request without_prompt(const allocation_request& req) {
-  allocation_request out;
-  out.id = req.id;
-  out.initial_tokens = req.prompt.empty() ? req.initial_tokens : req.prompt.size();
-  out.max_sequence_length = req.max_sequence_length;
-  out.num_layers = req.num_layers;
-  out.num_heads = req.num_heads;
-  out.head_dim = req.head_dim;
-  out.device = req.device;
-  out.dtype = req.dtype;
-  out.priority = req.priority;
-  out.tenant = req.tenant;
-  out.expected_output_tokens = req.expected_output_tokens;
-  return out;
-}
-
-/// Spawns and registers the handle of a request the pool just admitted.
-request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
-                                 std::uint64_t cache_id,
-                                 caf::strong_actor_ptr owner) {
-  auto& st = self->state;
-  request_handle_args args;
-  args.info.request = without_prompt(req);
-  args.info.cache_id = cache_id;
-  args.block_size = st.cfg.block_size;
-  args.bytes_per_block = st.store.bytes_per_block;
-  args.pool = st.pool;
-  args.manager = caf::actor_cast<kv_cache_manager_actor>(self);
-  auto info = args.info;
-  auto h = spawn_request_handle(self->system(), std::move(args));
-  self->send(st.supervisor, watch_atom::value, h, req.id, cache_id);
-  if (owner) {
-    auto addr = caf::actor_cast<caf::actor_addr>(owner);
-    auto& ids = st.owned[addr];
-    if (ids.empty())
-      self->monitor(addr);
-    ids.insert(req.id);
-  }
-  st.registry[req.id] = manager_state::entry{h, std::move(info),
-                                             std::move(owner)};
-  return h;
-}
-
-/// Removes a request from the registry, ends its handle and tells the
-/// lifecycle subscribers (and, for preemptions it did not ask for, the owner).
-void end_request(mgr_ptr self, request_id id, end_reason why,
-                 std::uint32_t released, bool tell_owner) {
-  auto& st = self->state;
-  auto i = st.registry.find(id);
-  if (i == st.registry.end())
-    return;
-  auto e = std::move(i->second);
-  st.registry.erase(i);
-  if (e.owner) {
-    auto addr = caf::actor_cast<caf::actor_addr>(e.owner);
-    auto o = st.owned.find(addr);
-    if (o != st.owned.end() && o->second.erase(id) > 0 && o->second.empty()) {
-      st.owned.erase(o);
-      self->demonitor(addr);
-    }
-  }
-  self->send(e.handle, end_atom::value, why);
-  request_ended ev{id, e.info.cache_id, why, released};
-  for (auto& sub : st.lifecycle)
-    caf::anon_send(sub, ended_atom::value, ev);
-  if (tell_owner && e.owner)
-    caf::anon_send(caf::actor_cast<caf::actor>(e.owner), preempt_atom::value, ev);
-}
-
-/// Marks a registered request swapped out or in.
-void set_swapped(mgr_ptr self, request_id id, bool swapped) {
-  auto& reg = self->state.registry;
-  auto i = reg.find(id);
-  if (i != reg.end())
-    i->second.info.swapped = swapped;
-}
-
-/// Swaps request `id` out (`out`) or in: the pool reserves the other side's
-/// blocks, the device copies, the pool commits - or undoes everything when
-/// the copy fails, so a failed swap changes nothing. `done` gets the device
-/// blocks moved or the error.
-void swap(mgr_ptr self, request_id id, bool out,
-          std::function<void(caf::expected<std::uint32_t>)> done) {
-  auto& st = self->state;
-  auto finish = [self, id, out, done](bool ok, caf::error cause,
-                                      std::uint32_t moved) {
-    auto phase2 = [&](auto atom) {
-      self->request(self->state.pool, caf::infinite, atom, id, ok)
-        .then(
-          [done, ok, cause, moved](std::uint32_t) mutable {
-            if (ok)
-              done(moved);
-            else
-              done(std::move(cause));
-          },
-          [done](caf::error& err) mutable { done(std::move(err)); });
-    };
-    if (out)
-      phase2(swap_out_atom::value);
-    else
-      phase2(swap_in_atom::value);
-  };
-  auto copy = [self, out, finish](std::vector<block_move>& moves) {
-    auto n = static_cast<std::uint32_t>(moves.size());
-    auto on_copied = [finish, n](std::uint32_t) { finish(true, caf::none, n); };
-    auto on_failed = [finish](caf::error& err) { finish(false, err, 0); };
-    if (out)
-      self->request(self->state.device, caf::infinite, swap_out_atom::value,
-                    std::move(moves))
-        .then(on_copied, on_failed);
-    else
-      self->request(self->state.device, caf::infinite, swap_in_atom::value,
-                    std::move(moves))
-        .then(on_copied, on_failed);
-  };
-  auto failed = [done](caf::error& err) mutable { done(std::move(err)); };
-  if (out)
-    self->request(st.pool, caf::infinite, swap_out_atom::value, id)
-      .then(copy, failed);
-  else
-    self->request(st.pool, caf::infinite, swap_in_atom::value, id)
-      .then(copy, failed);
-}
-
-/// The actor that sent the current message, as an owner (null if none).
-/// Call it before make_response_promise, which moves the sender out.
-caf::strong_actor_ptr owner_of(mgr_ptr self) {
-  return self->current_sender();
-}
+using namespace detail;
 
 kv_cache_manager_actor::behavior_type
 manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
@@ -571,7 +401,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       if (st.registry.count(id) == 0)
         return make_error(errc::unknown_request, unknown(id));
       auto rp = self->make_response_promise<std::uint32_t>();
-      swap(self, id, true, [self, rp, id](caf::expected<std::uint32_t> res) mutable {
+      swap_request(self, id, true, [self, rp, id](caf::expected<std::uint32_t> res) mutable {
         if (!res) {
           rp.deliver(std::move(res.error()));
           return;
@@ -586,7 +416,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       if (st.registry.count(id) == 0)
         return make_error(errc::unknown_request, unknown(id));
       auto rp = self->make_response_promise<block_table>();
-      swap(self, id, false, [self, rp, id](caf::expected<std::uint32_t> res) mutable {
+      swap_request(self, id, false, [self, rp, id](caf::expected<std::uint32_t> res) mutable {
         if (!res) {
           rp.deliver(std::move(res.error()));
           return;

@@ -1,0 +1,100 @@
+// The manager's registry: request id -> handle actor, its parameters and
+// its owner (monitored once per owner), and the lifecycle notifications sent
+// when a request ends.
+#include "kvactor/actors/kv_cache_manager_state.hpp"
+
+#include <caf/actor_system.hpp>
+#include <caf/send.hpp>
+
+#include "kvactor/actors/request_handle.hpp"
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor::detail {
+
+std::string unknown(request_id id) {
+  return "request " + std::to_string(id) + " is not allocated";
+}
+
+caf::error check_device(const manager_state& st, const allocation_request& req) {
+  if (st.store.kind == "none" || req.device == st.store.device)
+    return caf::none;
+  return make_error(errc::invalid_request,
+                    "request " + std::to_string(req.id) + ": device "
+                      + to_string(req.device) + " but the cache lives on "
+                      + to_string(st.store.device));
+}
+
+allocation_request without_prompt(const allocation_request& req) {
+  allocation_request out;
+  out.id = req.id;
+  out.initial_tokens = req.prompt.empty() ? req.initial_tokens : req.prompt.size();
+  out.max_sequence_length = req.max_sequence_length;
+  out.num_layers = req.num_layers;
+  out.num_heads = req.num_heads;
+  out.head_dim = req.head_dim;
+  out.device = req.device;
+  out.dtype = req.dtype;
+  out.priority = req.priority;
+  out.tenant = req.tenant;
+  out.expected_output_tokens = req.expected_output_tokens;
+  return out;
+}
+
+request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
+                                 std::uint64_t cache_id,
+                                 caf::strong_actor_ptr owner) {
+  auto& st = self->state;
+  request_handle_args args;
+  args.info.request = without_prompt(req);
+  args.info.cache_id = cache_id;
+  args.block_size = st.cfg.block_size;
+  args.bytes_per_block = st.store.bytes_per_block;
+  args.pool = st.pool;
+  args.manager = caf::actor_cast<kv_cache_manager_actor>(self);
+  auto info = args.info;
+  auto h = spawn_request_handle(self->system(), std::move(args));
+  self->send(st.supervisor, watch_atom::value, h, req.id, cache_id);
+  if (owner) {
+    auto addr = caf::actor_cast<caf::actor_addr>(owner);
+    auto& ids = st.owned[addr];
+    if (ids.empty())
+      self->monitor(addr);
+    ids.insert(req.id);
+  }
+  st.registry[req.id] = manager_state::entry{h, std::move(info),
+                                             std::move(owner)};
+  return h;
+}
+
+void end_request(mgr_ptr self, request_id id, end_reason why,
+                 std::uint32_t released, bool tell_owner) {
+  auto& st = self->state;
+  auto i = st.registry.find(id);
+  if (i == st.registry.end())
+    return;
+  auto e = std::move(i->second);
+  st.registry.erase(i);
+  if (e.owner) {
+    auto addr = caf::actor_cast<caf::actor_addr>(e.owner);
+    auto o = st.owned.find(addr);
+    if (o != st.owned.end() && o->second.erase(id) > 0 && o->second.empty()) {
+      st.owned.erase(o);
+      self->demonitor(addr);
+    }
+  }
+  self->send(e.handle, end_atom::value, why);
+  request_ended ev{id, e.info.cache_id, why, released};
+  for (auto& sub : st.lifecycle)
+    caf::anon_send(sub, ended_atom::value, ev);
+  if (tell_owner && e.owner)
+    caf::anon_send(caf::actor_cast<caf::actor>(e.owner), preempt_atom::value, ev);
+}
+
+void set_swapped(mgr_ptr self, request_id id, bool swapped) {
+  auto& reg = self->state.registry;
+  auto i = reg.find(id);
+  if (i != reg.end())
+    i->second.info.swapped = swapped;
+}
+
+} // namespace kvactor::detail

@@ -1,0 +1,87 @@
+// The manager actor's state and the helpers its handlers share: the
+// registry (spawning, registering and ending request handles) and the
+// two-phase swap. Internal to the manager (kv_cache_manager_actor*.cpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "kvactor/config/cache_config.hpp"
+#include "kvactor/messages/interfaces.hpp"
+
+namespace kvactor::detail {
+
+/// Everything the manager actor keeps: its config and peers, the registry
+/// of live requests, the owners it monitors and the lifecycle subscribers.
+struct manager_state {
+  static inline const char* name = "kvactor.manager";
+
+  cache_config cfg;
+  storage_info store;
+  block_pool_actor pool;
+  supervisor_actor supervisor;
+  device_actor device;
+  memory_pressure pressure = memory_pressure::low;
+
+  struct entry {
+    request_handle_actor handle;
+    request_info info;
+    caf::strong_actor_ptr owner;
+  };
+  using registry_map = std::unordered_map<request_id, entry>;
+  /// Shared with the functor that stops the handles if the manager is
+  /// killed (the state is gone by then).
+  std::shared_ptr<registry_map> shared_registry = std::make_shared<registry_map>();
+  registry_map& registry = *shared_registry;
+  /// Live requests per owner: one monitor per owner (not per request - a
+  /// monitor is a list entry on the observed actor, removed by a search).
+  std::unordered_map<caf::actor_addr, std::unordered_set<request_id>> owned;
+  std::vector<caf::actor> lifecycle;
+};
+
+using mgr_ptr = kv_cache_manager_actor::stateful_pointer<manager_state>;
+
+/// "request <id> is not allocated".
+std::string unknown(request_id id);
+
+/// Checks what the pool cannot: the device the request expects.
+caf::error check_device(const manager_state& st, const allocation_request& req);
+
+/// `req` as the registry keeps it: everything but the prompt.
+allocation_request without_prompt(const allocation_request& req);
+
+/// Spawns and registers the handle of a request the pool just admitted.
+request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
+                                 std::uint64_t cache_id,
+                                 caf::strong_actor_ptr owner);
+
+/// Removes a request from the registry, ends its handle and tells the
+/// lifecycle subscribers (and, for preemptions it did not ask for, the owner).
+void end_request(mgr_ptr self, request_id id, end_reason why,
+                 std::uint32_t released, bool tell_owner);
+
+/// Marks a registered request swapped out or in.
+void set_swapped(mgr_ptr self, request_id id, bool swapped);
+
+/// Swaps request `id` out (`out`) or in: the pool reserves the other side's
+/// blocks, the device copies, the pool commits - or undoes everything when
+/// the copy fails, so a failed swap changes nothing. `done` gets the device
+/// blocks moved or the error.
+void swap_request(mgr_ptr self, request_id id, bool out,
+                  std::function<void(caf::expected<std::uint32_t>)> done);
+
+/// The actor that sent the current message, as an owner (null if none).
+/// Call it before make_response_promise, which moves the sender out.
+inline caf::strong_actor_ptr owner_of(mgr_ptr self) {
+  return self->current_sender();
+}
+
+} // namespace kvactor::detail
