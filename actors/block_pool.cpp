@@ -145,6 +145,17 @@ void copy_then(pool_ptr self, const std::vector<block_copy>& copies,
           [finish](caf::error& err) { finish(std::move(err)); });
 }
 
+/// None if incarnation `cache_id` of request `id` is live; otherwise the
+/// error its handle answers with: the request it served has ended.
+caf::error check_incarnation(const detail::block_pool_core& core, request_id id,
+                             std::uint64_t cache_id) {
+  auto seq = core.find(id);
+  if (seq != nullptr && seq->cache_id == cache_id)
+    return caf::none;
+  return make_error(errc::invalid_handle,
+                    "request " + std::to_string(id) + " has ended");
+}
+
 /// The table of a live request (after a successful operation on it).
 block_table table_of(const detail::block_pool_core& core, request_id id) {
   return core.table(*core.find(id));
@@ -181,8 +192,11 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
     [&st](can_alloc_atom, const allocation_request& req) {
       return st.core().can_allocate(req);
     },
-    [self, &st](extend_atom, request_id id, std::uint64_t n,
+    [self, &st](extend_atom, request_id id, std::uint64_t cache_id,
+                std::uint64_t n,
                 const std::vector<token_id>& tokens) -> caf::result<extension> {
+      if (auto err = check_incarnation(st.core(), id, cache_id))
+        return err;
       if (!tokens.empty() && tokens.size() != n)
         return make_error(errc::invalid_request,
                           "request " + std::to_string(id) + ": "
@@ -264,6 +278,12 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
         return make_error(errc::unknown_request,
                           "request " + std::to_string(id) + " is not allocated");
       return st.core().table(*seq);
+    },
+    [&st](table_atom, request_id id,
+          std::uint64_t cache_id) -> caf::result<block_table> {
+      if (auto err = check_incarnation(st.core(), id, cache_id))
+        return err;
+      return table_of(st.core(), id);
     },
     [&st](stats_atom) {
       return st.stats();

@@ -87,8 +87,8 @@ caf::result<block_table> grow(handle_ptr self, std::uint64_t n,
     rp.deliver(std::move(err));
     answered(self);
   };
-  self->request(st.args.pool, caf::infinite, extend_atom::value, st.id(), n,
-                std::move(tokens))
+  self->request(st.args.pool, caf::infinite, extend_atom::value, st.id(),
+                st.args.info.cache_id, n, std::move(tokens))
     .then(
       [self, rp](extension& ext) mutable {
         // Copy-on-write copies, if any, are done: the pool waited for them.
@@ -115,7 +115,8 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
   return {
     [self](table_atom) -> caf::result<block_table> {
       auto& st = self->state;
-      return self->delegate(st.args.pool, table_atom::value, st.id());
+      return self->delegate(st.args.pool, table_atom::value, st.id(),
+                            st.args.info.cache_id);
     },
     [self](extend_atom, std::uint64_t n) {
       return grow(self, n, {});
@@ -130,7 +131,8 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
         return ended_error(st);
       auto rp = self->make_response_promise<cache_handle_stats>();
       ++st.pending;
-      self->request(st.args.pool, caf::infinite, table_atom::value, st.id())
+      self->request(st.args.pool, caf::infinite, table_atom::value, st.id(),
+                    st.args.info.cache_id)
         .then(
           [self, rp](const block_table& t) mutable {
             auto& st = self->state;

@@ -62,9 +62,12 @@ using block_pool_actor = caf::typed_actor<
   // step. Errors: as the manager's allocate.
   caf::replies_to<allocate_atom, allocation_request>::with<admission>,
   caf::replies_to<can_alloc_atom, allocation_request>::with<bool>,
-  // Grow (token ids optional, empty = unnamed). Errors: unknown_request,
-  // exceeds_max_sequence_length, out_of_blocks, quota_exceeded.
-  caf::replies_to<extend_atom, request_id, std::uint64_t,
+  // From a handle: grow (request id, cache id, n, token ids - optional,
+  // empty = unnamed). The cache id names the incarnation the handle serves:
+  // a handle whose request ended (its id perhaps allocated again since)
+  // gets invalid_handle. Other errors: exceeds_max_sequence_length,
+  // out_of_blocks, quota_exceeded, invalid_request.
+  caf::replies_to<extend_atom, request_id, std::uint64_t, std::uint64_t,
                   std::vector<token_id>>::with<extension>,
   // End a request. Error: unknown_request.
   caf::replies_to<free_atom, request_id>::with<std::uint32_t>,
@@ -76,7 +79,11 @@ using block_pool_actor = caf::typed_actor<
   // (parent, child): child shares the parent's blocks.
   caf::replies_to<fork_atom, request_id, request_id>::with<admission>,
   caf::replies_to<step_atom, step_request>::with<step_result>,
+  // The live request's table. Error: unknown_request.
   caf::replies_to<table_atom, request_id>::with<block_table>,
+  // From a handle: its incarnation's table (request id, cache id). Error:
+  // invalid_handle once that incarnation ended.
+  caf::replies_to<table_atom, request_id, std::uint64_t>::with<block_table>,
   caf::replies_to<stats_atom>::with<pool_stats>,
   // Evict up to n cached blocks; replies with how many.
   caf::replies_to<evict_atom, std::uint32_t>::with<std::uint32_t>,

@@ -267,6 +267,28 @@ BOOST_AUTO_TEST_CASE(an_exit_message_without_a_reason_still_reclaims) {
   BOOST_TEST(ended[0].blocks_released == 3u);
 }
 
+BOOST_AUTO_TEST_CASE(a_stale_handle_cannot_touch_the_next_incarnation) {
+  // What a handle sends the pool names the incarnation it serves: were an
+  // old handle's extend still in flight when its id is allocated again, it
+  // must not grow (or read) the new request.
+  BOOST_REQUIRE(allocate(1, 9));
+  auto old = lookup(1);
+  BOOST_REQUIRE(old);
+  BOOST_REQUIRE(free(1));
+  auto b = allocate(1, 5);
+  BOOST_REQUIRE(b);
+  auto stale = old->second.cache_id;
+  BOOST_TEST(outcome(ask<extension>(pool, extend_atom::value, request_id{1},
+                                    stale, std::uint64_t{4},
+                                    std::vector<token_id>{}))
+             == "invalid_handle");
+  BOOST_TEST(outcome(ask<block_table>(pool, table_atom::value, request_id{1},
+                                      stale))
+             == "invalid_handle");
+  BOOST_TEST(value_or(table(1), block_table{}) == b->table);
+  BOOST_TEST(used_blocks() == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(a_killed_handle_of_an_ended_request_reclaims_nothing) {
   auto a = allocate(1, 9);
   BOOST_REQUIRE(a);
@@ -419,7 +441,8 @@ BOOST_AUTO_TEST_CASE(the_pool_actor_answers_its_own_messages) {
   BOOST_TEST(s->eviction_count == 2u);
   // The pool's extend checks its token ids against the count.
   BOOST_TEST(outcome(ask<extension>(pool, extend_atom::value, request_id{1},
-                                    std::uint64_t{2}, std::vector<token_id>{1}))
+                                    cache_id, std::uint64_t{2},
+                                    std::vector<token_id>{1}))
              == "invalid_request");
   BOOST_TEST(value_or(table(1), block_table{}) == a->table);
 }
