@@ -31,13 +31,11 @@ blocking_bridge::blocking_bridge(caf::actor_system& sys) {
       deliver(ptr->mid.request_id().integer_value(), std::move(msg));
       return;
     }
-    notification_handler f;
-    {
-      std::lock_guard<std::mutex> guard{mtx_};
-      f = notify_;
-    }
-    if (f)
-      f(msg);
+    // Under notify_mtx_, so that once on_notification(nullptr) returned no
+    // handler runs any more (its owner may then go).
+    std::lock_guard<std::mutex> guard{notify_mtx_};
+    if (notify_)
+      notify_(msg);
   });
 }
 
@@ -135,7 +133,7 @@ void blocking_bridge::send(const caf::strong_actor_ptr& dest, caf::message msg) 
 }
 
 void blocking_bridge::on_notification(notification_handler f) {
-  std::lock_guard<std::mutex> guard{mtx_};
+  std::lock_guard<std::mutex> guard{notify_mtx_};
   notify_ = std::move(f);
 }
 

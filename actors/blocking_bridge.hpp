@@ -47,8 +47,10 @@ public:
   /// Sends `msg` to `dest` without waiting; the bridge is the sender.
   void send(const caf::strong_actor_ptr& dest, caf::message msg);
 
-  /// Called (on an actor thread: keep it short) for every message to the
-  /// bridge that is not a reply.
+  /// Called (on an actor thread, one call at a time: keep it short, and
+  /// never send to the bridge from it) for every message to the bridge that
+  /// is not a reply. Once on_notification(nullptr) returned, the previous
+  /// handler is neither running nor called again.
   void on_notification(notification_handler f);
 
   /// Monitors `whom`: its down_msg arrives as a notification (at once if it
@@ -78,6 +80,7 @@ private:
   std::mutex mtx_;
   std::unordered_map<std::uint64_t, std::shared_ptr<slot>> pending_;
   std::uint64_t next_id_ = 1;
+  std::mutex notify_mtx_; ///< held while the handler runs
   notification_handler notify_;
   bool closed_ = false;
 };

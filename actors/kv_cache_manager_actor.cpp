@@ -27,10 +27,25 @@ namespace {
 
 using namespace detail;
 
+/// Ends registered request `id`: the pool releases its blocks, then the
+/// registry lets it go.
+caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id) {
+  auto rp = self->make_response_promise<std::uint32_t>();
+  self->request(self->state.pool, caf::infinite, free_atom::value, id)
+    .then(
+      [self, rp, id](std::uint32_t released) mutable {
+        end_request(self, id, end_reason::deallocated, released, false);
+        rp.deliver(released);
+      },
+      [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  return rp;
+}
+
 kv_cache_manager_actor::behavior_type
 manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
-            device_actor device, block_pool_actor pool) {
+            device_actor device, block_pool_actor pool, std::size_t reap_batch) {
   auto& st = self->state;
+  st.reap_batch = std::max<std::size_t>(reap_batch, 1);
   st.cfg = std::move(cfg);
   st.store = store;
   st.device = std::move(device);
@@ -82,12 +97,17 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       self->send_exit(kvp.second.handle, caf::exit_reason::user_shutdown);
     }
     st.registry.clear();
+    reap(self);
     self->quit(msg.reason);
   });
   self->attach_functor([sup = st.supervisor, pool = st.pool, dev = st.device,
-                        reg = st.shared_registry](const caf::error&) {
+                        reg = st.shared_registry,
+                        ended = st.ended](const caf::error&) {
     for (auto& kvp : *reg)
       caf::anon_send_exit(kvp.second.handle, caf::exit_reason::user_shutdown);
+    for (auto& a : *ended)
+      if (auto h = caf::actor_cast<request_handle_actor>(a))
+        caf::anon_send(h, reap_atom::value);
     caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(dev, caf::exit_reason::user_shutdown);
@@ -133,18 +153,18 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
                             std::move(tokens));
     },
     [self](free_atom, request_id id) -> caf::result<std::uint32_t> {
-      auto& st = self->state;
-      if (st.registry.count(id) == 0)
+      if (self->state.registry.count(id) == 0)
         return make_error(errc::unknown_request, unknown(id));
-      auto rp = self->make_response_promise<std::uint32_t>();
-      self->request(st.pool, caf::infinite, free_atom::value, id)
-        .then(
-          [self, rp, id](std::uint32_t released) mutable {
-            end_request(self, id, end_reason::deallocated, released, false);
-            rp.deliver(released);
-          },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
-      return rp;
+      return free_request(self, id);
+    },
+    [self](free_atom, request_id id,
+           std::uint64_t cache_id) -> caf::result<std::uint32_t> {
+      auto& reg = self->state.registry;
+      auto i = reg.find(id);
+      if (i == reg.end() || i->second.info.cache_id != cache_id)
+        return make_error(errc::invalid_handle,
+                          "request " + std::to_string(id) + " has ended");
+      return free_request(self, id);
     },
     [self](fork_atom, request_id parent, request_id child)
       -> caf::result<request_handle_actor, block_table> {
@@ -353,6 +373,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     },
     [self](reclaim_atom) -> caf::result<cache_gc_stats> {
       auto& st = self->state;
+
       auto rp = self->make_response_promise<cache_gc_stats>();
       self->request(st.pool, caf::infinite, list_atom::value)
         .then(
@@ -462,7 +483,8 @@ caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
                     lay.num_blocks, lay.num_host_blocks, lay.bytes_per_block()};
   out.device = spawn_device_actor(sys, out.store, spawn_opts.detached_device);
   out.pool = spawn_block_pool(sys, cfg, lay.num_blocks, out.device);
-  out.manager = sys.spawn(manager_fun, cfg, info, out.device, out.pool);
+  out.manager = sys.spawn(manager_fun, cfg, info, out.device, out.pool,
+                         spawn_opts.reap_batch);
   return out;
 }
 
