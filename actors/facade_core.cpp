@@ -1,4 +1,4 @@
-// facade_core: slots, validity (by monitoring handle actors) and the
+// facade_core: slots, validity (from the manager's lifecycle events) and the
 // pressure-callback relay.
 #include "kvactor/actors/facade_core.hpp"
 
@@ -18,15 +18,33 @@ namespace kvactor::detail {
 facade_core::facade_core(caf::actor_system& sys, cache_config cfg,
                          cache_system cache)
   : sys_(sys), cfg_(std::move(cfg)), cache_(std::move(cache)), bridge_(sys) {
+  // A request's end, however it came (deallocate, preemption, reclaim, an
+  // actor client), reaches the bridge as a lifecycle event, on the manager's
+  // thread before the manager handles anything else: no later incarnation
+  // of the id can have a slot yet, and the slot turns invalid before the
+  // handle actor has even seen its end message.
   bridge_.on_notification([this](caf::message& msg) {
-    if (msg.match_elements<caf::down_msg>())
-      invalidate(msg.get_as<caf::down_msg>(0).source.id());
+    if (msg.match_elements<ended_atom, request_ended>()) {
+      invalidate_request(msg.get_as<request_ended>(1).id);
+    } else if (msg.match_elements<caf::down_msg>()) {
+      auto& dm = msg.get_as<caf::down_msg>(0);
+      if (dm.source == cache_.manager.address())
+        invalidate_all(); // the manager went
+      else
+        invalidate(dm.source.id()); // a handle actor quit
+    }
   });
+  bridge_.watch(caf::actor_cast<caf::actor_addr>(cache_.manager));
+  bridge_.send(caf::actor_cast<caf::strong_actor_ptr>(cache_.manager),
+               caf::make_message(subscribe_atom::value, topic::lifecycle,
+                                 bridge_.self()));
   callback_ = std::make_shared<std::function<void(memory_pressure)>>();
   callback_mtx_ = std::make_shared<std::mutex>();
 }
 
 facade_core::~facade_core() {
+  // First, so that no notification touches the members as they go.
+  bridge_.on_notification(nullptr);
   stop();
 }
 
@@ -66,7 +84,9 @@ facade_core::slot_for(const request_handle_actor& h, const request_info& info) {
     slots_[h.id()] = s;
     by_request_[info.request.id] = h.id();
   }
-  // Outside the lock: a handle already gone reports down at once.
+  // Outside the lock: a handle already gone reports down at once. (A slot
+  // made after its request's ended event - a lookup racing the end - turns
+  // invalid when the handle actor quits.)
   bridge_.watch(h.address());
   return s;
 }

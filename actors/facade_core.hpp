@@ -47,8 +47,8 @@ public:
     return unpack<Rs...>(*res, std::index_sequence_for<Rs...>{});
   }
 
-  /// The slot of the request whose handle actor is `h` (made and watched on
-  /// first sight; one per handle actor, shared by every reference).
+  /// The slot of the request whose handle actor is `h` (made on first
+  /// sight; one per handle actor, shared by every reference).
   std::shared_ptr<request_slot> slot_for(const request_handle_actor& h,
                                          const request_info& info);
 

@@ -254,6 +254,34 @@ BOOST_AUTO_TEST_CASE(preempt_frees_the_blocks_and_invalidates_the_handle) {
   KV_CHECK_ERROR(f.m().extend(*h, 1), errc::invalid_handle, "request 1");
 }
 
+BOOST_AUTO_TEST_CASE(a_request_ended_by_an_actor_client_invalidates_at_once) {
+  // Not through this facade: an actor preempts, another frees. The handles
+  // turn invalid before those clients get their replies (the lifecycle
+  // event reaches the facade first), not only once the handle actors quit.
+  cache_fixture f;
+  auto h1 = f.alloc(f.req(1, 8));
+  auto h2 = f.alloc(f.req(2, 4));
+  auto h3 = f.alloc(f.req(3, 4));
+  caf::scoped_actor client{*f.sys};
+  auto mgr = f.m().actor();
+  client->request(mgr, std::chrono::seconds{10}, preempt_atom::value,
+                  request_id{1})
+    .receive([&](std::uint32_t released) { BOOST_TEST(released == 2u); },
+             [&](caf::error& err) { BOOST_FAIL(render(err)); });
+  BOOST_TEST(!h1->is_valid());
+  client->request(mgr, std::chrono::seconds{10}, free_atom::value,
+                  request_id{2})
+    .receive([&](std::uint32_t released) { BOOST_TEST(released == 1u); },
+             [&](caf::error& err) { BOOST_FAIL(render(err)); });
+  BOOST_TEST(!h2->is_valid());
+  BOOST_TEST(h3->is_valid());
+  KV_CHECK_ERROR(f.m().extend(*h1, 1), errc::invalid_handle, "request 1");
+  // The ids can start again; the new handles are valid.
+  auto again = f.alloc(f.req(1, 4));
+  BOOST_TEST(again->is_valid());
+  BOOST_TEST(!h1->is_valid());
+}
+
 BOOST_AUTO_TEST_CASE(step_runs_frees_extends_and_admits_in_one_round_trip) {
   cache_fixture f;
   auto h1 = f.alloc(f.req(1, 4));
