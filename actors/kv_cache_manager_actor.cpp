@@ -43,9 +43,8 @@ caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id) {
 
 kv_cache_manager_actor::behavior_type
 manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
-            device_actor device, block_pool_actor pool, std::size_t reap_batch) {
+            device_actor device, block_pool_actor pool) {
   auto& st = self->state;
-  st.reap_batch = std::max<std::size_t>(reap_batch, 1);
   st.cfg = std::move(cfg);
   st.store = store;
   st.device = std::move(device);
@@ -97,17 +96,12 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       self->send_exit(kvp.second.handle, caf::exit_reason::user_shutdown);
     }
     st.registry.clear();
-    reap(self);
     self->quit(msg.reason);
   });
   self->attach_functor([sup = st.supervisor, pool = st.pool, dev = st.device,
-                        reg = st.shared_registry,
-                        ended = st.ended](const caf::error&) {
+                        reg = st.shared_registry](const caf::error&) {
     for (auto& kvp : *reg)
       caf::anon_send_exit(kvp.second.handle, caf::exit_reason::user_shutdown);
-    for (auto& a : *ended)
-      if (auto h = caf::actor_cast<request_handle_actor>(a))
-        caf::anon_send(h, reap_atom::value);
     caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(pool, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(dev, caf::exit_reason::user_shutdown);
@@ -483,8 +477,7 @@ caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
                     lay.num_blocks, lay.num_host_blocks, lay.bytes_per_block()};
   out.device = spawn_device_actor(sys, out.store, spawn_opts.detached_device);
   out.pool = spawn_block_pool(sys, cfg, lay.num_blocks, out.device);
-  out.manager = sys.spawn(manager_fun, cfg, info, out.device, out.pool,
-                         spawn_opts.reap_batch);
+  out.manager = sys.spawn(manager_fun, cfg, info, out.device, out.pool);
   return out;
 }
 

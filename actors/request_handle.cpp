@@ -115,6 +115,8 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
   return {
     [self](table_atom) -> caf::result<block_table> {
       auto& st = self->state;
+      if (st.ending)
+        return ended_error(st);
       return self->delegate(st.args.pool, table_atom::value, st.id(),
                             st.args.info.cache_id);
     },
@@ -159,7 +161,14 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
     },
     [self](free_atom) -> caf::result<std::uint32_t> {
       auto& st = self->state;
-      return self->delegate(st.args.manager, free_atom::value, st.id());
+      // Ended: the id may name a new request by now.
+      if (st.ending)
+        return ended_error(st);
+      // The manager frees only the incarnation this handle serves: a free
+      // still in this mailbox when the request ended must not end the id's
+      // next request.
+      return self->delegate(st.args.manager, free_atom::value, st.id(),
+                            st.args.info.cache_id);
     },
     [self](end_atom, end_reason) {
       end(self, caf::none);

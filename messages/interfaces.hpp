@@ -160,6 +160,9 @@ using kv_cache_manager_actor = caf::typed_actor<
   caf::replies_to<append_atom, request_id, std::vector<token_id>>::with<block_table>,
   // End a request; replies with the blocks returned. Error: unknown_request.
   caf::replies_to<free_atom, request_id>::with<std::uint32_t>,
+  // From a handle: end the incarnation it serves (request id, cache id).
+  // Error: invalid_handle once that incarnation ended.
+  caf::replies_to<free_atom, request_id, std::uint64_t>::with<std::uint32_t>,
   // (parent, child): a new request sharing the parent's blocks. Errors:
   // unknown_request, duplicate_request.
   caf::replies_to<fork_atom, request_id, request_id>::with<request_handle_actor,

@@ -285,6 +285,10 @@ BOOST_AUTO_TEST_CASE(a_stale_handle_cannot_touch_the_next_incarnation) {
   BOOST_TEST(outcome(ask<block_table>(pool, table_atom::value, request_id{1},
                                       stale))
              == "invalid_handle");
+  // A free forwarded by the old handle names its incarnation too.
+  BOOST_TEST(outcome(ask<std::uint32_t>(mgr, free_atom::value, request_id{1},
+                                        stale))
+             == "invalid_handle");
   BOOST_TEST(value_or(table(1), block_table{}) == b->table);
   BOOST_TEST(used_blocks() == 2u);
 }
