@@ -15,7 +15,9 @@ namespace kvactor {
 void add_message_types(caf::actor_system_config& cfg);
 
 /// Scheduler settings for low-latency request/response from non-actor
-/// threads (the facade): workers poll longer before sleeping. Optional.
+/// threads (the facade): workers poll longer before sleeping, and CAF's
+/// clock thread runs at the lowest priority (on Linux; see
+/// registration.cpp). Optional.
 void tune_for_latency(caf::actor_system_config& cfg);
 
 } // namespace kvactor

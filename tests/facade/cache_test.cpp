@@ -3,6 +3,12 @@
 // batched step, and actor() reaching the same cache.
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
 
 #include <caf/scoped_actor.hpp>
 
@@ -417,6 +423,51 @@ BOOST_AUTO_TEST_CASE(config_and_timeout_are_as_started) {
   auto h = f.alloc(f.req(1, 4));
   BOOST_TEST(h->num_tokens() == 4u);
 }
+
+#ifdef __linux__
+namespace {
+
+/// The nice value of each thread of this process named `name`.
+std::vector<std::string> nice_values_of(const std::string& name) {
+  std::vector<std::string> out;
+  for (auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm{task.path() / "comm"};
+    std::string comm_name;
+    std::getline(comm, comm_name);
+    if (comm_name != name)
+      continue;
+    std::ifstream stat{task.path() / "stat"};
+    std::string line;
+    std::getline(stat, line);
+    // Field 19 is the nice value; the name field (2) ends at the last ')'.
+    std::istringstream rest{line.substr(line.rfind(')') + 2)};
+    std::string field;
+    for (int k = 3; k <= 19; ++k)
+      rest >> field;
+    out.push_back(field);
+  }
+  return out;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(configure_runs_cafs_clock_thread_at_the_lowest_priority) {
+  // Every actor exit wakes CAF's clock thread; at normal priority it
+  // preempts the worker or the waiting caller (see tune_for_latency). The
+  // thread names itself once running: look until it has.
+  cache_fixture f;
+  std::vector<std::string> nice;
+  for (int tries = 0; tries < 500; ++tries) {
+    nice = nice_values_of("caf.clock");
+    if (!nice.empty() && nice.front() == "19")
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds{10});
+  }
+  BOOST_REQUIRE(!nice.empty());
+  for (auto& n : nice)
+    BOOST_TEST(n == "19");
+}
+#endif
 
 BOOST_AUTO_TEST_CASE(storage_says_where_the_blocks_live) {
   cache_fixture f;
