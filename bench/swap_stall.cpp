@@ -71,6 +71,22 @@ struct phase {
   }
 };
 
+/// Runs `call` (returning caf::error), adds its latency to `out` (if any);
+/// false, with a message, if it failed.
+template <class F>
+bool timed(const char* what, std::vector<double>* out, F call) {
+  auto t0 = clock_type::now();
+  auto err = call();
+  auto dt = since_us(t0);
+  if (err) {
+    std::cerr << "swap_stall: " << what << ": " << render(err) << '\n';
+    return false;
+  }
+  if (out)
+    out->push_back(dt);
+  return true;
+}
+
 /// `n` allocate / extend x k / deallocate cycles of small requests with ids
 /// from `first_id`; an error ends the run with a message.
 bool run_cycles(kv_cache_manager& mgr, allocation_request req,
@@ -78,35 +94,20 @@ bool run_cycles(kv_cache_manager& mgr, allocation_request req,
                 phase* out) {
   for (std::size_t i = 0; i < n; ++i) {
     req.id = first_id + i;
-    auto t0 = clock_type::now();
-    auto h = mgr.allocate(req);
-    auto dt = since_us(t0);
-    if (!h) {
-      std::cerr << "swap_stall: allocate: " << render(h.error()) << '\n';
+    std::shared_ptr<kv_cache_handle> h;
+    auto ok = timed("allocate", out ? &out->allocate : nullptr, [&] {
+      auto res = mgr.allocate(req);
+      if (!res)
+        return std::move(res.error());
+      h = std::move(*res);
+      return caf::error{};
+    });
+    for (std::size_t j = 0; ok && j < k; ++j)
+      ok = timed("extend", out ? &out->extend : nullptr,
+                 [&] { return mgr.extend(*h, 1); });
+    if (!ok || !timed("deallocate", out ? &out->deallocate : nullptr,
+                      [&] { return mgr.deallocate(req.id); }))
       return false;
-    }
-    if (out)
-      out->allocate.push_back(dt);
-    for (std::size_t j = 0; j < k; ++j) {
-      t0 = clock_type::now();
-      auto err = mgr.extend(**h, 1);
-      dt = since_us(t0);
-      if (err) {
-        std::cerr << "swap_stall: extend: " << render(err) << '\n';
-        return false;
-      }
-      if (out)
-        out->extend.push_back(dt);
-    }
-    t0 = clock_type::now();
-    auto err = mgr.deallocate(req.id);
-    dt = since_us(t0);
-    if (err) {
-      std::cerr << "swap_stall: deallocate: " << render(err) << '\n';
-      return false;
-    }
-    if (out)
-      out->deallocate.push_back(dt);
   }
   return true;
 }
