@@ -9,14 +9,6 @@
 
 namespace kvactor::detail {
 
-namespace {
-
-std::string req_name(request_id id) {
-  return "request " + std::to_string(id);
-}
-
-} // namespace
-
 // -- allocate -------------------------------------------------------------------------
 
 std::uint32_t block_pool_core::lookup(std::uint16_t t,

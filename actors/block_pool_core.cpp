@@ -1,7 +1,7 @@
-// block_pool_core: checks, block movement, extension, release, fork and
+// block_pool_core: checks, block movement, sequences, release, fork and
 // eviction.
-// Allocation, the step and the invariant check live in
-// block_pool_allocate.cpp, block_pool_step.cpp and
+// Allocation, extension, the step and the invariant check live in
+// block_pool_allocate.cpp, block_pool_extend.cpp, block_pool_step.cpp and
 // block_pool_check.cpp.
 #include "kvactor/actors/block_pool_core.hpp"
 
@@ -12,14 +12,6 @@
 #include "kvactor/messages/error.hpp"
 
 namespace kvactor::detail {
-
-namespace {
-
-std::string req_name(request_id id) {
-  return "request " + std::to_string(id);
-}
-
-} // namespace
 
 block_pool_core::block_pool_core(const cache_config& cfg,
                                  std::uint32_t num_blocks)
@@ -333,144 +325,6 @@ void block_pool_core::drop_sequence(request_id id) {
 
 block_table block_pool_core::table(const sequence& seq) const {
   return block_table{seq.blocks, seq.num_tokens, block_size_};
-}
-
-// -- extend ---------------------------------------------------------------------------
-
-bool block_pool_core::append_in_place(sequence& seq, std::uint64_t n,
-                                      const token_id* tokens) {
-  // The common decode step: a few tokens into the partly filled last block,
-  // which no one else holds. Anything else takes the full path.
-  auto used = seq.num_tokens % block_size_;
-  if (used == 0 || used + n > block_size_ || seq.tail_shared
-      || n > seq.max_tokens - seq.num_tokens)
-    return false;
-  if (tokens != nullptr) {
-    for (std::uint64_t i = 0; i < n; ++i)
-      if (tokens[i] < 0)
-        return false; // the full path reports it
-    if (seq.hashable)
-      hash_appended(seq, tokens, n);
-  } else if (seq.hashable) {
-    seq.hashable = false;
-    seq.tail.clear();
-  }
-  seq.num_tokens += n;
-  return true;
-}
-
-void block_pool_core::hash_appended(sequence& seq, const token_id* tokens,
-                                    std::uint64_t n) {
-  if (n == 1 && seq.tail.size() + 1 < block_size_) {
-    seq.tail.push_back(*tokens); // does not complete a block
-    return;
-  }
-  seq.tail.insert(seq.tail.end(), tokens, tokens + n);
-  std::size_t off = 0;
-  while (seq.tail.size() - off >= block_size_) {
-    auto parent = seq.num_hashed > 0 ? seq.chain.lo : 0;
-    auto h = hash_block(seq.chain, seq.tail.data() + off, block_size_);
-    index_block(seq.blocks[seq.num_hashed], h, parent, seq.tenant,
-                seq.tail.data() + off);
-    seq.chain = h;
-    ++seq.num_hashed;
-    off += block_size_;
-  }
-  if (off > 0)
-    seq.tail.erase(seq.tail.begin(), seq.tail.begin() + off);
-}
-
-sequence* block_pool_core::find_resident(request_id id, caf::error& err) {
-  auto seq = find_mut(id);
-  if (seq == nullptr) {
-    err = make_error(errc::unknown_request, req_name(id) + " is not allocated");
-    return nullptr;
-  }
-  if (seq->where != residency::resident) {
-    err = make_error(errc::invalid_request,
-                     req_name(id)
-                       + (seq->where == residency::swapped
-                            ? " is swapped out: swap it in first"
-                            : " is being swapped: wait for the swap"));
-    return nullptr;
-  }
-  return seq;
-}
-
-caf::expected<extension_outcome>
-block_pool_core::extend(request_id id, std::uint64_t n,
-                        const token_id* tokens, bool hold_copies) {
-  auto seq = find_mut(id);
-  if (seq == nullptr || seq->where != residency::resident) {
-    caf::error err;
-    find_resident(id, err);
-    return err;
-  }
-  extension_outcome out;
-  if (n == 0)
-    return out;
-  if (append_in_place(*seq, n, tokens)) {
-    out.first_changed = static_cast<std::uint32_t>(seq->blocks.size());
-    return out;
-  }
-  if (n > seq->max_tokens - seq->num_tokens)
-    return make_error(errc::exceeds_max_sequence_length,
-                      req_name(id) + ": " + std::to_string(seq->num_tokens)
-                        + " + " + std::to_string(n)
-                        + " tokens > max_sequence_length "
-                        + std::to_string(seq->max_tokens));
-  if (tokens != nullptr)
-    for (std::uint64_t i = 0; i < n; ++i)
-      if (tokens[i] < 0)
-        return make_error(errc::invalid_request,
-                          req_name(id) + ": token " + std::to_string(tokens[i])
-                            + " is not a token id");
-  auto old_blocks = seq->blocks.size();
-  auto total = seq->num_tokens + n;
-  auto new_blocks = total / block_size_ + (total % block_size_ != 0);
-  auto add = new_blocks - old_blocks;
-  // Copy on write only if another table holds the block: a copy in flight
-  // (holds) only reads the tokens before ours, which we never change.
-  bool cow = false;
-  if (seq->tail_shared && seq->num_tokens % block_size_ != 0) {
-    auto& last = blocks_[seq->blocks.back()];
-    cow = last.ref_count - last.holds > 1;
-  }
-  if (add + cow > 0)
-    if (auto err = admit_blocks(seq->tenant, add + cow))
-      return err;
-  auto promised_before = growth(*seq);
-  seq->tail_shared = false; // its own copy, or it is the only holder left
-  out.changed = add + cow > 0;
-  out.first_changed = static_cast<std::uint32_t>(old_blocks - cow);
-  if (cow) {
-    auto old = seq->blocks.back();
-    auto copy = take_block(seq->tenant);
-    blocks_[copy].level = seq->level;
-    --blocks_[old].ref_count; // > 1 before: still used by the others
-    if (hold_copies)
-      for (auto b : {old, copy}) {
-        ++blocks_[b].ref_count;
-        ++blocks_[b].holds;
-      }
-    seq->blocks.back() = copy;
-    out.copies.push_back(block_copy{old, copy});
-    ++counters_.cow_copies;
-  }
-  for (std::uint64_t i = 0; i < add; ++i) {
-    seq->blocks.push_back(take_block(seq->tenant));
-    blocks_[seq->blocks.back()].level = seq->level;
-  }
-  if (tokens != nullptr && seq->hashable) {
-    hash_appended(*seq, tokens, n);
-  } else if (seq->hashable) {
-    // Unnamed tokens end the chain: later blocks cannot be looked up.
-    seq->hashable = false;
-    seq->tail.clear();
-  }
-  seq->num_tokens += n;
-  repromise(*seq, promised_before);
-  return out;
 }
 
 // -- release, reclaim, preempt, fork --------------------------------------------------

@@ -31,6 +31,11 @@
 
 namespace kvactor::detail {
 
+/// "request <id>", as the pool's error messages name a request.
+inline std::string req_name(request_id id) {
+  return "request " + std::to_string(id);
+}
+
 /// The LRU level of a request's blocks: tenants by priority first, then
 /// requests by priority within a tenant - the lowest level is evicted first.
 constexpr std::uint8_t retention_of(priority tenant, priority request) noexcept {

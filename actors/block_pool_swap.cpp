@@ -7,14 +7,6 @@
 
 namespace kvactor::detail {
 
-namespace {
-
-std::string req_name(request_id id) {
-  return "request " + std::to_string(id);
-}
-
-} // namespace
-
 caf::expected<std::vector<block_move>>
 block_pool_core::swap_out_begin(request_id id) {
   caf::error err;
