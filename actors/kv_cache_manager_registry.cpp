@@ -52,8 +52,7 @@ request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
   args.pool = st.pool;
   args.manager = caf::actor_cast<kv_cache_manager_actor>(self);
   auto info = args.info;
-  auto h = spawn_request_handle(self->system(), std::move(args));
-  self->send(st.supervisor, watch_atom::value, h, req.id, cache_id);
+  auto h = spawn_request_handle(self->system(), std::move(args), st.supervisor);
   if (owner) {
     auto addr = caf::actor_cast<caf::actor_addr>(owner);
     auto& ids = st.owned[addr];

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include <caf/actor_system.hpp>
+#include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
@@ -179,8 +180,17 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
 } // namespace
 
 request_handle_actor spawn_request_handle(caf::actor_system& sys,
-                                          request_handle_args args) {
-  return sys.spawn(handle_fun, std::move(args));
+                                          request_handle_args args,
+                                          const supervisor_actor& supervisor) {
+  auto id = args.info.request.id;
+  auto cache_id = args.info.cache_id;
+  auto h = sys.spawn(handle_fun, std::move(args));
+  caf::actor_cast<caf::abstract_actor*>(h)->attach_functor(
+    [supervisor, id, cache_id](const caf::error& why) {
+      if (why)
+        caf::anon_send(supervisor, reclaim_atom::value, id, cache_id);
+    });
+  return h;
 }
 
 } // namespace kvactor

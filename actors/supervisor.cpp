@@ -1,11 +1,10 @@
-// supervisor actor: handle monitoring, GC, pressure levels and broadcasts.
+// supervisor actor: handle deaths, GC, pressure levels and broadcasts.
 #include "kvactor/actors/supervisor.hpp"
 
 #include <algorithm>
 #include <functional>
 #include <chrono>
 #include <memory>
-#include <unordered_map>
 #include <vector>
 
 #include <caf/actor_system.hpp>
@@ -36,11 +35,6 @@ struct supervisor_state {
   std::chrono::milliseconds gc_interval{0};
   pool_usage last;
   std::vector<caf::actor> subscribers;
-  struct watched_request {
-    request_id id;
-    std::uint64_t cache_id;
-  };
-  std::unordered_map<caf::actor_addr, watched_request> watched;
 
   /// Cached blocks to evict so that used + cached falls to the medium mark.
   std::uint32_t eviction_target() const {
@@ -156,27 +150,15 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
              caf::actor_cast<supervisor_actor>(self));
   if (st.gc_interval.count() > 0)
     self->delayed_send(self, st.gc_interval, tick_atom::value);
+  // A subscriber that dies is dropped. (Handle actors report their own
+  // abnormal deaths: see reclaim_atom.)
   self->set_down_handler([self](const caf::down_msg& dm) {
-    auto& st = self->state;
-    auto i = st.watched.find(dm.source);
-    if (i == st.watched.end()) {
-      auto& subs = st.subscribers;
-      subs.erase(std::remove_if(subs.begin(), subs.end(),
-                                [&](const caf::actor& x) {
-                                  return x.address() == dm.source;
-                                }),
-                 subs.end());
-      return;
-    }
-    auto w = i->second;
-    st.watched.erase(i);
-    // A handle quits without a reason only when the manager ended its
-    // request, after the pool released the blocks: nothing to reclaim.
-    if (!dm.reason)
-      return;
-    // Killed, crashed or stopped: the manager decides whether the request
-    // is still live (reclaim) or already ended (nothing to do).
-    self->send(st.manager, reclaim_atom::value, w.id, w.cache_id);
+    auto& subs = self->state.subscribers;
+    subs.erase(std::remove_if(subs.begin(), subs.end(),
+                              [&](const caf::actor& x) {
+                                return x.address() == dm.source;
+                              }),
+               subs.end());
   });
   return {
     [self](usage_atom, const pool_usage& u) {
@@ -193,11 +175,10 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
       }
       relieve(self);
     },
-    [self](watch_atom, const request_handle_actor& h, request_id id,
-           std::uint64_t cache_id) {
-      auto& st = self->state;
-      self->monitor(h);
-      st.watched[h.address()] = supervisor_state::watched_request{id, cache_id};
+    [self](reclaim_atom, request_id id, std::uint64_t cache_id) {
+      // Killed, crashed or stopped: the manager decides whether the request
+      // is still live (reclaim) or already ended (nothing to do).
+      self->send(self->state.manager, reclaim_atom::value, id, cache_id);
     },
     [self](gc_atom) -> caf::result<cache_gc_stats> {
       auto rp = self->make_response_promise<cache_gc_stats>();

@@ -21,7 +21,6 @@ using info_atom = caf::atom_constant<caf::atom("info")>;
 using end_atom = caf::atom_constant<caf::atom("end")>;
 using ended_atom = caf::atom_constant<caf::atom("ended")>;
 using reclaim_atom = caf::atom_constant<caf::atom("reclaim")>;
-using watch_atom = caf::atom_constant<caf::atom("watch")>;
 using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;
 using unsubscribe_atom = caf::atom_constant<caf::atom("unsub")>;
 using pressure_atom = caf::atom_constant<caf::atom("pressure")>;

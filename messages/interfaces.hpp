@@ -41,9 +41,10 @@ using request_handle_actor = caf::typed_actor<
 using supervisor_actor = caf::typed_actor<
   // From the pool: usage crossed a pressure mark.
   caf::reacts_to<usage_atom, pool_usage>,
-  // Monitor this handle actor (request id, cache id): if it dies while its
-  // request is live, the request's blocks are reclaimed.
-  caf::reacts_to<watch_atom, request_handle_actor, request_id, std::uint64_t>,
+  // From a handle actor that quit with an error (killed, crashed, stopped)
+  // while its request may still hold blocks: (request id, cache id). The
+  // manager reclaims the request if that incarnation is still live.
+  caf::reacts_to<reclaim_atom, request_id, std::uint64_t>,
   // Runs GC now: reclaims orphaned requests, evicts toward the medium mark
   // under high pressure, checks the invariant. Error: invariant_violation.
   caf::replies_to<gc_atom>::with<cache_gc_stats>,
@@ -192,7 +193,7 @@ using kv_cache_manager_actor = caf::typed_actor<
   // Subscribe / unsubscribe an actor to a topic.
   caf::reacts_to<subscribe_atom, topic, caf::actor>,
   caf::reacts_to<unsubscribe_atom, topic, caf::actor>,
-  // From the supervisor: a watched handle died.
+  // From the supervisor: a handle actor died with an error.
   caf::reacts_to<reclaim_atom, request_id, std::uint64_t>,
   // From the supervisor: the pressure level changed (kept for stats).
   caf::reacts_to<pressure_atom, pressure_event>,

@@ -470,7 +470,6 @@ protocol_messages(cache_fixture& f, const request_handle_actor& h) {
     m{"end", caf::make_message(end_atom::value, end_reason::preempted)},
     m{"kv events", caf::make_message(kv_event_atom::value, kv)},
     m{"usage", caf::make_message(usage_atom::value, pool_usage{50, 4, 64})},
-    m{"watch", caf::make_message(watch_atom::value, h, request_id{7}, std::uint64_t{42})},
     m{"reclaim reply", caf::make_message(true, std::uint32_t{3})},
     m{"live list", caf::make_message(std::vector<std::pair<request_id, std::uint64_t>>{{7, 42}})},
     m{"victims", caf::make_message(std::vector<request_id>{4, 5})},
