@@ -44,31 +44,6 @@ tenant_config tenant(std::string name, std::uint64_t max_blocks = 0,
   return t;
 }
 
-/// A request for `n` tokens without a prompt.
-allocation_request tokens_req(request_id id, std::uint64_t n,
-                              std::string tenant_name = "",
-                              std::uint64_t max_len = 1000) {
-  allocation_request req;
-  req.id = id;
-  req.initial_tokens = n;
-  req.max_sequence_length = max_len;
-  req.num_layers = 2;
-  req.num_heads = 2;
-  req.head_dim = 8;
-  req.dtype = dtype::fp16;
-  req.tenant = std::move(tenant_name);
-  return req;
-}
-
-/// A request with a prompt (initial_tokens left 0: the prompt's length).
-allocation_request prompt_req(request_id id, std::vector<token_id> prompt,
-                              std::string tenant_name = "",
-                              std::uint64_t max_len = 1000) {
-  auto req = tokens_req(id, 0, std::move(tenant_name), max_len);
-  req.prompt = std::move(prompt);
-  return req;
-}
-
 std::vector<token_id> operator+(std::vector<token_id> x,
                                 const std::vector<token_id>& y) {
   x.insert(x.end(), y.begin(), y.end());

@@ -1,9 +1,10 @@
-// Helpers the block pool core's unit tests share: token runs, error names,
-// the invariant as text.
+// Helpers the block pool core's unit tests share: requests, token runs,
+// error names, the invariant as text.
 #pragma once
 
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <caf/error.hpp>
@@ -19,6 +20,32 @@ inline std::vector<token_id> run(token_id first, std::size_t n) {
   std::vector<token_id> out(n);
   std::iota(out.begin(), out.end(), first);
   return out;
+}
+
+/// A request for `n` tokens without a prompt, for the 2-layer, 2-head,
+/// 8-dim fp16 model the pool core tests configure.
+inline allocation_request tokens_req(request_id id, std::uint64_t n,
+                                     std::string tenant_name = "",
+                                     std::uint64_t max_len = 1000) {
+  allocation_request req;
+  req.id = id;
+  req.initial_tokens = n;
+  req.max_sequence_length = max_len;
+  req.num_layers = 2;
+  req.num_heads = 2;
+  req.head_dim = 8;
+  req.dtype = dtype::fp16;
+  req.tenant = std::move(tenant_name);
+  return req;
+}
+
+/// A request with a prompt (initial_tokens left 0: the prompt's length).
+inline allocation_request prompt_req(request_id id, std::vector<token_id> prompt,
+                                     std::string tenant_name = "",
+                                     std::uint64_t max_len = 1000) {
+  auto req = tokens_req(id, 0, std::move(tenant_name), max_len);
+  req.prompt = std::move(prompt);
+  return req;
 }
 
 /// "ok", or the errc's name (or render() for a foreign error).

@@ -39,26 +39,6 @@ cache_config swap_config() {
   return cfg;
 }
 
-allocation_request tokens_req(request_id id, std::uint64_t n,
-                              std::string tenant = "") {
-  allocation_request req;
-  req.id = id;
-  req.initial_tokens = n;
-  req.max_sequence_length = 1000;
-  req.num_layers = 2;
-  req.num_heads = 2;
-  req.head_dim = 8;
-  req.dtype = dtype::fp16;
-  req.tenant = std::move(tenant);
-  return req;
-}
-
-allocation_request prompt_req(request_id id, std::vector<token_id> prompt) {
-  auto req = tokens_req(id, 0);
-  req.prompt = std::move(prompt);
-  return req;
-}
-
 /// Everything observable about `pool` as text; the counts of blocks taken
 /// and freed over its lifetime only if `flow`.
 std::string describe(const block_pool_core& pool, bool flow = true) {

@@ -35,27 +35,21 @@ tenant_config tenant(std::string name, std::uint64_t max_blocks = 0,
   return t;
 }
 
+using kvactor::test::prompt_req;
+using kvactor::test::tokens_req;
+
+/// The shared helpers, for a request of priority `prio`.
 allocation_request tokens_req(request_id id, std::uint64_t n,
-                              std::string tenant_name = "",
-                              priority prio = priority::normal) {
-  allocation_request req;
-  req.id = id;
-  req.initial_tokens = n;
-  req.max_sequence_length = 1000;
-  req.num_layers = 2;
-  req.num_heads = 2;
-  req.head_dim = 8;
-  req.dtype = dtype::fp16;
-  req.tenant = std::move(tenant_name);
+                              std::string tenant_name, priority prio) {
+  auto req = tokens_req(id, n, std::move(tenant_name));
   req.priority = prio;
   return req;
 }
 
 allocation_request prompt_req(request_id id, std::vector<token_id> prompt,
-                              std::string tenant_name = "",
-                              priority prio = priority::normal) {
-  auto req = tokens_req(id, 0, std::move(tenant_name), prio);
-  req.prompt = std::move(prompt);
+                              std::string tenant_name, priority prio) {
+  auto req = prompt_req(id, std::move(prompt), std::move(tenant_name));
+  req.priority = prio;
   return req;
 }
 
