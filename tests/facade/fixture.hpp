@@ -1,6 +1,6 @@
 // Shared helpers of facade_tests: small configs and requests, a started cache
 // on CAF's threaded scheduler, a watchdog that fails a hanging test instead of
-// blocking CI, and Boost.Test printers for kvactor and CAF types.
+// blocking CI (printers: ../printers.hpp).
 #pragma once
 
 #include <atomic>
@@ -27,32 +27,7 @@
 #include "kvactor/messages/error.hpp"
 #include "kvactor/messages/types.hpp"
 
-// -- printers (Boost.Test finds them by ADL) ----------------------------------
-
-namespace caf {
-inline std::ostream& boost_test_print_type(std::ostream& os, const error& x) {
-  return os << kvactor::render(x);
-}
-} // namespace caf
-
-namespace kvactor {
-inline std::ostream& boost_test_print_type(std::ostream& os, memory_pressure x) {
-  return os << to_string(x);
-}
-inline std::ostream& boost_test_print_type(std::ostream& os, dtype x) {
-  return os << to_string(x);
-}
-inline std::ostream& boost_test_print_type(std::ostream& os, const device& x) {
-  return os << to_string(x);
-}
-inline std::ostream& boost_test_print_type(std::ostream& os,
-                                           const block_table& x) {
-  os << '[';
-  for (std::size_t i = 0; i < x.blocks.size(); ++i)
-    os << (i > 0 ? " " : "") << x.blocks[i];
-  return os << "] " << x.num_tokens << " tokens / " << x.block_size;
-}
-} // namespace kvactor
+#include "printers.hpp"
 
 namespace kvtest {
 

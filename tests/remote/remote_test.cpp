@@ -29,28 +29,13 @@
 #include "kvactor/config/cache_config.hpp"
 #include "kvactor/messages/error.hpp"
 #include "kvactor/messages/registration.hpp"
+#include "printers.hpp"
 #include "server.hpp"
 
 using namespace kvactor;
 using kvtest::serve;
 using kvtest::server_config;
 using kvtest::server_process;
-
-namespace caf {
-inline std::ostream& boost_test_print_type(std::ostream& os, const error& x) {
-  return os << kvactor::render(x);
-}
-} // namespace caf
-
-namespace kvactor {
-inline std::ostream& boost_test_print_type(std::ostream& os,
-                                           const block_table& x) {
-  os << '[';
-  for (std::size_t i = 0; i < x.blocks.size(); ++i)
-    os << (i > 0 ? " " : "") << x.blocks[i];
-  return os << "] " << x.num_tokens << " tokens / " << x.block_size;
-}
-} // namespace kvactor
 
 namespace {
 
