@@ -2,18 +2,14 @@
 // checks here, range checks shared with validate() in cache_config.cpp.
 #include "kvactor/config/cache_config.hpp"
 
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <initializer_list>
-#include <iterator>
 #include <limits>
 #include <type_traits>
 
 #include <caf/message.hpp>
 #include <nlohmann/json.hpp>
 
+#include "kvactor/config/json_helpers.hpp"
 #include "kvactor/messages/error.hpp"
 
 namespace kvactor {
@@ -21,35 +17,11 @@ namespace kvactor {
 namespace {
 
 using nlohmann::json;
+using detail::got;
+using detail::non_negative_integer;
 
 caf::error fail(const std::string& field, const std::string& what) {
   return make_error(errc::invalid_config, field + ": " + what);
-}
-
-/// " (got 1.5)", " (got an array)": what a field held instead, for messages.
-std::string got(const json& value) {
-  if (value.is_array())
-    return " (got an array)";
-  if (value.is_object())
-    return " (got an object)";
-  auto text = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > 40)
-    text = text.substr(0, 37) + "...";
-  return " (got " + text + ")";
-}
-
-/// True if `value` is an integer >= 0, stored in `out`. JSON parsed from text
-/// holds those as unsigned, JSON built in code (json{{"k", 16}}) as signed.
-bool non_negative_integer(const json& value, std::uint64_t& out) {
-  if (value.is_number_unsigned()) {
-    out = value.get<std::uint64_t>();
-    return true;
-  }
-  if (value.is_number_integer() && value.get<std::int64_t>() >= 0) {
-    out = static_cast<std::uint64_t>(value.get<std::int64_t>());
-    return true;
-  }
-  return false;
 }
 
 /// Reads the fields of one JSON object whose path is `path` ("" at the root,
@@ -305,21 +277,12 @@ caf::expected<cache_config> parse_config(const nlohmann::json& json) {
 }
 
 caf::expected<cache_config> load_config(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    return make_error(errc::invalid_config, path + ": is a directory");
-  std::ifstream in{path, std::ios::binary};
-  if (!in)
-    return make_error(errc::invalid_config,
-                      path + ": cannot open (" + std::strerror(errno) + ")");
-  std::string text{std::istreambuf_iterator<char>{in},
-                   std::istreambuf_iterator<char>{}};
-  if (in.bad())
-    return make_error(errc::invalid_config,
-                      path + ": cannot read (" + std::strerror(errno) + ")");
+  auto text = detail::read_text_file(path);
+  if (!text)
+    return std::move(text.error());
   nlohmann::json json;
   try {
-    json = nlohmann::json::parse(text);
+    json = nlohmann::json::parse(*text);
   } catch (const nlohmann::json::parse_error& e) {
     return make_error(errc::invalid_config,
                       path + ": malformed JSON at byte "

@@ -138,29 +138,6 @@ caf::error error_maker::operator()(const std::string& field,
                       + field + ": " + what);
 }
 
-std::string got(const json& value) {
-  if (value.is_array())
-    return " (got an array)";
-  if (value.is_object())
-    return " (got an object)";
-  auto text = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > 40)
-    text = text.substr(0, 37) + "...";
-  return " (got " + text + ")";
-}
-
-bool non_negative_integer(const json& value, std::uint64_t& out) {
-  if (value.is_number_unsigned()) {
-    out = value.get<std::uint64_t>();
-    return true;
-  }
-  if (value.is_number_integer() && value.get<std::int64_t>() >= 0) {
-    out = static_cast<std::uint64_t>(value.get<std::int64_t>());
-    return true;
-  }
-  return false;
-}
-
 // -- object_reader ----------------------------------------------------------------
 
 caf::error

@@ -14,6 +14,8 @@
 #include <caf/error.hpp>
 #include <nlohmann/json.hpp>
 
+#include "kvactor/config/json_helpers.hpp"
+
 namespace kvactor::sim {
 
 /// "a.b" from ("a", "b"); "b" from ("", "b").
@@ -51,11 +53,10 @@ struct error_maker {
   caf::error operator()(const std::string& field, const std::string& what) const;
 };
 
-/// " (got -1)", " (got an array)": what a field held, for messages.
-std::string got(const nlohmann::json& value);
-
-/// True if `value` is an integer >= 0, stored in `out`.
-bool non_negative_integer(const nlohmann::json& value, std::uint64_t& out);
+// " (got -1)", " (got an array)", and the integer >= 0 test: the same
+// helpers as kvactor's config reader, so both word their errors alike.
+using detail::got;
+using detail::non_negative_integer;
 
 /// Reads the fields of one object whose path is `path`. Each read leaves its
 /// output untouched when the key is missing and not required; every error

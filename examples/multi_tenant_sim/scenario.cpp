@@ -3,15 +3,12 @@
 #include "scenario.hpp"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <iterator>
 
 #include <caf/message.hpp>
 #include <nlohmann/json.hpp>
 
 #include "json_reader.hpp"
+#include "kvactor/config/json_helpers.hpp"
 #include "kvactor/messages/error.hpp"
 
 namespace kvactor::sim {
@@ -298,16 +295,10 @@ caf::expected<scenario> parse_scenario(const std::string& text,
 }
 
 caf::expected<scenario> load_scenario(const std::string& path) {
-  std::ifstream in{path, std::ios::binary};
-  if (!in)
-    return make_error(errc::invalid_config,
-                      path + ": cannot open (" + std::strerror(errno) + ")");
-  std::string text{std::istreambuf_iterator<char>{in},
-                   std::istreambuf_iterator<char>{}};
-  if (in.bad())
-    return make_error(errc::invalid_config,
-                      path + ": cannot read (" + std::strerror(errno) + ")");
-  return parse_scenario(text, path);
+  auto text = detail::read_text_file(path);
+  if (!text)
+    return std::move(text.error());
+  return parse_scenario(*text, path);
 }
 
 std::string message_of(const caf::error& err) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvactor/config/cache_config.hpp"
+#include "kvactor/config/json_helpers.hpp"
 #include "kvactor/messages/error.hpp"
 
 using nlohmann::json;
@@ -401,6 +402,19 @@ BOOST_AUTO_TEST_CASE(load_config_reads_a_file) {
   std::remove(path.c_str());
   BOOST_REQUIRE(cfg);
   BOOST_TEST((*cfg == *parse_config(base())));
+}
+
+BOOST_AUTO_TEST_CASE(read_text_file_names_a_directory_or_a_missing_file) {
+  // Shared with the simulator's scenario loader, which read a directory
+  // into an uncaught exception before.
+  auto dir = kvactor::detail::read_text_file("/tmp");
+  BOOST_REQUIRE(!dir);
+  BOOST_TEST(has_code(dir.error(), errc::invalid_config));
+  BOOST_TEST(render(dir.error()).find("/tmp: is a directory") != std::string::npos);
+  auto missing = kvactor::detail::read_text_file("/tmp/kvactor_no_such_file");
+  BOOST_REQUIRE(!missing);
+  BOOST_TEST(render(missing.error()).find("/tmp/kvactor_no_such_file: cannot open")
+             != std::string::npos);
 }
 
 BOOST_AUTO_TEST_CASE(load_config_of_a_missing_file_names_it) {

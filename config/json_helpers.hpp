@@ -1,0 +1,25 @@
+// Helpers of the JSON readers: kvactor's config (parse_config.cpp) and the
+// simulator's scenarios share them so that both word their errors alike.
+// Internal (namespace detail).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <caf/expected.hpp>
+#include <nlohmann/json.hpp>
+
+namespace kvactor::detail {
+
+/// The whole file at `path`; invalid_config naming the path if it is a
+/// directory or cannot be opened or read.
+caf::expected<std::string> read_text_file(const std::string& path);
+
+/// " (got 1.5)", " (got an array)": what a field held instead, for messages.
+std::string got(const nlohmann::json& value);
+
+/// True if `value` is an integer >= 0, stored in `out`. JSON parsed from text
+/// holds those as unsigned, JSON built in code (json{{"k", 16}}) as signed.
+bool non_negative_integer(const nlohmann::json& value, std::uint64_t& out);
+
+} // namespace kvactor::detail
