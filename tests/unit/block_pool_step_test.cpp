@@ -1,0 +1,187 @@
+// block_pool_core::run_step: one scheduler step in one call - frees first,
+// extends oldest first with vLLM's preempt-the-newest policy, then
+// first-come-first-served admissions, none after a preemption.
+// Every case ends with check_invariant() passing (the fixture checks it).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "kvactor/actors/block_pool_core.hpp"
+#include "kvactor/messages/error.hpp"
+#include "pool_fixture.hpp"
+
+using namespace kvactor;
+using namespace kvactor::test;
+
+BOOST_AUTO_TEST_SUITE(block_pool_step_suite)
+
+// -- the step -------------------------------------------------------------------------
+
+namespace {
+
+extend_op grow(request_id id, std::uint32_t n) {
+  return extend_op{id, n};
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_CASE(run_step_preempts_newest_first_like_vllm, pool_fixture) {
+  make(7);
+  alloc(tokens_req(1, 8)); // 0 1
+  alloc(tokens_req(2, 8)); // 2 3
+  alloc(tokens_req(3, 8)); // 4 5; 6 free
+  step_request step;
+  step.extends = {grow(1, 4), grow(2, 8), grow(3, 4)};
+  auto r = pool().run_step(step);
+  // 1 takes block 6; 2 needs two, so 3 (the newest) is preempted for it.
+  BOOST_TEST(r.preempted == std::vector<request_id>{3});
+  BOOST_TEST(r.failed.empty());
+  BOOST_REQUIRE(r.changed.size() == 2u);
+  BOOST_TEST(r.changed[0].id == 1u);
+  BOOST_TEST(r.changed[0].first == 2u);
+  BOOST_TEST((r.changed[0].blocks == ids{6}));
+  BOOST_TEST(r.changed[0].num_tokens == 12u);
+  BOOST_TEST(r.changed[1].id == 2u);
+  BOOST_TEST((r.changed[1].blocks == ids{4, 5}));
+  BOOST_TEST((blocks(2) == ids{2, 3, 4, 5}));
+  BOOST_TEST(!pool().find(3));
+  BOOST_TEST(pool().counters().preemptions == 1u);
+  BOOST_TEST(r.used_blocks == 7u);
+  BOOST_TEST(r.free_blocks == 0u);
+  BOOST_TEST(invariant(pool()) == "ok");
+  // Several victims, newest first, until the oldest fits.
+  make(8);
+  for (request_id id = 1; id <= 4; ++id)
+    alloc(tokens_req(id, 8)); // 2 blocks each, pool full
+  step.extends = {grow(1, 24), grow(2, 1), grow(3, 1), grow(4, 1)};
+  r = pool().run_step(step);
+  BOOST_TEST((r.preempted == std::vector<request_id>{4, 3, 2}));
+  BOOST_REQUIRE(r.changed.size() == 1u);
+  BOOST_TEST(r.changed[0].id == 1u);
+  BOOST_TEST(tokens(1) == 32u);
+  BOOST_TEST(pool().num_sequences() == 1u);
+  // Last in line and nothing to take: a request preempts itself.
+  step.extends = {grow(1, 9)};
+  r = pool().run_step(step);
+  BOOST_TEST(r.preempted == std::vector<request_id>{1});
+  BOOST_TEST(r.failed.empty());
+  BOOST_TEST(pool().num_sequences() == 0u);
+  // Without preempt_on_shortage the extend fails alone.
+  alloc(tokens_req(1, 32));
+  step.preempt_on_shortage = false;
+  step.extends = {grow(1, 1)};
+  r = pool().run_step(step);
+  BOOST_TEST(r.preempted.empty());
+  BOOST_REQUIRE(r.failed.size() == 1u);
+  BOOST_TEST(code(r.failed[0].error) == "out_of_blocks");
+  BOOST_TEST(tokens(1) == 32u);
+  // Other failures never preempt.
+  step.preempt_on_shortage = true;
+  step.extends = {grow(1, 2000), grow(7, 1)};
+  r = pool().run_step(step);
+  BOOST_TEST(r.preempted.empty());
+  BOOST_REQUIRE(r.failed.size() == 2u);
+  BOOST_TEST(code(r.failed[0].error) == "exceeds_max_sequence_length");
+  BOOST_TEST(code(r.failed[1].error) == "unknown_request");
+}
+
+BOOST_FIXTURE_TEST_CASE(run_step_frees_first_and_reports_copies_and_bad_ops,
+                        pool_fixture) {
+  make(4);
+  alloc(tokens_req(1, 6)); // 0 1
+  BOOST_REQUIRE(pool().fork(1, 2));
+  alloc(tokens_req(3, 8)); // 2 3: the pool is full
+  // Token ids that do not add up to the extends fail every extend.
+  step_request step;
+  step.frees = {3, 99};
+  step.extends = {grow(2, 2), grow(1, 1)};
+  step.tokens = run(0, 4);
+  auto r = pool().run_step(step);
+  BOOST_TEST(r.freed == std::vector<request_id>{3});
+  BOOST_REQUIRE(r.failed.size() == 3u);
+  BOOST_TEST(r.failed[0].id == 99u);
+  BOOST_TEST(code(r.failed[0].error) == "unknown_request");
+  BOOST_TEST(r.failed[1].id == 2u);
+  BOOST_TEST(code(r.failed[1].error) == "invalid_request");
+  BOOST_TEST(r.failed[2].id == 1u);
+  BOOST_TEST(code(r.failed[2].error) == "invalid_request");
+  BOOST_TEST(r.changed.empty());
+  BOOST_TEST(tokens(1) == 6u);
+  BOOST_TEST(tokens(2) == 6u);
+  // 1 appends into the block it shares with 2: a copy, into a freed block.
+  step = step_request{};
+  step.extends = {grow(1, 1)};
+  r = pool().run_step(step);
+  BOOST_TEST(r.failed.empty());
+  BOOST_REQUIRE(r.changed.size() == 1u);
+  BOOST_TEST(r.changed[0].id == 1u);
+  BOOST_TEST(r.changed[0].first == 1u);
+  BOOST_TEST((r.changed[0].blocks == ids{2}));
+  BOOST_TEST(r.changed[0].num_tokens == 7u);
+  BOOST_TEST(str(r.copies) == "(1->2)");
+  BOOST_TEST((blocks(2) == ids{0, 1}));
+  BOOST_TEST(r.preempted.empty());
+}
+
+BOOST_FIXTURE_TEST_CASE(run_step_admits_fcfs_and_stops_at_first_that_does_not_fit,
+                        pool_fixture) {
+  make(8);
+  step_request step;
+  step.admits = {tokens_req(1, 8), tokens_req(2, 4, "nobody"), tokens_req(3, 40),
+                 tokens_req(4, 4)};
+  auto r = pool().run_step(step);
+  BOOST_REQUIRE(r.admitted.size() == 1u);
+  BOOST_TEST(r.admitted[0].id == 1u);
+  BOOST_TEST((r.admitted[0].table.blocks == ids{0, 1}));
+  BOOST_TEST(r.admitted[0].table.num_tokens == 8u);
+  BOOST_TEST(r.admitted[0].cache_id == pool().find(1)->cache_id);
+  BOOST_REQUIRE(r.failed.size() == 1u); // a bad request does not stop the line
+  BOOST_TEST(r.failed[0].id == 2u);
+  BOOST_TEST(code(r.failed[0].error) == "unknown_tenant");
+  BOOST_TEST(r.admission_blocked);
+  BOOST_TEST(r.blocked == 3u);
+  BOOST_TEST(!pool().find(4)); // would fit, but waits behind 3
+  BOOST_TEST(r.used_blocks == 2u);
+  BOOST_TEST(r.free_blocks == 6u);
+  BOOST_TEST(pool().counters().allocation_failures == 1u);
+  // Hits are reported per admission.
+  step.admits = {prompt_req(5, run(0, 9)), prompt_req(6, run(0, 9))};
+  r = pool().run_step(step);
+  BOOST_REQUIRE(r.admitted.size() == 2u);
+  BOOST_TEST(r.admitted[0].hit_tokens == 0u);
+  BOOST_TEST(r.admitted[1].hit_tokens == 8u);
+  BOOST_TEST(!r.admission_blocked);
+  BOOST_TEST(r.blocked == 0u);
+}
+
+BOOST_FIXTURE_TEST_CASE(run_step_skips_admission_after_preemption, pool_fixture) {
+  make(4);
+  alloc(tokens_req(1, 16)); // the whole pool
+  step_request step;
+  step.extends = {grow(1, 1)};
+  step.admits = {tokens_req(2, 4), tokens_req(3, 4)};
+  auto r = pool().run_step(step);
+  BOOST_TEST(r.preempted == std::vector<request_id>{1});
+  BOOST_TEST(r.admitted.empty());
+  BOOST_TEST(r.admission_blocked);
+  BOOST_TEST(r.blocked == 2u);
+  BOOST_TEST(!pool().find(2));
+  BOOST_TEST(pool().used_blocks() == 0u);
+  // Unless asked to admit anyway.
+  alloc(tokens_req(1, 16));
+  step.admit_after_preemption = true;
+  r = pool().run_step(step);
+  BOOST_TEST(r.preempted == std::vector<request_id>{1});
+  BOOST_TEST(r.admitted.size() == 2u);
+  BOOST_TEST(!r.admission_blocked);
+  // Frees are not preemptions: admission goes ahead after them.
+  step = step_request{};
+  step.frees = {2, 3};
+  step.admits = {tokens_req(4, 16)};
+  r = pool().run_step(step);
+  BOOST_TEST(r.admitted.size() == 1u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
