@@ -70,17 +70,42 @@ void install_sigint_handler() {
   sigaction(SIGINT, &sa, nullptr);
 }
 
+constexpr const char* usage_text =
+  "usage: multi_tenant_sim [--config FILE] [--storage none|host|cuda|auto]\n"
+  "                        [--out DIR] [--steps N] [--seed N] [--no-progress]\n"
+  "                        [--print-default] [--help]\n";
+
 int usage(const std::string& why) {
   if (!why.empty())
     std::cerr << "multi_tenant_sim: " << why << '\n';
-  std::cerr << "usage: multi_tenant_sim [--config FILE] [--storage "
-               "none|host|cuda|auto]\n"
-               "                        [--out DIR] [--steps N] [--seed N] "
-               "[--no-progress] [--print-default]\n";
+  std::cerr << usage_text;
   return exit_bad_input;
 }
 
+int help() {
+  std::cout
+    << usage_text
+    << "\n"
+       "Simulates a multi-tenant serving system driving kvactor through\n"
+       "messages; without --config it runs the embedded default scenario.\n"
+       "\n"
+       "  --config FILE     scenario file (format: README, \"Scenarios\n"
+       "                    (multi_tenant_sim)\"; --print-default shows one)\n"
+       "  --storage KIND    override the scenario's cache.storage: none\n"
+       "                    (bookkeeping only), host, cuda (moves real bytes\n"
+       "                    on a GPU) or auto (cuda when a device answers)\n"
+       "  --out DIR         where report.json, timeseries.csv and usage.png go\n"
+       "  --steps N         override the scenario's number of steps\n"
+       "  --seed N          override the scenario's random seed\n"
+       "  --no-progress     no progress bar on stderr\n"
+       "  --print-default   print the embedded default scenario and exit\n"
+       "\n"
+       "Ctrl-C stops the run early; the reports of what ran are still written.\n";
+  return exit_ok;
+}
+
 struct options {
+  bool help = false;
   std::string config;
   std::string storage;
   std::string out;
@@ -137,6 +162,8 @@ std::string parse_args(int argc, char** argv, options& opt) {
       opt.progress = false;
     } else if (arg == "--print-default") {
       opt.print_default = true;
+    } else if (arg == "--help" || arg == "-h") {
+      opt.help = true;
     } else {
       return "unknown argument " + arg;
     }
@@ -150,6 +177,8 @@ int main(int argc, char** argv) {
   options opt;
   if (auto why = parse_args(argc, argv, opt); !why.empty())
     return usage(why);
+  if (opt.help)
+    return help();
   if (opt.print_default) {
     std::cout << default_scenario_json();
     return exit_ok;
