@@ -404,6 +404,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto cfg = config_for(*tr, num_blocks != 0 ? num_blocks : tr->num_blocks);
+  if (auto err = check_fits(*tr, cfg.num_gpu_blocks)) {
+    std::cerr << "replay: " << render(err) << '\n';
+    return 1;
+  }
   cfg.scheduler_threads = threads;
   caf::actor_system_config sys_cfg;
   configure(sys_cfg, cfg);

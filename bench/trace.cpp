@@ -2,6 +2,7 @@
 #include "bench/trace.hpp"
 
 #include <fstream>
+#include <unordered_map>
 
 #include <nlohmann/json.hpp>
 
@@ -63,6 +64,7 @@ caf::expected<trace> load_trace(const std::string& path) {
   std::string text;
   std::size_t line = 0;
   std::uint64_t last_step = 0;
+  std::unordered_map<std::uint64_t, std::size_t> seen; // id -> line
   try {
     while (std::getline(in, text)) {
       ++line;
@@ -81,12 +83,19 @@ caf::expected<trace> load_trace(const std::string& path) {
         out.vocab = static_cast<std::uint32_t>(count(obj, "vocab"));
         if (out.block_size == 0)
           throw line_error{"block_size: must be > 0"};
+        if (out.num_blocks == 0)
+          throw line_error{"num_blocks: must be > 0"};
         continue;
       }
       if (type != "req")
         throw line_error{"type: expected \"req\""};
       trace_request r;
+      r.line = line;
       r.id = count(obj, "id");
+      if (auto [at, fresh] = seen.emplace(r.id, line); !fresh)
+        throw line_error{"id: " + std::to_string(r.id)
+                         + " repeats the request on line "
+                         + std::to_string(at->second)};
       r.arrival_step = count(obj, "arrival_step");
       if (r.arrival_step < last_step)
         throw line_error{"arrival_step: requests must come in arrival order"};
@@ -101,6 +110,10 @@ caf::expected<trace> load_trace(const std::string& path) {
         throw line_error{"prompt_len: must be > 0"};
       if (olen == 0)
         throw line_error{"output_len: must be > 0"};
+      if (out.max_model_len != 0 && plen + olen > out.max_model_len)
+        throw line_error{"prompt_len + output_len: " + std::to_string(plen + olen)
+                         + " tokens, more than max_model_len "
+                         + std::to_string(out.max_model_len)};
       r.prompt = tokens(obj, "prompt", plen, out.vocab);
       r.output = tokens(obj, "output", olen, out.vocab);
       out.requests.push_back(std::move(r));
@@ -112,6 +125,21 @@ caf::expected<trace> load_trace(const std::string& path) {
   if (line == 0)
     return make_error(errc::invalid_request, path + ": empty trace");
   return out;
+}
+
+caf::error check_fits(const trace& tr, std::uint64_t num_blocks) {
+  for (auto& r : tr.requests) {
+    auto tokens = r.prompt.size() + r.output.size() - 1;
+    auto need = (tokens + tr.block_size - 1) / tr.block_size;
+    if (need > num_blocks)
+      return make_error(errc::invalid_request,
+                        tr.path + ":" + std::to_string(r.line) + ": request "
+                          + std::to_string(r.id) + " needs " + std::to_string(need)
+                          + " blocks of " + std::to_string(tr.block_size)
+                          + " tokens, more than the pool's "
+                          + std::to_string(num_blocks));
+  }
+  return caf::none;
 }
 
 } // namespace kvactor::bench

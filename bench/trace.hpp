@@ -14,6 +14,7 @@
 namespace kvactor::bench {
 
 struct trace_request {
+  std::size_t line = 0; ///< in the file, for messages
   std::uint64_t id = 0;
   std::uint64_t arrival_step = 0;
   std::int64_t sys_prompt = -1;
@@ -30,7 +31,16 @@ struct trace {
   std::vector<trace_request> requests; ///< in arrival order
 };
 
-/// Reads a trace. Errors (invalid_request): "FILE:LINE: FIELD: problem".
+/// Reads a trace. Errors (invalid_request): "FILE:LINE: FIELD: problem" -
+/// bad JSON, a missing or mistyped field, token ids outside [0, vocab),
+/// lengths that disagree with the token arrays or exceed max_model_len,
+/// requests out of arrival order, a repeated id.
 caf::expected<trace> load_trace(const std::string& path);
+
+/// Whether every request fits a pool of `num_blocks` on its own (its prompt
+/// and all output but the last token, which is never computed): a request
+/// that never fits would leave the step loop waiting forever. The error
+/// names the file, the line and the request.
+caf::error check_fits(const trace& tr, std::uint64_t num_blocks);
 
 } // namespace kvactor::bench

@@ -1,0 +1,194 @@
+// The replay trace reader (bench/trace.cpp): a well-formed trace loads field
+// by field, and each kind of bad input stops with invalid_request naming
+// the file, the line and the field - never a crash, a hang or a half-read
+// trace. check_fits: a request larger than the pool is refused up front.
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+
+#include "bench/trace.hpp"
+#include "kvactor/messages/error.hpp"
+
+using namespace kvactor;
+using namespace kvactor::bench;
+
+namespace {
+
+const std::string header = R"({"type":"header","block_size":4,"num_blocks":8,)"
+                           R"("max_model_len":16,"vocab":100})";
+const std::string req0 = R"({"type":"req","id":0,"arrival_step":0,"sys_prompt":-1,)"
+                         R"("prompt_len":3,"output_len":2,"prompt":[1,2,3],"output":[4,5]})";
+const std::string req1 = R"({"type":"req","id":7,"arrival_step":2,"sys_prompt":1,)"
+                         R"("prompt_len":5,"output_len":1,"prompt":[9,8,7,6,5],"output":[99]})";
+
+/// A trace file in the temporary directory, removed with the object.
+struct trace_file {
+  std::string path;
+
+  explicit trace_file(const std::string& text) {
+    char name[] = "/tmp/kvactor_trace_XXXXXX";
+    int fd = mkstemp(name);
+    BOOST_REQUIRE(fd >= 0);
+    close(fd);
+    path = name;
+    std::ofstream{path} << text;
+  }
+
+  ~trace_file() {
+    std::remove(path.c_str());
+  }
+};
+
+/// The error load_trace gives for `text` ("ok" if it loads), with the
+/// temporary file's name replaced by "FILE".
+std::string load_error(const std::string& text) {
+  trace_file f{text};
+  auto tr = load_trace(f.path);
+  if (tr)
+    return "ok";
+  BOOST_TEST(tr.error().category() == error_category);
+  BOOST_TEST(tr.error().code() == static_cast<std::uint8_t>(errc::invalid_request));
+  auto msg = render(tr.error());
+  for (auto at = msg.find(f.path); at != std::string::npos; at = msg.find(f.path))
+    msg.replace(at, f.path.size(), "FILE");
+  return msg;
+}
+
+/// Whether `msg` contains `part` (reported with both on failure).
+void contains(const std::string& msg, const std::string& part) {
+  BOOST_TEST(msg.find(part) != std::string::npos, "'" << part << "' in '" << msg << "'");
+}
+
+/// req0 with `from` replaced by `to`.
+std::string req0_with(const std::string& from, const std::string& to) {
+  auto out = req0;
+  auto at = out.find(from);
+  BOOST_REQUIRE(at != std::string::npos);
+  return out.replace(at, from.size(), to);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(trace_suite)
+
+BOOST_AUTO_TEST_CASE(a_well_formed_trace_loads_every_field) {
+  // A blank line between requests is allowed and still counted as a line.
+  trace_file f{header + "\n" + req0 + "\n\n" + req1 + "\n"};
+  auto tr = load_trace(f.path);
+  if (!tr)
+    BOOST_FAIL(render(tr.error()));
+  BOOST_TEST(tr->path == f.path);
+  BOOST_TEST(tr->block_size == 4u);
+  BOOST_TEST(tr->num_blocks == 8u);
+  BOOST_TEST(tr->max_model_len == 16u);
+  BOOST_TEST(tr->vocab == 100u);
+  BOOST_REQUIRE(tr->requests.size() == 2u);
+  auto& a = tr->requests[0];
+  BOOST_TEST(a.line == 2u);
+  BOOST_TEST(a.id == 0u);
+  BOOST_TEST(a.arrival_step == 0u);
+  BOOST_TEST(a.sys_prompt == -1);
+  BOOST_TEST(a.prompt == (std::vector<token_id>{1, 2, 3}));
+  BOOST_TEST(a.output == (std::vector<token_id>{4, 5}));
+  auto& b = tr->requests[1];
+  BOOST_TEST(b.line == 4u);
+  BOOST_TEST(b.id == 7u);
+  BOOST_TEST(b.arrival_step == 2u);
+  BOOST_TEST(b.sys_prompt == 1);
+  BOOST_TEST(b.output == (std::vector<token_id>{99}));
+}
+
+BOOST_AUTO_TEST_CASE(a_missing_or_empty_file_is_named) {
+  auto tr = load_trace("/nonexistent/kvactor/trace.jsonl");
+  BOOST_REQUIRE(!tr);
+  contains(render(tr.error()), "/nonexistent/kvactor/trace.jsonl: cannot open");
+  contains(load_error(""), "FILE: empty trace");
+}
+
+BOOST_AUTO_TEST_CASE(the_header_must_come_first_and_be_complete) {
+  contains(load_error(req0 + "\n"), "FILE:1: type: the first line must be the header");
+  contains(load_error(R"({"type":"header","block_size":4,"num_blocks":8,"vocab":100})"),
+           "FILE:1: max_model_len: missing");
+  contains(load_error(R"({"type":"header","block_size":0,"num_blocks":8,)"
+                      R"("max_model_len":16,"vocab":100})"),
+           "FILE:1: block_size: must be > 0");
+  contains(load_error(R"({"type":"header","block_size":4,"num_blocks":-8,)"
+                      R"("max_model_len":16,"vocab":100})"),
+           "FILE:1: num_blocks: expected a non-negative integer");
+  contains(load_error(R"({"type":"header","block_size":4,"num_blocks":0,)"
+                      R"("max_model_len":16,"vocab":100})"),
+           "FILE:1: num_blocks: must be > 0");
+}
+
+BOOST_AUTO_TEST_CASE(bad_json_names_its_line) {
+  contains(load_error(header + "\n" + req0 + "\n" + R"({"type":"req","id":)" + "\n"),
+           "FILE:3: not a JSON object");
+  contains(load_error(header + "\n[1, 2]\n"), "FILE:2: not a JSON object");
+}
+
+BOOST_AUTO_TEST_CASE(each_request_field_is_checked) {
+  auto one = [](const std::string& line) {
+    return load_error(header + "\n" + line + "\n");
+  };
+  contains(one(req0_with(R"("type":"req")", R"("type":"request")")),
+           "FILE:2: type: expected \"req\"");
+  contains(one(req0_with(R"("id":0,)", "")), "FILE:2: id: missing");
+  contains(one(req0_with(R"("arrival_step":0)", R"("arrival_step":-1)")),
+           "FILE:2: arrival_step: expected a non-negative integer");
+  contains(one(req0_with(R"("sys_prompt":-1)", R"("sys_prompt":"none")")),
+           "FILE:2: sys_prompt: expected an integer");
+  contains(one(req0_with(R"("prompt_len":3)", R"("prompt_len":2.5)")),
+           "FILE:2: prompt_len: expected a non-negative integer");
+  contains(one(req0_with(R"("output_len":2,)", R"("output_len":0,)")),
+           "FILE:2: output_len: must be > 0");
+  contains(one(req0_with(R"("prompt":[1,2,3])", R"("prompt":"abc")")),
+           "FILE:2: prompt: expected an array of token ids");
+  contains(one(req0_with(R"("prompt":[1,2,3])", R"("prompt":[1,2])")),
+           "FILE:2: prompt: 2 tokens, but its length field says 3");
+}
+
+BOOST_AUTO_TEST_CASE(token_ids_outside_the_vocabulary_are_refused) {
+  auto one = [](const std::string& line) {
+    return load_error(header + "\n" + line + "\n");
+  };
+  contains(one(req0_with("[1,2,3]", "[1,100,3]")),
+           "FILE:2: prompt[1]: token id out of range [0, 100)");
+  contains(one(req0_with("[4,5]", "[4,-5]")),
+           "FILE:2: output[1]: token id out of range [0, 100)");
+  contains(one(req0_with("[4,5]", "[4,true]")),
+           "FILE:2: output[1]: token id out of range");
+  BOOST_TEST(one(req0_with("[1,2,3]", "[0,99,3]")) == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(order_ids_and_lengths_are_checked_across_lines) {
+  // req1 arrives at step 2: a later line arriving earlier is out of order.
+  auto early = req0_with(R"("id":0)", R"("id":3)");
+  contains(load_error(header + "\n" + req1 + "\n" + early + "\n"),
+           "FILE:3: arrival_step: requests must come in arrival order");
+  contains(load_error(header + "\n" + req0 + "\n" + req0 + "\n"),
+           "FILE:3: id: 0 repeats the request on line 2");
+  // 14 + 3 tokens > max_model_len 16.
+  std::string long_req = R"({"type":"req","id":1,"arrival_step":0,"sys_prompt":-1,)"
+                         R"("prompt_len":14,"output_len":3,)"
+                         R"("prompt":[1,1,1,1,1,1,1,1,1,1,1,1,1,1],"output":[2,2,2]})";
+  contains(load_error(header + "\n" + long_req + "\n"),
+           "FILE:2: prompt_len + output_len: 17 tokens, more than max_model_len 16");
+}
+
+BOOST_AUTO_TEST_CASE(check_fits_refuses_a_request_larger_than_the_pool) {
+  trace_file f{header + "\n" + req0 + "\n" + req1 + "\n"};
+  auto tr = load_trace(f.path);
+  BOOST_REQUIRE(tr);
+  // req1: 5 prompt + 1 output - 1 = 5 tokens = 2 blocks of 4; req0: 4 = 1.
+  BOOST_TEST(!check_fits(*tr, 2));
+  auto err = check_fits(*tr, 1);
+  BOOST_REQUIRE(err);
+  BOOST_TEST(err.code() == static_cast<std::uint8_t>(errc::invalid_request));
+  contains(render(err), f.path + ":3: request 7 needs 2 blocks of 4 tokens, "
+                                 "more than the pool's 1");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
