@@ -5,8 +5,14 @@
 // decisions (bench/replay_scheduler.hpp), so their hit rates and preemption
 // counts agree; only the cost of reaching the cache differs.
 //
+// The pool is the trace header's num_blocks (or --num-blocks) less one,
+// which vLLM's BlockPool keeps back as its null block: REPLAY.md's
+// reference figures come from vLLM, and with the same usable blocks the
+// same policy makes the same decisions (432 preemptions on the default
+// trace; with all 20000 blocks usable, 434 - --all-blocks).
+//
 //   replay --trace FILE [--mode facade|step|core|both] [--num-blocks N]
-//          [--max-admits K] [--scheduler-threads N]
+//          [--all-blocks] [--max-admits K] [--scheduler-threads N]
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -88,6 +94,17 @@ struct run_figures {
   latencies alloc, extend, free, message;
 };
 
+/// What a replay runs against.
+struct replay_options {
+  cache_config cache;          ///< num_gpu_blocks: the usable blocks
+  std::uint32_t pool_blocks = 0; ///< as given (trace header or --num-blocks)
+  /// Held back from the pool, as vLLM's BlockPool holds back its null block
+  /// (block 0, the target of padded slots): with the same usable blocks the
+  /// same policy makes the same decisions. --all-blocks sets it to 0.
+  std::uint32_t reserved_blocks = 1;
+  std::size_t max_admits = 8;
+};
+
 cache_config config_for(const trace& tr, std::uint32_t num_blocks) {
   cache_config cfg;
   cfg.block_size = tr.block_size;
@@ -103,7 +120,7 @@ cache_config config_for(const trace& tr, std::uint32_t num_blocks) {
 }
 
 nlohmann::json report(const std::string& mode, const trace& tr,
-                      const cache_config& cfg, const replay_scheduler& sched,
+                      const replay_options& opt, const replay_scheduler& sched,
                       const cache_manager_stats& st, run_figures& fig) {
   auto block_ops = st.blocks_allocated + st.prefix_hit_blocks + st.blocks_freed
                    + st.blocks_cached + st.eviction_count;
@@ -112,8 +129,9 @@ nlohmann::json report(const std::string& mode, const trace& tr,
     {"mode", mode},
     {"trace", tr.path},
     {"requests", tr.requests.size()},
-    {"block_size", cfg.block_size},
-    {"num_blocks", cfg.num_gpu_blocks},
+    {"block_size", opt.cache.block_size},
+    {"num_blocks", opt.pool_blocks},
+    {"usable_blocks", opt.cache.num_gpu_blocks},
     {"steps", sched.steps()},
     {"total_bookkeeping_ms", fig.bookkeeping_ms},
     {"replay_wall_ms", fig.wall_ms},
@@ -214,12 +232,13 @@ step_result run_through_facade(kv_cache_manager& mgr, const step_request& step,
 }
 
 nlohmann::json replay_facade(caf::actor_system& sys, const trace& tr,
-                             const cache_config& cfg, std::size_t max_admits) {
+                             const replay_options& opt) {
+  auto& cfg = opt.cache;
   auto started = kv_cache_manager::start(sys, cfg);
   if (!started)
     throw std::runtime_error(render(started.error()));
   auto& mgr = *started;
-  replay_scheduler sched{tr, cfg, max_admits};
+  replay_scheduler sched{tr, cfg, opt.max_admits};
   run_figures fig;
   handle_map live;
   auto t0 = clock_type::now();
@@ -230,17 +249,17 @@ nlohmann::json replay_facade(caf::actor_system& sys, const trace& tr,
     sched.end_step();
   }
   fig.wall_ms = ms(clock_type::now() - t0);
-  return report("facade", tr, cfg, sched, mgr.stats(), fig);
+  return report("facade", tr, opt, sched, mgr.stats(), fig);
 }
 
 // -- core mode: the same steps straight into the pool core, no actors ------------------
 
 /// What the actors add is measured against this: the block pool core driven
 /// by a plain loop (REPLAY.md's "plain single-threaded C++ loop").
-nlohmann::json replay_core(const trace& tr, const cache_config& cfg,
-                           std::size_t max_admits) {
+nlohmann::json replay_core(const trace& tr, const replay_options& opt) {
+  auto& cfg = opt.cache;
   detail::block_pool_core pool{cfg, static_cast<std::uint32_t>(cfg.num_gpu_blocks)};
-  replay_scheduler sched{tr, cfg, max_admits};
+  replay_scheduler sched{tr, cfg, opt.max_admits};
   run_figures fig;
   auto run_one = [&](const step_request& req) {
     auto t0 = clock_type::now();
@@ -271,7 +290,7 @@ nlohmann::json replay_core(const trace& tr, const cache_config& cfg,
   st.eviction_count = c.evictions;
   st.cache_hit_rate = c.query_tokens == 0 ? 0.0
                                           : double(c.hit_tokens) / double(c.query_tokens);
-  auto out = report("core", tr, cfg, sched, st, fig);
+  auto out = report("core", tr, opt, sched, st, fig);
   out["latency"] = "per_step";
   out["messages"] = fig.message.to_json();
   return out;
@@ -339,12 +358,13 @@ caf::behavior step_driver(caf::event_based_actor* self, replay_scheduler* sched,
 }
 
 nlohmann::json replay_step(caf::actor_system& sys, const trace& tr,
-                           const cache_config& cfg, std::size_t max_admits) {
+                           const replay_options& opt) {
+  auto& cfg = opt.cache;
   auto started = kv_cache_manager::start(sys, cfg);
   if (!started)
     throw std::runtime_error(render(started.error()));
   auto& mgr = *started;
-  replay_scheduler sched{tr, cfg, max_admits};
+  replay_scheduler sched{tr, cfg, opt.max_admits};
   run_figures fig;
   std::promise<void> done;
   auto finished = done.get_future();
@@ -352,12 +372,13 @@ nlohmann::json replay_step(caf::actor_system& sys, const trace& tr,
   sys.spawn(step_driver, &sched, mgr.actor(), &fig, &done);
   finished.get();
   fig.wall_ms = ms(clock_type::now() - t0);
-  return report("step", tr, cfg, sched, mgr.stats(), fig);
+  return report("step", tr, opt, sched, mgr.stats(), fig);
 }
 
 int usage() {
   std::cerr << "usage: replay --trace FILE [--mode facade|step|core|both] "
-               "[--num-blocks N] [--max-admits K] [--scheduler-threads N]\n";
+               "[--num-blocks N] [--all-blocks] [--max-admits K]\n"
+               "              [--scheduler-threads N]\n";
   return 2;
 }
 
@@ -366,8 +387,7 @@ int usage() {
 int main(int argc, char** argv) {
   std::string path;
   std::string mode = "both";
-  std::uint32_t num_blocks = 0;
-  std::size_t max_admits = 8;
+  replay_options opt;
   std::uint32_t threads = 0;
   for (int i = 1; i < argc; ++i) {
     auto arg = std::string{argv[i]};
@@ -382,9 +402,11 @@ int main(int argc, char** argv) {
       else if (arg == "--mode")
         mode = value();
       else if (arg == "--num-blocks")
-        num_blocks = static_cast<std::uint32_t>(std::stoul(value()));
+        opt.pool_blocks = static_cast<std::uint32_t>(std::stoul(value()));
+      else if (arg == "--all-blocks")
+        opt.reserved_blocks = 0;
       else if (arg == "--max-admits")
-        max_admits = std::stoul(value());
+        opt.max_admits = std::stoul(value());
       else if (arg == "--scheduler-threads")
         threads = static_cast<std::uint32_t>(std::stoul(value()));
       else
@@ -396,29 +418,36 @@ int main(int argc, char** argv) {
   }
   if (path.empty()
       || (mode != "facade" && mode != "step" && mode != "core" && mode != "both")
-      || max_admits == 0)
+      || opt.max_admits == 0)
     return usage();
   auto tr = load_trace(path);
   if (!tr) {
     std::cerr << "replay: " << render(tr.error()) << '\n';
     return 1;
   }
-  auto cfg = config_for(*tr, num_blocks != 0 ? num_blocks : tr->num_blocks);
-  if (auto err = check_fits(*tr, cfg.num_gpu_blocks)) {
+  if (opt.pool_blocks == 0)
+    opt.pool_blocks = tr->num_blocks;
+  if (opt.pool_blocks <= opt.reserved_blocks) {
+    std::cerr << "replay: a pool of " << opt.pool_blocks
+              << " blocks leaves none usable\n";
+    return 1;
+  }
+  opt.cache = config_for(*tr, opt.pool_blocks - opt.reserved_blocks);
+  if (auto err = check_fits(*tr, opt.cache.num_gpu_blocks)) {
     std::cerr << "replay: " << render(err) << '\n';
     return 1;
   }
-  cfg.scheduler_threads = threads;
+  opt.cache.scheduler_threads = threads;
   caf::actor_system_config sys_cfg;
-  configure(sys_cfg, cfg);
+  configure(sys_cfg, opt.cache);
   caf::actor_system sys{sys_cfg};
   try {
     if (mode == "core")
-      std::cout << replay_core(*tr, cfg, max_admits).dump() << std::endl;
+      std::cout << replay_core(*tr, opt).dump() << std::endl;
     if (mode == "step" || mode == "both")
-      std::cout << replay_step(sys, *tr, cfg, max_admits).dump() << std::endl;
+      std::cout << replay_step(sys, *tr, opt).dump() << std::endl;
     if (mode == "facade" || mode == "both")
-      std::cout << replay_facade(sys, *tr, cfg, max_admits).dump() << std::endl;
+      std::cout << replay_facade(sys, *tr, opt).dump() << std::endl;
   } catch (std::exception& e) {
     std::cerr << "replay: " << e.what() << '\n';
     return 1;
