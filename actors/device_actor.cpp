@@ -1,6 +1,11 @@
 // device actor: validates and submits storage work, replies on completion.
+// Completion is heard through the storage's wake (a CUDA host callback); a
+// watchdog poll backs it up while replies are pending, because CUDA calls no
+// host callback after a fault - without it a failed GPU would leave every
+// waiting requester waiting forever.
 #include "kvactor/actors/device_actor.hpp"
 
+#include <chrono>
 #include <cstring>
 #include <deque>
 
@@ -25,6 +30,8 @@ struct device_state {
     std::function<void(caf::error)> finish;
   };
   std::deque<pending> queue;
+  /// A watchdog poll (delayed done_atom) is on its way.
+  bool watchdog_armed = false;
   /// Staging for bytes that arrive in or leave in messages (pinned on cuda);
   /// grows to the largest request seen.
   std::shared_ptr<std::uint8_t> staging;
@@ -42,13 +49,25 @@ struct device_state {
 
 using device_ptr = device_actor::stateful_pointer<device_state>;
 
-/// Answers every pending request whose work completed, in order.
+/// How often the watchdog polls while replies are pending. Completion is
+/// normally heard at once through the wake; this bounds how late a fault
+/// (or a lost wake) is noticed.
+constexpr auto watchdog_period = std::chrono::milliseconds{2};
+
+/// Answers every pending request whose work completed (or failed: after a
+/// fault done() is true for all, and wait() reports it), in order; keeps
+/// the watchdog armed while any remain.
 void drain(device_ptr self) {
-  auto& q = self->state.queue;
-  while (!q.empty() && self->state.store->done(q.front().t)) {
+  auto& st = self->state;
+  auto& q = st.queue;
+  while (!q.empty() && st.store->done(q.front().t)) {
     auto p = std::move(q.front());
     q.pop_front();
-    p.finish(self->state.store->wait(p.t));
+    p.finish(st.store->wait(p.t));
+  }
+  if (!q.empty() && !st.watchdog_armed) {
+    st.watchdog_armed = true;
+    self->delayed_send(self, watchdog_period, done_atom::value, true);
   }
 }
 
@@ -57,8 +76,10 @@ void drain(device_ptr self) {
 template <class T, class Submit>
 caf::result<T> run(device_ptr self, Submit submit, T value) {
   auto t = submit();
-  if (!t)
+  if (!t) {
+    drain(self); // a fault fails the work already queued as well
     return std::move(t.error());
+  }
   auto rp = self->make_response_promise<T>();
   self->state.queue.push_back(device_state::pending{
     *t, [rp, value](caf::error err) mutable {
@@ -123,9 +144,13 @@ device_actor::behavior_type device_fun(device_ptr self,
       }
       auto t = st.store->write_slots(w.layer, buf, buf + n * row,
                                      w.slots.data(), n);
-      if (!t)
+      if (!t) {
+        drain(self);
         return std::move(t.error());
-      if (auto err = st.store->wait(*t))
+      }
+      auto err = st.store->wait(*t);
+      drain(self); // what finished meanwhile, or everything after a fault
+      if (err)
         return err;
       return static_cast<std::uint32_t>(n);
     },
@@ -150,9 +175,13 @@ device_actor::behavior_type device_fun(device_ptr self,
                             + std::to_string(2 * bytes) + " bytes");
       auto t = st.store->gather_blocks(layer, blocks, num_tokens, buf,
                                        buf + bytes);
-      if (!t)
+      if (!t) {
+        drain(self);
         return std::move(t.error());
-      if (auto err = st.store->wait(*t))
+      }
+      auto err = st.store->wait(*t);
+      drain(self);
+      if (err)
         return err;
       out.keys.assign(buf, buf + bytes);
       out.values.assign(buf + bytes, buf + 2 * bytes);
@@ -165,6 +194,10 @@ device_actor::behavior_type device_fun(device_ptr self,
                           lay.num_host_blocks, lay.bytes_per_block()};
     },
     [self](done_atom) {
+      drain(self);
+    },
+    [self](done_atom, bool) { // the watchdog's poll
+      self->state.watchdog_armed = false;
       drain(self);
     },
   };

@@ -451,6 +451,34 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
 
 } // namespace
 
+namespace {
+
+/// None if a storage brought by the caller (`have`) has the layout the
+/// config asks for (`want`; num_blocks 0: any pool size).
+caf::error check_layout(const storage_layout& have, const storage_layout& want) {
+  auto same = have.num_layers == want.num_layers
+              && have.block_size == want.block_size
+              && have.num_heads == want.num_heads
+              && have.head_dim == want.head_dim && have.dtype == want.dtype
+              && (want.num_blocks == 0 || have.num_blocks == want.num_blocks)
+              && have.num_host_blocks == want.num_host_blocks;
+  if (same)
+    return caf::none;
+  auto text = [](const storage_layout& l) {
+    return std::to_string(l.num_layers) + " layers, blocks of "
+           + std::to_string(l.block_size) + " tokens x "
+           + std::to_string(l.num_heads) + " heads x "
+           + std::to_string(l.head_dim) + " " + to_string(l.dtype) + ", "
+           + std::to_string(l.num_blocks) + " device and "
+           + std::to_string(l.num_host_blocks) + " host blocks";
+  };
+  return make_error(errc::invalid_config,
+                    "spawn_options.store: the storage has " + text(have)
+                      + "; the config asks for " + text(want));
+}
+
+} // namespace
+
 caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
                                            const cache_config& cfg,
                                            spawn_options spawn_opts) {
@@ -467,11 +495,17 @@ caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
   opts.layout.num_host_blocks = static_cast<std::uint32_t>(cfg.num_host_blocks);
   opts.gpu_memory_utilization = cfg.gpu_memory_utilization;
   opts.device_index = cfg.device_index;
-  auto made = make_storage(opts);
-  if (!made)
-    return std::move(made.error());
   cache_system out;
-  out.store = std::shared_ptr<storage>{std::move(*made)};
+  if (spawn_opts.store) {
+    if (auto err = check_layout(spawn_opts.store->layout(), opts.layout))
+      return err;
+    out.store = std::move(spawn_opts.store);
+  } else {
+    auto made = make_storage(opts);
+    if (!made)
+      return std::move(made.error());
+    out.store = std::shared_ptr<storage>{std::move(*made)};
+  }
   auto& lay = out.store->layout();
   storage_info info{to_string(out.store->kind()), out.store->where(),
                     lay.num_blocks, lay.num_host_blocks, lay.bytes_per_block()};

@@ -35,6 +35,10 @@ struct spawn_options {
   /// Run the device actor on its own thread (always, except in tests on
   /// CAF's deterministic scheduler, which cannot step a detached actor).
   bool detached_device = true;
+  /// A storage backend to use instead of making one from the config's
+  /// `storage`: an embedder's own memory, or a test's fault injection. Its
+  /// layout must match the config's model, block size and pool sizes.
+  std::shared_ptr<storage> store;
 };
 
 /// Validates `cfg`, allocates the storage (a shortage fails here, at start,

@@ -131,8 +131,10 @@ using device_actor = caf::typed_actor<
   caf::replies_to<gather_atom, std::uint32_t, std::vector<block_id>,
                   std::uint64_t>::with<gathered_kv>,
   caf::replies_to<info_atom>::with<storage_info>,
-  // Internal: some submitted work completed.
-  caf::reacts_to<done_atom>>;
+  // Internal: some submitted work completed (the storage's wake).
+  caf::reacts_to<done_atom>,
+  // Internal: the watchdog's poll while replies are pending (true).
+  caf::reacts_to<done_atom, bool>>;
 
 /// A live request in the manager's registry.
 struct handle_entry {

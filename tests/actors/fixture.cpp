@@ -116,12 +116,15 @@ Handle find_job(caf::scheduler::test_coordinator& sched, const char* name) {
 
 } // namespace
 
-cache_fixture::cache_fixture(cache_config config)
+cache_fixture::cache_fixture(cache_config config, std::shared_ptr<storage> store)
   : sys(sys_cfg),
     sched(dynamic_cast<caf::scheduler::test_coordinator&>(sys.scheduler())),
     self(sys),
     cfg(std::move(config)) {
-  auto started = spawn_kv_cache(sys, cfg, spawn_options{false});
+  spawn_options opts;
+  opts.detached_device = false;
+  opts.store = std::move(store);
+  auto started = spawn_kv_cache(sys, cfg, opts);
   if (!started)
     BOOST_FAIL("spawn_kv_cache failed: " << render(started.error()));
   cache = std::move(*started);

@@ -88,7 +88,9 @@ struct system_config_holder {
 
 class cache_fixture : public system_config_holder {
 public:
-  explicit cache_fixture(cache_config config = small_config());
+  /// `store`: a storage to run on instead of the one `config` names.
+  explicit cache_fixture(cache_config config = small_config(),
+                         std::shared_ptr<storage> store = nullptr);
   ~cache_fixture();
 
   cache_fixture(const cache_fixture&) = delete;

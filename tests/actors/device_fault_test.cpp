@@ -1,0 +1,240 @@
+// The device actor when the GPU is slow or fails: replies wait for the work
+// to complete (heard through the storage's wake), and a fault - after which
+// CUDA calls no host callback at all - still answers every waiting requester
+// with device_failure (the watchdog's poll notices it), fails later work at
+// once, and leaves the pool's accounting as it was (a failed swap stays
+// where it was). The storage is the host backend with a GPU's timing.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fixture.hpp"
+#include "kvactor/device/storage.hpp"
+
+using namespace kvactor;
+using namespace kvactor::test;
+
+namespace {
+
+/// The host backend with asynchronous completion and injectable faults:
+/// each operation does its work at once, but its ticket stays pending until
+/// complete() (which calls the wake, as CUDA's host callback does) or
+/// fail() (which, like a CUDA fault, calls no wake and makes every later
+/// call fail).
+class slow_storage final : public storage {
+public:
+  explicit slow_storage(std::unique_ptr<storage> inner)
+    : storage(inner->layout()), inner_(std::move(inner)) {
+  }
+
+  storage_kind kind() const noexcept override {
+    return inner_->kind();
+  }
+  kvactor::device where() const noexcept override {
+    return inner_->where();
+  }
+  void* layer_base(std::uint32_t layer) noexcept override {
+    return inner_->layer_base(layer);
+  }
+  void* host_layer_base(std::uint32_t layer) noexcept override {
+    return inner_->host_layer_base(layer);
+  }
+  caf::expected<ticket> copy_blocks(const std::vector<block_copy>& pairs) override {
+    return issue([&] { return inner_->copy_blocks(pairs); });
+  }
+  caf::expected<ticket> swap_out(const std::vector<block_move>& moves) override {
+    return issue([&] { return inner_->swap_out(moves); });
+  }
+  caf::expected<ticket> swap_in(const std::vector<block_move>& moves) override {
+    return issue([&] { return inner_->swap_in(moves); });
+  }
+  caf::expected<ticket> write_slots(std::uint32_t layer, const void* key,
+                                    const void* value, const std::int64_t* slots,
+                                    std::size_t n) override {
+    return issue([&] { return inner_->write_slots(layer, key, value, slots, n); });
+  }
+  caf::expected<ticket> gather_blocks(std::uint32_t layer,
+                                      const std::vector<block_id>& blocks,
+                                      std::size_t n, void* key_out,
+                                      void* value_out) override {
+    return issue(
+      [&] { return inner_->gather_blocks(layer, blocks, n, key_out, value_out); });
+  }
+  bool done(ticket t) override {
+    return failed_ || t <= completed_;
+  }
+  caf::error wait(ticket t) override {
+    if (failed_)
+      return fault();
+    completed_ = std::max(completed_, t); // blocks until done, as a GPU would
+    return caf::none;
+  }
+  void set_wake(std::function<void()> wake) override {
+    wake_ = std::move(wake);
+  }
+  std::shared_ptr<std::uint8_t> host_buffer(std::size_t bytes) override {
+    return inner_->host_buffer(bytes);
+  }
+
+  // -- the test's controls -------------------------------------------------------
+
+  /// Everything issued completes; the wake is called.
+  void complete() {
+    completed_ = issued_;
+    if (wake_)
+      wake_();
+  }
+
+  /// The device faults: no wake, and from now on every call fails.
+  void fail() {
+    failed_ = true;
+  }
+
+  std::uint64_t pending() const noexcept {
+    return issued_ - completed_;
+  }
+
+private:
+  static caf::error fault() {
+    return make_error(errc::device_failure, "slow_storage: injected fault");
+  }
+
+  template <class Op>
+  caf::expected<ticket> issue(Op op) {
+    if (failed_)
+      return fault();
+    auto t = op();
+    if (!t)
+      return t; // rejected whole: nothing was issued
+    inner_->wait(*t);
+    return ++issued_;
+  }
+
+  std::unique_ptr<storage> inner_;
+  std::function<void()> wake_;
+  ticket issued_ = 0;
+  ticket completed_ = 0;
+  bool failed_ = false;
+};
+
+cache_config swap_config() {
+  auto c = small_config();
+  c.num_host_blocks = 8;
+  return c;
+}
+
+std::shared_ptr<slow_storage> make_slow(const cache_config& cfg) {
+  storage_options opts;
+  opts.kind = "host";
+  opts.layout.num_layers = cfg.model.num_layers;
+  opts.layout.num_blocks = static_cast<std::uint32_t>(cfg.num_gpu_blocks);
+  opts.layout.block_size = cfg.block_size;
+  opts.layout.num_heads = cfg.model.num_kv_heads;
+  opts.layout.head_dim = cfg.model.head_dim;
+  opts.layout.dtype = cfg.model.dtype;
+  opts.layout.num_host_blocks = static_cast<std::uint32_t>(cfg.num_host_blocks);
+  auto made = make_storage(opts);
+  if (!made)
+    BOOST_FAIL("make_storage: " << render(made.error()));
+  return std::make_shared<slow_storage>(std::move(*made));
+}
+
+/// A cache (with a host tier of 8 blocks) on a slow_storage.
+struct slow_fixture : cache_fixture {
+  std::shared_ptr<slow_storage> store;
+
+  explicit slow_fixture(std::shared_ptr<slow_storage> s = make_slow(swap_config()))
+    : cache_fixture(swap_config(), s), store(std::move(s)) {
+  }
+
+  /// The replies (a count or an error) waiting in self's mailbox, in order.
+  std::vector<std::string> replies() {
+    std::vector<std::string> out;
+    for (bool more = true; more;)
+      self->receive([&](std::uint32_t n) { out.push_back(std::to_string(n)); },
+                    [&](caf::error& err) { out.push_back(outcome(err)); },
+                    caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+    return out;
+  }
+};
+
+using strings = std::vector<std::string>;
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(device_fault_suite)
+
+BOOST_FIXTURE_TEST_CASE(replies_wait_for_the_work_and_come_with_the_wake,
+                        slow_fixture) {
+  self->send(cache.device, copy_atom::value, std::vector<block_copy>{{0, 1}, {2, 3}});
+  self->send(cache.device, swap_out_atom::value, std::vector<block_move>{{4, 0}});
+  run();
+  BOOST_TEST(store->pending() == 2u);
+  BOOST_TEST(replies() == strings{}); // nothing answers before the work is done
+  store->complete();
+  run();
+  BOOST_TEST(replies() == (strings{"2", "1"}));
+}
+
+BOOST_FIXTURE_TEST_CASE(a_fault_answers_every_waiting_request_without_a_wake,
+                        slow_fixture) {
+  self->send(cache.device, copy_atom::value, std::vector<block_copy>{{0, 1}});
+  self->send(cache.device, swap_out_atom::value, std::vector<block_move>{{4, 0}});
+  run();
+  store->fail();
+  run();
+  BOOST_TEST(replies() == strings{}); // no wake comes after a fault...
+  sched.trigger_timeouts();            // ...but the watchdog polls
+  run();
+  BOOST_TEST(replies() == (strings{"device_failure", "device_failure"}));
+  // Later work fails at once (the fault is sticky, as CUDA's are).
+  self->send(cache.device, copy_atom::value, std::vector<block_copy>{{5, 6}});
+  run();
+  BOOST_TEST(replies() == strings{"device_failure"});
+}
+
+BOOST_FIXTURE_TEST_CASE(a_fault_during_a_swap_leaves_the_request_resident,
+                        slow_fixture) {
+  auto a = allocate(1, 10);
+  BOOST_REQUIRE(a);
+  auto before = stats();
+  BOOST_REQUIRE(before);
+  self->send(mgr, swap_out_atom::value, request_id{1});
+  run();
+  BOOST_TEST(store->pending() == 1u); // the copy to the host tier is under way
+  store->fail();
+  sched.trigger_timeouts();
+  run();
+  BOOST_TEST(replies() == strings{"device_failure"});
+  // Phase two undid the reservation: same blocks, nothing in the host tier.
+  auto t = table(1);
+  BOOST_REQUIRE(t);
+  BOOST_TEST(t->blocks == a->table.blocks);
+  BOOST_TEST(t->num_tokens == 10u);
+  auto after = stats();
+  BOOST_REQUIRE(after);
+  BOOST_TEST(after->free_blocks == before->free_blocks);
+  BOOST_TEST(after->host_free_blocks == before->host_free_blocks);
+  BOOST_TEST(after->swap_out_count == before->swap_out_count);
+  // The request can still be freed; the fixture checks the invariant.
+  BOOST_TEST(value_or(free(1), 0u) == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(a_storage_of_another_shape_is_refused_at_start) {
+  system_config_holder holder;
+  caf::actor_system sys{holder.sys_cfg};
+  auto cfg = swap_config();
+  auto other = cfg;
+  other.model.head_dim = 16;
+  spawn_options opts;
+  opts.detached_device = false;
+  opts.store = make_slow(other);
+  auto started = spawn_kv_cache(sys, cfg, opts);
+  BOOST_REQUIRE(!started);
+  BOOST_TEST(outcome(started.error()) == "invalid_config");
+  BOOST_TEST(render(started.error()).find("x 16 fp16") != std::string::npos,
+             render(started.error()));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
