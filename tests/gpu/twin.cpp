@@ -66,6 +66,16 @@ void device_buffer::upload(const std::vector<std::uint8_t>& from) {
   BOOST_REQUIRE(cudaMemcpy(data, from.data(), from.size(),
                            cudaMemcpyHostToDevice)
                 == cudaSuccess);
+  landed();
+}
+
+void landed() {
+  // A cudaMemcpy from pageable memory may return once the bytes are staged,
+  // before its DMA (on the legacy stream) reached the device; the storage's
+  // streams are non-blocking, so nothing orders them after it. Wait for the
+  // legacy stream alone: work in flight on the storage's streams (the
+  // ordering tests' point) keeps running.
+  BOOST_REQUIRE(cudaStreamSynchronize(cudaStreamLegacy) == cudaSuccess);
 }
 
 std::vector<std::uint8_t> device_buffer::download() const {
@@ -91,6 +101,7 @@ twin::twin(const storage_layout& l, std::mt19937_64& rng) : layout(l) {
   BOOST_REQUIRE(cudaMemcpy(cuda->layer_base(0), host->layer_base(0),
                            l.device_bytes(), cudaMemcpyHostToDevice)
                 == cudaSuccess);
+  landed();
   if (l.num_host_blocks > 0) {
     fill_random(host->host_layer_base(0), l.host_bytes(), rng);
     std::memcpy(cuda->host_layer_base(0), host->host_layer_base(0),

@@ -50,6 +50,10 @@ inline std::size_t row_bytes(const storage_layout& l) {
 
 void fill_random(void* p, std::size_t n, std::mt19937_64& rng);
 
+/// Waits until earlier cudaMemcpy uploads from pageable memory reached the
+/// device (they may return before their DMA finished).
+void landed();
+
 /// A device buffer (cudaMalloc), freed on scope exit.
 struct device_buffer {
   explicit device_buffer(std::size_t n);
