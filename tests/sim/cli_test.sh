@@ -1,0 +1,100 @@
+#!/bin/sh
+# cli_test.sh: multi_tenant_sim's command line as a user meets it - --help
+# exits 0; bad arguments, a missing or malformed --config exit 2 (the
+# scenario errors naming FILE:LINE: FIELD on stderr); --steps 50 --out DIR
+# writes the reports; SIGINT stops a long run, which exits 130 and still
+# writes report.json marked interrupted.
+# Usage: cli_test.sh PATH/TO/multi_tenant_sim
+set -u
+sim=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+failures=0
+
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+# expect_exit CODE NAME ARGS...: runs the simulator, stdout and stderr to
+# $dir/NAME.out and $dir/NAME.err, and checks its exit status.
+expect_exit() {
+  want=$1
+  name=$2
+  shift 2
+  "$sim" "$@" >"$dir/$name.out" 2>"$dir/$name.err"
+  rc=$?
+  [ "$rc" -eq "$want" ] || fail "$name: exit $rc, expected $want ($(head -c 300 "$dir/$name.err"))"
+}
+
+# expect_in FILE TEXT: FILE contains TEXT (fixed string).
+expect_in() {
+  grep -qF -- "$2" "$1" || fail "$(basename "$1"): no '$2' in: $(head -c 300 "$1")"
+}
+
+expect_exit 0 help --help
+expect_in "$dir/help.out" "usage: multi_tenant_sim"
+expect_in "$dir/help.out" "--no-progress"
+
+expect_exit 2 unknown --bogus
+expect_in "$dir/unknown.err" "unknown argument --bogus"
+expect_in "$dir/unknown.err" "usage:"
+expect_exit 2 steps0 --steps 0
+expect_in "$dir/steps0.err" "--steps"
+expect_exit 2 storage --storage floppy
+expect_in "$dir/storage.err" "--storage"
+expect_exit 2 noconfig --config "$dir/absent.json"
+expect_in "$dir/noconfig.err" "$dir/absent.json: cannot open"
+
+# A malformed file: the comma missing at the end of line 2, found on line 3.
+printf '{\n  "steps": 10\n  "seed": 1\n}\n' >"$dir/bad.json"
+expect_exit 2 malformed --config "$dir/bad.json"
+expect_in "$dir/malformed.err" "$dir/bad.json:3: malformed JSON after steps"
+
+# A valid file but for one field: the default with a negative rate.
+expect_exit 0 default --print-default
+sed 's/"rate": 0.8,/"rate": -1,/' "$dir/default.out" >"$dir/neg.json"
+line=$(grep -n '"rate": -1,' "$dir/neg.json" | cut -d: -f1)
+[ -n "$line" ] || fail "no interactive rate in the default scenario"
+expect_exit 2 negative --config "$dir/neg.json"
+expect_in "$dir/negative.err" "$dir/neg.json:$line: workloads.interactive.rate: must be >= 0 (got -1)"
+
+# A short run writes its reports.
+expect_exit 0 short --steps 50 --out "$dir/short" --no-progress
+for f in report.json timeseries.csv usage.gp; do
+  [ -s "$dir/short/$f" ] || fail "short: no $f"
+done
+expect_in "$dir/short/report.json" '"completed": true'
+rows=$(($(wc -l <"$dir/short/timeseries.csv") - 1))
+[ "$rows" -ge 50 ] || fail "short: $rows rows in timeseries.csv, expected >= 50"
+
+# SIGINT during a long run: it stops at the next step, reports, exits 130.
+"$sim" --steps 100000000 --storage none --out "$dir/int" --no-progress \
+  >"$dir/int.out" 2>"$dir/int.err" &
+pid=$!
+sleep 1
+kill -INT "$pid"
+waited=0
+while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt 200 ]; do
+  sleep 0.1
+  waited=$((waited + 1))
+done
+if kill -0 "$pid" 2>/dev/null; then
+  kill -KILL "$pid"
+  fail "sigint: still running 20 s after SIGINT"
+fi
+wait "$pid"
+rc=$?
+[ "$rc" -eq 130 ] || fail "sigint: exit $rc, expected 130 ($(head -c 300 "$dir/int.err"))"
+[ -s "$dir/int/report.json" ] || fail "sigint: no report.json"
+expect_in "$dir/int/report.json" '"interrupted": true'
+expect_in "$dir/int/report.json" '"completed": false'
+expect_in "$dir/int.out" "INTERRUPTED"
+rows=$(($(wc -l <"$dir/int/timeseries.csv") - 1))
+[ "$rows" -gt 0 ] || fail "sigint: no step ran before the interrupt"
+
+if [ "$failures" -ne 0 ]; then
+  echo "$failures check(s) failed"
+  exit 1
+fi
+echo "all command-line checks passed"

@@ -1,0 +1,204 @@
+// core_driver: the scheduler's step loop over a block_pool_core, with the
+// checks of every message and reply.
+#include "core_driver.hpp"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include <boost/test/unit_test.hpp>
+
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor::sim::test {
+
+using detail::residency;
+
+core_driver::core_driver(const scenario& s, std::uint64_t chaos_seed,
+                         double supervisor_rate)
+  : s_(s),
+    cfg_(s.cache),
+    core_(cfg_, static_cast<std::uint32_t>(cfg_.num_gpu_blocks)),
+    b_(s, cfg_, kvactor::device{}, false),
+    rng_(chaos_seed),
+    supervisor_rate_(supervisor_rate) {
+}
+
+void core_driver::check_invariant(const char* where) {
+  auto err = core_.check_invariant();
+  if (err)
+    BOOST_FAIL("step " << b_.step() << ", " << where << ": " << render(err));
+}
+
+void core_driver::maybe_supervise() {
+  if (supervisor_rate_ <= 0
+      || !std::bernoulli_distribution{supervisor_rate_}(rng_))
+    return;
+  auto want = std::uniform_int_distribution<std::uint64_t>{1, 4}(rng_);
+  for (auto id : core_.choose_victims(want)) {
+    auto seq = core_.find(id);
+    BOOST_REQUIRE(seq != nullptr);
+    auto cache_id = seq->cache_id;
+    BOOST_REQUIRE(core_.preempt(id));
+    supervisor_victims_.insert(id);
+    // The manager's notice reaches the scheduler before the reply to any
+    // message the pool handles after the preemption.
+    b_.preempted_elsewhere(id, cache_id);
+  }
+  check_invariant("supervisor preemption");
+}
+
+void core_driver::check_request(const step_request& req) {
+  BOOST_TEST(req.admits.size() <= s_.max_admits_per_step);
+  std::unordered_set<request_id> frees(req.frees.begin(), req.frees.end());
+  BOOST_TEST(frees.size() == req.frees.size(), "a request freed twice");
+  std::unordered_set<request_id> extends;
+  for (auto& op : req.extends) {
+    BOOST_TEST(extends.insert(op.id).second, "request " << op.id << " extended twice");
+    BOOST_TEST(frees.count(op.id) == 0u, "request " << op.id << " freed and extended");
+    auto seq = core_.find(op.id);
+    // Running means resident, unless the supervisor took it meanwhile.
+    BOOST_TEST(((seq != nullptr && seq->where == residency::resident)
+                || supervisor_victims_.count(op.id) > 0),
+               "extend of request " << op.id << ", which the pool does not run");
+  }
+  BOOST_TEST((req.tokens.empty() || req.tokens.size() == req.extends.size()));
+  std::unordered_set<request_id> admits;
+  for (auto& a : req.admits) {
+    BOOST_TEST(admits.insert(a.id).second, "request " << a.id << " admitted twice");
+    // A waiting request holds nothing in the pool: it is not also running,
+    // swapped or about to be freed.
+    BOOST_TEST(core_.find(a.id) == nullptr,
+               "admission of request " << a.id << ", which the pool holds");
+    BOOST_TEST(frees.count(a.id) == 0u);
+    BOOST_TEST(extends.count(a.id) == 0u);
+    BOOST_TEST(a.initial_tokens == a.prompt.size());
+  }
+}
+
+bool core_driver::send(const step_request& req, bool first) {
+  check_request(req);
+  if (first)
+    maybe_supervise(); // while the message is on its way
+  auto res = core_.run_step(req, false);
+  ++messages_;
+  check_invariant("step message");
+  BOOST_TEST(res.free_blocks == core_.free_blocks());
+  auto more = b_.apply(res);
+  if (!more)
+    BOOST_FAIL("apply: " << render(more.error()));
+  return *more;
+}
+
+void core_driver::swap_phase() {
+  if (s_.preemption != preemption_mode::swap)
+    return;
+  maybe_supervise();
+  auto victims = b_.swap_victims();
+  for (auto id : victims) {
+    auto seq = core_.find(id);
+    BOOST_TEST(((seq != nullptr && seq->where == residency::resident)
+                || supervisor_victims_.count(id) > 0),
+               "swap out of request " << id << ", which the pool does not run");
+    // The manager: reserve host blocks, the device copies, commit.
+    auto moves = core_.swap_out_begin(id);
+    if (!moves) {
+      ++swap_out_failures_;
+      auto err = b_.swap_out_failed(id, moves.error());
+      if (err)
+        BOOST_FAIL("swap_out_failed: " << render(err));
+      continue;
+    }
+    BOOST_REQUIRE(core_.swap_out_done(id, true));
+    check_invariant("swap out");
+    b_.swapped_out(id);
+  }
+  if (!victims.empty())
+    return;
+  while (auto id = b_.next_swap_in()) {
+    auto seq = core_.find(*id);
+    BOOST_TEST(((seq != nullptr && seq->where == residency::swapped)
+                || supervisor_victims_.count(*id) > 0),
+               "swap in of request " << *id << ", which the pool has not swapped");
+    auto moves = core_.swap_in_begin(*id);
+    if (!moves) {
+      auto more = b_.swap_in_failed(*id, moves.error());
+      if (!more)
+        BOOST_FAIL("swap_in_failed: " << render(more.error()));
+      if (!*more)
+        break;
+      continue;
+    }
+    BOOST_REQUIRE(core_.swap_in_done(*id, true));
+    check_invariant("swap in");
+    b_.swapped_in(*id, core_.table(*core_.find(*id)));
+  }
+}
+
+void core_driver::check_running() {
+  // The first pick applies pending preemption notices and takes the request
+  // swapped in last; after it, pick k is running request k.
+  b_.pick_verify(0);
+  auto n = b_.running();
+  BOOST_TEST(n <= s_.max_running);
+  peak_running_ = std::max<std::uint64_t>(peak_running_, n);
+  std::set<request_id> seen;
+  for (std::size_t k = 0; k < n; ++k) {
+    auto t = b_.pick_verify(k);
+    BOOST_REQUIRE(t);
+    BOOST_TEST(seen.insert(t->id).second, "request " << t->id << " runs twice");
+    auto seq = core_.find(t->id);
+    BOOST_REQUIRE_MESSAGE(seq != nullptr && seq->where == residency::resident,
+                          "step " << b_.step() << ": request " << t->id
+                                  << " runs but the pool does not hold it");
+    auto want = core_.table(*seq);
+    BOOST_TEST(t->table.blocks == want.blocks, "request " << t->id);
+    BOOST_TEST(t->table.num_tokens == want.num_tokens, "request " << t->id);
+    BOOST_TEST(t->tokens.size() == t->table.num_tokens);
+  }
+}
+
+cache_manager_stats core_driver::stats() const {
+  cache_manager_stats st;
+  st.total_blocks = core_.num_blocks();
+  st.free_blocks = core_.free_blocks();
+  st.cached_blocks = core_.cached_blocks();
+  for (auto& t : core_.tenants()) {
+    tenant_usage u;
+    u.name = t.config.name;
+    u.blocks_used = t.used;
+    st.tenants.push_back(std::move(u));
+  }
+  return st;
+}
+
+void core_driver::step() {
+  maybe_supervise();
+  b_.start_step();
+  auto req = b_.begin_step();
+  for (bool first = true; send(req, first); first = false) {
+    req = b_.more_admits();
+    if (req.admits.empty())
+      break;
+  }
+  swap_phase();
+  check_running();
+  b_.record(stats(), memory_pressure::low);
+  b_.end_step();
+  // Requests in flight: arrived, neither finished nor rejected.
+  std::uint64_t left = 0;
+  for (auto& f : b_.figures())
+    left += f.arrived - f.finished - f.rejected;
+  BOOST_TEST(b_.waiting() + b_.running() + b_.swapped() <= left);
+}
+
+bool core_driver::run(std::uint64_t max_steps) {
+  for (std::uint64_t i = 0; i < max_steps && !b_.done(); ++i) {
+    step();
+    BOOST_REQUIRE_MESSAGE(b_.stalled_steps() < 100,
+                          "stalled at step " << b_.step() << ": " << b_.waiting()
+                                             << " waiting");
+  }
+  return b_.done();
+}
+
+} // namespace kvactor::sim::test

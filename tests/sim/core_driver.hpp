@@ -1,0 +1,82 @@
+// core_driver: runs the simulator's batcher against a block_pool_core
+// directly - the way scheduler.cpp runs it against the manager actor, one
+// step at a time (start_step, the step message and its follow-ups, swaps,
+// the read-back pick, record, end_step) - and checks the pool and the
+// batcher's messages as it goes. A "supervisor" may preempt requests at the
+// points where the real one's notices can arrive. CAF-free.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <set>
+#include <string>
+
+#include "batcher.hpp"
+#include "kvactor/actors/block_pool_core.hpp"
+#include "scenario.hpp"
+
+namespace kvactor::sim::test {
+
+class core_driver {
+public:
+  /// `supervisor_rate`: the chance, at each point where it may act, that the
+  /// supervisor preempts requests (drawn from `chaos_seed`).
+  core_driver(const scenario& s, std::uint64_t chaos_seed,
+              double supervisor_rate = 0);
+
+  /// Runs one step; every check failure is a Boost.Test error.
+  void step();
+
+  /// Steps until the batcher is done or `max_steps` ran; returns whether it
+  /// is done.
+  bool run(std::uint64_t max_steps);
+
+  batcher& b() noexcept {
+    return b_;
+  }
+  const detail::block_pool_core& core() const noexcept {
+    return core_;
+  }
+
+  std::uint64_t supervisor_preemptions() const noexcept {
+    return supervisor_victims_.size();
+  }
+  std::uint64_t step_messages() const noexcept {
+    return messages_;
+  }
+  std::uint64_t swap_out_failures() const noexcept {
+    return swap_out_failures_;
+  }
+  /// The most requests that ran at once.
+  std::uint64_t peak_running() const noexcept {
+    return peak_running_;
+  }
+
+private:
+  /// Checks a step message before it is sent.
+  void check_request(const step_request& req);
+  /// Runs one step message and applies the reply; false: nothing follows.
+  bool send(const step_request& req, bool first);
+  void swap_phase();
+  /// Every running request (as pick_verify names them) is resident in the
+  /// pool with the table the batcher thinks it has.
+  void check_running();
+  cache_manager_stats stats() const;
+  void check_invariant(const char* where);
+  /// With probability supervisor_rate: preempt what choose_victims names,
+  /// and let the batcher hear of it (as the manager's notice).
+  void maybe_supervise();
+
+  const scenario& s_;
+  cache_config cfg_;
+  detail::block_pool_core core_;
+  batcher b_;
+  std::mt19937_64 rng_;
+  double supervisor_rate_;
+  std::set<request_id> supervisor_victims_;
+  std::uint64_t messages_ = 0;
+  std::uint64_t swap_out_failures_ = 0;
+  std::uint64_t peak_running_ = 0;
+};
+
+} // namespace kvactor::sim::test

@@ -1,0 +1,228 @@
+// Scenario reading, bad input: each class of mistake is refused with
+// "FILE:LINE: FIELD: what", LINE being the line of the offending key (or,
+// for a missing key, of the object that lacks it) in multi-line JSON.
+#include "sim_support.hpp"
+
+using namespace kvactor;
+using namespace kvactor::sim;
+using namespace kvactor::sim::test;
+
+namespace {
+
+// Multi-line on purpose; the strings before "workloads" hold braces,
+// brackets, escaped quotes and an escaped newline that a line scanner must
+// not mistake for structure.
+const std::string base = R"({
+  "cache": {
+    "block_size": 4,
+    "model": {"num_layers": 1, "num_kv_heads": 1, "head_dim": 8,
+              "dtype": "fp16"},
+    "storage": "none",
+    "num_gpu_blocks": 64,
+    "tenants": [
+      {"name": "a", "priority": "high", "max_blocks": 40},
+      {"name": "b", "reserved_blocks": 8}
+    ]
+  },
+  "output_dir": "out/{x},[y]\"z\"\n:",
+  "steps": 20,
+  "workloads": {
+    "a": {
+      "rate": 0.5,
+      "prompt_len": [4, 8],
+      "output_len": [2, 6],
+      "system_prompts": {
+        "count": 1,
+        "len": [4, 8],
+        "share": 0.5
+      }
+    },
+    "b": {"rate": 0.25, "prompt_len": 4, "output_len": 4}
+  }
+}
+)";
+
+/// Checks that `msg` starts with "test.json:LINE: FIELD: " (LINE: where
+/// `at` is in `text`) and says `what`.
+void check_error(const std::string& text, const std::string& at,
+                 const std::string& field, const std::string& what) {
+  auto msg = parse_error(text);
+  auto want = "test.json:" + std::to_string(line_of(text, at)) + ": " + field
+              + ": ";
+  BOOST_TEST_CONTEXT("message: " << msg) {
+    BOOST_TEST(msg.compare(0, want.size(), want) == 0, "expected prefix " << want);
+    BOOST_TEST(msg.find(what) != std::string::npos, "expected '" << what << "'");
+  }
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(scenario_errors)
+
+BOOST_AUTO_TEST_CASE(the_base_text_is_valid) {
+  auto s = parse_ok(base);
+  BOOST_TEST(s.output_dir == "out/{x},[y]\"z\"\n:");
+  BOOST_TEST(s.workloads.size() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(malformed_json_names_the_line_and_what_was_read_last) {
+  // A missing comma: the parser stops at the next key, a line further.
+  auto text = replace_once(base, "\"prompt_len\": [4, 8],", "\"prompt_len\": [4, 8]");
+  auto msg = parse_error(text);
+  auto want = "test.json:" + std::to_string(line_of(text, "\"output_len\": [2, 6]"))
+              + ": malformed JSON after workloads.a.prompt_len";
+  BOOST_TEST(msg.compare(0, want.size(), want) == 0, msg);
+  // Cut short: the error is on the last line read.
+  auto cut = base.substr(0, base.find("\"b\": {"));
+  auto msg2 = parse_error(cut);
+  auto want2 = "test.json:" + std::to_string(line_of(base, "\"b\": {"))
+               + ": malformed JSON after workloads.a.system_prompts.share";
+  BOOST_TEST(msg2.compare(0, want2.size(), want2) == 0, msg2);
+  // Not JSON at all, on line 1.
+  BOOST_TEST(parse_error("steps = 3").rfind("test.json:1: malformed JSON", 0) == 0);
+}
+
+BOOST_AUTO_TEST_CASE(missing_required_fields_are_reported_where_their_object_starts) {
+  check_error(replace_once(base, "\"steps\": 20,", ""), "{", "steps", "missing");
+  auto no_prompt = replace_once(base, "\"prompt_len\": [4, 8],", "");
+  check_error(no_prompt, "\"a\": {", "workloads.a.prompt_len", "missing");
+  auto no_rate = replace_once(base, "\"rate\": 0.25, ", "");
+  check_error(no_rate, "\"b\": {", "workloads.b.rate", "missing");
+  auto no_len = replace_once(base, "\"len\": [4, 8],", "");
+  check_error(no_len, "\"system_prompts\": {", "workloads.a.system_prompts.len",
+              "missing");
+  auto cut = base.substr(0, base.find("  \"workloads\""));
+  check_error(replace_once(cut, "\"steps\": 20,", "\"steps\": 20") + "}", "{",
+              "workloads", "missing");
+}
+
+BOOST_AUTO_TEST_CASE(unknown_keys_are_errors_at_every_level) {
+  check_error(replace_once(base, "\"steps\": 20,", "\"steps\": 20,\n  \"stepz\": 1,"),
+              "\"stepz\"", "stepz", "unknown key 'stepz'");
+  check_error(replace_once(base, "\"rate\": 0.5,", "\"rate\": 0.5,\n \"rat\": 1,"),
+              "\"rat\"", "workloads.a.rat", "unknown key 'rat'");
+  check_error(replace_once(base, "\"share\": 0.5", "\"share\": 0.5,\n\"cnt\": 2"),
+              "\"cnt\"", "workloads.a.system_prompts.cnt", "unknown key");
+  // Inside the cache object, through kvactor's config reader.
+  check_error(replace_once(base, "\"storage\": \"none\",",
+                           "\"storage\": \"none\",\n    \"blocks\": 3,"),
+              "\"blocks\"", "cache.blocks", "unknown");
+}
+
+BOOST_AUTO_TEST_CASE(out_of_range_numbers_name_their_field) {
+  check_error(replace_once(base, "\"rate\": 0.5,", "\"rate\": -1,"),
+              "\"rate\": -1", "workloads.a.rate", "must be >= 0 (got -1)");
+  check_error(replace_once(base, "\"steps\": 20,", "\"steps\": 0,"),
+              "\"steps\": 0", "steps", "must be >= 1");
+  check_error(replace_once(base, "\"share\": 0.5", "\"share\": 1.5"),
+              "\"share\": 1.5", "workloads.a.system_prompts.share", "must be <= 1");
+  check_error(replace_once(base, "\"b\": {\"rate\": 0.25,",
+                           "\"b\": {\"vocab_size\": 1, \"rate\": 0.25,"),
+              "\"b\": {", "workloads.b.vocab_size", "must be >= 2");
+  check_error(replace_once(base, "\"steps\": 20,",
+                           "\"steps\": 20, \"max_running\": 0,"),
+              "\"steps\": 20", "max_running", "must be >= 1");
+  // The cache's own fields, with the cache's path in front.
+  check_error(replace_once(base, "\"num_gpu_blocks\": 64,",
+                           "\"num_gpu_blocks\": 64,\n\"pressure\": {\"high\": 2},"),
+              "\"pressure\"", "cache.pressure.high", "");
+}
+
+BOOST_AUTO_TEST_CASE(bad_words_and_types_name_their_field) {
+  check_error(replace_once(base, "\"steps\": 20,",
+                           "\"steps\": 20, \"preemption\": \"drop\","),
+              "\"preemption\"", "preemption", "\"drop\"");
+  check_error(replace_once(base, "\"steps\": 20,",
+                           "\"steps\": 20,\n\"preemption\": \"swap\","),
+              "\"preemption\"", "preemption", "num_host_blocks");
+  check_error(replace_once(base, "\"steps\": 20,",
+                           "\"steps\": 20,\n\"admit_up_to\": \"most\","),
+              "\"admit_up_to\"", "admit_up_to", "\"most\"");
+  check_error(replace_once(base, "\"rate\": 0.5,",
+                           "\"rate\": 0.5, \"priority\": \"urgent\","),
+              "\"priority\": \"urgent\"", "workloads.a.priority", "urgent");
+  check_error(replace_once(base, "\"steps\": 20,", "\"steps\": \"20\","),
+              "\"steps\": \"20\"", "steps", "expected a non-negative integer");
+  check_error(replace_once(base, "\"b\": {\"rate\": 0.25, \"prompt_len\": 4,",
+                           "\"b\": {\"rate\": 0.25, \"prompt_len\": [1, 2, 3],"),
+              "\"b\": {", "workloads.b.prompt_len", "expected [min, max]");
+  check_error(replace_once(base, "\"output_dir\": \"out/{x},[y]\\\"z\\\"\\n:\",",
+                           "\"output_dir\": \"\","),
+              "\"output_dir\"", "output_dir", "must not be empty");
+}
+
+BOOST_AUTO_TEST_CASE(a_workload_for_an_unknown_tenant_is_refused) {
+  auto text = replace_once(base, "\"b\": {\"rate\"", "\"c\": {\"rate\"");
+  check_error(text, "\"c\": {", "workloads.c", "unknown tenant 'c'");
+  BOOST_TEST(parse_error(text).find("cache.tenants: a, b") != std::string::npos);
+  check_error(replace_once(base, "\"workloads\": {", "\"workloads\": {\"\": {},"),
+              "\"workloads\"", "workloads.", "unknown tenant ''");
+  // An empty workloads object: nothing would ever arrive.
+  auto none = base.substr(0, base.find("\"workloads\": {")) + "\"workloads\": {}}";
+  check_error(none, "\"workloads\"", "workloads", "nothing would arrive");
+}
+
+BOOST_AUTO_TEST_CASE(explicit_system_prompt_tokens_must_be_in_the_vocabulary) {
+  auto with_tokens = [](const std::string& tokens) {
+    return replace_once(base, "\"count\": 1,\n        \"len\": [4, 8],",
+                        "\"tokens\": [\n[1, 2],\n[3,\n " + tokens + "]],");
+  };
+  auto vocab = [](std::string text) {
+    return replace_once(text, "\"rate\": 0.5,", "\"rate\": 0.5, \"vocab_size\": 50,");
+  };
+  BOOST_TEST(parse_ok(vocab(with_tokens("49"))).workloads[0].system_prompts.count
+             == 2u);
+  check_error(vocab(with_tokens("50")), " 50]", "workloads.a.system_prompts.tokens[1][1]",
+              "token id 50 out of range [0, 50)");
+  check_error(vocab(with_tokens("-1")), " -1]",
+              "workloads.a.system_prompts.tokens[1][1]", "out of range");
+  check_error(with_tokens("\"x\""), " \"x\"]",
+              "workloads.a.system_prompts.tokens[1][1]", "expected a token id");
+  // Both forms at once.
+  check_error(replace_once(base, "\"count\": 1,", "\"count\": 1, \"tokens\": [[1]],"),
+              "\"tokens\"", "workloads.a.system_prompts.tokens", "either");
+  // A share without any system prompt.
+  check_error(replace_once(base, "\"count\": 1,\n        \"len\": [4, 8],",
+                           "\"count\": 0,"),
+              "\"share\"", "workloads.a.system_prompts.share", "no system prompts");
+}
+
+BOOST_AUTO_TEST_CASE(ranges_with_min_above_max_are_refused) {
+  check_error(replace_once(base, "\"prompt_len\": [4, 8],", "\"prompt_len\": [9, 8],"),
+              "\"prompt_len\": [9", "workloads.a.prompt_len", "min 9 > max 8");
+  check_error(replace_once(base, "\"output_len\": [2, 6],", "\"output_len\": [0, 6],"),
+              "\"output_len\": [0", "workloads.a.output_len", "min must be >= 1");
+  check_error(replace_once(base, "\"len\": [4, 8],", "\"len\": [8, 4],"),
+              "\"len\": [8", "workloads.a.system_prompts.len", "min 8 > max 4");
+  check_error(replace_once(base, "\"rate\": 0.5,",
+                           "\"rate\": 0.5,\n\"burst\": {\"period\": 5, \"duration\": 6, "
+                           "\"rate\": 1},"),
+              "\"burst\"", "workloads.a.burst.duration", "must be <= period (5)");
+}
+
+BOOST_AUTO_TEST_CASE(a_request_that_could_never_fit_is_refused) {
+  // a: 8 + 8 + 6 = 22 tokens now; its quota is 40 blocks = 160 tokens.
+  check_error(replace_once(base, "\"output_len\": [2, 6],", "\"output_len\": [2, 149],"),
+              "\"a\": {", "workloads.a", "the tenant's max_blocks (40)");
+  // b may use the pool but for a's reservation (none): 64 blocks.
+  check_error(replace_once(base, "\"prompt_len\": 4, \"output_len\": 4",
+                           "\"prompt_len\": 4, \"output_len\": 253"),
+              "\"b\": {", "workloads.b", "the pool (64 blocks");
+  // a may not take b's 8 reserved blocks: 56 blocks are left to it.
+  auto big_a = replace_once(replace_once(base, "\"max_blocks\": 40", "\"max_blocks\": 0"),
+                            "\"output_len\": [2, 6],", "\"output_len\": [2, 209],");
+  check_error(big_a, "\"a\": {", "workloads.a", "8 reserved for other tenants");
+  auto just_fits = replace_once(
+    replace_once(base, "\"max_blocks\": 40", "\"max_blocks\": 0"),
+    "\"output_len\": [2, 6],", "\"output_len\": [2, 208],");
+  BOOST_TEST(parse_ok(just_fits).workloads[0].max_sequence_tokens() == 224u);
+}
+
+BOOST_AUTO_TEST_CASE(a_missing_file_is_named) {
+  auto s = load_scenario("/nonexistent/dir/scenario.json");
+  BOOST_REQUIRE(!s);
+  auto msg = message_of(s.error());
+  BOOST_TEST(msg.rfind("/nonexistent/dir/scenario.json: ", 0) == 0, msg);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

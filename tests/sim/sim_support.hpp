@@ -1,0 +1,81 @@
+// Helpers the sim test files share: scenario text edits, the line a piece
+// of text is on, parsing with the error's message, and a small valid
+// scenario as a JSON value. CAF-light (scenario.hpp brings caf/expected.hpp).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <boost/test/unit_test.hpp>
+#include <nlohmann/json.hpp>
+
+#include "scenario.hpp"
+
+namespace kvactor::sim::test {
+
+/// The 1-based line of the first occurrence of `needle` in `text`.
+inline int line_of(const std::string& text, const std::string& needle) {
+  auto at = text.find(needle);
+  BOOST_REQUIRE_MESSAGE(at != std::string::npos, "no '" << needle << "' in text");
+  int line = 1;
+  for (std::size_t i = 0; i < at; ++i)
+    line += text[i] == '\n';
+  return line;
+}
+
+/// `text` with its one occurrence of `from` replaced by `to`.
+inline std::string replace_once(std::string text, const std::string& from,
+                                const std::string& to) {
+  auto at = text.find(from);
+  BOOST_REQUIRE_MESSAGE(at != std::string::npos, "no '" << from << "' in text");
+  BOOST_REQUIRE_MESSAGE(text.find(from, at + 1) == std::string::npos,
+                        "'" << from << "' occurs more than once");
+  return text.replace(at, from.size(), to);
+}
+
+inline scenario parse_ok(const std::string& text,
+                         const std::string& source = "test.json") {
+  auto s = parse_scenario(text, source);
+  BOOST_REQUIRE_MESSAGE(s, "parse failed: " << (s ? "" : message_of(s.error())));
+  return std::move(*s);
+}
+
+/// The message of the error parsing `text` must give; fails the case if it
+/// parses.
+inline std::string parse_error(const std::string& text,
+                               const std::string& source = "test.json") {
+  auto s = parse_scenario(text, source);
+  BOOST_REQUIRE_MESSAGE(!s, "parsed, but an error was expected");
+  return message_of(s.error());
+}
+
+/// Two tenants ("a" high priority with a quota, "b"), storage none, a
+/// 64-block pool of 4-token blocks; a and b both send traffic.
+inline nlohmann::json small_scenario() {
+  return nlohmann::json::parse(R"({
+    "cache": {
+      "block_size": 4,
+      "model": {"num_layers": 1, "num_kv_heads": 1, "head_dim": 8, "dtype": "fp16"},
+      "storage": "none",
+      "num_gpu_blocks": 64,
+      "gc_interval_ms": 0,
+      "tenants": [
+        {"name": "a", "priority": "high", "max_blocks": 40},
+        {"name": "b", "priority": "low"}
+      ]
+    },
+    "steps": 200,
+    "seed": 7,
+    "workloads": {
+      "a": {"rate": 0.5, "prompt_len": [4, 12], "output_len": [2, 8],
+            "system_prompts": {"count": 2, "len": [8, 16], "share": 0.5}},
+      "b": {"rate": 0.3, "prompt_len": [2, 20], "output_len": [1, 10]}
+    }
+  })");
+}
+
+inline scenario parse_json(const nlohmann::json& j) {
+  return parse_ok(j.dump(2));
+}
+
+} // namespace kvactor::sim::test

@@ -1,0 +1,249 @@
+// simulate() end to end, on a real actor system: runs with storage none and
+// host (K/V written and read back, with recompute and with swap) finish
+// with consistent figures; write_reports writes report.json (agreeing with
+// the outcome), timeseries.csv (a row per step) and usage.gp; a run
+// interrupted before its first step still reports.
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <unistd.h>
+
+#include "report.hpp"
+#include "scheduler.hpp"
+#include "sim_support.hpp"
+
+using namespace kvactor;
+using namespace kvactor::sim;
+using namespace kvactor::sim::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// A directory of its own, removed at the end.
+struct temp_dir {
+  fs::path path;
+  temp_dir() {
+    static int n = 0;
+    path = fs::temp_directory_path()
+           / ("kvactor_sim_test_" + std::to_string(getpid()) + "_" + std::to_string(n++));
+    fs::remove_all(path);
+  }
+  ~temp_dir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in{p};
+  BOOST_REQUIRE_MESSAGE(in, p.string() << " missing");
+  std::stringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+sim_outcome run(const scenario& s, bool interrupt = false) {
+  std::atomic<bool> flag{interrupt};
+  progress quiet{false};
+  return simulate(s, flag, quiet);
+}
+
+/// What every run that went to the end of its drain must show.
+void check_completed(const scenario& s, const sim_outcome& r) {
+  BOOST_TEST(r.started);
+  BOOST_TEST(!r.interrupted);
+  BOOST_TEST(r.error.empty(), r.error);
+  BOOST_TEST(r.steps >= s.steps);
+  BOOST_TEST(r.samples.size() == r.steps);
+  BOOST_REQUIRE(r.have_final_stats);
+  // Drained: every request finished and freed its blocks.
+  BOOST_TEST(r.final_stats.free_blocks == r.final_stats.total_blocks);
+  BOOST_TEST(r.final_stats.active_caches == 0u);
+  BOOST_REQUIRE_EQUAL(r.tenants.size(), s.workloads.size());
+  std::uint64_t arrived = 0;
+  for (auto& f : r.tenants) {
+    BOOST_TEST_CONTEXT("tenant " << f.name) {
+      BOOST_TEST(f.arrived > 0u);
+      BOOST_TEST(f.rejected == 0u);
+      BOOST_TEST(f.admitted == f.arrived);
+      BOOST_TEST(f.finished == f.arrived);
+      BOOST_TEST(f.hit_tokens <= f.prefill_tokens);
+      BOOST_TEST(f.prompt_tokens <= f.prefill_tokens);
+    }
+    arrived += f.arrived;
+  }
+  BOOST_TEST(r.final_stats.allocation_count >= arrived);
+  BOOST_TEST(r.step_round_trip_us.size() >= r.steps);
+}
+
+scenario small(const char* storage, std::uint64_t verify_every) {
+  auto j = small_scenario();
+  j["steps"] = 80;
+  j["cache"]["storage"] = storage;
+  j["verify_every"] = verify_every;
+  return parse_json(j);
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(simulate_end_to_end)
+
+BOOST_AUTO_TEST_CASE(a_run_without_storage_completes) {
+  auto s = small("none", 5);
+  auto r = run(s);
+  check_completed(s, r);
+  BOOST_TEST(r.storage == "none");
+  // Nothing holds bytes: nothing written or read back.
+  BOOST_TEST(r.tokens_written == 0u);
+  BOOST_TEST(r.verify_checks == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_run_on_host_storage_reads_back_what_it_wrote) {
+  auto s = small("host", 2);
+  auto r = run(s);
+  check_completed(s, r);
+  BOOST_TEST(r.storage == "host");
+  BOOST_TEST(r.verify_checks > 0u);
+  BOOST_TEST(r.verify_failures == 0u);
+  BOOST_TEST(r.warnings.empty());
+  // K and V rows of head_dim fp16 values per token and layer.
+  auto& m = s.cache.model;
+  BOOST_TEST(r.tokens_written > 0u);
+  BOOST_TEST(r.bytes_written == 2 * r.tokens_written * m.num_kv_heads * m.head_dim * 2);
+}
+
+BOOST_AUTO_TEST_CASE(swapped_requests_come_back_with_their_bytes) {
+  auto j = small_scenario();
+  j["steps"] = 120;
+  j["cache"]["storage"] = "host";
+  j["cache"]["num_gpu_blocks"] = 48;
+  j["cache"]["num_host_blocks"] = 64;
+  j["cache"]["tenants"][0]["max_blocks"] = 24;
+  j["preemption"] = "swap";
+  j["admit_up_to"] = "full";
+  j["verify_every"] = 1;
+  j["workloads"]["a"]["rate"] = 0.8;
+  j["workloads"]["b"]["rate"] = 0.6;
+  j["workloads"]["b"]["output_len"] = {8, 24};
+  auto s = parse_json(j);
+  auto r = run(s);
+  check_completed(s, r);
+  std::uint64_t swaps = 0;
+  std::uint64_t swap_ins = 0;
+  for (auto& f : r.tenants) {
+    swaps += f.swaps;
+    swap_ins += f.swap_ins;
+  }
+  BOOST_TEST(swaps > 0u);
+  BOOST_TEST(swap_ins > 0u);
+  BOOST_TEST(r.final_stats.swap_out_count == swaps);
+  BOOST_TEST(r.verify_checks > 0u);
+  BOOST_TEST(r.verify_failures == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(reports_are_written_and_agree_with_the_outcome) {
+  temp_dir dir;
+  auto s = small("host", 4);
+  s.output_dir = (dir.path / "nested" / "out").string(); // created if missing
+  auto r = run(s);
+  check_completed(s, r);
+  std::ostringstream log;
+  auto files = write_reports(s, r, log);
+  if (!files)
+    BOOST_FAIL(message_of(files.error()));
+  auto out = fs::path{s.output_dir};
+  for (auto name : {"report.json", "timeseries.csv", "usage.gp"}) {
+    BOOST_TEST(fs::exists(out / name), name);
+    BOOST_TEST((std::find(files->begin(), files->end(), (out / name).string())
+                != files->end()), name);
+  }
+
+  auto rep = nlohmann::json::parse(read_file(out / "report.json"));
+  BOOST_TEST(rep["run"]["completed"].get<bool>());
+  BOOST_TEST(!rep["run"]["interrupted"].get<bool>());
+  BOOST_TEST(rep["run"]["error"].is_null());
+  BOOST_TEST(rep["run"]["steps"].get<std::uint64_t>() == r.steps);
+  BOOST_TEST(rep["run"]["storage"].get<std::string>() == "host");
+  BOOST_TEST(rep["scenario"]["seed"].get<std::uint64_t>() == s.seed);
+  BOOST_TEST(rep["scenario"]["steps"].get<std::uint64_t>() == s.steps);
+  BOOST_REQUIRE_EQUAL(rep["tenants"].size(), r.tenants.size());
+  std::uint64_t arrived = 0;
+  for (std::size_t i = 0; i < r.tenants.size(); ++i) {
+    auto& t = rep["tenants"][i];
+    auto& f = r.tenants[i];
+    BOOST_TEST(t["name"].get<std::string>() == f.name);
+    BOOST_TEST(t["arrived"].get<std::uint64_t>() == f.arrived);
+    BOOST_TEST(t["finished"].get<std::uint64_t>() == f.finished);
+    BOOST_TEST(t["generated_tokens"].get<std::uint64_t>() == f.generated_tokens);
+    BOOST_TEST(t["latency_steps"]["count"].get<std::uint64_t>() == f.finished);
+    arrived += f.arrived;
+  }
+  BOOST_TEST(rep["overall"]["arrived"].get<std::uint64_t>() == arrived);
+  BOOST_TEST(rep["data"]["read_back_checks"].get<std::uint64_t>() == r.verify_checks);
+  BOOST_TEST(rep["data"]["read_back_mismatches"].get<std::uint64_t>() == 0u);
+  BOOST_TEST(rep["cache_stats"].is_object());
+  std::uint64_t at_levels = 0;
+  for (auto& [level, n] : rep["pressure"]["steps_at"].items())
+    at_levels += n.get<std::uint64_t>();
+  BOOST_TEST(at_levels == r.steps);
+
+  // timeseries.csv: a header, then one row per step, all as wide.
+  std::istringstream csv{read_file(out / "timeseries.csv")};
+  std::string line;
+  BOOST_REQUIRE(std::getline(csv, line));
+  BOOST_TEST(line.rfind("step,waiting,running,", 0) == 0);
+  auto columns = std::count(line.begin(), line.end(), ',');
+  BOOST_TEST(columns == 13 + 3 * static_cast<long>(r.tenants.size()));
+  BOOST_TEST(line.find("a_blocks") != std::string::npos);
+  std::uint64_t rows = 0;
+  while (std::getline(csv, line)) {
+    BOOST_TEST(std::count(line.begin(), line.end(), ',') == columns);
+    BOOST_TEST(line.substr(0, line.find(',')) == std::to_string(rows));
+    ++rows;
+  }
+  BOOST_TEST(rows == r.steps);
+  BOOST_TEST(read_file(out / "usage.gp").find("timeseries.csv") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(an_interrupted_run_stops_and_still_reports) {
+  temp_dir dir;
+  auto s = small("none", 0);
+  s.output_dir = dir.path.string();
+  auto r = run(s, true);
+  BOOST_TEST(r.started);
+  BOOST_TEST(r.interrupted);
+  BOOST_TEST(r.error.empty());
+  BOOST_TEST(r.steps == 0u); // the flag is read before each step
+  BOOST_TEST(r.samples.empty());
+  std::ostringstream log;
+  auto files = write_reports(s, r, log);
+  if (!files)
+    BOOST_FAIL(message_of(files.error()));
+  auto rep = nlohmann::json::parse(read_file(dir.path / "report.json"));
+  BOOST_TEST(rep["run"]["interrupted"].get<bool>());
+  BOOST_TEST(!rep["run"]["completed"].get<bool>());
+  BOOST_TEST(rep["run"]["steps"].get<std::uint64_t>() == 0u);
+  // A header and no rows; no plot of nothing.
+  auto csv = read_file(dir.path / "timeseries.csv");
+  BOOST_TEST(std::count(csv.begin(), csv.end(), '\n') == 1);
+  BOOST_TEST(log.str().find("no step completed") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(an_unwritable_output_dir_is_named) {
+  temp_dir dir;
+  fs::create_directories(dir.path);
+  std::ofstream{dir.path / "file"} << "x";
+  auto s = small("none", 0);
+  s.output_dir = (dir.path / "file" / "out").string();
+  sim_outcome r;
+  std::ostringstream log;
+  auto files = write_reports(s, r, log);
+  BOOST_REQUIRE(!files);
+  BOOST_TEST(message_of(files.error()).find(s.output_dir) != std::string::npos,
+             message_of(files.error()));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
