@@ -145,6 +145,23 @@ void copy_then(pool_ptr self, const std::vector<block_copy>& copies,
           [finish](caf::error& err) { finish(std::move(err)); });
 }
 
+/// Moves the extends of `res` whose copy-on-write copy failed (`err`) from
+/// `changed` to `failed`: a copy's destination is in its request's new
+/// blocks.
+void fail_copied_extends(step_result& res, const caf::error& err) {
+  auto copied = [&](const table_delta& d) {
+    return std::any_of(res.copies.begin(), res.copies.end(), [&](auto& c) {
+      return std::find(d.blocks.begin(), d.blocks.end(), c.dst) != d.blocks.end();
+    });
+  };
+  auto keep = std::stable_partition(res.changed.begin(), res.changed.end(),
+                                    [&](auto& d) { return !copied(d); });
+  for (auto i = keep; i != res.changed.end(); ++i)
+    res.failed.push_back(op_failure{i->id, err});
+  res.changed.erase(keep, res.changed.end());
+  res.copies.clear();
+}
+
 /// None if incarnation `cache_id` of request `id` is live; otherwise the
 /// error its handle answers with: the request it served has ended.
 caf::error check_incarnation(const detail::block_pool_core& core, request_id id,
@@ -261,10 +278,12 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       auto rp = self->make_response_promise<step_result>();
       auto copies = res.copies;
       copy_then(self, copies, [self, rp, res](caf::error err) mutable {
-        if (err) {
-          rp.deliver(std::move(err));
-          return;
-        }
+        // The step's frees, preemptions and admissions happened whatever
+        // the device did: the reply must still say so (the manager keeps
+        // its registry by it). Only the extends whose copy-on-write copy
+        // failed fail, with the device's error.
+        if (err)
+          fail_copied_extends(res, err);
         // The copies' holds are gone now: report usage as of the reply.
         res.free_blocks = self->state.core().free_blocks();
         res.used_blocks = self->state.core().used_blocks();
