@@ -5,6 +5,7 @@
 #include "kvactor/device/kernels.hpp"
 
 #include <algorithm>
+#include <vector>
 
 #include "kvactor/device/kernels.cuh"
 
@@ -217,6 +218,9 @@ int launch_gather_blocks(const pool_geometry& pool, std::uint32_t layer,
 // blocks a single random block is already 2 MiB per call, so the per-call
 // cost (a few us) is amortised over ~40 us of PCIe transfer. vLLM's one
 // cudaMemcpyAsync per block per plane pays that cost for every 32 KiB.
+// When a plane is wider than cudaDevAttrMaxPitch (2^31 - 1 bytes on Hopper: a
+// large pool), 2D copies are refused; then every (run, plane) piece goes in
+// one cudaMemcpyBatchAsync, still one call for the whole swap.
 int launch_swap(const pool_geometry& pool, void* host_base,
                 std::uint32_t num_host_blocks, const swap_run* runs,
                 std::size_t num_runs, swap_direction dir,
@@ -228,8 +232,18 @@ int launch_swap(const pool_geometry& pool, void* host_base,
   const bool to_host = dir == swap_direction::device_to_host;
   const auto kind = to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
   const bool two_d = dev_pitch <= max_pitch && host_pitch <= max_pitch;
+  const std::size_t dpitch = to_host ? host_pitch : dev_pitch;
+  const std::size_t spitch = to_host ? dev_pitch : host_pitch;
   auto dev_base = static_cast<char*>(pool.base);
   auto tier = static_cast<char*>(host_base);
+  std::vector<void*> dsts;
+  std::vector<const void*> srcs;
+  std::vector<std::size_t> sizes;
+  if (!two_d) {
+    dsts.reserve(num_runs * planes);
+    srcs.reserve(num_runs * planes);
+    sizes.reserve(num_runs * planes);
+  }
   for (std::size_t i = 0; i < num_runs; ++i) {
     const auto& run = runs[i];
     char* dev = dev_base + std::size_t{run.device_first} * bb;
@@ -237,20 +251,41 @@ int launch_swap(const pool_geometry& pool, void* host_base,
     const std::size_t width = std::size_t{run.count} * bb;
     char* dst = to_host ? host : dev;
     const char* src = to_host ? dev : host;
-    const std::size_t dpitch = to_host ? host_pitch : dev_pitch;
-    const std::size_t spitch = to_host ? dev_pitch : host_pitch;
-    cudaError_t err = cudaSuccess;
     if (two_d) {
-      err = cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, planes, kind,
-                              as_stream(stream));
-    } else {
-      for (std::size_t q = 0; q < planes && err == cudaSuccess; ++q)
-        err = cudaMemcpyAsync(dst + q * dpitch, src + q * spitch, width, kind,
-                              as_stream(stream));
+      auto err = cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, planes,
+                                   kind, as_stream(stream));
+      if (err != cudaSuccess)
+        return static_cast<int>(err);
+      continue;
     }
-    if (err != cudaSuccess)
-      return static_cast<int>(err);
+    for (std::size_t q = 0; q < planes; ++q) {
+      dsts.push_back(dst + q * dpitch);
+      srcs.push_back(src + q * spitch);
+      sizes.push_back(width);
+    }
   }
+  if (dsts.empty())
+    return 0;
+  // The pieces are disjoint, so their order within the batch is free; the
+  // batch as a whole is in stream order, and so are its sources' reads.
+  cudaMemcpyAttributes attr{};
+  attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+  std::size_t first = 0;
+  auto err = cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(),
+                                  dsts.size(), &attr, &first, 1,
+                                  as_stream(stream));
+  if (err == cudaSuccess)
+    return 0;
+  if (err != cudaErrorNotSupported && err != cudaErrorCallRequiresNewerDriver)
+    return static_cast<int>(err);
+  // No batch API here: one cudaMemcpyAsync per piece. Clear the refusal
+  // first (it is not sticky), so that later launch checks do not see it.
+  cudaGetLastError();
+  for (std::size_t i = 0; i < dsts.size(); ++i)
+    if ((err = cudaMemcpyAsync(dsts[i], srcs[i], sizes[i], kind,
+                               as_stream(stream)))
+        != cudaSuccess)
+      return static_cast<int>(err);
   return 0;
 }
 

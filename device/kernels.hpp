@@ -72,8 +72,10 @@ int launch_gather_blocks(const pool_geometry& pool, std::uint32_t layer,
 /// host tier (`host_base`: the same layout with `num_host_blocks`, pinned).
 /// One cudaMemcpy2DAsync per run covers all 2 * num_layers planes (rows of
 /// count * block_bytes, one pitch per side); if a pitch exceeds `max_pitch`
-/// (cudaDevAttrMaxPitch) it falls back to one cudaMemcpyAsync per run per
-/// plane. `runs` is host memory and may be reused on return.
+/// (cudaDevAttrMaxPitch) every (run, plane) piece goes in one
+/// cudaMemcpyBatchAsync instead (one cudaMemcpyAsync per piece only where the
+/// runtime or driver lacks the batch API). `runs` is host memory and may be
+/// reused on return.
 int launch_swap(const pool_geometry& pool, void* host_base,
                 std::uint32_t num_host_blocks, const swap_run* runs,
                 std::size_t num_runs, swap_direction dir,

@@ -1,6 +1,7 @@
 // The cuda backend's operations against the host backend: fresh random bytes
 // and random block mappings each run, poisoned outputs, fp16/bf16 shapes at
-// several block sizes and head counts, and odd shapes for narrow vectors.
+// several block sizes and head counts, and odd shapes for narrow vectors;
+// the swap also through its batched fallback for planes past the max pitch.
 #include <algorithm>
 #include <numeric>
 
@@ -9,6 +10,9 @@
 #if KVACTOR_HAVE_CUDA
 
 #include <cuda_runtime_api.h>
+
+#include "kvactor/device/cuda_storage.hpp"
+#include "kvactor/device/swap_plan.hpp"
 
 using namespace kvactor;
 using namespace kvactor::test;
@@ -85,6 +89,39 @@ BOOST_AUTO_TEST_CASE(copy_blocks_matches_host_backend) {
       expect_ok(tw.cuda->copy_blocks(pairs), "cuda copy");
     }
     BOOST_TEST(tw.same("copy_blocks"));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(swap_without_2d_copies_matches_host_backend) {
+  // The path of pools whose planes are wider than cudaDevAttrMaxPitch,
+  // forced with max_pitch 0: every (run, plane) piece in one batched copy.
+  // Driven through the launcher on the storage's own memory and stream.
+  std::mt19937_64 rng{test_seed()};
+  for (auto& l : test_shapes()) {
+    twin tw{l, rng};
+    auto& cuda = static_cast<cuda_storage&>(*tw.cuda);
+    const detail::pool_geometry pool{cuda.layer_base(0), l.num_layers,
+                                     l.num_blocks, l.block_size, row_bytes(l)};
+    auto swap = [&](const std::vector<block_move>& moves, bool out) {
+      auto runs = detail::coalesce_moves(moves);
+      auto role = out ? cuda_storage::stream_role::device_to_host
+                      : cuda_storage::stream_role::host_to_device;
+      auto err = detail::launch_swap(
+        pool, cuda.host_layer_base(0), l.num_host_blocks, runs.data(),
+        runs.size(),
+        out ? detail::swap_direction::device_to_host
+            : detail::swap_direction::host_to_device,
+        0, cuda.native_stream(role));
+      BOOST_REQUIRE_MESSAGE(err == 0, detail::cuda_error_text(err));
+    };
+    auto out = random_moves(l, rng);
+    expect_ok(tw.host->swap_out(out), "host swap_out");
+    swap(out, true);
+    BOOST_TEST(tw.same("swap_out, batched pieces")); // synchronises the device
+    auto in = run_moves(l);
+    expect_ok(tw.host->swap_in(in), "host swap_in runs");
+    swap(in, false);
+    BOOST_TEST(tw.same("swap_in, batched pieces"));
   }
 }
 
