@@ -1,4 +1,5 @@
-// device actor: validates and submits storage work, replies on completion.
+// device actor: validates and submits storage work, replies when each op's
+// own work completed (in completion order, not submission order).
 // Completion is heard through the storage's wake (a CUDA host callback); a
 // watchdog poll backs it up while replies are pending, because CUDA calls no
 // host callback after a fault - without it a failed GPU would leave every
@@ -8,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <vector>
 
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>
@@ -24,7 +26,8 @@ struct device_state {
   static inline const char* name = "kvactor.device";
 
   std::shared_ptr<storage> store;
-  /// Submitted work not yet answered, in submission order.
+  /// Submitted work not yet answered, in submission order (answered in
+  /// order of completion).
   struct pending {
     ticket t;
     std::function<void(caf::error)> finish;
@@ -54,17 +57,34 @@ using device_ptr = device_actor::stateful_pointer<device_state>;
 /// (or a lost wake) is noticed.
 constexpr auto watchdog_period = std::chrono::milliseconds{2};
 
-/// Answers every pending request whose work completed (or failed: after a
-/// fault done() is true for all, and wait() reports it), in order; keeps
-/// the watchdog armed while any remain.
+/// Answers every pending request whose own work completed (or failed: after
+/// a fault finished() is true for all, and wait_one() reports it), in any
+/// order, so a copy-on-write or a write is not held behind an unrelated long
+/// swap on another stream; keeps the watchdog armed while any remain.
+/// Why answering out of order is safe: a reply promises that the op's own
+/// effects are in place, and the storage orders every earlier op touching
+/// the same blocks (read-after-write, write-after-read, write-after-write)
+/// before the op runs - on one stream by the stream, across streams by
+/// events (cuda_storage::order over detail::hazard_tracker) - so when the op
+/// finished, all earlier work on its blocks finished too. Earlier work on
+/// other blocks may still run; its own reply is still pending, so no block
+/// it touches has been handed back to the pool.
 void drain(device_ptr self) {
   auto& st = self->state;
   auto& q = st.queue;
-  while (!q.empty() && st.store->done(q.front().t)) {
-    auto p = std::move(q.front());
-    q.pop_front();
-    p.finish(st.store->wait(p.t));
+  std::vector<device_state::pending> ready;
+  auto keep = q.begin();
+  for (auto i = q.begin(); i != q.end(); ++i) {
+    if (st.store->finished(i->t))
+      ready.push_back(std::move(*i));
+    else if (keep != i)
+      *keep++ = std::move(*i);
+    else
+      ++keep;
   }
+  q.erase(keep, q.end());
+  for (auto& p : ready)
+    p.finish(st.store->wait_one(p.t));
   if (!q.empty() && !st.watchdog_armed) {
     st.watchdog_armed = true;
     self->delayed_send(self, watchdog_period, done_atom::value, true);
@@ -130,8 +150,9 @@ device_actor::behavior_type device_fun(device_ptr self,
                             + " bytes of keys and of values, got "
                             + std::to_string(w.keys.size()) + " and "
                             + std::to_string(w.values.size()));
-      // Stage in memory the backend accepts; wait here, so the staging is
-      // free again when the next message comes.
+      // Stage in memory the backend accepts; wait here (for this op alone,
+      // not for earlier swaps on other streams), so the staging is free
+      // again when the next message comes.
       auto& st = self->state;
       auto buf = st.stage(2 * n * row);
       if (buf == nullptr && n > 0)
@@ -148,7 +169,7 @@ device_actor::behavior_type device_fun(device_ptr self,
         drain(self);
         return std::move(t.error());
       }
-      auto err = st.store->wait(*t);
+      auto err = st.store->wait_one(*t);
       drain(self); // what finished meanwhile, or everything after a fault
       if (err)
         return err;
@@ -179,7 +200,7 @@ device_actor::behavior_type device_fun(device_ptr self,
         drain(self);
         return std::move(t.error());
       }
-      auto err = st.store->wait(*t);
+      auto err = st.store->wait_one(*t);
       drain(self);
       if (err)
         return err;

@@ -120,7 +120,14 @@ caf::error cuda_storage::init() {
   for (auto& s : streams_)
     if (auto err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking))
       return fail(err, "cudaStreamCreate");
-  if (auto err = uploads_.init())
+  for (auto& s : notifiers_)
+    if (auto err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking))
+      return fail(err, "cudaStreamCreate(notifier)");
+  // Slots that hold the largest batch the layout allows without growing: a
+  // copy of num_blocks pairs or a write to every slot (8 bytes each), a
+  // gather of num_blocks blocks (4 bytes each); the ring caps this.
+  if (auto err = uploads_.init(device_, std::size_t{8} * layout_.num_blocks
+                                          * layout_.block_size))
     return fail(err, "upload ring");
   int pitch = 0;
   if (auto err = cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, device_))
@@ -131,10 +138,20 @@ caf::error cuda_storage::init() {
 
 cuda_storage::~cuda_storage() {
   // Errors are ignored here: a failed device cannot be cleaned up better.
+  // The notifiers wait on the work streams' events and their callbacks use
+  // `this`: synchronising them (which returns once every queued host
+  // function returned) before anything is destroyed means no callback runs
+  // on a dead object. After a fault CUDA calls none and returns the error.
   cudaSetDevice(device_);
   for (auto s : streams_)
     if (s != nullptr)
       cudaStreamSynchronize(s);
+  for (auto s : notifiers_)
+    if (s != nullptr)
+      cudaStreamSynchronize(s);
+  for (auto s : notifiers_)
+    if (s != nullptr)
+      cudaStreamDestroy(s);
   for (auto s : streams_)
     if (s != nullptr)
       cudaStreamDestroy(s);
@@ -194,9 +211,17 @@ caf::expected<ticket> cuda_storage::submit(stream_role role) {
   if (auto err = tickets_.record(t, stream))
     return fail(err, "cudaEventRecord");
   ++next_ticket_;
-  if (has_wake_)
-    if (auto err = cudaLaunchHostFunc(stream, &cuda_storage::on_complete, this))
+  if (has_wake_) {
+    // On the notifier, after the op's event: the work stream's next op need
+    // not wait for CUDA's callback thread. The notifier waits for the record
+    // seen now, so the event may be reused once t completes.
+    auto notifier = notifiers_[stream_of(role)];
+    if (auto err = cudaStreamWaitEvent(notifier, tickets_.event(t), 0))
+      return fail(err, "cudaStreamWaitEvent(notifier)");
+    if (auto err = cudaLaunchHostFunc(notifier, &cuda_storage::on_complete,
+                                      this))
       return fail(err, "cudaLaunchHostFunc");
+  }
   if (auto err = tickets_.trim())
     return fail(err, "cudaEventQuery");
   return t;
@@ -236,6 +261,25 @@ caf::error cuda_storage::wait(ticket t) {
   if (auto err = usable())
     return err;
   if (auto err = tickets_.sync(t))
+    return fail(err, "cudaEventSynchronize");
+  return caf::none;
+}
+
+bool cuda_storage::finished(ticket t) {
+  if (!failed_.empty())
+    return true;
+  bool complete = false;
+  if (auto err = tickets_.poll_one(t, complete)) {
+    fail(err, "cudaEventQuery");
+    return true;
+  }
+  return complete;
+}
+
+caf::error cuda_storage::wait_one(ticket t) {
+  if (auto err = usable())
+    return err;
+  if (auto err = tickets_.sync_one(t))
     return fail(err, "cudaEventSynchronize");
   return caf::none;
 }

@@ -1,6 +1,7 @@
 // Storage kind "cuda": the layout of storage.hpp in one cudaMalloc, the host
-// tier in pinned memory, three streams, and per-block events that keep work
-// on different streams in the order it was submitted.
+// tier in pinned memory, three work streams (each with a notifier stream for
+// wake callbacks), and per-block events that keep work on different streams
+// in the order it was submitted.
 #pragma once
 
 #include <cstddef>
@@ -25,8 +26,12 @@ namespace kvactor {
 /// other stream on the blocks it touches (read-after-write, write-after-read,
 /// write-after-write; detail::hazard_tracker), device and host tier alike.
 /// So a swap_out followed by a copy_blocks overwriting its source block swaps
-/// the old bytes. Tickets map to events; done() queries, wait() synchronises;
-/// a set wake function runs from a cudaLaunchHostFunc callback after each op.
+/// the old bytes. Tickets map to events; done() and finished() query, wait()
+/// and wait_one() synchronise. A set wake function runs from a
+/// cudaLaunchHostFunc callback after each op, queued on a notifier stream of
+/// the op's work stream (one each, waiting on the op's event), never on the
+/// work stream itself: a host function there would hold the stream's next op
+/// until CUDA's callback thread ran it, a host round trip between ops.
 /// Memory: write_slots' key/value and gather_blocks' outputs must be
 /// device-accessible (device memory or pinned host memory); pageable host
 /// memory is rejected (invalid_request). The caller's buffers are not tracked:
@@ -73,6 +78,8 @@ public:
 
   bool done(ticket t) override;
   caf::error wait(ticket t) override;
+  bool finished(ticket t) override;
+  caf::error wait_one(ticket t) override;
   void set_wake(std::function<void()> wake) override;
 
   /// Pinned (cudaHostAlloc) memory.
@@ -105,7 +112,7 @@ private:
   caf::error order(const detail::hazard_tracker::waits& w, stream_role role);
 
   /// Records ticket next_ticket_ on `role`'s stream, queues the wake
-  /// callback, and returns the ticket.
+  /// callback on its notifier, and returns the ticket.
   caf::expected<ticket> submit(stream_role role);
 
   /// swap_out and swap_in: one run-coalesced copy on the direction's stream.
@@ -123,6 +130,9 @@ private:
   std::byte* pools_ = nullptr;     // device: the whole layout, one cudaMalloc
   std::byte* host_tier_ = nullptr; // pinned: cudaHostAlloc, or nullptr
   CUstream_st* streams_[num_streams] = {};
+  // Per work stream: where its ops' wake callbacks run. One each, so a wake
+  // never waits behind another stream's longer op.
+  CUstream_st* notifiers_[num_streams] = {};
   std::size_t max_pitch_ = 0;      // cudaDevAttrMaxPitch
   detail::ticket_table tickets_;
   detail::upload_ring uploads_;

@@ -76,6 +76,22 @@ int ticket_table::sync_one(ticket t) {
   return cudaSuccess;
 }
 
+int ticket_table::poll_one(ticket t, bool& complete) {
+  complete = true;
+  auto i = pending_.find(t);
+  if (i == pending_.end())
+    return cudaSuccess;
+  auto err = cudaEventQuery(i->second);
+  if (err == cudaErrorNotReady) {
+    complete = false;
+    return cudaSuccess;
+  }
+  if (err != cudaSuccess)
+    return err;
+  release(i);
+  return cudaSuccess;
+}
+
 int ticket_table::trim() {
   while (!pending_.empty()) {
     auto err = cudaEventQuery(pending_.begin()->second);

@@ -1,6 +1,6 @@
 // Tickets of the CUDA backend: each submitted op records one pooled CUDA
 // event; done() and wait() query or synchronise the events of every ticket up
-// to the one asked about. CUDA types stay opaque (forward declarations).
+// to the one asked about, finished() and wait_one() that ticket's alone. CUDA types stay opaque (forward declarations).
 #pragma once
 
 #include <map>
@@ -42,6 +42,10 @@ public:
 
   /// Blocks until ticket `t` alone completed (no-op if it is not pending).
   int sync_one(ticket t);
+
+  /// Queries ticket `t` alone and forgets it if complete; `complete` tells
+  /// whether it is (true if it is not pending).
+  int poll_one(ticket t, bool& complete);
 
   /// Forgets the oldest tickets while they are complete, so the table stays
   /// small when callers never ask about their tickets.

@@ -122,6 +122,21 @@ public:
   /// A failure is sticky: every later wait reports it too.
   virtual caf::error wait(ticket t) = 0;
 
+  /// True once `t` itself finished, or the storage failed; work submitted
+  /// before `t` may still be running. Every earlier op that touched a block
+  /// `t` touches (a write of it, or a read of a block `t` writes) finished
+  /// before `t` did: backends order such work before `t` runs. The default
+  /// is done(t): correct, but it holds `t` behind unrelated earlier work.
+  virtual bool finished(ticket t) {
+    return done(t);
+  }
+
+  /// Blocks until `t` itself finished (as finished()); device_failure if the
+  /// storage failed. The default is wait(t).
+  virtual caf::error wait_one(ticket t) {
+    return wait(t);
+  }
+
   /// Sets the function called (from any thread) when some ticket completes.
   virtual void set_wake(std::function<void()> wake) = 0;
 

@@ -1,11 +1,14 @@
-// The device actor when the GPU is slow or fails: replies wait for the work
-// to complete (heard through the storage's wake), and a fault - after which
+// The device actor when the GPU is slow or fails: each reply waits for its
+// own work to complete (heard through the storage's wake), not for unrelated
+// earlier work (answered in completion order), and a fault - after which
 // CUDA calls no host callback at all - still answers every waiting requester
 // with device_failure (the watchdog's poll notices it), fails later work at
 // once, and leaves the pool's accounting as it was (a failed swap stays
-// where it was). The storage is the host backend with a GPU's timing.
+// where it was; a step still reports what it did, failing only the extend
+// whose copy failed). The storage is the host backend with a GPU's timing.
 #include <algorithm>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -67,7 +70,17 @@ public:
   caf::error wait(ticket t) override {
     if (failed_)
       return fault();
-    completed_ = std::max(completed_, t); // blocks until done, as a GPU would
+    while (completed_ < t) // blocks until done, as a GPU would
+      mark(completed_ + 1);
+    return caf::none;
+  }
+  bool finished(ticket t) override {
+    return failed_ || t <= completed_ || early_.count(t) > 0;
+  }
+  caf::error wait_one(ticket t) override {
+    if (failed_)
+      return fault();
+    mark(t); // blocks until t alone is done
     return caf::none;
   }
   void set_wake(std::function<void()> wake) override {
@@ -82,6 +95,15 @@ public:
   /// Everything issued completes; the wake is called.
   void complete() {
     completed_ = issued_;
+    early_.clear();
+    if (wake_)
+      wake_();
+  }
+
+  /// Ticket `t` alone completes (as work on another stream may, ahead of
+  /// earlier tickets); the wake is called.
+  void complete_one(ticket t) {
+    mark(t);
     if (wake_)
       wake_();
   }
@@ -92,12 +114,22 @@ public:
   }
 
   std::uint64_t pending() const noexcept {
-    return issued_ - completed_;
+    return issued_ - completed_ - early_.size();
   }
 
 private:
   static caf::error fault() {
     return make_error(errc::device_failure, "slow_storage: injected fault");
+  }
+
+  /// Ticket `t` completed: the low-water mark moves over every ticket now
+  /// complete in order; the others are remembered one by one.
+  void mark(ticket t) {
+    if (t <= completed_)
+      return;
+    early_.insert(t);
+    while (early_.count(completed_ + 1) > 0)
+      early_.erase(++completed_);
   }
 
   template <class Op>
@@ -114,7 +146,8 @@ private:
   std::unique_ptr<storage> inner_;
   std::function<void()> wake_;
   ticket issued_ = 0;
-  ticket completed_ = 0;
+  ticket completed_ = 0;   // every ticket <= completed_ is complete
+  std::set<ticket> early_; // complete tickets above completed_
   bool failed_ = false;
 };
 
@@ -177,6 +210,44 @@ BOOST_FIXTURE_TEST_CASE(replies_wait_for_the_work_and_come_with_the_wake,
   BOOST_TEST(replies() == (strings{"2", "1"}));
 }
 
+BOOST_FIXTURE_TEST_CASE(a_later_op_that_completes_first_is_answered_first,
+                        slow_fixture) {
+  // A long swap (ticket 1) must not hold back a copy (ticket 2) that finished
+  // on another stream: each reply waits for its own work only.
+  self->send(cache.device, swap_out_atom::value,
+             std::vector<block_move>{{4, 0}, {5, 1}});
+  self->send(cache.device, copy_atom::value, std::vector<block_copy>{{0, 1}});
+  run();
+  BOOST_TEST(store->pending() == 2u);
+  store->complete_one(2);
+  run();
+  BOOST_TEST(replies() == strings{"1"});
+  BOOST_TEST(store->pending() == 1u);
+  store->complete_one(1);
+  run();
+  BOOST_TEST(replies() == strings{"2"});
+}
+
+BOOST_FIXTURE_TEST_CASE(a_write_waits_for_its_own_work_only, slow_fixture) {
+  self->send(cache.device, swap_out_atom::value,
+             std::vector<block_move>{{4, 0}, {5, 1}});
+  run();
+  const std::size_t row = std::size_t{cfg.model.num_kv_heads}
+                          * cfg.model.head_dim * size_of(cfg.model.dtype);
+  slot_write w;
+  w.layer = 0;
+  w.slots = {8 * std::int64_t{cfg.block_size}};
+  w.keys.assign(row, 1);
+  w.values.assign(row, 2);
+  self->send(cache.device, write_atom::value, w);
+  run();
+  BOOST_TEST(replies() == strings{"1"}); // the write, not the swap before it
+  BOOST_TEST(store->pending() == 1u);
+  store->complete();
+  run();
+  BOOST_TEST(replies() == strings{"2"});
+}
+
 BOOST_FIXTURE_TEST_CASE(a_fault_answers_every_waiting_request_without_a_wake,
                         slow_fixture) {
   self->send(cache.device, copy_atom::value, std::vector<block_copy>{{0, 1}});
@@ -219,6 +290,44 @@ BOOST_FIXTURE_TEST_CASE(a_fault_during_a_swap_leaves_the_request_resident,
   BOOST_TEST(after->swap_out_count == before->swap_out_count);
   // The request can still be freed; the fixture checks the invariant.
   BOOST_TEST(value_or(free(1), 0u) == 3u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_fault_during_a_step_fails_only_the_copied_extend,
+                        slow_fixture) {
+  // 3 forks 1 (10 tokens: its last block of 4 is shared and half full), so
+  // extending 3 copies that block first.
+  BOOST_REQUIRE(allocate(1, 10));
+  BOOST_REQUIRE(allocate(2, 4));
+  BOOST_REQUIRE(fork(1, 3));
+  step_request req;
+  req.frees = {2};
+  req.extends = {extend_op{3, 1}};
+  req.admits = {make_request(cfg, 4, 4)};
+  self->send(mgr, step_atom::value, std::move(req));
+  run();
+  BOOST_TEST(store->pending() == 1u); // the copy-on-write copy
+  store->fail();
+  sched.trigger_timeouts();
+  run();
+  step_result res;
+  bool got = false;
+  self->receive([&](step_result& r) { res = std::move(r); got = true; },
+                [&](caf::error& err) { BOOST_FAIL("step failed whole: " << render(err)); },
+                caf::after(std::chrono::seconds(0)) >> [] {});
+  BOOST_REQUIRE(got);
+  // What the pool did stands, and is reported: 2 freed, 4 admitted; only
+  // the extend whose copy failed fails.
+  BOOST_TEST(res.freed == std::vector<request_id>{2});
+  BOOST_REQUIRE(res.admitted.size() == 1u);
+  BOOST_TEST(res.admitted[0].id == 4u);
+  BOOST_TEST(res.changed.empty());
+  BOOST_TEST(res.copies.empty());
+  BOOST_REQUIRE(res.failed.size() == 1u);
+  BOOST_TEST(res.failed[0].id == 3u);
+  BOOST_TEST(outcome(res.failed[0].error) == "device_failure");
+  // The manager's registry follows the pool: 2 is gone, 4 has a handle.
+  BOOST_TEST(outcome(lookup(2)) == "unknown_request");
+  BOOST_TEST(outcome(lookup(4)) == "ok");
 }
 
 BOOST_AUTO_TEST_CASE(a_storage_of_another_shape_is_refused_at_start) {

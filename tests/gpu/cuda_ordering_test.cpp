@@ -242,6 +242,8 @@ BOOST_AUTO_TEST_CASE(tickets_complete_in_order_and_wake_the_caller) {
   BOOST_REQUIRE(a && b && c);
   BOOST_TEST(*a < *b);
   BOOST_TEST(*b < *c);
+  BOOST_TEST(!tw.cuda->wait_one(*b)); // b alone, whatever became of a
+  BOOST_TEST(tw.cuda->finished(*b));
   BOOST_TEST(!tw.cuda->wait(*c));
   BOOST_TEST(tw.cuda->done(*a));
   BOOST_TEST(tw.cuda->done(*c));

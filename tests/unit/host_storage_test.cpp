@@ -352,6 +352,8 @@ BOOST_AUTO_TEST_CASE(tickets_increase_complete_at_once_and_wake) {
   BOOST_TEST(*c > *b);
   BOOST_TEST(st->done(*c));
   BOOST_TEST(!st->wait(*c));
+  BOOST_TEST(st->finished(*a)); // each ticket on its own, too
+  BOOST_TEST(!st->wait_one(*b));
   BOOST_TEST(wakes == 3);
   BOOST_TEST(!st->copy_blocks({{0, 0}}));
   BOOST_TEST(wakes == 3);
