@@ -451,6 +451,21 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
 
 } // namespace
 
+storage_options storage_options_for(const cache_config& cfg) {
+  storage_options opts;
+  opts.kind = cfg.storage;
+  opts.layout.num_layers = cfg.model.num_layers;
+  opts.layout.num_blocks = static_cast<std::uint32_t>(cfg.num_gpu_blocks);
+  opts.layout.block_size = cfg.block_size;
+  opts.layout.num_heads = cfg.model.num_kv_heads;
+  opts.layout.head_dim = cfg.model.head_dim;
+  opts.layout.dtype = cfg.model.dtype;
+  opts.layout.num_host_blocks = static_cast<std::uint32_t>(cfg.num_host_blocks);
+  opts.gpu_memory_utilization = cfg.gpu_memory_utilization;
+  opts.device_index = cfg.device_index;
+  return opts;
+}
+
 namespace {
 
 /// None if a storage brought by the caller (`have`) has the layout the
@@ -484,17 +499,7 @@ caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
                                            spawn_options spawn_opts) {
   if (auto err = validate(cfg))
     return err;
-  storage_options opts;
-  opts.kind = cfg.storage;
-  opts.layout.num_layers = cfg.model.num_layers;
-  opts.layout.num_blocks = static_cast<std::uint32_t>(cfg.num_gpu_blocks);
-  opts.layout.block_size = cfg.block_size;
-  opts.layout.num_heads = cfg.model.num_kv_heads;
-  opts.layout.head_dim = cfg.model.head_dim;
-  opts.layout.dtype = cfg.model.dtype;
-  opts.layout.num_host_blocks = static_cast<std::uint32_t>(cfg.num_host_blocks);
-  opts.gpu_memory_utilization = cfg.gpu_memory_utilization;
-  opts.device_index = cfg.device_index;
+  auto opts = storage_options_for(cfg);
   cache_system out;
   if (spawn_opts.store) {
     if (auto err = check_layout(spawn_opts.store->layout(), opts.layout))

@@ -41,6 +41,11 @@ struct spawn_options {
   std::shared_ptr<storage> store;
 };
 
+/// The storage spawn_kv_cache makes for `cfg`: kind, layout, sizing. An
+/// embedder bringing its own backend (spawn_options::store) gives it this
+/// layout (with num_blocks filled in when `cfg` sizes the pool from memory).
+storage_options storage_options_for(const cache_config& cfg);
+
 /// Validates `cfg`, allocates the storage (a shortage fails here, at start,
 /// not later), spawns the device actor, the block pool and the manager (which
 /// spawns the supervisor). The manager stops all of them when it exits; send

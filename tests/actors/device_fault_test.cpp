@@ -158,15 +158,8 @@ cache_config swap_config() {
 }
 
 std::shared_ptr<slow_storage> make_slow(const cache_config& cfg) {
-  storage_options opts;
+  auto opts = storage_options_for(cfg);
   opts.kind = "host";
-  opts.layout.num_layers = cfg.model.num_layers;
-  opts.layout.num_blocks = static_cast<std::uint32_t>(cfg.num_gpu_blocks);
-  opts.layout.block_size = cfg.block_size;
-  opts.layout.num_heads = cfg.model.num_kv_heads;
-  opts.layout.head_dim = cfg.model.head_dim;
-  opts.layout.dtype = cfg.model.dtype;
-  opts.layout.num_host_blocks = static_cast<std::uint32_t>(cfg.num_host_blocks);
   auto made = make_storage(opts);
   if (!made)
     BOOST_FAIL("make_storage: " << render(made.error()));
