@@ -300,6 +300,31 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
             "write_slots");
   });
   report("write_slots 1 launch", l, tokens, 2.0 * input, ms, c.d2d);
+  // The kernel alone, as a forward pass runs it: the slot mapping already in
+  // device memory, one launch per layer back to back. The lines above add
+  // the storage's per-call host work (validation, hazard bookkeeping, the
+  // mapping's upload through pinned memory), which at 8 heads may cost as
+  // much as the ~8 us the kernel needs per layer (not measured apart yet).
+  std::int64_t* dev_slots = nullptr;
+  check(cudaMalloc(reinterpret_cast<void**>(&dev_slots),
+                   tokens * sizeof(std::int64_t)),
+        "cudaMalloc");
+  check(cudaMemcpy(dev_slots, slots.data(), tokens * sizeof(std::int64_t),
+                   cudaMemcpyHostToDevice),
+        "cudaMemcpy");
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  const detail::pool_geometry geo{st->layer_base(0), l.num_layers, l.num_blocks,
+                                  l.block_size, row};
+  ms = median_ms(compute, 3, runs, [&](int) {
+    for (std::uint32_t layer = 0; layer < l.num_layers; ++layer)
+      check(static_cast<cudaError_t>(detail::launch_write_slots(
+              geo, layer, in_of(layer), in_of(layer) + tokens * row, dev_slots,
+              tokens, compute)),
+            "launch_write_slots");
+  });
+  report("write_slots kernel x32 layers", l, tokens, 2.0 * input * l.num_layers,
+         ms, c.d2d);
+  cudaFree(dev_slots);
   cudaFree(inputs);
 
   // gather_blocks: 256 MiB of random blocks of one layer (K and V), full.
