@@ -103,7 +103,9 @@ public:
   /// Scatters `num_tokens` tokens' key and value rows of layer `layer`
   /// (each [num_tokens, num_heads, head_dim], in the backend's memory) into
   /// the slots `slot_mapping[i]` (block * block_size + offset); slot -1 skips
-  /// the token. `slot_mapping` is in host memory.
+  /// the token; of tokens that name the same slot, the last one's rows are
+  /// written (a block freed and reallocated within one batch). `slot_mapping`
+  /// is in host memory.
   virtual caf::expected<ticket>
   write_slots(std::uint32_t layer, const void* key, const void* value,
               const std::int64_t* slot_mapping, std::size_t num_tokens) = 0;

@@ -166,8 +166,13 @@ BOOST_AUTO_TEST_CASE(write_slots_matches_host_backend) {
               "host write");
     expect_ok(tw.cuda->write_slots(layer, dk.data, dv.data, slots.data(), n),
               "cuda write");
-    // Pinned host memory inputs (read by the kernel over the bus).
+    // Pinned host memory inputs (read by the kernel over the bus), and
+    // tokens that name an earlier token's slot again: the last one wins, as
+    // on the host backend (no two threads race for a slot).
     auto slots2 = random_slots(l, n, rng);
+    for (std::size_t i = 1; i < n; ++i)
+      if (rng() % 5 == 0)
+        slots2[i] = slots2[rng() % i];
     void* pk = nullptr;
     void* pv = nullptr;
     BOOST_REQUIRE(cudaHostAlloc(&pk, n * row, cudaHostAllocDefault) == cudaSuccess);
