@@ -1,6 +1,7 @@
 // Tickets of the CUDA backend: each submitted op records one pooled CUDA
 // event; done() and wait() query or synchronise the events of every ticket up
-// to the one asked about, finished() and wait_one() that ticket's alone. CUDA types stay opaque (forward declarations).
+// to the one asked about, finished() and wait_one() that ticket's alone.
+// CUDA types stay opaque (forward declarations).
 #pragma once
 
 #include <map>

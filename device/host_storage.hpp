@@ -14,8 +14,8 @@ namespace kvactor {
 /// Owns two zero-initialised host allocations: the "device" pools
 /// (device_bytes()) and, separately, the host tier (host_bytes(), none when
 /// num_host_blocks is 0). Operations validate the whole batch first, then
-/// copy, and are complete when they return: done() and finished() are always
-/// true, and wait() and wait_one() never fail. write_slots and gather_blocks
+/// copy, and are complete when they return: done() (so finished()) is always
+/// true, and wait() (so wait_one()) never fails. write_slots and gather_blocks
 /// take pointers into ordinary host memory. The wake function, if set, is
 /// called inline, on the caller's thread, by every operation that issues a
 /// ticket, before it returns.
@@ -52,12 +52,6 @@ public:
     return true;
   }
   caf::error wait(ticket) override {
-    return caf::none;
-  }
-  bool finished(ticket) override {
-    return true;
-  }
-  caf::error wait_one(ticket) override {
     return caf::none;
   }
   void set_wake(std::function<void()> wake) override {

@@ -12,8 +12,8 @@ namespace kvactor {
 
 /// Holds no memory. copy_blocks and swaps are validated (invalid_request on a
 /// bad batch) and complete immediately; write_slots and gather_blocks always
-/// fail with invalid_request ("storage none holds no data"). done() and
-/// finished() are always true; wait() and wait_one() never fail.
+/// fail with invalid_request ("storage none holds no data"). done() (so
+/// finished()) is always true; wait() (so wait_one()) never fails.
 /// The wake function, if set, is called inline, on the caller's thread, by
 /// every operation that issues a ticket, before the ticket is returned.
 /// Thread-safety: as storage.
@@ -50,12 +50,6 @@ public:
     return true;
   }
   caf::error wait(ticket) override {
-    return caf::none;
-  }
-  bool finished(ticket) override {
-    return true;
-  }
-  caf::error wait_one(ticket) override {
     return caf::none;
   }
   void set_wake(std::function<void()> wake) override {
