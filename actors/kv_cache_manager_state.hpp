@@ -78,6 +78,12 @@ void set_swapped(mgr_ptr self, request_id id, bool swapped);
 void swap_request(mgr_ptr self, request_id id, bool out,
                   std::function<void(caf::expected<std::uint32_t>)> done);
 
+/// The manager's behavior (kv_cache_manager_actor.cpp); spawn_kv_cache
+/// spawns it over the other actors of a cache.
+kv_cache_manager_actor::behavior_type
+manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
+            device_actor device, block_pool_actor pool);
+
 /// The actor that sent the current message, as an owner (null if none).
 /// Call it before make_response_promise, which moves the sender out.
 inline caf::strong_actor_ptr owner_of(mgr_ptr self) {
