@@ -130,35 +130,34 @@ struct block_pool_state {
 using pool_ptr = block_pool_actor::stateful_pointer<block_pool_state>;
 
 /// Has the device copy `copies` (copy-on-write) and calls `done` with its
-/// outcome. The core took holds on both sides of every pair when it decided
-/// the copy: neither can be handed to another request meanwhile.
+/// outcome and the requests whose extends were undone because it failed.
+/// The pool handles no other message until then (await): between the
+/// extends and settle_copies only the rest of their step touched their
+/// requests, so a failed copy can be undone exactly. Copies are rare (a
+/// fork's first append) and one block per request, so the pause is short.
 void copy_then(pool_ptr self, const std::vector<block_copy>& copies,
-               std::function<void(caf::error)> done) {
+               std::function<void(caf::error, std::vector<request_id>)> done) {
   auto& st = self->state;
   auto finish = [self, copies, done](caf::error err) {
-    self->state.core().release_copies(copies);
+    auto undone = self->state.core().settle_copies(copies, !err);
     self->state.report(self);
-    done(std::move(err));
+    done(std::move(err), std::move(undone));
   };
   self->request(st.device, caf::infinite, copy_atom::value, copies)
-    .then([finish](std::uint32_t) { finish(caf::none); },
-          [finish](caf::error& err) { finish(std::move(err)); });
+    .await([finish](std::uint32_t) { finish(caf::none); },
+           [finish](caf::error& err) { finish(std::move(err)); });
 }
 
-/// Moves the extends of `res` whose copy-on-write copy failed (`err`) from
-/// `changed` to `failed`: a copy's destination is in its request's new
-/// blocks.
-void fail_copied_extends(step_result& res, const caf::error& err) {
-  auto copied = [&](const table_delta& d) {
-    return std::any_of(res.copies.begin(), res.copies.end(), [&](auto& c) {
-      return std::find(d.blocks.begin(), d.blocks.end(), c.dst) != d.blocks.end();
-    });
-  };
-  auto keep = std::stable_partition(res.changed.begin(), res.changed.end(),
-                                    [&](auto& d) { return !copied(d); });
-  for (auto i = keep; i != res.changed.end(); ++i)
-    res.failed.push_back(op_failure{i->id, err});
-  res.changed.erase(keep, res.changed.end());
+/// Moves the extends of `res` that settle_copies undid (the requests in
+/// `undone`) from `changed` to `failed`, with the device's error `err`.
+void fail_undone_extends(step_result& res, const caf::error& err,
+                         const std::vector<request_id>& undone) {
+  for (auto id : undone) {
+    res.changed.erase(std::remove_if(res.changed.begin(), res.changed.end(),
+                                     [&](auto& d) { return d.id == id; }),
+                      res.changed.end());
+    res.failed.push_back(op_failure{id, err});
+  }
   res.copies.clear();
 }
 
@@ -229,7 +228,8 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       if (ext.copies.empty())
         return ext;
       auto rp = self->make_response_promise<extension>();
-      copy_then(self, ext.copies, [rp, ext](caf::error err) mutable {
+      copy_then(self, ext.copies,
+                [rp, ext](caf::error err, std::vector<request_id>) mutable {
         if (err)
           rp.deliver(std::move(err));
         else
@@ -277,13 +277,14 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
         return res;
       auto rp = self->make_response_promise<step_result>();
       auto copies = res.copies;
-      copy_then(self, copies, [self, rp, res](caf::error err) mutable {
+      copy_then(self, copies, [self, rp, res](caf::error err,
+                                              std::vector<request_id> undone) mutable {
         // The step's frees, preemptions and admissions happened whatever
         // the device did: the reply must still say so (the manager keeps
         // its registry by it). Only the extends whose copy-on-write copy
-        // failed fail, with the device's error.
+        // failed fail, undone, with the device's error.
         if (err)
-          fail_copied_extends(res, err);
+          fail_undone_extends(res, err, undone);
         // The copies' holds are gone now: report usage as of the reply.
         res.free_blocks = self->state.core().free_blocks();
         res.used_blocks = self->state.core().used_blocks();

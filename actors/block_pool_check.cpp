@@ -104,8 +104,10 @@ caf::error block_pool_core::check_invariant() const {
   std::vector<std::uint64_t> charged(tenants_.size(), 0);
   std::uint64_t used = 0;
   std::size_t indexed = 0;
+  std::uint64_t holds = 0;
   for (block_id b = 0; b < n; ++b) {
     auto& m = blocks_[b];
+    holds += m.holds;
     if (m.ref_count != refs[b] + m.holds)
       return broken(blk(b) + " has ref count " + std::to_string(m.ref_count)
                     + " but " + std::to_string(refs[b]) + " tables and "
@@ -153,6 +155,10 @@ caf::error block_pool_core::check_invariant() const {
   for (auto b : pinned_)
     if (b >= n || !blocks_[b].pinned || !blocks_[b].indexed)
       return broken(blk(b) + " is on the pinned list but not pinned and indexed");
+  if (holds != 2 * pending_cows_.size())
+    return broken(std::to_string(holds) + " copy holds for "
+                  + std::to_string(pending_cows_.size())
+                  + " copies in flight (two each)");
   if (promised != promised_)
     return broken("promised growth " + std::to_string(promised_) + " != "
                   + std::to_string(promised));

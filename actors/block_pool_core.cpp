@@ -301,6 +301,7 @@ sequence& block_pool_core::new_sequence(request_id id) {
   seq.hashable = false;
   seq.num_hashed = 0;
   seq.tail_shared = false;
+  seq.cow_pending = false;
   seq.where = residency::resident;
   seq.release_pending = false;
   seq.expected_tokens = 0;

@@ -70,6 +70,10 @@ struct sequence {
   /// Its partially filled last block may be shared (set by fork, the only
   /// way a partial block gets a second holder); checked before appending.
   bool tail_shared = false;
+  /// Its copy-on-write copy is under way (extend with hold_copies): the
+  /// blocks it fills meanwhile enter the prefix index only once the copy
+  /// is made (settle_copies), as their contents build on it.
+  bool cow_pending = false;
   /// Tokens it is expected to reach (admission headroom); 0 = no promise.
   std::uint64_t expected_tokens = 0;
   // Swapping: host-tier copies (swapping_out, swapped) and the device blocks
@@ -154,10 +158,11 @@ public:
 
   /// Grows `id` by `n` tokens (`tokens`: null or exactly n token ids). A
   /// shared, partially filled last block is replaced by a private copy first.
-  /// With `hold_copies`, both blocks of that copy stay held (in use, counted
-  /// in their references) until release_copies: the device has yet to copy,
-  /// so neither may be handed to another request before - not even by a
-  /// free later in the same step.
+  /// With `hold_copies` the device has yet to copy (the caller settles the
+  /// copies, settle_copies, before any other operation): both blocks of
+  /// the copy stay held (in use, counted in their references) so neither
+  /// may be handed to another request before - not even by a free later in
+  /// the same step - and the extend stays undoable until then.
   caf::expected<extension_outcome> extend(request_id id, std::uint64_t n,
                                           const token_id* tokens,
                                           bool hold_copies = false);
@@ -179,6 +184,24 @@ public:
 
   /// Executes one scheduler step (see messages/step.hpp).
   step_result run_step(const step_request& step, bool hold_copies = false);
+
+  // -- copy-on-write in flight (block_pool_cow.cpp) -------------------------------
+
+  /// The device finished `copies` (from extend or run_step with
+  /// hold_copies): `copied` says whether it made them. Made: the extends
+  /// that took them enter their filled blocks into the prefix index. Not
+  /// made: each such extend is undone - its request holds the shared block
+  /// again, its new blocks return, its tokens and hashing state are as
+  /// before (a failed extend changes nothing); a request freed or
+  /// preempted since has nothing left to undo. Either way the holds on both
+  /// blocks of each copy end. Returns the requests whose extends were
+  /// undone.
+  std::vector<request_id> settle_copies(const std::vector<block_copy>& copies,
+                                        bool copied);
+  /// Copies taken with hold_copies and not yet settled.
+  std::size_t copies_in_flight() const noexcept {
+    return pending_cows_.size();
+  }
 
   // -- swapping (block_pool_swap.cpp) --------------------------------------------
 
@@ -219,9 +242,6 @@ public:
   caf::expected<std::uint32_t> pin(std::uint16_t t,
                                    const std::vector<token_id>& tokens,
                                    std::uint64_t ttl_ms, std::uint64_t now_ms);
-  /// Ends the holds extend(..., hold_copies) and run_step(..., hold_copies)
-  /// took on both blocks of each copy: call once the device copied them.
-  void release_copies(const std::vector<block_copy>& copies);
 
   /// Cached blocks that are pinned (cached_blocks() counts the others).
   std::uint64_t pinned_cached_blocks() const noexcept;
@@ -395,6 +415,35 @@ private:
                        std::uint32_t max_hits, bool memo = false) const;
   /// Extends scratch_ to the hashes of every full block of the prompt.
   void hash_all(std::uint16_t t, const std::vector<token_id>& prompt) const;
+  /// An extend whose copy-on-write copy is in flight: the state to restore
+  /// if the copy fails, and the index entries its request's blocks earn
+  /// meanwhile (deferred until the copy is made).
+  struct pending_cow {
+    struct entry {
+      std::uint32_t pos = 0; ///< in the request's table
+      block_hash hash;
+      std::uint64_t parent = 0;
+      std::vector<token_id> tokens;
+    };
+    request_id id = 0;
+    std::uint64_t cache_id = 0;
+    block_copy copy;
+    std::size_t old_blocks = 0; ///< table length before the extend
+    std::uint64_t num_tokens = 0;
+    bool hashable = false;
+    std::uint32_t num_hashed = 0;
+    block_hash chain;
+    std::vector<token_id> tail;
+    std::vector<entry> deferred;
+  };
+  /// Records an extend of `seq` that is about to copy `copy`.
+  void begin_cow(sequence& seq, block_copy copy);
+  /// Enters (or, for the request of a copy in flight, defers) block `pos`
+  /// of `seq` into the prefix index.
+  void index_filled(sequence& seq, std::uint32_t pos, block_hash h,
+                    std::uint64_t parent, const token_id* tokens);
+  void commit_cow(const pending_cow& p);
+  bool undo_cow(pending_cow& p);
   sequence* find_mut(request_id id) noexcept;
   sequence& new_sequence(request_id id);
   void drop_sequence(request_id id);
@@ -426,6 +475,7 @@ private:
   std::uint64_t promised_ = 0; ///< sum of growth() over live requests
   std::uint64_t max_pinned_ = 0;
   std::vector<block_id> pinned_;
+  std::vector<pending_cow> pending_cows_;
   // Host tier (swap): free host blocks; the others belong to swapped
   // requests.
   std::uint32_t num_host_blocks_ = 0;

@@ -44,8 +44,7 @@ void block_pool_core::hash_appended(sequence& seq, const token_id* tokens,
   while (seq.tail.size() - off >= block_size_) {
     auto parent = seq.num_hashed > 0 ? seq.chain.lo : 0;
     auto h = hash_block(seq.chain, seq.tail.data() + off, block_size_);
-    index_block(seq.blocks[seq.num_hashed], h, parent, seq.tenant,
-                seq.tail.data() + off);
+    index_filled(seq, seq.num_hashed, h, parent, seq.tail.data() + off);
     seq.chain = h;
     ++seq.num_hashed;
     off += block_size_;
@@ -122,11 +121,13 @@ block_pool_core::extend(request_id id, std::uint64_t n,
     auto copy = take_block(seq->tenant);
     blocks_[copy].level = seq->level;
     --blocks_[old].ref_count; // > 1 before: still used by the others
-    if (hold_copies)
+    if (hold_copies) {
+      begin_cow(*seq, block_copy{old, copy}); // before seq changes
       for (auto b : {old, copy}) {
         ++blocks_[b].ref_count;
         ++blocks_[b].holds;
       }
+    }
     seq->blocks.back() = copy;
     out.copies.push_back(block_copy{old, copy});
     ++counters_.cow_copies;

@@ -148,14 +148,6 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
   return hits;
 }
 
-void block_pool_core::release_copies(const std::vector<block_copy>& copies) {
-  for (auto& c : copies)
-    for (auto b : {c.src, c.dst}) {
-      --blocks_[b].holds;
-      unref(b, blocks_[b].level);
-    }
-}
-
 std::uint64_t block_pool_core::pinned_cached_blocks() const noexcept {
   std::uint64_t n = 0;
   for (auto b : pinned_)

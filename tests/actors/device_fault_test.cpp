@@ -321,6 +321,56 @@ BOOST_FIXTURE_TEST_CASE(a_fault_during_a_step_fails_only_the_copied_extend,
   // The manager's registry follows the pool: 2 is gone, 4 has a handle.
   BOOST_TEST(outcome(lookup(2)) == "unknown_request");
   BOOST_TEST(outcome(lookup(4)) == "ok");
+  // The failed extend was undone: 3 shares 1's blocks and tokens again,
+  // and the copy's block is free (the fixture checks the invariant).
+  auto t1 = table(1);
+  auto t3 = table(3);
+  BOOST_REQUIRE(t1);
+  BOOST_REQUIRE(t3);
+  BOOST_TEST(t3->blocks == t1->blocks);
+  BOOST_TEST(t3->num_tokens == 10u);
+  auto st = stats();
+  BOOST_REQUIRE(st);
+  // 1's three (shared with 3) and 4's one are used.
+  BOOST_TEST(st->total_blocks - st->free_blocks == 3u + 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_fault_during_a_copy_on_write_undoes_the_extend,
+                        slow_fixture) {
+  // 2 forks 1 (10 tokens, its last block half full): extending 2 copies
+  // that block, and the device fails the copy.
+  BOOST_REQUIRE(allocate(1, 10));
+  BOOST_REQUIRE(fork(1, 2));
+  auto before = stats();
+  BOOST_REQUIRE(before);
+  auto looked = lookup(2);
+  BOOST_REQUIRE(looked);
+  auto h = looked->first;
+  self->send(h, extend_atom::value, std::uint64_t{7}); // the copy, a new block
+  run();
+  BOOST_TEST(store->pending() == 1u);
+  // The pool handles nothing else until the copy settles: this extend of 2
+  // waits behind it (it would otherwise append into the copy that never
+  // came and succeed), and so does this free of 1.
+  self->send(h, extend_atom::value, std::uint64_t{1});
+  self->send(mgr, free_atom::value, request_id{1});
+  run();
+  store->fail();
+  sched.trigger_timeouts();
+  run();
+  // The second extend found 2 as before the first: it copied again, and
+  // the device failed at once.
+  BOOST_TEST(replies() == (strings{"device_failure", "device_failure", "0"}));
+  // 2 is as before the extend: 1's blocks (now its alone), 10 tokens.
+  auto t = table(2);
+  BOOST_REQUIRE(t);
+  BOOST_TEST(t->num_tokens == 10u);
+  BOOST_TEST(t->blocks.size() == 3u);
+  auto after = stats();
+  BOOST_REQUIRE(after);
+  BOOST_TEST(after->free_blocks == before->free_blocks);
+  BOOST_TEST(after->blocks_allocated == before->blocks_allocated);
+  BOOST_TEST(value_or(free(2), 0u) == 3u);
 }
 
 BOOST_AUTO_TEST_CASE(a_storage_of_another_shape_is_refused_at_start) {
