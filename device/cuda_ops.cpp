@@ -125,20 +125,19 @@ cuda_storage::write_slots(std::uint32_t layer, const void* key,
     if (auto err = check_accessible(value, op, "value"))
       return err;
   }
-  const auto bs = std::int64_t{layout_.block_size};
+  // One pass: the blocks written (hazards per block, not per token) and,
+  // if a slot is named twice, the mapping in which its last token wins.
+  slots_.plan(slot_mapping, num_tokens);
   detail::hazard_tracker::waits w{};
-  for (std::size_t i = 0; i < num_tokens; ++i)
-    if (slot_mapping[i] >= 0)
-      device_hazards_.need_write(static_cast<block_id>(slot_mapping[i] / bs),
-                                 stream_of(role), w);
+  for (auto b : slots_.blocks())
+    device_hazards_.need_write(b, stream_of(role), w);
   if (auto err = order(w, role))
     return err;
   if (num_tokens > 0) {
     void* dev = nullptr;
     auto stream = streams_[stream_of(role)];
-    auto mapping = last_writer_wins(slot_mapping, num_tokens);
-    if (auto err = uploads_.stage(mapping, num_tokens * sizeof(std::int64_t),
-                                  stream, dev))
+    if (auto err = uploads_.stage(slots_.mapping(slot_mapping),
+                                  num_tokens * sizeof(std::int64_t), stream, dev))
       return fail(err, "write_slots upload");
     if (auto err = detail::launch_write_slots(
           geometry(), layer, key, value, static_cast<const std::int64_t*>(dev),
@@ -150,38 +149,9 @@ cuda_storage::write_slots(std::uint32_t layer, const void* key,
     return t;
   if (num_tokens > 0)
     uploads_.consumed(*t);
-  for (std::size_t i = 0; i < num_tokens; ++i)
-    if (slot_mapping[i] >= 0)
-      device_hazards_.note_write(static_cast<block_id>(slot_mapping[i] / bs),
-                                 stream_of(role), *t);
+  for (auto b : slots_.blocks())
+    device_hazards_.note_write(b, stream_of(role), *t);
   return t;
-}
-
-const std::int64_t* cuda_storage::last_writer_wins(const std::int64_t* slots,
-                                                   std::size_t n) {
-  const auto num_slots = std::size_t{layout_.num_blocks} * layout_.block_size;
-  if (slot_seen_.size() != num_slots)
-    slot_seen_.assign(num_slots, false);
-  // From the back: a slot already seen is written again by a later token.
-  bool repeats = false;
-  for (auto i = n; i-- > 0;) {
-    auto s = slots[i];
-    if (s < 0)
-      continue;
-    if (!slot_seen_[static_cast<std::size_t>(s)]) {
-      slot_seen_[static_cast<std::size_t>(s)] = true;
-      continue;
-    }
-    if (!repeats) {
-      repeats = true;
-      dedup_.assign(slots, slots + n);
-    }
-    dedup_[i] = -1;
-  }
-  for (std::size_t i = 0; i < n; ++i)
-    if (slots[i] >= 0)
-      slot_seen_[static_cast<std::size_t>(slots[i])] = false;
-  return repeats ? dedup_.data() : slots;
 }
 
 caf::expected<ticket>

@@ -90,6 +90,7 @@ cuda_storage::make(const storage_options& opts) {
 cuda_storage::cuda_storage(storage_layout layout, int device)
   : storage(layout),
     device_(device),
+    slots_(layout.num_blocks, layout.block_size),
     uploads_(tickets_),
     device_hazards_(layout.num_blocks, num_streams),
     host_hazards_(layout.num_host_blocks, num_streams) {

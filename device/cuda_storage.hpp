@@ -15,6 +15,7 @@
 #include "kvactor/device/cuda_tickets.hpp"
 #include "kvactor/device/cuda_upload.hpp"
 #include "kvactor/device/hazards.hpp"
+#include "kvactor/device/slot_plan.hpp"
 #include "kvactor/device/kernels.hpp"
 #include "kvactor/device/storage.hpp"
 
@@ -125,16 +126,10 @@ private:
 
   detail::pool_geometry geometry() const noexcept;
 
-  /// `slots`, or (if two tokens name one slot) a copy in which every token
-  /// but the last of each slot is -1: the kernel's threads then never race
-  /// for a slot, and the last token wins as on the host backend.
-  const std::int64_t* last_writer_wins(const std::int64_t* slots, std::size_t n);
-
   static void on_complete(void* self);
 
   int device_;
-  std::vector<bool> slot_seen_;      // last_writer_wins' marks, kept clear
-  std::vector<std::int64_t> dedup_;  // its copy of a mapping with repeats
+  detail::slot_planner slots_;     // write_slots' blocks and last writers
   std::byte* pools_ = nullptr;     // device: the whole layout, one cudaMalloc
   std::byte* host_tier_ = nullptr; // pinned: cudaHostAlloc, or nullptr
   CUstream_st* streams_[num_streams] = {};

@@ -35,15 +35,39 @@ public:
   /// REQUIRES: num_streams <= max_streams.
   hazard_tracker(std::size_t num_blocks, std::size_t num_streams);
 
-  void need_read(block_id b, std::size_t stream, waits& w) const noexcept;
-  void need_write(block_id b, std::size_t stream, waits& w) const noexcept;
+  // Inline, and one entry (one cache line at most) per block: write_slots
+  // calls them for every block a batch of thousands of tokens writes.
+
+  void need_read(block_id b, std::size_t stream, waits& w) const noexcept {
+    auto& e = blocks_[b];
+    if (e.write != 0 && e.write_on != stream)
+      want(w, e.write_on, e.write);
+  }
+
+  void need_write(block_id b, std::size_t stream, waits& w) const noexcept {
+    auto& e = blocks_[b];
+    if (e.write != 0 && e.write_on != stream)
+      want(w, e.write_on, e.write);
+    // Streams past num_streams never read (their entries stay 0).
+    for (std::size_t s = 0; s < max_streams; ++s)
+      if (s != stream)
+        want(w, s, e.read[s]);
+  }
 
   /// Records that ticket `t` on `stream` reads / writes block `b`.
-  void note_read(block_id b, std::size_t stream, ticket t) noexcept;
-  void note_write(block_id b, std::size_t stream, ticket t) noexcept;
+  void note_read(block_id b, std::size_t stream, ticket t) noexcept {
+    blocks_[b].read[stream] = t;
+  }
+
+  void note_write(block_id b, std::size_t stream, ticket t) noexcept {
+    auto& e = blocks_[b];
+    e.write = t;
+    e.write_on = static_cast<std::uint32_t>(stream);
+    e.read = {};
+  }
 
   std::size_t num_blocks() const noexcept {
-    return write_.size();
+    return blocks_.size();
   }
 
 private:
@@ -52,10 +76,13 @@ private:
       w[stream] = t;
   }
 
-  std::size_t num_streams_;
-  std::vector<ticket> write_;             // [num_blocks]
-  std::vector<std::uint8_t> write_on_;    // [num_blocks]: stream of write_
-  std::vector<ticket> read_;              // [num_blocks][num_streams]
+  struct entry {
+    std::array<ticket, max_streams> read{}; // per stream, since the write
+    ticket write = 0;                       // the last write (0: none)
+    std::uint32_t write_on = 0;             // its stream
+  };
+
+  std::vector<entry> blocks_;
 };
 
 } // namespace kvactor::detail

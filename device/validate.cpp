@@ -110,14 +110,22 @@ caf::error check_write(const storage_layout& layout, std::uint32_t layer,
                : value == nullptr ? "value"
                                   : "slot_mapping");
   const auto num_slots = std::int64_t{layout.num_blocks} * layout.block_size;
-  for (std::size_t i = 0; i < num_tokens; ++i) {
+  // s in [-1, num_slots) iff s + 1 in [0, num_slots], one unsigned compare;
+  // or-ed over the batch without an early exit, the loop vectorises (it
+  // runs before every launch of thousands of tokens).
+  const auto limit = static_cast<std::uint64_t>(num_slots);
+  bool out_of_range = false;
+  for (std::size_t i = 0; i < num_tokens; ++i)
+    out_of_range |= static_cast<std::uint64_t>(slot_mapping[i]) + 1 > limit;
+  if (!out_of_range)
+    return caf::none;
+  for (std::size_t i = 0;; ++i) {
     auto s = slot_mapping[i];
     if (s < -1 || s >= num_slots)
       return bad(op, "slot out of range",
                  std::to_string(s) + " at token " + std::to_string(i)
                    + " (num_slots " + std::to_string(num_slots) + ")");
   }
-  return caf::none;
 }
 
 caf::error check_gather(const storage_layout& layout, std::uint32_t layer,

@@ -3,6 +3,7 @@
 // make_storage's kinds and errors; swap coalescing and the hazard rules.
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 #include <cstring>
 #include <memory>
 #include <numeric>
@@ -317,6 +318,12 @@ BOOST_AUTO_TEST_CASE(invalid_batches_fail_and_change_nothing) {
   slots.back() = -2;
   expect_invalid(st->write_slots(0, key.data(), value.data(), slots.data(), 4),
                  "slot below -1");
+  slots.back() = std::numeric_limits<std::int64_t>::max();
+  expect_invalid(st->write_slots(0, key.data(), value.data(), slots.data(), 4),
+                 "slot at the int64 maximum");
+  slots.back() = std::numeric_limits<std::int64_t>::min();
+  expect_invalid(st->write_slots(0, key.data(), value.data(), slots.data(), 4),
+                 "slot at the int64 minimum");
   slots.back() = 7;
   expect_invalid(st->write_slots(l.num_layers, key.data(), value.data(),
                                  slots.data(), 4),
