@@ -302,9 +302,10 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
   report("write_slots 1 launch", l, tokens, 2.0 * input, ms, c.d2d);
   // The kernel alone, as a forward pass runs it: the slot mapping already in
   // device memory, one launch per layer back to back. The lines above add
-  // the storage's per-call host work (validation, hazard bookkeeping, the
-  // mapping's upload through pinned memory), which at 8 heads may cost as
-  // much as the ~8 us the kernel needs per layer (not measured apart yet).
+  // the storage's per-call host work (validation, slot planning and hazard
+  // bookkeeping - timed on the CPU by slot_plan_bench - and the mapping's
+  // upload through pinned memory), which at 8 heads may cost more than the
+  // ~8 us the kernel needs per layer.
   std::int64_t* dev_slots = nullptr;
   check(cudaMalloc(reinterpret_cast<void**>(&dev_slots),
                    tokens * sizeof(std::int64_t)),
