@@ -136,6 +136,11 @@ nlohmann::json report(const std::string& mode, const trace& tr,
     {"total_bookkeeping_ms", fig.bookkeeping_ms},
     {"replay_wall_ms", fig.wall_ms},
     {"block_ops", block_ops},
+    {"block_ops_by_kind", {{"allocated", st.blocks_allocated},
+                           {"prefix_hits", st.prefix_hit_blocks},
+                           {"freed", st.blocks_freed},
+                           {"cached", st.blocks_cached},
+                           {"evicted", st.eviction_count}}},
     {"ops_per_sec", fig.bookkeeping_ms > 0
                       ? block_ops / (fig.bookkeeping_ms / 1000.0)
                       : 0.0},
