@@ -67,6 +67,13 @@ sequence* block_pool_core::find_resident(request_id id, caf::error& err) {
                             : " is being swapped: wait for the swap"));
     return nullptr;
   }
+  if (seq->cow_pending) {
+    // Its table may yet be undone (settle_copies): no fork or swap of it.
+    err = make_error(errc::invalid_request,
+                     req_name(id) + " has a copy-on-write copy in flight: "
+                                    "settle it first");
+    return nullptr;
+  }
   return seq;
 }
 

@@ -126,6 +126,19 @@ BOOST_FIXTURE_TEST_CASE(a_failed_copy_undoes_the_blocks_taken_after_it,
   BOOST_TEST(pool().free_blocks() == 16u - 2u);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_request_whose_copy_is_in_flight_is_not_forked_or_swapped,
+                        cow_fixture) {
+  // Its table may yet be undone: a fork would share the copy that never
+  // came, a swap would move it.
+  auto copies = extend_held();
+  auto before = describe(pool(), true);
+  BOOST_TEST(code(pool().fork(2, 3)) == "invalid_request");
+  BOOST_TEST(code(pool().swap_out_begin(2)) == "invalid_request");
+  BOOST_TEST(describe(pool(), true) == before);
+  pool().settle_copies(copies, true);
+  BOOST_TEST(code(pool().fork(2, 3)) == "ok");
+}
+
 BOOST_FIXTURE_TEST_CASE(a_request_ended_before_its_copy_failed_leaves_nothing,
                         cow_fixture) {
   auto copies = extend_held();
