@@ -133,9 +133,10 @@ using pool_ptr = block_pool_actor::stateful_pointer<block_pool_state>;
 /// outcome and the requests whose extends were undone because it failed.
 /// The pool handles no other message until then (await): between the
 /// extends and settle_copies only the rest of their step touched their
-/// requests, so a failed copy can be undone exactly. Copies are rare (a
-/// fork's first append) and one block per request, so on CUDA the pause is
-/// a few microseconds; on the host backend, whose copies run on the device
+/// requests, so a failed copy can be undone exactly.
+/// NOTE: the pool pauses meanwhile. Copies are rare (a fork's first
+/// append) and one block per request, so on CUDA the pause is a few
+/// microseconds; on the host backend, whose copies run on the device
 /// actor's thread in order, it also waits out a swap issued before it.
 void copy_then(pool_ptr self, const std::vector<block_copy>& copies,
                std::function<void(caf::error, std::vector<request_id>)> done) {
