@@ -79,6 +79,8 @@ struct cache_config {
   std::string storage = "auto";
   /// 0 = derive from gpu_memory_utilization (cuda only).
   std::uint64_t num_gpu_blocks = 0;
+  /// Fraction of the device's free memory the pool takes (128 MiB of it
+  /// always stay free for the backend's buffers).
   double gpu_memory_utilization = 0.9;
   std::uint64_t num_host_blocks = 0;
   bool prefix_caching = true;

@@ -26,6 +26,9 @@ caf::error device_failure(std::string text) {
   return make_error(errc::device_failure, std::move(text));
 }
 
+/// Device memory a pool sized from gpu_memory_utilization leaves free.
+constexpr std::size_t kv_headroom = std::size_t{128} << 20;
+
 } // namespace
 
 int detail::cuda_device_count(std::string& why) noexcept {
@@ -67,13 +70,22 @@ cuda_storage::make(const storage_options& opts) {
     std::size_t total_bytes = 0;
     if (auto err = cudaMemGetInfo(&free_bytes, &total_bytes))
       return device_failure("storage cuda: cudaMemGetInfo: " + cuda_text(err));
-    auto blocks = std::floor(util * static_cast<double>(free_bytes)
+    // What the pool may take: the fraction asked for, but never the last
+    // kv_headroom bytes, which the upload ring, the kernels' launches and
+    // the context's own allocations need after the pool (with 1.0 the pool
+    // would leave less than a block and start would fail later).
+    auto usable = std::min(util * static_cast<double>(free_bytes),
+                           static_cast<double>(free_bytes)
+                             - static_cast<double>(kv_headroom));
+    auto blocks = std::floor(std::max(usable, 0.0)
                              / static_cast<double>(layout.bytes_per_block()));
     blocks = std::min(blocks, static_cast<double>(no_block - 1));
     if (blocks < 1)
       return device_failure("storage cuda: " + std::to_string(util) + " of "
                             + std::to_string(free_bytes)
-                            + " free bytes holds no block of "
+                            + " free bytes, less "
+                            + std::to_string(kv_headroom)
+                            + " kept free, holds no block of "
                             + std::to_string(layout.bytes_per_block())
                             + " bytes");
     layout.num_blocks = static_cast<std::uint32_t>(blocks);
@@ -307,6 +319,12 @@ void cuda_storage::on_complete(void* self) {
 
 std::shared_ptr<std::uint8_t> cuda_storage::host_buffer(std::size_t bytes) {
   void* p = nullptr;
+  // The caller's thread may never have named a device: without this, the
+  // allocation would make a context on device 0.
+  if (cudaSetDevice(device_) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
   if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
     cudaGetLastError(); // a failed allocation is not a sticky device error
     return nullptr;

@@ -5,6 +5,21 @@
 
 namespace kvactor::detail {
 
+namespace {
+
+/// cudaEventQuery, leaving no trace of "not ready": that answer is not an
+/// error, but the runtime may keep it as the thread's last error, where the
+/// next launch's cudaGetLastError() check would take it for a failed launch
+/// (PyTorch clears it after every query for this reason).
+cudaError_t query(cudaEvent_t ev) {
+  auto err = cudaEventQuery(ev);
+  if (err == cudaErrorNotReady)
+    cudaGetLastError();
+  return err;
+}
+
+} // namespace
+
 ticket_table::~ticket_table() {
   // Destroying an event whose record is pending is allowed: the driver frees
   // it once complete.
@@ -44,7 +59,7 @@ void ticket_table::release(std::map<ticket, CUevent_st*>::iterator i) {
 int ticket_table::poll(ticket t, bool& all_done) {
   all_done = true;
   for (auto i = pending_.begin(); i != pending_.end() && i->first <= t;) {
-    auto err = cudaEventQuery(i->second);
+    auto err = query(i->second);
     if (err == cudaErrorNotReady) {
       all_done = false;
       ++i;
@@ -81,7 +96,7 @@ int ticket_table::poll_one(ticket t, bool& complete) {
   auto i = pending_.find(t);
   if (i == pending_.end())
     return cudaSuccess;
-  auto err = cudaEventQuery(i->second);
+  auto err = query(i->second);
   if (err == cudaErrorNotReady) {
     complete = false;
     return cudaSuccess;
@@ -94,7 +109,7 @@ int ticket_table::poll_one(ticket t, bool& complete) {
 
 int ticket_table::trim() {
   while (!pending_.empty()) {
-    auto err = cudaEventQuery(pending_.begin()->second);
+    auto err = query(pending_.begin()->second);
     if (err == cudaErrorNotReady)
       return cudaSuccess;
     if (err != cudaSuccess)

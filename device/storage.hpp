@@ -158,7 +158,8 @@ struct storage_options {
   std::string kind = "auto";
   storage_layout layout;
   /// With layout.num_blocks == 0 (cuda only): size the pool from this
-  /// fraction of the device's free memory.
+  /// fraction of the device's free memory, always leaving 128 MiB of it
+  /// free for the backend's own buffers.
   double gpu_memory_utilization = 0.9;
   int device_index = 0;
 };

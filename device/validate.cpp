@@ -158,8 +158,8 @@ caf::error check_layout(const storage_layout& layout, bool need_blocks) {
   };
   if (layout.num_layers == 0)
     return fail("num_layers must be positive", layout.num_layers);
-  if (layout.block_size == 0)
-    return fail("block_size must be positive", layout.block_size);
+  if (layout.block_size == 0 || (layout.block_size & (layout.block_size - 1)) != 0)
+    return fail("block_size must be a power of two", layout.block_size);
   if (layout.num_heads == 0)
     return fail("num_heads must be positive", layout.num_heads);
   if (layout.head_dim == 0)

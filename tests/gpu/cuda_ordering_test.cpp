@@ -231,8 +231,8 @@ BOOST_AUTO_TEST_CASE(zero_blocks_sizes_the_pool_from_free_memory) {
 
 BOOST_AUTO_TEST_CASE(tickets_complete_in_order_and_wake_the_caller) {
   std::mt19937_64 rng{test_seed()};
+  std::atomic<int> wakes{0}; // outlives tw, whose callbacks count here
   twin tw{big_layout(), rng};
-  std::atomic<int> wakes{0};
   tw.cuda->set_wake([&] { ++wakes; });
   block_id last = 0;
   auto moves = swap_batch(rng, last);

@@ -410,6 +410,14 @@ BOOST_AUTO_TEST_CASE(make_storage_picks_kinds_and_rejects_bad_options) {
     zero.layout.num_heads = 0;
     r = make_storage(zero);
     BOOST_CHECK_MESSAGE(!r && has(r.error(), errc::invalid_config), kind);
+    // Slot ids split into block and offset by a shift.
+    auto odd = opts;
+    odd.layout.block_size = 24;
+    r = make_storage(odd);
+    BOOST_CHECK_MESSAGE(!r && has(r.error(), errc::invalid_config), kind);
+    if (!r)
+      BOOST_TEST(render(r.error()).find("block_size must be a power of two: 24")
+                 != std::string::npos, render(r.error()));
   }
   if (!cuda_device_available()) {
     opts.kind = "cuda";
