@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <thread>
 #include <vector>
 
 #include <caf/actor_system.hpp>
@@ -122,7 +123,14 @@ device_actor::behavior_type device_fun(device_ptr self,
       caf::anon_send(caf::actor_cast<device_actor>(strong), done_atom::value);
   });
   // The state is gone when attached functors run: hold the storage itself.
-  self->attach_functor([store = st.store] { store->set_wake(nullptr); });
+  // If the actor dies on a wake's thread (its last reference was the
+  // wake's, briefly), dropping the storage there would run CUDA calls in a
+  // CUDA host callback: another thread drops it.
+  self->attach_functor([store = st.store]() mutable {
+    store->set_wake(nullptr);
+    if (storage::in_wake())
+      std::thread([s = std::move(store)] {}).detach();
+  });
   return {
     [self](copy_atom, const std::vector<block_copy>& pairs) {
       return run<std::uint32_t>(

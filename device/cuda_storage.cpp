@@ -313,8 +313,10 @@ void cuda_storage::on_complete(void* self) {
     std::lock_guard<std::mutex> guard{st->wake_mutex_};
     wake = st->wake_;
   }
-  if (wake)
+  if (wake) {
+    detail::wake_scope scope;
     (*wake)();
+  }
 }
 
 std::shared_ptr<std::uint8_t> cuda_storage::host_buffer(std::size_t bytes) {

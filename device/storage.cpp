@@ -26,6 +26,28 @@ const char* to_string(storage_kind x) noexcept {
   return "unknown";
 }
 
+namespace {
+
+thread_local bool waking = false;
+
+} // namespace
+
+bool storage::in_wake() noexcept {
+  return waking;
+}
+
+namespace detail {
+
+wake_scope::wake_scope() noexcept {
+  waking = true;
+}
+
+wake_scope::~wake_scope() {
+  waking = false;
+}
+
+} // namespace detail
+
 bool cuda_device_available() noexcept {
 #if KVACTOR_HAVE_CUDA
   std::string why;

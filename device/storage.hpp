@@ -142,6 +142,11 @@ public:
   /// Sets the function called (from any thread) when some ticket completes.
   virtual void set_wake(std::function<void()> wake) = 0;
 
+  /// True while this thread runs a wake (a CUDA host callback for cuda),
+  /// where no storage may be destroyed: CUDA forbids CUDA calls there, and
+  /// a storage's destructor synchronises its streams.
+  static bool in_wake() noexcept;
+
   /// A host buffer of `bytes` that write_slots and gather_blocks accept
   /// (pinned memory for cuda, plain memory otherwise): where the device
   /// actor stages bytes that arrive in, or leave in, messages. Null if the
@@ -172,5 +177,19 @@ caf::expected<std::unique_ptr<storage>> make_storage(const storage_options& opts
 
 /// True if the CUDA backend was built and a device answers.
 bool cuda_device_available() noexcept;
+
+namespace detail {
+
+/// Marks this thread as running a wake (storage::in_wake) while it lives:
+/// a backend holds one around each call of its wake function.
+class wake_scope {
+public:
+  wake_scope() noexcept;
+  ~wake_scope();
+  wake_scope(const wake_scope&) = delete;
+  wake_scope& operator=(const wake_scope&) = delete;
+};
+
+} // namespace detail
 
 } // namespace kvactor

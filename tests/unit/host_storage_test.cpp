@@ -3,11 +3,12 @@
 // make_storage's kinds and errors; swap coalescing and the hazard rules.
 #include <algorithm>
 #include <cstdint>
-#include <limits>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -510,6 +511,20 @@ BOOST_AUTO_TEST_CASE(hazard_tracker_orders_conflicts_across_streams_only) {
   hz.need_write(2, 2, w); // newest read of each other stream
   BOOST_TEST(w[0] == 9u);
   BOOST_TEST(w[1] == 8u);
+}
+
+BOOST_AUTO_TEST_CASE(a_wake_scope_marks_its_thread_only) {
+  // The device actor asks in_wake() before dropping a storage: on a wake's
+  // thread (a CUDA host callback) it hands the storage to another thread.
+  BOOST_TEST(!storage::in_wake());
+  bool other_thread = true;
+  {
+    detail::wake_scope scope;
+    BOOST_TEST(storage::in_wake());
+    std::thread([&] { other_thread = storage::in_wake(); }).join();
+  }
+  BOOST_TEST(!other_thread);
+  BOOST_TEST(!storage::in_wake());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
