@@ -3,8 +3,8 @@
 # the replayer's pool core and its step message, checked against the figures
 # vLLM v1's KV-cache manager reaches on it: 432 preemptions, a prefix hit
 # rate of at least 0.357, every request finished - and both modes making
-# the same decisions. A change to the policy that moves any of these shows
-# here. Skips (exit 77) without python3 or ../shared/bench/trace.py.
+# the same decisions (the core twice, --repeat 2, which checks its runs
+# agree). A change to the policy that moves any of these shows here. Skips (exit 77) without python3 or ../shared/bench/trace.py.
 # Usage: replay_parity_test.sh PATH/TO/replay PATH/TO/trace.py
 set -eu
 replay=$1
@@ -16,7 +16,7 @@ fi
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 python3 "$trace_py" -o "$dir/trace.jsonl" >/dev/null
-"$replay" --trace "$dir/trace.jsonl" --mode core >"$dir/core.json"
+"$replay" --trace "$dir/trace.jsonl" --mode core --repeat 2 >"$dir/core.json"
 "$replay" --trace "$dir/trace.jsonl" --mode step --scheduler-threads 1 >"$dir/step.json"
 python3 - "$dir/core.json" "$dir/step.json" <<'EOF'
 import json, sys
@@ -34,6 +34,8 @@ for r in runs:
     if r["finished"] != r["requests"]:
         failures.append(f"{mode}: {r['finished']} of {r['requests']} finished")
 core, step = runs
+if core.get("repeat") != 2 or len(core.get("bookkeeping_ms_runs", [])) != 2:
+    failures.append("core --repeat 2: no repeat or bookkeeping_ms_runs in its line")
 for key in ("preemptions", "prefix_hit_rate", "finished", "steps",
             "peak_blocks_used", "avg_blocks_used", "block_ops"):
     if core[key] != step[key]:
