@@ -15,8 +15,8 @@
 #include "kvactor/device/cuda_tickets.hpp"
 #include "kvactor/device/cuda_upload.hpp"
 #include "kvactor/device/hazards.hpp"
-#include "kvactor/device/slot_plan.hpp"
 #include "kvactor/device/kernels.hpp"
+#include "kvactor/device/slot_plan.hpp"
 #include "kvactor/device/storage.hpp"
 
 namespace kvactor {
