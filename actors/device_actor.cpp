@@ -122,6 +122,18 @@ device_actor::behavior_type device_fun(device_ptr self,
     if (auto strong = caf::actor_cast<caf::strong_actor_ptr>(addr))
       caf::anon_send(caf::actor_cast<device_actor>(strong), done_atom::value);
   });
+  // An exit with work in flight answers every waiting requester first: a
+  // promise dropped unanswered would leave the block pool, which awaits its
+  // copy-on-write copies, waiting forever - and so skipping its own exit.
+  self->set_exit_handler([self](const caf::exit_msg& msg) {
+    if (!msg.reason)
+      return; // a normal exit (of a linked actor): CAF ignores those too
+    auto queue = std::move(self->state.queue);
+    for (auto& p : queue)
+      p.finish(make_error(errc::shutting_down,
+                          "device actor: stopped with this work in flight"));
+    self->quit(msg.reason);
+  });
   // The state is gone when attached functors run: hold the storage itself.
   // If the actor dies on a wake's thread (its last reference was the
   // wake's, briefly), dropping the storage there would run CUDA calls in a

@@ -373,6 +373,33 @@ BOOST_FIXTURE_TEST_CASE(a_fault_during_a_copy_on_write_undoes_the_extend,
   BOOST_TEST(value_or(free(2), 0u) == 3u);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_shutdown_with_a_copy_in_flight_answers_and_ends,
+                        slow_fixture) {
+  // The pool awaits its copy-on-write copy and skips every other message
+  // meanwhile, its exit included: the device, stopping with the copy still
+  // running, must answer it, or the pool never ends.
+  BOOST_REQUIRE(allocate(1, 10));
+  BOOST_REQUIRE(fork(1, 2));
+  auto looked = lookup(2);
+  BOOST_REQUIRE(looked);
+  self->send(cache.pool, extend_atom::value, request_id{2},
+             looked->second.cache_id, std::uint64_t{1}, std::vector<token_id>{});
+  run();
+  BOOST_TEST(store->pending() == 1u);
+  self->monitor(cache.pool);
+  self->monitor(cache.device);
+  shutdown(); // the manager stops its pool and device
+  strings got;
+  int downs = 0;
+  for (bool more = true; more;)
+    self->receive([&](extension&) { got.push_back("extension"); },
+                  [&](caf::error& err) { got.push_back(outcome(err)); },
+                  [&](caf::down_msg&) { ++downs; },
+                  caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+  BOOST_TEST(got == strings{"shutting_down"});
+  BOOST_TEST(downs == 2); // both ended
+}
+
 BOOST_AUTO_TEST_CASE(a_storage_of_another_shape_is_refused_at_start) {
   system_config_holder holder;
   caf::actor_system sys{holder.sys_cfg};
