@@ -32,6 +32,7 @@
 #include <caf/event_based_actor.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/replay_report.hpp"
 #include "bench/replay_scheduler.hpp"
 #include "bench/trace.hpp"
 #include "kvactor/actors/block_pool_core.hpp"
@@ -40,134 +41,8 @@
 
 using namespace kvactor;
 using namespace kvactor::bench;
-using clock_type = std::chrono::steady_clock;
 
 namespace {
-
-double ms(clock_type::duration d) {
-  return std::chrono::duration<double, std::milli>(d).count();
-}
-
-/// Latencies of one kind of operation, in microseconds. A sample may stand
-/// for several operations (the step message's amortized figure for each it
-/// carried): one weighted entry per message rather than one per operation,
-/// so that recording a million extends does not itself grow megabytes of
-/// vectors, page faults and cache misses between the steps being timed.
-struct latencies {
-  std::uint64_t calls = 0;
-  std::vector<std::pair<double, std::uint64_t>> us; ///< value, weight
-
-  void add(double micros, std::uint64_t weight = 1) {
-    if (weight > 0)
-      us.emplace_back(micros, weight);
-  }
-
-  nlohmann::json to_json() {
-    nlohmann::json out{{"calls", calls}};
-    if (us.empty()) {
-      out["mean_us"] = out["p50_us"] = out["p99_us"] = nullptr;
-      return out;
-    }
-    std::sort(us.begin(), us.end());
-    double sum = 0;
-    std::uint64_t total = 0;
-    for (auto& [x, w] : us) {
-      sum += x * double(w);
-      total += w;
-    }
-    // The first sample whose cumulative weight passes q of the total.
-    auto pick = [&](double q) {
-      auto rank = static_cast<std::uint64_t>(q * double(total));
-      std::uint64_t seen = 0;
-      for (auto& [x, w] : us) {
-        seen += w;
-        if (seen > rank)
-          return x;
-      }
-      return us.back().first;
-    };
-    out["mean_us"] = sum / double(total);
-    out["p50_us"] = pick(0.50);
-    out["p99_us"] = pick(0.99);
-    return out;
-  }
-};
-
-struct run_figures {
-  double bookkeeping_ms = 0;
-  double wall_ms = 0;
-  latencies alloc, extend, free, message;
-};
-
-/// What a replay runs against.
-struct replay_options {
-  cache_config cache;          ///< num_gpu_blocks: the usable blocks
-  std::uint32_t pool_blocks = 0; ///< as given (trace header or --num-blocks)
-  /// Held back from the pool, as vLLM's BlockPool holds back its null block
-  /// (block 0, the target of padded slots): with the same usable blocks the
-  /// same policy makes the same decisions. --all-blocks sets it to 0.
-  std::uint32_t reserved_blocks = 1;
-  std::size_t max_admits = 8;
-};
-
-cache_config config_for(const trace& tr, std::uint32_t num_blocks) {
-  cache_config cfg;
-  cfg.block_size = tr.block_size;
-  cfg.model = model_config{1, 1, 8, dtype::fp16};
-  cfg.storage = "none"; // bookkeeping only
-  cfg.num_gpu_blocks = num_blocks;
-  cfg.gc_interval_ms = 0;
-  // REPLAY.md's policy evicts cached blocks only when an allocation needs
-  // them (least recently used first).
-  cfg.pressure.evict_cached_at_high = false;
-  cfg.pressure.preempt_at_critical = false; // the scheduler preempts
-  return cfg;
-}
-
-nlohmann::json report(const std::string& mode, const trace& tr,
-                      const replay_options& opt, const replay_scheduler& sched,
-                      const cache_manager_stats& st, run_figures& fig) {
-  auto block_ops = st.blocks_allocated + st.prefix_hit_blocks + st.blocks_freed
-                   + st.blocks_cached + st.eviction_count;
-  nlohmann::json out{
-    {"impl", "kvactor"},
-    {"mode", mode},
-    {"trace", tr.path},
-    {"requests", tr.requests.size()},
-    {"block_size", opt.cache.block_size},
-    {"num_blocks", opt.pool_blocks},
-    {"usable_blocks", opt.cache.num_gpu_blocks},
-    {"steps", sched.steps()},
-    {"total_bookkeeping_ms", fig.bookkeeping_ms},
-    {"replay_wall_ms", fig.wall_ms},
-    {"block_ops", block_ops},
-    {"block_ops_by_kind", {{"allocated", st.blocks_allocated},
-                           {"prefix_hits", st.prefix_hit_blocks},
-                           {"freed", st.blocks_freed},
-                           {"cached", st.blocks_cached},
-                           {"evicted", st.eviction_count}}},
-    {"ops_per_sec", fig.bookkeeping_ms > 0
-                      ? block_ops / (fig.bookkeeping_ms / 1000.0)
-                      : 0.0},
-    {"allocate", fig.alloc.to_json()},
-    {"extend", fig.extend.to_json()},
-    {"free", fig.free.to_json()},
-    {"prefix_hit_rate", st.cache_hit_rate},
-    {"peak_blocks_used", sched.peak_blocks_used()},
-    {"avg_blocks_used", sched.avg_blocks_used()},
-    {"preemptions", sched.preemptions()},
-    {"finished", sched.finished()},
-  };
-  if (mode == "step") {
-    // No operation has a latency of its own here: allocate / extend / free
-    // show each message's round trip divided by the operations it carried.
-    out["latency"] = "amortized_per_op";
-    out["messages"] = fig.message.to_json();
-  } else {
-    out["latency"] = "per_call";
-  }
-  return out;
-}
 
 // -- facade mode ---------------------------------------------------------------------
 
@@ -390,34 +265,6 @@ int usage() {
                "[--num-blocks N] [--all-blocks] [--max-admits K]\n"
                "              [--scheduler-threads N] [--repeat N]\n";
   return 2;
-}
-
-/// Runs `run` `n` times; the median run's report (by bookkeeping time),
-/// with "repeat" and every run's "bookkeeping_ms_runs" in run order. Every
-/// run must make the same decisions.
-template <class Run>
-nlohmann::json repeated(std::size_t n, Run run) {
-  auto ms_of = [](const nlohmann::json& r) {
-    return r["total_bookkeeping_ms"].get<double>();
-  };
-  std::vector<nlohmann::json> runs;
-  std::vector<double> all;
-  for (std::size_t i = 0; i < n; ++i) {
-    runs.push_back(run());
-    all.push_back(ms_of(runs.back()));
-  }
-  std::sort(runs.begin(), runs.end(),
-            [&](auto& x, auto& y) { return ms_of(x) < ms_of(y); });
-  auto out = runs[n / 2];
-  if (n == 1)
-    return out;
-  for (auto& r : runs)
-    for (auto key : {"preemptions", "finished", "steps", "block_ops"})
-      if (r[key] != out[key])
-        throw std::runtime_error(std::string{"runs disagree on "} + key);
-  out["repeat"] = n;
-  out["bookkeeping_ms_runs"] = all;
-  return out;
 }
 
 } // namespace
