@@ -2,7 +2,8 @@
 // live requests (one handle actor each) grows 1,000 -> 10,000 -> 100,000 over
 // a pool of 1,000,000 blocks. Operations go to the manager actor from a
 // client actor with a window of requests in flight. Prints one JSON line per
-// size.
+// size; memory per live request is malloc's growth in bytes in use (and the
+// RSS's, which misses memory reused from a smaller size).
 //
 //   scale [--sizes 1000,10000,100000] [--blocks 1000000] [--ops 200000]
 //         [--scheduler-threads T]
@@ -14,6 +15,7 @@
 #include <iostream>
 #include <random>
 #include <sstream>
+#include <malloc.h>
 #include <unistd.h>
 
 #include <caf/actor_system.hpp>
@@ -31,6 +33,14 @@ namespace {
 
 constexpr std::size_t window = 32; // requests in flight
 constexpr std::uint64_t tokens_per_request = 64; // 4 blocks of 16
+
+/// Bytes malloc has handed out and not taken back, over every arena (mmap'd
+/// chunks included). Unlike the RSS it also sees memory reused from an
+/// earlier size, so it measures what the live requests hold.
+std::size_t heap_in_use() {
+  auto mi = mallinfo2();
+  return mi.uordblks + mi.hblkhd;
+}
 
 /// Resident set size in bytes.
 std::size_t rss_bytes() {
@@ -154,9 +164,11 @@ int main(int argc, char** argv) {
     });
   }
   for (auto n : sizes) {
-    // Grow to n live requests; the memory they cost is the RSS delta.
+    // Grow to n live requests; the memory they cost is the heap's growth
+    // (and the RSS's, which misses memory reused from an earlier size).
     std::vector<request_id> live;
     auto base = rss_bytes();
+    auto heap_base = heap_in_use();
     auto first = next_id;
     next_id += n;
     auto t_alloc = run_window(sys, n, [&](caf::event_based_actor* self,
@@ -165,6 +177,7 @@ int main(int argc, char** argv) {
         .then([k](request_handle_actor&, block_table&) { k(); }, fail);
     });
     auto grown = rss_bytes();
+    auto heap_grown = heap_in_use();
     for (std::size_t i = 0; i < n; ++i)
       live.push_back(first + i);
     // At that size: extends of random live requests, and churn (free one,
@@ -202,6 +215,8 @@ int main(int argc, char** argv) {
     auto st = cache->stats();
     auto held_blocks = st.total_blocks - st.free_blocks;
     double per_req = n ? double(grown - base) / n : 0.0;
+    double heap_per_req =
+      n ? (double(heap_grown) - double(heap_base)) / double(n) : 0.0;
     double blocks_per_req = double(held_blocks) / double(st.active_caches);
     nlohmann::json out{
       {"bench", "scale"},
@@ -211,9 +226,13 @@ int main(int argc, char** argv) {
       {"operations", ops},
       {"us_per_operation", 1e6 * t_ops / ops},
       {"ops_per_sec", ops / t_ops},
+      {"heap_delta_bytes", double(heap_grown) - double(heap_base)},
+      {"heap_bytes_per_live_request", heap_per_req},
       {"rss_delta_bytes", grown - base},
       {"bytes_per_live_request", per_req},
       {"blocks_per_request", blocks_per_req},
+      {"heap_bytes_per_request_minus_8_per_block",
+       heap_per_req - 8.0 * blocks_per_req},
       {"bytes_per_request_minus_8_per_block", per_req - 8.0 * blocks_per_req},
     };
     std::cout << out.dump() << std::endl;
