@@ -4,9 +4,10 @@
 //  - the distinct blocks the mapping writes, each once: the cross-stream
 //    hazards are checked and recorded per block, not per token;
 //  - whether some slot is named twice, and then a copy of the mapping in
-//    which only the last token naming each slot writes it (the kernel runs
-//    one thread block per token, which would otherwise race on the slot;
-//    the host backend's in-order copies make the last token win too).
+//    which only the last token naming each slot writes it (the kernel gives
+//    each token's K and V rows to a warp of their own, which would otherwise
+//    race on the slot; the host backend's in-order copies make the last
+//    token win too).
 // Per token: a shift, a stamp and a bit; per distinct block: the hazards.
 // The stamps need no clearing between calls and the bits are cleared per
 // block, so a call costs O(tokens + blocks written), not O(pool).
