@@ -24,7 +24,9 @@ using request_handle_actor = caf::typed_actor<
   caf::replies_to<table_atom>::with<block_table>,
   // Grow by n tokens (copy-on-write done before the reply); replies with the
   // table. Errors: exceeds_max_sequence_length, out_of_blocks,
-  // quota_exceeded, invalid_request (while swapped out).
+  // quota_exceeded, invalid_request (while swapped out), device_failure or
+  // shutting_down (the copy-on-write copy failed, or the device stopped
+  // first: the extend was undone, the table is as before).
   caf::replies_to<extend_atom, std::uint64_t>::with<block_table>,
   // Grow by these tokens; full blocks enter the prefix index.
   caf::replies_to<append_atom, std::vector<token_id>>::with<block_table>,
@@ -67,7 +69,9 @@ using block_pool_actor = caf::typed_actor<
   // empty = unnamed). The cache id names the incarnation the handle serves:
   // a handle whose request ended (its id perhaps allocated again since)
   // gets invalid_handle. Other errors: exceeds_max_sequence_length,
-  // out_of_blocks, quota_exceeded, invalid_request.
+  // out_of_blocks, quota_exceeded, invalid_request, device_failure or
+  // shutting_down (its copy-on-write copy was not made: the extend was
+  // undone). The pool handles no other message while such a copy runs.
   caf::replies_to<extend_atom, request_id, std::uint64_t, std::uint64_t,
                   std::vector<token_id>>::with<extension>,
   // End a request. Error: unknown_request.

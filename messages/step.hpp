@@ -81,7 +81,9 @@ typename Inspector::result_type inspect(Inspector& f, admission& x) {
            x.table);
 }
 
-/// An operation of the step that failed (and changed nothing).
+/// An operation of the step that failed (and changed nothing: an extend
+/// whose copy-on-write copy the device did not make is undone, and fails
+/// with the device's error).
 struct op_failure {
   request_id id = 0;
   caf::error error;
