@@ -10,6 +10,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fixture.hpp"
@@ -172,6 +173,17 @@ struct slow_fixture : cache_fixture {
 
   explicit slow_fixture(std::shared_ptr<slow_storage> s = make_slow(swap_config()))
     : cache_fixture(swap_config(), s), store(std::move(s)) {
+  }
+
+  /// Request 1 (10 tokens: its last block of 4 is shared and half full)
+  /// and its fork 2, whose first extend copies that block; 2's handle and
+  /// what the manager knows of it.
+  std::pair<request_handle_actor, request_info> forked_pair() {
+    BOOST_REQUIRE(allocate(1, 10));
+    BOOST_REQUIRE(fork(1, 2));
+    auto looked = lookup(2);
+    BOOST_REQUIRE(looked);
+    return *looked;
   }
 
   /// The replies (a count or an error) waiting in self's mailbox, in order.
@@ -339,13 +351,9 @@ BOOST_FIXTURE_TEST_CASE(a_fault_during_a_copy_on_write_undoes_the_extend,
                         slow_fixture) {
   // 2 forks 1 (10 tokens, its last block half full): extending 2 copies
   // that block, and the device fails the copy.
-  BOOST_REQUIRE(allocate(1, 10));
-  BOOST_REQUIRE(fork(1, 2));
+  auto h = forked_pair().first;
   auto before = stats();
   BOOST_REQUIRE(before);
-  auto looked = lookup(2);
-  BOOST_REQUIRE(looked);
-  auto h = looked->first;
   self->send(h, extend_atom::value, std::uint64_t{7}); // the copy, a new block
   run();
   BOOST_TEST(store->pending() == 1u);
@@ -378,12 +386,9 @@ BOOST_FIXTURE_TEST_CASE(a_shutdown_with_a_copy_in_flight_answers_and_ends,
   // The pool awaits its copy-on-write copy and skips every other message
   // meanwhile, its exit included: the device, stopping with the copy still
   // running, must answer it, or the pool never ends.
-  BOOST_REQUIRE(allocate(1, 10));
-  BOOST_REQUIRE(fork(1, 2));
-  auto looked = lookup(2);
-  BOOST_REQUIRE(looked);
-  self->send(cache.pool, extend_atom::value, request_id{2},
-             looked->second.cache_id, std::uint64_t{1}, std::vector<token_id>{});
+  auto info = forked_pair().second;
+  self->send(cache.pool, extend_atom::value, request_id{2}, info.cache_id,
+             std::uint64_t{1}, std::vector<token_id>{});
   run();
   BOOST_TEST(store->pending() == 1u);
   self->monitor(cache.pool);
