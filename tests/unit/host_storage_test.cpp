@@ -1,6 +1,6 @@
 // The host storage backend against an element-by-element reference on random
 // data and random block mappings; validation that changes nothing;
-// make_storage's kinds and errors; swap coalescing and the hazard rules.
+// make_storage's kinds and errors.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -8,15 +8,12 @@
 #include <memory>
 #include <numeric>
 #include <random>
-#include <thread>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
 
-#include "kvactor/device/hazards.hpp"
 #include "kvactor/device/host_storage.hpp"
 #include "kvactor/device/storage.hpp"
-#include "kvactor/device/swap_plan.hpp"
 #include "kvactor/messages/error.hpp"
 
 using namespace kvactor;
@@ -438,93 +435,6 @@ BOOST_AUTO_TEST_CASE(host_allocation_failure_names_the_bytes) {
   BOOST_TEST(has(r.error(), errc::device_failure));
   BOOST_TEST(render(r.error()).find(std::to_string(opts.layout.device_bytes()))
              != std::string::npos);
-}
-
-BOOST_AUTO_TEST_CASE(coalesce_moves_merges_runs_consecutive_on_both_sides) {
-  using detail::swap_run;
-  auto runs = detail::coalesce_moves(
-    {{7, 2}, {3, 10}, {4, 11}, {5, 12}, {8, 3}, {9, 9}, {20, 0}});
-  std::vector<swap_run> want{{3, 10, 3}, {7, 2, 2}, {9, 9, 1}, {20, 0, 1}};
-  BOOST_REQUIRE(runs.size() == want.size());
-  for (std::size_t i = 0; i < runs.size(); ++i) {
-    BOOST_TEST(runs[i].device_first == want[i].device_first);
-    BOOST_TEST(runs[i].host_first == want[i].host_first);
-    BOOST_TEST(runs[i].count == want[i].count);
-  }
-  BOOST_TEST(detail::coalesce_moves({}).empty());
-  // Random batches: every move covered exactly once, runs maximal.
-  std::mt19937_64 rng{606};
-  for (int round = 0; round < 50; ++round) {
-    auto dev = shuffled(64, rng);
-    auto host = shuffled(64, rng);
-    std::vector<block_move> moves;
-    const auto n = rng() % 64;
-    std::sort(dev.begin(), dev.begin() + static_cast<std::ptrdiff_t>(n));
-    for (std::size_t i = 0; i < n; ++i)
-      moves.push_back({dev[i], round % 2 ? host[i] : dev[i] + 100});
-    std::shuffle(moves.begin(), moves.end(), rng);
-    std::vector<block_move> covered;
-    for (auto& r : detail::coalesce_moves(moves))
-      for (std::uint32_t k = 0; k < r.count; ++k)
-        covered.push_back({r.device_first + k, r.host_first + k});
-    auto by_dev = [](const block_move& x, const block_move& y) {
-      return x.device_block < y.device_block;
-    };
-    std::sort(moves.begin(), moves.end(), by_dev);
-    BOOST_TEST((covered == moves));
-    if (round % 2 == 0) // host = device + 100: runs are the device runs
-      for (auto& r : detail::coalesce_moves(moves))
-        BOOST_TEST(std::count_if(moves.begin(), moves.end(), [&](auto& m) {
-                     return m.device_block == r.device_first + r.count;
-                   }) == 0);
-  }
-}
-
-BOOST_AUTO_TEST_CASE(hazard_tracker_orders_conflicts_across_streams_only) {
-  detail::hazard_tracker hz{8, 3};
-  using waits = detail::hazard_tracker::waits;
-  waits w{};
-  hz.need_write(0, 0, w);
-  BOOST_TEST((w == waits{}));
-  hz.note_read(1, 1, 5); // swap_out (stream 1) reads block 1
-  w = {};
-  hz.need_write(1, 0, w); // copy onto 1 on stream 0: write-after-read
-  BOOST_TEST(w[1] == 5u);
-  w = {};
-  hz.need_read(1, 0, w); // read-after-read: nothing
-  BOOST_TEST((w == waits{}));
-  w = {};
-  hz.need_write(1, 1, w); // same stream: ordered by the stream
-  BOOST_TEST((w == waits{}));
-  hz.note_write(1, 0, 6);
-  w = {};
-  hz.need_read(1, 2, w); // read-after-write
-  BOOST_TEST(w[0] == 6u);
-  BOOST_TEST(w[1] == 0u); // covered by ticket 6, which waited for 5
-  w = {};
-  hz.need_write(1, 2, w); // write-after-write
-  BOOST_TEST(w[0] == 6u);
-  hz.note_read(2, 0, 7);
-  hz.note_read(2, 1, 8);
-  hz.note_read(2, 0, 9);
-  w = {};
-  hz.need_write(2, 2, w); // newest read of each other stream
-  BOOST_TEST(w[0] == 9u);
-  BOOST_TEST(w[1] == 8u);
-}
-
-BOOST_AUTO_TEST_CASE(a_wake_scope_marks_its_thread_only) {
-  // The device actor asks in_wake() before dropping a storage: on a wake's
-  // thread (a CUDA host callback) it hands the storage to another thread.
-  BOOST_TEST(!storage::in_wake());
-  bool other_thread = true;
-  {
-    detail::wake_scope scope;
-    BOOST_TEST(storage::in_wake());
-    std::thread([&] { other_thread = storage::in_wake(); }).join();
-  }
-  BOOST_TEST(!other_thread);
-  BOOST_TEST(!storage::in_wake());
 }
 
 BOOST_AUTO_TEST_SUITE_END()
