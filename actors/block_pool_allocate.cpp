@@ -19,8 +19,8 @@ std::uint32_t block_pool_core::lookup(std::uint16_t t,
     scratch_ = memo_.hashes;
     std::uint32_t hits = 0;
     for (std::size_t i = 0; i < full; ++i) {
-      auto b = index_.find(scratch_[i].lo);
-      if (b == flat_index::npos || blocks_[b].hash.hi != scratch_[i].hi)
+      auto b = find_indexed(scratch_[i].lo);
+      if (b == prefix_index::npos || blocks_[b].hash.hi != scratch_[i].hi)
         break;
       ++hits;
     }
@@ -34,8 +34,8 @@ std::uint32_t block_pool_core::lookup(std::uint16_t t,
   for (std::size_t i = 0; i < full; ++i) {
     h = hash_block(h, prompt.data() + i * block_size_, block_size_);
     scratch_.push_back(h);
-    auto b = index_.find(h.lo);
-    if (b == flat_index::npos || blocks_[b].hash.hi != h.hi)
+    auto b = find_indexed(h.lo);
+    if (b == prefix_index::npos || blocks_[b].hash.hi != h.hi)
       break;
     ++hits;
   }
@@ -72,7 +72,7 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
                     static_cast<std::uint32_t>((p.tokens - 1) / block_size_),
                     known);
     for (std::uint32_t i = 0; i < p.hits; ++i) {
-      auto& m = blocks_[index_.find(scratch_[i].lo)];
+      auto& m = blocks_[find_indexed(scratch_[i].lo)];
       if (m.state == block_state::cached) {
         ++p.revived;
         p.pinned += m.pinned;
@@ -132,7 +132,7 @@ block_pool_core::allocate(const allocation_request& req) {
   seq.expected_tokens = p.expected;
   seq.blocks.reserve(p.need);
   for (std::uint32_t i = 0; i < p.hits; ++i) {
-    auto b = index_.find(scratch_[i].lo);
+    auto b = find_indexed(scratch_[i].lo);
     auto& m = blocks_[b];
     if (m.state == block_state::cached) {
       if (!m.pinned)

@@ -133,7 +133,7 @@ caf::error block_pool_core::check_invariant() const {
     }
     if (m.indexed) {
       ++indexed;
-      if (index_.find(m.hash.lo) != b)
+      if (find_indexed(m.hash.lo) != b)
         return broken(blk(b) + " is marked indexed but the index disagrees");
     }
   }

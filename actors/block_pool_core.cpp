@@ -193,7 +193,7 @@ void block_pool_core::uncharge(block_id b) noexcept {
 void block_pool_core::evict_one(block_id b, std::uint8_t level) {
   auto& m = blocks_[b];
   lru_.remove(b, level);
-  index_.erase(m.hash.lo);
+  index_.erase(m.hash.lo, b);
   m.indexed = false;
   m.state = block_state::free;
   ++counters_.evictions;
@@ -249,7 +249,7 @@ void block_pool_core::index_block(block_id b, block_hash h,
   parent_[b] = parent;
   // A block computed twice (two requests filled identical blocks at once)
   // stays unindexed: the first copy serves later hits.
-  if (index_.insert(h.lo, b)) {
+  if (index_.insert(h.lo, b, [this](block_id x) { return blocks_[x].hash.lo; })) {
     m.indexed = true;
     m.stored_by = t;
     ++counters_.blocks_cached;

@@ -25,6 +25,7 @@
 #include "kvactor/actors/block_hash.hpp"
 #include "kvactor/actors/block_lists.hpp"
 #include "kvactor/actors/flat_index.hpp"
+#include "kvactor/actors/prefix_index.hpp"
 #include "kvactor/config/cache_config.hpp"
 #include "kvactor/messages/step.hpp"
 #include "kvactor/messages/types.hpp"
@@ -257,7 +258,7 @@ public:
   /// Calls f(hash, block) for every prefix-index entry.
   template <class F>
   void for_each_indexed(F&& f) const {
-    index_.for_each([&](std::uint64_t h, std::uint32_t b) { f(h, b); });
+    index_.for_each([&](std::uint32_t b) { f(blocks_[b].hash.lo, b); });
   }
 
   // -- cache ---------------------------------------------------------------------
@@ -444,6 +445,10 @@ private:
                     std::uint64_t parent, const token_id* tokens);
   void commit_cow(const pending_cow& p);
   bool undo_cow(pending_cow& p);
+  /// The indexed block whose hash.lo is `lo`, or prefix_index::npos.
+  block_id find_indexed(std::uint64_t lo) const noexcept {
+    return index_.find(lo, [this](block_id b) { return blocks_[b].hash.lo; });
+  }
   sequence* find_mut(request_id id) noexcept;
   sequence& new_sequence(request_id id);
   void drop_sequence(request_id id);
@@ -457,7 +462,7 @@ private:
   std::vector<std::uint64_t> pin_until_; ///< per block: pin deadline (ms)
   free_stack free_;
   lru_lists lru_;
-  flat_index index_; ///< hash.lo -> block
+  prefix_index index_; ///< hash.lo -> block
   std::vector<sequence> seqs_;
   std::vector<std::uint32_t> free_seq_slots_;
   flat_index seq_index_; ///< request id -> slot in seqs_

@@ -104,7 +104,7 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
   std::uint64_t fresh = 0;
   std::uint64_t off_lru = 0; // cached blocks that stop being takeable
   for (std::uint32_t i = 0; i < hits; ++i) {
-    auto b = index_.find(scratch_[i].lo);
+    auto b = find_indexed(scratch_[i].lo);
     auto& m = blocks_[b];
     // A block in use by another tenant with a reservation: once that tenant
     // let it go, a pin would keep it from serving the reservation.
@@ -135,7 +135,7 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
                         + tenants_[t].config.name + "')");
   auto until = now_ms + ttl_ms;
   for (std::uint32_t i = 0; i < hits; ++i) {
-    auto b = index_.find(scratch_[i].lo);
+    auto b = find_indexed(scratch_[i].lo);
     auto& m = blocks_[b];
     pin_until_[b] = std::max(pin_until_[b], until);
     if (m.pinned)
