@@ -7,47 +7,39 @@
 #include <algorithm>
 #include <vector>
 
+#include "kvactor/device/kernel_bodies.hpp"
 #include "kvactor/device/kernels.cuh"
 
 namespace kvactor::detail {
 
 namespace {
 
-constexpr int threads_per_block = 256;
-constexpr int warps_per_block = threads_per_block / 32;
-constexpr std::int64_t max_grid_x = 0x7fffffff;
-constexpr std::int64_t max_grid_y = 65535;
-// Byte movers ask for 4 resident blocks per SM (at most 64 registers): with
-// 8 x 16 B loads per thread that is 128 KiB in flight per SM.
+using kernel::thread_pos;
+using kernel::threads_per_block;
 
-// Grid: (min(num_pairs, 2^31 - 1), min(2 * num_layers, 65535)), strided over
-// both. Block: 256. CUDA block (p, q) copies pair p's block in plane q: one
-// chunk of block_bytes (32 KiB for 16 tokens x 8 heads x 128 fp16 = one
-// round of 8 int4 per thread).
+__device__ __forceinline__ thread_pos here() {
+  return {blockIdx.x, blockIdx.y, gridDim.x, gridDim.y, threadIdx.x};
+}
+
+dim3 as_dim3(kernel::grid_dims g) {
+  return dim3(static_cast<unsigned>(g.x), static_cast<unsigned>(g.y));
+}
+
+// Byte movers ask for 4 resident blocks per SM (at most 64 registers): with
+// 8 x 16 B loads per thread that is 128 KiB in flight per SM. Block: 256
+// threads. Each kernel's grid (kernel::*_grid) and the work of each thread
+// (kernel::*_thread) are in kernel_bodies.hpp, where the CPU tests run them.
+
 template <class T>
 __global__ void __launch_bounds__(threads_per_block, 4) copy_blocks_kernel(
   char* pool,                            // [num_planes][num_blocks][block_bytes]
   const block_pair* __restrict__ pairs,  // [num_pairs]
   std::int64_t num_pairs, std::int64_t num_planes, std::int64_t plane_bytes,
   std::int64_t block_bytes) {
-  const std::int64_t n = block_bytes / static_cast<std::int64_t>(sizeof(T));
-  for (std::int64_t p = blockIdx.x; p < num_pairs; p += gridDim.x) {
-    const block_pair bp = pairs[p];
-    const std::int64_t src = bp.src * block_bytes;
-    const std::int64_t dst = bp.dst * block_bytes;
-    for (std::int64_t q = blockIdx.y; q < num_planes; q += gridDim.y) {
-      char* plane = pool + q * plane_bytes;
-      copy_chunk(reinterpret_cast<T*>(plane + dst),
-                 reinterpret_cast<const T*>(plane + src), n, threadIdx.x,
-                 blockDim.x);
-    }
-  }
+  kernel::copy_blocks_thread<T>(here(), pool, pairs, num_pairs, num_planes,
+                                plane_bytes, block_bytes);
 }
 
-// Grid: min(ceil(2 * num_tokens / 8), 2^31 - 1), strided. Block: 256 = 8
-// warps. Each warp moves one row r: token r / 2's K (r even) or V (r odd), to
-// slot slots[r / 2] (block * block_size + offset; a row of a plane is at
-// slot * row_bytes). Slot -1 skips the token (padding).
 template <class T>
 __global__ void __launch_bounds__(threads_per_block, 4) write_slots_kernel(
   char* __restrict__ k_plane,              // [num_blocks * block_size][row_bytes]
@@ -56,50 +48,22 @@ __global__ void __launch_bounds__(threads_per_block, 4) write_slots_kernel(
   const char* __restrict__ value,          // [num_tokens][num_heads][head_dim]
   const std::int64_t* __restrict__ slots,  // [num_tokens]
   std::int64_t num_tokens, std::int64_t row_bytes) {
-  const int lane = threadIdx.x % 32;
-  const std::int64_t n = row_bytes / static_cast<std::int64_t>(sizeof(T));
-  const std::int64_t rows = 2 * num_tokens;
-  const std::int64_t stride = std::int64_t{gridDim.x} * warps_per_block;
-  for (std::int64_t r = std::int64_t{blockIdx.x} * warps_per_block
-                        + threadIdx.x / 32;
-       r < rows; r += stride) {
-    const std::int64_t t = r >> 1;
-    const std::int64_t slot = slots[t];
-    if (slot < 0)
-      continue;
-    const bool is_v = (r & 1) != 0;
-    const char* src = (is_v ? value : key) + t * row_bytes;
-    char* dst = (is_v ? v_plane : k_plane) + slot * row_bytes;
-    copy_chunk(reinterpret_cast<T*>(dst), reinterpret_cast<const T*>(src), n,
-               lane, 32);
-  }
+  kernel::write_slots_thread<T>(here(), k_plane, v_plane, key, value, slots,
+                                num_tokens, row_bytes);
 }
 
-// Grid: (min(num_chunks, 2^31 - 1), 2), strided. Block: 256. CUDA block (j,
-// kv) copies the first min(block_size, num_tokens - j * block_size) rows of
-// list block j of the K (kv = 0) or V plane: one contiguous run, to rows
-// j * block_size.. of the output.
 template <class T>
 __global__ void __launch_bounds__(threads_per_block, 4) gather_blocks_kernel(
-  const char* __restrict__ k_plane,        // [num_blocks][block_size][row_bytes]
-  const char* __restrict__ v_plane,        // [num_blocks][block_size][row_bytes]
+  const char* __restrict__ k_plane,          // [num_blocks][block_size][row_bytes]
+  const char* __restrict__ v_plane,          // [num_blocks][block_size][row_bytes]
   const std::uint32_t* __restrict__ blocks,  // [num_chunks]
-  char* __restrict__ key_out,              // [num_tokens][num_heads][head_dim]
-  char* __restrict__ value_out,            // [num_tokens][num_heads][head_dim]
+  char* __restrict__ key_out,                // [num_tokens][num_heads][head_dim]
+  char* __restrict__ value_out,              // [num_tokens][num_heads][head_dim]
   std::int64_t num_chunks, std::int64_t num_tokens, std::int64_t block_size,
   std::int64_t row_bytes) {
-  const std::int64_t block_bytes = block_size * row_bytes;
-  for (std::int64_t j = blockIdx.x; j < num_chunks; j += gridDim.x) {
-    const std::int64_t first = j * block_size;
-    const std::int64_t rows = min(block_size, num_tokens - first);
-    const std::int64_t src = std::int64_t{blocks[j]} * block_bytes;
-    const bool is_v = blockIdx.y == 1;
-    copy_chunk(
-      reinterpret_cast<T*>((is_v ? value_out : key_out) + first * row_bytes),
-      reinterpret_cast<const T*>((is_v ? v_plane : k_plane) + src),
-      rows * row_bytes / static_cast<std::int64_t>(sizeof(T)), threadIdx.x,
-      blockDim.x);
-  }
+  kernel::gather_blocks_thread<T>(here(), k_plane, v_plane, blocks, key_out,
+                                  value_out, num_chunks, num_tokens,
+                                  block_size, row_bytes);
 }
 
 __device__ __forceinline__ std::uint64_t mix64(std::uint64_t x) {
@@ -128,7 +92,7 @@ __global__ void fill_random_kernel(
 }
 
 unsigned grid_of(std::int64_t work, std::int64_t cap) {
-  return static_cast<unsigned>(std::max<std::int64_t>(1, std::min(work, cap)));
+  return static_cast<unsigned>(kernel::clamp_grid(work, cap));
 }
 
 cudaStream_t as_stream(void* s) {
@@ -147,8 +111,8 @@ int launch_copy_blocks(const pool_geometry& pool, const block_pair* pairs,
     return 0;
   const auto block_bytes = static_cast<std::int64_t>(pool.block_bytes());
   const auto planes = std::int64_t{2} * pool.num_layers;
-  const dim3 grid(grid_of(static_cast<std::int64_t>(num_pairs), max_grid_x),
-                  grid_of(planes, max_grid_y));
+  const auto grid = as_dim3(
+    kernel::copy_blocks_grid(static_cast<std::int64_t>(num_pairs), planes));
   const auto bits = address_bits(pool.base) | pool.block_bytes();
   return with_vector_type(bits, [&](auto tag) {
     using T = decltype(tag);
@@ -169,9 +133,8 @@ int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
   const auto plane_bytes = pool.block_bytes() * pool.num_blocks;
   auto k_plane = static_cast<char*>(pool.base) + std::size_t{layer} * 2 * plane_bytes;
   auto v_plane = k_plane + plane_bytes;
-  const auto rows = 2 * static_cast<std::int64_t>(num_tokens);
-  const auto grid = grid_of((rows + warps_per_block - 1) / warps_per_block,
-                            max_grid_x);
+  const auto grid = as_dim3(
+    kernel::write_slots_grid(static_cast<std::int64_t>(num_tokens)));
   const auto bits = address_bits(pool.base) | pool.row_bytes
                     | address_bits(key) | address_bits(value);
   return with_vector_type(bits, [&](auto tag) {
@@ -192,13 +155,13 @@ int launch_gather_blocks(const pool_geometry& pool, std::uint32_t layer,
   if (num_tokens == 0)
     return 0;
   const auto bs = static_cast<std::int64_t>(pool.block_size);
-  const auto chunks = std::min<std::int64_t>(
-    static_cast<std::int64_t>(num_list),
-    (static_cast<std::int64_t>(num_tokens) + bs - 1) / bs);
+  const auto chunks = kernel::gather_chunks(
+    static_cast<std::int64_t>(num_list), static_cast<std::int64_t>(num_tokens),
+    bs);
   const auto plane_bytes = pool.block_bytes() * pool.num_blocks;
   auto k_plane = static_cast<const char*>(pool.base) + std::size_t{layer} * 2 * plane_bytes;
   auto v_plane = k_plane + plane_bytes;
-  const dim3 grid(grid_of(chunks, max_grid_x), 2);
+  const auto grid = as_dim3(kernel::gather_blocks_grid(chunks));
   const auto bits = address_bits(pool.base) | pool.row_bytes
                     | address_bits(key_out) | address_bits(value_out);
   return with_vector_type(bits, [&](auto tag) {

@@ -1,0 +1,246 @@
+// The cuda backend's kernels, run on the CPU: every thread of each kernel's
+// grid executes kernel_bodies.hpp's code one after another (exact for these
+// kernels, whose threads share nothing), on random data and random block
+// mappings, and the whole output buffer is compared with a plain copy made
+// here. Runs everywhere, GPU or not: it checks the kernels' index math, their
+// grid-stride loops (grids smaller than the work, as large batches clamp to)
+// and that nothing outside the targets is written. The GPU tests then check
+// the same kernels on the device against the host backend.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "kvactor/device/kernel_bodies.hpp"
+
+namespace k = kvactor::detail::kernel;
+using kvactor::detail::block_pair;
+
+namespace {
+
+/// A 16-byte vector, as int4 is on the device.
+struct alignas(16) v16 {
+  std::uint32_t w[4];
+};
+
+/// Runs f(thread_pos) for every thread of a grid of g (x, y) CUDA blocks of
+/// threads_per_block threads.
+template <class F>
+void run_grid(k::grid_dims g, F&& f) {
+  for (std::int64_t y = 0; y < g.y; ++y)
+    for (std::int64_t x = 0; x < g.x; ++x)
+      for (int t = 0; t < k::threads_per_block; ++t)
+        f(k::thread_pos{static_cast<unsigned>(x), static_cast<unsigned>(y),
+                        static_cast<unsigned>(g.x), static_cast<unsigned>(g.y),
+                        static_cast<unsigned>(t)});
+}
+
+/// `bytes` bytes of storage typed as T (so that the kernels' T accesses are
+/// accesses to T objects), filled with random bytes.
+template <class T>
+struct buffer {
+  std::vector<T> data;
+  buffer(std::size_t bytes, std::mt19937_64& rng)
+    : data((bytes + sizeof(T) - 1) / sizeof(T)) {
+    auto p = bytes_of();
+    for (std::size_t i = 0; i < data.size() * sizeof(T); ++i)
+      p[i] = static_cast<char>(rng());
+  }
+  char* bytes_of() {
+    return reinterpret_cast<char*>(data.data());
+  }
+  std::vector<char> snapshot() {
+    return {bytes_of(), bytes_of() + data.size() * sizeof(T)};
+  }
+};
+
+/// (src, dst) pairs over num_blocks blocks: destinations distinct and never a
+/// source, as the storage's validation requires; sources may repeat (a
+/// prefix block forked to several requests).
+std::vector<block_pair> random_pairs(std::uint32_t num_blocks, std::size_t n,
+                                     std::mt19937_64& rng) {
+  std::vector<std::uint32_t> ids(num_blocks);
+  for (std::uint32_t i = 0; i < num_blocks; ++i)
+    ids[i] = i;
+  std::shuffle(ids.begin(), ids.end(), rng);
+  // The first n ids are destinations, sources come from the rest.
+  std::vector<block_pair> pairs;
+  for (std::size_t i = 0; i < n; ++i)
+    pairs.push_back({ids[n + rng() % (num_blocks - n)],
+                     static_cast<std::uint32_t>(ids[i])});
+  return pairs;
+}
+
+template <class T>
+void check_copy_blocks(std::uint32_t layers, std::uint32_t num_blocks,
+                       std::int64_t block_bytes, std::size_t num_pairs,
+                       k::grid_dims grid, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const std::int64_t planes = 2 * layers;
+  const std::int64_t plane_bytes = block_bytes * num_blocks;
+  buffer<T> pool(static_cast<std::size_t>(planes * plane_bytes), rng);
+  auto pairs = random_pairs(num_blocks, num_pairs, rng);
+  auto want = pool.snapshot();
+  for (std::int64_t q = 0; q < planes; ++q)
+    for (auto& p : pairs)
+      std::memcpy(want.data() + q * plane_bytes + p.dst * block_bytes,
+                  want.data() + q * plane_bytes + p.src * block_bytes,
+                  static_cast<std::size_t>(block_bytes));
+  run_grid(grid, [&](k::thread_pos at) {
+    k::copy_blocks_thread<T>(at, pool.bytes_of(), pairs.data(),
+                             static_cast<std::int64_t>(pairs.size()), planes,
+                             plane_bytes, block_bytes);
+  });
+  BOOST_TEST((pool.snapshot() == want));
+}
+
+template <class T>
+void check_write_slots(std::uint32_t num_blocks, std::int64_t block_size,
+                       std::int64_t row_bytes, std::int64_t num_tokens,
+                       k::grid_dims grid, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const std::int64_t plane_bytes = num_blocks * block_size * row_bytes;
+  buffer<T> k_plane(static_cast<std::size_t>(plane_bytes), rng);
+  buffer<T> v_plane(static_cast<std::size_t>(plane_bytes), rng);
+  buffer<T> key(static_cast<std::size_t>(num_tokens * row_bytes), rng);
+  buffer<T> value(static_cast<std::size_t>(num_tokens * row_bytes), rng);
+  // Distinct slots (slot_plan.cpp keeps only each slot's last writer), a
+  // quarter of them -1 (padding).
+  std::vector<std::int64_t> all(static_cast<std::size_t>(num_blocks * block_size));
+  for (std::size_t i = 0; i < all.size(); ++i)
+    all[i] = static_cast<std::int64_t>(i);
+  std::shuffle(all.begin(), all.end(), rng);
+  std::vector<std::int64_t> slots(all.begin(), all.begin() + num_tokens);
+  for (auto& s : slots)
+    if (rng() % 4 == 0)
+      s = -1;
+  auto want_k = k_plane.snapshot();
+  auto want_v = v_plane.snapshot();
+  for (std::int64_t t = 0; t < num_tokens; ++t) {
+    if (slots[t] < 0)
+      continue;
+    auto n = static_cast<std::size_t>(row_bytes);
+    std::memcpy(want_k.data() + slots[t] * row_bytes,
+                key.bytes_of() + t * row_bytes, n);
+    std::memcpy(want_v.data() + slots[t] * row_bytes,
+                value.bytes_of() + t * row_bytes, n);
+  }
+  run_grid(grid, [&](k::thread_pos at) {
+    k::write_slots_thread<T>(at, k_plane.bytes_of(), v_plane.bytes_of(),
+                             key.bytes_of(), value.bytes_of(), slots.data(),
+                             num_tokens, row_bytes);
+  });
+  BOOST_TEST((k_plane.snapshot() == want_k));
+  BOOST_TEST((v_plane.snapshot() == want_v));
+}
+
+template <class T>
+void check_gather(std::uint32_t num_blocks, std::int64_t block_size,
+                  std::int64_t row_bytes, std::size_t num_list,
+                  std::int64_t num_tokens, k::grid_dims grid,
+                  std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const std::int64_t block_bytes = block_size * row_bytes;
+  const std::int64_t plane_bytes = num_blocks * block_bytes;
+  buffer<T> k_plane(static_cast<std::size_t>(plane_bytes), rng);
+  buffer<T> v_plane(static_cast<std::size_t>(plane_bytes), rng);
+  // Output one block longer than needed: the poison past num_tokens rows
+  // must survive.
+  auto out_bytes = static_cast<std::size_t>((num_tokens + block_size) * row_bytes);
+  buffer<T> key_out(out_bytes, rng);
+  buffer<T> value_out(out_bytes, rng);
+  std::vector<std::uint32_t> blocks;
+  for (std::size_t i = 0; i < num_list; ++i)
+    blocks.push_back(static_cast<std::uint32_t>(rng() % num_blocks));
+  auto want_k = key_out.snapshot();
+  auto want_v = value_out.snapshot();
+  for (std::int64_t t = 0; t < num_tokens; ++t) {
+    auto src = blocks[static_cast<std::size_t>(t / block_size)] * block_bytes
+               + (t % block_size) * row_bytes;
+    auto n = static_cast<std::size_t>(row_bytes);
+    std::memcpy(want_k.data() + t * row_bytes, k_plane.bytes_of() + src, n);
+    std::memcpy(want_v.data() + t * row_bytes, v_plane.bytes_of() + src, n);
+  }
+  auto chunks = k::gather_chunks(static_cast<std::int64_t>(num_list),
+                                 num_tokens, block_size);
+  run_grid(grid, [&](k::thread_pos at) {
+    k::gather_blocks_thread<T>(at, k_plane.bytes_of(), v_plane.bytes_of(),
+                               blocks.data(), key_out.bytes_of(),
+                               value_out.bytes_of(), chunks, num_tokens,
+                               block_size, row_bytes);
+  });
+  BOOST_TEST((key_out.snapshot() == want_k));
+  BOOST_TEST((value_out.snapshot() == want_v));
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(kernel_bodies_suite)
+
+BOOST_AUTO_TEST_CASE(grids_cover_the_work_and_clamp_to_cuda_limits) {
+  auto g = k::copy_blocks_grid(5, 6);
+  BOOST_TEST(g.x == 5);
+  BOOST_TEST(g.y == 6);
+  g = k::copy_blocks_grid(std::int64_t{1} << 40, 70000);
+  BOOST_TEST(g.x == k::max_grid_x);
+  BOOST_TEST(g.y == k::max_grid_y);
+  g = k::copy_blocks_grid(0, 0); // never a zero grid
+  BOOST_TEST(g.x == 1);
+  BOOST_TEST(g.y == 1);
+  // One warp per row, two rows (K, V) per token.
+  BOOST_TEST(k::write_slots_grid(4).x == 1);
+  BOOST_TEST(k::write_slots_grid(5).x == 2);
+  BOOST_TEST(k::write_slots_grid(4096).x == 1024);
+  BOOST_TEST(k::gather_blocks_grid(7).y == 2);
+  // A gather reads only the list blocks its tokens need.
+  BOOST_TEST(k::gather_chunks(10, 33, 16) == 3);
+  BOOST_TEST(k::gather_chunks(2, 33, 16) == 2);
+  BOOST_TEST(k::gather_chunks(10, 32, 16) == 2);
+}
+
+BOOST_AUTO_TEST_CASE(copy_blocks_copies_every_plane_of_every_pair) {
+  // 3 layers, 12 blocks of 4 tokens x 48 bytes; the launcher's grid and a
+  // smaller one that makes the block loops stride over pairs and planes.
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    check_copy_blocks<v16>(3, 12, 192, 5, k::copy_blocks_grid(5, 6), seed);
+    check_copy_blocks<v16>(3, 12, 192, 5, {2, 4}, seed);
+    // A block larger than one round of the whole CUDA block (256 threads x
+    // 8 vectors = 32 KiB), with a ragged last round.
+    check_copy_blocks<v16>(1, 4, 40960 + 16 * 3, 2, k::copy_blocks_grid(2, 2), seed);
+  }
+  // Narrow vectors when alignment allows no wider ones.
+  check_copy_blocks<std::uint16_t>(2, 9, 6, 4, k::copy_blocks_grid(4, 4), 4);
+  check_copy_blocks<char>(2, 9, 7, 4, {3, 1}, 5);
+}
+
+BOOST_AUTO_TEST_CASE(write_slots_scatters_rows_and_skips_padding) {
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    // 16-token blocks, 8 heads x 4 dims x 2 bytes per row.
+    check_write_slots<v16>(8, 16, 64, 100, k::write_slots_grid(100), seed);
+    // A grid of 3 CUDA blocks for 100 tokens: each warp strides over rows.
+    check_write_slots<v16>(8, 16, 64, 100, {3, 1}, seed);
+    // Rows longer than a warp's round (32 lanes x 8 x 16 B = 4 KiB).
+    check_write_slots<v16>(2, 4, 4096 + 48, 7, {1, 1}, seed);
+  }
+  check_write_slots<std::uint32_t>(4, 8, 12, 20, k::write_slots_grid(20), 4);
+  check_write_slots<char>(4, 8, 3, 20, {2, 1}, 5);
+}
+
+BOOST_AUTO_TEST_CASE(gather_copies_only_the_rows_of_its_tokens) {
+  for (std::uint64_t seed : {1u, 2u, 3u}) {
+    // 37 tokens over a 5-block list of 16-token blocks: 3 chunks, the last
+    // one 5 rows.
+    auto chunks = k::gather_chunks(5, 37, 16);
+    check_gather<v16>(10, 16, 64, 5, 37, k::gather_blocks_grid(chunks), seed);
+    check_gather<v16>(10, 16, 64, 5, 37, {1, 2}, seed);
+    // Exactly full blocks.
+    check_gather<v16>(10, 16, 64, 4, 32, k::gather_blocks_grid(2), seed);
+  }
+  check_gather<std::uint64_t>(6, 4, 24, 3, 9, k::gather_blocks_grid(3), 4);
+  check_gather<char>(6, 4, 5, 3, 9, {2, 2}, 5);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
