@@ -9,6 +9,7 @@
 
 #include "kvactor/device/kernel_bodies.hpp"
 #include "kvactor/device/kernels.cuh"
+#include "kvactor/device/swap_plan.hpp"
 
 namespace kvactor::detail {
 
@@ -188,43 +189,27 @@ int launch_swap(const pool_geometry& pool, void* host_base,
                 std::uint32_t num_host_blocks, const swap_run* runs,
                 std::size_t num_runs, swap_direction dir,
                 std::size_t max_pitch, void* stream) {
-  const std::size_t bb = pool.block_bytes();
-  const std::size_t dev_pitch = bb * pool.num_blocks;
-  const std::size_t host_pitch = bb * num_host_blocks;
-  const std::size_t planes = std::size_t{2} * pool.num_layers;
   const bool to_host = dir == swap_direction::device_to_host;
   const auto kind = to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
-  const bool two_d = dev_pitch <= max_pitch && host_pitch <= max_pitch;
-  const std::size_t dpitch = to_host ? host_pitch : dev_pitch;
-  const std::size_t spitch = to_host ? dev_pitch : host_pitch;
-  auto dev_base = static_cast<char*>(pool.base);
-  auto tier = static_cast<char*>(host_base);
+  auto dst_base = static_cast<char*>(to_host ? host_base : pool.base);
+  auto src_base = static_cast<const char*>(to_host ? pool.base : host_base);
+  const auto copies = swap_copies(pool, num_host_blocks, runs, num_runs, dir);
   std::vector<void*> dsts;
   std::vector<const void*> srcs;
   std::vector<std::size_t> sizes;
-  if (!two_d) {
-    dsts.reserve(num_runs * planes);
-    srcs.reserve(num_runs * planes);
-    sizes.reserve(num_runs * planes);
-  }
-  for (std::size_t i = 0; i < num_runs; ++i) {
-    const auto& run = runs[i];
-    char* dev = dev_base + std::size_t{run.device_first} * bb;
-    char* host = tier + std::size_t{run.host_first} * bb;
-    const std::size_t width = std::size_t{run.count} * bb;
-    char* dst = to_host ? host : dev;
-    const char* src = to_host ? dev : host;
-    if (two_d) {
-      auto err = cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, planes,
-                                   kind, as_stream(stream));
+  for (const auto& c : copies) {
+    if (c.dpitch <= max_pitch && c.spitch <= max_pitch) {
+      auto err = cudaMemcpy2DAsync(dst_base + c.dst, c.dpitch, src_base + c.src,
+                                   c.spitch, c.width, c.height, kind,
+                                   as_stream(stream));
       if (err != cudaSuccess)
         return static_cast<int>(err);
       continue;
     }
-    for (std::size_t q = 0; q < planes; ++q) {
-      dsts.push_back(dst + q * dpitch);
-      srcs.push_back(src + q * spitch);
-      sizes.push_back(width);
+    for (std::size_t q = 0; q < c.height; ++q) {
+      dsts.push_back(dst_base + c.dst + q * c.dpitch);
+      srcs.push_back(src_base + c.src + q * c.spitch);
+      sizes.push_back(c.width);
     }
   }
   if (dsts.empty())

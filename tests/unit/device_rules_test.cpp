@@ -1,8 +1,10 @@
 // The CUDA-free rules the cuda backend builds on, tested where there is no
-// GPU: swap coalescing (runs consecutive on both sides), the cross-stream
-// hazard rules, and the mark on a wake's thread.
+// GPU: swap coalescing (runs consecutive on both sides) and the strided
+// copies that move the runs, the cross-stream hazard rules, and the mark on
+// a wake's thread.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -58,6 +60,72 @@ BOOST_AUTO_TEST_CASE(coalesce_moves_merges_runs_consecutive_on_both_sides) {
         BOOST_TEST(std::count_if(moves.begin(), moves.end(), [&](auto& m) {
                      return m.device_block == r.device_first + r.count;
                    }) == 0);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(swap_copies_move_every_plane_of_every_block) {
+  // Replays the strided copies with memcpy, as cudaMemcpy2DAsync would do
+  // them (and as the per-plane pieces do when a pitch is too wide), between
+  // a 3-layer device pool of 40 blocks and a host tier of 24, and checks the
+  // whole of both sides against a block-by-block copy.
+  detail::pool_geometry pool;
+  pool.num_layers = 3;
+  pool.num_blocks = 40;
+  pool.block_size = 4;
+  pool.row_bytes = 24;
+  const std::uint32_t host_blocks = 24;
+  const std::size_t bb = pool.block_bytes();
+  const std::size_t planes = 2 * pool.num_layers;
+  std::mt19937_64 rng{707};
+  auto random_bytes = [&](std::size_t n) {
+    std::vector<char> v(n);
+    for (auto& c : v)
+      c = static_cast<char>(rng());
+    return v;
+  };
+  for (int round = 0; round < 40; ++round) {
+    auto dev = random_bytes(planes * pool.num_blocks * bb);
+    auto host = random_bytes(planes * host_blocks * bb);
+    std::vector<block_id> d(pool.num_blocks), h(host_blocks);
+    std::iota(d.begin(), d.end(), 0u);
+    std::iota(h.begin(), h.end(), 0u);
+    std::shuffle(d.begin(), d.end(), rng);
+    // Half the rounds keep the host ids in order, so long runs form.
+    if (round % 2 == 0)
+      std::shuffle(h.begin(), h.end(), rng);
+    else
+      std::sort(d.begin(), d.begin() + host_blocks);
+    std::vector<block_move> moves;
+    for (std::size_t i = 0, n = rng() % (host_blocks + 1); i < n; ++i)
+      moves.push_back({d[i], h[i]});
+    const bool to_host = round % 4 < 2;
+    auto dir = to_host ? detail::swap_direction::device_to_host
+                       : detail::swap_direction::host_to_device;
+    auto want_dev = dev;
+    auto want_host = host;
+    for (auto& m : moves)
+      for (std::size_t q = 0; q < planes; ++q) {
+        char* dp = want_dev.data() + (q * pool.num_blocks + m.device_block) * bb;
+        char* hp = want_host.data() + (q * host_blocks + m.host_block) * bb;
+        if (to_host)
+          std::memcpy(hp, dp, bb);
+        else
+          std::memcpy(dp, hp, bb);
+      }
+    auto runs = detail::coalesce_moves(moves);
+    auto copies = detail::swap_copies(pool, host_blocks, runs.data(),
+                                      runs.size(), dir);
+    BOOST_REQUIRE(copies.size() == runs.size());
+    char* dst = to_host ? host.data() : dev.data();
+    const char* src = to_host ? dev.data() : host.data();
+    for (auto& c : copies) {
+      BOOST_REQUIRE(c.height == planes);
+      for (std::size_t q = 0; q < c.height; ++q)
+        std::memcpy(dst + c.dst + q * c.dpitch, src + c.src + q * c.spitch,
+                    c.width);
+    }
+    BOOST_TEST((dev == want_dev));
+    BOOST_TEST((host == want_host));
   }
 }
 
