@@ -62,6 +62,20 @@ public:
     }
   }
 
+  /// The slot that holds `key`, or npos (for tests and diagnostics: the
+  /// home slot of a key is the top log2(slots) bits of it).
+  template <class KeyOf>
+  std::size_t slot_of(std::uint64_t key, KeyOf&& key_of) const {
+    auto t = tag(key);
+    for (auto i = home(t);; i = (i + 1) & mask_) {
+      auto& s = slots_[i];
+      if (s.value == npos)
+        return npos;
+      if (s.tag == t && key_of(s.value) == key)
+        return i;
+    }
+  }
+
   /// Adds `key` -> `value`; false (and no change) if `key` is present.
   /// REQUIRES: value != npos, size() < capacity().
   template <class KeyOf>

@@ -224,3 +224,6 @@ KVACTOR_KERNEL_FN void gather_blocks_thread(
 }
 
 } // namespace kvactor::detail::kernel
+
+#undef KVACTOR_KERNEL_FN
+#undef KVACTOR_UNROLL

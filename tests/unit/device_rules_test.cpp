@@ -118,8 +118,13 @@ BOOST_AUTO_TEST_CASE(swap_copies_move_every_plane_of_every_block) {
     BOOST_REQUIRE(copies.size() == runs.size());
     char* dst = to_host ? host.data() : dev.data();
     const char* src = to_host ? dev.data() : host.data();
+    const std::size_t dst_size = to_host ? host.size() : dev.size();
+    const std::size_t src_size = to_host ? dev.size() : host.size();
     for (auto& c : copies) {
       BOOST_REQUIRE(c.height == planes);
+      // In bounds on both sides before any byte moves.
+      BOOST_REQUIRE(c.dst + (c.height - 1) * c.dpitch + c.width <= dst_size);
+      BOOST_REQUIRE(c.src + (c.height - 1) * c.spitch + c.width <= src_size);
       for (std::size_t q = 0; q < c.height; ++q)
         std::memcpy(dst + c.dst + q * c.dpitch, src + c.src + q * c.spitch,
                     c.width);

@@ -2,10 +2,13 @@
 // grid executes kernel_bodies.hpp's code one after another (exact for these
 // kernels, whose threads share nothing), on random data and random block
 // mappings, and the whole output buffer is compared with a plain copy made
-// here. Runs everywhere, GPU or not: it checks the kernels' index math, their
-// grid-stride loops (grids smaller than the work, as large batches clamp to)
-// and that nothing outside the targets is written. The GPU tests then check
-// the same kernels on the device against the host backend.
+// here. The kernels move a test type whose copies are logged, so the tests
+// also see that every target element is stored exactly once (no thread
+// repeats or skips work, whatever the grid) and that no load or store
+// touches the guard bytes around each buffer. Runs everywhere, GPU or not:
+// it checks the kernels' index math, their grid-stride loops (grids smaller
+// than the work, as large batches clamp to) and their bounds. The GPU tests
+// then check the same kernels on the device against the host backend.
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
@@ -21,9 +24,67 @@ using kvactor::detail::block_pair;
 
 namespace {
 
-/// A 16-byte vector, as int4 is on the device.
-struct alignas(16) v16 {
-  std::uint32_t w[4];
+/// What the kernels touched while the log is on: stores into each watched
+/// buffer, counted per element, and any access to a guard zone.
+struct access_log {
+  struct watched {
+    const char* lo;
+    const char* hi;
+    std::size_t elem;
+    std::vector<std::uint32_t> stores;
+  };
+  std::vector<watched> buffers;
+  std::vector<std::pair<const char*, const char*>> guards;
+  std::size_t guard_hits = 0;
+
+  void touch(const void* p) {
+    auto c = static_cast<const char*>(p);
+    for (auto& g : guards)
+      if (c >= g.first && c < g.second)
+        ++guard_hits;
+  }
+  void store(const void* p) {
+    touch(p);
+    auto c = static_cast<const char*>(p);
+    for (auto& b : buffers)
+      if (c >= b.lo && c < b.hi)
+        ++b.stores[static_cast<std::size_t>(c - b.lo) / b.elem];
+  }
+};
+
+access_log* current_log = nullptr;
+
+/// An N-byte vector (int4, int2, int, short or char on the device) whose
+/// copies are logged: a load copy-constructs from the source element, a
+/// store assigns to the target element.
+template <std::size_t N>
+struct alignas(N) vec {
+  unsigned char b[N];
+  vec() = default;
+  vec(const vec& x) {
+    if (current_log != nullptr)
+      current_log->touch(&x);
+    std::memcpy(b, x.b, N);
+  }
+  vec& operator=(const vec& x) {
+    if (current_log != nullptr)
+      current_log->store(this);
+    std::memcpy(b, x.b, N);
+    return *this;
+  }
+};
+
+using v16 = vec<16>;
+
+/// Bytes of a buffer that the kernel under test must store into exactly
+/// once; all others it must not store into.
+struct target_bytes {
+  std::vector<bool> bytes;
+  explicit target_bytes(std::size_t n) : bytes(n, false) {}
+  void mark(std::size_t offset, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i)
+      bytes[offset + i] = true;
+  }
 };
 
 /// Runs f(thread_pos) for every thread of a grid of g (x, y) CUDA blocks of
@@ -39,23 +100,64 @@ void run_grid(k::grid_dims g, F&& f) {
 }
 
 /// `bytes` bytes of storage typed as T (so that the kernels' T accesses are
-/// accesses to T objects), filled with random bytes.
+/// accesses to T objects), filled with random bytes, between two guard zones
+/// as long as one round of a CUDA block's copy (what a missing bound check
+/// overruns by at most).
 template <class T>
 struct buffer {
+  static constexpr std::size_t guard = k::copy_unroll * k::threads_per_block;
+  std::size_t size;
   std::vector<T> data;
   buffer(std::size_t bytes, std::mt19937_64& rng)
-    : data((bytes + sizeof(T) - 1) / sizeof(T)) {
-    auto p = bytes_of();
+    : size(bytes), data((bytes + sizeof(T) - 1) / sizeof(T) + 2 * guard) {
+    auto p = reinterpret_cast<char*>(data.data());
     for (std::size_t i = 0; i < data.size() * sizeof(T); ++i)
       p[i] = static_cast<char>(rng());
   }
   char* bytes_of() {
-    return reinterpret_cast<char*>(data.data());
+    return reinterpret_cast<char*>(data.data() + guard);
   }
   std::vector<char> snapshot() {
-    return {bytes_of(), bytes_of() + data.size() * sizeof(T)};
+    return {bytes_of(), bytes_of() + size};
+  }
+  void guard_in(access_log& log) {
+    auto all = reinterpret_cast<const char*>(data.data());
+    log.guards.emplace_back(all, bytes_of());
+    log.guards.emplace_back(bytes_of() + size, all + data.size() * sizeof(T));
+  }
+  void watch_in(access_log& log) {
+    log.buffers.push_back({bytes_of(), bytes_of() + size, sizeof(T),
+                           std::vector<std::uint32_t>(size / sizeof(T), 0)});
   }
 };
+
+/// Runs `f` over grid `g` with logging on for `bufs` (every one guarded;
+/// the first `num_out` watched for stores, in order), then checks each
+/// watched buffer's stores against its targets and that no guard was hit.
+template <class T, class F>
+void run_logged(k::grid_dims g, std::vector<buffer<T>*> bufs,
+                std::size_t num_out, const std::vector<target_bytes>& targets,
+                F&& f) {
+  access_log log;
+  for (std::size_t i = 0; i < bufs.size(); ++i) {
+    bufs[i]->guard_in(log);
+    if (i < num_out)
+      bufs[i]->watch_in(log);
+  }
+  current_log = &log;
+  run_grid(g, f);
+  current_log = nullptr;
+  BOOST_TEST(log.guard_hits == 0u);
+  for (std::size_t i = 0; i < num_out; ++i) {
+    auto& w = log.buffers[i];
+    std::size_t wrong = 0;
+    for (std::size_t e = 0; e < w.stores.size(); ++e)
+      wrong += w.stores[e] != (targets[i].bytes[e * sizeof(T)] ? 1u : 0u);
+    BOOST_TEST(wrong == 0u, "buffer " << i << ": " << wrong
+                                      << " elements not stored exactly as often as "
+                                         "targeted (once, or never)");
+  }
+}
 
 /// (src, dst) pairs over num_blocks blocks: destinations distinct and never a
 /// source, as the storage's validation requires; sources may repeat (a
@@ -84,12 +186,16 @@ void check_copy_blocks(std::uint32_t layers, std::uint32_t num_blocks,
   buffer<T> pool(static_cast<std::size_t>(planes * plane_bytes), rng);
   auto pairs = random_pairs(num_blocks, num_pairs, rng);
   auto want = pool.snapshot();
+  std::vector<target_bytes> targets{target_bytes(want.size())};
   for (std::int64_t q = 0; q < planes; ++q)
-    for (auto& p : pairs)
-      std::memcpy(want.data() + q * plane_bytes + p.dst * block_bytes,
+    for (auto& p : pairs) {
+      auto dst = static_cast<std::size_t>(q * plane_bytes + p.dst * block_bytes);
+      std::memcpy(want.data() + dst,
                   want.data() + q * plane_bytes + p.src * block_bytes,
                   static_cast<std::size_t>(block_bytes));
-  run_grid(grid, [&](k::thread_pos at) {
+      targets[0].mark(dst, static_cast<std::size_t>(block_bytes));
+    }
+  run_logged<T>(grid, {&pool}, 1, targets, [&](k::thread_pos at) {
     k::copy_blocks_thread<T>(at, pool.bytes_of(), pairs.data(),
                              static_cast<std::int64_t>(pairs.size()), planes,
                              plane_bytes, block_bytes);
@@ -119,16 +225,19 @@ void check_write_slots(std::uint32_t num_blocks, std::int64_t block_size,
       s = -1;
   auto want_k = k_plane.snapshot();
   auto want_v = v_plane.snapshot();
+  std::vector<target_bytes> targets(2, target_bytes(want_k.size()));
   for (std::int64_t t = 0; t < num_tokens; ++t) {
     if (slots[t] < 0)
       continue;
     auto n = static_cast<std::size_t>(row_bytes);
-    std::memcpy(want_k.data() + slots[t] * row_bytes,
-                key.bytes_of() + t * row_bytes, n);
-    std::memcpy(want_v.data() + slots[t] * row_bytes,
-                value.bytes_of() + t * row_bytes, n);
+    auto dst = static_cast<std::size_t>(slots[t] * row_bytes);
+    std::memcpy(want_k.data() + dst, key.bytes_of() + t * row_bytes, n);
+    std::memcpy(want_v.data() + dst, value.bytes_of() + t * row_bytes, n);
+    targets[0].mark(dst, n);
+    targets[1].mark(dst, n);
   }
-  run_grid(grid, [&](k::thread_pos at) {
+  run_logged<T>(grid, {&k_plane, &v_plane, &key, &value}, 2, targets,
+                [&](k::thread_pos at) {
     k::write_slots_thread<T>(at, k_plane.bytes_of(), v_plane.bytes_of(),
                              key.bytes_of(), value.bytes_of(), slots.data(),
                              num_tokens, row_bytes);
@@ -157,6 +266,7 @@ void check_gather(std::uint32_t num_blocks, std::int64_t block_size,
     blocks.push_back(static_cast<std::uint32_t>(rng() % num_blocks));
   auto want_k = key_out.snapshot();
   auto want_v = value_out.snapshot();
+  std::vector<target_bytes> targets(2, target_bytes(want_k.size()));
   for (std::int64_t t = 0; t < num_tokens; ++t) {
     auto src = blocks[static_cast<std::size_t>(t / block_size)] * block_bytes
                + (t % block_size) * row_bytes;
@@ -164,9 +274,12 @@ void check_gather(std::uint32_t num_blocks, std::int64_t block_size,
     std::memcpy(want_k.data() + t * row_bytes, k_plane.bytes_of() + src, n);
     std::memcpy(want_v.data() + t * row_bytes, v_plane.bytes_of() + src, n);
   }
+  targets[0].mark(0, static_cast<std::size_t>(num_tokens * row_bytes));
+  targets[1].mark(0, static_cast<std::size_t>(num_tokens * row_bytes));
   auto chunks = k::gather_chunks(static_cast<std::int64_t>(num_list),
                                  num_tokens, block_size);
-  run_grid(grid, [&](k::thread_pos at) {
+  run_logged<T>(grid, {&key_out, &value_out, &k_plane, &v_plane}, 2, targets,
+                [&](k::thread_pos at) {
     k::gather_blocks_thread<T>(at, k_plane.bytes_of(), v_plane.bytes_of(),
                                blocks.data(), key_out.bytes_of(),
                                value_out.bytes_of(), chunks, num_tokens,
@@ -212,8 +325,8 @@ BOOST_AUTO_TEST_CASE(copy_blocks_copies_every_plane_of_every_pair) {
     check_copy_blocks<v16>(1, 4, 40960 + 16 * 3, 2, k::copy_blocks_grid(2, 2), seed);
   }
   // Narrow vectors when alignment allows no wider ones.
-  check_copy_blocks<std::uint16_t>(2, 9, 6, 4, k::copy_blocks_grid(4, 4), 4);
-  check_copy_blocks<char>(2, 9, 7, 4, {3, 1}, 5);
+  check_copy_blocks<vec<2>>(2, 9, 6, 4, k::copy_blocks_grid(4, 4), 4);
+  check_copy_blocks<vec<1>>(2, 9, 7, 4, {3, 1}, 5);
 }
 
 BOOST_AUTO_TEST_CASE(write_slots_scatters_rows_and_skips_padding) {
@@ -225,8 +338,8 @@ BOOST_AUTO_TEST_CASE(write_slots_scatters_rows_and_skips_padding) {
     // Rows longer than a warp's round (32 lanes x 8 x 16 B = 4 KiB).
     check_write_slots<v16>(2, 4, 4096 + 48, 7, {1, 1}, seed);
   }
-  check_write_slots<std::uint32_t>(4, 8, 12, 20, k::write_slots_grid(20), 4);
-  check_write_slots<char>(4, 8, 3, 20, {2, 1}, 5);
+  check_write_slots<vec<4>>(4, 8, 12, 20, k::write_slots_grid(20), 4);
+  check_write_slots<vec<1>>(4, 8, 3, 20, {2, 1}, 5);
 }
 
 BOOST_AUTO_TEST_CASE(gather_copies_only_the_rows_of_its_tokens) {
@@ -239,8 +352,8 @@ BOOST_AUTO_TEST_CASE(gather_copies_only_the_rows_of_its_tokens) {
     // Exactly full blocks.
     check_gather<v16>(10, 16, 64, 4, 32, k::gather_blocks_grid(2), seed);
   }
-  check_gather<std::uint64_t>(6, 4, 24, 3, 9, k::gather_blocks_grid(3), 4);
-  check_gather<char>(6, 4, 5, 3, 9, {2, 2}, 5);
+  check_gather<vec<8>>(6, 4, 24, 3, 9, k::gather_blocks_grid(3), 4);
+  check_gather<vec<1>>(6, 4, 5, 3, 9, {2, 2}, 5);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

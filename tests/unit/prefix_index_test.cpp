@@ -132,6 +132,30 @@ BOOST_AUTO_TEST_CASE(keys_sharing_the_stored_tag_are_told_apart_by_key_of) {
   BOOST_TEST(idx.find(hi | 2, kt) == npos);
 }
 
+BOOST_AUTO_TEST_CASE(a_key_homes_at_its_top_bits_and_erase_shifts_its_run_back) {
+  // 10 entries -> 16 slots: a key's home slot is its top 4 bits.
+  key_table kt{{0xF000000000000001ull, 0xF000000000000002ull,
+                0x0000000000000003ull, 0x7000000000000004ull}};
+  prefix_index idx(10);
+  for (std::uint32_t v = 0; v < 4; ++v)
+    BOOST_REQUIRE(idx.insert(kt.keys[v], v, kt));
+  BOOST_TEST(idx.slot_of(kt.keys[0], kt) == 15u); // home 15
+  BOOST_TEST(idx.slot_of(kt.keys[1], kt) == 0u);  // home 15, wrapped
+  BOOST_TEST(idx.slot_of(kt.keys[2], kt) == 1u);  // home 0, pushed on
+  BOOST_TEST(idx.slot_of(kt.keys[3], kt) == 7u);
+  // Removing the head of the wrapped run pulls both followers back.
+  BOOST_TEST(idx.erase(kt.keys[0], 0));
+  BOOST_TEST(idx.slot_of(kt.keys[1], kt) == 15u);
+  BOOST_TEST(idx.slot_of(kt.keys[2], kt) == 0u);
+  BOOST_TEST(idx.slot_of(kt.keys[3], kt) == 7u);
+  BOOST_TEST(idx.slot_of(kt.keys[0], kt) == npos);
+  // A 20,000-entry index has 32,768 slots: home = top 15 bits.
+  prefix_index big(20000);
+  key_table bt{{0x1234567800000000ull}};
+  BOOST_REQUIRE(big.insert(bt.keys[0], 0, bt));
+  BOOST_TEST(big.slot_of(bt.keys[0], bt) == (0x1234567800000000ull >> 49));
+}
+
 BOOST_AUTO_TEST_CASE(an_index_filled_to_capacity_finds_every_key) {
   constexpr std::size_t n = 1000;
   prefix_index idx(n);
@@ -171,6 +195,7 @@ BOOST_AUTO_TEST_CASE(random_ops_match_unordered_map) {
     pool.push_back(rng());
   for (std::uint64_t seed : {11u, 12u, 13u})
     random_ops(1500, pool, 100000, seed);
+  random_ops(20000, pool, 100000, 14); // the default pool's table size
 }
 
 BOOST_AUTO_TEST_SUITE_END()
