@@ -107,6 +107,7 @@ struct block_pool_state {
     s.hit_tokens = c.hit_tokens;
     s.swap_outs = c.swap_outs;
     s.swap_ins = c.swap_ins;
+    s.swap_in_shared = c.swap_in_shared;
     s.host_total_blocks = core().num_host_blocks();
     s.host_free_blocks = core().free_host_blocks();
     s.pinned_blocks = core().pinned_blocks();

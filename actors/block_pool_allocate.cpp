@@ -133,15 +133,7 @@ block_pool_core::allocate(const allocation_request& req) {
   seq.blocks.reserve(p.need);
   for (std::uint32_t i = 0; i < p.hits; ++i) {
     auto b = find_indexed(scratch_[i].lo);
-    auto& m = blocks_[b];
-    if (m.state == block_state::cached) {
-      if (!m.pinned)
-        lru_.remove(b, m.level);
-      m.state = block_state::used;
-      m.level = 0; // a revived prefix is worth what its new holders are
-      charge(b, t);
-    }
-    hold(b, seq);
+    share_indexed(b, seq);
     seq.blocks.push_back(b);
   }
   for (auto i = p.hits; i < p.need; ++i) {

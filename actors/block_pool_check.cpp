@@ -55,6 +55,12 @@ caf::error block_pool_core::check_invariant() const {
                    + std::to_string(s.num_tokens) + " tokens");
       return;
     }
+    if (s.host_hashes.size() != s.host_blocks.size()) {
+      err = broken(name + " has " + std::to_string(s.host_hashes.size())
+                   + " hashes for " + std::to_string(s.host_blocks.size())
+                   + " host blocks");
+      return;
+    }
     if (s.release_pending
         && (s.where == residency::resident || s.where == residency::swapped)) {
       err = broken(name + " has a release pending but no swap in progress");

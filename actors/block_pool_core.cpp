@@ -264,6 +264,18 @@ std::uint8_t block_pool_core::retention_level(const sequence& seq) const
   return seq.level;
 }
 
+void block_pool_core::share_indexed(block_id b, const sequence& seq) {
+  auto& m = blocks_[b];
+  if (m.state == block_state::cached) {
+    if (!m.pinned)
+      lru_.remove(b, m.level);
+    m.state = block_state::used;
+    m.level = 0; // a revived prefix is worth what its new holders are
+    charge(b, seq.tenant);
+  }
+  hold(b, seq);
+}
+
 void block_pool_core::hold(block_id b, const sequence& seq) noexcept {
   auto& m = blocks_[b];
   m.level = std::max(m.level, seq.level);
@@ -306,6 +318,7 @@ sequence& block_pool_core::new_sequence(request_id id) {
   seq.release_pending = false;
   seq.expected_tokens = 0;
   seq.host_blocks.clear();
+  seq.host_hashes.clear();
   seq.incoming.clear();
   return seq;
 }
@@ -317,6 +330,7 @@ void block_pool_core::drop_sequence(request_id id) {
   seq.blocks.clear();
   seq.tail.clear();
   seq.host_blocks.clear();
+  seq.host_hashes.clear();
   seq.incoming.clear();
   seq.where = residency::resident;
   seq.release_pending = false;
@@ -343,6 +357,7 @@ void block_pool_core::release_now(sequence& seq) {
     host_free_.push(h);
   seq.incoming.clear();
   seq.host_blocks.clear();
+  seq.host_hashes.clear();
   --tenants_[seq.tenant].active;
   drop_sequence(seq.id);
 }

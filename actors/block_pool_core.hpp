@@ -81,6 +81,10 @@ struct sequence {
   // being filled (swapping_in); a release during a move waits for its end.
   residency where = residency::resident;
   std::vector<block_id> host_blocks;
+  // Per host block: its hash if the block was in the prefix index when it
+  // left, else zero. A swap-in shares such a block again, without a copy,
+  // if the prefix is still on the device.
+  std::vector<block_hash> host_hashes;
   std::vector<block_id> incoming;
   bool release_pending = false;
 };
@@ -100,6 +104,7 @@ struct pool_counters {
   std::uint64_t hit_tokens = 0;          ///< of which found cached
   std::uint64_t swap_outs = 0;           ///< requests moved to the host tier
   std::uint64_t swap_ins = 0;            ///< and back
+  std::uint64_t swap_in_shared = 0;      ///< blocks a swap-in found on the device
 };
 
 /// A change to the prefix index, for KV-event subscribers.
@@ -410,6 +415,7 @@ private:
   bool append_in_place(sequence& seq, std::uint64_t n, const token_id* tokens);
   std::uint8_t retention_level(const sequence& seq) const noexcept;
   void hold(block_id b, const sequence& seq) noexcept;
+  void share_indexed(block_id b, const sequence& seq);
   /// How many of the prompt's first full blocks (at most `max_hits`) are in
   /// the index; their hashes (and the first miss's) are left in scratch_.
   std::uint32_t lookup(std::uint16_t t, const std::vector<token_id>& prompt,

@@ -1,6 +1,10 @@
 // block_pool_core: swapping a request's blocks to the host tier and back, in
 // two phases around the device's copy, so that a failed copy changes nothing
-// and a block being read is never handed to anyone else.
+// and a block being read is never handed to anyone else. Every block goes
+// out (a cached prefix may be evicted while the request is away); coming
+// back, a block whose prefix is still on the device (cached, or in use by
+// another request) is shared again instead of copied, so a swapped request
+// keeps sharing its prompt's prefix and the copy moves only the rest.
 #include "kvactor/actors/block_pool_core.hpp"
 
 #include "kvactor/messages/error.hpp"
@@ -25,6 +29,8 @@ block_pool_core::swap_out_begin(request_id id) {
   for (auto b : seq->blocks) {
     auto h = host_free_.pop();
     seq->host_blocks.push_back(h);
+    auto& m = blocks_[b];
+    seq->host_hashes.push_back(m.indexed ? m.hash : block_hash{});
     moves.push_back(block_move{b, h});
   }
   // The device blocks stay referenced until the copy finished.
@@ -51,6 +57,7 @@ caf::expected<std::uint32_t> block_pool_core::swap_out_done(request_id id,
     for (auto h = seq->host_blocks.rbegin(); h != seq->host_blocks.rend(); ++h)
       host_free_.push(*h);
     seq->host_blocks.clear();
+    seq->host_hashes.clear();
     seq->where = residency::resident;
     promised_ += growth(*seq);
   }
@@ -70,15 +77,44 @@ block_pool_core::swap_in_begin(request_id id) {
                                         ? " is not swapped out"
                                         : " is being swapped: wait for it"));
   auto n = seq->host_blocks.size();
-  if (auto err = admit_blocks(seq->tenant, n))
+  // Plan: which blocks are still on the device, and what sharing them takes
+  // from the free and cached blocks (as for prefix hits in allocate).
+  std::vector<block_id> found(n, no_block);
+  std::uint64_t shared = 0;
+  std::uint64_t revived = 0;
+  std::uint64_t pinned = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto h = seq->host_hashes[i];
+    if (h == block_hash{})
+      continue;
+    auto b = find_indexed(h.lo);
+    if (b == prefix_index::npos || blocks_[b].hash.hi != h.hi)
+      continue;
+    found[i] = b;
+    ++shared;
+    if (blocks_[b].state == block_state::cached) {
+      ++revived;
+      pinned += blocks_[b].pinned;
+    }
+  }
+  if (auto err = admit_blocks(seq->tenant, n - shared + revived, pinned))
     return err;
+  // Commit: share first, so that taking fresh blocks cannot evict them.
+  seq->incoming.assign(n, no_block);
+  for (std::size_t i = 0; i < n; ++i)
+    if (found[i] != no_block) {
+      share_indexed(found[i], *seq);
+      seq->incoming[i] = found[i];
+    }
   std::vector<block_move> moves;
-  moves.reserve(n);
-  for (auto h : seq->host_blocks) {
+  moves.reserve(n - shared);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (found[i] != no_block)
+      continue;
     auto b = take_block(seq->tenant);
     blocks_[b].level = seq->level;
-    seq->incoming.push_back(b);
-    moves.push_back(block_move{b, h});
+    seq->incoming[i] = b;
+    moves.push_back(block_move{b, seq->host_blocks[i]});
   }
   seq->where = residency::swapping_in;
   return moves;
@@ -92,13 +128,19 @@ caf::expected<std::uint32_t> block_pool_core::swap_in_done(request_id id,
                       req_name(id) + " has no swap in progress");
   auto before = counters_.blocks_freed;
   if (ok) {
-    // Fresh, private blocks: the request's hash chain continues from here,
-    // but these copies are not findable (the originals may still be).
+    // The shared blocks are the indexed ones with the hash they left with;
+    // the copies are fresh, private and not findable. The request's hash
+    // chain continues from here either way.
+    for (std::size_t i = 0; i < seq->incoming.size(); ++i) {
+      auto& m = blocks_[seq->incoming[i]];
+      counters_.swap_in_shared += m.indexed && m.hash == seq->host_hashes[i];
+    }
     seq->blocks.swap(seq->incoming);
     seq->incoming.clear();
     for (auto h : seq->host_blocks)
       host_free_.push(h);
     seq->host_blocks.clear();
+    seq->host_hashes.clear();
     seq->where = residency::resident;
     promised_ += growth(*seq);
     ++counters_.swap_ins;

@@ -225,6 +225,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
             s.host_free_blocks = p.host_free_blocks;
             s.swap_out_count = p.swap_outs;
             s.swap_in_count = p.swap_ins;
+            s.swap_in_shared_blocks = p.swap_in_shared;
             s.tenants = std::move(p.tenants);
             s.blocks_allocated = p.blocks_allocated;
             s.prefix_hit_blocks = p.prefix_hit_blocks;

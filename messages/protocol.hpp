@@ -120,6 +120,7 @@ struct pool_stats {
   std::uint64_t host_total_blocks = 0;
   std::uint64_t host_free_blocks = 0;
   std::uint64_t pinned_blocks = 0;
+  std::uint64_t swap_in_shared = 0;
 };
 
 template <class Inspector>
@@ -130,7 +131,7 @@ typename Inspector::result_type inspect(Inspector& f, pool_stats& x) {
            x.blocks_freed, x.blocks_cached, x.evictions, x.cow_copies,
            x.preemptions, x.query_tokens, x.hit_tokens, x.tenants,
            x.swap_outs, x.swap_ins, x.host_total_blocks, x.host_free_blocks,
-           x.pinned_blocks);
+           x.pinned_blocks, x.swap_in_shared);
 }
 
 /// New tokens' K and V rows for one layer, to scatter into their slots

@@ -216,6 +216,9 @@ struct cache_manager_stats {
   std::uint64_t blocks_freed = 0;      ///< blocks whose last ref went
   std::uint64_t blocks_cached = 0;     ///< full blocks entered the index
   std::uint64_t cow_copies = 0;        ///< copy-on-write block copies
+  /// Blocks a swap-in shared again because their prefix was still on the
+  /// device (cached or in use), instead of copying them from the host.
+  std::uint64_t swap_in_shared_blocks = 0;
 };
 
 template <class Inspector>
@@ -227,7 +230,8 @@ typename Inspector::result_type inspect(Inspector& f, cache_manager_stats& x) {
            x.preemption_count, x.swap_out_count, x.swap_in_count, x.block_size,
            x.prefix_query_tokens, x.prefix_hit_tokens, x.host_total_blocks,
            x.host_free_blocks, x.tenants, x.blocks_allocated,
-           x.prefix_hit_blocks, x.blocks_freed, x.blocks_cached, x.cow_copies);
+           x.prefix_hit_blocks, x.blocks_freed, x.blocks_cached, x.cow_copies,
+           x.swap_in_shared_blocks);
 }
 
 /// What one garbage collection did.

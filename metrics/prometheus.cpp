@@ -142,6 +142,10 @@ std::string to_prometheus(const cache_manager_stats& s) {
           "Requests swapped out to the host tier.", s.swap_out_count);
   counter(reg, "kvactor:swap_ins_total",
           "Requests swapped back in from the host tier.", s.swap_in_count);
+  counter(reg, "kvactor:swap_in_shared_blocks_total",
+          "Blocks a swap-in shared again from the device's prefix cache "
+          "instead of copying them from the host tier.",
+          s.swap_in_shared_blocks);
   add_tenants(reg, s.tenants);
   return prometheus::TextSerializer{}.Serialize(reg.Collect());
 }

@@ -38,6 +38,7 @@ nlohmann::json to_json(const cache_manager_stats& x) {
     {"preemption_count", x.preemption_count},
     {"swap_out_count", x.swap_out_count},
     {"swap_in_count", x.swap_in_count},
+    {"swap_in_shared_blocks", x.swap_in_shared_blocks},
     {"block_size", x.block_size},
     {"prefix_query_tokens", x.prefix_query_tokens},
     {"prefix_hit_tokens", x.prefix_hit_tokens},

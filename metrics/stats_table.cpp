@@ -46,7 +46,9 @@ std::string format_table(const cache_manager_stats& x) {
   row("prefix hit / query tok", num(x.prefix_hit_tokens) + " / " + num(x.prefix_query_tokens));
   row("evictions", num(x.eviction_count));
   row("preemptions", num(x.preemption_count));
-  row("swaps out / in", num(x.swap_out_count) + " / " + num(x.swap_in_count));
+  row("swaps out / in", num(x.swap_out_count) + " / " + num(x.swap_in_count)
+                          + " (" + num(x.swap_in_shared_blocks)
+                          + " blocks shared back in)");
   if (!x.tenants.empty()) {
     char buf[160];
     out << "\n  tenant           blocks  quota  reserved  active  hit rate  preempted\n"

@@ -33,6 +33,7 @@ cache_manager_stats filled_stats() {
   s.preemption_count = 14;
   s.swap_out_count = 15;
   s.swap_in_count = 16;
+  s.swap_in_shared_blocks = 17;
   s.block_size = 16;
   s.prefix_query_tokens = 4000;
   s.prefix_hit_tokens = 1000;
@@ -63,7 +64,7 @@ BOOST_AUTO_TEST_SUITE(metrics_suite)
 
 BOOST_AUTO_TEST_CASE(manager_stats_json_has_every_field_by_name) {
   auto j = to_json(filled_stats());
-  BOOST_TEST(j.size() == 25u);
+  BOOST_TEST(j.size() == 26u);
   BOOST_TEST(j["total_memory_bytes"].get<std::uint64_t>() == 1000u * 65536);
   BOOST_TEST(j["used_memory_bytes"].get<std::uint64_t>() == 600u * 65536);
   BOOST_TEST(j["active_caches"].get<std::uint64_t>() == 7u);
@@ -78,6 +79,7 @@ BOOST_AUTO_TEST_CASE(manager_stats_json_has_every_field_by_name) {
   BOOST_TEST(j["preemption_count"].get<std::uint64_t>() == 14u);
   BOOST_TEST(j["swap_out_count"].get<std::uint64_t>() == 15u);
   BOOST_TEST(j["swap_in_count"].get<std::uint64_t>() == 16u);
+  BOOST_TEST(j["swap_in_shared_blocks"].get<std::uint64_t>() == 17u);
   BOOST_TEST(j["block_size"].get<std::uint64_t>() == 16u);
   BOOST_TEST(j["prefix_query_tokens"].get<std::uint64_t>() == 4000u);
   BOOST_TEST(j["prefix_hit_tokens"].get<std::uint64_t>() == 1000u);
@@ -149,6 +151,7 @@ BOOST_AUTO_TEST_CASE(prometheus_text_has_every_pool_metric_with_its_value) {
     {"kvactor:allocation_failures_total", 13},
     {"kvactor:swap_outs_total", 15},
     {"kvactor:swap_ins_total", 16},
+    {"kvactor:swap_in_shared_blocks_total", 17},
   };
   for (auto& [name, value] : expected) {
     BOOST_TEST_CONTEXT(name) {
@@ -221,7 +224,7 @@ BOOST_AUTO_TEST_CASE(prometheus_text_lines_are_well_formed) {
       }
     }
   }
-  BOOST_TEST(num_samples == 23u + 8u * 2u);
+  BOOST_TEST(num_samples == 24u + 8u * 2u);
   // Counter families end in _total (vLLM's scraped names); gauges never do.
   for (auto& [family, kind] : types) {
     bool suffixed = family.size() > 6

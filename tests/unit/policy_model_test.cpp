@@ -319,11 +319,14 @@ private:
       r += 2;
     }
     bool ok = chance(75);
+    auto shared_before = core_.counters().swap_in_shared;
     auto want = r == 2 ? model_.swap_out_done(id, ok) : model_.swap_in_done(id, ok);
     auto got = r == 2 ? core_.swap_out_done(id, ok) : core_.swap_in_done(id, ok);
     expect_release(r == 2 ? (ok ? "swap_out_done:ok" : "swap_out_done:failed")
                           : (ok ? "swap_in_done:ok" : "swap_in_done:failed"),
                    got, want);
+    if (core_.counters().swap_in_shared > shared_before)
+      ++cov["swap_in shared its prefix"];
   }
 
   /// Pins a prefix gamma computed. Only gamma pins: its namespace is its
@@ -485,7 +488,8 @@ private:
                      && c.preemptions == m.preemptions
                      && c.query_tokens == m.query_tokens
                      && c.hit_tokens == m.hit_tokens && c.swap_outs == m.swap_outs
-                     && c.swap_ins == m.swap_ins,
+                     && c.swap_ins == m.swap_ins
+                     && c.swap_in_shared == m.swap_in_shared,
                    "counters");
     for (std::size_t t = 0; t < 3; ++t) {
       auto& ct = core_.tenants()[t];
@@ -599,7 +603,8 @@ void run_and_check_coverage(const run_params& p,
                  "swap_out_begin:out_of_blocks", "swap_out_begin:invalid_request",
                  "swap_in_begin:ok", "swap_in_begin:quota_exceeded",
                  "swap_out_done:ok:ok", "swap_out_done:failed:ok",
-                 "swap_in_done:ok:ok", "swap_in_done:failed:ok", "pin:ok",
+                 "swap_in_done:ok:ok", "swap_in_done:failed:ok",
+                 "swap_in shared its prefix", "pin:ok",
                  "pinned some", "pin:quota_exceeded", "expired", "victims",
                  "victim preempted:ok", "step admitted",
                  "event:stored", "event:removed"})

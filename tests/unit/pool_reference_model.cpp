@@ -560,6 +560,7 @@ model_moves pool_model::swap_out_begin(request_id id) {
   model_moves out;
   for (auto b : seq.blocks) {
     seq.host_blocks.push_back(host_free_.back());
+    seq.host_keys.push_back(blocks_[b].key);
     host_free_.pop_back();
     out.moves.push_back(block_move{b, seq.host_blocks.back()});
   }
@@ -584,6 +585,7 @@ model_release pool_model::swap_out_done(request_id id, bool ok) {
     for (auto h = seq.host_blocks.rbegin(); h != seq.host_blocks.rend(); ++h)
       host_free_.push_back(*h);
     seq.host_blocks.clear();
+    seq.host_keys.clear();
     seq.where = residency::resident;
   }
   if (seq.release_pending)
@@ -598,12 +600,50 @@ model_moves pool_model::swap_in_begin(request_id id) {
   auto& seq = it->second;
   if (seq.where != residency::swapped)
     return {errc::invalid_request, {}};
-  if (auto e = admit(seq.tenant, seq.host_blocks.size()))
+  // A block whose key is still indexed is shared again, not copied; the
+  // others are taken fresh, after the shared ones are held.
+  auto n = seq.host_blocks.size();
+  std::vector<std::optional<block_id>> still(n);
+  std::uint64_t shared = 0, revived = 0, pinned = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!seq.host_keys[i])
+      continue;
+    auto it = index_.find(*seq.host_keys[i]);
+    if (it == index_.end())
+      continue;
+    still[i] = it->second;
+    ++shared;
+    if (blocks_[it->second].st == state::cached) {
+      ++revived;
+      pinned += blocks_[it->second].pinned;
+    }
+  }
+  if (auto e = admit(seq.tenant, n - shared + revived, pinned))
     return {e, {}};
+  seq.incoming.assign(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!still[i])
+      continue;
+    auto b = *still[i];
+    auto& m = blocks_[b];
+    if (m.st == state::cached) {
+      if (!m.pinned)
+        lru_[m.level].remove(b);
+      m.st = state::used;
+      m.tenant = seq.tenant;
+      m.level = seq.level;
+      ++tenants_[seq.tenant].used;
+    }
+    m.level = std::max(m.level, seq.level);
+    ++m.refs;
+    seq.incoming[i] = b;
+  }
   model_moves out;
-  for (auto h : seq.host_blocks) {
-    seq.incoming.push_back(take(seq.tenant, seq.level));
-    out.moves.push_back(block_move{seq.incoming.back(), h});
+  for (std::size_t i = 0; i < n; ++i) {
+    if (still[i])
+      continue;
+    seq.incoming[i] = take(seq.tenant, seq.level);
+    out.moves.push_back(block_move{seq.incoming[i], seq.host_blocks[i]});
   }
   seq.where = residency::swapping_in;
   return out;
@@ -616,11 +656,16 @@ model_release pool_model::swap_in_done(request_id id, bool ok) {
   auto& seq = it->second;
   auto before = counters_.blocks_freed;
   if (ok) {
+    for (std::size_t i = 0; i < seq.incoming.size(); ++i)
+      counters_.swap_in_shared += seq.host_keys[i].has_value()
+                                  && blocks_[seq.incoming[i]].key
+                                       == seq.host_keys[i];
     seq.blocks = std::move(seq.incoming);
     seq.incoming.clear();
     for (auto h : seq.host_blocks)
       host_free_.push_back(h);
     seq.host_blocks.clear();
+    seq.host_keys.clear();
     seq.where = residency::resident;
     ++counters_.swap_ins;
   } else {

@@ -50,6 +50,8 @@ struct model_sequence {
   std::uint64_t expected_tokens = 0;
   detail::residency where = detail::residency::resident;
   std::vector<block_id> host_blocks; ///< swapping_out, swapped, swapping_in
+  /// Per host block: its index key when it left, if it was indexed.
+  std::vector<std::optional<prefix_key>> host_keys;
   std::vector<block_id> incoming;    ///< swapping_in
   bool release_pending = false;
 };

@@ -66,7 +66,8 @@ std::string describe(const block_pool_core& pool, bool flow = true) {
   auto& c = pool.counters();
   out << "counters " << c.allocations << ' ' << c.allocation_failures << ' '
       << c.blocks_cached << ' ' << c.evictions << ' ' << c.swap_outs << ' '
-      << c.swap_ins << ' ' << c.preemptions << '\n';
+      << c.swap_ins << ' ' << c.swap_in_shared << ' ' << c.preemptions
+      << '\n';
   if (flow)
     out << "flow " << c.blocks_allocated << ' ' << c.blocks_freed << '\n';
   for (auto& t : pool.tenants())
@@ -230,40 +231,104 @@ BOOST_FIXTURE_TEST_CASE(failed_swap_out_restores_everything, swap_fixture) {
   ok();
 }
 
-BOOST_FIXTURE_TEST_CASE(swap_in_gives_a_table_of_the_same_length_in_other_blocks,
+BOOST_FIXTURE_TEST_CASE(swap_in_shares_the_prefix_still_cached_and_copies_the_rest,
+                        swap_fixture) {
+  auto p = run(50, 10);
+  alloc(prompt_req(1, p)); // 0 1 2; 0 and 1 indexed
+  auto out = out_begin(1);
+  out_done(1, true); // 0 and 1 cached, 2 free
+  BOOST_TEST(pool().cached_blocks() == 2u);
+  alloc(tokens_req(2, 8)); // takes free blocks, not the cached 0 and 1
+  auto in = in_begin(1);
+  // Only the unindexed tail block is copied back, into a fresh block.
+  BOOST_REQUIRE(in.size() == 1u);
+  BOOST_TEST(in[0].host_block == out[2].host_block);
+  BOOST_TEST((seq(1).incoming == ids{0, 1, in[0].device_block}));
+  BOOST_TEST(pool().cached_blocks() == 0u); // revived and held meanwhile
+  BOOST_TEST(in_done(1, true) == 0u);
+  BOOST_TEST((seq(1).blocks == ids{0, 1, in[0].device_block}));
+  BOOST_TEST(pool().counters().swap_in_shared == 2u);
+  BOOST_TEST(pool().counters().swap_ins == 1u);
+  BOOST_TEST(pool().free_host_blocks() == 8u);
+  // Its prefix is shared again: a new request with the same prompt hits it.
+  alloc(prompt_req(3, p));
+  BOOST_TEST(seq(3).blocks[0] == 0u);
+  BOOST_TEST(seq(3).blocks[1] == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(swap_in_shares_a_prefix_another_request_still_uses,
+                        swap_fixture) {
+  auto p = run(0, 9);
+  alloc(prompt_req(1, p)); // 0 1 2, two indexed
+  alloc(prompt_req(2, p)); // shares 0 1, own 3
+  out_begin(1);
+  BOOST_TEST(out_done(1, true) == 1u); // only its private block 2
+  auto used = pool().used_blocks();
+  auto in = in_begin(1);
+  BOOST_REQUIRE(in.size() == 1u);
+  BOOST_TEST(pool().used_blocks() == used + 1); // the shared ones were in use
+  in_done(1, true);
+  BOOST_TEST(seq(1).blocks[0] == seq(2).blocks[0]);
+  BOOST_TEST(seq(1).blocks[1] == seq(2).blocks[1]);
+  BOOST_TEST(pool().counters().swap_in_shared == 2u);
+  // Both release: the shared blocks are freed once, by the last holder.
+  BOOST_TEST(pool().release(1).value() == 1u);
+  BOOST_TEST(pool().release(2).value() == 3u);
+}
+
+BOOST_FIXTURE_TEST_CASE(swap_in_copies_all_when_the_prefix_was_evicted,
                         swap_fixture) {
   auto p = run(50, 10);
   alloc(prompt_req(1, p)); // 0 1 2; 0 and 1 indexed
   auto out = out_begin(1);
   out_done(1, true);
-  alloc(tokens_req(2, 8)); // takes the freed block 2 and a fresh one
+  // Request 2 takes every block, the two cached ones last (evicted).
+  alloc(tokens_req(2, 4 * 16));
+  BOOST_TEST(pool().cached_blocks() == 0u);
+  BOOST_TEST(code(pool().swap_in_begin(1)) == "out_of_blocks");
+  pool().release(2);
   auto in = in_begin(1);
-  BOOST_TEST(in.size() == 3u);
-  BOOST_TEST((seq(1).where == residency::swapping_in));
-  BOOST_TEST(seq(1).incoming.size() == 3u);
+  BOOST_REQUIRE(in.size() == 3u);
   for (std::size_t i = 0; i < in.size(); ++i)
     BOOST_TEST(in[i].host_block == out[i].host_block); // table order kept
-  std::set<block_id> fresh(seq(1).incoming.begin(), seq(1).incoming.end());
-  BOOST_TEST(fresh.size() == 3u);
-  for (auto b : seq(2).blocks)
-    BOOST_TEST(fresh.count(b) == 0u);
+  BOOST_TEST((seq(1).incoming == devices(in)));
   BOOST_TEST(in_done(1, true) == 0u);
   BOOST_TEST((seq(1).where == residency::resident));
-  BOOST_TEST(seq(1).blocks.size() == 3u);
   BOOST_TEST((seq(1).blocks == devices(in)));
   BOOST_TEST(seq(1).num_tokens == 10u);
   BOOST_TEST(seq(1).host_blocks.empty());
   BOOST_TEST(pool().free_host_blocks() == 8u);
-  BOOST_TEST(pool().counters().swap_ins == 1u);
-  // Resident again: it grows, and its hash chain goes on from where it was.
+  BOOST_TEST(pool().counters().swap_in_shared == 0u);
+  // The copies are private and unindexed: the prompt no longer hits...
+  alloc(prompt_req(5, p));
+  BOOST_TEST(seq(5).blocks[0] != seq(1).blocks[0]);
+  // ...but the request's hash chain goes on from where it was.
   auto more = run(60, 2);
   BOOST_REQUIRE(pool().extend(1, 2, more.data()));
   ok();
   auto q = p;
   q.insert(q.end(), more.begin(), more.end());
   q.push_back(7);
-  alloc(prompt_req(5, q));
-  BOOST_TEST(seq(5).blocks[2] == seq(1).blocks[2]);
+  alloc(prompt_req(6, q));
+  BOOST_TEST(seq(6).blocks[2] == seq(1).blocks[2]);
+}
+
+BOOST_FIXTURE_TEST_CASE(failed_swap_in_puts_revived_blocks_back_in_the_cache,
+                        swap_fixture) {
+  auto p = run(50, 10);
+  alloc(prompt_req(1, p));
+  out_begin(1);
+  out_done(1, true);
+  auto before = describe(pool(), false);
+  in_begin(1);
+  BOOST_TEST(pool().cached_blocks() == 0u);
+  BOOST_TEST(in_done(1, false) == 3u);
+  BOOST_TEST(describe(pool(), false) == before);
+  BOOST_TEST(pool().cached_blocks() == 2u);
+  BOOST_TEST(pool().counters().swap_in_shared == 0u);
+  in_begin(1);
+  in_done(1, true);
+  BOOST_TEST(pool().counters().swap_in_shared == 2u);
 }
 
 BOOST_FIXTURE_TEST_CASE(failed_swap_in_keeps_it_swapped_and_returns_the_blocks,
@@ -315,7 +380,9 @@ BOOST_FIXTURE_TEST_CASE(release_during_a_swap_waits_for_its_end, swap_fixture) {
     // Its end finishes the release: device and host blocks all return.
     auto freed = in ? in_done(1, success) : out_done(1, success);
     BOOST_TEST(pool().find(1) == nullptr, "case " << c);
-    BOOST_TEST(freed == (in ? 3u : 1u), "case " << c);
+    // Only its private block: the prefix it shares stays with request 2
+    // (a swap-in shares it again rather than copying it).
+    BOOST_TEST(freed == 1u, "case " << c);
     BOOST_TEST(pool().free_host_blocks() == 8u);
     BOOST_TEST(pool().used_blocks() == 3u); // request 2's
     BOOST_TEST(pool().tenants()[0].active == 1u);
@@ -442,6 +509,37 @@ public:
     return true;
   }
 
+  /// The bytes a model would compute for a full block ending at `end`: a
+  /// function of every token before it, as K and V are. Requests that share
+  /// a prefix find these bytes in its cached blocks.
+  bytes prefix_block(const std::vector<token_id>& prompt, std::size_t end) {
+    std::uint64_t h = 0xcbf29ce484222325ull;
+    for (std::size_t i = 0; i < end; ++i)
+      h = (h ^ static_cast<std::uint32_t>(prompt[i])) * 0x100000001b3ull;
+    std::mt19937_64 gen(h);
+    bytes out(storage_->layout().bytes_per_block());
+    for (auto& x : out)
+      x = static_cast<std::uint8_t>(gen());
+    return out;
+  }
+
+  /// Allocates `id` with `prompt` (prefix hits included) and fills its
+  /// blocks: the full ones with their prefix's bytes, the last at random.
+  bool allocate_prompt(request_id id, const std::vector<token_id>& prompt) {
+    if (!pool().allocate(prompt_req(id, prompt)))
+      return false;
+    auto& seq = *pool().find(id);
+    auto& want = expect_[id];
+    auto bs = pool().block_size();
+    for (std::size_t i = 0; i < seq.blocks.size(); ++i) {
+      auto end = (i + 1) * bs;
+      want.push_back(end <= prompt.size() ? prefix_block(prompt, end)
+                                          : random_block());
+      write(seq.blocks[i], want.back());
+    }
+    return true;
+  }
+
   /// Grows `id`; copies on write as told and fills the changed blocks anew.
   void extend(request_id id, std::uint64_t n) {
     auto res = pool().extend(id, n, nullptr);
@@ -492,13 +590,15 @@ public:
     return ok;
   }
 
-  /// Fills every block no request holds with noise, as reuse would.
+  /// Fills every block no request holds with noise, as reuse would; cached
+  /// blocks keep their prefix's bytes until evicted.
   void scribble_free_blocks() {
     std::vector<bool> held(num_blocks, false);
     pool().for_each_sequence([&](const detail::sequence& s) {
       for (auto b : s.blocks)
         held[b] = true;
     });
+    pool().for_each_indexed([&](std::uint64_t, block_id b) { held[b] = true; });
     for (block_id b = 0; b < num_blocks; ++b)
       if (!held[b])
         write(b, random_block());
@@ -571,8 +671,15 @@ BOOST_AUTO_TEST_CASE(swapped_bytes_survive_many_random_cycles) {
     auto resident = h.live(residency::resident);
     auto swapped = h.live(residency::swapped);
     auto r = below(100);
-    if (r < 25) {
+    if (r < 12) {
       h.allocate(next++, below(20));
+    } else if (r < 25) {
+      // A prompt on one of three shared prefixes, so that swapped requests
+      // share blocks with others and with the cache.
+      auto p = run(static_cast<token_id>(1000 * below(3)), 4 + below(8));
+      auto tail = run(static_cast<token_id>(5000 + next), below(6));
+      p.insert(p.end(), tail.begin(), tail.end());
+      h.allocate_prompt(next++, p);
     } else if (r < 40 && !resident.empty()) {
       h.extend(resident[below(resident.size())], 1 + below(6));
     } else if (r < 45 && !resident.empty()) {
@@ -596,6 +703,9 @@ BOOST_AUTO_TEST_CASE(swapped_bytes_survive_many_random_cycles) {
   }
   BOOST_TEST(cycles == 200u);
   BOOST_TEST(failed > 20u);
+  BOOST_TEST_MESSAGE("blocks shared back in: "
+                     << h.pool().counters().swap_in_shared);
+  BOOST_TEST(h.pool().counters().swap_in_shared > 20u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
