@@ -412,6 +412,38 @@ BOOST_AUTO_TEST_CASE(swap_out_and_in_round_trips_the_bytes) {
   BOOST_TEST(s.host_free_blocks == 8u);
 }
 
+BOOST_AUTO_TEST_CASE(swap_in_shares_back_a_prefix_another_request_holds) {
+  auto cfg = small_config();
+  cfg.num_host_blocks = 8;
+  cache_fixture f{cfg};
+  std::vector<token_id> prompt{1, 2, 3, 4, 5, 6}; // one full block + 2
+  auto h = f.alloc(f.req(1, 0, 256, prompt));
+  auto other = f.alloc(f.req(2, 0, 256, prompt));
+  auto shared = h->table().blocks[0];
+  BOOST_REQUIRE_EQUAL(other->table().blocks[0], shared);
+  fill_block(*h, shared, 5.0f);
+  fill_block(*h, h->table().blocks[1], 6.0f);
+  std::vector<float> before;
+  for (auto b : h->table().blocks)
+    before.insert(before.end(), block_of(**h->key_cache(0), b),
+                  block_of(**h->key_cache(0), b) + (*h->key_cache(0))->strides[0]);
+  BOOST_REQUIRE_MESSAGE(!f.m().swap_out(1), "swap_out");
+  BOOST_REQUIRE_MESSAGE(!f.m().swap_in(1), "swap_in");
+  // The prefix block is request 2's again, not a copy; the tail came back.
+  auto t = h->table();
+  BOOST_REQUIRE_EQUAL(t.blocks.size(), 2u);
+  BOOST_TEST(t.blocks[0] == shared);
+  std::vector<float> after;
+  for (auto b : t.blocks)
+    after.insert(after.end(), block_of(**h->key_cache(0), b),
+                 block_of(**h->key_cache(0), b) + (*h->key_cache(0))->strides[0]);
+  BOOST_TEST((after == before), "the bytes came back changed");
+  auto s = f.m().stats();
+  BOOST_TEST(s.swap_in_count == 1u);
+  BOOST_TEST(s.swap_in_shared_blocks == 1u);
+  BOOST_TEST(f.used_blocks() == 3u); // the shared block counts once
+}
+
 BOOST_AUTO_TEST_CASE(config_and_timeout_are_as_started) {
   cache_fixture f;
   auto& c = f.m().config();
