@@ -1,5 +1,5 @@
 // flat_index: an open-addressing hash map from 64-bit keys to 32-bit values
-// (linear probing, backward-shift deletion). The pool's prefix index (block
+// (linear probing, backward-shift deletion: probe_shift.hpp). The pool's prefix index (block
 // hash -> block) and its request lookup (request id -> sequence) both use it:
 // O(1) per operation, no allocation per entry. CAF-free.
 #pragma once
@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+
+#include "kvactor/actors/probe_shift.hpp"
 
 namespace kvactor::detail {
 
@@ -77,19 +79,9 @@ public:
       if (slots_[i].key == key)
         break;
     }
-    // Backward-shift: pull later entries of the probe run into the hole so
-    // lookups never need tombstones.
-    auto hole = i;
-    for (auto j = (i + 1) & mask_; slots_[j].value != npos; j = (j + 1) & mask_) {
-      auto h = home(slots_[j].key);
-      // Move j into the hole unless its home lies cyclically in (hole, j].
-      bool stays = hole <= j ? (hole < h && h <= j) : (hole < h || h <= j);
-      if (!stays) {
-        slots_[hole] = slots_[j];
-        hole = j;
-      }
-    }
-    slots_[hole] = slot{0, npos};
+    shift_back(
+      slots_, mask_, i, [](const slot& s) { return s.value == npos; },
+      [this](const slot& s) { return home(s.key); }, slot{0, npos});
     --size_;
     return true;
   }

@@ -20,6 +20,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvactor/actors/probe_shift.hpp"
+
 namespace kvactor::detail {
 
 class prefix_index {
@@ -52,28 +54,15 @@ public:
   /// key of a stored value; it is asked only when the top 32 bits match.
   template <class KeyOf>
   std::uint32_t find(std::uint64_t key, KeyOf&& key_of) const {
-    auto t = tag(key);
-    for (auto i = home(t);; i = (i + 1) & mask_) {
-      auto& s = slots_[i];
-      if (s.value == npos)
-        return npos;
-      if (s.tag == t && key_of(s.value) == key)
-        return s.value;
-    }
+    return slots_[locate(key, key_of)].value; // an empty slot's is npos
   }
 
   /// The slot that holds `key`, or npos (for tests and diagnostics: the
   /// home slot of a key is the top log2(slots) bits of it).
   template <class KeyOf>
   std::size_t slot_of(std::uint64_t key, KeyOf&& key_of) const {
-    auto t = tag(key);
-    for (auto i = home(t);; i = (i + 1) & mask_) {
-      auto& s = slots_[i];
-      if (s.value == npos)
-        return npos;
-      if (s.tag == t && key_of(s.value) == key)
-        return i;
-    }
+    auto i = locate(key, key_of);
+    return slots_[i].value == npos ? npos : i;
   }
 
   /// Adds `key` -> `value`; false (and no change) if `key` is present.
@@ -105,19 +94,9 @@ public:
       if (slots_[i].value == value && slots_[i].tag == t)
         break;
     }
-    // Backward shift: pull later entries of the probe run into the hole so
-    // lookups never need tombstones.
-    auto hole = i;
-    for (auto j = (i + 1) & mask_; slots_[j].value != npos; j = (j + 1) & mask_) {
-      auto h = home(slots_[j].tag);
-      // Move j into the hole unless its home lies cyclically in (hole, j].
-      bool stays = hole <= j ? (hole < h && h <= j) : (hole < h || h <= j);
-      if (!stays) {
-        slots_[hole] = slots_[j];
-        hole = j;
-      }
-    }
-    slots_[hole] = slot{0, npos};
+    shift_back(
+      slots_, mask_, i, [](const slot& s) { return s.value == npos; },
+      [this](const slot& s) { return home(s.tag); }, slot{0, npos});
     --size_;
     return true;
   }
@@ -141,6 +120,17 @@ private:
     std::uint32_t value;
   };
   static_assert(sizeof(slot) == 8, "eight slots to a cache line");
+
+  /// The slot holding `key`, or the empty slot that ends its probe run.
+  template <class KeyOf>
+  std::size_t locate(std::uint64_t key, KeyOf&& key_of) const {
+    auto t = tag(key);
+    for (auto i = home(t);; i = (i + 1) & mask_) {
+      auto& s = slots_[i];
+      if (s.value == npos || (s.tag == t && key_of(s.value) == key))
+        return i;
+    }
+  }
 
   static std::uint32_t tag(std::uint64_t key) noexcept {
     return static_cast<std::uint32_t>(key >> 32);

@@ -29,39 +29,33 @@ dim3 as_dim3(kernel::grid_dims g) {
 // Byte movers ask for 4 resident blocks per SM (at most 64 registers): with
 // 8 x 16 B loads per thread that is 128 KiB in flight per SM. Block: 256
 // threads. Each kernel's grid (kernel::*_grid) and the work of each thread
-// (kernel::*_thread) are in kernel_bodies.hpp, where the CPU tests run them.
+// (kernel::*_thread), with the shapes of their arguments, are in
+// kernel_bodies.hpp, where the CPU tests run them.
 
 template <class T>
 __global__ void __launch_bounds__(threads_per_block, 4) copy_blocks_kernel(
-  char* pool,                            // [num_planes][num_blocks][block_bytes]
-  const block_pair* __restrict__ pairs,  // [num_pairs]
-  std::int64_t num_pairs, std::int64_t num_planes, std::int64_t plane_bytes,
-  std::int64_t block_bytes) {
+  char* pool, const block_pair* __restrict__ pairs, std::int64_t num_pairs,
+  std::int64_t num_planes, std::int64_t plane_bytes, std::int64_t block_bytes) {
   kernel::copy_blocks_thread<T>(here(), pool, pairs, num_pairs, num_planes,
                                 plane_bytes, block_bytes);
 }
 
 template <class T>
 __global__ void __launch_bounds__(threads_per_block, 4) write_slots_kernel(
-  char* __restrict__ k_plane,              // [num_blocks * block_size][row_bytes]
-  char* __restrict__ v_plane,              // [num_blocks * block_size][row_bytes]
-  const char* __restrict__ key,            // [num_tokens][num_heads][head_dim]
-  const char* __restrict__ value,          // [num_tokens][num_heads][head_dim]
-  const std::int64_t* __restrict__ slots,  // [num_tokens]
-  std::int64_t num_tokens, std::int64_t row_bytes) {
+  char* __restrict__ k_plane, char* __restrict__ v_plane,
+  const char* __restrict__ key, const char* __restrict__ value,
+  const std::int64_t* __restrict__ slots, std::int64_t num_tokens,
+  std::int64_t row_bytes) {
   kernel::write_slots_thread<T>(here(), k_plane, v_plane, key, value, slots,
                                 num_tokens, row_bytes);
 }
 
 template <class T>
 __global__ void __launch_bounds__(threads_per_block, 4) gather_blocks_kernel(
-  const char* __restrict__ k_plane,          // [num_blocks][block_size][row_bytes]
-  const char* __restrict__ v_plane,          // [num_blocks][block_size][row_bytes]
-  const std::uint32_t* __restrict__ blocks,  // [num_chunks]
-  char* __restrict__ key_out,                // [num_tokens][num_heads][head_dim]
-  char* __restrict__ value_out,              // [num_tokens][num_heads][head_dim]
-  std::int64_t num_chunks, std::int64_t num_tokens, std::int64_t block_size,
-  std::int64_t row_bytes) {
+  const char* __restrict__ k_plane, const char* __restrict__ v_plane,
+  const std::uint32_t* __restrict__ blocks, char* __restrict__ key_out,
+  char* __restrict__ value_out, std::int64_t num_chunks,
+  std::int64_t num_tokens, std::int64_t block_size, std::int64_t row_bytes) {
   kernel::gather_blocks_thread<T>(here(), k_plane, v_plane, blocks, key_out,
                                   value_out, num_chunks, num_tokens,
                                   block_size, row_bytes);
