@@ -219,12 +219,15 @@ public:
   /// The device moved the bytes (ok) or failed (!ok: back to resident).
   /// Returns the device blocks whose last reference went.
   caf::expected<std::uint32_t> swap_out_done(request_id id, bool ok);
-  /// Starts bringing a swapped request back into fresh device blocks.
-  /// Errors: unknown_request, invalid_request (not swapped), out_of_blocks,
+  /// Starts bringing a swapped request back: a block whose hash is still in
+  /// the prefix index is shared again (revived if cached), the others get
+  /// fresh device blocks, which the returned moves fill. Errors:
+  /// unknown_request, invalid_request (not swapped), out_of_blocks,
   /// quota_exceeded.
   caf::expected<std::vector<block_move>> swap_in_begin(request_id id);
   /// The device moved the bytes (ok: resident again) or failed (!ok: still
-  /// swapped, the fresh blocks returned).
+  /// swapped; the fresh blocks go back, and revived ones back to the cache,
+  /// as its most recently used blocks at the request's level).
   caf::expected<std::uint32_t> swap_in_done(request_id id, bool ok);
   std::uint32_t num_host_blocks() const noexcept {
     return num_host_blocks_;

@@ -96,8 +96,12 @@ public:
   caf::error swap_out(request_id id);
 
   /// Brings a swapped request back, byte for byte, possibly into other
-  /// blocks. Errors: unknown_request, invalid_request (not swapped),
-  /// out_of_blocks, quota_exceeded, device_failure.
+  /// blocks: a full block whose prefix is still in the cache (or in use by
+  /// another request) is shared again instead of copied - its bytes are the
+  /// prefix's, provided the serving system writes a prompt's K/V in the step
+  /// that admits it, as for any prefix hit. Errors: unknown_request,
+  /// invalid_request (not swapped), out_of_blocks, quota_exceeded,
+  /// device_failure.
   caf::error swap_in(request_id id);
 
   /// Keeps the tenant's cached full blocks of `tokens` from eviction for

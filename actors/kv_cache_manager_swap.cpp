@@ -31,6 +31,12 @@ void swap_request(mgr_ptr self, request_id id, bool out,
     auto n = static_cast<std::uint32_t>(moves.size());
     auto on_copied = [finish, n](std::uint32_t) { finish(true, caf::none, n); };
     auto on_failed = [finish](caf::error& err) { finish(false, err, 0); };
+    // Nothing to move (a swap-in that shared every block back, or an empty
+    // request): no device round trip, which would wait behind earlier swaps.
+    if (moves.empty()) {
+      finish(true, caf::none, 0);
+      return;
+    }
     if (out)
       self->request(self->state.device, caf::infinite, swap_out_atom::value,
                     std::move(moves))

@@ -188,7 +188,10 @@ using kv_cache_manager_actor = caf::typed_actor<
   caf::replies_to<preempt_atom, request_id>::with<std::uint32_t>,
   // Moves a request's blocks to the host tier (replies with blocks moved)
   // and back (replies with its new table; the bytes are identical, the
-  // blocks may differ). While swapped out it cannot grow. Errors:
+  // blocks may differ: a full block whose prefix is still cached or in use
+  // is shared again rather than copied, so its bytes are those the prefix's
+  // writer wrote - write a prompt's K/V in the step that admits it, as
+  // for any prefix hit). While swapped out it cannot grow. Errors:
   // unknown_request, invalid_request (already swapped / not swapped),
   // out_of_blocks (host tier or pool full), quota_exceeded, device_failure.
   caf::replies_to<swap_out_atom, request_id>::with<std::uint32_t>,

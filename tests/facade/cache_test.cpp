@@ -442,6 +442,17 @@ BOOST_AUTO_TEST_CASE(swap_in_shares_back_a_prefix_another_request_holds) {
   BOOST_TEST(s.swap_in_count == 1u);
   BOOST_TEST(s.swap_in_shared_blocks == 1u);
   BOOST_TEST(f.used_blocks() == 3u); // the shared block counts once
+  // A request of two full blocks, the first a hit and the second cached
+  // once it left, has nothing to copy back.
+  auto whole = f.alloc(f.req(3, 0, 256, {1, 2, 3, 4, 7, 7, 7, 7}));
+  auto t3 = whole->table().blocks;
+  BOOST_REQUIRE_EQUAL(t3.size(), 2u);
+  BOOST_TEST(t3[0] == shared);
+  BOOST_REQUIRE_MESSAGE(!f.m().swap_out(3), "swap_out");
+  BOOST_REQUIRE_MESSAGE(!f.m().swap_in(3), "swap_in");
+  BOOST_TEST((whole->table().blocks == t3));
+  BOOST_TEST(whole->num_tokens() == 8u);
+  BOOST_TEST(f.m().stats().swap_in_shared_blocks == 3u);
 }
 
 BOOST_AUTO_TEST_CASE(config_and_timeout_are_as_started) {
