@@ -62,8 +62,7 @@ kv_cache_manager::allocate(const allocation_request& req) {
   if (!res)
     return std::move(res.error());
   request_info info;
-  info.request = req;
-  info.request.prompt.clear();
+  info.request = without_prompt(req); // not a copy of the prompt
   auto slot = core_->slot_for(std::get<0>(*res), info);
   return core_->make_handle(std::move(slot));
 }

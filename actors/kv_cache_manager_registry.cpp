@@ -24,22 +24,6 @@ caf::error check_device(const manager_state& st, const allocation_request& req) 
                       + to_string(st.store.device));
 }
 
-allocation_request without_prompt(const allocation_request& req) {
-  allocation_request out;
-  out.id = req.id;
-  out.initial_tokens = req.prompt.empty() ? req.initial_tokens : req.prompt.size();
-  out.max_sequence_length = req.max_sequence_length;
-  out.num_layers = req.num_layers;
-  out.num_heads = req.num_heads;
-  out.head_dim = req.head_dim;
-  out.device = req.device;
-  out.dtype = req.dtype;
-  out.priority = req.priority;
-  out.tenant = req.tenant;
-  out.expected_output_tokens = req.expected_output_tokens;
-  return out;
-}
-
 request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
                                  std::uint64_t cache_id,
                                  caf::strong_actor_ptr owner) {

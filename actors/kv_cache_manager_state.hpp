@@ -56,7 +56,6 @@ std::string unknown(request_id id);
 caf::error check_device(const manager_state& st, const allocation_request& req);
 
 /// `req` as the registry keeps it: everything but the prompt.
-allocation_request without_prompt(const allocation_request& req);
 
 /// Spawns and registers the handle of a request the pool just admitted.
 request_handle_actor add_request(mgr_ptr self, const allocation_request& req,

@@ -91,4 +91,20 @@ bool operator==(const allocation_request& x, const allocation_request& y) {
          && x.expected_output_tokens == y.expected_output_tokens;
 }
 
+allocation_request without_prompt(const allocation_request& req) {
+  allocation_request out;
+  out.id = req.id;
+  out.initial_tokens = req.prompt.empty() ? req.initial_tokens : req.prompt.size();
+  out.max_sequence_length = req.max_sequence_length;
+  out.num_layers = req.num_layers;
+  out.num_heads = req.num_heads;
+  out.head_dim = req.head_dim;
+  out.device = req.device;
+  out.dtype = req.dtype;
+  out.priority = req.priority;
+  out.tenant = req.tenant;
+  out.expected_output_tokens = req.expected_output_tokens;
+  return out;
+}
+
 } // namespace kvactor

@@ -92,6 +92,10 @@ struct allocation_request {
 
 bool operator==(const allocation_request& x, const allocation_request& y);
 
+/// `req` without its prompt (its length kept as initial_tokens): what
+/// registries and handles keep of a request.
+allocation_request without_prompt(const allocation_request& req);
+
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, allocation_request& x) {
   return f(caf::meta::type_name("allocation_request"), x.id, x.initial_tokens,
