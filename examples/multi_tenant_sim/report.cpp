@@ -377,7 +377,11 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
         << st.allocation_failures << " failed), " << st.eviction_count
         << " evictions, " << st.cow_copies << " copy-on-write copies, "
         << st.preemption_count << " preemptions, " << st.swap_out_count
-        << " swaps; prefix hit rate " << pct(st.cache_hit_rate) << "\n";
+        << " swaps";
+    if (st.swap_in_count > 0)
+      out << " (" << st.swap_in_shared_blocks
+          << " blocks shared back in from the prefix cache)";
+    out << "; prefix hit rate " << pct(st.cache_hit_rate) << "\n";
   }
   auto rtt = r.step_round_trip_us;
   out << "time: " << fmt("%.2f", r.wall_s) << " s wall";
