@@ -222,8 +222,8 @@ public:
   /// Starts bringing a swapped request back: a block whose hash is still in
   /// the prefix index is shared again (revived if cached), the others get
   /// fresh device blocks, which the returned moves fill. Errors:
-  /// unknown_request, invalid_request (not swapped), out_of_blocks,
-  /// quota_exceeded.
+  /// unknown_request, invalid_request (not swapped), out_of_blocks (also
+  /// when it would leave less than the admission headroom), quota_exceeded.
   caf::expected<std::vector<block_move>> swap_in_begin(request_id id);
   /// The device moved the bytes (ok: resident again) or failed (!ok: still
   /// swapped; the fresh blocks go back, and revived ones back to the cache,

@@ -97,7 +97,17 @@ block_pool_core::swap_in_begin(request_id id) {
       pinned += blocks_[b].pinned;
     }
   }
-  if (auto err = admit_blocks(seq->tenant, n - shared + revived, pinned))
+  auto take = n - shared + revived;
+  if (auto err = admit_blocks(seq->tenant, take, pinned))
+    return err;
+  // Coming back is admitted like a new request (vLLM checks its watermark
+  // on swap-in too): it must leave the watermark free and, under
+  // reserve_expected, room for every live request's promised growth and
+  // its own.
+  auto want = seq->expected_tokens / block_size_
+              + (seq->expected_tokens % block_size_ != 0);
+  if (auto err = admit_headroom(seq->tenant, take - pinned,
+                                want > n ? want - n : 0))
     return err;
   // Commit: share first, so that taking fresh blocks cannot evict them.
   seq->incoming.assign(n, no_block);

@@ -314,6 +314,8 @@ private:
       if (got)
         POLICY_REQUIRE(str(*got) == str(want.moves),
                        "moves " << str(*got) << " vs " << str(want.moves));
+      else if (r == 1 && render(got.error()).find("headroom") != std::string::npos)
+        ++cov["swap_in headroom refused"];
       if (!got || chance(50))
         return; // stays in flight
       r += 2;
@@ -621,13 +623,13 @@ BOOST_AUTO_TEST_CASE(three_tenants_under_pressure_keep_every_promise) {
   // Headroom for expected growth: admissions wait, so extends rarely
   // preempt.
   run_and_check_coverage({11, 48, 100000, "reserve_expected", 0.0},
-                         {"headroom refused"});
+                         {"headroom refused", "swap_in headroom refused"});
 }
 
 BOOST_AUTO_TEST_CASE(three_tenants_under_pressure_with_a_watermark) {
   run_and_check_coverage({12, 64, 100000, "immediate", 0.05},
-                         {"headroom refused", "step preempted",
-                          "reservation binding"});
+                         {"headroom refused", "swap_in headroom refused",
+                          "step preempted", "reservation binding"});
 }
 
 BOOST_AUTO_TEST_CASE(three_tenants_under_pressure_admitted_immediately) {

@@ -313,6 +313,24 @@ BOOST_FIXTURE_TEST_CASE(swap_in_copies_all_when_the_prefix_was_evicted,
   BOOST_TEST(seq(6).blocks[2] == seq(1).blocks[2]);
 }
 
+BOOST_FIXTURE_TEST_CASE(swap_in_leaves_the_admission_watermark_free,
+                        swap_fixture) {
+  cfg.admission.watermark = 0.25; // 4 of 16 blocks
+  make(16);
+  alloc(tokens_req(1, 12)); // 3 blocks
+  out_begin(1);
+  out_done(1, true);
+  alloc(tokens_req(2, 40)); // 10 blocks: 6 left, above the watermark
+  auto before = describe(pool());
+  auto res = pool().swap_in_begin(1);
+  BOOST_TEST(code(res) == "out_of_blocks"); // 3 would leave 3 < 4
+  BOOST_TEST(render(res.error()).find("headroom") != std::string::npos);
+  BOOST_TEST(describe(pool()) == before);
+  pool().release(2);
+  BOOST_TEST(in_begin(1).size() == 3u);
+  in_done(1, true);
+}
+
 BOOST_FIXTURE_TEST_CASE(failed_swap_in_puts_revived_blocks_back_in_the_cache,
                         swap_fixture) {
   auto p = run(50, 10);
