@@ -1,7 +1,8 @@
 // flat_index: an open-addressing hash map from 64-bit keys to 32-bit values
-// (linear probing, backward-shift deletion: probe_shift.hpp). The pool's prefix index (block
-// hash -> block) and its request lookup (request id -> sequence) both use it:
-// O(1) per operation, no allocation per entry. CAF-free.
+// (linear probing, backward-shift deletion: probe_shift.hpp). The pool's
+// request lookup (request id -> sequence) uses it: O(1) per operation, no
+// allocation per entry. (The prefix index has its own, smaller table:
+// prefix_index.hpp.) CAF-free.
 #pragma once
 
 #include <cstddef>
