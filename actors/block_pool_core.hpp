@@ -25,6 +25,7 @@
 #include "kvactor/actors/block_hash.hpp"
 #include "kvactor/actors/block_lists.hpp"
 #include "kvactor/actors/flat_index.hpp"
+#include "kvactor/actors/pool_sequence.hpp"
 #include "kvactor/actors/prefix_index.hpp"
 #include "kvactor/config/cache_config.hpp"
 #include "kvactor/messages/step.hpp"
@@ -43,51 +44,6 @@ constexpr std::uint8_t retention_of(priority tenant, priority request) noexcept 
   return static_cast<std::uint8_t>(static_cast<int>(tenant) * 4
                                    + static_cast<int>(request));
 }
-
-/// Where a request's blocks are. Transitions: resident -> swapping_out ->
-/// swapped -> swapping_in -> resident; the *_ing states last while the
-/// device moves the bytes, and a failed move returns to the previous state.
-enum class residency : std::uint8_t { resident, swapping_out, swapped, swapping_in };
-
-/// One live request as the pool sees it.
-struct sequence {
-  request_id id = 0;
-  std::uint64_t cache_id = 0; ///< unique over the pool's lifetime
-  std::uint64_t admitted = 0; ///< admission order (larger = newer)
-  std::uint16_t tenant = 0;
-  kvactor::priority priority = kvactor::priority::normal;
-  std::uint64_t num_tokens = 0;
-  std::uint64_t max_tokens = 0;
-  std::vector<block_id> blocks;
-  // Hashing state: the first `num_hashed` blocks are full and hashed, `chain`
-  // is the last one's hash (the namespace seed if none) and `tail` holds the
-  // tokens after them. Lost (hashable = false) once tokens arrive unnamed.
-  bool hashable = false;
-  std::uint32_t num_hashed = 0;
-  block_hash chain;
-  std::vector<token_id> tail;
-  /// LRU level its blocks join when released (retention_of).
-  std::uint8_t level = 5;
-  /// Its partially filled last block may be shared (set by fork, the only
-  /// way a partial block gets a second holder); checked before appending.
-  bool tail_shared = false;
-  /// Its copy-on-write copy is under way (extend with hold_copies): the
-  /// blocks it fills meanwhile enter the prefix index only once the copy
-  /// is made (settle_copies), as their contents build on it.
-  bool cow_pending = false;
-  /// Tokens it is expected to reach (admission headroom); 0 = no promise.
-  std::uint64_t expected_tokens = 0;
-  // Swapping: host-tier copies (swapping_out, swapped) and the device blocks
-  // being filled (swapping_in); a release during a move waits for its end.
-  residency where = residency::resident;
-  std::vector<block_id> host_blocks;
-  // Per host block: its hash if the block was in the prefix index when it
-  // left, else zero. A swap-in shares such a block again, without a copy,
-  // if the prefix is still on the device.
-  std::vector<block_hash> host_hashes;
-  std::vector<block_id> incoming;
-  bool release_pending = false;
-};
 
 /// Counters over the pool's lifetime.
 struct pool_counters {
