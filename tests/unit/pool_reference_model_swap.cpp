@@ -1,0 +1,158 @@
+// pool_reference_model: swapping to the host tier and back, in two phases
+// around the device's copy, written out step by step as the documented
+// policy reads (block_pool_swap.cpp is the code it checks).
+#include "pool_reference_model.hpp"
+
+#include <algorithm>
+
+namespace kvactor::test {
+
+namespace {
+
+using detail::residency;
+
+std::uint64_t blocks_for(std::uint64_t tokens, std::uint32_t block_size) {
+  return (tokens + block_size - 1) / block_size;
+}
+
+} // namespace
+
+// -- swapping --------------------------------------------------------------------------
+
+model_moves pool_model::swap_out_begin(request_id id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end())
+    return {errc::unknown_request, {}};
+  auto& seq = it->second;
+  if (seq.where != residency::resident)
+    return {errc::invalid_request, {}};
+  if (seq.blocks.size() > host_free_.size())
+    return {errc::out_of_blocks, {}};
+  model_moves out;
+  for (auto b : seq.blocks) {
+    seq.host_blocks.push_back(host_free_.back());
+    seq.host_keys.push_back(blocks_[b].key);
+    host_free_.pop_back();
+    out.moves.push_back(block_move{b, seq.host_blocks.back()});
+  }
+  seq.where = residency::swapping_out; // its blocks stay held meanwhile
+  return out;
+}
+
+model_release pool_model::swap_out_done(request_id id, bool ok) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second.where != residency::swapping_out)
+    return {errc::invalid_request};
+  auto& seq = it->second;
+  auto before = counters_.blocks_freed;
+  if (ok) {
+    for (auto b = seq.blocks.rbegin(); b != seq.blocks.rend(); ++b)
+      unref(*b, seq.level);
+    seq.blocks.clear();
+    seq.where = residency::swapped;
+    ++counters_.swap_outs;
+  } else {
+    // As if it never started: the host blocks go back to where they were.
+    for (auto h = seq.host_blocks.rbegin(); h != seq.host_blocks.rend(); ++h)
+      host_free_.push_back(*h);
+    seq.host_blocks.clear();
+    seq.host_keys.clear();
+    seq.where = residency::resident;
+  }
+  if (seq.release_pending)
+    release_now(id);
+  return {std::nullopt, static_cast<std::uint32_t>(counters_.blocks_freed - before)};
+}
+
+model_moves pool_model::swap_in_begin(request_id id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end())
+    return {errc::unknown_request, {}};
+  auto& seq = it->second;
+  if (seq.where != residency::swapped)
+    return {errc::invalid_request, {}};
+  // A block whose key is still indexed is shared again, not copied; the
+  // others are taken fresh, after the shared ones are held.
+  auto n = seq.host_blocks.size();
+  std::vector<std::optional<block_id>> still(n);
+  std::uint64_t shared = 0, revived = 0, pinned = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!seq.host_keys[i])
+      continue;
+    auto it = index_.find(*seq.host_keys[i]);
+    if (it == index_.end())
+      continue;
+    still[i] = it->second;
+    ++shared;
+    if (blocks_[it->second].st == state::cached) {
+      ++revived;
+      pinned += blocks_[it->second].pinned;
+    }
+  }
+  if (auto e = admit(seq.tenant, n - shared + revived, pinned))
+    return {e, {}};
+  // And leave the headroom an admission leaves.
+  auto want = blocks_for(seq.expected_tokens, block_size_);
+  if (auto e = headroom(seq.tenant, n - shared + revived - pinned,
+                        want > n ? want - n : 0))
+    return {e, {}};
+  seq.incoming.assign(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!still[i])
+      continue;
+    auto b = *still[i];
+    auto& m = blocks_[b];
+    if (m.st == state::cached) {
+      if (!m.pinned)
+        lru_[m.level].remove(b);
+      m.st = state::used;
+      m.tenant = seq.tenant;
+      m.level = seq.level;
+      ++tenants_[seq.tenant].used;
+    }
+    m.level = std::max(m.level, seq.level);
+    ++m.refs;
+    seq.incoming[i] = b;
+  }
+  model_moves out;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (still[i])
+      continue;
+    seq.incoming[i] = take(seq.tenant, seq.level);
+    out.moves.push_back(block_move{seq.incoming[i], seq.host_blocks[i]});
+  }
+  seq.where = residency::swapping_in;
+  return out;
+}
+
+model_release pool_model::swap_in_done(request_id id, bool ok) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second.where != residency::swapping_in)
+    return {errc::invalid_request};
+  auto& seq = it->second;
+  auto before = counters_.blocks_freed;
+  if (ok) {
+    for (std::size_t i = 0; i < seq.incoming.size(); ++i)
+      counters_.swap_in_shared += seq.host_keys[i].has_value()
+                                  && blocks_[seq.incoming[i]].key
+                                       == seq.host_keys[i];
+    seq.blocks = std::move(seq.incoming);
+    seq.incoming.clear();
+    for (auto h : seq.host_blocks)
+      host_free_.push_back(h);
+    seq.host_blocks.clear();
+    seq.host_keys.clear();
+    seq.where = residency::resident;
+    ++counters_.swap_ins;
+  } else {
+    for (auto b = seq.incoming.rbegin(); b != seq.incoming.rend(); ++b)
+      unref(*b, seq.level);
+    seq.incoming.clear();
+    seq.where = residency::swapped;
+  }
+  if (seq.release_pending)
+    release_now(id);
+  return {std::nullopt, static_cast<std::uint32_t>(counters_.blocks_freed - before)};
+}
+
+} // namespace kvactor::test
