@@ -258,6 +258,20 @@ pool_model::plan pool_model::plan_allocation(const allocation_request& req) cons
   return p;
 }
 
+void pool_model::share(block_id b, const model_sequence& seq) {
+  auto& m = blocks_[b];
+  if (m.st == state::cached) {
+    if (!m.pinned)
+      lru_[m.level].remove(b);
+    m.st = state::used;
+    m.tenant = seq.tenant;
+    m.level = seq.level; // revived: worth what its new holder is
+    ++tenants_[seq.tenant].used;
+  }
+  m.level = std::max(m.level, seq.level);
+  ++m.refs;
+}
+
 model_allocation pool_model::allocate(const allocation_request& req) {
   auto p = plan_allocation(req);
   if (p.err) {
@@ -282,17 +296,7 @@ model_allocation pool_model::allocate(const allocation_request& req) {
   seq.expected_tokens = p.expected;
   for (std::uint32_t i = 0; i < p.hits; ++i) {
     auto b = index_.at(key_of(t, prompt, (i + 1) * block_size_));
-    auto& m = blocks_[b];
-    if (m.st == state::cached) {
-      if (!m.pinned)
-        lru_[m.level].remove(b);
-      m.st = state::used;
-      m.tenant = t;
-      m.level = seq.level; // revived: worth what its new holder is
-      ++tenants_[t].used;
-    }
-    m.level = std::max(m.level, seq.level);
-    ++m.refs;
+    share(b, seq);
     seq.blocks.push_back(b);
   }
   for (auto i = p.hits; i < p.need; ++i)

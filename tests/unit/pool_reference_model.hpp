@@ -217,6 +217,8 @@ private:
   /// release, for a request no device move holds.
   void release_now(request_id id);
   block_id take(std::uint16_t t, std::size_t level);
+  /// One more holder for indexed block `b`: `seq` (revived if cached).
+  void share(block_id b, const model_sequence& seq);
   void unref(block_id b, std::size_t level);
   void evict_block(block_id b);
   void index(block_id b, prefix_key key, std::uint16_t t);

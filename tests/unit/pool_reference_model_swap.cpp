@@ -100,19 +100,8 @@ model_moves pool_model::swap_in_begin(request_id id) {
   for (std::size_t i = 0; i < n; ++i) {
     if (!still[i])
       continue;
-    auto b = *still[i];
-    auto& m = blocks_[b];
-    if (m.st == state::cached) {
-      if (!m.pinned)
-        lru_[m.level].remove(b);
-      m.st = state::used;
-      m.tenant = seq.tenant;
-      m.level = seq.level;
-      ++tenants_[seq.tenant].used;
-    }
-    m.level = std::max(m.level, seq.level);
-    ++m.refs;
-    seq.incoming[i] = b;
+    share(*still[i], seq);
+    seq.incoming[i] = *still[i];
   }
   model_moves out;
   for (std::size_t i = 0; i < n; ++i) {
