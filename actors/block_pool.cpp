@@ -1,5 +1,7 @@
 // block_pool actor: wraps detail::block_pool_core; after each message that
-// changes usage it tells the supervisor if usage crossed a pressure mark.
+// changes usage it tells the supervisor if usage crossed a pressure mark,
+// and after each step it tells the manager what the step did to its
+// registry.
 #include "kvactor/actors/block_pool.hpp"
 
 #include <caf/actor_system.hpp>
@@ -33,6 +35,11 @@ struct block_pool_state {
   device_actor device; ///< copies for copy-on-write
   std::vector<caf::actor> kv_subscribers;
   std::uint64_t kv_seq = 0;
+  /// The manager, told each step's effects on its registry (none: a pool
+  /// spawned alone), and the storage whose device a step's admits must name
+  /// (kind "": not checked).
+  kv_cache_manager_actor registry;
+  storage_info store;
   std::uint32_t block_size = 0;
 
   void init(const cache_config& cfg, std::uint32_t num_blocks) {
@@ -129,6 +136,50 @@ struct block_pool_state {
 };
 
 using pool_ptr = block_pool_actor::stateful_pointer<block_pool_state>;
+
+/// Takes the admits that name another device than the storage's out of
+/// `step`, each as a failure (as the manager's allocate refuses them).
+std::vector<op_failure> reject_foreign(const storage_info& store,
+                                       step_request& step) {
+  std::vector<op_failure> out;
+  if (store.kind.empty())
+    return out;
+  auto bad = [&](const allocation_request& r) {
+    if (auto err = check_device(store, r)) {
+      out.push_back(op_failure{r.id, std::move(err)});
+      return true;
+    }
+    return false;
+  };
+  auto& a = step.admits;
+  a.erase(std::remove_if(a.begin(), a.end(), bad), a.end());
+  return out;
+}
+
+/// Tells the manager what `res` changed in its registry, the step's sender
+/// owning what it admitted. Called before the reply, so the manager's
+/// mailbox holds this before anything the sender sends it after the reply.
+void tell_registry(pool_ptr self, const step_request& step,
+                   const step_result& res) {
+  auto& mgr = self->state.registry;
+  if (!mgr || (res.freed.empty() && res.preempted.empty()
+               && res.admitted.empty()))
+    return;
+  step_effects fx;
+  fx.freed = res.freed;
+  fx.preempted = res.preempted;
+  fx.admitted.reserve(res.admitted.size());
+  fx.cache_ids.reserve(res.admitted.size());
+  auto next = step.admits.begin(); // admitted: a subsequence of the admits
+  for (auto& a : res.admitted) {
+    while (next->id != a.id)
+      ++next;
+    fx.admitted.push_back(without_prompt(*next++));
+    fx.cache_ids.push_back(a.cache_id);
+  }
+  self->send(mgr, step_atom::value, std::move(fx),
+             caf::actor_cast<caf::actor>(self->current_sender()));
+}
 
 /// Has the device copy `copies` (copy-on-write) and calls `done` with its
 /// outcome and the requests whose extends were undone because it failed.
@@ -274,8 +325,13 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       st.report(self);
       return admission{child, res->cache_id, 0, table_of(st.core(), child)};
     },
-    [self, &st](step_atom, const step_request& step) -> caf::result<step_result> {
+    [self, &st](step_atom, step_request& step) -> caf::result<step_result> {
+      auto rejected = reject_foreign(st.store, step);
       auto res = st.core().run_step(step, true);
+      res.failed.insert(res.failed.end(),
+                        std::make_move_iterator(rejected.begin()),
+                        std::make_move_iterator(rejected.end()));
+      tell_registry(self, step, res);
       st.report(self);
       if (res.copies.empty())
         return res;
@@ -329,6 +385,10 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
         live.emplace_back(s.id, s.cache_id);
       });
       return live;
+    },
+    [&st](registry_atom, const caf::actor& mgr, const storage_info& store) {
+      st.registry = caf::actor_cast<kv_cache_manager_actor>(mgr);
+      st.store = store;
     },
     [self, &st](subscribe_atom, supervisor_actor sup) {
       st.supervisor = std::move(sup);

@@ -156,7 +156,8 @@ kv_cache_manager::list_handles() const {
 }
 
 caf::expected<step_result> kv_cache_manager::step(step_request req) {
-  auto res = core_->ask<step_result>(core_->cache().manager, step_atom::value,
+  // Straight to the pool (the step lane): it keeps the registry current.
+  auto res = core_->ask<step_result>(core_->cache().pool, step_atom::value,
                                      std::move(req));
   if (!res)
     return std::move(res.error());

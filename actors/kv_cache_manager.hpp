@@ -83,7 +83,8 @@ public:
   std::vector<std::pair<request_id, std::shared_ptr<kv_cache_handle>>>
   list_handles() const;
 
-  /// One scheduler step in one round trip (messages/step.hpp).
+  /// One scheduler step in one round trip (messages/step.hpp), to the
+  /// pool's step lane; the registry is current when it returns.
   caf::expected<step_result> step(step_request req);
 
   /// Recompute-style preemption: frees the request's blocks now.

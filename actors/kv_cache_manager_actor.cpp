@@ -1,5 +1,6 @@
 // kv_cache_manager actor: its behavior (request validation, the handlers
-// of the front door, the batched step). The registry helpers are in
+// of the front door; steps go to the pool, which reports their effects on
+// the registry here). The registry helpers are in
 // kv_cache_manager_registry.cpp, the swap in kv_cache_manager_swap.cpp, the
 // state they share in kv_cache_manager_state.hpp; spawn_kv_cache, which
 // assembles a cache around it, in kv_cache_spawn.cpp.
@@ -114,7 +115,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     [self](allocate_atom, allocation_request& req)
       -> caf::result<request_handle_actor, block_table> {
       auto& st = self->state;
-      if (auto err = check_device(st, req))
+      if (auto err = check_device(st.store, req))
         return err;
       if (st.registry.count(req.id) != 0)
         return make_error(errc::duplicate_request,
@@ -190,7 +191,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     },
     [self](can_alloc_atom, const allocation_request& req) -> caf::result<bool> {
       auto& st = self->state;
-      if (check_device(st, req) || st.registry.count(req.id) != 0)
+      if (check_device(st.store, req) || st.registry.count(req.id) != 0)
         return false;
       return self->delegate(st.pool, can_alloc_atom::value, req);
     },
@@ -265,48 +266,21 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       return self->delegate(st.pool, table_atom::value, id);
     },
     [self](step_atom, step_request& step) -> caf::result<step_result> {
-      auto& st = self->state;
-      std::vector<op_failure> rejected;
-      if (st.store.kind != "none") {
-        auto bad = [&](const allocation_request& r) {
-          if (auto err = check_device(st, r)) {
-            rejected.push_back(op_failure{r.id, std::move(err)});
-            return true;
-          }
-          return false;
-        };
-        auto& a = step.admits;
-        a.erase(std::remove_if(a.begin(), a.end(), bad), a.end());
-      }
-      // Before the promise, which takes the sender out of the message.
-      auto owner = owner_of(self);
-      auto rp = self->make_response_promise<step_result>();
-      // Keep the admits' parameters for the handles (not their prompts).
-      std::vector<allocation_request> admits;
-      admits.reserve(step.admits.size());
-      for (auto& a : step.admits)
-        admits.push_back(without_prompt(a));
-      self->request(st.pool, caf::infinite, step_atom::value, std::move(step))
-        .then(
-          [self, rp, owner, admits = std::move(admits),
-           rejected = std::move(rejected)](step_result& res) mutable {
-            for (auto id : res.freed)
-              end_request(self, id, end_reason::deallocated, 0, false);
-            for (auto id : res.preempted)
-              end_request(self, id, end_reason::preempted, 0, false);
-            std::size_t k = 0;
-            for (auto& a : res.admitted) {
-              while (admits[k].id != a.id)
-                ++k;
-              add_request(self, admits[k], a.cache_id, owner);
-            }
-            res.failed.insert(res.failed.end(),
-                              std::make_move_iterator(rejected.begin()),
-                              std::make_move_iterator(rejected.end()));
-            rp.deliver(std::move(res)); // copies done by the pool
-          },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
-      return rp;
+      // The pool checks the admits' device, replies to the sender (who owns
+      // what it admits) and tells us the step's effects first.
+      return self->delegate(self->state.pool, step_atom::value, std::move(step));
+    },
+    [self](step_atom) -> step_actor {
+      return self->state.pool;
+    },
+    [self](step_atom, step_effects& fx, const caf::actor& owner) {
+      for (auto id : fx.freed)
+        end_request(self, id, end_reason::deallocated, 0, false);
+      for (auto id : fx.preempted)
+        end_request(self, id, end_reason::preempted, 0, false);
+      auto ptr = caf::actor_cast<caf::strong_actor_ptr>(owner);
+      for (std::size_t i = 0; i < fx.admitted.size(); ++i)
+        add_request(self, fx.admitted[i], fx.cache_ids[i], ptr);
     },
     [self](preempt_atom, request_id id) -> caf::result<std::uint32_t> {
       auto& st = self->state;

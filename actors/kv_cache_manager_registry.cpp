@@ -15,15 +15,6 @@ std::string unknown(request_id id) {
   return "request " + std::to_string(id) + " is not allocated";
 }
 
-caf::error check_device(const manager_state& st, const allocation_request& req) {
-  if (st.store.kind == "none" || req.device == st.store.device)
-    return caf::none;
-  return make_error(errc::invalid_request,
-                    "request " + std::to_string(req.id) + ": device "
-                      + to_string(req.device) + " but the cache lives on "
-                      + to_string(st.store.device));
-}
-
 request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
                                  std::uint64_t cache_id,
                                  caf::strong_actor_ptr owner) {

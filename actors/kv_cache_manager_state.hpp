@@ -52,11 +52,6 @@ using mgr_ptr = kv_cache_manager_actor::stateful_pointer<manager_state>;
 /// "request <id> is not allocated".
 std::string unknown(request_id id);
 
-/// Checks what the pool cannot: the device the request expects.
-caf::error check_device(const manager_state& st, const allocation_request& req);
-
-/// `req` as the registry keeps it: everything but the prompt.
-
 /// Spawns and registers the handle of a request the pool just admitted.
 request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
                                  std::uint64_t cache_id,

@@ -7,6 +7,7 @@
 #include <string>
 
 #include <caf/actor_system.hpp>
+#include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
@@ -83,6 +84,9 @@ caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
   out.device = spawn_device_actor(sys, out.store, spawn_opts.detached_device);
   out.pool = spawn_block_pool(sys, cfg, lay.num_blocks, out.device);
   out.manager = sys.spawn(detail::manager_fun, cfg, info, out.device, out.pool);
+  // Before anyone can step the pool: its steps' effects reach the registry.
+  caf::anon_send(out.pool, registry_atom::value,
+                 caf::actor_cast<caf::actor>(out.manager), info);
   return out;
 }
 

@@ -30,6 +30,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
 #include <nlohmann/json.hpp>
 
 #include "bench/replay_report.hpp"
@@ -183,10 +184,10 @@ nlohmann::json replay_core(const trace& tr, const replay_options& opt) {
 
 // -- step mode: a scheduler actor, one message per step --------------------------------
 
-/// Drives `sched` against `mgr` with one step message per step, then
-/// fulfils `done`.
+/// Drives `sched` with one step message per step to `lane` (the pool's
+/// step lane, as the manager hands it out), then fulfils `done`.
 caf::behavior step_driver(caf::event_based_actor* self, replay_scheduler* sched,
-                          kv_cache_manager_actor mgr, run_figures* fig,
+                          step_actor lane, run_figures* fig,
                           std::promise<void>* done) {
   auto issue = std::make_shared<std::function<void(step_request)>>();
   auto next = std::make_shared<std::function<void()>>();
@@ -203,7 +204,7 @@ caf::behavior step_driver(caf::event_based_actor* self, replay_scheduler* sched,
     auto n_ext = req.extends.size();
     auto n_free = req.frees.size();
     auto t0 = clock_type::now();
-    self->request(mgr, caf::infinite, step_atom::value, std::move(req))
+    self->request(lane, caf::infinite, step_atom::value, std::move(req))
       .then(
         [=](step_result& res) {
           auto dt = ms(clock_type::now() - t0);
@@ -253,8 +254,16 @@ nlohmann::json replay_step(caf::actor_system& sys, const trace& tr,
   run_figures fig;
   std::promise<void> done;
   auto finished = done.get_future();
+  // The scheduler asks the manager once where to send its steps.
+  step_actor lane;
+  {
+    caf::scoped_actor self{sys};
+    self->request(mgr.actor(), caf::infinite, step_atom::value)
+      .receive([&](step_actor& x) { lane = std::move(x); },
+               [](caf::error& err) { throw std::runtime_error(render(err)); });
+  }
   auto t0 = clock_type::now();
-  sys.spawn(step_driver, &sched, mgr.actor(), &fig, &done);
+  sys.spawn(step_driver, &sched, lane, &fig, &done);
   finished.get();
   fig.wall_ms = ms(clock_type::now() - t0);
   return report("step", tr, opt, sched, mgr.stats(), fig);

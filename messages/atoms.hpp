@@ -39,5 +39,6 @@ using kv_event_atom = caf::atom_constant<caf::atom("kvevent")>;
 using pin_atom = caf::atom_constant<caf::atom("pin")>;
 using victims_atom = caf::atom_constant<caf::atom("victims")>;
 using index_atom = caf::atom_constant<caf::atom("index")>;
+using registry_atom = caf::atom_constant<caf::atom("registry")>;
 
 } // namespace kvactor

@@ -59,6 +59,14 @@ using supervisor_actor = caf::typed_actor<
   // GC timer.
   caf::reacts_to<tick_atom>>;
 
+/// Where a scheduler sends its steps (messages/step.hpp): the block pool
+/// itself, which the manager hands out (`step_atom` with no argument). A step
+/// sent here costs one round trip to the one actor that decides; the
+/// manager's registry follows by a one-way message the pool sends it before
+/// the reply. The manager's own step handler forwards here.
+using step_actor = caf::typed_actor<
+  caf::replies_to<step_atom, step_request>::with<step_result>>;
+
 /// The one owner of block-level truth (see actors/block_pool_core.hpp).
 using block_pool_actor = caf::typed_actor<
   // Lookup + pin of the cached prefix and allocation of the rest, in one
@@ -83,7 +91,13 @@ using block_pool_actor = caf::typed_actor<
   caf::replies_to<preempt_atom, request_id>::with<std::uint32_t>,
   // (parent, child): child shares the parent's blocks.
   caf::replies_to<fork_atom, request_id, request_id>::with<admission>,
+  // A step (as the manager's step, for which the pool checks the admits'
+  // device); tells the registered manager its effects before replying.
   caf::replies_to<step_atom, step_request>::with<step_result>,
+  // From spawn_kv_cache: the manager whose registry follows the steps
+  // (step_effects), and the storage whose device admitted requests must
+  // name.
+  caf::reacts_to<registry_atom, caf::actor, storage_info>,
   // The live request's table. Error: unknown_request.
   caf::replies_to<table_atom, request_id>::with<block_table>,
   // From a handle: its incarnation's table (request id, cache id). Error:
@@ -182,8 +196,16 @@ using kv_cache_manager_actor = caf::typed_actor<
   caf::replies_to<lookup_atom, request_id>::with<request_handle_actor, request_info>,
   caf::replies_to<list_atom>::with<std::vector<handle_entry>>,
   caf::replies_to<table_atom, request_id>::with<block_table>,
-  // One scheduler step in one round trip (messages/step.hpp).
+  // One scheduler step in one round trip (messages/step.hpp), forwarded to
+  // the pool, which replies. The admits' device must be the cache's
+  // (invalid_request in `failed` otherwise). The sender owns the admitted
+  // requests.
   caf::replies_to<step_atom, step_request>::with<step_result>,
+  // Where to send steps without this hop: the pool's step lane.
+  caf::replies_to<step_atom>::with<step_actor>,
+  // From the pool: a step's effects on the registry (the step's sender,
+  // owner of the admitted requests).
+  caf::reacts_to<step_atom, step_effects, caf::actor>,
   // Recompute-style preemption: frees the blocks, tells the owner.
   caf::replies_to<preempt_atom, request_id>::with<std::uint32_t>,
   // Moves a request's blocks to the host tier (replies with blocks moved)

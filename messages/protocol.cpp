@@ -1,5 +1,7 @@
-// Names of the protocol's enums.
+// Names of the protocol's enums, and the device check of an admission.
 #include "kvactor/messages/protocol.hpp"
+
+#include "kvactor/messages/error.hpp"
 
 namespace kvactor {
 
@@ -20,6 +22,15 @@ const char* to_string(topic x) noexcept {
     case topic::kv_events: return "kv_events";
   }
   return "unknown";
+}
+
+caf::error check_device(const storage_info& store, const allocation_request& req) {
+  if (store.kind == "none" || req.device == store.device)
+    return caf::none;
+  return make_error(errc::invalid_request,
+                    "request " + std::to_string(req.id) + ": device "
+                      + to_string(req.device) + " but the cache lives on "
+                      + to_string(store.device));
 }
 
 } // namespace kvactor

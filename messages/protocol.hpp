@@ -10,6 +10,10 @@
 
 #include "kvactor/messages/types.hpp"
 
+namespace caf {
+class error;
+} // namespace caf
+
 namespace kvactor {
 
 /// Why a request ended.
@@ -54,6 +58,25 @@ struct extension {
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, extension& x) {
   return f(caf::meta::type_name("extension"), x.table, x.copies);
+}
+
+/// What a step changed in the manager's registry. The pool sends it to the
+/// manager one-way, before it replies to the step: anything the stepping
+/// scheduler sends the manager after the reply finds the registry up to date
+/// (the manager's mailbox holds this message first), yet the step's round
+/// trip does not wait for the registry (handles spawned, owners monitored,
+/// lifecycle subscribers told).
+struct step_effects {
+  std::vector<request_id> freed;
+  std::vector<request_id> preempted;
+  std::vector<allocation_request> admitted; ///< as asked, prompts dropped
+  std::vector<std::uint64_t> cache_ids;     ///< of `admitted`, in order
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, step_effects& x) {
+  return f(caf::meta::type_name("step_effects"), x.freed, x.preempted,
+           x.admitted, x.cache_ids);
 }
 
 /// Pool usage, sent to the supervisor when it crosses a pressure mark.
@@ -209,5 +232,10 @@ typename Inspector::result_type inspect(Inspector& f, storage_info& x) {
   return f(caf::meta::type_name("storage_info"), x.kind, x.device,
            x.num_blocks, x.num_host_blocks, x.bytes_per_block);
 }
+
+/// None if `req` may live in `store`: a storage of kind "none" holds no
+/// bytes and takes any device; any other needs the request's device to be
+/// its own (invalid_request, naming both, otherwise).
+caf::error check_device(const storage_info& store, const allocation_request& req);
 
 } // namespace kvactor

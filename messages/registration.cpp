@@ -41,6 +41,7 @@ void add_message_types(caf::actor_system_config& cfg) {
     .add_message_type<admission>("kvactor::admission")
     .add_message_type<op_failure>("kvactor::op_failure")
     .add_message_type<step_result>("kvactor::step_result")
+    .add_message_type<step_effects>("kvactor::step_effects")
     .add_message_type<end_reason>("kvactor::end_reason")
     .add_message_type<topic>("kvactor::topic")
     .add_message_type<request_info>("kvactor::request_info")
@@ -65,6 +66,7 @@ void add_message_types(caf::actor_system_config& cfg) {
     .add_message_type<request_handle_actor>("kvactor::request_handle_actor")
     .add_message_type<supervisor_actor>("kvactor::supervisor_actor")
     .add_message_type<block_pool_actor>("kvactor::block_pool_actor")
+    .add_message_type<step_actor>("kvactor::step_actor")
     .add_message_type<device_actor>("kvactor::device_actor")
     .add_message_type<kv_cache_manager_actor>("kvactor::kv_cache_manager_actor");
   cfg.add_error_category(error_category, [](std::uint8_t code, caf::atom_value,

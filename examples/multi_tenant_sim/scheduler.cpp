@@ -56,6 +56,7 @@ struct sched_state {
   const scenario* sc = nullptr;
   std::unique_ptr<batcher> b;
   kv_cache_manager_actor mgr;
+  step_actor lane; ///< where steps go (the manager hands it out)
   device_actor dev;
   bool write_data = false;
   std::uint32_t num_layers = 0;
@@ -304,7 +305,7 @@ void write_step(sched_actor* self) {
 
 void send_step(sched_actor* self, step_request req) {
   auto t0 = clock_type::now();
-  self->request(self->state.mgr, reply_timeout, step_atom::value, std::move(req))
+  self->request(self->state.lane, reply_timeout, step_atom::value, std::move(req))
     .then(
       [self, t0](step_result& res) {
         auto& st = self->state;
@@ -362,7 +363,13 @@ caf::behavior scheduler_fun(sched_actor* self, const scenario* sc,
                                    st.write_data);
   self->send(st.mgr, subscribe_atom::value, topic::pressure,
              caf::actor_cast<caf::actor>(self));
-  next_step(self);
+  self->request(st.mgr, reply_timeout, step_atom::value)
+    .then(
+      [self](step_actor& lane) {
+        self->state.lane = std::move(lane);
+        next_step(self);
+      },
+      [self](caf::error& err) { finish(self, "step lane: " + render(err)); });
   return {
     [self](pressure_atom, const pressure_event& ev) {
       self->state.level = ev.level;

@@ -252,6 +252,37 @@ BOOST_AUTO_TEST_CASE(requests_and_replies_cross_the_wire_intact) {
   BOOST_TEST(gc.caches_freed == 0u);
 }
 
+BOOST_AUTO_TEST_CASE(the_step_lane_reaches_the_pool_across_the_wire) {
+  caf::scoped_actor self{*sys};
+  auto [lane] = ask<step_actor>(self, step_atom::value);
+  BOOST_REQUIRE(lane);
+  auto lane_step = [&](const step_request& step) {
+    step_result out;
+    self->request(lane, reply_timeout, step_atom::value, step)
+      .receive([&](step_result& r) { out = std::move(r); },
+               [&](caf::error& err) {
+                 BOOST_FAIL("lane step failed: " << render(err));
+               });
+    return out;
+  };
+  step_request admit;
+  admit.admits = {req(1, 6), req(2, 3)};
+  auto res = lane_step(admit);
+  BOOST_REQUIRE_EQUAL(res.admitted.size(), 2u);
+  // The manager's registry followed before the reply.
+  auto [h, info] = ask<request_handle_actor, request_info>(
+    self, lookup_atom::value, request_id{1});
+  BOOST_TEST(info.cache_id == res.admitted[0].cache_id);
+  BOOST_TEST(stats(self).active_caches == 2u);
+  step_request end;
+  end.frees = {1, 2};
+  res = lane_step(end);
+  BOOST_TEST(res.freed == (std::vector<request_id>{1, 2}),
+             boost::test_tools::per_element());
+  BOOST_TEST(stats(self).active_caches == 0u);
+  BOOST_TEST(stats(self).free_blocks == 64u);
+}
+
 BOOST_AUTO_TEST_CASE(errors_cross_the_wire_with_code_and_context) {
   caf::scoped_actor self{*sys};
   ask<request_handle_actor, block_table>(self, allocate_atom::value, req(1, 5));
