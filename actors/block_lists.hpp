@@ -103,6 +103,17 @@ public:
     return no_block;
   }
 
+  /// The block after `b` on its level (evicted after it), or no_block.
+  block_id next(block_id b) const noexcept {
+    return next_[b];
+  }
+
+  /// Brings `b`'s links toward the cache (before unlinking or appending it).
+  void prefetch(block_id b) const noexcept {
+    __builtin_prefetch(&prev_[b], 1);
+    __builtin_prefetch(&next_[b], 1);
+  }
+
   /// Calls f(block, level) for every block, in eviction order.
   template <class F>
   void for_each(F&& f) const {

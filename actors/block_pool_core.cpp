@@ -201,6 +201,24 @@ void block_pool_core::evict_one(block_id b, std::uint8_t level) {
     events_.push_back(index_event{false, m.hash.lo, parent_[b], b, m.stored_by, {}});
 }
 
+void block_pool_core::prefetch_evictions(block_id b) const noexcept {
+  // Evicting a block touches three scattered places: its metadata, its LRU
+  // links and its index slot (found from the hash in its metadata). While
+  // `b` is evicted, ask for the index slot of the block evicted next (its
+  // metadata was asked for one eviction earlier) and for the metadata and
+  // links of the block after that: a run of evictions overlaps its misses.
+  auto n1 = lru_.next(b);
+  if (n1 == no_block)
+    return;
+  if (blocks_[n1].indexed)
+    index_.prefetch(blocks_[n1].hash.lo);
+  auto n2 = lru_.next(n1);
+  if (n2 == no_block)
+    return;
+  __builtin_prefetch(&blocks_[n2], 1);
+  lru_.prefetch(n2);
+}
+
 block_id block_pool_core::take_block(std::uint16_t t) {
   block_id b;
   if (!free_.empty()) {
@@ -210,6 +228,7 @@ block_id block_pool_core::take_block(std::uint16_t t) {
     std::size_t level = 0;
     b = lru_.front(level);
     assert(b != no_block);
+    prefetch_evictions(b);
     evict_one(b, static_cast<std::uint8_t>(level));
   }
   auto& m = blocks_[b];
@@ -349,8 +368,16 @@ void block_pool_core::release_now(sequence& seq) {
   auto level = retention_level(seq);
   // Last block first: among blocks released together, the tail of a
   // sequence is the least likely to be shared again, so it is evicted first.
-  for (auto i = seq.blocks.rbegin(); i != seq.blocks.rend(); ++i)
-    unref(*i, level);
+  constexpr std::ptrdiff_t ahead = 4; // unref's metadata and links, early
+  auto n = static_cast<std::ptrdiff_t>(seq.blocks.size());
+  for (auto k = n - 1; k >= 0; --k) {
+    if (k >= ahead) {
+      auto next = seq.blocks[static_cast<std::size_t>(k - ahead)];
+      __builtin_prefetch(&blocks_[next], 1);
+      lru_.prefetch(next);
+    }
+    unref(seq.blocks[static_cast<std::size_t>(k)], level);
+  }
   for (auto i = seq.incoming.rbegin(); i != seq.incoming.rend(); ++i)
     unref(*i, level);
   for (auto h : seq.host_blocks)
@@ -436,6 +463,7 @@ std::uint32_t block_pool_core::evict(std::uint32_t n) {
     auto b = lru_.front(level);
     if (b == no_block)
       break;
+    prefetch_evictions(b);
     evict_one(b, static_cast<std::uint8_t>(level));
     free_.push(b);
   }

@@ -362,6 +362,8 @@ private:
   void release_now(sequence& seq);
   sequence* find_resident(request_id id, caf::error& err);
   block_id take_block(std::uint16_t t);
+  /// Before evicting `b` (the LRU front): prefetches for the next evictions.
+  void prefetch_evictions(block_id b) const noexcept;
   void charge(block_id b, std::uint16_t t) noexcept;
   void uncharge(block_id b) noexcept;
   void unref(block_id b, std::uint8_t level);

@@ -65,6 +65,12 @@ public:
     return slots_[i].value == npos ? npos : i;
   }
 
+  /// Brings the home slot of `key` toward the cache (an erase or lookup of
+  /// it comes soon).
+  void prefetch(std::uint64_t key) const noexcept {
+    __builtin_prefetch(&slots_[home(tag(key))], 1);
+  }
+
   /// Adds `key` -> `value`; false (and no change) if `key` is present.
   /// REQUIRES: value != npos, size() < capacity().
   template <class KeyOf>
