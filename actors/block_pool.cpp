@@ -40,6 +40,7 @@ struct block_pool_state {
   /// (kind "": not checked).
   kv_cache_manager_actor registry;
   storage_info store;
+  std::vector<std::uint32_t> admitted_at; ///< scratch of the step handler
   std::uint32_t block_size = 0;
 
   void init(const cache_config& cfg, std::uint32_t num_blocks) {
@@ -160,7 +161,8 @@ std::vector<op_failure> reject_foreign(const storage_info& store,
 /// owning what it admitted. Called before the reply, so the manager's
 /// mailbox holds this before anything the sender sends it after the reply.
 void tell_registry(pool_ptr self, const step_request& step,
-                   const step_result& res) {
+                   const step_result& res,
+                   const std::vector<std::uint32_t>& admitted_at) {
   auto& mgr = self->state.registry;
   if (!mgr || (res.freed.empty() && res.preempted.empty()
                && res.admitted.empty()))
@@ -170,12 +172,9 @@ void tell_registry(pool_ptr self, const step_request& step,
   fx.preempted = res.preempted;
   fx.admitted.reserve(res.admitted.size());
   fx.cache_ids.reserve(res.admitted.size());
-  auto next = step.admits.begin(); // admitted: a subsequence of the admits
-  for (auto& a : res.admitted) {
-    while (next->id != a.id)
-      ++next;
-    fx.admitted.push_back(without_prompt(*next++));
-    fx.cache_ids.push_back(a.cache_id);
+  for (std::size_t k = 0; k < res.admitted.size(); ++k) {
+    fx.admitted.push_back(without_prompt(step.admits[admitted_at[k]]));
+    fx.cache_ids.push_back(res.admitted[k].cache_id);
   }
   self->send(mgr, step_atom::value, std::move(fx),
              caf::actor_cast<caf::actor>(self->current_sender()));
@@ -225,6 +224,21 @@ caf::error check_incarnation(const detail::block_pool_core& core, request_id id,
     return caf::none;
   return make_error(errc::invalid_handle,
                     "request " + std::to_string(id) + " has ended");
+}
+
+/// None if request `id` is live as incarnation `cache_id`, the one the
+/// manager's registry names. The registry follows the pool a few messages
+/// late (steps reach the pool directly), so an operation the manager asks
+/// for by id alone could hit a newer incarnation of the id.
+caf::error check_current(const detail::block_pool_core& core, request_id id,
+                         std::uint64_t cache_id) {
+  auto seq = core.find(id);
+  if (seq != nullptr && seq->cache_id == cache_id)
+    return caf::none;
+  return make_error(errc::unknown_request,
+                    "request " + std::to_string(id) + " is not allocated"
+                      + (seq != nullptr ? " (it ended; the id is live again)"
+                                        : ""));
 }
 
 /// The table of a live request (after a successful operation on it).
@@ -292,7 +306,10 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       });
       return rp;
     },
-    [self, &st](free_atom, request_id id) -> caf::result<std::uint32_t> {
+    [self, &st](free_atom, request_id id,
+                std::uint64_t cache_id) -> caf::result<std::uint32_t> {
+      if (auto err = check_current(st.core(), id, cache_id))
+        return err;
       auto res = st.core().release(id);
       if (!res)
         return std::move(res.error());
@@ -310,15 +327,20 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       st.report(self);
       return {true, *res};
     },
-    [self, &st](preempt_atom, request_id id) -> caf::result<std::uint32_t> {
+    [self, &st](preempt_atom, request_id id,
+                std::uint64_t cache_id) -> caf::result<std::uint32_t> {
+      if (auto err = check_current(st.core(), id, cache_id))
+        return err;
       auto res = st.core().preempt(id);
       if (!res)
         return std::move(res.error());
       st.report(self);
       return *res;
     },
-    [self, &st](fork_atom, request_id parent,
+    [self, &st](fork_atom, request_id parent, std::uint64_t parent_cache_id,
                 request_id child) -> caf::result<admission> {
+      if (auto err = check_current(st.core(), parent, parent_cache_id))
+        return err;
       auto res = st.core().fork(parent, child);
       if (!res)
         return std::move(res.error());
@@ -327,11 +349,13 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
     },
     [self, &st](step_atom, step_request& step) -> caf::result<step_result> {
       auto rejected = reject_foreign(st.store, step);
-      auto res = st.core().run_step(step, true);
+      auto& admitted_at = st.admitted_at;
+      admitted_at.clear();
+      auto res = st.core().run_step(step, true, &admitted_at);
       res.failed.insert(res.failed.end(),
                         std::make_move_iterator(rejected.begin()),
                         std::make_move_iterator(rejected.end()));
-      tell_registry(self, step, res);
+      tell_registry(self, step, res, admitted_at);
       st.report(self);
       if (res.copies.empty())
         return res;
@@ -387,6 +411,8 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       return live;
     },
     [&st](registry_atom, const caf::actor& mgr, const storage_info& store) {
+      if (st.registry)
+        return; // once, from spawn_kv_cache: no one may re-point it later
       st.registry = caf::actor_cast<kv_cache_manager_actor>(mgr);
       st.store = store;
     },
@@ -415,16 +441,20 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
         st.core().take_events();
       }
     },
-    [self, &st](swap_out_atom, request_id id)
+    [self, &st](swap_out_atom, request_id id, std::uint64_t cache_id)
       -> caf::result<std::vector<block_move>> {
+      if (auto err = check_current(st.core(), id, cache_id))
+        return err;
       auto res = st.core().swap_out_begin(id);
       if (!res)
         return std::move(res.error());
       st.report(self);
       return std::move(*res);
     },
-    [self, &st](swap_in_atom, request_id id)
+    [self, &st](swap_in_atom, request_id id, std::uint64_t cache_id)
       -> caf::result<std::vector<block_move>> {
+      if (auto err = check_current(st.core(), id, cache_id))
+        return err;
       auto res = st.core().swap_in_begin(id);
       if (!res)
         return std::move(res.error());

@@ -144,8 +144,11 @@ public:
   /// its first append into the shared last block).
   caf::expected<allocation_outcome> fork(request_id parent, request_id child);
 
-  /// Executes one scheduler step (see messages/step.hpp).
-  step_result run_step(const step_request& step, bool hold_copies = false);
+  /// Executes one scheduler step (see messages/step.hpp). `admitted_at`, if
+  /// given, receives the index in step.admits of each admission (admits may
+  /// repeat an id).
+  step_result run_step(const step_request& step, bool hold_copies = false,
+                       std::vector<std::uint32_t>* admitted_at = nullptr);
 
   // -- copy-on-write in flight (block_pool_cow.cpp) -------------------------------
 

@@ -7,7 +7,8 @@
 namespace kvactor::detail {
 
 step_result block_pool_core::run_step(const step_request& step,
-                                      bool hold_copies) {
+                                      bool hold_copies,
+                                      std::vector<std::uint32_t>* admitted_at) {
   step_result r;
   for (auto id : step.frees) {
     if (auto n = release(id))
@@ -84,12 +85,15 @@ step_result block_pool_core::run_step(const step_request& step,
       r.admission_blocked = true;
       r.blocked = step.admits.front().id;
     } else {
-      for (auto& req : step.admits) {
+      for (std::uint32_t k = 0; k < step.admits.size(); ++k) {
+        auto& req = step.admits[k];
         auto res = allocate(req);
         if (res) {
           r.admitted.push_back(admission{req.id, res->cache_id,
                                          res->hit_tokens,
                                          table(*find(req.id))});
+          if (admitted_at != nullptr)
+            admitted_at->push_back(k);
         } else if (has_code(res.error(), errc::out_of_blocks)) {
           r.admission_blocked = true;
           r.blocked = req.id;

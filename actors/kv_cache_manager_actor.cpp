@@ -28,11 +28,14 @@ namespace {
 
 using namespace detail;
 
-/// Ends registered request `id`: the pool releases its blocks, then the
-/// registry lets it go.
-caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id) {
+/// Ends registered request `id` (incarnation `cache_id`): the pool releases
+/// its blocks, then the registry lets it go. If the pool had ended that
+/// incarnation already (a step's effects not yet here), it fails with
+/// unknown_request and the step's effects end the registry entry.
+caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
+                                        std::uint64_t cache_id) {
   auto rp = self->make_response_promise<std::uint32_t>();
-  self->request(self->state.pool, caf::infinite, free_atom::value, id)
+  self->request(self->state.pool, caf::infinite, free_atom::value, id, cache_id)
     .then(
       [self, rp, id](std::uint32_t released) mutable {
         end_request(self, id, end_reason::deallocated, released, false);
@@ -40,6 +43,21 @@ caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id) {
       },
       [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
   return rp;
+}
+
+/// Asks the pool to reclaim incarnation `cache_id` of `id` (its owner or
+/// its handle is gone) and ends the registry entry if the pool did: if the
+/// pool had ended that incarnation already, the entry under `id` may by the
+/// time of the reply be a newer one, which must stay.
+void reclaim_request(mgr_ptr self, request_id id, std::uint64_t cache_id) {
+  self->request(self->state.pool, caf::infinite, reclaim_atom::value, id,
+                cache_id)
+    .then(
+      [self, id](bool found, std::uint32_t released) {
+        if (found)
+          end_request(self, id, end_reason::reclaimed, released, false);
+      },
+      [](caf::error&) {});
 }
 
 } // namespace
@@ -71,13 +89,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
         auto i = st.registry.find(id);
         if (i == st.registry.end())
           continue;
-        auto cache_id = i->second.info.cache_id;
-        self->request(st.pool, caf::infinite, reclaim_atom::value, id, cache_id)
-          .then(
-            [self, id](bool, std::uint32_t released) {
-              end_request(self, id, end_reason::reclaimed, released, false);
-            },
-            [](caf::error&) {});
+        reclaim_request(self, id, i->second.info.cache_id);
       }
       return;
     }
@@ -152,9 +164,11 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
                             std::move(tokens));
     },
     [self](free_atom, request_id id) -> caf::result<std::uint32_t> {
-      if (self->state.registry.count(id) == 0)
+      auto& reg = self->state.registry;
+      auto i = reg.find(id);
+      if (i == reg.end())
         return make_error(errc::unknown_request, unknown(id));
-      return free_request(self, id);
+      return free_request(self, id, i->second.info.cache_id);
     },
     [self](free_atom, request_id id,
            std::uint64_t cache_id) -> caf::result<std::uint32_t> {
@@ -163,7 +177,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       if (i == reg.end() || i->second.info.cache_id != cache_id)
         return make_error(errc::invalid_handle,
                           "request " + std::to_string(id) + " has ended");
-      return free_request(self, id);
+      return free_request(self, id, cache_id);
     },
     [self](fork_atom, request_id parent, request_id child)
       -> caf::result<request_handle_actor, block_table> {
@@ -180,7 +194,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       // Before the promise, which takes the sender out of the message.
       auto owner = owner_of(self);
       auto rp = self->make_response_promise<request_handle_actor, block_table>();
-      self->request(st.pool, caf::infinite, fork_atom::value, parent, child)
+      self->request(st.pool, caf::infinite, fork_atom::value, parent,
+                    i->second.info.cache_id, child)
         .then(
           [self, rp, req, owner](admission& a) mutable {
             auto h = add_request(self, req, a.cache_id, std::move(owner));
@@ -274,6 +289,10 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       return self->state.pool;
     },
     [self](step_atom, step_effects& fx, const caf::actor& owner) {
+      // Only the pool says what a step did; anyone else could end entries.
+      if (self->current_sender()
+          != caf::actor_cast<caf::strong_actor_ptr>(self->state.pool))
+        return;
       for (auto id : fx.freed)
         end_request(self, id, end_reason::deallocated, 0, false);
       for (auto id : fx.preempted)
@@ -290,7 +309,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       // Before the promise, which takes the sender out of the message.
       bool by_owner = i->second.owner == self->current_sender();
       auto rp = self->make_response_promise<std::uint32_t>();
-      self->request(st.pool, caf::infinite, preempt_atom::value, id)
+      self->request(st.pool, caf::infinite, preempt_atom::value, id,
+                    i->second.info.cache_id)
         .then(
           [self, rp, id, by_owner](std::uint32_t released) mutable {
             end_request(self, id, end_reason::preempted, released, !by_owner);
@@ -338,11 +358,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       auto i = st.registry.find(id);
       if (i == st.registry.end() || i->second.info.cache_id != cache_id)
         return; // ended normally before its handle went down
-      self->request(st.pool, caf::infinite, reclaim_atom::value, id, cache_id)
-        .then([self, id](bool, std::uint32_t released) {
-          end_request(self, id, end_reason::reclaimed, released, false);
-        },
-        [](caf::error&) {});
+      reclaim_request(self, id, cache_id);
     },
     [self](reclaim_atom) -> caf::result<cache_gc_stats> {
       auto& st = self->state;
@@ -392,10 +408,11 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     },
     [self](swap_out_atom, request_id id) -> caf::result<std::uint32_t> {
       auto& st = self->state;
-      if (st.registry.count(id) == 0)
+      auto i = st.registry.find(id);
+      if (i == st.registry.end())
         return make_error(errc::unknown_request, unknown(id));
       auto rp = self->make_response_promise<std::uint32_t>();
-      swap_request(self, id, true, [self, rp, id](caf::expected<std::uint32_t> res) mutable {
+      swap_request(self, id, i->second.info.cache_id, true, [self, rp, id](caf::expected<std::uint32_t> res) mutable {
         if (!res) {
           rp.deliver(std::move(res.error()));
           return;
@@ -407,10 +424,11 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     },
     [self](swap_in_atom, request_id id) -> caf::result<block_table> {
       auto& st = self->state;
-      if (st.registry.count(id) == 0)
+      auto i = st.registry.find(id);
+      if (i == st.registry.end())
         return make_error(errc::unknown_request, unknown(id));
       auto rp = self->make_response_promise<block_table>();
-      swap_request(self, id, false, [self, rp, id](caf::expected<std::uint32_t> res) mutable {
+      swap_request(self, id, i->second.info.cache_id, false, [self, rp, id](caf::expected<std::uint32_t> res) mutable {
         if (!res) {
           rp.deliver(std::move(res.error()));
           return;

@@ -65,11 +65,12 @@ void end_request(mgr_ptr self, request_id id, end_reason why,
 /// Marks a registered request swapped out or in.
 void set_swapped(mgr_ptr self, request_id id, bool swapped);
 
-/// Swaps request `id` out (`out`) or in: the pool reserves the other side's
-/// blocks, the device copies, the pool commits - or undoes everything when
-/// the copy fails, so a failed swap changes nothing. `done` gets the device
-/// blocks moved or the error.
-void swap_request(mgr_ptr self, request_id id, bool out,
+/// Swaps request `id` (incarnation `cache_id`) out (`out`) or in: the pool
+/// reserves the other side's blocks, the device copies, the pool commits -
+/// or undoes everything when the copy fails, so a failed swap changes
+/// nothing. `done` gets the device blocks moved or the error.
+void swap_request(mgr_ptr self, request_id id, std::uint64_t cache_id,
+                  bool out,
                   std::function<void(caf::expected<std::uint32_t>)> done);
 
 /// The manager's behavior (kv_cache_manager_actor.cpp); spawn_kv_cache

@@ -6,7 +6,8 @@
 
 namespace kvactor::detail {
 
-void swap_request(mgr_ptr self, request_id id, bool out,
+void swap_request(mgr_ptr self, request_id id, std::uint64_t cache_id,
+                  bool out,
                   std::function<void(caf::expected<std::uint32_t>)> done) {
   auto& st = self->state;
   auto finish = [self, id, out, done](bool ok, caf::error cause,
@@ -48,10 +49,10 @@ void swap_request(mgr_ptr self, request_id id, bool out,
   };
   auto failed = [done](caf::error& err) mutable { done(std::move(err)); };
   if (out)
-    self->request(st.pool, caf::infinite, swap_out_atom::value, id)
+    self->request(st.pool, caf::infinite, swap_out_atom::value, id, cache_id)
       .then(copy, failed);
   else
-    self->request(st.pool, caf::infinite, swap_in_atom::value, id)
+    self->request(st.pool, caf::infinite, swap_in_atom::value, id, cache_id)
       .then(copy, failed);
 }
 

@@ -82,21 +82,25 @@ using block_pool_actor = caf::typed_actor<
   // undone). The pool handles no other message while such a copy runs.
   caf::replies_to<extend_atom, request_id, std::uint64_t, std::uint64_t,
                   std::vector<token_id>>::with<extension>,
-  // End a request. Error: unknown_request.
-  caf::replies_to<free_atom, request_id>::with<std::uint32_t>,
+  // Operations the manager asks for name the incarnation its registry knows
+  // (request id, cache id): the registry follows the pool a few messages
+  // late, and an id alone could reach a newer incarnation. Each fails with
+  // unknown_request once that incarnation ended.
+  // End a request.
+  caf::replies_to<free_atom, request_id, std::uint64_t>::with<std::uint32_t>,
   // End it only if its cache id still matches; replies (whether it did,
   // blocks released).
   caf::replies_to<reclaim_atom, request_id, std::uint64_t>::with<bool, std::uint32_t>,
   // End it as a preemption.
-  caf::replies_to<preempt_atom, request_id>::with<std::uint32_t>,
-  // (parent, child): child shares the parent's blocks.
-  caf::replies_to<fork_atom, request_id, request_id>::with<admission>,
+  caf::replies_to<preempt_atom, request_id, std::uint64_t>::with<std::uint32_t>,
+  // (parent, parent's cache id, child): child shares the parent's blocks.
+  caf::replies_to<fork_atom, request_id, std::uint64_t, request_id>::with<admission>,
   // A step (as the manager's step, for which the pool checks the admits'
   // device); tells the registered manager its effects before replying.
   caf::replies_to<step_atom, step_request>::with<step_result>,
-  // From spawn_kv_cache: the manager whose registry follows the steps
-  // (step_effects), and the storage whose device admitted requests must
-  // name.
+  // From spawn_kv_cache, once (later ones are ignored): the manager whose
+  // registry follows the steps (step_effects), and the storage whose
+  // device admitted requests must name (storage "none" takes any).
   caf::reacts_to<registry_atom, caf::actor, storage_info>,
   // The live request's table. Error: unknown_request.
   caf::replies_to<table_atom, request_id>::with<block_table>,
@@ -115,11 +119,12 @@ using block_pool_actor = caf::typed_actor<
   // KV events: (kv_event_atom, kv_event_batch) to each subscriber.
   caf::reacts_to<subscribe_atom, topic, caf::actor>,
   caf::reacts_to<unsubscribe_atom, topic, caf::actor>,
-  // Swap, first phase: reserve the other side's blocks, reply the moves for
-  // the device. Errors: unknown_request, invalid_request (wrong residency),
-  // out_of_blocks, quota_exceeded (swap in).
-  caf::replies_to<swap_out_atom, request_id>::with<std::vector<block_move>>,
-  caf::replies_to<swap_in_atom, request_id>::with<std::vector<block_move>>,
+  // Swap, first phase (request id, cache id): reserve the other side's
+  // blocks, reply the moves for the device. Errors: unknown_request,
+  // invalid_request (wrong residency), out_of_blocks, quota_exceeded (swap
+  // in).
+  caf::replies_to<swap_out_atom, request_id, std::uint64_t>::with<std::vector<block_move>>,
+  caf::replies_to<swap_in_atom, request_id, std::uint64_t>::with<std::vector<block_move>>,
   // Swap, second phase: the device's copy succeeded (commit) or not (undo);
   // replies with device blocks released.
   caf::replies_to<swap_out_atom, request_id, bool>::with<std::uint32_t>,
@@ -197,14 +202,14 @@ using kv_cache_manager_actor = caf::typed_actor<
   caf::replies_to<list_atom>::with<std::vector<handle_entry>>,
   caf::replies_to<table_atom, request_id>::with<block_table>,
   // One scheduler step in one round trip (messages/step.hpp), forwarded to
-  // the pool, which replies. The admits' device must be the cache's
-  // (invalid_request in `failed` otherwise). The sender owns the admitted
-  // requests.
+  // the pool, which replies. The admits' device must be the cache's unless
+  // the storage is "none" (invalid_request in `failed` otherwise). The
+  // sender owns the admitted requests.
   caf::replies_to<step_atom, step_request>::with<step_result>,
   // Where to send steps without this hop: the pool's step lane.
   caf::replies_to<step_atom>::with<step_actor>,
-  // From the pool: a step's effects on the registry (the step's sender,
-  // owner of the admitted requests).
+  // From the pool (ignored from anyone else): a step's effects on the
+  // registry, and the step's sender, owner of the admitted requests.
   caf::reacts_to<step_atom, step_effects, caf::actor>,
   // Recompute-style preemption: frees the blocks, tells the owner.
   caf::replies_to<preempt_atom, request_id>::with<std::uint32_t>,

@@ -35,6 +35,20 @@ struct lane_fixture : cache_fixture {
     return std::move(std::get<0>(*res));
   }
 
+  /// Sends `req` to the lane and runs only the pool: the manager has not
+  /// seen the step's effects yet when this returns the reply.
+  step_result pool_only_step(step_request req) {
+    self->send(lane, step_atom::value, std::move(req));
+    BOOST_REQUIRE(sched.prioritize(pool));
+    sched.run_once();
+    step_result out;
+    bool got = false;
+    self->receive([&](step_result& r) { out = std::move(r); got = true; },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+    BOOST_REQUIRE_MESSAGE(got, "the pool did not reply in its own job");
+    return out;
+  }
+
   step_actor lane;
 };
 
@@ -152,6 +166,87 @@ BOOST_AUTO_TEST_CASE(an_admit_for_another_device_fails_alone_on_either_path) {
     BOOST_REQUIRE(lane_step(self, end));
     BOOST_TEST(used_blocks() == 0u);
   }
+}
+
+BOOST_AUTO_TEST_CASE(the_effects_are_in_the_managers_mailbox_when_the_reply_is_out) {
+  step_request req;
+  req.admits = {make_request(cfg, 1, 6)};
+  auto res = pool_only_step(req);
+  BOOST_REQUIRE(res.admitted.size() == 1u);
+  // Sent after the reply arrived, before the manager ran at all.
+  auto found = lookup(1);
+  BOOST_REQUIRE_MESSAGE(found, outcome(found));
+  BOOST_TEST(found->second.cache_id == res.admitted[0].cache_id);
+}
+
+// The manager's registry follows the pool some messages late. What the
+// manager decides on an entry it still holds must not reach the newer
+// incarnation a scheduler gave the same id meanwhile.
+
+BOOST_AUTO_TEST_CASE(a_free_decided_on_a_late_registry_spares_a_newer_incarnation) {
+  step_request admit;
+  admit.admits = {make_request(cfg, 1, 4)};
+  auto first = lane_step(self, admit);
+  BOOST_REQUIRE(first && first->admitted.size() == 1u);
+  caf::scoped_actor client{sys};
+  client->send(mgr, free_atom::value, request_id{1}); // sees incarnation 1
+  step_request end;
+  end.frees = {1};
+  BOOST_TEST(pool_only_step(end).freed == std::vector<request_id>{1});
+  auto again = pool_only_step(admit);
+  BOOST_REQUIRE(again.admitted.size() == 1u);
+  auto second = again.admitted[0].cache_id;
+  BOOST_REQUIRE(second != first->admitted[0].cache_id);
+  run(); // the client's free, then both steps' effects
+  caf::error err;
+  client->receive([](std::uint32_t) { BOOST_ERROR("the free succeeded"); },
+                  [&](caf::error& e) { err = std::move(e); },
+                  caf::after(std::chrono::seconds(0)) >> [] {
+                    BOOST_ERROR("no reply to the free");
+                  });
+  BOOST_TEST(outcome(err) == "unknown_request");
+  auto found = lookup(1);
+  BOOST_REQUIRE_MESSAGE(found, outcome(found));
+  BOOST_TEST(found->second.cache_id == second);
+  BOOST_TEST(used_blocks() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_reclaim_decided_on_a_late_registry_spares_a_newer_incarnation) {
+  step_request admit;
+  admit.admits = {make_request(cfg, 1, 4)};
+  auto first = lane_step(self, admit);
+  BOOST_REQUIRE(first && first->admitted.size() == 1u);
+  // As the supervisor reports a dead handle of incarnation 1.
+  self->send(mgr, reclaim_atom::value, request_id{1},
+             first->admitted[0].cache_id);
+  step_request end;
+  end.frees = {1};
+  pool_only_step(end);
+  auto again = pool_only_step(admit);
+  BOOST_REQUIRE(again.admitted.size() == 1u);
+  run();
+  auto found = lookup(1);
+  BOOST_REQUIRE_MESSAGE(found, outcome(found));
+  BOOST_TEST(found->second.cache_id == again.admitted[0].cache_id);
+  BOOST_TEST(used_blocks() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(step_effects_from_anyone_but_the_pool_are_ignored) {
+  BOOST_REQUIRE(allocate(1, 4));
+  caf::scoped_actor stranger{sys};
+  step_effects fx;
+  fx.freed = {1};
+  stranger->send(mgr, step_atom::value, fx, caf::actor{});
+  run();
+  BOOST_TEST(outcome(lookup(1)) == "ok");
+  // Nor can anyone re-point the pool's registry.
+  caf::anon_send(caf::actor_cast<caf::actor>(pool), registry_atom::value,
+                 caf::actor_cast<caf::actor>(stranger), storage_info{});
+  run();
+  step_request admit;
+  admit.admits = {make_request(cfg, 2, 4)};
+  BOOST_REQUIRE(lane_step(self, admit));
+  BOOST_TEST(outcome(lookup(2)) == "ok");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
