@@ -10,6 +10,7 @@
 
 #include "kvactor/actors/block_pool_core.hpp"
 #include "kvactor/actors/pressure_tracker.hpp"
+#include "kvactor/actors/step_lane.hpp"
 #include "kvactor/messages/error.hpp"
 
 #include <algorithm>
@@ -41,6 +42,7 @@ struct block_pool_state {
   kv_cache_manager_actor registry;
   storage_info store;
   std::vector<std::uint32_t> admitted_at; ///< scratch of the step handler
+  detail::lane_ledger lanes; ///< who admitted what through a step
   std::uint32_t block_size = 0;
 
   void init(const cache_config& cfg, std::uint32_t num_blocks) {
@@ -137,48 +139,6 @@ struct block_pool_state {
 };
 
 using pool_ptr = block_pool_actor::stateful_pointer<block_pool_state>;
-
-/// Takes the admits that name another device than the storage's out of
-/// `step`, each as a failure (as the manager's allocate refuses them).
-std::vector<op_failure> reject_foreign(const storage_info& store,
-                                       step_request& step) {
-  std::vector<op_failure> out;
-  if (store.kind.empty())
-    return out;
-  auto bad = [&](const allocation_request& r) {
-    if (auto err = check_device(store, r)) {
-      out.push_back(op_failure{r.id, std::move(err)});
-      return true;
-    }
-    return false;
-  };
-  auto& a = step.admits;
-  a.erase(std::remove_if(a.begin(), a.end(), bad), a.end());
-  return out;
-}
-
-/// Tells the manager what `res` changed in its registry, the step's sender
-/// owning what it admitted. Called before the reply, so the manager's
-/// mailbox holds this before anything the sender sends it after the reply.
-void tell_registry(pool_ptr self, const step_request& step,
-                   const step_result& res,
-                   const std::vector<std::uint32_t>& admitted_at) {
-  auto& mgr = self->state.registry;
-  if (!mgr || (res.freed.empty() && res.preempted.empty()
-               && res.admitted.empty()))
-    return;
-  step_effects fx;
-  fx.freed = res.freed;
-  fx.preempted = res.preempted;
-  fx.admitted.reserve(res.admitted.size());
-  fx.cache_ids.reserve(res.admitted.size());
-  for (std::size_t k = 0; k < res.admitted.size(); ++k) {
-    fx.admitted.push_back(without_prompt(step.admits[admitted_at[k]]));
-    fx.cache_ids.push_back(res.admitted[k].cache_id);
-  }
-  self->send(mgr, step_atom::value, std::move(fx),
-             caf::actor_cast<caf::actor>(self->current_sender()));
-}
 
 /// Has the device copy `copies` (copy-on-write) and calls `done` with its
 /// outcome and the requests whose extends were undone because it failed.
@@ -313,6 +273,7 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       auto res = st.core().release(id);
       if (!res)
         return std::move(res.error());
+      st.lanes.ended(id, cache_id, end_reason::deallocated, *res);
       st.report(self);
       return *res;
     },
@@ -324,6 +285,7 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       auto res = st.core().release(id);
       if (!res)
         return std::move(res.error());
+      st.lanes.ended(id, cache_id, end_reason::reclaimed, *res);
       st.report(self);
       return {true, *res};
     },
@@ -334,6 +296,7 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       auto res = st.core().preempt(id);
       if (!res)
         return std::move(res.error());
+      st.lanes.ended(id, cache_id, end_reason::preempted, *res);
       st.report(self);
       return *res;
     },
@@ -348,14 +311,22 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       return admission{child, res->cache_id, 0, table_of(st.core(), child)};
     },
     [self, &st](step_atom, step_request& step) -> caf::result<step_result> {
-      auto rejected = reject_foreign(st.store, step);
-      auto& admitted_at = st.admitted_at;
-      admitted_at.clear();
-      auto res = st.core().run_step(step, true, &admitted_at);
+      auto rejected = detail::reject_foreign(st.store, step);
+      st.admitted_at.clear();
+      auto res = st.core().run_step(step, true, &st.admitted_at);
       res.failed.insert(res.failed.end(),
                         std::make_move_iterator(rejected.begin()),
                         std::make_move_iterator(rejected.end()));
-      tell_registry(self, step, res, admitted_at);
+      auto sender = self->current_sender();
+      auto stepper = caf::actor_cast<caf::actor_addr>(sender);
+      st.lanes.step_done(stepper, res);
+      res.ended = st.lanes.take(stepper);
+      // Before the reply: the manager's mailbox holds the effects before
+      // anything the stepper sends it after reading the reply.
+      if (st.registry && detail::has_effects(res))
+        self->send(st.registry, step_atom::value,
+                   detail::effects_of(step, res, st.admitted_at),
+                   caf::actor_cast<caf::actor>(sender));
       st.report(self);
       if (res.copies.empty())
         return res;

@@ -19,10 +19,13 @@ facade_core::facade_core(caf::actor_system& sys, cache_config cfg,
                          cache_system cache)
   : sys_(sys), cfg_(std::move(cfg)), cache_(std::move(cache)), bridge_(sys) {
   // A request's end, however it came (deallocate, preemption, reclaim, an
-  // actor client), reaches the bridge as a lifecycle event, on the manager's
-  // thread before the manager handles anything else: no later incarnation
-  // of the id can have a slot yet, and the slot turns invalid before the
-  // handle actor has even seen its end message.
+  // actor client's step), reaches the bridge as a lifecycle event, on the
+  // manager's thread before the manager handles anything else: no later
+  // incarnation of the id can have a slot yet, and the slot turns invalid
+  // before the handle actor has even seen its end message. (An actor
+  // client's step ends requests in the pool, which replies to it before
+  // the manager takes in the step's effects: until then a slot of a
+  // request that step ended still reads as valid here.)
   bridge_.on_notification([this](caf::message& msg) {
     if (msg.match_elements<ended_atom, request_ended>()) {
       invalidate_request(msg.get_as<request_ended>(1).id);

@@ -8,6 +8,7 @@
 #include <caf/error.hpp>
 #include <caf/meta/type_name.hpp>
 
+#include "kvactor/messages/protocol.hpp"
 #include "kvactor/messages/types.hpp"
 
 namespace kvactor {
@@ -109,13 +110,20 @@ struct step_result {
   /// counted as free.
   std::uint64_t free_blocks = 0;
   std::uint64_t used_blocks = 0;
+  /// Requests the sender admitted through its steps that ended by other
+  /// hands since its last step (a free or preemption through the manager,
+  /// a reclaim, another sender's step), oldest first - reported here so a
+  /// scheduler learns of them in order with what this step did (lifecycle
+  /// subscribers and owner notices hear of them too, from the manager, but
+  /// possibly after this reply).
+  std::vector<request_ended> ended;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_result& x) {
   return f(caf::meta::type_name("step_result"), x.freed, x.changed, x.copies,
            x.preempted, x.admitted, x.failed, x.blocked, x.admission_blocked,
-           x.free_blocks, x.used_blocks);
+           x.free_blocks, x.used_blocks, x.ended);
 }
 
 } // namespace kvactor

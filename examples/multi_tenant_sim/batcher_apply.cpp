@@ -16,6 +16,11 @@ caf::expected<bool> batcher::apply(const step_result& res) {
   std::unordered_set<request_id> extends(sent_extends_.begin(),
                                          sent_extends_.end());
   std::unordered_set<request_id> failed;
+  // Our requests the supervisor preempted before this step: in the reply,
+  // so in order with what the step did (the manager's notice may follow).
+  for (auto& e : res.ended)
+    if (e.reason == end_reason::preempted)
+      external_.emplace_back(e.id, e.cache_id);
   for (auto& f : res.failed) {
     failed.insert(f.id);
     auto what = "request " + std::to_string(f.id) + ": " + render(f.error);
@@ -188,10 +193,11 @@ void batcher::preempted_elsewhere(request_id id, std::uint64_t cache_id) {
 }
 
 void batcher::process_external() {
-  // The notice of a preemption the pool made before one of our messages
-  // arrives before that message's reply (both come from the manager), so
-  // applying notices after each reply leaves no request we think runs on
-  // blocks that an allocation of ours already handed to someone else. Its
+  // A preemption the pool made before one of our steps is in that step's
+  // reply (`ended`; the manager's notice may come later, and finds the
+  // request requeued), so applying these after each reply leaves no request
+  // we think runs on blocks that an allocation of ours already handed to
+  // someone else. Its
   // computed tokens are still written: the blocks it filled may be cached
   // (and found by a prompt) before the write, and one reallocated since
   // gets its new owner's tokens later in the same write (see computed()).

@@ -231,6 +231,50 @@ BOOST_AUTO_TEST_CASE(a_reclaim_decided_on_a_late_registry_spares_a_newer_incarna
   BOOST_TEST(used_blocks() == 1u);
 }
 
+// A stepper learns in its next step reply which of the requests its steps
+// admitted ended by other hands - in order with what that step did, where
+// the manager's notices may come later.
+
+BOOST_AUTO_TEST_CASE(a_step_reply_reports_the_steppers_requests_ended_elsewhere) {
+  step_request admit;
+  admit.admits = {make_request(cfg, 1, 4), make_request(cfg, 2, 4),
+                  make_request(cfg, 3, 4)};
+  auto first = lane_step(self, admit);
+  BOOST_REQUIRE(first && first->admitted.size() == 3u);
+  BOOST_REQUIRE(allocate(4, 4)); // through the manager: no stepper's
+  caf::scoped_actor other{sys};
+  BOOST_REQUIRE(preempt_from(other, 1));
+  BOOST_REQUIRE(ask_from<std::uint32_t>(other, mgr, free_atom::value,
+                                        request_id{2}));
+  BOOST_REQUIRE(preempt_from(other, 4));
+  // Another stepper frees 3 in its step: ours hears of it, that one not.
+  step_request theirs;
+  theirs.frees = {3};
+  auto res = lane_step(other, theirs);
+  BOOST_REQUIRE(res);
+  BOOST_TEST(res->ended.empty());
+  res = lane_step(self, step_request{});
+  BOOST_REQUIRE(res);
+  BOOST_REQUIRE(res->ended.size() == 3u);
+  BOOST_TEST(res->ended[0].id == 1u);
+  BOOST_TEST(res->ended[0].cache_id == first->admitted[0].cache_id);
+  BOOST_TEST(res->ended[0].reason == end_reason::preempted);
+  BOOST_TEST(res->ended[0].blocks_released == 1u);
+  BOOST_TEST(res->ended[1].id == 2u);
+  BOOST_TEST(res->ended[1].reason == end_reason::deallocated);
+  BOOST_TEST(res->ended[2].id == 3u);
+  BOOST_TEST(res->ended[2].reason == end_reason::deallocated);
+  // Told once; what its own steps end is in freed / preempted instead.
+  admit.admits = {make_request(cfg, 5, 4)};
+  BOOST_REQUIRE(lane_step(self, admit));
+  step_request end;
+  end.frees = {5};
+  res = lane_step(self, end);
+  BOOST_REQUIRE(res);
+  BOOST_TEST(res->freed == std::vector<request_id>{5});
+  BOOST_TEST(res->ended.empty());
+}
+
 BOOST_AUTO_TEST_CASE(step_effects_from_anyone_but_the_pool_are_ignored) {
   BOOST_REQUIRE(allocate(1, 4));
   caf::scoped_actor stranger{sys};

@@ -33,6 +33,7 @@ protocol_messages(cache_fixture& f, const request_handle_actor& h) {
   res.failed = {op_failure{5, make_error(errc::out_of_blocks, "need 4")}};
   res.blocked = 6;
   res.admission_blocked = true;
+  res.ended = {request_ended{8, 44, end_reason::preempted, 2}};
   cache_manager_stats ms;
   ms.total_blocks = 64;
   ms.cache_hit_rate = 0.25;

@@ -1,0 +1,89 @@
+// The block pool's side of the step lane: device check, registry effects,
+// and the ledger of steppers' requests (step_lane.hpp).
+#include "kvactor/actors/step_lane.hpp"
+
+#include <algorithm>
+
+#include <caf/actor_cast.hpp>
+#include <caf/actor_control_block.hpp>
+
+namespace kvactor::detail {
+
+std::vector<op_failure> reject_foreign(const storage_info& store,
+                                       step_request& step) {
+  std::vector<op_failure> out;
+  if (store.kind.empty())
+    return out;
+  auto bad = [&](const allocation_request& r) {
+    if (auto err = check_device(store, r)) {
+      out.push_back(op_failure{r.id, std::move(err)});
+      return true;
+    }
+    return false;
+  };
+  auto& a = step.admits;
+  a.erase(std::remove_if(a.begin(), a.end(), bad), a.end());
+  return out;
+}
+
+step_effects effects_of(const step_request& step, const step_result& res,
+                        const std::vector<std::uint32_t>& admitted_at) {
+  step_effects fx;
+  fx.freed = res.freed;
+  fx.preempted = res.preempted;
+  fx.admitted.reserve(res.admitted.size());
+  fx.cache_ids.reserve(res.admitted.size());
+  for (std::size_t k = 0; k < res.admitted.size(); ++k) {
+    fx.admitted.push_back(without_prompt(step.admits[admitted_at[k]]));
+    fx.cache_ids.push_back(res.admitted[k].cache_id);
+  }
+  return fx;
+}
+
+void lane_ledger::step_done(const caf::actor_addr& stepper,
+                            const step_result& res) {
+  auto end = [&](request_id id, end_reason why) {
+    auto i = owners_.find(id);
+    if (i == owners_.end())
+      return;
+    if (i->second.stepper != stepper)
+      tell(i->second, request_ended{id, i->second.cache_id, why, 0});
+    owners_.erase(i);
+  };
+  for (auto id : res.freed)
+    end(id, end_reason::deallocated);
+  for (auto id : res.preempted)
+    end(id, end_reason::preempted);
+  if (!stepper)
+    return; // an anonymous step owns nothing
+  for (auto& a : res.admitted)
+    owners_[a.id] = entry{a.cache_id, stepper};
+}
+
+void lane_ledger::ended(request_id id, std::uint64_t cache_id, end_reason why,
+                        std::uint32_t released) {
+  auto i = owners_.find(id);
+  if (i == owners_.end() || i->second.cache_id != cache_id)
+    return;
+  tell(i->second, request_ended{id, cache_id, why, released});
+  owners_.erase(i);
+}
+
+void lane_ledger::tell(const entry& e, request_ended ev) {
+  // A stepper that is gone will never step again to collect it.
+  if (!caf::actor_cast<caf::strong_actor_ptr>(e.stepper))
+    return;
+  pending_[e.stepper].push_back(ev);
+}
+
+std::vector<request_ended> lane_ledger::take(const caf::actor_addr& stepper) {
+  std::vector<request_ended> out;
+  auto i = pending_.find(stepper);
+  if (i != pending_.end()) {
+    out = std::move(i->second);
+    pending_.erase(i);
+  }
+  return out;
+}
+
+} // namespace kvactor::detail

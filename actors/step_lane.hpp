@@ -1,0 +1,69 @@
+// The block pool's side of the step lane (steps sent straight to the pool):
+// the admits' device check, the effects message the manager's registry
+// follows, and the ledger of which stepper admitted which request - so that
+// a request of one stepper ended by other hands (a manager free, a
+// supervisor preemption, a reclaim, another stepper's step) is reported in
+// that stepper's next step reply, in order with what its steps see. Internal
+// to actors/block_pool.cpp.
+#pragma once
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include <caf/actor_addr.hpp>
+
+#include "kvactor/messages/protocol.hpp"
+#include "kvactor/messages/step.hpp"
+
+namespace kvactor::detail {
+
+/// Takes the admits that name another device than `store`'s out of `step`,
+/// each as a failure (as the manager's allocate refuses them). A storage of
+/// kind "" (a pool spawned alone) checks nothing.
+std::vector<op_failure> reject_foreign(const storage_info& store,
+                                       step_request& step);
+
+/// What `res` changed in the manager's registry. `admitted_at[k]` is the
+/// index in step.admits of res.admitted[k].
+step_effects effects_of(const step_request& step, const step_result& res,
+                        const std::vector<std::uint32_t>& admitted_at);
+
+/// Whether a step changed anything the registry keeps.
+inline bool has_effects(const step_result& res) noexcept {
+  return !res.freed.empty() || !res.preempted.empty() || !res.admitted.empty();
+}
+
+/// Which stepper admitted each live request through a step, and the ends of
+/// its requests it has not been told of yet.
+class lane_ledger {
+public:
+  /// After a step from `stepper`: its ends and admissions. Ends of requests
+  /// another stepper admitted are kept for that one.
+  void step_done(const caf::actor_addr& stepper, const step_result& res);
+
+  /// Request `id` (incarnation `cache_id`) ended outside a step.
+  void ended(request_id id, std::uint64_t cache_id, end_reason why,
+             std::uint32_t released);
+
+  /// The ends `stepper` has not been told of, oldest first; forgets them.
+  std::vector<request_ended> take(const caf::actor_addr& stepper);
+
+  /// Live requests admitted through steps (for tests and diagnostics).
+  std::size_t size() const noexcept {
+    return owners_.size();
+  }
+
+private:
+  struct entry {
+    std::uint64_t cache_id = 0;
+    caf::actor_addr stepper;
+  };
+
+  void tell(const entry& e, request_ended ev);
+
+  std::unordered_map<request_id, entry> owners_;
+  std::unordered_map<caf::actor_addr, std::vector<request_ended>> pending_;
+};
+
+} // namespace kvactor::detail
