@@ -32,6 +32,9 @@ struct model_request {
   std::optional<request_handle_actor> handle; ///< looked up when needed
   int doc = -1;         ///< follows this document while its tokens are named
   std::uint64_t pos = 0; ///< how much of the document it holds
+  /// Its cache id if a step admitted it (0 otherwise): the next step's
+  /// reply names it in `ended` if something else ends it.
+  std::uint64_t stepped = 0;
 };
 
 class random_model : public cache_fixture {
@@ -164,6 +167,13 @@ private:
   void op_queries();
   void full_check();
 
+  /// A request a step admitted ended by another operation.
+  void ended_elsewhere(request_id id, const model_request& r, end_reason why) {
+    if (r.stepped != 0)
+      ended_elsewhere_.emplace_back(id, r.stepped, why);
+  }
+
+  std::vector<std::tuple<request_id, std::uint64_t, end_reason>> ended_elsewhere_;
   std::mt19937_64 rng_;
   std::uint64_t seed_;
   step_actor lane_; ///< where the manager says steps may go
@@ -323,6 +333,7 @@ void random_model::op_fork() {
   expect(res->table.num_tokens == p->second.tokens, "fork token count");
   auto c = p->second;
   c.handle = res->handle;
+  c.stepped = 0; // admitted by the manager
   live_[child] = std::move(c);
 }
 
@@ -344,6 +355,8 @@ void random_model::op_free(bool preempting) {
   auto want = released_by(i->second.blocks);
   expect(*res == want, "released " + std::to_string(*res) + ", expected "
                          + std::to_string(want));
+  ended_elsewhere(id, i->second,
+                  preempting ? end_reason::preempted : end_reason::deallocated);
   live_.erase(i);
 }
 
@@ -356,6 +369,7 @@ void random_model::op_kill() {
     return;
   caf::anon_send_exit(*handle_of(id), caf::exit_reason::kill);
   run();
+  ended_elsewhere(id, live_.at(id), end_reason::reclaimed);
   live_.erase(id);
   auto res = lookup(id);
   expect_outcome(res, "unknown_request");
@@ -630,8 +644,22 @@ void random_model::op_step() {
     r.tokens = sa.tokens;
     r.max_len = sa.max_len;
     r.blocks = a.table.blocks;
+    r.stepped = a.cache_id;
     live_[a.id] = std::move(r);
   }
+  // Told of what ended elsewhere since the last step, once.
+  std::vector<std::string> got_ended, want_ended;
+  for (auto& e : res->ended)
+    got_ended.push_back(std::to_string(e.id) + "@" + std::to_string(e.cache_id)
+                        + ":" + to_string(e.reason));
+  for (auto& [id, cache_id, why] : ended_elsewhere_)
+    want_ended.push_back(std::to_string(id) + "@" + std::to_string(cache_id)
+                         + ":" + to_string(why));
+  expect(got_ended == want_ended, "the step reply's ended differs: "
+                                    + std::to_string(got_ended.size())
+                                    + " ends, expected "
+                                    + std::to_string(want_ended.size()));
+  ended_elsewhere_.clear();
   // Every block taken in the step is private to its request.
   auto after = refs();
   for (auto& a : res->admitted)
