@@ -201,6 +201,18 @@ caf::error check_current(const detail::block_pool_core& core, request_id id,
                                         : ""));
 }
 
+/// None if the current message comes from the manager, or if no manager
+/// registered (a pool spawned alone). The step lane hands the pool's
+/// address to schedulers, so what only the manager may ask - ending,
+/// forking and swapping requests - is refused from anyone else.
+caf::error from_manager(block_pool_actor::pointer self,
+                        const kv_cache_manager_actor& mgr, const char* what) {
+  if (!mgr || self->current_sender() == caf::actor_cast<caf::strong_actor_ptr>(mgr))
+    return caf::none;
+  return make_error(errc::invalid_request,
+                    std::string{what} + ": only the manager may ask the pool");
+}
+
 /// The table of a live request (after a successful operation on it).
 block_table table_of(const detail::block_pool_core& core, request_id id) {
   return core.table(*core.find(id));
@@ -213,6 +225,7 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
   st.init(cfg, num_blocks);
   st.device = std::move(device);
   self->set_down_handler([self](const caf::down_msg& dm) {
+    self->state.lanes.forget(dm.source); // a stepper went
     auto& subs = self->state.kv_subscribers;
     subs.erase(std::remove_if(subs.begin(), subs.end(),
                               [&](const caf::actor& x) {
@@ -268,6 +281,8 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
     },
     [self, &st](free_atom, request_id id,
                 std::uint64_t cache_id) -> caf::result<std::uint32_t> {
+      if (auto err = from_manager(self, st.registry, "free"))
+        return err;
       if (auto err = check_current(st.core(), id, cache_id))
         return err;
       auto res = st.core().release(id);
@@ -279,6 +294,8 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
     },
     [self, &st](reclaim_atom, request_id id,
                 std::uint64_t cache_id) -> caf::result<bool, std::uint32_t> {
+      if (auto err = from_manager(self, st.registry, "reclaim"))
+        return err;
       auto seq = st.core().find(id);
       if (seq == nullptr || seq->cache_id != cache_id)
         return {false, std::uint32_t{0}};
@@ -291,6 +308,8 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
     },
     [self, &st](preempt_atom, request_id id,
                 std::uint64_t cache_id) -> caf::result<std::uint32_t> {
+      if (auto err = from_manager(self, st.registry, "preempt"))
+        return err;
       if (auto err = check_current(st.core(), id, cache_id))
         return err;
       auto res = st.core().preempt(id);
@@ -302,6 +321,8 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
     },
     [self, &st](fork_atom, request_id parent, std::uint64_t parent_cache_id,
                 request_id child) -> caf::result<admission> {
+      if (auto err = from_manager(self, st.registry, "fork"))
+        return err;
       if (auto err = check_current(st.core(), parent, parent_cache_id))
         return err;
       auto res = st.core().fork(parent, child);
@@ -319,7 +340,8 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
                         std::make_move_iterator(rejected.end()));
       auto sender = self->current_sender();
       auto stepper = caf::actor_cast<caf::actor_addr>(sender);
-      st.lanes.step_done(stepper, res);
+      if (st.lanes.step_done(stepper, res))
+        self->monitor(stepper); // forgotten when it goes
       res.ended = st.lanes.take(stepper);
       // Before the reply: the manager's mailbox holds the effects before
       // anything the stepper sends it after reading the reply.
@@ -414,6 +436,8 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
     },
     [self, &st](swap_out_atom, request_id id, std::uint64_t cache_id)
       -> caf::result<std::vector<block_move>> {
+      if (auto err = from_manager(self, st.registry, "swap out"))
+        return err;
       if (auto err = check_current(st.core(), id, cache_id))
         return err;
       auto res = st.core().swap_out_begin(id);
@@ -424,6 +448,8 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
     },
     [self, &st](swap_in_atom, request_id id, std::uint64_t cache_id)
       -> caf::result<std::vector<block_move>> {
+      if (auto err = from_manager(self, st.registry, "swap in"))
+        return err;
       if (auto err = check_current(st.core(), id, cache_id))
         return err;
       auto res = st.core().swap_in_begin(id);
@@ -434,6 +460,8 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
     },
     [self, &st](swap_out_atom, request_id id,
                 bool ok) -> caf::result<std::uint32_t> {
+      if (auto err = from_manager(self, st.registry, "swap out"))
+        return err;
       auto res = st.core().swap_out_done(id, ok);
       if (!res)
         return std::move(res.error());
@@ -442,6 +470,8 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
     },
     [self, &st](swap_in_atom, request_id id,
                 bool ok) -> caf::result<std::uint32_t> {
+      if (auto err = from_manager(self, st.registry, "swap in"))
+        return err;
       auto res = st.core().swap_in_done(id, ok);
       if (!res)
         return std::move(res.error());

@@ -30,10 +30,12 @@ using namespace detail;
 
 /// Ends registered request `id` (incarnation `cache_id`): the pool releases
 /// its blocks, then the registry lets it go. If the pool had ended that
-/// incarnation already (a step's effects not yet here), it fails with
-/// unknown_request and the step's effects end the registry entry.
+/// incarnation already (a step's effects not yet here), it fails - with
+/// unknown_request, or invalid_handle for a handle's free - and the step's
+/// effects end the registry entry.
 caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
-                                        std::uint64_t cache_id) {
+                                        std::uint64_t cache_id,
+                                        bool by_handle) {
   auto rp = self->make_response_promise<std::uint32_t>();
   self->request(self->state.pool, caf::infinite, free_atom::value, id, cache_id)
     .then(
@@ -41,7 +43,12 @@ caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
         end_request(self, id, end_reason::deallocated, released, false);
         rp.deliver(released);
       },
-      [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      [rp, id, by_handle](caf::error& err) mutable {
+        if (by_handle && has_code(err, errc::unknown_request))
+          err = make_error(errc::invalid_handle,
+                           "request " + std::to_string(id) + " has ended");
+        rp.deliver(std::move(err));
+      });
   return rp;
 }
 
@@ -168,7 +175,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       auto i = reg.find(id);
       if (i == reg.end())
         return make_error(errc::unknown_request, unknown(id));
-      return free_request(self, id, i->second.info.cache_id);
+      return free_request(self, id, i->second.info.cache_id, false);
     },
     [self](free_atom, request_id id,
            std::uint64_t cache_id) -> caf::result<std::uint32_t> {
@@ -177,7 +184,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       if (i == reg.end() || i->second.info.cache_id != cache_id)
         return make_error(errc::invalid_handle,
                           "request " + std::to_string(id) + " has ended");
-      return free_request(self, id, cache_id);
+      return free_request(self, id, cache_id, true);
     },
     [self](fork_atom, request_id parent, request_id child)
       -> caf::result<request_handle_actor, block_table> {
@@ -428,13 +435,14 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       if (i == st.registry.end())
         return make_error(errc::unknown_request, unknown(id));
       auto rp = self->make_response_promise<block_table>();
-      swap_request(self, id, i->second.info.cache_id, false, [self, rp, id](caf::expected<std::uint32_t> res) mutable {
+      auto cache_id = i->second.info.cache_id;
+      swap_request(self, id, cache_id, false, [self, rp, id, cache_id](caf::expected<std::uint32_t> res) mutable {
         if (!res) {
           rp.deliver(std::move(res.error()));
           return;
         }
         set_swapped(self, id, false);
-        rp.delegate(self->state.pool, table_atom::value, id);
+        rp.delegate(self->state.pool, table_atom::value, id, cache_id);
       });
       return rp;
     },

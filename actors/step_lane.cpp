@@ -4,8 +4,6 @@
 
 #include <algorithm>
 
-#include <caf/actor_cast.hpp>
-#include <caf/actor_control_block.hpp>
 
 namespace kvactor::detail {
 
@@ -40,7 +38,7 @@ step_effects effects_of(const step_request& step, const step_result& res,
   return fx;
 }
 
-void lane_ledger::step_done(const caf::actor_addr& stepper,
+bool lane_ledger::step_done(const caf::actor_addr& stepper,
                             const step_result& res) {
   auto end = [&](request_id id, end_reason why) {
     auto i = owners_.find(id);
@@ -54,10 +52,23 @@ void lane_ledger::step_done(const caf::actor_addr& stepper,
     end(id, end_reason::deallocated);
   for (auto id : res.preempted)
     end(id, end_reason::preempted);
-  if (!stepper)
-    return; // an anonymous step owns nothing
+  if (!stepper || res.admitted.empty())
+    return false; // an anonymous step owns nothing
   for (auto& a : res.admitted)
     owners_[a.id] = entry{a.cache_id, stepper};
+  return steppers_.insert(stepper).second;
+}
+
+void lane_ledger::forget(const caf::actor_addr& stepper) {
+  if (steppers_.erase(stepper) == 0)
+    return;
+  pending_.erase(stepper);
+  for (auto i = owners_.begin(); i != owners_.end();) {
+    if (i->second.stepper == stepper)
+      i = owners_.erase(i);
+    else
+      ++i;
+  }
 }
 
 void lane_ledger::ended(request_id id, std::uint64_t cache_id, end_reason why,
@@ -70,9 +81,6 @@ void lane_ledger::ended(request_id id, std::uint64_t cache_id, end_reason why,
 }
 
 void lane_ledger::tell(const entry& e, request_ended ev) {
-  // A stepper that is gone will never step again to collect it.
-  if (!caf::actor_cast<caf::strong_actor_ptr>(e.stepper))
-    return;
   pending_[e.stepper].push_back(ev);
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <caf/actor_addr.hpp>
@@ -39,8 +40,13 @@ inline bool has_effects(const step_result& res) noexcept {
 class lane_ledger {
 public:
   /// After a step from `stepper`: its ends and admissions. Ends of requests
-  /// another stepper admitted are kept for that one.
-  void step_done(const caf::actor_addr& stepper, const step_result& res);
+  /// another stepper admitted are kept for that one. True if `stepper` is
+  /// new here: the caller monitors it and calls forget() when it goes.
+  bool step_done(const caf::actor_addr& stepper, const step_result& res);
+
+  /// `stepper` is gone: drops what it was owed and its admissions (its
+  /// requests are reclaimed as its owner's).
+  void forget(const caf::actor_addr& stepper);
 
   /// Request `id` (incarnation `cache_id`) ended outside a step.
   void ended(request_id id, std::uint64_t cache_id, end_reason why,
@@ -49,9 +55,19 @@ public:
   /// The ends `stepper` has not been told of, oldest first; forgets them.
   std::vector<request_ended> take(const caf::actor_addr& stepper);
 
-  /// Live requests admitted through steps (for tests and diagnostics).
+  /// Live requests admitted through steps, steppers known, ends not yet
+  /// told (for tests and diagnostics).
   std::size_t size() const noexcept {
     return owners_.size();
+  }
+  std::size_t steppers() const noexcept {
+    return steppers_.size();
+  }
+  std::size_t untold() const noexcept {
+    std::size_t n = 0;
+    for (auto& kvp : pending_)
+      n += kvp.second.size();
+    return n;
   }
 
 private:
@@ -64,6 +80,7 @@ private:
 
   std::unordered_map<request_id, entry> owners_;
   std::unordered_map<caf::actor_addr, std::vector<request_ended>> pending_;
+  std::unordered_set<caf::actor_addr> steppers_;
 };
 
 } // namespace kvactor::detail

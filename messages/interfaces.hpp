@@ -85,7 +85,9 @@ using block_pool_actor = caf::typed_actor<
   // Operations the manager asks for name the incarnation its registry knows
   // (request id, cache id): the registry follows the pool a few messages
   // late, and an id alone could reach a newer incarnation. Each fails with
-  // unknown_request once that incarnation ended.
+  // unknown_request once that incarnation ended. Ending, forking and
+  // swapping are the manager's to ask (invalid_request from anyone else:
+  // schedulers hold the pool's address as their step lane).
   // End a request.
   caf::replies_to<free_atom, request_id, std::uint64_t>::with<std::uint32_t>,
   // End it only if its cache id still matches; replies (whether it did,

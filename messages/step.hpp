@@ -110,12 +110,15 @@ struct step_result {
   /// counted as free.
   std::uint64_t free_blocks = 0;
   std::uint64_t used_blocks = 0;
-  /// Requests the sender admitted through its steps that ended by other
-  /// hands since its last step (a free or preemption through the manager,
-  /// a reclaim, another sender's step), oldest first - reported here so a
-  /// scheduler learns of them in order with what this step did (lifecycle
-  /// subscribers and owner notices hear of them too, from the manager, but
-  /// possibly after this reply).
+  /// Requests the sender admitted through its steps that ended other than
+  /// by its own steps since its last step reply - a free or preemption
+  /// through the manager or a handle (the sender's own included), a
+  /// reclaim, another sender's step - oldest first, each once. Reported
+  /// here so a scheduler learns of them in order with what this step did;
+  /// lifecycle subscribers and owner notices hear of them too, from the
+  /// manager, possibly after this reply. blocks_released is 0 for an end
+  /// by another sender's step. A step sent anonymously owns nothing and is
+  /// told nothing.
   std::vector<request_ended> ended;
 };
 

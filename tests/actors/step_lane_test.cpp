@@ -5,6 +5,8 @@
 // the scheduler sends the manager afterwards.
 #include "fixture.hpp"
 
+#include "kvactor/actors/step_lane.hpp"
+
 #include <caf/all.hpp>
 
 using namespace kvactor;
@@ -273,6 +275,105 @@ BOOST_AUTO_TEST_CASE(a_step_reply_reports_the_steppers_requests_ended_elsewhere)
   BOOST_REQUIRE(res);
   BOOST_TEST(res->freed == std::vector<request_id>{5});
   BOOST_TEST(res->ended.empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_lane_holder_cannot_end_fork_or_swap_requests_directly) {
+  // The lane is the pool's address: what only the manager may ask is
+  // refused from anyone else, the request untouched.
+  step_request admit;
+  admit.admits = {make_request(cfg, 1, 4)};
+  auto res = lane_step(self, admit);
+  BOOST_REQUIRE(res && res->admitted.size() == 1u);
+  auto cid = res->admitted[0].cache_id;
+  auto raw = caf::actor_cast<caf::actor>(lane);
+  auto refused = [&](auto... xs) {
+    caf::error err;
+    self->send(raw, xs...);
+    run();
+    self->receive([&](caf::error& e) { err = std::move(e); },
+                  [&](caf::message& m) {
+                    BOOST_ERROR("accepted: " << caf::to_string(m));
+                  },
+                  caf::after(std::chrono::seconds(0)) >> [] {
+                    BOOST_ERROR("no reply");
+                  });
+    return outcome(err);
+  };
+  BOOST_TEST(refused(free_atom::value, request_id{1}, cid) == "invalid_request");
+  BOOST_TEST(refused(preempt_atom::value, request_id{1}, cid) == "invalid_request");
+  BOOST_TEST(refused(reclaim_atom::value, request_id{1}, cid) == "invalid_request");
+  BOOST_TEST(refused(fork_atom::value, request_id{1}, cid, request_id{2})
+             == "invalid_request");
+  BOOST_TEST(refused(swap_out_atom::value, request_id{1}, cid) == "invalid_request");
+  BOOST_TEST(refused(swap_out_atom::value, request_id{1}, true) == "invalid_request");
+  BOOST_TEST(refused(swap_in_atom::value, request_id{1}, false) == "invalid_request");
+  auto found = lookup(1);
+  BOOST_REQUIRE(found);
+  BOOST_TEST(found->second.cache_id == cid);
+  BOOST_TEST(used_blocks() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_stepper_that_goes_takes_its_lane_requests_with_it) {
+  {
+    caf::scoped_actor stepper{sys};
+    step_request admit;
+    admit.admits = {make_request(cfg, 1, 4), make_request(cfg, 2, 4)};
+    BOOST_REQUIRE(lane_step(stepper, admit));
+    BOOST_REQUIRE(preempt(1)); // owed to the stepper now
+  }
+  run(); // it went: its requests are reclaimed, what it was owed dropped
+  BOOST_TEST(used_blocks() == 0u);
+  BOOST_TEST(outcome(lookup(2)) == "unknown_request");
+  // A new stepper starts clean.
+  step_request admit;
+  admit.admits = {make_request(cfg, 3, 4)};
+  auto res = lane_step(self, admit);
+  BOOST_REQUIRE(res);
+  BOOST_TEST(res->ended.empty());
+}
+
+BOOST_AUTO_TEST_CASE(the_ledger_tells_each_end_once_to_its_stepper_and_forgets_the_gone) {
+  detail::lane_ledger l;
+  caf::scoped_actor a{sys};
+  caf::scoped_actor b{sys};
+  step_result r;
+  r.admitted = {admission{1, 11, 0, {}}, admission{2, 12, 0, {}}};
+  BOOST_TEST(l.step_done(a->address(), r)); // new: to be monitored
+  r.admitted = {admission{3, 13, 0, {}}};
+  BOOST_TEST(!l.step_done(a->address(), r));
+  BOOST_TEST(l.size() == 3u);
+  l.ended(1, 11, end_reason::preempted, 1);
+  l.ended(1, 11, end_reason::preempted, 1); // told once
+  l.ended(2, 99, end_reason::deallocated, 1); // another incarnation
+  BOOST_TEST(l.untold() == 1u);
+  step_result theirs;
+  theirs.freed = {2};
+  BOOST_TEST(!l.step_done(b->address(), theirs)); // b admitted nothing
+  BOOST_TEST(l.take(b->address()).empty());
+  auto told = l.take(a->address());
+  BOOST_REQUIRE(told.size() == 2u);
+  BOOST_TEST(told[0].id == 1u);
+  BOOST_TEST(told[0].reason == end_reason::preempted);
+  BOOST_TEST(told[1].id == 2u);
+  BOOST_TEST(told[1].cache_id == 12u);
+  BOOST_TEST(told[1].reason == end_reason::deallocated);
+  BOOST_TEST(l.untold() == 0u);
+  BOOST_TEST(l.size() == 1u); // 3
+  // Its own step's ends are not owed to it.
+  step_result own;
+  own.preempted = {3};
+  l.step_done(a->address(), own);
+  BOOST_TEST(l.untold() == 0u);
+  BOOST_TEST(l.size() == 0u);
+  // A stepper that goes leaves nothing behind.
+  r.admitted = {admission{4, 14, 0, {}}};
+  l.step_done(a->address(), r);
+  l.ended(4, 14, end_reason::reclaimed, 1);
+  BOOST_TEST(l.untold() == 1u);
+  l.forget(a->address());
+  BOOST_TEST(l.untold() == 0u);
+  BOOST_TEST(l.size() == 0u);
+  BOOST_TEST(l.steppers() == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(step_effects_from_anyone_but_the_pool_are_ignored) {

@@ -40,9 +40,13 @@ void core_driver::maybe_supervise() {
     auto cache_id = seq->cache_id;
     BOOST_REQUIRE(core_.preempt(id));
     supervisor_victims_.insert(id);
-    // The manager's notice reaches the scheduler before the reply to any
-    // message the pool handles after the preemption.
-    b_.preempted_elsewhere(id, cache_id);
+    // The pool names it in the reply to the scheduler's next step (ended);
+    // the manager's notice comes before or after that reply.
+    owed_.push_back(request_ended{id, cache_id, end_reason::preempted, 0});
+    if (std::bernoulli_distribution{0.5}(rng_))
+      b_.preempted_elsewhere(id, cache_id);
+    else
+      late_.emplace_back(id, cache_id);
   }
   check_invariant("supervisor preemption");
 }
@@ -80,12 +84,17 @@ bool core_driver::send(const step_request& req, bool first) {
   if (first)
     maybe_supervise(); // while the message is on its way
   auto res = core_.run_step(req, false);
+  res.ended = std::move(owed_); // as the pool's ledger reports them
+  owed_.clear();
   ++messages_;
   check_invariant("step message");
   BOOST_TEST(res.free_blocks == core_.free_blocks());
   auto more = b_.apply(res);
   if (!more)
     BOOST_FAIL("apply: " << render(more.error()));
+  for (auto& [id, cache_id] : late_) // the manager's notices, after the reply
+    b_.preempted_elsewhere(id, cache_id);
+  late_.clear();
   return *more;
 }
 
@@ -146,6 +155,10 @@ void core_driver::check_running() {
     auto t = b_.pick_verify(k);
     BOOST_REQUIRE(t);
     BOOST_TEST(seen.insert(t->id).second, "request " << t->id << " runs twice");
+    auto owed = std::any_of(owed_.begin(), owed_.end(),
+                            [&](auto& e) { return e.id == t->id; });
+    if (owed)
+      continue; // preempted since the last reply, which could not say so
     auto seq = core_.find(t->id);
     BOOST_REQUIRE_MESSAGE(seq != nullptr && seq->where == residency::resident,
                           "step " << b_.step() << ": request " << t->id

@@ -63,8 +63,9 @@ private:
   void check_running();
   cache_manager_stats stats() const;
   void check_invariant(const char* where);
-  /// With probability supervisor_rate: preempt what choose_victims names,
-  /// and let the batcher hear of it (as the manager's notice).
+  /// With probability supervisor_rate: preempt what choose_victims names;
+  /// the batcher hears of it in the next step reply's `ended` (as the pool
+  /// reports it) and by the manager's notice, before or after that reply.
   void maybe_supervise();
 
   const scenario& s_;
@@ -74,6 +75,8 @@ private:
   std::mt19937_64 rng_;
   double supervisor_rate_;
   std::set<request_id> supervisor_victims_;
+  std::vector<request_ended> owed_; ///< for the next step reply
+  std::vector<std::pair<request_id, std::uint64_t>> late_; ///< notices
   std::uint64_t messages_ = 0;
   std::uint64_t swap_out_failures_ = 0;
   std::uint64_t peak_running_ = 0;
