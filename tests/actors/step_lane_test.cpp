@@ -14,13 +14,6 @@ using namespace kvactor::test;
 
 namespace {
 
-extend_op grow(request_id id, std::uint32_t n) {
-  extend_op op;
-  op.id = id;
-  op.num_tokens = n;
-  return op;
-}
-
 struct lane_fixture : cache_fixture {
   lane_fixture() {
     auto got = ask<step_actor>(mgr, step_atom::value);
@@ -96,7 +89,7 @@ BOOST_AUTO_TEST_CASE(lane_frees_and_preemptions_end_handles_and_reach_subscriber
   subscribe(topic::lifecycle, sub);
   self->monitor(r2->handle);
   step_request req;
-  req.extends = {grow(1, 4), grow(2, 1)}; // 1 needs 2's blocks: 2 goes
+  req.extends = {extend_op{1, 4}, extend_op{2, 1}}; // 1 needs 2's blocks: 2 goes
   auto res = lane_step(self, req);
   BOOST_REQUIRE_MESSAGE(res, outcome(res));
   BOOST_TEST(res->preempted == std::vector<request_id>{2});
