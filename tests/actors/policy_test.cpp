@@ -330,7 +330,7 @@ BOOST_AUTO_TEST_CASE(kv_event_subscribers_see_stored_and_removed_blocks_in_numbe
   BOOST_REQUIRE(batches.size() == 1u);
   BOOST_TEST(batches[0].seq == 1u);
   BOOST_TEST(batches[0].block_size == 4u);
-  auto& evs = batches[0].events;
+  auto evs = batches[0].events; // a copy: batches is reassigned below
   BOOST_REQUIRE(evs.size() == 2u);
   BOOST_TEST(evs[0].stored);
   BOOST_TEST(evs[0].block == a->table.blocks[0]);
