@@ -270,6 +270,46 @@ BOOST_AUTO_TEST_CASE(a_step_reply_reports_the_steppers_requests_ended_elsewhere)
   BOOST_TEST(res->ended.empty());
 }
 
+BOOST_AUTO_TEST_CASE(a_preemption_in_another_steppers_step_is_reported_to_the_owner) {
+  caf::scoped_actor a{sys};
+  step_request admit;
+  admit.admits = {make_request(cfg, 1, 4 * 62), make_request(cfg, 2, 8)};
+  auto mine = lane_step(a, admit);
+  BOOST_REQUIRE(mine && mine->admitted.size() == 2u);
+  // Another stepper grows 1 past the pool: its step preempts 2, the newest
+  // of its extends.
+  step_request grow;
+  grow.extends = {extend_op{1, 4}, extend_op{2, 1}};
+  auto theirs = lane_step(self, grow);
+  BOOST_REQUIRE(theirs);
+  BOOST_TEST(theirs->preempted == std::vector<request_id>{2});
+  BOOST_TEST(theirs->ended.empty());
+  auto res = lane_step(a, step_request{});
+  BOOST_REQUIRE(res);
+  BOOST_REQUIRE(res->ended.size() == 1u);
+  BOOST_TEST(res->ended[0].id == 2u);
+  BOOST_TEST(res->ended[0].cache_id == mine->admitted[1].cache_id);
+  BOOST_TEST(res->ended[0].reason == end_reason::preempted);
+  step_request end;
+  end.frees = {1};
+  BOOST_REQUIRE(lane_step(a, end));
+}
+
+BOOST_AUTO_TEST_CASE(an_anonymous_step_owns_nothing_and_is_told_nothing) {
+  step_request admit;
+  admit.admits = {make_request(cfg, 1, 4)};
+  caf::anon_send(lane, step_atom::value, admit);
+  run();
+  auto found = lookup(1);
+  BOOST_REQUIRE_MESSAGE(found, outcome(found)); // registered, unowned
+  BOOST_REQUIRE(preempt(1));
+  // Whoever steps next is not owed request 1's end.
+  auto res = lane_step(self, step_request{});
+  BOOST_REQUIRE(res);
+  BOOST_TEST(res->ended.empty());
+  BOOST_TEST(used_blocks() == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(a_lane_holder_cannot_end_fork_or_swap_requests_directly) {
   // The lane is the pool's address: what only the manager may ask is
   // refused from anyone else, the request untouched.
