@@ -96,46 +96,6 @@ struct block_pool_state {
         std::chrono::steady_clock::now().time_since_epoch())
         .count());
   }
-
-  pool_stats stats() const {
-    pool_stats s;
-    auto& c = core().counters();
-    s.total_blocks = core().num_blocks();
-    s.used_blocks = core().used_blocks();
-    s.cached_blocks = core().cached_blocks() + core().pinned_cached_blocks();
-    s.active_requests = core().num_sequences();
-    s.allocations = c.allocations;
-    s.allocation_failures = c.allocation_failures;
-    s.blocks_allocated = c.blocks_allocated;
-    s.prefix_hit_blocks = c.prefix_hit_blocks;
-    s.blocks_freed = c.blocks_freed;
-    s.blocks_cached = c.blocks_cached;
-    s.evictions = c.evictions;
-    s.cow_copies = c.cow_copies;
-    s.preemptions = c.preemptions;
-    s.query_tokens = c.query_tokens;
-    s.hit_tokens = c.hit_tokens;
-    s.swap_outs = c.swap_outs;
-    s.swap_ins = c.swap_ins;
-    s.swap_in_shared = c.swap_in_shared;
-    s.host_total_blocks = core().num_host_blocks();
-    s.host_free_blocks = core().free_host_blocks();
-    s.pinned_blocks = core().pinned_blocks();
-    for (auto& ts : core().tenants()) {
-      tenant_usage u;
-      u.name = ts.config.name;
-      u.blocks_used = ts.used;
-      u.max_blocks = ts.config.max_blocks;
-      u.reserved_blocks = ts.config.reserved_blocks;
-      u.active_requests = ts.active;
-      u.prefix_query_tokens = ts.query_tokens;
-      u.prefix_hit_tokens = ts.hit_tokens;
-      u.preemptions = ts.preemptions;
-      u.allocation_failures = ts.failures;
-      s.tenants.push_back(std::move(u));
-    }
-    return s;
-  }
 };
 
 using pool_ptr = block_pool_actor::stateful_pointer<block_pool_state>;
@@ -383,7 +343,7 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       return table_of(st.core(), id);
     },
     [&st](stats_atom) {
-      return st.stats();
+      return st.core().stats();
     },
     [self, &st](evict_atom, std::uint32_t n) {
       auto done = st.core().evict(n);

@@ -144,6 +144,9 @@ public:
   /// its first append into the shared last block).
   caf::expected<allocation_outcome> fork(request_id parent, request_id child);
 
+  /// Usage, counters and per-tenant figures (block_pool_stats.cpp).
+  pool_stats stats() const;
+
   /// Executes one scheduler step (see messages/step.hpp). `admitted_at`, if
   /// given, receives the index in step.admits of each admission (admits may
   /// repeat an id).
