@@ -139,8 +139,7 @@ void fail_undone_extends(step_result& res, const caf::error& err,
 /// error its handle answers with: the request it served has ended.
 caf::error check_incarnation(const detail::block_pool_core& core, request_id id,
                              std::uint64_t cache_id) {
-  auto seq = core.find(id);
-  if (seq != nullptr && seq->cache_id == cache_id)
+  if (core.find(id, cache_id) != nullptr)
     return caf::none;
   return make_error(errc::invalid_handle,
                     "request " + std::to_string(id) + " has ended");
@@ -152,13 +151,13 @@ caf::error check_incarnation(const detail::block_pool_core& core, request_id id,
 /// for by id alone could hit a newer incarnation of the id.
 caf::error check_current(const detail::block_pool_core& core, request_id id,
                          std::uint64_t cache_id) {
-  auto seq = core.find(id);
-  if (seq != nullptr && seq->cache_id == cache_id)
+  if (core.find(id, cache_id) != nullptr)
     return caf::none;
   return make_error(errc::unknown_request,
                     "request " + std::to_string(id) + " is not allocated"
-                      + (seq != nullptr ? " (it ended; the id is live again)"
-                                        : ""));
+                      + (core.find(id) != nullptr
+                           ? " (it ended; the id is live again)"
+                           : ""));
 }
 
 /// None if the current message comes from the manager, or if no manager
@@ -256,8 +255,7 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
                 std::uint64_t cache_id) -> caf::result<bool, std::uint32_t> {
       if (auto err = from_manager(self, st.registry, "reclaim"))
         return err;
-      auto seq = st.core().find(id);
-      if (seq == nullptr || seq->cache_id != cache_id)
+      if (st.core().find(id, cache_id) == nullptr)
         return {false, std::uint32_t{0}};
       auto res = st.core().release(id);
       if (!res)

@@ -406,8 +406,7 @@ caf::expected<std::uint32_t> block_pool_core::release(request_id id) {
 
 caf::expected<std::uint32_t> block_pool_core::reclaim(request_id id,
                                                       std::uint64_t cache_id) {
-  auto seq = find(id);
-  if (seq == nullptr || seq->cache_id != cache_id)
+  if (find(id, cache_id) == nullptr)
     return std::uint32_t{0};
   return release(id);
 }

@@ -248,6 +248,11 @@ public:
   // -- queries -------------------------------------------------------------------
 
   const sequence* find(request_id id) const noexcept;
+  /// Request `id` if it is live as incarnation `cache_id`, else null.
+  const sequence* find(request_id id, std::uint64_t cache_id) const noexcept {
+    auto seq = find(id);
+    return seq != nullptr && seq->cache_id == cache_id ? seq : nullptr;
+  }
   block_table table(const sequence& seq) const;
   std::uint32_t num_blocks() const noexcept {
     return static_cast<std::uint32_t>(blocks_.size());
