@@ -231,6 +231,11 @@ public:
     index_.for_each([&](std::uint32_t b) { f(blocks_[b].hash.lo, b); });
   }
 
+  /// Entries in the prefix index.
+  std::size_t index_size() const noexcept {
+    return index_.size();
+  }
+
   // -- cache ---------------------------------------------------------------------
 
   /// Evicts up to `n` cached blocks, least valuable first; returns how many.

@@ -18,11 +18,15 @@
 #include "kvactor/actors/block_pool_core.hpp"
 #include "kvactor/messages/error.hpp"
 
+#include "model_checks.hpp"
 #include "pool_reference_model.hpp"
 
 using namespace kvactor;
 using kvactor::detail::block_pool_core;
 using kvactor::test::maybe_errc;
+using kvactor::test::code_of;
+using kvactor::test::name;
+using kvactor::test::str;
 using kvactor::test::pool_model;
 
 /// BOOST_REQUIRE_MESSAGE, but the message is built only on failure (Boost
@@ -34,37 +38,6 @@ using kvactor::test::pool_model;
   } while (false)
 
 namespace {
-
-/// The errc a caf::error carries; none for success; invariant_violation
-/// stands in for an error of another category (never expected).
-maybe_errc code_of(const caf::error& err) {
-  if (!err)
-    return std::nullopt;
-  if (err.category() != error_category)
-    return errc::invariant_violation;
-  return static_cast<errc>(err.code());
-}
-
-std::string name(maybe_errc e) {
-  return e ? to_string(*e) : "ok";
-}
-
-template <class T>
-std::string str(const std::vector<T>& xs) {
-  std::ostringstream out;
-  out << '[';
-  for (auto& x : xs)
-    out << x << ' ';
-  out << ']';
-  return out.str();
-}
-
-std::string str(const std::vector<block_copy>& xs) {
-  std::ostringstream out;
-  for (auto& c : xs)
-    out << '(' << c.src << "->" << c.dst << ')';
-  return out.str();
-}
 
 /// Model-test parameters: one pool and its traffic.
 struct run_params {
@@ -439,115 +412,16 @@ private:
   void compare() {
     auto inv = core_.check_invariant();
     MODEL_REQUIRE(!inv, where() << render(inv));
-    auto& seqs = model_.sequences();
-    MODEL_REQUIRE(core_.num_sequences() == seqs.size(),
-                          where() << "sequence count");
-    std::string diff;
-    core_.for_each_sequence([&](const detail::sequence& s) {
-      if (!diff.empty())
-        return;
-      auto it = seqs.find(s.id);
-      if (it == seqs.end()) {
-        diff = "core has request " + std::to_string(s.id);
-        return;
-      }
-      auto& m = it->second;
-      if (s.blocks != m.blocks)
-        diff = "request " + std::to_string(s.id) + " blocks " + str(s.blocks)
-               + " vs " + str(m.blocks);
-      else if (s.num_tokens != m.num_tokens || s.max_tokens != m.max_tokens)
-        diff = "request " + std::to_string(s.id) + " token counts";
-      else if (s.cache_id != m.cache_id || s.tenant != m.tenant
-               || s.priority != m.priority)
-        diff = "request " + std::to_string(s.id) + " cache id, tenant or priority";
-      else if (s.hashable != m.hashable)
-        diff = "request " + std::to_string(s.id) + " hashable";
-      else if (s.hashable) {
-        auto bs = p_.block_size;
-        auto full = m.tokens.size() / bs;
-        std::vector<token_id> tail(m.tokens.begin() + full * bs, m.tokens.end());
-        if (s.num_hashed != full || s.tail != tail)
-          diff = "request " + std::to_string(s.id) + " hashing state";
-      }
-      auto view = core_.table(s);
-      if (diff.empty()
-          && !(view == block_table{m.blocks, m.num_tokens, p_.block_size}))
-        diff = "request " + std::to_string(s.id) + " table()";
-      if (diff.empty() && core_.find(s.id) != &s)
-        diff = "find(" + std::to_string(s.id) + ")";
-    });
-    MODEL_REQUIRE(diff.empty(), where() << diff);
-    MODEL_REQUIRE(core_.used_blocks() == model_.used_blocks()
-                            && core_.cached_blocks() == model_.cached_blocks()
-                            && core_.free_blocks() == model_.free_blocks(),
-                          where() << "used/cached/free " << core_.used_blocks()
-                                  << "/" << core_.cached_blocks() << "/"
-                                  << core_.free_blocks() << " vs "
-                                  << model_.used_blocks() << "/"
-                                  << model_.cached_blocks() << "/"
-                                  << model_.free_blocks());
-    auto& c = core_.counters();
-    auto& m = model_.counters();
-    MODEL_REQUIRE(
-      c.allocations == m.allocations
-        && c.allocation_failures == m.allocation_failures
-        && c.blocks_allocated == m.blocks_allocated
-        && c.prefix_hit_blocks == m.prefix_hit_blocks
-        && c.blocks_freed == m.blocks_freed && c.blocks_cached == m.blocks_cached
-        && c.evictions == m.evictions && c.cow_copies == m.cow_copies
-        && c.preemptions == m.preemptions && c.query_tokens == m.query_tokens
-        && c.hit_tokens == m.hit_tokens,
-      where() << "counters");
-    auto& ct = core_.tenants();
-    auto& mt = model_.tenants();
-    MODEL_REQUIRE(ct.size() == mt.size(), "tenant count");
-    for (std::size_t t = 0; t < ct.size(); ++t)
-      MODEL_REQUIRE(ct[t].used == mt[t].used && ct[t].active == mt[t].active
-                              && ct[t].query_tokens == mt[t].query_tokens
-                              && ct[t].hit_tokens == mt[t].hit_tokens
-                              && ct[t].preemptions == mt[t].preemptions
-                              && ct[t].failures == mt[t].failures,
-                            where() << "tenant " << mt[t].config.name << " used "
-                                    << ct[t].used << " vs " << mt[t].used);
-    compare_events();
-  }
-
-  /// Events: same blocks, kinds and tenants in the same order; each prefix
-  /// always gets the same hash, distinct prefixes distinct hashes, and a
-  /// block's parent is its prefix's predecessor's hash (0 for the first).
-  void compare_events() {
-    auto got = core_.take_events();
-    auto want = model_.take_events();
-    MODEL_REQUIRE(got.size() == want.size(),
-                          where() << "event count " << got.size() << " vs "
-                                  << want.size());
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      auto& g = got[i];
-      auto& w = want[i];
-      MODEL_REQUIRE(g.stored == w.stored && g.block == w.block
-                              && g.tenant == w.tenant,
-                            where() << "event " << i << ": " << g.stored << " "
-                                    << g.block << " vs " << w.stored << " "
-                                    << w.block);
-      cov_(g.stored ? "event:stored" : "event:removed");
-      auto [it, fresh] = hash_of_.emplace(w.key, g.hash);
-      MODEL_REQUIRE(it->second == g.hash, where() << "hash changed");
-      if (fresh) {
-        auto [jt, new_hash] = key_of_.emplace(g.hash, w.key);
-        MODEL_REQUIRE(new_hash, where() << "two prefixes, one hash");
-      }
-      auto& toks = w.key.second;
-      if (toks.size() == p_.block_size) {
-        MODEL_REQUIRE(g.parent_hash == 0, where() << "first block's parent");
-      } else {
-        test::prefix_key parent{w.key.first,
-                                std::vector<token_id>(toks.begin(),
-                                                      toks.end() - p_.block_size)};
-        auto pt = hash_of_.find(parent);
-        if (pt != hash_of_.end())
-          MODEL_REQUIRE(g.parent_hash == pt->second, where() << "parent hash");
-      }
-    }
+    auto d = test::sequences_diff(core_, model_);
+    if (d.empty())
+      d = test::usage_diff(core_, model_);
+    if (d.empty())
+      d = test::counters_diff(core_.counters(), model_.counters());
+    if (d.empty())
+      d = test::tenants_diff(core_.tenants(), model_.tenants());
+    if (d.empty())
+      d = events_.check(core_, model_, cov_.n);
+    MODEL_REQUIRE(d.empty(), where() << d);
   }
 
   run_params p_;
@@ -558,8 +432,7 @@ private:
   std::vector<std::vector<token_id>> system_prompts_;
   std::size_t op_ = 0;
   coverage cov_;
-  std::map<test::prefix_key, std::uint64_t> hash_of_;
-  std::map<std::uint64_t, test::prefix_key> key_of_;
+  test::event_checker events_{p_.block_size};
 };
 
 /// Runs `p`, prints what it covered, and checks the pressure was real.

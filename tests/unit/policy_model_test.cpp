@@ -21,12 +21,16 @@
 #include "kvactor/actors/block_pool_core.hpp"
 #include "kvactor/messages/error.hpp"
 
+#include "model_checks.hpp"
 #include "pool_reference_model.hpp"
 
 using namespace kvactor;
 using kvactor::detail::block_pool_core;
 using kvactor::detail::residency;
 using kvactor::test::maybe_errc;
+using kvactor::test::code_of;
+using kvactor::test::name;
+using kvactor::test::str;
 using kvactor::test::pool_model;
 
 /// Builds the message only on failure (Boost would build it every time).
@@ -37,45 +41,6 @@ using kvactor::test::pool_model;
   } while (false)
 
 namespace {
-
-maybe_errc code_of(const caf::error& err) {
-  if (!err)
-    return std::nullopt;
-  if (err.category() != error_category)
-    return errc::invariant_violation;
-  return static_cast<errc>(err.code());
-}
-
-template <class T>
-maybe_errc code_of(const caf::expected<T>& x) {
-  return x ? std::nullopt : code_of(x.error());
-}
-
-std::string name(maybe_errc e) {
-  return e ? to_string(*e) : "ok";
-}
-
-template <class T>
-std::string str(const std::vector<T>& xs) {
-  std::ostringstream out;
-  for (auto& x : xs)
-    out << x << ' ';
-  return out.str();
-}
-
-std::string str(const std::vector<block_move>& xs) {
-  std::ostringstream out;
-  for (auto& m : xs)
-    out << m.device_block << ':' << m.host_block << ' ';
-  return out.str();
-}
-
-std::string str(const std::vector<block_copy>& xs) {
-  std::ostringstream out;
-  for (auto& c : xs)
-    out << c.src << "->" << c.dst << ' ';
-  return out.str();
-}
 
 struct run_params {
   std::uint64_t seed;
@@ -440,81 +405,31 @@ private:
   void compare() {
     auto inv = core_.check_invariant();
     POLICY_REQUIRE(!inv, render(inv));
-    auto& seqs = model_.sequences();
-    POLICY_REQUIRE(core_.num_sequences() == seqs.size(), "sequence count");
-    std::string diff;
+    auto d = test::sequences_diff(core_, model_);
+    if (d.empty())
+      d = test::usage_diff(core_, model_);
+    if (d.empty())
+      d = test::counters_diff(core_.counters(), model_.counters());
+    if (d.empty())
+      d = test::tenants_diff(core_.tenants(), model_.tenants());
+    if (d.empty())
+      d = events_.check(core_, model_, cov);
+    POLICY_REQUIRE(d.empty(), d);
+    check_reservations();
+  }
+
+  /// From the core's own answers: the blocks others may take (free, or
+  /// cached off the pinned list) cover every tenant's shortfall.
+  void check_reservations() {
     std::vector<bool> held(p_.num_blocks, false);
     core_.for_each_sequence([&](const detail::sequence& s) {
       for (auto* table : {&s.blocks, &s.incoming})
         for (auto b : *table)
           held[b] = true;
-      if (!diff.empty())
-        return;
-      auto it = seqs.find(s.id);
-      if (it == seqs.end()) {
-        diff = "core has request " + std::to_string(s.id);
-        return;
-      }
-      auto& m = it->second;
-      if (s.blocks != m.blocks || s.host_blocks != m.host_blocks
-          || s.incoming != m.incoming || s.where != m.where
-          || s.release_pending != m.release_pending)
-        diff = "blocks or residency of " + std::to_string(s.id) + ": "
-               + str(s.blocks) + "/ " + str(m.blocks);
-      else if (s.num_tokens != m.num_tokens || s.cache_id != m.cache_id
-               || s.admitted != m.admitted || s.tenant != m.tenant
-               || s.priority != m.priority || s.hashable != m.hashable
-               || s.expected_tokens != m.expected_tokens)
-        diff = "request " + std::to_string(s.id);
     });
-    POLICY_REQUIRE(diff.empty(), diff);
-    POLICY_REQUIRE(core_.used_blocks() == model_.used_blocks()
-                     && core_.cached_blocks() == model_.cached_blocks()
-                     && core_.pinned_blocks() == model_.pinned_blocks()
-                     && core_.free_host_blocks() == model_.free_host_blocks(),
-                   "used/cached/pinned/host " << core_.used_blocks() << '/'
-                     << core_.cached_blocks() << '/' << core_.pinned_blocks()
-                     << '/' << core_.free_host_blocks() << " vs "
-                     << model_.used_blocks() << '/' << model_.cached_blocks()
-                     << '/' << model_.pinned_blocks() << '/'
-                     << model_.free_host_blocks());
-    auto& c = core_.counters();
-    auto& m = model_.counters();
-    POLICY_REQUIRE(c.allocations == m.allocations
-                     && c.allocation_failures == m.allocation_failures
-                     && c.blocks_allocated == m.blocks_allocated
-                     && c.prefix_hit_blocks == m.prefix_hit_blocks
-                     && c.blocks_freed == m.blocks_freed
-                     && c.blocks_cached == m.blocks_cached
-                     && c.evictions == m.evictions && c.cow_copies == m.cow_copies
-                     && c.preemptions == m.preemptions
-                     && c.query_tokens == m.query_tokens
-                     && c.hit_tokens == m.hit_tokens && c.swap_outs == m.swap_outs
-                     && c.swap_ins == m.swap_ins
-                     && c.swap_in_shared == m.swap_in_shared,
-                   "counters");
-    for (std::size_t t = 0; t < 3; ++t) {
-      auto& ct = core_.tenants()[t];
-      auto& mt = model_.tenants()[t];
-      POLICY_REQUIRE(ct.used == mt.used && ct.active == mt.active
-                       && ct.query_tokens == mt.query_tokens
-                       && ct.hit_tokens == mt.hit_tokens
-                       && ct.preemptions == mt.preemptions
-                       && ct.failures == mt.failures,
-                     "tenant " << mt.config.name);
-    }
-    check_events();
-    check_reservations(held);
-  }
-
-  /// From the core's own answers: the blocks others may take (free, or
-  /// cached off the pinned list) cover every tenant's shortfall.
-  void check_reservations(const std::vector<bool>& held) {
-    std::map<std::uint64_t, block_id> index;
-    core_.for_each_indexed([&](std::uint64_t h, block_id b) { index[h] = b; });
     std::uint64_t unheld_indexed = 0;
-    for (auto& [h, b] : index)
-      unheld_indexed += !held[b];
+    core_.for_each_indexed(
+      [&](std::uint64_t, block_id b) { unheld_indexed += !held[b]; });
     auto pinned_cached = unheld_indexed - core_.cached_blocks();
     auto takeable = core_.free_blocks() - pinned_cached;
     std::uint64_t shortfall = 0;
@@ -529,45 +444,6 @@ private:
                    "takeable or shortfall differs from the model");
     if (shortfall > 0 && takeable == shortfall)
       ++cov["reservation binding"];
-    POLICY_REQUIRE(index == replay_, "replayed events differ from the index ("
-                                       << replay_.size() << " vs " << index.size()
-                                       << " entries)");
-  }
-
-  /// Core and model events alike; each replayed in order: a stored hash is
-  /// new and its block unindexed, a removed one is there, on its block.
-  void check_events() {
-    auto got = core_.take_events();
-    auto want = model_.take_events();
-    POLICY_REQUIRE(got.size() == want.size(),
-                   "event count " << got.size() << " vs " << want.size());
-    for (std::size_t i = 0; i < got.size(); ++i) {
-      auto& g = got[i];
-      auto& w = want[i];
-      POLICY_REQUIRE(g.stored == w.stored && g.block == w.block
-                       && g.tenant == w.tenant,
-                     "event " << i << ": " << g.stored << ' ' << g.block << ' '
-                              << g.tenant << " vs " << w.stored << ' ' << w.block
-                              << ' ' << w.tenant);
-      auto [it, fresh] = hash_of_.emplace(w.key, g.hash);
-      POLICY_REQUIRE(it->second == g.hash, "a prefix changed its hash");
-      if (fresh)
-        POLICY_REQUIRE(key_of_.emplace(g.hash, w.key).second, "two prefixes, one hash");
-      if (g.stored) {
-        POLICY_REQUIRE(replay_.count(g.hash) == 0 && block_hash_.count(g.block) == 0,
-                       "stored event " << i << " for an indexed hash or block");
-        replay_[g.hash] = g.block;
-        block_hash_[g.block] = g.hash;
-        ++cov["event:stored"];
-      } else {
-        auto r = replay_.find(g.hash);
-        POLICY_REQUIRE(r != replay_.end() && r->second == g.block,
-                       "removed event " << i << " for a hash not indexed there");
-        replay_.erase(r);
-        block_hash_.erase(g.block);
-        ++cov["event:removed"];
-      }
-    }
   }
 
   run_params p_;
@@ -579,10 +455,7 @@ private:
   std::vector<std::vector<token_id>> gamma_prompts_ = std::vector<std::vector<token_id>>(6);
   std::uint64_t now_ms_ = 0;
   std::size_t op_ = 0;
-  std::map<std::uint64_t, block_id> replay_;
-  std::map<block_id, std::uint64_t> block_hash_;
-  std::map<test::prefix_key, std::uint64_t> hash_of_;
-  std::map<std::uint64_t, test::prefix_key> key_of_;
+  test::event_checker events_{cfg_.block_size};
 };
 
 void run_and_check_coverage(const run_params& p,

@@ -1,0 +1,220 @@
+// model_checks.hpp's comparisons of block_pool_core with pool_reference_model.
+#include "model_checks.hpp"
+
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor::test {
+
+maybe_errc code_of(const caf::error& err) {
+  if (!err)
+    return std::nullopt;
+  if (err.category() != error_category)
+    return errc::invariant_violation;
+  return static_cast<errc>(err.code());
+}
+
+std::string name(maybe_errc e) {
+  return e ? to_string(*e) : "ok";
+}
+
+std::string str(const std::vector<block_copy>& xs) {
+  std::ostringstream out;
+  for (auto& c : xs)
+    out << '(' << c.src << "->" << c.dst << ')';
+  return out.str();
+}
+
+std::string str(const std::vector<block_move>& xs) {
+  std::ostringstream out;
+  for (auto& m : xs)
+    out << '(' << m.device_block << ':' << m.host_block << ')';
+  return out.str();
+}
+
+std::string sequences_diff(const detail::block_pool_core& core,
+                           const pool_model& model) {
+  auto& seqs = model.sequences();
+  if (core.num_sequences() != seqs.size())
+    return "sequence count " + std::to_string(core.num_sequences()) + " vs "
+           + std::to_string(seqs.size());
+  auto bs = core.block_size();
+  std::string diff;
+  core.for_each_sequence([&](const detail::sequence& s) {
+    if (!diff.empty())
+      return;
+    auto it = seqs.find(s.id);
+    if (it == seqs.end()) {
+      diff = "the core has request " + std::to_string(s.id);
+      return;
+    }
+    auto& m = it->second;
+    auto req = [&] { return "request " + std::to_string(s.id) + ": "; };
+    if (s.blocks != m.blocks || s.host_blocks != m.host_blocks
+        || s.incoming != m.incoming)
+      diff = req() + "blocks " + str(s.blocks) + str(s.host_blocks)
+             + str(s.incoming) + " vs " + str(m.blocks) + str(m.host_blocks)
+             + str(m.incoming);
+    else if (s.where != m.where || s.release_pending != m.release_pending)
+      diff = req() + "residency";
+    else if (s.num_tokens != m.num_tokens || s.max_tokens != m.max_tokens
+             || s.expected_tokens != m.expected_tokens)
+      diff = req() + "token counts";
+    else if (s.cache_id != m.cache_id || s.admitted != m.admitted
+             || s.tenant != m.tenant || s.priority != m.priority)
+      diff = req() + "cache id, admission, tenant or priority";
+    else if (s.hashable != m.hashable)
+      diff = req() + "hashable";
+    else if (s.hashable) {
+      auto full = m.tokens.size() / bs;
+      std::vector<token_id> tail(m.tokens.begin() + full * bs, m.tokens.end());
+      if (s.num_hashed != full || s.tail != tail)
+        diff = req() + "hashing state";
+    }
+    if (diff.empty() && s.where == detail::residency::resident
+        && !(core.table(s) == block_table{m.blocks, m.num_tokens, bs}))
+      diff = req() + "table()";
+    if (diff.empty() && core.find(s.id) != &s)
+      diff = req() + "find()";
+  });
+  return diff;
+}
+
+std::string usage_diff(const detail::block_pool_core& core,
+                       const pool_model& model) {
+  auto c = std::vector<std::uint64_t>{core.used_blocks(), core.cached_blocks(),
+                                      core.free_blocks(), core.pinned_blocks(),
+                                      core.free_host_blocks()};
+  auto m = std::vector<std::uint64_t>{model.used_blocks(), model.cached_blocks(),
+                                      model.free_blocks(), model.pinned_blocks(),
+                                      model.free_host_blocks()};
+  if (c == m)
+    return {};
+  return "used/cached/free/pinned/host " + str(c) + " vs " + str(m);
+}
+
+std::string counters_diff(const detail::pool_counters& c,
+                          const detail::pool_counters& m) {
+  std::ostringstream out;
+  auto field = [&](const char* what, std::uint64_t core, std::uint64_t model) {
+    if (core != model)
+      out << what << ' ' << core << " vs " << model << "; ";
+  };
+  field("allocations", c.allocations, m.allocations);
+  field("allocation_failures", c.allocation_failures, m.allocation_failures);
+  field("blocks_allocated", c.blocks_allocated, m.blocks_allocated);
+  field("prefix_hit_blocks", c.prefix_hit_blocks, m.prefix_hit_blocks);
+  field("blocks_freed", c.blocks_freed, m.blocks_freed);
+  field("blocks_cached", c.blocks_cached, m.blocks_cached);
+  field("evictions", c.evictions, m.evictions);
+  field("cow_copies", c.cow_copies, m.cow_copies);
+  field("preemptions", c.preemptions, m.preemptions);
+  field("query_tokens", c.query_tokens, m.query_tokens);
+  field("hit_tokens", c.hit_tokens, m.hit_tokens);
+  field("swap_outs", c.swap_outs, m.swap_outs);
+  field("swap_ins", c.swap_ins, m.swap_ins);
+  field("swap_in_shared", c.swap_in_shared, m.swap_in_shared);
+  auto s = out.str();
+  return s.empty() ? s : "counters: " + s;
+}
+
+std::string tenants_diff(const std::vector<detail::tenant_state>& ct,
+                         const std::vector<model_tenant>& mt) {
+  if (ct.size() != mt.size())
+    return "tenant count " + std::to_string(ct.size()) + " vs "
+           + std::to_string(mt.size());
+  for (std::size_t t = 0; t < ct.size(); ++t) {
+    auto& c = ct[t];
+    auto& m = mt[t];
+    if (c.used != m.used || c.active != m.active
+        || c.query_tokens != m.query_tokens || c.hit_tokens != m.hit_tokens
+        || c.preemptions != m.preemptions || c.failures != m.failures) {
+      std::ostringstream out;
+      out << "tenant " << m.config.name << ": used " << c.used << " vs "
+          << m.used << ", active " << c.active << " vs " << m.active
+          << ", query/hit tokens " << c.query_tokens << '/' << c.hit_tokens
+          << " vs " << m.query_tokens << '/' << m.hit_tokens
+          << ", preemptions " << c.preemptions << " vs " << m.preemptions
+          << ", failures " << c.failures << " vs " << m.failures;
+      return out.str();
+    }
+  }
+  return {};
+}
+
+std::string event_checker::check(detail::block_pool_core& core,
+                                 pool_model& model,
+                                 std::map<std::string, std::size_t>& cov) {
+  auto got = core.take_events();
+  auto want = model.take_events();
+  std::ostringstream out;
+  if (got.size() != want.size()) {
+    out << "event count " << got.size() << " vs " << want.size();
+    return out.str();
+  }
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    auto& g = got[i];
+    auto& w = want[i];
+    if (g.stored != w.stored || g.block != w.block || g.tenant != w.tenant) {
+      out << "event " << i << ": " << g.stored << ' ' << g.block << ' '
+          << g.tenant << " vs " << w.stored << ' ' << w.block << ' '
+          << w.tenant;
+      return out.str();
+    }
+    auto [it, fresh] = hash_of_.emplace(w.key, g.hash);
+    if (it->second != g.hash)
+      return "event " + std::to_string(i) + ": a prefix changed its hash";
+    if (fresh && !key_of_.emplace(g.hash, w.key).second)
+      return "event " + std::to_string(i) + ": two prefixes, one hash";
+    auto& toks = w.key.second;
+    if (toks.size() == block_size_) {
+      if (g.parent_hash != 0)
+        return "event " + std::to_string(i) + ": a first block has a parent";
+    } else {
+      prefix_key parent{w.key.first,
+                        std::vector<token_id>(toks.begin(),
+                                              toks.end() - block_size_)};
+      auto pt = hash_of_.find(parent);
+      if (pt != hash_of_.end() && g.parent_hash != pt->second)
+        return "event " + std::to_string(i) + ": parent hash";
+    }
+    if (g.stored) {
+      if (replay_.count(g.hash) != 0 || block_hash_.count(g.block) != 0)
+        return "stored event " + std::to_string(i)
+               + " for an indexed hash or block";
+      replay_[g.hash] = g.block;
+      block_hash_[g.block] = g.hash;
+      ++cov["event:stored"];
+    } else {
+      auto r = replay_.find(g.hash);
+      if (r == replay_.end() || r->second != g.block)
+        return "removed event " + std::to_string(i)
+               + " for a hash not indexed there";
+      replay_.erase(r);
+      block_hash_.erase(g.block);
+      ++cov["event:removed"];
+    }
+  }
+  // The whole index against the replay when events came, and every 64th
+  // call besides (a silent change); its size always. Every call would
+  // double the model tests' time.
+  if (got.empty() && ++quiet_calls_ % 64 != 0) {
+    if (core.index_size() != replay_.size())
+      return "index size " + std::to_string(core.index_size()) + " vs "
+             + std::to_string(replay_.size()) + " replayed";
+    return {};
+  }
+  std::size_t indexed = 0;
+  bool same = true;
+  core.for_each_indexed([&](std::uint64_t h, block_id b) {
+    ++indexed;
+    auto r = replay_.find(h);
+    same = same && r != replay_.end() && r->second == b;
+  });
+  if (!same || indexed != replay_.size())
+    return "replayed events differ from the index ("
+           + std::to_string(replay_.size()) + " vs " + std::to_string(indexed)
+           + " entries)";
+  return {};
+}
+
+} // namespace kvactor::test
