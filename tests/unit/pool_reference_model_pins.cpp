@@ -1,0 +1,131 @@
+// pool_reference_model: pins with a time to live, and the choice of
+// preemption victims (lowest priority first, then the tenant furthest over
+// its fair share, then the newest), written out as block_pool_core.hpp
+// documents them (block_pool_policy.cpp is the code it checks).
+#include "pool_reference_model.hpp"
+
+#include <algorithm>
+
+namespace kvactor::test {
+
+using detail::residency;
+
+// -- pins and victims -------------------------------------------------------------------
+
+std::pair<maybe_errc, std::uint32_t>
+pool_model::pin(std::uint16_t t, const std::vector<token_id>& tokens,
+                std::uint64_t ttl_ms, std::uint64_t now_ms) {
+  if (max_pinned_ == 0)
+    return {errc::quota_exceeded, 0};
+  if (t >= tenants_.size())
+    return {errc::unknown_tenant, 0};
+  // Every full block of `tokens` found in the index, from the first on.
+  std::vector<block_id> found;
+  for (std::size_t len = block_size_; len <= tokens.size(); len += block_size_) {
+    auto it = index_.find(key_of(t, tokens, len));
+    if (it == index_.end())
+      break;
+    found.push_back(it->second);
+  }
+  std::uint64_t fresh = 0;
+  std::uint64_t off_lru = 0;
+  for (auto b : found) {
+    auto& m = blocks_[b];
+    if (!m.pinned && m.st == state::used && m.tenant != t
+        && tenants_[m.tenant].config.reserved_blocks > 0)
+      return {errc::invalid_request, 0}; // another reserved tenant's block
+    fresh += !m.pinned;
+    off_lru += !m.pinned && m.st == state::cached;
+  }
+  if (pinned_.size() + fresh > max_pinned_)
+    return {errc::quota_exceeded, 0};
+  if (off_lru > takeable(t))
+    return {errc::out_of_blocks, 0};
+  for (auto b : found) {
+    auto& m = blocks_[b];
+    m.pin_until = std::max(m.pin_until, now_ms + ttl_ms);
+    if (m.pinned)
+      continue;
+    m.pinned = true;
+    pinned_.push_back(b);
+    if (m.st == state::cached)
+      lru_[m.level].remove(b);
+  }
+  return {std::nullopt, static_cast<std::uint32_t>(found.size())};
+}
+
+std::uint32_t pool_model::expire_pins(std::uint64_t now_ms) {
+  std::uint32_t done = 0;
+  for (std::size_t i = 0; i < pinned_.size();) {
+    auto& m = blocks_[pinned_[i]];
+    if (m.pin_until > now_ms) {
+      ++i;
+      continue;
+    }
+    m.pinned = false;
+    m.pin_until = 0;
+    if (m.st == state::cached)
+      lru_[m.level].push_back(pinned_[i]);
+    pinned_[i] = pinned_.back();
+    pinned_.pop_back();
+    ++done;
+  }
+  return done;
+}
+
+std::vector<request_id> pool_model::choose_victims(std::uint64_t blocks) const {
+  // Candidates: resident requests holding blocks no one else holds.
+  struct candidate {
+    const model_sequence* seq;
+    std::uint64_t own;
+  };
+  std::vector<candidate> cands;
+  for (auto& [id, seq] : seqs_) {
+    if (seq.where != residency::resident)
+      continue;
+    std::uint64_t own = 0;
+    for (auto b : seq.blocks)
+      own += blocks_[b].refs == 1;
+    if (own > 0)
+      cands.push_back({&seq, own});
+  }
+  std::vector<std::uint64_t> used;
+  for (auto& ts : tenants_)
+    used.push_back(ts.used);
+  auto equal = blocks_.size() / std::max<std::size_t>(tenants_.size(), 1);
+  std::vector<request_id> out;
+  std::uint64_t freed = 0;
+  while (freed < blocks) {
+    // Lowest request priority, lowest tenant priority, furthest over the
+    // fair share (max(reservation, equal split)), newest; the fair share is
+    // measured after the victims chosen so far.
+    auto rank = [&](const candidate& c) {
+      auto& ts = tenants_[c.seq->tenant];
+      auto fair = std::max<std::uint64_t>(ts.config.reserved_blocks, equal);
+      auto over = static_cast<std::int64_t>(used[c.seq->tenant])
+                  - static_cast<std::int64_t>(fair);
+      return std::make_tuple(static_cast<int>(c.seq->priority),
+                             static_cast<int>(ts.config.priority), -over,
+                             ~c.seq->admitted);
+    };
+    const candidate* best = nullptr;
+    for (auto& c : cands) {
+      auto t = c.seq->tenant;
+      if (used[t] <= tenants_[t].config.reserved_blocks)
+        continue; // never at or below its reservation
+      if (std::find(out.begin(), out.end(), c.seq->id) != out.end())
+        continue;
+      if (best == nullptr || rank(c) < rank(*best))
+        best = &c;
+    }
+    if (best == nullptr)
+      break;
+    out.push_back(best->seq->id);
+    freed += best->own;
+    auto& u = used[best->seq->tenant];
+    u -= std::min(u, best->own);
+  }
+  return out;
+}
+
+} // namespace kvactor::test

@@ -1,0 +1,100 @@
+// pool_reference_model: one scheduler step (frees, extends with vLLM's
+// preempt-the-newest policy, first-come-first-served admissions), written
+// out as messages/step.hpp reads (block_pool_step.cpp is the code it checks).
+#include "pool_reference_model.hpp"
+
+namespace kvactor::test {
+
+// -- steps ------------------------------------------------------------------------------
+
+model_step_result pool_model::run_step(const step_request& step) {
+  model_step_result r;
+  for (auto id : step.frees) {
+    auto res = release(id);
+    if (res.err)
+      r.failed.emplace_back(id, *res.err);
+    else
+      r.freed.push_back(id);
+  }
+  auto& ops = step.extends;
+  // Each extend's own token ids, cut from the flat list (if it is whole).
+  std::vector<std::vector<token_id>> tokens(ops.size());
+  bool named = !step.tokens.empty();
+  std::size_t total = 0;
+  for (auto& op : ops)
+    total += op.num_tokens;
+  if (named && total != step.tokens.size()) {
+    for (auto& op : ops)
+      r.failed.emplace_back(op.id, errc::invalid_request);
+  } else {
+    std::size_t offset = 0;
+    for (std::size_t i = 0; i < ops.size(); offset += ops[i++].num_tokens)
+      if (named)
+        tokens[i].assign(step.tokens.begin() + offset,
+                         step.tokens.begin() + offset + ops[i].num_tokens);
+  }
+  std::vector<bool> preempted(ops.size(), false);
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    if (preempted[i] || (named && total != step.tokens.size()))
+      continue;
+    auto& op = ops[i];
+    for (;;) {
+      auto res = extend(op.id, op.num_tokens, named ? &tokens[i] : nullptr);
+      if (!res.err) {
+        if (res.changed) {
+          auto& seq = seqs_.at(op.id);
+          r.changed.push_back(table_delta{
+            op.id, res.first_changed,
+            std::vector<block_id>(seq.blocks.begin() + res.first_changed,
+                                  seq.blocks.end()),
+            seq.num_tokens});
+          r.copies.insert(r.copies.end(), res.copies.begin(), res.copies.end());
+        }
+        break;
+      }
+      if (!step.preempt_on_shortage || *res.err != errc::out_of_blocks) {
+        r.failed.emplace_back(op.id, *res.err);
+        break;
+      }
+      // The newest request of the list not yet preempted; possibly op itself.
+      auto victim = ops.size() - 1;
+      while (preempted[victim])
+        --victim;
+      preempted[victim] = true;
+      auto p = preempt(ops[victim].id);
+      if (p.err)
+        r.failed.emplace_back(ops[victim].id, *p.err);
+      else
+        r.preempted.push_back(ops[victim].id);
+      if (victim == i)
+        break;
+    }
+  }
+  if (!step.admits.empty()) {
+    if (!r.preempted.empty() && !step.admit_after_preemption) {
+      r.admission_blocked = true;
+      r.blocked = step.admits.front().id;
+    } else {
+      for (auto& req : step.admits) {
+        auto res = allocate(req);
+        if (!res.err) {
+          auto& seq = seqs_.at(req.id);
+          r.admitted.push_back(admission{
+            req.id, res.cache_id, res.hit_tokens,
+            block_table{seq.blocks, seq.num_tokens, block_size_}});
+        } else if (*res.err == errc::out_of_blocks) {
+          r.admission_blocked = true;
+          r.blocked = req.id;
+          break;
+        } else {
+          r.failed.emplace_back(req.id, *res.err);
+        }
+      }
+    }
+  }
+  r.free_blocks = free_blocks();
+  r.used_blocks = used_blocks();
+  return r;
+}
+
+} // namespace kvactor::test
