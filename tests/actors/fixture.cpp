@@ -55,6 +55,12 @@ cache_config lazy_config() {
   return cfg;
 }
 
+cache_config timer_config() {
+  auto cfg = small_config();
+  cfg.gc_interval_ms = 50;
+  return cfg;
+}
+
 allocation_request make_request(const cache_config& cfg, request_id id,
                                 std::uint64_t tokens, std::uint64_t max_len) {
   allocation_request req;

@@ -227,4 +227,13 @@ struct lazy_fixture : cache_fixture {
   }
 };
 
+/// small_config() with the supervisor's GC on a 50 ms timer (which the
+/// deterministic scheduler fires on trigger_timeouts()).
+cache_config timer_config();
+
+struct timer_fixture : cache_fixture {
+  timer_fixture() : cache_fixture(timer_config()) {
+  }
+};
+
 } // namespace kvactor::test
