@@ -15,30 +15,11 @@
 
 #include "kvactor/actors/kv_cache_manager.hpp"
 #include "kvactor/messages/error.hpp"
+#include "latency_summary.hpp"
 
 using namespace kvactor;
+using kvactor::bench::latency_summary;
 using clock_type = std::chrono::steady_clock;
-
-namespace {
-
-nlohmann::json summary(std::vector<double>& us) {
-  if (us.empty())
-    return {{"calls", 0}};
-  std::sort(us.begin(), us.end());
-  double sum = 0;
-  for (auto x : us)
-    sum += x;
-  auto pick = [&](double q) {
-    return us[std::min(us.size() - 1, static_cast<std::size_t>(q * us.size()))];
-  };
-  return {{"calls", us.size()},
-          {"mean_us", sum / us.size()},
-          {"p50_us", pick(0.5)},
-          {"p99_us", pick(0.99)},
-          {"max_us", us.back()}};
-}
-
-} // namespace
 
 int main(int argc, char** argv) {
   std::size_t requests = 20000;
@@ -118,9 +99,9 @@ int main(int argc, char** argv) {
   }
   nlohmann::json out{{"bench", "facade_latency"},
                      {"scheduler_threads", threads},
-                     {"allocate", summary(alloc_us)},
-                     {"extend", summary(extend_us)},
-                     {"deallocate", summary(free_us)}};
+                     {"allocate", latency_summary(alloc_us)},
+                     {"extend", latency_summary(extend_us)},
+                     {"deallocate", latency_summary(free_us)}};
   std::cout << out.dump() << std::endl;
   return 0;
 }

@@ -26,8 +26,11 @@
 
 #include "kvactor/actors/kv_cache_manager.hpp"
 #include "kvactor/messages/error.hpp"
+#include "latency_summary.hpp"
 
 using namespace kvactor;
+using kvactor::bench::latency_summary;
+using kvactor::bench::percentile;
 using clock_type = std::chrono::steady_clock;
 
 namespace {
@@ -47,27 +50,14 @@ double since_us(clock_type::time_point t0) {
   return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
 }
 
-double percentile(std::vector<double> xs, double q) {
-  if (xs.empty())
-    return 0;
-  std::sort(xs.begin(), xs.end());
-  return xs[std::min(xs.size() - 1, static_cast<std::size_t>(q * xs.size()))];
-}
-
-nlohmann::json summary(const std::vector<double>& us) {
-  return {{"calls", us.size()},
-          {"p50_us", percentile(us, 0.5)},
-          {"p99_us", percentile(us, 0.99)}};
-}
-
 /// Latencies of one phase.
 struct phase {
   std::vector<double> allocate, extend, deallocate;
 
   nlohmann::json json() const {
-    return {{"allocate", summary(allocate)},
-            {"extend", summary(extend)},
-            {"deallocate", summary(deallocate)}};
+    return {{"allocate", latency_summary(allocate)},
+            {"extend", latency_summary(extend)},
+            {"deallocate", latency_summary(deallocate)}};
   }
 };
 
