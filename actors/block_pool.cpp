@@ -153,11 +153,13 @@ caf::error check_current(const detail::block_pool_core& core, request_id id,
                          std::uint64_t cache_id) {
   if (core.find(id, cache_id) != nullptr)
     return caf::none;
+  auto seq = core.find(id);
   return make_error(errc::unknown_request,
                     "request " + std::to_string(id) + " is not allocated"
-                      + (core.find(id) != nullptr
-                           ? " (it ended; the id is live again)"
-                           : ""));
+                      + (seq == nullptr ? ""
+                         : seq->release_pending
+                           ? " (it was released while a swap was in flight)"
+                           : " (it ended; the id is live again)"));
 }
 
 /// None if the current message comes from the manager, or if no manager
@@ -357,7 +359,8 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       std::vector<std::pair<request_id, std::uint64_t>> live;
       live.reserve(st.core().num_sequences());
       st.core().for_each_sequence([&](const detail::sequence& s) {
-        live.emplace_back(s.id, s.cache_id);
+        if (!s.release_pending) // ended; its swap's end frees the blocks
+          live.emplace_back(s.id, s.cache_id);
       });
       return live;
     },

@@ -393,6 +393,10 @@ caf::expected<std::uint32_t> block_pool_core::release(request_id id) {
   auto seq = find_mut(id);
   if (seq == nullptr)
     return make_error(errc::unknown_request, req_name(id) + " is not allocated");
+  if (seq->release_pending)
+    return make_error(errc::unknown_request,
+                      req_name(id)
+                        + " is already released (its swap in flight ends it)");
   if (seq->where == residency::swapping_out
       || seq->where == residency::swapping_in) {
     // The device is still moving its bytes: finish when the move ends.
@@ -417,6 +421,8 @@ caf::expected<std::uint32_t> block_pool_core::preempt(request_id id) {
     return make_error(errc::unknown_request, req_name(id) + " is not allocated");
   auto t = seq->tenant;
   auto res = release(id);
+  if (!res)
+    return res;
   ++counters_.preemptions;
   ++tenants_[t].preemptions;
   return res;

@@ -253,10 +253,14 @@ public:
   // -- queries -------------------------------------------------------------------
 
   const sequence* find(request_id id) const noexcept;
-  /// Request `id` if it is live as incarnation `cache_id`, else null.
+  /// Request `id` if it is live as incarnation `cache_id`, else null. One
+  /// released while a swap was in flight has ended (release_pending): its
+  /// swap's end only returns its blocks.
   const sequence* find(request_id id, std::uint64_t cache_id) const noexcept {
     auto seq = find(id);
-    return seq != nullptr && seq->cache_id == cache_id ? seq : nullptr;
+    return seq != nullptr && seq->cache_id == cache_id && !seq->release_pending
+             ? seq
+             : nullptr;
   }
   block_table table(const sequence& seq) const;
   std::uint32_t num_blocks() const noexcept {

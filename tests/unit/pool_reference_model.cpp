@@ -395,6 +395,8 @@ model_release pool_model::release(request_id id) {
   if (it == seqs_.end())
     return {errc::unknown_request};
   auto& seq = it->second;
+  if (seq.release_pending)
+    return {errc::unknown_request}; // it ended; its swap's end frees it
   if (seq.where == residency::swapping_out
       || seq.where == residency::swapping_in) {
     seq.release_pending = true; // when the device's move ends
@@ -407,7 +409,8 @@ model_release pool_model::release(request_id id) {
 
 model_release pool_model::reclaim(request_id id, std::uint64_t cache_id) {
   auto it = seqs_.find(id);
-  if (it == seqs_.end() || it->second.cache_id != cache_id)
+  if (it == seqs_.end() || it->second.cache_id != cache_id
+      || it->second.release_pending)
     return {};
   return release(id);
 }
@@ -418,6 +421,8 @@ model_release pool_model::preempt(request_id id) {
     return {errc::unknown_request};
   auto t = it->second.tenant;
   auto res = release(id);
+  if (res.err)
+    return res;
   ++counters_.preemptions;
   ++tenants_[t].preemptions;
   return res;

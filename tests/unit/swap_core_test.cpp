@@ -391,7 +391,21 @@ BOOST_FIXTURE_TEST_CASE(release_during_a_swap_waits_for_its_end, swap_fixture) {
     BOOST_TEST(pool().find(1) != nullptr);
     BOOST_TEST(seq(1).release_pending);
     BOOST_TEST(pool().used_blocks() == used); // nothing handed out mid-copy
-    BOOST_TEST(*pool().preempt(1) == 0u);     // still waiting
+    // It has ended: a second end fails and counts nothing, the incarnation
+    // is no longer live (GC finds nothing to reclaim), and the id stays
+    // taken, saying why, until the swap ends.
+    auto cache_id = seq(1).cache_id;
+    auto preemptions = pool().counters().preemptions;
+    BOOST_TEST(code(pool().preempt(1)) == "unknown_request");
+    BOOST_TEST(code(pool().release(1)) == "unknown_request");
+    BOOST_TEST(pool().counters().preemptions == preemptions);
+    BOOST_TEST(pool().find(1, cache_id) == nullptr);
+    BOOST_TEST(pool().reclaim(1, cache_id).value() == 0u);
+    auto again = pool().allocate(tokens_req(1, 4));
+    BOOST_TEST(code(again) == "duplicate_request");
+    if (!again)
+      BOOST_TEST(render(again.error()).find("swap") != std::string::npos);
+    BOOST_TEST(seq(1).release_pending);
     // Fresh allocations cannot take its blocks meanwhile.
     alloc(tokens_req(3, 4 * (16 - used)));
     BOOST_TEST(code(pool().allocate(tokens_req(4, 1))) == "out_of_blocks");
@@ -407,6 +421,7 @@ BOOST_FIXTURE_TEST_CASE(release_during_a_swap_waits_for_its_end, swap_fixture) {
     BOOST_TEST(pool().tenants()[0].active == 1u);
     BOOST_TEST(code(pool().swap_out_done(1, true)) == "invalid_request");
     BOOST_TEST(code(pool().swap_in_done(1, true)) == "invalid_request");
+    alloc(tokens_req(1, 4)); // the id is free again
   }
 }
 
