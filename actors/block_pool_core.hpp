@@ -437,6 +437,11 @@ private:
     return index_.find(lo, [this](block_id b) { return blocks_[b].hash.lo; });
   }
   sequence* find_mut(request_id id) noexcept;
+  /// Whether `id` is allocated and resident: preempting it frees blocks now.
+  bool holds_device_blocks(request_id id) const noexcept {
+    auto seq = find(id);
+    return seq != nullptr && seq->where == residency::resident;
+  }
   sequence& new_sequence(request_id id);
   void drop_sequence(request_id id);
   std::uint64_t shortfall(std::uint16_t t) const noexcept;

@@ -66,8 +66,12 @@ step_result block_pool_core::run_step(const step_request& step,
         r.failed.push_back(op_failure{op.id, std::move(res.error())});
         break;
       }
-      // Preempt the newest request of the step that is still running.
-      while (last > i && gone[last - 1])
+      // Preempt the newest request of the step that still holds its device
+      // blocks. One being swapped or swapped out, or unknown, would free
+      // nothing now; it fails on its own extend when its turn comes. ops[i]
+      // is resident (its extend ran short), so the victim is found.
+      while (last > i
+             && (gone[last - 1] || !holds_device_blocks(ops[last - 1].id)))
         --last;
       auto victim = last - 1; // >= i
       gone[victim] = true;

@@ -30,7 +30,10 @@ typename Inspector::result_type inspect(Inspector& f, extend_op& x) {
 ///    block and `preempt_on_shortage` is set, the newest not yet preempted
 ///    request of the list (the last one; possibly itself) is preempted - its
 ///    blocks freed, its id reported in `preempted` - and the extend retried,
-///    which is vLLM's policy; otherwise the extend fails alone;
+///    which is vLLM's policy; otherwise the extend fails alone. Requests of
+///    the list that hold no device blocks now (being swapped, swapped out,
+///    unknown) are passed over as victims: preempting them frees nothing.
+///    They fail on their own extends;
 /// 3. `admits` are allocated in order, only if nothing was preempted in this
 ///    step (unless `admit_after_preemption`); admission stops at the first
 ///    request that does not fit (first come, first served).

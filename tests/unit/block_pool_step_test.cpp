@@ -87,6 +87,34 @@ BOOST_FIXTURE_TEST_CASE(run_step_preempts_newest_first_like_vllm, pool_fixture) 
   BOOST_TEST(code(r.failed[1].error) == "unknown_request");
 }
 
+BOOST_FIXTURE_TEST_CASE(run_step_passes_over_victims_that_hold_no_device_blocks,
+                        pool_fixture) {
+  // A request being swapped out, or an unknown one, would free nothing if
+  // preempted: the newest resident request goes instead, and they fail on
+  // their own extends. The swap goes on undisturbed.
+  cfg.num_host_blocks = 8;
+  make(6);
+  alloc(tokens_req(1, 8)); // 0 1
+  alloc(tokens_req(2, 8)); // 2 3
+  alloc(tokens_req(3, 8)); // 4 5; the pool is full
+  BOOST_REQUIRE(pool().swap_out_begin(3));
+  step_request step;
+  step.extends = {grow(1, 4), grow(2, 1), grow(3, 1), grow(99, 1)};
+  auto r = pool().run_step(step);
+  BOOST_TEST(r.preempted == std::vector<request_id>{2});
+  BOOST_REQUIRE(r.failed.size() == 2u);
+  BOOST_TEST(r.failed[0].id == 3u);
+  BOOST_TEST(code(r.failed[0].error) == "invalid_request");
+  BOOST_TEST(r.failed[1].id == 99u);
+  BOOST_TEST(code(r.failed[1].error) == "unknown_request");
+  BOOST_TEST(blocks(1).size() == 3u);
+  BOOST_TEST(pool().counters().preemptions == 1u);
+  BOOST_REQUIRE(pool().find(3) != nullptr);
+  BOOST_TEST(!pool().find(3)->release_pending);
+  BOOST_TEST(code(pool().swap_out_done(3, true)) == "ok");
+  BOOST_TEST((pool().find(3)->where == detail::residency::swapped));
+}
+
 BOOST_FIXTURE_TEST_CASE(run_step_frees_first_and_reports_copies_and_bad_ops,
                         pool_fixture) {
   make(4);

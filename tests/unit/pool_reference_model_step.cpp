@@ -5,6 +5,8 @@
 
 namespace kvactor::test {
 
+using detail::residency;
+
 // -- steps ------------------------------------------------------------------------------
 
 model_step_result pool_model::run_step(const step_request& step) {
@@ -56,9 +58,14 @@ model_step_result pool_model::run_step(const step_request& step) {
         r.failed.emplace_back(op.id, *res.err);
         break;
       }
-      // The newest request of the list not yet preempted; possibly op itself.
+      // The newest request of the list not yet preempted that holds device
+      // blocks (resident); possibly op itself.
+      auto resident = [&](request_id id) {
+        auto it = seqs_.find(id);
+        return it != seqs_.end() && it->second.where == residency::resident;
+      };
       auto victim = ops.size() - 1;
-      while (preempted[victim])
+      while (preempted[victim] || !resident(ops[victim].id))
         --victim;
       preempted[victim] = true;
       auto p = preempt(ops[victim].id);
