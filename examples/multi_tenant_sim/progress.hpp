@@ -1,5 +1,6 @@
 // progress: the simulator's progress on stderr - a bar redrawn in place when
-// stderr is a terminal, else a line every 10% (logs stay readable).
+// stderr is a terminal, else a line after the first step and every 10%
+// (logs stay readable, and show early that the run is under way).
 // Called from one thread at a time.
 #pragma once
 
@@ -81,7 +82,10 @@ private:
 
   void log(const progress_state& s) {
     std::string what;
-    if (s.step <= s.steps) {
+    if (!started_) {
+      started_ = true;
+      what = "started:";
+    } else if (s.step <= s.steps) {
       auto tenth = s.steps == 0 ? 10 : s.step * 10 / s.steps;
       if (tenth <= last_tenth_)
         return;
@@ -110,6 +114,7 @@ private:
   bool enabled_;
   bool tty_;
   bool drawn_ = false;
+  bool started_ = false;
   bool draining_ = false;
   std::uint64_t last_tenth_ = 0;
   std::chrono::steady_clock::time_point last_;

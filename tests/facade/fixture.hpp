@@ -114,10 +114,12 @@ caf::error error_of(caf::expected<T> x) {
   return std::move(x.error());
 }
 
-/// A polling wait: true once `pred` holds, false after `limit`.
+/// A polling wait: true once `pred` holds, false after `limit` (long: on a
+/// loaded 2-core CI machine a few messages can take seconds; the watchdog
+/// still ends a real hang).
 inline bool eventually(const std::function<bool()>& pred,
                        std::chrono::milliseconds limit
-                       = std::chrono::seconds{5}) {
+                       = std::chrono::seconds{30}) {
   auto until = std::chrono::steady_clock::now() + limit;
   while (!pred()) {
     if (std::chrono::steady_clock::now() > until)

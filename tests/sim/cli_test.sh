@@ -69,11 +69,26 @@ rows=$(($(wc -l <"$dir/short/timeseries.csv") - 1))
 [ "$rows" -ge 50 ] || fail "short: $rows rows in timeseries.csv, expected >= 50"
 
 # SIGINT during a long run: it stops at the next step, reports, exits 130.
-"$sim" --steps 100000000 --storage none --out "$dir/int" --no-progress \
+# The signal goes once the first step is logged (stderr is no terminal, so
+# progress prints lines): sent earlier, before the handler is installed, it
+# would kill the process outright - a fixed sleep did on a loaded machine.
+"$sim" --steps 100000000 --storage none --out "$dir/int" \
   >"$dir/int.out" 2>"$dir/int.err" &
 pid=$!
-sleep 1
-kill -INT "$pid"
+waited=0
+until grep -q "^progress: started:" "$dir/int.err" 2>/dev/null; do
+  if ! kill -0 "$pid" 2>/dev/null; then
+    fail "sigint: exited before its first step"
+    break
+  fi
+  if [ "$waited" -ge 600 ]; then
+    fail "sigint: no step within 60 s"
+    break
+  fi
+  sleep 0.1
+  waited=$((waited + 1))
+done
+kill -INT "$pid" 2>/dev/null
 waited=0
 while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt 200 ]; do
   sleep 0.1
