@@ -15,7 +15,8 @@ using namespace kvactor::test;
 namespace {
 
 struct lane_fixture : cache_fixture {
-  lane_fixture() {
+  explicit lane_fixture(cache_config config = small_config())
+    : cache_fixture(std::move(config)) {
     auto got = ask<step_actor>(mgr, step_atom::value);
     BOOST_REQUIRE_MESSAGE(got, outcome(got));
     lane = *got;
@@ -224,6 +225,57 @@ BOOST_AUTO_TEST_CASE(a_reclaim_decided_on_a_late_registry_spares_a_newer_incarna
   BOOST_REQUIRE_MESSAGE(found, outcome(found));
   BOOST_TEST(found->second.cache_id == again.admitted[0].cache_id);
   BOOST_TEST(used_blocks() == 1u);
+}
+
+cache_config with_host_tier() {
+  auto c = small_config();
+  c.num_host_blocks = 8;
+  return c;
+}
+
+struct swap_lane_fixture : lane_fixture {
+  swap_lane_fixture() : lane_fixture(with_host_tier()) {
+  }
+};
+
+BOOST_FIXTURE_TEST_CASE(a_free_decided_on_a_late_registry_fails_if_a_step_freed_it_mid_swap,
+                        swap_lane_fixture) {
+  step_request admit;
+  admit.admits = {make_request(cfg, 1, 8)};
+  auto first = lane_step(self, admit);
+  BOOST_REQUIRE(first && first->admitted.size() == 1u);
+  caf::scoped_actor swapper{sys};
+  swapper->send(mgr, swap_out_atom::value, request_id{1});
+  // The manager asks the pool, the pool begins the swap: the device's copy
+  // comes next.
+  BOOST_REQUIRE(sched.prioritize(mgr));
+  sched.run_once();
+  BOOST_REQUIRE(sched.prioritize(pool));
+  sched.run_once();
+  caf::scoped_actor client{sys};
+  client->send(mgr, free_atom::value, request_id{1}); // sees it live
+  // A step frees it mid-swap: deferred until the copy ends, but ended now.
+  step_request end;
+  end.frees = {1};
+  BOOST_TEST(pool_only_step(end).freed == std::vector<request_id>{1});
+  run(); // the copy, the client's free, the step's effects
+  caf::error err;
+  client->receive([](std::uint32_t) { BOOST_ERROR("ended twice"); },
+                  [&](caf::error& e) { err = std::move(e); },
+                  caf::after(std::chrono::seconds(0)) >> [] {
+                    BOOST_ERROR("no reply to the free");
+                  });
+  BOOST_TEST(outcome(err) == "unknown_request");
+  bool replied = false;
+  swapper->receive([&](std::uint32_t) { replied = true; },
+                   [&](caf::error&) { replied = true; },
+                   caf::after(std::chrono::seconds(0)) >> [] {});
+  BOOST_TEST(replied, "no reply to the swap");
+  BOOST_TEST(outcome(lookup(1)) == "unknown_request");
+  BOOST_TEST(used_blocks() == 0u);
+  auto s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->free_blocks == s->total_blocks);
 }
 
 // A stepper learns in its next step reply which of the requests its steps
