@@ -1,6 +1,7 @@
 // blocking_bridge: companion-based request/response for non-actor threads.
 #include "kvactor/actors/blocking_bridge.hpp"
 
+#include <algorithm>
 #include <thread>
 
 #include <caf/actor_companion.hpp>
@@ -40,17 +41,7 @@ blocking_bridge::blocking_bridge(caf::actor_system& sys) {
 }
 
 blocking_bridge::~blocking_bridge() {
-  {
-    std::lock_guard<std::mutex> guard{mtx_};
-    closed_ = true;
-    for (auto& kvp : pending_) {
-      auto& s = *kvp.second;
-      s.reply = caf::make_message(caf::make_error(caf::sec::request_receiver_down));
-      s.done.store(true, std::memory_order_release);
-      std::lock_guard<std::mutex> g2{s.mtx};
-      s.cv.notify_all();
-    }
-  }
+  fail_all(caf::make_error(caf::sec::request_receiver_down), true);
   auto self = companion_of(companion_);
   self->on_enqueue(nullptr);
   caf::scoped_execution_unit context{&self->home_system()};
@@ -103,26 +94,48 @@ blocking_bridge::call(const caf::strong_actor_ptr& dest, caf::message msg,
 #endif
   }
   if (!s->done.load(std::memory_order_acquire)) {
+    // wait_for adds the limit to now(): keep the sum representable
+    // (milliseconds::max() means "no limit" to a caller).
+    auto limit = std::min(timeout, std::chrono::milliseconds{
+                                     std::chrono::hours{24 * 365 * 100}});
     std::unique_lock<std::mutex> lock{s->mtx};
     s->sleeping = true;
-    auto ok = s->cv.wait_for(lock, timeout, [&] {
+    auto ok = s->cv.wait_for(lock, limit, [&] {
       return s->done.load(std::memory_order_acquire);
     });
     s->sleeping = false;
     if (!ok) {
       lock.unlock();
-      std::lock_guard<std::mutex> guard{mtx_};
-      if (pending_.erase(id) > 0)
-        return caf::make_error(caf::sec::request_timeout);
-      // The reply is being delivered right now: take it.
+      {
+        std::lock_guard<std::mutex> guard{mtx_};
+        if (pending_.erase(id) > 0)
+          return caf::make_error(caf::sec::request_timeout);
+      }
+      // deliver (or fail_all) took the slot and is about to set `done`:
+      // wait for it, saying so, so that it wakes us.
       lock.lock();
+      s->sleeping = true;
       s->cv.wait(lock, [&] { return s->done.load(std::memory_order_acquire); });
+      s->sleeping = false;
     }
   }
   auto reply = std::move(s->reply);
   if (reply.match_elements<caf::error>())
     return reply.get_as<caf::error>(0);
   return reply;
+}
+
+void blocking_bridge::fail_all(caf::error err, bool close) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  closed_ = closed_ || close;
+  for (auto& kvp : pending_) {
+    auto& s = *kvp.second;
+    s.reply = caf::make_message(err);
+    s.done.store(true, std::memory_order_release);
+    std::lock_guard<std::mutex> g2{s.mtx};
+    s.cv.notify_all();
+  }
+  pending_.clear();
 }
 
 void blocking_bridge::send(const caf::strong_actor_ptr& dest, caf::message msg) {

@@ -38,11 +38,17 @@ public:
   blocking_bridge& operator=(const blocking_bridge&) = delete;
 
   /// Sends `msg` to `dest` as a request and waits for the reply (or an
-  /// error message, or `timeout`: caf::sec::request_timeout).
+  /// error message, or `timeout`: caf::sec::request_timeout; a timeout of
+  /// milliseconds::max() waits for good).
   /// Thread-safe: any number of threads may call concurrently.
   caf::expected<caf::message> call(const caf::strong_actor_ptr& dest,
                                    caf::message msg,
                                    std::chrono::milliseconds timeout);
+
+  /// Ends every call now waiting with `err` (their late replies are
+  /// dropped); with `close`, later calls fail at once with
+  /// request_receiver_down.
+  void fail_all(caf::error err, bool close = false);
 
   /// Sends `msg` to `dest` without waiting; the bridge is the sender.
   void send(const caf::strong_actor_ptr& dest, caf::message msg);

@@ -1,0 +1,67 @@
+// The blocking bridge under timeouts that race their replies: every call
+// returns - its own reply or request_timeout, never another call's reply -
+// and none hangs (the watchdog ends a hang). Replies take 30-70 us and the
+// caller allows none at all beyond the bridge's 50 us spin, so a reply often
+// arrives just as its caller gives up, and late replies land while later
+// calls wait.
+#include <chrono>
+#include <cstdint>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/sec.hpp>
+
+#include "fixture.hpp"
+#include "kvactor/actors/blocking_bridge.hpp"
+
+using namespace kvtest;
+
+namespace {
+
+caf::behavior slow_echo(caf::event_based_actor*) {
+  return {[](std::int32_t x) {
+    auto until = std::chrono::steady_clock::now()
+                 + std::chrono::microseconds{30 + (x * 7919) % 41};
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    return x;
+  }};
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(blocking_bridge_suite, watchdog)
+
+BOOST_AUTO_TEST_CASE(timeouts_racing_their_replies_neither_hang_nor_mix_replies) {
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  auto echo = caf::actor_cast<caf::strong_actor_ptr>(sys.spawn(slow_echo));
+  std::size_t answered = 0;
+  std::size_t timed_out = 0;
+  {
+    kvactor::detail::blocking_bridge bridge{sys};
+    for (std::int32_t i = 0; i < 20000; ++i) {
+      auto res = bridge.call(echo, caf::make_message(i),
+                             std::chrono::milliseconds{0});
+      if (res) {
+        BOOST_REQUIRE(res->match_elements<std::int32_t>());
+        BOOST_REQUIRE_EQUAL(res->get_as<std::int32_t>(0), i);
+        ++answered;
+      } else {
+        BOOST_REQUIRE(res.error() == caf::sec::request_timeout);
+        ++timed_out;
+      }
+    }
+    // An unlimited wait still gets its reply.
+    auto res = bridge.call(echo, caf::make_message(std::int32_t{-1}),
+                           std::chrono::milliseconds::max());
+    BOOST_REQUIRE(res);
+    BOOST_TEST(res->get_as<std::int32_t>(0) == -1);
+  }
+  BOOST_TEST_MESSAGE(answered << " answered, " << timed_out << " timed out");
+  BOOST_TEST(answered + timed_out == 20000u);
+  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
