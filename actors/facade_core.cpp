@@ -28,12 +28,16 @@ facade_core::facade_core(caf::actor_system& sys, cache_config cfg,
   // request that step ended still reads as valid here.)
   bridge_.on_notification([this](caf::message& msg) {
     if (msg.match_elements<ended_atom, request_ended>()) {
-      invalidate_request(msg.get_as<request_ended>(1).id);
+      auto& ev = msg.get_as<request_ended>(1);
+      invalidate_request(ev.id, ev.cache_id);
     } else if (msg.match_elements<caf::down_msg>()) {
       auto& dm = msg.get_as<caf::down_msg>(0);
-      if (dm.source == cache_.manager.address())
-        invalidate_all(); // the manager went
-      else
+      if (dm.source == cache_.manager.address()) {
+        // The manager went, and the cache with it: no reply is coming.
+        invalidate_all();
+        bridge_.fail_all(make_error(errc::shutting_down,
+                                    "the cache stopped: its manager is gone"));
+      } else
         invalidate(dm.source.id()); // a handle actor quit
     }
   });
@@ -41,8 +45,7 @@ facade_core::facade_core(caf::actor_system& sys, cache_config cfg,
   bridge_.send(caf::actor_cast<caf::strong_actor_ptr>(cache_.manager),
                caf::make_message(subscribe_atom::value, topic::lifecycle,
                                  bridge_.self()));
-  callback_ = std::make_shared<std::function<void(memory_pressure)>>();
-  callback_mtx_ = std::make_shared<std::mutex>();
+  callback_ = std::make_shared<callback_state>();
 }
 
 facade_core::~facade_core() {
@@ -68,6 +71,16 @@ void facade_core::stop() {
   for (auto& w : writers)
     caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
   invalidate_all();
+  // No pressure callback starts from now on; one running finishes first
+  // (unless it is the one stopping the facade). Pressure events still
+  // queued at the relay are dropped.
+  auto& cb = *callback_;
+  std::unique_lock<std::mutex> lock{cb.mtx};
+  cb.stopped = true;
+  cb.f = nullptr;
+  cb.idle.wait(lock, [&] {
+    return cb.running == 0 || cb.caller == std::this_thread::get_id();
+  });
 }
 
 std::shared_ptr<request_slot>
@@ -85,7 +98,15 @@ facade_core::slot_for(const request_handle_actor& h, const request_info& info) {
     s->actor = h;
     s->handle_id = h.id();
     slots_[h.id()] = s;
-    by_request_[info.request.id] = h.id();
+    // The id maps to its newest incarnation: a lookup that raced the end
+    // of an older one must not take the mapping from a newer one.
+    auto [j, fresh] = by_request_.try_emplace(info.request.id, h.id());
+    if (!fresh) {
+      auto k = slots_.find(j->second);
+      auto mapped = k != slots_.end() ? k->second.lock() : nullptr;
+      if (!mapped || mapped->info.cache_id < info.cache_id)
+        j->second = h.id();
+    }
   }
   // Outside the lock: a handle already gone reports down at once. (A slot
   // made after its request's ended event - a lookup racing the end - turns
@@ -117,16 +138,30 @@ void facade_core::invalidate(std::uint64_t handle_id) {
   slots_.erase(i);
 }
 
-void facade_core::invalidate_request(request_id id) {
+void facade_core::invalidate_request(request_id id, std::uint64_t cache_id) {
   std::uint64_t handle_id;
   {
     std::lock_guard<std::mutex> guard{mtx_};
     auto i = by_request_.find(id);
     if (i == by_request_.end())
       return;
+    auto k = slots_.find(i->second);
+    auto s = k != slots_.end() ? k->second.lock() : nullptr;
+    if (s && s->info.cache_id > cache_id)
+      return; // a newer incarnation's
     handle_id = i->second;
   }
   invalidate(handle_id);
+}
+
+std::unordered_map<request_id, std::uint64_t>
+facade_core::handles_of(const std::vector<request_id>& ids) {
+  std::unordered_map<request_id, std::uint64_t> out;
+  std::lock_guard<std::mutex> guard{mtx_};
+  for (auto id : ids)
+    if (auto i = by_request_.find(id); i != by_request_.end())
+      out.emplace(id, i->second);
+  return out;
 }
 
 void facade_core::invalidate_all() {
@@ -164,24 +199,44 @@ caf::error facade_core::write_kv_events(const std::string& path) {
 
 void facade_core::set_pressure_callback(std::function<void(memory_pressure)> f) {
   {
-    std::lock_guard<std::mutex> guard{*callback_mtx_};
-    *callback_ = std::move(f);
+    std::lock_guard<std::mutex> guard{callback_->mtx};
+    if (callback_->stopped)
+      return;
+    callback_->f = f ? std::make_shared<const std::function<void(memory_pressure)>>(
+                         std::move(f))
+                     : nullptr;
   }
   std::lock_guard<std::mutex> guard{mtx_};
-  if (relay_)
+  if (relay_ || stopped_)
     return;
   // One detached actor calls the callback, so a slow callback delays only
   // later callbacks, never the cache; one subscriber keeps them in order.
   relay_ = sys_.spawn<caf::detached>(
-    [cb = callback_, mtx = callback_mtx_,
+    [cb = callback_,
      manager = cache_.manager](caf::event_based_actor* self) -> caf::behavior {
       self->monitor(manager);
       self->set_down_handler([self](const caf::down_msg&) { self->quit(); });
       return {
-        [cb, mtx](pressure_atom, const pressure_event& ev) {
-          std::lock_guard<std::mutex> guard{*mtx};
-          if (*cb)
-            (*cb)(ev.level);
+        [cb](pressure_atom, const pressure_event& ev) {
+          std::shared_ptr<const std::function<void(memory_pressure)>> f;
+          {
+            std::lock_guard<std::mutex> guard{cb->mtx};
+            if (cb->stopped || !cb->f)
+              return;
+            f = cb->f;
+            ++cb->running;
+            cb->caller = std::this_thread::get_id();
+          }
+          struct call_done { // also if the callback throws
+            callback_state& cb;
+            ~call_done() {
+              std::lock_guard<std::mutex> guard{cb.mtx};
+              --cb.running;
+              cb.caller = {};
+              cb.idle.notify_all();
+            }
+          } done{*cb};
+          (*f)(ev.level);
         },
       };
     });

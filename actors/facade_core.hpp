@@ -2,9 +2,13 @@
 // started cache, the blocking bridge and the per-request slots. Internal.
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <thread>
+#include <vector>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
@@ -38,7 +42,7 @@ public:
   caf::expected<std::tuple<Rs...>> ask(const Handle& dest, Ts&&... xs) {
     auto res = bridge_.call(caf::actor_cast<caf::strong_actor_ptr>(dest),
                             caf::make_message(std::forward<Ts>(xs)...),
-                            timeout_);
+                            timeout());
     if (!res)
       return std::move(res.error());
     if (!res->template match_elements<Rs...>())
@@ -58,9 +62,13 @@ public:
   /// Marks the request of handle actor `handle_id` ended.
   void invalidate(std::uint64_t handle_id);
 
-  /// Marks the live incarnation of request `id` ended (after a successful
-  /// free or preemption, before the handle actor's down message arrives).
-  void invalidate_request(request_id id);
+  /// Marks request `id` ended, if the slot it maps to is incarnation
+  /// `cache_id` or an older one (a newer incarnation's slot stays valid).
+  void invalidate_request(request_id id, std::uint64_t cache_id);
+
+  /// The handle actors (by id) of the slots `ids` map to now.
+  std::unordered_map<request_id, std::uint64_t>
+  handles_of(const std::vector<request_id>& ids);
 
   /// Marks every slot ended (shutdown).
   void invalidate_all();
@@ -78,10 +86,10 @@ public:
     return cache_;
   }
   std::chrono::milliseconds timeout() const noexcept {
-    return timeout_;
+    return std::chrono::milliseconds{timeout_ms_.load(std::memory_order_relaxed)};
   }
   void timeout(std::chrono::milliseconds t) noexcept {
-    timeout_ = t;
+    timeout_ms_.store(t.count(), std::memory_order_relaxed);
   }
 
 private:
@@ -94,15 +102,26 @@ private:
   cache_config cfg_;
   cache_system cache_;
   blocking_bridge bridge_;
-  std::chrono::milliseconds timeout_{std::chrono::seconds{60}};
+  std::atomic<std::chrono::milliseconds::rep> timeout_ms_{60000};
   std::mutex mtx_;
   std::unordered_map<std::uint64_t, std::weak_ptr<request_slot>> slots_;
   std::unordered_map<request_id, std::uint64_t> by_request_; ///< -> handle id
   bool stopped_ = false; ///< guarded by mtx_
   caf::actor relay_; ///< calls the pressure callback (detached)
   std::vector<caf::actor> writers_; ///< KV event files (detached)
-  std::shared_ptr<std::function<void(memory_pressure)>> callback_;
-  std::shared_ptr<std::mutex> callback_mtx_;
+  /// The pressure callback, shared with the relay that calls it. The relay
+  /// calls a snapshot without holding `mtx` (so the callback may replace
+  /// itself); stop() clears it and waits for a call in progress, unless
+  /// that call is the one stopping the facade.
+  struct callback_state {
+    std::mutex mtx;
+    std::condition_variable idle;
+    std::shared_ptr<const std::function<void(memory_pressure)>> f;
+    bool stopped = false;
+    std::size_t running = 0;
+    std::thread::id caller; ///< of the call in progress
+  };
+  std::shared_ptr<callback_state> callback_;
 };
 
 } // namespace kvactor::detail

@@ -82,6 +82,9 @@ paged_kv_cache_handle::view(std::uint32_t layer, view_part part) const {
   if (auto err = check_layer(layer))
     return err;
   auto core = core_.lock();
+  if (!core) // the facade went since check_live()
+    return make_error(errc::invalid_handle,
+                      "request " + std::to_string(id()) + " has ended");
   auto& store = *core->cache().store;
   auto base = static_cast<std::uint8_t*>(store.layer_base(layer));
   if (base == nullptr)
@@ -118,6 +121,9 @@ contiguous_kv_cache_handle::view(std::uint32_t layer, view_part part) const {
   if (auto err = check_layer(layer))
     return err;
   auto core = core_.lock();
+  if (!core) // the facade went since check_live()
+    return make_error(errc::invalid_handle,
+                      "request " + std::to_string(id()) + " has ended");
   auto& store = *core->cache().store;
   if (store.kind() == storage_kind::none)
     return std::optional<tensor_view>{};

@@ -89,12 +89,13 @@ caf::error kv_cache_manager::append(kv_cache_handle& handle,
 }
 
 caf::error kv_cache_manager::deallocate(request_id id) {
+  // The manager tells its lifecycle subscribers, the bridge among them,
+  // before it replies, and the bridge marks the slot there and then: the
+  // handle is invalid when this returns. (Invalidating by id after the reply
+  // could hit a newer incarnation another thread allocated meanwhile.)
   auto res = core_->ask<std::uint32_t>(core_->cache().manager, free_atom::value,
                                        id);
-  if (!res)
-    return std::move(res.error());
-  core_->invalidate_request(id);
-  return caf::none;
+  return res ? caf::none : std::move(res.error());
 }
 
 caf::expected<std::shared_ptr<kv_cache_handle>>
@@ -156,26 +157,34 @@ kv_cache_manager::list_handles() const {
 }
 
 caf::expected<step_result> kv_cache_manager::step(step_request req) {
-  // Straight to the pool (the step lane): it keeps the registry current.
+  // Straight to the pool (the step lane), which replies before the manager
+  // has taken in the step's effects (and told the bridge). The handles of
+  // what the step may end - its frees and extends - are noted first, and
+  // those it did end are marked invalid here; by handle, not by id, so a
+  // newer incarnation another thread allocates once the reply is out keeps
+  // its handle.
+  auto ids = req.frees;
+  for (auto& op : req.extends)
+    ids.push_back(op.id);
+  auto known = core_->handles_of(ids);
   auto res = core_->ask<step_result>(core_->cache().pool, step_atom::value,
                                      std::move(req));
   if (!res)
     return std::move(res.error());
   auto& r = std::get<0>(*res);
-  for (auto id : r.freed)
-    core_->invalidate_request(id);
-  for (auto id : r.preempted)
-    core_->invalidate_request(id);
+  for (auto* ended : {&r.freed, &r.preempted})
+    for (auto id : *ended)
+      if (auto i = known.find(id); i != known.end())
+        core_->invalidate(i->second);
   return std::move(r);
 }
 
 caf::error kv_cache_manager::preempt(request_id id) {
+  // Invalid on return, as for deallocate: the manager's ended event
+  // reaches the bridge before its reply.
   auto res = core_->ask<std::uint32_t>(core_->cache().manager,
                                        preempt_atom::value, id);
-  if (!res)
-    return std::move(res.error());
-  core_->invalidate_request(id);
-  return caf::none;
+  return res ? caf::none : std::move(res.error());
 }
 
 caf::error kv_cache_manager::swap_out(request_id id) {

@@ -88,6 +88,25 @@ BOOST_AUTO_TEST_CASE(gc_under_high_pressure_evicts_cached_blocks_and_says_so) {
   BOOST_TEST(static_cast<bool>(f.m().gc()));
 }
 
+BOOST_AUTO_TEST_CASE(a_pressure_callback_may_replace_itself) {
+  cache_fixture f;
+  pressure_log log;
+  auto first_calls = std::make_shared<std::atomic<int>>(0);
+  auto& m = f.m();
+  m.set_pressure_callback([&m, &log, first_calls](memory_pressure lvl) {
+    ++*first_calls;
+    m.set_pressure_callback(log.callback()); // from inside: no deadlock
+    log.callback()(lvl);
+  });
+  for (request_id id = 1; id <= 52; ++id) // medium, then high
+    f.alloc(f.req(id, 4));
+  BOOST_TEST(eventually([&] { return log.size() >= 2; }));
+  BOOST_TEST(first_calls->load() == 1);
+  BOOST_TEST((log.get() == std::vector<memory_pressure>{memory_pressure::medium,
+                                                        memory_pressure::high}),
+             boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(pressure_callback_gets_each_level_once_in_order) {
   cache_fixture f;
   pressure_log log;
