@@ -99,14 +99,12 @@ facade_core::slot_for(const request_handle_actor& h, const request_info& info) {
     s->handle_id = h.id();
     slots_[h.id()] = s;
     // The id maps to its newest incarnation: a lookup that raced the end
-    // of an older one must not take the mapping from a newer one.
+    // of an older one must not take the mapping from a newer one. Each
+    // incarnation has its own handle actor, spawned in admission order, so
+    // the larger actor id is the newer one.
     auto [j, fresh] = by_request_.try_emplace(info.request.id, h.id());
-    if (!fresh) {
-      auto k = slots_.find(j->second);
-      auto mapped = k != slots_.end() ? k->second.lock() : nullptr;
-      if (!mapped || mapped->info.cache_id < info.cache_id)
-        j->second = h.id();
-    }
+    if (!fresh && j->second < h.id())
+      j->second = h.id();
   }
   // Outside the lock: a handle already gone reports down at once. (A slot
   // made after its request's ended event - a lookup racing the end - turns
@@ -145,9 +143,11 @@ void facade_core::invalidate_request(request_id id, std::uint64_t cache_id) {
     auto i = by_request_.find(id);
     if (i == by_request_.end())
       return;
+    // A slot made by allocate does not know its cache id (0: the pool's
+    // start at 1); one made from a lookup does.
     auto k = slots_.find(i->second);
     auto s = k != slots_.end() ? k->second.lock() : nullptr;
-    if (s && s->info.cache_id > cache_id)
+    if (s && s->info.cache_id != 0 && s->info.cache_id > cache_id)
       return; // a newer incarnation's
     handle_id = i->second;
   }

@@ -73,7 +73,10 @@ public:
   caf::expected<cache_gc_stats> gc();
 
   /// Called with each new pressure level, once per change, in order, on a
-  /// thread of its own. Replaces the previous callback.
+  /// thread of its own. Replaces the previous callback (from inside the
+  /// callback too). Once the last copy of the facade is gone, none runs:
+  /// its destruction waits for a call in progress, unless that call is the
+  /// one destroying it.
   void set_pressure_callback(std::function<void(memory_pressure)> f);
 
   /// The live request's handle, or null.
