@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <new>
 #include <string>
 
 #include <caf/error.hpp>
@@ -92,8 +93,18 @@ cuda_storage::make(const storage_options& opts) {
   }
   if (auto err = detail::check_layout(layout, true))
     return err;
-  std::unique_ptr<cuda_storage> self{
-    new cuda_storage(layout, opts.device_index)};
+  // The host-side bookkeeping (hazards, slot planner: some 50 bytes a
+  // block) comes before any cudaMalloc: a mistaken block count fails here,
+  // as an error naming it, not as an exception out of spawn_kv_cache.
+  std::unique_ptr<cuda_storage> self;
+  try {
+    self.reset(new cuda_storage(layout, opts.device_index));
+  } catch (const std::bad_alloc&) {
+    return device_failure("storage cuda: no host memory for the bookkeeping of "
+                          + std::to_string(layout.num_blocks) + " device and "
+                          + std::to_string(layout.num_host_blocks)
+                          + " host blocks");
+  }
   if (auto err = self->init())
     return err;
   return std::unique_ptr<storage>{std::move(self)};
@@ -256,6 +267,13 @@ caf::error cuda_storage::check_accessible(const void* p, const char* op,
                       std::string{op} + ": " + what
                         + " is pageable host memory: pass device or pinned "
                           "memory");
+  // Another GPU's memory would fault inside the kernel (a sticky error
+  // failing the storage for good) rather than be refused here.
+  if (attr.type == cudaMemoryTypeDevice && attr.device != device_)
+    return make_error(errc::invalid_request,
+                      std::string{op} + ": " + what + " is memory of device "
+                        + std::to_string(attr.device) + ", not of device "
+                        + std::to_string(device_));
   return caf::none;
 }
 
