@@ -6,6 +6,7 @@
 // waiting requester waiting forever.
 #include "kvactor/actors/device_actor.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -37,16 +38,28 @@ struct device_state {
   /// A watchdog poll (delayed done_atom) is on its way.
   bool watchdog_armed = false;
   /// Staging for bytes that arrive in or leave in messages (pinned on cuda);
-  /// grows to the largest request seen.
+  /// grows by doubling. Outgrown buffers are kept until the actor goes:
+  /// freeing pinned memory (cudaFreeHost) waits for the whole device, so a
+  /// write slightly larger than any before would wait behind every swap in
+  /// flight. Kept, they cost at most as much again as the largest.
   std::shared_ptr<std::uint8_t> staging;
   std::size_t staging_bytes = 0;
+  std::vector<std::shared_ptr<std::uint8_t>> outgrown;
 
-  /// At least `bytes` of staging, or null.
+  /// At least `bytes` of staging, or null (the staging so far stays).
   std::uint8_t* stage(std::size_t bytes) {
-    if (bytes > staging_bytes) {
-      staging = store->host_buffer(bytes);
-      staging_bytes = staging ? bytes : 0;
-    }
+    if (bytes <= staging_bytes)
+      return staging.get();
+    auto want = std::max(bytes, 2 * staging_bytes);
+    auto next = store->host_buffer(want);
+    if (!next && want > bytes)
+      next = store->host_buffer(want = bytes);
+    if (!next)
+      return nullptr;
+    if (staging)
+      outgrown.push_back(std::move(staging));
+    staging = std::move(next);
+    staging_bytes = want;
     return staging.get();
   }
 };
