@@ -27,10 +27,21 @@ namespace {
 
 constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
 
+/// Set while a stream waits at a gate (below): failing then must open it
+/// first, or CUDA's teardown at exit could wait for the spinning host
+/// function until the time limit kills the process.
+std::atomic<std::atomic<bool>*> open_on_failure{nullptr};
+
+[[noreturn]] void fail_and_exit() {
+  if (auto flag = open_on_failure.load())
+    flag->store(true, std::memory_order_release);
+  std::exit(1);
+}
+
 void check(cudaError_t err, const char* what) {
   if (err != cudaSuccess) {
     std::fprintf(stderr, "gpu_bench: %s: %s\n", what, cudaGetErrorString(err));
-    std::exit(1);
+    fail_and_exit();
   }
 }
 
@@ -38,7 +49,7 @@ template <class T>
 T require(caf::expected<T> x, const char* what) {
   if (!x) {
     std::fprintf(stderr, "gpu_bench: %s: %s\n", what, render(x.error()).c_str());
-    std::exit(1);
+    fail_and_exit();
   }
   return std::move(*x);
 }
@@ -77,12 +88,15 @@ double median_ms(cudaStream_t stream, int warmup, int runs, F&& op,
   std::vector<float> times;
   for (int i = 0; i < warmup + runs; ++i) {
     gate g;
-    if (gated)
+    if (gated) {
       check(cudaLaunchHostFunc(stream, &gate::hold, &g), "cudaLaunchHostFunc");
+      open_on_failure.store(&g.open);
+    }
     check(cudaEventRecord(start, stream), "cudaEventRecord");
     op(i);
     check(cudaEventRecord(stop, stream), "cudaEventRecord");
     g.open.store(true, std::memory_order_release);
+    open_on_failure.store(nullptr);
     check(cudaEventSynchronize(stop), "cudaEventSynchronize");
     float ms = 0;
     check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
