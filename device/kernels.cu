@@ -9,7 +9,7 @@
 
 #include "kvactor/device/kernel_bodies.hpp"
 #include "kvactor/device/kernels.cuh"
-#include "kvactor/device/swap_plan.hpp"
+#include "kvactor/device/swap_copies.hpp"
 
 namespace kvactor::detail {
 
