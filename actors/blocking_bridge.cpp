@@ -58,6 +58,10 @@ void blocking_bridge::deliver(std::uint64_t id, caf::message msg) {
     s = std::move(i->second);
     pending_.erase(i);
   }
+  if (s->abandoned) { // its caller gave up: the late handler has it
+    s->on_late(msg);
+    return;
+  }
   s->reply = std::move(msg);
   s->done.store(true, std::memory_order_release);
   std::lock_guard<std::mutex> guard{s->mtx};
@@ -67,10 +71,12 @@ void blocking_bridge::deliver(std::uint64_t id, caf::message msg) {
 
 caf::expected<caf::message>
 blocking_bridge::call(const caf::strong_actor_ptr& dest, caf::message msg,
-                      std::chrono::milliseconds timeout) {
+                      std::chrono::milliseconds timeout,
+                      late_reply_handler on_late) {
   if (!dest)
     return caf::make_error(caf::sec::invalid_argument);
   auto s = std::make_shared<slot>();
+  s->on_late = std::move(on_late);
   std::uint64_t id;
   {
     std::lock_guard<std::mutex> guard{mtx_};
@@ -108,8 +114,13 @@ blocking_bridge::call(const caf::strong_actor_ptr& dest, caf::message msg,
       lock.unlock();
       {
         std::lock_guard<std::mutex> guard{mtx_};
-        if (pending_.erase(id) > 0)
+        if (auto i = pending_.find(id); i != pending_.end()) {
+          if (s->on_late)
+            s->abandoned = true; // the reply goes to on_late
+          else
+            pending_.erase(i);
           return caf::make_error(caf::sec::request_timeout);
+        }
       }
       // deliver (or fail_all) took the slot and is about to set `done`:
       // wait for it, saying so, so that it wakes us.
@@ -130,6 +141,8 @@ void blocking_bridge::fail_all(caf::error err, bool close) {
   closed_ = closed_ || close;
   for (auto& kvp : pending_) {
     auto& s = *kvp.second;
+    if (s.abandoned)
+      continue; // nobody waits; no reply will come to undo
     s.reply = caf::make_message(err);
     s.done.store(true, std::memory_order_release);
     std::lock_guard<std::mutex> g2{s.mtx};

@@ -29,6 +29,10 @@ class blocking_bridge {
 public:
   using notification_handler = std::function<void(caf::message&)>;
 
+  /// Called with the reply of a call that had timed out, on the replying
+  /// actor's thread (keep it short; it may send, but not call).
+  using late_reply_handler = std::function<void(caf::message&)>;
+
   explicit blocking_bridge(caf::actor_system& sys);
 
   /// Stops the companion; calls still waiting fail with request_receiver_down.
@@ -41,9 +45,12 @@ public:
   /// error message, or `timeout`: caf::sec::request_timeout; a timeout of
   /// milliseconds::max() waits for good).
   /// Thread-safe: any number of threads may call concurrently.
+  /// With `on_late`, a reply that comes after the timeout goes to it (to
+  /// undo what the request did: an allocation nobody will use).
   caf::expected<caf::message> call(const caf::strong_actor_ptr& dest,
                                    caf::message msg,
-                                   std::chrono::milliseconds timeout);
+                                   std::chrono::milliseconds timeout,
+                                   late_reply_handler on_late = nullptr);
 
   /// Ends every call now waiting with `err` (their late replies are
   /// dropped); with `close`, later calls fail at once with
@@ -78,6 +85,8 @@ private:
     std::condition_variable cv;
     bool sleeping = false; ///< guarded by mtx
     caf::message reply;
+    late_reply_handler on_late;
+    bool abandoned = false; ///< timed out, kept for on_late; guarded by mtx_
   };
 
   void deliver(std::uint64_t id, caf::message msg);

@@ -40,9 +40,19 @@ public:
   /// Request/response from a plain thread; the reply must be `Rs...`.
   template <class... Rs, class Handle, class... Ts>
   caf::expected<std::tuple<Rs...>> ask(const Handle& dest, Ts&&... xs) {
+    return ask_undoable<Rs...>(nullptr, dest, std::forward<Ts>(xs)...);
+  }
+
+  /// ask, for a request that makes something (an allocation, a fork): if
+  /// its reply comes only after the caller timed out, `undo` gets it, on
+  /// the replier's thread, to end what nobody will use.
+  template <class... Rs, class Handle, class... Ts>
+  caf::expected<std::tuple<Rs...>>
+  ask_undoable(blocking_bridge::late_reply_handler undo, const Handle& dest,
+               Ts&&... xs) {
     auto res = bridge_.call(caf::actor_cast<caf::strong_actor_ptr>(dest),
                             caf::make_message(std::forward<Ts>(xs)...),
-                            timeout());
+                            timeout(), std::move(undo));
     if (!res)
       return std::move(res.error());
     if (!res->template match_elements<Rs...>())

@@ -4,6 +4,7 @@
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/sec.hpp>
+#include <caf/send.hpp>
 
 #include "kvactor/actors/facade_core.hpp"
 #include "kvactor/messages/registration.hpp"
@@ -55,10 +56,22 @@ caf::expected<kv_cache_manager> kv_cache_manager::start(caf::actor_system& sys,
   return kv_cache_manager{std::shared_ptr<detail::facade_core>{token, ptr}};
 }
 
+namespace {
+
+/// For a late reply to an allocate or fork whose caller timed out: ends
+/// the request nobody holds a handle of (through its handle actor, which
+/// names its own incarnation).
+void end_unclaimed(caf::message& reply) {
+  if (reply.match_elements<request_handle_actor, block_table>())
+    caf::anon_send(reply.get_as<request_handle_actor>(0), free_atom::value);
+}
+
+} // namespace
+
 caf::expected<std::shared_ptr<kv_cache_handle>>
 kv_cache_manager::allocate(const allocation_request& req) {
-  auto res = core_->ask<request_handle_actor, block_table>(
-    core_->cache().manager, allocate_atom::value, req);
+  auto res = core_->ask_undoable<request_handle_actor, block_table>(
+    end_unclaimed, core_->cache().manager, allocate_atom::value, req);
   if (!res)
     return std::move(res.error());
   request_info info;
@@ -100,8 +113,8 @@ caf::error kv_cache_manager::deallocate(request_id id) {
 
 caf::expected<std::shared_ptr<kv_cache_handle>>
 kv_cache_manager::fork(request_id parent, request_id child) {
-  auto res = core_->ask<request_handle_actor, block_table>(
-    core_->cache().manager, fork_atom::value, parent, child);
+  auto res = core_->ask_undoable<request_handle_actor, block_table>(
+    end_unclaimed, core_->cache().manager, fork_atom::value, parent, child);
   if (!res)
     return std::move(res.error());
   auto info = core_->ask<request_handle_actor, request_info>(

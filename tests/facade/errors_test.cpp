@@ -1,6 +1,7 @@
 // Bad input through the facade and the manager actor: each is refused with
 // its own errc and a context naming what was wrong, and changes nothing.
 #include <caf/scoped_actor.hpp>
+#include <caf/sec.hpp>
 
 #include "fixture.hpp"
 
@@ -193,6 +194,32 @@ BOOST_AUTO_TEST_CASE(growth_past_the_limits_changes_nothing) {
   // What fits still works.
   BOOST_TEST(!f.m().extend(*h, 2));
   BOOST_TEST(h->num_tokens() == 12u);
+}
+
+BOOST_AUTO_TEST_CASE(an_allocation_answered_after_its_timeout_is_ended) {
+  // Long prompts (2000 blocks to hash and look up) answered after a timeout
+  // of nothing beyond the bridge's spin: the caller gets request_timeout,
+  // and the allocation made meanwhile must not stay behind.
+  auto cfg = small_config(100000);
+  cache_fixture f{cfg};
+  std::size_t timed_out = 0;
+  for (request_id id = 1; id <= 40; ++id) {
+    std::vector<token_id> prompt(8000);
+    for (std::size_t i = 0; i < prompt.size(); ++i)
+      prompt[i] = static_cast<token_id>(id * 10000 + i);
+    f.m().set_timeout(std::chrono::milliseconds{0});
+    auto h = f.m().allocate(f.req(id, 0, 8192, std::move(prompt)));
+    f.m().set_timeout(std::chrono::seconds{60});
+    if (h) {
+      BOOST_REQUIRE(!f.m().deallocate(id));
+    } else {
+      BOOST_REQUIRE_MESSAGE(h.error() == caf::sec::request_timeout, why(h));
+      ++timed_out;
+    }
+  }
+  BOOST_TEST_MESSAGE(timed_out << " of 40 allocations timed out");
+  BOOST_TEST(eventually([&] { return f.m().stats().active_caches == 0u; }));
+  BOOST_TEST(f.m().list_handles().empty());
 }
 
 BOOST_AUTO_TEST_CASE(errors_render_with_code_and_context) {
