@@ -131,7 +131,11 @@ public:
   /// in allocation_request::device, block counts and bytes per block.
   storage_info storage() const;
 
-  /// How long a call waits for its reply (default 60 s).
+  /// How long a call waits for its reply (default 60 s; milliseconds::max()
+  /// waits for good). A call that times out fails with
+  /// caf::sec::request_timeout; an allocate or fork answered after that is
+  /// ended again, so a timed-out call leaves nothing behind. Calls waiting
+  /// when the cache stops fail with errc::shutting_down.
   void set_timeout(std::chrono::milliseconds t);
 
 private:
