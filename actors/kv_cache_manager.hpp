@@ -134,8 +134,10 @@ public:
   /// How long a call waits for its reply (default 60 s; milliseconds::max()
   /// waits for good). A call that times out fails with
   /// caf::sec::request_timeout; an allocate or fork answered after that is
-  /// ended again, so a timed-out call leaves nothing behind. Calls waiting
-  /// when the cache stops fail with errc::shutting_down.
+  /// ended again, so it leaves no request behind. Other calls that time out
+  /// may still take effect (an extend may still grow the table: read it
+  /// again). Calls waiting when the cache stops fail with
+  /// errc::shutting_down.
   void set_timeout(std::chrono::milliseconds t);
 
 private:
