@@ -141,6 +141,21 @@ std::string tenants_diff(const std::vector<detail::tenant_state>& ct,
   return {};
 }
 
+std::string state_diff(detail::block_pool_core& core, pool_model& model,
+                       event_checker& events,
+                       std::map<std::string, std::size_t>& cov) {
+  auto d = sequences_diff(core, model);
+  if (d.empty())
+    d = usage_diff(core, model);
+  if (d.empty())
+    d = counters_diff(core.counters(), model.counters());
+  if (d.empty())
+    d = tenants_diff(core.tenants(), model.tenants());
+  if (d.empty())
+    d = events.check(core, model, cov);
+  return d;
+}
+
 std::string event_checker::check(detail::block_pool_core& core,
                                  pool_model& model,
                                  std::map<std::string, std::size_t>& cov) {

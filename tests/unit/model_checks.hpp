@@ -62,6 +62,14 @@ std::string counters_diff(const detail::pool_counters& core,
 std::string tenants_diff(const std::vector<detail::tenant_state>& core,
                          const std::vector<model_tenant>& model);
 
+class event_checker;
+
+/// Everything the model tests compare after each operation, in this order:
+/// requests, usage, counters, tenants, then the events since the last call.
+std::string state_diff(detail::block_pool_core& core, pool_model& model,
+                       event_checker& events,
+                       std::map<std::string, std::size_t>& cov);
+
 /// Checks the KV events of a run as a subscriber would see them. Each call
 /// takes both sides' events since the last and requires: the same kinds,
 /// blocks and tenants in the same order; one hash per prefix and one prefix

@@ -405,15 +405,7 @@ private:
   void compare() {
     auto inv = core_.check_invariant();
     POLICY_REQUIRE(!inv, render(inv));
-    auto d = test::sequences_diff(core_, model_);
-    if (d.empty())
-      d = test::usage_diff(core_, model_);
-    if (d.empty())
-      d = test::counters_diff(core_.counters(), model_.counters());
-    if (d.empty())
-      d = test::tenants_diff(core_.tenants(), model_.tenants());
-    if (d.empty())
-      d = events_.check(core_, model_, cov);
+    auto d = test::state_diff(core_, model_, events_, cov);
     POLICY_REQUIRE(d.empty(), d);
     check_reservations();
   }
