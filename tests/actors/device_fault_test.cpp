@@ -152,12 +152,6 @@ private:
   bool failed_ = false;
 };
 
-cache_config swap_config() {
-  auto c = small_config();
-  c.num_host_blocks = 8;
-  return c;
-}
-
 std::shared_ptr<slow_storage> make_slow(const cache_config& cfg) {
   auto opts = storage_options_for(cfg);
   opts.kind = "host";
@@ -171,8 +165,8 @@ std::shared_ptr<slow_storage> make_slow(const cache_config& cfg) {
 struct slow_fixture : cache_fixture {
   std::shared_ptr<slow_storage> store;
 
-  explicit slow_fixture(std::shared_ptr<slow_storage> s = make_slow(swap_config()))
-    : cache_fixture(swap_config(), s), store(std::move(s)) {
+  explicit slow_fixture(std::shared_ptr<slow_storage> s = make_slow(host_tier_config()))
+    : cache_fixture(host_tier_config(), s), store(std::move(s)) {
   }
 
   /// Request 1 (10 tokens: its last block of 4 is shared and half full)
@@ -408,7 +402,7 @@ BOOST_FIXTURE_TEST_CASE(a_shutdown_with_a_copy_in_flight_answers_and_ends,
 BOOST_AUTO_TEST_CASE(a_storage_of_another_shape_is_refused_at_start) {
   system_config_holder holder;
   caf::actor_system sys{holder.sys_cfg};
-  auto cfg = swap_config();
+  auto cfg = host_tier_config();
   auto other = cfg;
   other.model.head_dim = 16;
   spawn_options opts;

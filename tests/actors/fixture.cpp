@@ -55,6 +55,12 @@ cache_config lazy_config() {
   return cfg;
 }
 
+cache_config host_tier_config() {
+  auto cfg = small_config();
+  cfg.num_host_blocks = 8;
+  return cfg;
+}
+
 cache_config timer_config() {
   auto cfg = small_config();
   cfg.gc_interval_ms = 50;

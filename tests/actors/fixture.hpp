@@ -227,6 +227,9 @@ struct lazy_fixture : cache_fixture {
   }
 };
 
+/// small_config() with a host tier of 8 blocks, for swapping.
+cache_config host_tier_config();
+
 /// small_config() with the supervisor's GC on a 50 ms timer (which the
 /// deterministic scheduler fires on trigger_timeouts()).
 cache_config timer_config();

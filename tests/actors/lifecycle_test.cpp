@@ -434,16 +434,6 @@ BOOST_AUTO_TEST_CASE(device_actor_writes_gathers_copies_and_rejects_bad_batches)
 
 BOOST_AUTO_TEST_SUITE_END()
 
-namespace {
-
-cache_config host_tier_config() {
-  auto c = small_config();
-  c.num_host_blocks = 8;
-  return c;
-}
-
-} // namespace
-
 BOOST_AUTO_TEST_CASE(device_actor_swaps_blocks_out_and_back_byte_for_byte) {
   cache_fixture f{host_tier_config()};
   auto a = f.allocate(1, 8);

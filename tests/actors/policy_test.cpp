@@ -24,14 +24,8 @@ struct critical_fixture : cache_fixture {
   }
 };
 
-cache_config swap_config() {
-  auto c = small_config();
-  c.num_host_blocks = 8;
-  return c;
-}
-
 struct swap_fixture : cache_fixture {
-  swap_fixture() : cache_fixture(swap_config()) {
+  swap_fixture() : cache_fixture(host_tier_config()) {
   }
 
   caf::expected<std::uint32_t> swap_out(request_id id) {

@@ -227,14 +227,8 @@ BOOST_AUTO_TEST_CASE(a_reclaim_decided_on_a_late_registry_spares_a_newer_incarna
   BOOST_TEST(used_blocks() == 1u);
 }
 
-cache_config with_host_tier() {
-  auto c = small_config();
-  c.num_host_blocks = 8;
-  return c;
-}
-
 struct swap_lane_fixture : lane_fixture {
-  swap_lane_fixture() : lane_fixture(with_host_tier()) {
+  swap_lane_fixture() : lane_fixture(host_tier_config()) {
   }
 };
 
