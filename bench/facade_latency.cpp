@@ -15,6 +15,7 @@
 
 #include "kvactor/actors/kv_cache_manager.hpp"
 #include "kvactor/messages/error.hpp"
+#include "bookkeeping_config.hpp"
 #include "latency_summary.hpp"
 
 using namespace kvactor;
@@ -39,12 +40,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  cache_config cfg;
-  cfg.storage = "none";
-  cfg.num_gpu_blocks = 100000;
-  cfg.model = model_config{1, 1, 8, dtype::fp16};
-  cfg.scheduler_threads = threads;
-  cfg.gc_interval_ms = 0;
+  auto cfg = kvactor::bench::bookkeeping_config(100000, threads);
   caf::actor_system_config sys_cfg;
   configure(sys_cfg, cfg);
   caf::actor_system sys{sys_cfg};

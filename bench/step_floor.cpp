@@ -27,6 +27,7 @@
 #include "kvactor/actors/kv_cache_manager.hpp"
 #include "kvactor/messages/error.hpp"
 #include "kvactor/messages/interfaces.hpp"
+#include "bookkeeping_config.hpp"
 #include "latency_summary.hpp"
 
 using namespace kvactor;
@@ -94,12 +95,7 @@ int main(int argc, char** argv) {
     else
       threads = static_cast<std::uint32_t>(value);
   }
-  cache_config cfg;
-  cfg.storage = "none";
-  cfg.num_gpu_blocks = 1024;
-  cfg.model = model_config{1, 1, 8, dtype::fp16};
-  cfg.scheduler_threads = threads;
-  cfg.gc_interval_ms = 0;
+  auto cfg = kvactor::bench::bookkeeping_config(1024, threads);
   caf::actor_system_config sys_cfg;
   configure(sys_cfg, cfg);
   caf::actor_system sys{sys_cfg};
