@@ -23,11 +23,7 @@
 
 using namespace kvactor;
 using kvactor::detail::block_pool_core;
-using kvactor::test::maybe_errc;
-using kvactor::test::code_of;
-using kvactor::test::name;
-using kvactor::test::str;
-using kvactor::test::pool_model;
+using namespace kvactor::test; // the model and model_checks.hpp
 
 /// BOOST_REQUIRE_MESSAGE, but the message is built only on failure (Boost
 /// builds it every time, which dominated this test's run time).
@@ -404,9 +400,7 @@ private:
   // -- comparison ------------------------------------------------------------------
 
   std::string where() const {
-    std::ostringstream out;
-    out << "seed " << p_.seed << " op " << op_ << ": ";
-    return out.str();
+    return "seed " + std::to_string(p_.seed) + " op " + std::to_string(op_) + ": ";
   }
 
   void compare() {

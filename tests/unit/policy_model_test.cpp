@@ -6,7 +6,6 @@
 // pool_reference_model. After every operation: the core's invariant, the whole
 // state against the model, no reservation broken, and the KV events replayed
 // into an index equal to the core's.
-#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -27,11 +26,7 @@
 using namespace kvactor;
 using kvactor::detail::block_pool_core;
 using kvactor::detail::residency;
-using kvactor::test::maybe_errc;
-using kvactor::test::code_of;
-using kvactor::test::name;
-using kvactor::test::str;
-using kvactor::test::pool_model;
+using namespace kvactor::test; // the model and model_checks.hpp
 
 /// Builds the message only on failure (Boost would build it every time).
 #define POLICY_REQUIRE(cond, msg)                                                \
@@ -397,9 +392,7 @@ private:
   // -- checks ----------------------------------------------------------------------
 
   std::string where() const {
-    std::ostringstream out;
-    out << "seed " << p_.seed << " op " << op_ << ": ";
-    return out.str();
+    return "seed " + std::to_string(p_.seed) + " op " + std::to_string(op_) + ": ";
   }
 
   void compare() {
