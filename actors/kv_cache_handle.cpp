@@ -135,10 +135,16 @@ contiguous_kv_cache_handle::view(std::uint32_t layer, view_part part) const {
                                     layer, t.blocks, t.num_tokens);
   if (!got)
     return std::move(got.error());
+  // The table and the gather are two messages: had the request ended in
+  // between, its blocks may have held another request's bytes. A slot never
+  // turns valid again, so valid now means live throughout.
+  if (auto err = check_live())
+    return err;
   auto& kv = std::get<0>(*got);
   auto& lay = store.layout();
   auto row = std::size_t{lay.num_heads} * lay.head_dim * lay.elem_bytes();
   auto max_len = static_cast<std::size_t>(max_sequence_length());
+  std::lock_guard<std::mutex> guard{buffers_mtx_};
   auto& buf = buffers_[layer];
   buf.assign(2 * max_len * row, 0);
   std::memcpy(buf.data(), kv.keys.data(), kv.keys.size());
