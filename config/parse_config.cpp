@@ -287,6 +287,10 @@ caf::expected<cache_config> load_config(const std::string& path) {
     return make_error(errc::invalid_config,
                       path + ": malformed JSON at byte "
                         + std::to_string(e.byte) + ": " + e.what());
+  } catch (const nlohmann::json::exception& e) {
+    // A number past a double's range ("number overflow parsing '1e400'").
+    return make_error(errc::invalid_config,
+                      path + ": malformed JSON: " + e.what());
   }
   auto cfg = parse_config(json);
   if (!cfg)

@@ -5,6 +5,7 @@
 // caf::error.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
@@ -79,9 +80,10 @@ public:
 
   caf::error missing(const char* key, const char* expected) const;
 
-  /// An integer in [min, T's max].
+  /// An integer in [min, max] (max: T's, or lower).
   template <class T>
-  caf::error count(const char* key, T& out, std::uint64_t min, bool required) const {
+  caf::error count(const char* key, T& out, std::uint64_t min, bool required,
+                   std::uint64_t max = std::numeric_limits<T>::max()) const {
     auto value = find(key);
     if (!value)
       return required ? missing(key, "an integer") : caf::error{};
@@ -90,9 +92,9 @@ public:
       return fail_(field(key), "expected a non-negative integer" + got(*value));
     if (x < min)
       return fail_(field(key), "must be >= " + std::to_string(min) + got(*value));
-    if (x > std::numeric_limits<T>::max())
-      return fail_(field(key), "must be at most "
-                                 + std::to_string(std::numeric_limits<T>::max())
+    max = std::min<std::uint64_t>(max, std::numeric_limits<T>::max());
+    if (x > max)
+      return fail_(field(key), "must be at most " + std::to_string(max)
                                  + got(*value));
     out = static_cast<T>(x);
     return caf::error{};

@@ -70,11 +70,19 @@ caf::error read_system_prompts(const json& obj, const std::string& path,
     }
     out.count = static_cast<std::uint32_t>(out.tokens.size());
   } else {
-    (err = r.count("count", out.count, 0, true))
+    // All of them are made up front: a bound on how much that takes.
+    constexpr std::uint64_t max_prompts = 1u << 16;
+    constexpr std::uint64_t max_tokens = 1u << 28;
+    (err = r.count("count", out.count, 0, true, max_prompts))
       || (out.count > 0
           && (err = r.range("len", out.len.min, out.len.max, 1, true)));
     if (err)
       return err;
+    if (std::uint64_t{out.count} * out.len.max > max_tokens)
+      return fail(r.field("len"),
+                  std::to_string(out.count) + " prompts of up to "
+                    + std::to_string(out.len.max) + " tokens exceed "
+                    + std::to_string(max_tokens) + " tokens in all");
   }
   if (out.share > 0 && out.count == 0)
     return fail(r.field("share"), "is > 0 but there are no system prompts");
@@ -102,7 +110,9 @@ caf::error read_workload(const json& obj, const std::string& path,
                       true))
     || (err = r.range("output_len", out.output_len.min, out.output_len.max, 1,
                       true))
-    || (err = r.count("vocab_size", out.vocab_size, 2, false))
+    // Token ids are int32: ids 0 .. vocab_size - 1 must fit.
+    || (err = r.count("vocab_size", out.vocab_size, 2, false,
+                      std::uint64_t{1} << 31))
     || (err = r.object("system_prompts", sys, false))
     || (sys && (err = read_system_prompts(*sys, r.field("system_prompts"), fail,
                                           out.vocab_size, out.system_prompts)))
@@ -284,6 +294,21 @@ caf::expected<scenario> parse_scenario(const std::string& text,
     return make_error(errc::invalid_config, source + ":" + std::to_string(line)
                                               + ": malformed JSON" + where
                                               + ": " + what);
+  } catch (const json::exception& e) {
+    // A number past a double's range: nlohmann names the token, not its
+    // place ("number overflow parsing '1e400'"); find its line.
+    std::string what = e.what();
+    std::string line;
+    auto open = what.find('\'');
+    auto close = open == std::string::npos ? open : what.find('\'', open + 1);
+    if (close != std::string::npos) {
+      auto at = text.find(what.substr(open + 1, close - open - 1));
+      if (at != std::string::npos)
+        line = ":" + std::to_string(1 + std::count(text.begin(),
+                                                   text.begin() + at, '\n'));
+    }
+    return make_error(errc::invalid_config,
+                      source + line + ": malformed JSON: " + what);
   }
   line_index lines{text};
   error_maker fail{source, lines};

@@ -122,6 +122,23 @@ BOOST_AUTO_TEST_CASE(out_of_range_numbers_name_their_field) {
   check_error(replace_once(base, "\"steps\": 20,",
                            "\"steps\": 20, \"max_running\": 0,"),
               "\"steps\": 20", "max_running", "must be >= 1");
+  // Token ids are int32; system prompts are made up front.
+  check_error(replace_once(base, "\"b\": {\"rate\": 0.25,",
+                           "\"b\": {\"vocab_size\": 2147483649, \"rate\": 0.25,"),
+              "\"b\": {", "workloads.b.vocab_size", "must be at most 2147483648");
+  check_error(replace_once(base, "\"count\": 1,", "\"count\": 4000000000,"),
+              "\"count\": 4000000000", "workloads.a.system_prompts.count",
+              "must be at most 65536");
+  check_error(replace_once(replace_once(base, "\"count\": 1,", "\"count\": 100,"),
+                           "\"len\": [4, 8],", "\"len\": [4, 16000000],"),
+              "\"len\": [4, 16000000]", "workloads.a.system_prompts.len",
+              "tokens in all");
+  // A number past a double's range is malformed JSON, on its line.
+  auto huge = replace_once(base, "\"rate\": 0.5,", "\"rate\": 1e400,");
+  auto want = "test.json:" + std::to_string(line_of(huge, "1e400"))
+              + ": malformed JSON";
+  auto msg = parse_error(huge);
+  BOOST_TEST(msg.compare(0, want.size(), want) == 0, msg);
   // The cache's own fields, with the cache's path in front.
   check_error(replace_once(base, "\"num_gpu_blocks\": 64,",
                            "\"num_gpu_blocks\": 64,\n\"pressure\": {\"high\": 2},"),

@@ -441,6 +441,17 @@ BOOST_AUTO_TEST_CASE(load_config_of_malformed_json_gives_the_position) {
   BOOST_TEST_MESSAGE(msg);
 }
 
+BOOST_AUTO_TEST_CASE(load_config_of_a_number_past_a_double_is_an_error) {
+  auto path = temp_file("{\"block_size\": 16,\n \"gpu_memory_utilization\": 1e400}");
+  auto cfg = load_config(path);
+  std::remove(path.c_str());
+  BOOST_REQUIRE(!cfg);
+  BOOST_TEST(has_code(cfg.error(), errc::invalid_config));
+  auto msg = render(cfg.error());
+  BOOST_TEST(msg.find(path + ": malformed JSON: ") != std::string::npos, msg);
+  BOOST_TEST(msg.find("1e400") != std::string::npos, msg);
+}
+
 BOOST_AUTO_TEST_CASE(load_config_prefixes_field_errors_with_the_path) {
   auto j = base();
   j["pressure"]["high"] = 2;
