@@ -98,7 +98,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
           continue;
         reclaim_request(self, id, i->second.info.cache_id);
       }
-      return;
+      // It may have been a lifecycle subscriber too: drop it there as well.
     }
     auto& subs = st.lifecycle;
     subs.erase(std::remove_if(subs.begin(), subs.end(),
@@ -354,6 +354,10 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
           st.lifecycle.erase(std::remove(st.lifecycle.begin(),
                                          st.lifecycle.end(), sub),
                              st.lifecycle.end());
+          // Its monitor goes too, unless it owns requests (then that one
+          // monitor serves ownership: demonitor would drop it).
+          if (st.owned.count(sub.address()) == 0)
+            self->demonitor(sub.address());
           break;
         case topic::kv_events:
           caf::anon_send(st.pool, unsubscribe_atom::value, t, sub);
@@ -362,6 +366,11 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     },
     [self](reclaim_atom, request_id id, std::uint64_t cache_id) {
       auto& st = self->state;
+      // The supervisor's report of a dead handle; from anyone else it would
+      // end a request its owner still uses.
+      if (caf::actor_cast<caf::actor_addr>(self->current_sender())
+          != st.supervisor.address())
+        return;
       auto i = st.registry.find(id);
       if (i == st.registry.end() || i->second.info.cache_id != cache_id)
         return; // ended normally before its handle went down

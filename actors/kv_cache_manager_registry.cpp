@@ -3,6 +3,8 @@
 // when a request ends.
 #include "kvactor/actors/kv_cache_manager_state.hpp"
 
+#include <algorithm>
+
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>
 
@@ -40,6 +42,12 @@ request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
   return h;
 }
 
+bool is_lifecycle_subscriber(const manager_state& st,
+                             const caf::actor_addr& addr) {
+  return std::any_of(st.lifecycle.begin(), st.lifecycle.end(),
+                     [&](const caf::actor& x) { return x.address() == addr; });
+}
+
 void end_request(mgr_ptr self, request_id id, end_reason why,
                  std::uint32_t released, bool tell_owner) {
   auto& st = self->state;
@@ -53,7 +61,9 @@ void end_request(mgr_ptr self, request_id id, end_reason why,
     auto o = st.owned.find(addr);
     if (o != st.owned.end() && o->second.erase(id) > 0 && o->second.empty()) {
       st.owned.erase(o);
-      self->demonitor(addr);
+      // demonitor drops every monitor of addr: keep a subscriber's.
+      if (!is_lifecycle_subscriber(st, addr))
+        self->demonitor(addr);
     }
   }
   self->send(e.handle, end_atom::value, why);

@@ -57,6 +57,10 @@ request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
                                  std::uint64_t cache_id,
                                  caf::strong_actor_ptr owner);
 
+/// Whether `addr` is subscribed to lifecycle events (the manager monitors
+/// it for that too).
+bool is_lifecycle_subscriber(const manager_state& st, const caf::actor_addr& addr);
+
 /// Removes a request from the registry, ends its handle and tells the
 /// lifecycle subscribers (and, for preemptions it did not ask for, the owner).
 void end_request(mgr_ptr self, request_id id, end_reason why,

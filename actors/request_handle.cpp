@@ -172,6 +172,11 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
                             st.args.info.cache_id);
     },
     [self](end_atom, end_reason) {
+      // Only the manager ends a handle, with its request: from anyone else
+      // this would leave the request live and its handle gone, unreclaimed.
+      if (caf::actor_cast<caf::actor_addr>(self->current_sender())
+          != self->state.args.manager.address())
+        return;
       end(self, caf::none);
     },
   };

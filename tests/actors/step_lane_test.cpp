@@ -212,9 +212,9 @@ BOOST_AUTO_TEST_CASE(a_reclaim_decided_on_a_late_registry_spares_a_newer_incarna
   admit.admits = {make_request(cfg, 1, 4)};
   auto first = lane_step(self, admit);
   BOOST_REQUIRE(first && first->admitted.size() == 1u);
-  // As the supervisor reports a dead handle of incarnation 1.
-  self->send(mgr, reclaim_atom::value, request_id{1},
-             first->admitted[0].cache_id);
+  // The supervisor reports a dead handle of incarnation 1.
+  caf::send_as(sup, mgr, reclaim_atom::value, request_id{1},
+               first->admitted[0].cache_id);
   step_request end;
   end.frees = {1};
   pool_only_step(end);

@@ -244,6 +244,24 @@ BOOST_AUTO_TEST_CASE(a_killed_handle_actor_has_its_blocks_reclaimed) {
   BOOST_TEST(value_or(table(2), block_table{}) == b->table);
 }
 
+BOOST_AUTO_TEST_CASE(only_the_manager_ends_handles_and_only_the_supervisor_reclaims) {
+  auto a = allocate(1, 9);
+  BOOST_REQUIRE(a);
+  auto info = lookup(1);
+  BOOST_REQUIRE(info);
+  caf::scoped_actor stranger{sys};
+  // Either would leave request 1 live without a handle, or end it under
+  // its owner: both are ignored.
+  stranger->send(a->handle, end_atom::value, end_reason::deallocated);
+  stranger->send(mgr, reclaim_atom::value, request_id{1},
+                 info->second.cache_id);
+  run();
+  BOOST_TEST(outcome(lookup(1)) == "ok");
+  BOOST_TEST(value_or(table(1), block_table{}) == a->table);
+  BOOST_TEST(outcome(extend(1, 4)) == "ok");
+  BOOST_TEST(used_blocks() == 4u);
+}
+
 BOOST_AUTO_TEST_CASE(an_exit_message_without_a_reason_still_reclaims) {
   // A handle quits without a reason only when its request ended through the
   // manager; the supervisor skips the reclaim for those. An exit message
