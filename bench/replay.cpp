@@ -291,21 +291,36 @@ int main(int argc, char** argv) {
         throw std::invalid_argument(arg + " needs a value");
       return argv[++i];
     };
+    // A whole decimal number in [min, max]: no sign, no trailing junk, no
+    // silent truncation (stoul takes "-1" and "12abc").
+    auto number = [&](std::uint64_t max, std::uint64_t min = 1) -> std::uint64_t {
+      auto text = value();
+      std::size_t used = 0;
+      if (text.empty() || text[0] < '0' || text[0] > '9')
+        throw std::invalid_argument(arg + ": expected a number, got '" + text + "'");
+      auto x = std::stoull(text, &used);
+      if (used != text.size() || x < min || x > max)
+        throw std::invalid_argument(arg + ": expected a number in ["
+                                    + std::to_string(min) + ", "
+                                    + std::to_string(max) + "], got '" + text
+                                    + "'");
+      return x;
+    };
     try {
       if (arg == "--trace")
         path = value();
       else if (arg == "--mode")
         mode = value();
       else if (arg == "--num-blocks")
-        opt.pool_blocks = static_cast<std::uint32_t>(std::stoul(value()));
+        opt.pool_blocks = static_cast<std::uint32_t>(number(UINT32_MAX));
       else if (arg == "--all-blocks")
         opt.reserved_blocks = 0;
       else if (arg == "--max-admits")
-        opt.max_admits = std::stoul(value());
+        opt.max_admits = number(1u << 20);
       else if (arg == "--scheduler-threads")
-        threads = static_cast<std::uint32_t>(std::stoul(value()));
+        threads = static_cast<std::uint32_t>(number(256, 0)); // 0: CAF's default
       else if (arg == "--repeat")
-        repeat = std::stoul(value());
+        repeat = number(1000);
       else
         return usage();
     } catch (std::exception& e) {

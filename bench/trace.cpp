@@ -23,12 +23,20 @@ const nlohmann::json& field(const nlohmann::json& obj, const char* name) {
   return *i;
 }
 
-std::uint64_t count(const nlohmann::json& obj, const char* name) {
+std::uint64_t count(const nlohmann::json& obj, const char* name,
+                    std::uint64_t max = UINT64_MAX) {
   auto& v = field(obj, name);
   if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
     throw line_error{std::string{name} + ": expected a non-negative integer"};
-  return v.get<std::uint64_t>();
+  auto x = v.get<std::uint64_t>();
+  if (x > max)
+    throw line_error{std::string{name} + ": must be at most " + std::to_string(max)
+                     + " (got " + std::to_string(x) + ")"};
+  return x;
 }
+
+/// Token ids are int32: without a vocabulary, this is their range.
+constexpr std::int64_t max_token_ids = std::int64_t{1} << 31;
 
 std::vector<token_id> tokens(const nlohmann::json& obj, const char* name,
                              std::uint64_t len, std::uint32_t vocab) {
@@ -43,11 +51,12 @@ std::vector<token_id> tokens(const nlohmann::json& obj, const char* name,
   out.reserve(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
     auto& t = v[i];
+    auto limit = vocab != 0 ? std::int64_t{vocab} : max_token_ids;
     if (!t.is_number_integer() || t.get<std::int64_t>() < 0
-        || (vocab != 0 && t.get<std::int64_t>() >= vocab))
+        || t.get<std::int64_t>() >= limit)
       throw line_error{std::string{name} + "[" + std::to_string(i)
                        + "]: token id out of range [0, "
-                       + std::to_string(vocab) + ")"};
+                       + std::to_string(limit) + ")"};
     out.push_back(t.get<token_id>());
   }
   return out;
@@ -77,14 +86,19 @@ caf::expected<trace> load_trace(const std::string& path) {
       if (line == 1) {
         if (type != "header")
           throw line_error{"type: the first line must be the header"};
-        out.block_size = static_cast<std::uint32_t>(count(obj, "block_size"));
-        out.num_blocks = static_cast<std::uint32_t>(count(obj, "num_blocks"));
+        out.block_size = static_cast<std::uint32_t>(
+          count(obj, "block_size", UINT32_MAX));
+        out.num_blocks = static_cast<std::uint32_t>(
+          count(obj, "num_blocks", UINT32_MAX));
         out.max_model_len = count(obj, "max_model_len");
-        out.vocab = static_cast<std::uint32_t>(count(obj, "vocab"));
+        out.vocab = static_cast<std::uint32_t>(
+          count(obj, "vocab", static_cast<std::uint64_t>(max_token_ids)));
         if (out.block_size == 0)
           throw line_error{"block_size: must be > 0"};
         if (out.num_blocks == 0)
           throw line_error{"num_blocks: must be > 0"};
+        if (out.max_model_len == 0) // the requests' max_sequence_length
+          throw line_error{"max_model_len: must be > 0"};
         continue;
       }
       if (type != "req")
@@ -110,7 +124,7 @@ caf::expected<trace> load_trace(const std::string& path) {
         throw line_error{"prompt_len: must be > 0"};
       if (olen == 0)
         throw line_error{"output_len: must be > 0"};
-      if (out.max_model_len != 0 && plen + olen > out.max_model_len)
+      if (plen + olen > out.max_model_len)
         throw line_error{"prompt_len + output_len: " + std::to_string(plen + olen)
                          + " tokens, more than max_model_len "
                          + std::to_string(out.max_model_len)};

@@ -121,6 +121,16 @@ BOOST_AUTO_TEST_CASE(the_header_must_come_first_and_be_complete) {
   contains(load_error(R"({"type":"header","block_size":4,"num_blocks":0,)"
                       R"("max_model_len":16,"vocab":100})"),
            "FILE:1: num_blocks: must be > 0");
+  // Nothing truncated on the way to 32 bits, nothing left unusable.
+  contains(load_error(R"({"type":"header","block_size":4,"num_blocks":4294967301,)"
+                      R"("max_model_len":16,"vocab":100})"),
+           "FILE:1: num_blocks: must be at most 4294967295");
+  contains(load_error(R"({"type":"header","block_size":4,"num_blocks":8,)"
+                      R"("max_model_len":16,"vocab":4294967296})"),
+           "FILE:1: vocab: must be at most 2147483648");
+  contains(load_error(R"({"type":"header","block_size":4,"num_blocks":8,)"
+                      R"("max_model_len":0,"vocab":100})"),
+           "FILE:1: max_model_len: must be > 0");
 }
 
 BOOST_AUTO_TEST_CASE(bad_json_names_its_line) {
@@ -161,6 +171,12 @@ BOOST_AUTO_TEST_CASE(token_ids_outside_the_vocabulary_are_refused) {
   contains(one(req0_with("[4,5]", "[4,true]")),
            "FILE:2: output[1]: token id out of range");
   BOOST_TEST(one(req0_with("[1,2,3]", "[0,99,3]")) == "ok");
+  // Without a vocabulary, ids must still be int32.
+  auto no_vocab = R"({"type":"header","block_size":4,"num_blocks":8,)"
+                  R"("max_model_len":16,"vocab":0})";
+  contains(load_error(std::string{no_vocab} + "\n"
+                      + req0_with("[1,2,3]", "[1,3000000000,3]") + "\n"),
+           "FILE:2: prompt[1]: token id out of range [0, 2147483648)");
 }
 
 BOOST_AUTO_TEST_CASE(order_ids_and_lengths_are_checked_across_lines) {
