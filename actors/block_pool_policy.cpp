@@ -133,7 +133,8 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
                           "tenants' reservations ("
                         + std::to_string(takeable(t)) + " available to tenant '"
                         + tenants_[t].config.name + "')");
-  auto until = now_ms + ttl_ms;
+  // Saturating: a time to live past the end of the clock pins for good.
+  auto until = ttl_ms > UINT64_MAX - now_ms ? UINT64_MAX : now_ms + ttl_ms;
   for (std::uint32_t i = 0; i < hits; ++i) {
     auto b = find_indexed(scratch_[i].lo);
     auto& m = blocks_[b];

@@ -79,6 +79,16 @@ caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
     out.store = std::shared_ptr<storage>{std::move(*made)};
   }
   auto& lay = out.store->layout();
+  if (cfg.num_gpu_blocks == 0) {
+    // Sized from the device's memory: what depends on the count (the
+    // tenants' reservations, the watermark) is checked now.
+    auto sized = cfg;
+    sized.num_gpu_blocks = lay.num_blocks;
+    if (auto err = validate(sized))
+      return make_error(errc::invalid_config,
+                        "with the pool sized to " + std::to_string(lay.num_blocks)
+                          + " blocks from device memory: " + render(err));
+  }
   storage_info info{to_string(out.store->kind()), out.store->where(),
                     lay.num_blocks, lay.num_host_blocks, lay.bytes_per_block()};
   out.device = spawn_device_actor(sys, out.store, spawn_opts.detached_device);

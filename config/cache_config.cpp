@@ -106,6 +106,9 @@ caf::error validate_tenants(const std::vector<tenant_config>& tenants,
                             std::uint64_t num_gpu_blocks) {
   if (tenants.empty())
     return fail("tenants", "must name at least one tenant");
+  if (tenants.size() > 65535) // the pool keeps a tenant index in 16 bits
+    return fail("tenants", "must be at most 65535 (got "
+                             + std::to_string(tenants.size()) + ")");
   std::unordered_set<std::string> names;
   std::uint64_t reserved_sum = 0;
   for (std::size_t i = 0; i < tenants.size(); ++i) {
@@ -211,6 +214,14 @@ caf::error validate(const cache_config& cfg) {
     return fail("admission.policy", "must be immediate or reserve_expected");
   if (!(cfg.admission.watermark >= 0.0 && cfg.admission.watermark < 1.0))
     return fail("admission.watermark", "must be in [0, 1)");
+  // The pool holds ceil(watermark * blocks) back from admissions: all of
+  // them would admit nothing, ever.
+  if (cfg.num_gpu_blocks > 0
+      && std::ceil(cfg.admission.watermark * double(cfg.num_gpu_blocks))
+           >= double(cfg.num_gpu_blocks))
+    return fail("admission.watermark",
+                "keeps all " + std::to_string(cfg.num_gpu_blocks)
+                  + " blocks back from admissions");
   if (cfg.admission.default_expected_output > (std::uint64_t{1} << 32))
     return fail("admission.default_expected_output", "must be at most 2^32");
   if (cfg.max_pinned_blocks > max_blocks_limit)

@@ -143,6 +143,10 @@ BOOST_AUTO_TEST_CASE(unknown_ids_are_refused_by_every_operation) {
                  errc::unknown_request, "request 77");
   KV_CHECK_ERROR(ask_error<std::uint32_t>(sys, mgr, free_atom::value, request_id{77}),
                  errc::unknown_request, "request 77");
+  // Not an id, but as bad: a negative time to live for a pin.
+  KV_CHECK_ERROR(error_of(f.m().pin_prefix("", {1, 2, 3, 4},
+                                           std::chrono::milliseconds{-1})),
+                 errc::invalid_request, "negative time to live");
   BOOST_TEST((snapshot::of(f.m()) == before));
 }
 

@@ -365,6 +365,25 @@ BOOST_AUTO_TEST_CASE(tenant_reservations_must_fit_the_pool) {
   BOOST_TEST(parse_error(j) == "ok");
 }
 
+BOOST_AUTO_TEST_CASE(a_watermark_may_not_hold_back_the_whole_pool) {
+  auto j = base(); // 256 blocks: 0.996 holds back ceil(254.98) = 255
+  j["admission"]["watermark"] = 0.997;
+  BOOST_TEST(fails_naming(j, "admission.watermark", "all 256 blocks"));
+  j["admission"]["watermark"] = 0.996;
+  BOOST_TEST(parse_error(j) == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(tenants_fit_a_16_bit_index) {
+  cache_config cfg;
+  cfg.tenants.resize(65536);
+  for (std::size_t i = 0; i < cfg.tenants.size(); ++i)
+    cfg.tenants[i].name = "t" + std::to_string(i);
+  BOOST_TEST(render(validate(cfg)).find("tenants: must be at most 65535")
+             != std::string::npos);
+  cfg.tenants.pop_back();
+  BOOST_TEST(!validate(cfg));
+}
+
 BOOST_AUTO_TEST_CASE(scheduler_threads_are_capped) {
   auto j = base();
   j["scheduler_threads"] = 257;

@@ -94,6 +94,14 @@ BOOST_AUTO_TEST_CASE(a_pinned_prefix_is_kept_until_its_time_runs_out) {
   BOOST_TEST(pool().cached_blocks() == 2u);
   alloc(tokens_req(4, 32)); // 6 free, and evicts both
   BOOST_TEST(pool().counters().evictions == 2u);
+  release(4);
+  // A time to live past the end of the clock pins for good (it used to
+  // wrap around and expire at the next tick).
+  alloc(prompt_req(5, p));
+  release(5);
+  BOOST_TEST(pool().pin(0, p, UINT64_MAX, 5000).value() == 2u);
+  BOOST_TEST(pool().expire_pins(UINT64_MAX - 1) == 0u);
+  BOOST_TEST(pool().pinned_blocks() == 2u);
 }
 
 BOOST_AUTO_TEST_CASE(pinning_past_the_cap_pins_nothing_and_zero_disables_it) {
