@@ -155,12 +155,17 @@ void facade_core::invalidate_request(request_id id, std::uint64_t cache_id) {
 }
 
 std::unordered_map<request_id, std::uint64_t>
-facade_core::handles_of(const std::vector<request_id>& ids) {
+facade_core::handles_of(const step_request& step) {
   std::unordered_map<request_id, std::uint64_t> out;
-  std::lock_guard<std::mutex> guard{mtx_};
-  for (auto id : ids)
+  auto note = [&](request_id id) {
     if (auto i = by_request_.find(id); i != by_request_.end())
       out.emplace(id, i->second);
+  };
+  std::lock_guard<std::mutex> guard{mtx_};
+  for (auto id : step.frees)
+    note(id);
+  for (auto& op : step.extends)
+    note(op.id);
   return out;
 }
 

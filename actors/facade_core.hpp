@@ -21,6 +21,7 @@
 #include "kvactor/actors/kv_cache_manager_actor.hpp"
 #include "kvactor/config/cache_config.hpp"
 #include "kvactor/messages/error.hpp"
+#include "kvactor/messages/step.hpp"
 
 namespace kvactor::detail {
 
@@ -76,9 +77,10 @@ public:
   /// `cache_id` or an older one (a newer incarnation's slot stays valid).
   void invalidate_request(request_id id, std::uint64_t cache_id);
 
-  /// The handle actors (by id) of the slots `ids` map to now.
+  /// The handle actors (by id) of the slots that the requests a step may
+  /// end - its frees and extends - map to now.
   std::unordered_map<request_id, std::uint64_t>
-  handles_of(const std::vector<request_id>& ids);
+  handles_of(const step_request& step);
 
   /// Marks every slot ended (shutdown).
   void invalidate_all();

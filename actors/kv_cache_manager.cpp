@@ -176,10 +176,7 @@ caf::expected<step_result> kv_cache_manager::step(step_request req) {
   // those it did end are marked invalid here; by handle, not by id, so a
   // newer incarnation another thread allocates once the reply is out keeps
   // its handle.
-  auto ids = req.frees;
-  for (auto& op : req.extends)
-    ids.push_back(op.id);
-  auto known = core_->handles_of(ids);
+  auto known = core_->handles_of(req);
   auto res = core_->ask<step_result>(core_->cache().pool, step_atom::value,
                                      std::move(req));
   if (!res)

@@ -131,17 +131,16 @@ void random_model::op_step() {
         failed.emplace(op.id, "out_of_blocks");
         break;
       }
-      while (last > i && gone[last - 1])
+      // The newest request of the step that holds blocks (messages/step.hpp):
+      // an unknown one is passed over and fails on its own extend. (Nothing
+      // here is ever swapped.)
+      while (last > i && (gone[last - 1] || sim.count(ops[last - 1].id) == 0))
         --last;
       auto victim = last - 1;
       gone[victim] = true;
       auto vid = ops[victim].id;
-      if (sim.count(vid) != 0) {
-        release(vid);
-        preempted.push_back(vid);
-      } else {
-        failed.emplace(vid, "unknown_request");
-      }
+      release(vid);
+      preempted.push_back(vid);
       if (victim == i)
         break;
     }
