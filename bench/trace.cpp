@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvactor/config/json_helpers.hpp"
 #include "kvactor/messages/error.hpp"
 
 namespace kvactor::bench {
@@ -72,6 +73,7 @@ caf::expected<trace> load_trace(const std::string& path) {
   out.path = path;
   std::string text;
   std::size_t line = 0;
+  std::string duplicate; // a key given twice on the line
   std::uint64_t last_step = 0;
   std::unordered_map<std::uint64_t, std::size_t> seen; // id -> line
   try {
@@ -79,9 +81,11 @@ caf::expected<trace> load_trace(const std::string& path) {
       ++line;
       if (text.empty())
         continue;
-      auto obj = nlohmann::json::parse(text, nullptr, false);
+      auto obj = detail::parse_json(text, duplicate, false);
       if (obj.is_discarded() || !obj.is_object())
         throw line_error{"not a JSON object"};
+      if (!duplicate.empty())
+        throw line_error{duplicate + ": " + detail::given_twice};
       auto& type = field(obj, "type");
       if (line == 1) {
         if (type != "header")

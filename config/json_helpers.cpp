@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <unordered_set>
+#include <vector>
 
 #include "kvactor/messages/error.hpp"
 
@@ -25,6 +27,68 @@ caf::expected<std::string> read_text_file(const std::string& path) {
     return make_error(errc::invalid_config,
                       path + ": cannot read (" + std::strerror(errno) + ")");
   return text;
+}
+
+nlohmann::json parse_json(const std::string& text, std::string& duplicate,
+                          bool allow_exceptions) {
+  using event = nlohmann::json::parse_event_t;
+  // One frame per open object or array: its path, and the keys seen so
+  // far (objects) or the index of the next element (arrays).
+  struct frame {
+    bool array = false;
+    std::size_t index = 0;
+    std::string path;
+    std::string key; // the member being read
+    std::unordered_set<std::string> keys;
+  };
+  std::vector<frame> stack;
+  duplicate.clear();
+  auto member = [](const std::string& path, const std::string& key) {
+    return path.empty() ? key : path + "." + key;
+  };
+  auto value_path = [&] {
+    if (stack.empty())
+      return std::string{};
+    auto& top = stack.back();
+    return top.array ? top.path + "[" + std::to_string(top.index) + "]"
+                     : member(top.path, top.key);
+  };
+  auto element_done = [&] {
+    if (!stack.empty() && stack.back().array)
+      ++stack.back().index;
+  };
+  auto watch = [&](int, event ev, nlohmann::json& parsed) {
+    switch (ev) {
+      case event::object_start:
+      case event::array_start: {
+        frame f;
+        f.array = ev == event::array_start;
+        f.path = value_path();
+        stack.push_back(std::move(f));
+        break;
+      }
+      case event::key: {
+        auto& top = stack.back();
+        top.key = parsed.get<std::string>();
+        if (!top.keys.insert(top.key).second && duplicate.empty())
+          duplicate = member(top.path, top.key);
+        break;
+      }
+      case event::object_end:
+      case event::array_end:
+        stack.pop_back();
+        element_done();
+        break;
+      case event::value:
+        element_done();
+        break;
+    }
+    return true; // keep everything
+  };
+  auto json = nlohmann::json::parse(text, watch, allow_exceptions);
+  if (json.is_discarded())
+    duplicate.clear(); // half-read: no finding to report
+  return json;
 }
 
 std::string got(const nlohmann::json& value) {

@@ -15,6 +15,18 @@ namespace kvactor::detail {
 /// directory or cannot be opened or read.
 caf::expected<std::string> read_text_file(const std::string& path);
 
+/// nlohmann::json::parse(text), also finding the first key given twice in
+/// one object - which nlohmann would let the last one win, silently. Its
+/// path ("tenants[1].name", "" for none) goes to `duplicate`. Throws what
+/// parse throws; with `allow_exceptions` false returns a discarded value
+/// instead, as parse does.
+nlohmann::json parse_json(const std::string& text, std::string& duplicate,
+                          bool allow_exceptions = true);
+
+/// What the readers say of a key given twice.
+constexpr const char* given_twice =
+  "given twice in one object (only one value can count: say it once)";
+
 /// " (got 1.5)", " (got an array)": what a field held instead, for messages.
 std::string got(const nlohmann::json& value);
 

@@ -281,8 +281,9 @@ caf::expected<cache_config> load_config(const std::string& path) {
   if (!text)
     return std::move(text.error());
   nlohmann::json json;
+  std::string duplicate;
   try {
-    json = nlohmann::json::parse(*text);
+    json = detail::parse_json(*text, duplicate);
   } catch (const nlohmann::json::parse_error& e) {
     return make_error(errc::invalid_config,
                       path + ": malformed JSON at byte "
@@ -292,6 +293,9 @@ caf::expected<cache_config> load_config(const std::string& path) {
     return make_error(errc::invalid_config,
                       path + ": malformed JSON: " + e.what());
   }
+  if (!duplicate.empty())
+    return make_error(errc::invalid_config,
+                      path + ": " + duplicate + ": " + detail::given_twice);
   auto cfg = parse_config(json);
   if (!cfg)
     return make_error(errc::invalid_config,

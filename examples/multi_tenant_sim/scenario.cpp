@@ -276,8 +276,9 @@ const char* to_string(preemption_mode x) noexcept {
 caf::expected<scenario> parse_scenario(const std::string& text,
                                        const std::string& source) {
   json root;
+  std::string duplicate;
   try {
-    root = json::parse(text);
+    root = detail::parse_json(text, duplicate);
   } catch (const json::parse_error& e) {
     // e.byte is 1-based: the index of the offending character plus one.
     auto at = e.byte == 0 ? 0 : static_cast<std::size_t>(e.byte - 1);
@@ -312,6 +313,8 @@ caf::expected<scenario> parse_scenario(const std::string& text,
   }
   line_index lines{text};
   error_maker fail{source, lines};
+  if (!duplicate.empty()) // named at its first occurrence
+    return fail(duplicate, detail::given_twice);
   scenario out;
   out.source = source;
   if (auto err = read_scenario(root, fail, out))

@@ -137,6 +137,9 @@ BOOST_AUTO_TEST_CASE(bad_json_names_its_line) {
   contains(load_error(header + "\n" + req0 + "\n" + R"({"type":"req","id":)" + "\n"),
            "FILE:3: not a JSON object");
   contains(load_error(header + "\n[1, 2]\n"), "FILE:2: not a JSON object");
+  // A key given twice would count only its last value: refused.
+  contains(load_error(header + "\n" + req0_with(R"("id":0,)", R"("id":0,"id":3,)")),
+           "FILE:2: id: given twice");
 }
 
 BOOST_AUTO_TEST_CASE(each_request_field_is_checked) {

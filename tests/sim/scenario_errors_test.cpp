@@ -139,6 +139,11 @@ BOOST_AUTO_TEST_CASE(out_of_range_numbers_name_their_field) {
               + ": malformed JSON";
   auto msg = parse_error(huge);
   BOOST_TEST(msg.compare(0, want.size(), want) == 0, msg);
+  // A key given twice (JSON would keep the last): named where it starts.
+  check_error(replace_once(base, "\"share\": 0.5", "\"share\": 0.5, \"share\": 1"),
+              "\"share\"", "workloads.a.system_prompts.share", "given twice");
+  check_error(replace_once(base, "\"steps\": 20,", "\"steps\": 20, \"steps\": 2,"),
+              "\"steps\"", "steps", "given twice");
   // The cache's own fields, with the cache's path in front.
   check_error(replace_once(base, "\"num_gpu_blocks\": 64,",
                            "\"num_gpu_blocks\": 64,\n\"pressure\": {\"high\": 2},"),

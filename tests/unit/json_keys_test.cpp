@@ -1,0 +1,76 @@
+// Keys given twice in one JSON object: nlohmann keeps the last value
+// silently, so parse_json finds the first such key by its path, and the
+// config loader refuses the file naming it (the scenario and trace readers
+// are tested beside their own errors).
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <unistd.h>
+
+#include <boost/test/unit_test.hpp>
+#include <nlohmann/json.hpp>
+
+#include "kvactor/config/cache_config.hpp"
+#include "kvactor/config/json_helpers.hpp"
+#include "kvactor/messages/error.hpp"
+
+using namespace kvactor;
+
+namespace {
+
+/// The path parse_json reports for `text` ("" for none).
+std::string duplicate_in(const std::string& text) {
+  std::string dup = "stale"; // cleared by every parse
+  auto json = detail::parse_json(text, dup);
+  BOOST_TEST(!json.is_discarded());
+  return dup;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(json_keys)
+
+BOOST_AUTO_TEST_CASE(parse_json_names_the_first_key_given_twice_by_its_path) {
+  BOOST_TEST(duplicate_in(R"({"a": 1, "b": 2})") == "");
+  BOOST_TEST(duplicate_in(R"({"a": 1, "a": 2})") == "a");
+  BOOST_TEST(duplicate_in(R"({"a": {"x": 1, "y": {"x": 2}, "x": 3}})") == "a.x");
+  // Array elements are counted past nested arrays and objects.
+  BOOST_TEST(duplicate_in(R"({"t": [{"n": 1}, [1, [2]], {"n": 1, "m": {}, "n": 2}]})")
+             == "t[2].n");
+  BOOST_TEST(duplicate_in(R"([{}, {"k": 1}, {"k": 1, "k": 1}])") == "[2].k");
+  // The same key in different objects is no repeat; the first repeat wins.
+  BOOST_TEST(duplicate_in(R"([{"k": 1}, {"k": 2}])") == "");
+  BOOST_TEST(duplicate_in(R"({"b": 1, "c": 1, "c": 2, "b": 3})") == "c");
+  // The value is nlohmann's: the last one.
+  std::string dup;
+  BOOST_TEST(detail::parse_json(R"({"a": 1, "a": 2})", dup)["a"] == 2);
+}
+
+BOOST_AUTO_TEST_CASE(parse_json_fails_as_parse_does) {
+  std::string dup;
+  BOOST_CHECK_THROW(detail::parse_json(R"({"a": 1, "a": )", dup),
+                    nlohmann::json::parse_error);
+  auto json = detail::parse_json(R"({"a": 1, "a": )", dup, false);
+  BOOST_TEST(json.is_discarded());
+  BOOST_TEST(dup == ""); // nothing reported from a half-read text
+}
+
+BOOST_AUTO_TEST_CASE(load_config_refuses_a_key_given_twice_naming_it) {
+  char path[] = "/tmp/kvactor_keys_XXXXXX";
+  int fd = mkstemp(path);
+  BOOST_REQUIRE(fd >= 0);
+  close(fd);
+  std::ofstream{path} << R"({"block_size": 16, "num_gpu_blocks": 64,
+    "tenants": [{"name": "a"}, {"name": "b", "max_blocks": 8, "max_blocks": 0}]})";
+  auto cfg = load_config(path);
+  std::remove(path);
+  BOOST_REQUIRE(!cfg);
+  BOOST_TEST(has_code(cfg.error(), errc::invalid_config));
+  auto msg = render(cfg.error());
+  BOOST_TEST(msg.find(std::string{path} + ": tenants[1].max_blocks: given twice")
+               != std::string::npos,
+             msg);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
