@@ -41,7 +41,7 @@ struct block_pool_state {
   /// (kind "": not checked).
   kv_cache_manager_actor registry;
   storage_info store;
-  std::vector<std::uint32_t> admitted_at; ///< scratch of the step handler
+  detail::block_pool_core::step_trace trace; ///< scratch of the step handler
   detail::lane_ledger lanes; ///< who admitted what through a step
   std::uint32_t block_size = 0;
 
@@ -293,21 +293,20 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
     },
     [self, &st](step_atom, step_request& step) -> caf::result<step_result> {
       auto rejected = detail::reject_foreign(st.store, step);
-      st.admitted_at.clear();
-      auto res = st.core().run_step(step, true, &st.admitted_at);
+      auto res = st.core().run_step(step, true, &st.trace);
       res.failed.insert(res.failed.end(),
                         std::make_move_iterator(rejected.begin()),
                         std::make_move_iterator(rejected.end()));
       auto sender = self->current_sender();
       auto stepper = caf::actor_cast<caf::actor_addr>(sender);
-      if (st.lanes.step_done(stepper, res))
+      if (st.lanes.step_done(stepper, res, st.trace))
         self->monitor(stepper); // forgotten when it goes
       res.ended = st.lanes.take(stepper);
       // Before the reply: the manager's mailbox holds the effects before
       // anything the stepper sends it after reading the reply.
       if (st.registry && detail::has_effects(res))
         self->send(st.registry, step_atom::value,
-                   detail::effects_of(step, res, st.admitted_at),
+                   detail::effects_of(step, res, st.trace),
                    caf::actor_cast<caf::actor>(sender));
       st.report(self);
       if (res.copies.empty())

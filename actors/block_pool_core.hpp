@@ -147,11 +147,24 @@ public:
   /// Usage, counters and per-tenant figures (block_pool_stats.cpp).
   pool_stats stats() const;
 
-  /// Executes one scheduler step (see messages/step.hpp). `admitted_at`, if
-  /// given, receives the index in step.admits of each admission (admits may
-  /// repeat an id).
+  /// What run_step tells its caller beyond the step_result.
+  struct step_trace {
+    /// Index in step.admits of each admission (admits may repeat an id).
+    std::vector<std::uint32_t> admitted_at;
+    /// Blocks whose last reference went, per entry of freed / preempted.
+    std::vector<std::uint32_t> freed_blocks;
+    std::vector<std::uint32_t> preempted_blocks;
+    void clear() noexcept {
+      admitted_at.clear();
+      freed_blocks.clear();
+      preempted_blocks.clear();
+    }
+  };
+
+  /// Executes one scheduler step (see messages/step.hpp), filling `trace`
+  /// if given (cleared first).
   step_result run_step(const step_request& step, bool hold_copies = false,
-                       std::vector<std::uint32_t>* admitted_at = nullptr);
+                       step_trace* trace = nullptr);
 
   // -- copy-on-write in flight (block_pool_cow.cpp) -------------------------------
 

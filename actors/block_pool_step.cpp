@@ -8,13 +8,18 @@ namespace kvactor::detail {
 
 step_result block_pool_core::run_step(const step_request& step,
                                       bool hold_copies,
-                                      std::vector<std::uint32_t>* admitted_at) {
+                                      step_trace* trace) {
   step_result r;
+  if (trace != nullptr)
+    trace->clear();
   for (auto id : step.frees) {
-    if (auto n = release(id))
+    if (auto n = release(id)) {
       r.freed.push_back(id);
-    else
+      if (trace != nullptr)
+        trace->freed_blocks.push_back(*n);
+    } else {
       r.failed.push_back(op_failure{id, std::move(n.error())});
+    }
   }
   // Extends, oldest first; victims come from the back of the list.
   auto& ops = step.extends;
@@ -75,10 +80,13 @@ step_result block_pool_core::run_step(const step_request& step,
         --last;
       auto victim = last - 1; // >= i
       gone[victim] = true;
-      if (auto freed = preempt(ops[victim].id))
+      if (auto freed = preempt(ops[victim].id)) {
         r.preempted.push_back(ops[victim].id);
-      else
+        if (trace != nullptr)
+          trace->preempted_blocks.push_back(*freed);
+      } else {
         r.failed.push_back(op_failure{ops[victim].id, std::move(freed.error())});
+      }
       if (victim == i)
         break;
     }
@@ -96,8 +104,8 @@ step_result block_pool_core::run_step(const step_request& step,
           r.admitted.push_back(admission{req.id, res->cache_id,
                                          res->hit_tokens,
                                          table(*find(req.id))});
-          if (admitted_at != nullptr)
-            admitted_at->push_back(k);
+          if (trace != nullptr)
+            trace->admitted_at.push_back(k);
         } else if (has_code(res.error(), errc::out_of_blocks)) {
           r.admission_blocked = true;
           r.blocked = req.id;

@@ -300,10 +300,12 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       if (self->current_sender()
           != caf::actor_cast<caf::strong_actor_ptr>(self->state.pool))
         return;
-      for (auto id : fx.freed)
-        end_request(self, id, end_reason::deallocated, 0, false);
-      for (auto id : fx.preempted)
-        end_request(self, id, end_reason::preempted, 0, false);
+      for (std::size_t k = 0; k < fx.freed.size(); ++k)
+        end_request(self, fx.freed[k], end_reason::deallocated,
+                    count_at(fx.freed_blocks, k), false);
+      for (std::size_t k = 0; k < fx.preempted.size(); ++k)
+        end_request(self, fx.preempted[k], end_reason::preempted,
+                    count_at(fx.preempted_blocks, k), false);
       auto ptr = caf::actor_cast<caf::strong_actor_ptr>(owner);
       for (std::size_t i = 0; i < fx.admitted.size(); ++i)
         add_request(self, fx.admitted[i], fx.cache_ids[i], ptr);

@@ -25,10 +25,13 @@ std::vector<op_failure> reject_foreign(const storage_info& store,
 }
 
 step_effects effects_of(const step_request& step, const step_result& res,
-                        const std::vector<std::uint32_t>& admitted_at) {
+                        const block_pool_core::step_trace& trace) {
+  auto& admitted_at = trace.admitted_at;
   step_effects fx;
   fx.freed = res.freed;
   fx.preempted = res.preempted;
+  fx.freed_blocks = trace.freed_blocks;
+  fx.preempted_blocks = trace.preempted_blocks;
   fx.admitted.reserve(res.admitted.size());
   fx.cache_ids.reserve(res.admitted.size());
   for (std::size_t k = 0; k < res.admitted.size(); ++k) {
@@ -39,19 +42,22 @@ step_effects effects_of(const step_request& step, const step_result& res,
 }
 
 bool lane_ledger::step_done(const caf::actor_addr& stepper,
-                            const step_result& res) {
-  auto end = [&](request_id id, end_reason why) {
+                            const step_result& res,
+                            const block_pool_core::step_trace& trace) {
+  auto end = [&](request_id id, end_reason why, std::uint32_t released) {
     auto i = owners_.find(id);
     if (i == owners_.end())
       return;
     if (i->second.stepper != stepper)
-      tell(i->second, request_ended{id, i->second.cache_id, why, 0});
+      tell(i->second, request_ended{id, i->second.cache_id, why, released});
     owners_.erase(i);
   };
-  for (auto id : res.freed)
-    end(id, end_reason::deallocated);
-  for (auto id : res.preempted)
-    end(id, end_reason::preempted);
+  for (std::size_t k = 0; k < res.freed.size(); ++k)
+    end(res.freed[k], end_reason::deallocated,
+        count_at(trace.freed_blocks, k));
+  for (std::size_t k = 0; k < res.preempted.size(); ++k)
+    end(res.preempted[k], end_reason::preempted,
+        count_at(trace.preempted_blocks, k));
   if (!stepper || res.admitted.empty())
     return false; // an anonymous step owns nothing
   for (auto& a : res.admitted)

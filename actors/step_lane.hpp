@@ -14,6 +14,7 @@
 
 #include <caf/actor_addr.hpp>
 
+#include "kvactor/actors/block_pool_core.hpp"
 #include "kvactor/messages/protocol.hpp"
 #include "kvactor/messages/step.hpp"
 
@@ -25,10 +26,10 @@ namespace kvactor::detail {
 std::vector<op_failure> reject_foreign(const storage_info& store,
                                        step_request& step);
 
-/// What `res` changed in the manager's registry. `admitted_at[k]` is the
-/// index in step.admits of res.admitted[k].
+/// What `res` changed in the manager's registry; `trace` is what run_step
+/// traced of it.
 step_effects effects_of(const step_request& step, const step_result& res,
-                        const std::vector<std::uint32_t>& admitted_at);
+                        const block_pool_core::step_trace& trace);
 
 /// Whether a step changed anything the registry keeps.
 inline bool has_effects(const step_result& res) noexcept {
@@ -42,7 +43,8 @@ public:
   /// After a step from `stepper`: its ends and admissions. Ends of requests
   /// another stepper admitted are kept for that one. True if `stepper` is
   /// new here: the caller monitors it and calls forget() when it goes.
-  bool step_done(const caf::actor_addr& stepper, const step_result& res);
+  bool step_done(const caf::actor_addr& stepper, const step_result& res,
+                 const block_pool_core::step_trace& trace);
 
   /// `stepper` is gone: drops what it was owed and its admissions (its
   /// requests are reclaimed as its owner's).

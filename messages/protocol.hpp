@@ -71,12 +71,22 @@ struct step_effects {
   std::vector<request_id> preempted;
   std::vector<allocation_request> admitted; ///< as asked, prompts dropped
   std::vector<std::uint64_t> cache_ids;     ///< of `admitted`, in order
+  /// Blocks whose last reference went, per entry of freed / preempted
+  /// (the lifecycle events' blocks_released).
+  std::vector<std::uint32_t> freed_blocks;
+  std::vector<std::uint32_t> preempted_blocks;
 };
+
+/// counts[k], or 0 where the list is short (a count not sent).
+inline std::uint32_t count_at(const std::vector<std::uint32_t>& counts,
+                              std::size_t k) noexcept {
+  return k < counts.size() ? counts[k] : 0u;
+}
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_effects& x) {
   return f(caf::meta::type_name("step_effects"), x.freed, x.preempted,
-           x.admitted, x.cache_ids);
+           x.admitted, x.cache_ids, x.freed_blocks, x.preempted_blocks);
 }
 
 /// Pool usage, sent to the supervisor when it crosses a pressure mark.

@@ -119,9 +119,8 @@ struct step_result {
   /// reclaim, another sender's step - oldest first, each once. Reported
   /// here so a scheduler learns of them in order with what this step did;
   /// lifecycle subscribers and owner notices hear of them too, from the
-  /// manager, possibly after this reply. blocks_released is 0 for an end
-  /// by another sender's step. A step sent anonymously owns nothing and is
-  /// told nothing.
+  /// manager, possibly after this reply. A step sent anonymously owns
+  /// nothing and is told nothing.
   std::vector<request_ended> ended;
 };
 

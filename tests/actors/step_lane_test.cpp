@@ -305,6 +305,7 @@ BOOST_AUTO_TEST_CASE(a_step_reply_reports_the_steppers_requests_ended_elsewhere)
   BOOST_TEST(res->ended[1].reason == end_reason::deallocated);
   BOOST_TEST(res->ended[2].id == 3u);
   BOOST_TEST(res->ended[2].reason == end_reason::deallocated);
+  BOOST_TEST(res->ended[2].blocks_released == 1u); // by the other's step
   // Told once; what its own steps end is in freed / preempted instead.
   admit.admits = {make_request(cfg, 5, 4)};
   BOOST_REQUIRE(lane_step(self, admit));
@@ -417,9 +418,10 @@ BOOST_AUTO_TEST_CASE(the_ledger_tells_each_end_once_to_its_stepper_and_forgets_t
   caf::scoped_actor b{sys};
   step_result r;
   r.admitted = {admission{1, 11, 0, {}}, admission{2, 12, 0, {}}};
-  BOOST_TEST(l.step_done(a->address(), r)); // new: to be monitored
+  detail::block_pool_core::step_trace none;
+  BOOST_TEST(l.step_done(a->address(), r, none)); // new: to be monitored
   r.admitted = {admission{3, 13, 0, {}}};
-  BOOST_TEST(!l.step_done(a->address(), r));
+  BOOST_TEST(!l.step_done(a->address(), r, none));
   BOOST_TEST(l.size() == 3u);
   l.ended(1, 11, end_reason::preempted, 1);
   l.ended(1, 11, end_reason::preempted, 1); // told once
@@ -427,7 +429,9 @@ BOOST_AUTO_TEST_CASE(the_ledger_tells_each_end_once_to_its_stepper_and_forgets_t
   BOOST_TEST(l.untold() == 1u);
   step_result theirs;
   theirs.freed = {2};
-  BOOST_TEST(!l.step_done(b->address(), theirs)); // b admitted nothing
+  detail::block_pool_core::step_trace counts;
+  counts.freed_blocks = {5};
+  BOOST_TEST(!l.step_done(b->address(), theirs, counts)); // b admitted none
   BOOST_TEST(l.take(b->address()).empty());
   auto told = l.take(a->address());
   BOOST_REQUIRE(told.size() == 2u);
@@ -436,17 +440,18 @@ BOOST_AUTO_TEST_CASE(the_ledger_tells_each_end_once_to_its_stepper_and_forgets_t
   BOOST_TEST(told[1].id == 2u);
   BOOST_TEST(told[1].cache_id == 12u);
   BOOST_TEST(told[1].reason == end_reason::deallocated);
+  BOOST_TEST(told[1].blocks_released == 5u); // as b's step counted
   BOOST_TEST(l.untold() == 0u);
   BOOST_TEST(l.size() == 1u); // 3
   // Its own step's ends are not owed to it.
   step_result own;
   own.preempted = {3};
-  l.step_done(a->address(), own);
+  l.step_done(a->address(), own, none);
   BOOST_TEST(l.untold() == 0u);
   BOOST_TEST(l.size() == 0u);
   // A stepper that goes leaves nothing behind.
   r.admitted = {admission{4, 14, 0, {}}};
-  l.step_done(a->address(), r);
+  l.step_done(a->address(), r, none);
   l.ended(4, 14, end_reason::reclaimed, 1);
   BOOST_TEST(l.untold() == 1u);
   l.forget(a->address());

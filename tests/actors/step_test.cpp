@@ -116,6 +116,7 @@ BOOST_AUTO_TEST_CASE(step_preempts_the_newest_request_first_when_blocks_run_out)
   BOOST_REQUIRE(ended.size() == 1u);
   BOOST_TEST(ended[0].id == 3u);
   BOOST_TEST(ended[0].reason == end_reason::preempted);
+  BOOST_TEST(ended[0].blocks_released == 20u);
   // 1 needs 43 blocks with 18 free: 2 goes, then (still short) 1 itself.
   req.extends = {grow(1, 100 + 72), grow(2, 4)};
   res = step(req);
@@ -126,7 +127,9 @@ BOOST_AUTO_TEST_CASE(step_preempts_the_newest_request_first_when_blocks_run_out)
   ended = ended_events(sub);
   BOOST_REQUIRE(ended.size() == 2u);
   BOOST_TEST(ended[0].id == 2u);
+  BOOST_TEST(ended[0].blocks_released == 21u); // 84 tokens
   BOOST_TEST(ended[1].id == 1u);
+  BOOST_TEST(ended[1].blocks_released == 21u);
   auto s = stats();
   BOOST_REQUIRE(s);
   BOOST_TEST(s->preemption_count == 3u);
@@ -374,8 +377,10 @@ BOOST_AUTO_TEST_CASE(lifecycle_subscribers_hear_every_end_with_its_reason) {
   BOOST_TEST(ended[0].blocks_released == 1u);
   BOOST_TEST(ended[1].id == 2u);
   BOOST_TEST(ended[1].reason == end_reason::preempted);
+  BOOST_TEST(ended[1].blocks_released == 1u);
   BOOST_TEST(ended[2].id == 3u);
   BOOST_TEST(ended[2].reason == end_reason::deallocated);
+  BOOST_TEST(ended[2].blocks_released == 1u); // counted by the step
   BOOST_TEST(ended[3].id == 4u);
   BOOST_TEST(ended[3].reason == end_reason::reclaimed);
   BOOST_TEST(ended[3].blocks_released == 1u);

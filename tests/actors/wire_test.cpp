@@ -61,7 +61,7 @@ protocol_messages(cache_fixture& f, const request_handle_actor& h) {
     m{"step lane", caf::make_message(step_atom::value)},
     m{"step lane reply", caf::make_message(step_actor{f.pool})},
     m{"step effects", caf::make_message(step_atom::value,
-                                        step_effects{{1}, {4}, {without_prompt(req)}, {43}},
+                                        step_effects{{1}, {4}, {without_prompt(req)}, {43}, {2}, {5}},
                                         caf::actor_cast<caf::actor>(f.self))},
     m{"registry", caf::make_message(registry_atom::value,
                                     caf::actor_cast<caf::actor>(f.mgr),
