@@ -104,7 +104,10 @@ using pool_ptr = block_pool_actor::stateful_pointer<block_pool_state>;
 /// outcome and the requests whose extends were undone because it failed.
 /// The pool handles no other message until then (await): between the
 /// extends and settle_copies only the rest of their step touched their
-/// requests, so a failed copy can be undone exactly.
+/// requests, so a failed copy can be undone exactly. An exit message
+/// waits too, so the promise `done` answers is never dropped: the device
+/// answers its work (with shutting_down if it is stopping) before the
+/// pool quits.
 /// NOTE: the pool pauses meanwhile. Copies are rare (a fork's first
 /// append) and one block per request, so on CUDA the pause is a few
 /// microseconds; on the host backend, whose copies run on the device

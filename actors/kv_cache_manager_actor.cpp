@@ -36,7 +36,7 @@ using namespace detail;
 caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
                                         std::uint64_t cache_id,
                                         bool by_handle) {
-  auto rp = self->make_response_promise<std::uint32_t>();
+  auto rp = owe(self, self->make_response_promise<std::uint32_t>(), "free", id);
   self->request(self->state.pool, caf::infinite, free_atom::value, id, cache_id)
     .then(
       [self, rp, id](std::uint32_t released) mutable {
@@ -49,7 +49,7 @@ caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
                            "request " + std::to_string(id) + " has ended");
         rp.deliver(std::move(err));
       });
-  return rp;
+  return rp.promise();
 }
 
 /// Asks the pool to reclaim incarnation `cache_id` of `id` (its owner or
@@ -120,6 +120,9 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       self->send_exit(kvp.second.handle, caf::exit_reason::user_shutdown);
     }
     st.registry.clear();
+    // Requests waiting on the pool or the device get their answer now:
+    // CAF would drop these promises unanswered.
+    st.owed.fail_all("the manager");
     self->quit(msg.reason);
   });
   self->attach_functor([sup = st.supervisor, pool = st.pool, dev = st.device,
@@ -142,7 +145,9 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
                             + " is already allocated");
       // Before the promise, which takes the sender out of the message.
       auto owner = owner_of(self);
-      auto rp = self->make_response_promise<request_handle_actor, block_table>();
+      auto rp = owe(self,
+                    self->make_response_promise<request_handle_actor, block_table>(),
+                    "allocate", req.id);
       auto params = without_prompt(req);
       self->request(st.pool, caf::infinite, allocate_atom::value, std::move(req))
         .then(
@@ -151,7 +156,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
             rp.deliver(std::move(h), std::move(a.table));
           },
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
-      return rp;
+      return rp.promise();
     },
     [self](extend_atom, request_id id,
            std::uint64_t n) -> caf::result<block_table> {
@@ -200,7 +205,9 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       req.id = child;
       // Before the promise, which takes the sender out of the message.
       auto owner = owner_of(self);
-      auto rp = self->make_response_promise<request_handle_actor, block_table>();
+      auto rp = owe(self,
+                    self->make_response_promise<request_handle_actor, block_table>(),
+                    "fork", child);
       self->request(st.pool, caf::infinite, fork_atom::value, parent,
                     i->second.info.cache_id, child)
         .then(
@@ -209,7 +216,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
             rp.deliver(std::move(h), std::move(a.table));
           },
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
-      return rp;
+      return rp.promise();
     },
     [self](can_alloc_atom, const allocation_request& req) -> caf::result<bool> {
       auto& st = self->state;
@@ -219,7 +226,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     },
     [self](stats_atom) -> caf::result<cache_manager_stats> {
       auto& st = self->state;
-      auto rp = self->make_response_promise<cache_manager_stats>();
+      auto rp = owe(self, self->make_response_promise<cache_manager_stats>(),
+                    "stats", 0);
       self->request(st.pool, caf::infinite, stats_atom::value)
         .then(
           [self, rp](pool_stats& p) mutable {
@@ -258,7 +266,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
             rp.deliver(std::move(s));
           },
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
-      return rp;
+      return rp.promise();
     },
     [self](gc_atom) -> caf::result<cache_gc_stats> {
       return self->delegate(self->state.supervisor, gc_atom::value);
@@ -317,7 +325,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
         return make_error(errc::unknown_request, unknown(id));
       // Before the promise, which takes the sender out of the message.
       bool by_owner = i->second.owner == self->current_sender();
-      auto rp = self->make_response_promise<std::uint32_t>();
+      auto rp = owe(self, self->make_response_promise<std::uint32_t>(),
+                    "preempt", id);
       self->request(st.pool, caf::infinite, preempt_atom::value, id,
                     i->second.info.cache_id)
         .then(
@@ -326,7 +335,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
             rp.deliver(released);
           },
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
-      return rp;
+      return rp.promise();
     },
     [self](subscribe_atom, topic t, const caf::actor& sub) {
       auto& st = self->state;
@@ -381,7 +390,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     [self](reclaim_atom) -> caf::result<cache_gc_stats> {
       auto& st = self->state;
 
-      auto rp = self->make_response_promise<cache_gc_stats>();
+      auto rp = owe(self, self->make_response_promise<cache_gc_stats>(),
+                    "reclaim", 0);
       self->request(st.pool, caf::infinite, list_atom::value)
         .then(
           [self, rp](std::vector<std::pair<request_id, std::uint64_t>>& live) mutable {
@@ -419,7 +429,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
               rp.deliver(*stats);
           },
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
-      return rp;
+      return rp.promise();
     },
     [self](pressure_atom, const pressure_event& ev) {
       self->state.pressure = ev.level;
@@ -429,7 +439,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       auto i = st.registry.find(id);
       if (i == st.registry.end())
         return make_error(errc::unknown_request, unknown(id));
-      auto rp = self->make_response_promise<std::uint32_t>();
+      auto rp = owe(self, self->make_response_promise<std::uint32_t>(),
+                    "swap-out", id);
       swap_request(self, id, i->second.info.cache_id, true, [self, rp, id](caf::expected<std::uint32_t> res) mutable {
         if (!res) {
           rp.deliver(std::move(res.error()));
@@ -438,14 +449,15 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
         set_swapped(self, id, true);
         rp.deliver(*res);
       });
-      return rp;
+      return rp.promise();
     },
     [self](swap_in_atom, request_id id) -> caf::result<block_table> {
       auto& st = self->state;
       auto i = st.registry.find(id);
       if (i == st.registry.end())
         return make_error(errc::unknown_request, unknown(id));
-      auto rp = self->make_response_promise<block_table>();
+      auto rp = owe(self, self->make_response_promise<block_table>(),
+                    "swap-in", id);
       auto cache_id = i->second.info.cache_id;
       swap_request(self, id, cache_id, false, [self, rp, id, cache_id](caf::expected<std::uint32_t> res) mutable {
         if (!res) {
@@ -455,7 +467,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
         set_swapped(self, id, false);
         rp.delegate(self->state.pool, table_atom::value, id, cache_id);
       });
-      return rp;
+      return rp.promise();
     },
     [self](pin_atom, std::string& tenant, std::vector<token_id>& tokens,
            std::uint64_t ttl_ms) -> caf::result<std::uint32_t> {

@@ -14,6 +14,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include "kvactor/actors/reply_book.hpp"
 #include "kvactor/config/cache_config.hpp"
 #include "kvactor/messages/interfaces.hpp"
 
@@ -45,6 +46,9 @@ struct manager_state {
   /// monitor is a list entry on the observed actor, removed by a search).
   std::unordered_map<caf::actor_addr, std::unordered_set<request_id>> owned;
   std::vector<caf::actor> lifecycle;
+  /// Replies owed while the pool or the device works: answered with
+  /// shutting_down if the manager exits first.
+  reply_book owed;
 };
 
 using mgr_ptr = kv_cache_manager_actor::stateful_pointer<manager_state>;
@@ -82,6 +86,14 @@ void swap_request(mgr_ptr self, request_id id, std::uint64_t cache_id,
 kv_cache_manager_actor::behavior_type
 manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
             device_actor device, block_pool_actor pool);
+
+/// `rp`, booked in the manager's owed replies as `what` of request `id`
+/// (0: of no request).
+template <class... Ts>
+booked_promise<Ts...> owe(mgr_ptr self, caf::typed_response_promise<Ts...> rp,
+                          const char* what, std::uint64_t id) {
+  return {self->state.owed, std::move(rp), what, id};
+}
 
 /// The actor that sent the current message, as an owner (null if none).
 /// Call it before make_response_promise, which moves the sender out.

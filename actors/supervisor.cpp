@@ -14,6 +14,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "kvactor/actors/pressure_tracker.hpp"
+#include "kvactor/actors/reply_book.hpp"
 #include "kvactor/messages/error.hpp"
 
 namespace kvactor {
@@ -35,6 +36,9 @@ struct supervisor_state {
   std::chrono::milliseconds gc_interval{0};
   pool_usage last;
   std::vector<caf::actor> subscribers;
+  /// GC requests waiting on the pool and the manager: answered with
+  /// shutting_down if the supervisor exits first.
+  detail::reply_book owed;
 
   /// Cached blocks to evict so that used + cached falls to the medium mark.
   std::uint32_t eviction_target() const {
@@ -148,6 +152,12 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
   st.gc_interval = std::chrono::milliseconds{cfg.gc_interval_ms};
   self->send(st.pool, subscribe_atom::value,
              caf::actor_cast<supervisor_actor>(self));
+  self->set_exit_handler([self](const caf::exit_msg& msg) {
+    if (!msg.reason)
+      return; // a normal exit (of a linked actor): CAF ignores those too
+    self->state.owed.fail_all("the supervisor");
+    self->quit(msg.reason);
+  });
   if (st.gc_interval.count() > 0)
     self->delayed_send(self, st.gc_interval, tick_atom::value);
   // A subscriber that dies is dropped. (Handle actors report their own
@@ -181,14 +191,16 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
       self->send(self->state.manager, reclaim_atom::value, id, cache_id);
     },
     [self](gc_atom) -> caf::result<cache_gc_stats> {
-      auto rp = self->make_response_promise<cache_gc_stats>();
+      detail::booked_promise<cache_gc_stats> rp{
+        self->state.owed, self->make_response_promise<cache_gc_stats>(), "gc",
+        0};
       run_gc(self, [rp](caf::expected<cache_gc_stats> res) mutable {
         if (res)
           rp.deliver(std::move(*res));
         else
           rp.deliver(std::move(res.error()));
       });
-      return rp;
+      return rp.promise();
     },
     [self](subscribe_atom, const caf::actor& sub) {
       auto& st = self->state;

@@ -136,3 +136,104 @@ BOOST_AUTO_TEST_CASE(shutdown_on_the_threaded_scheduler_never_hangs) {
   BOOST_TEST(ok);
   BOOST_TEST(ended == 41u);
 }
+
+// A request the manager took but answers only after the pool or the device
+// replies is a promise CAF 0.17 would drop at the manager's exit: the
+// requester would wait for ever. Each gets shutting_down, naming what it
+// asked, instead.
+BOOST_AUTO_TEST_CASE(requests_pending_at_the_manager_when_it_exits_are_answered) {
+  auto c = host_tier_config();
+  cache_fixture f{c};
+  f.check_on_exit = false;
+  BOOST_REQUIRE(f.allocate(1, 8));
+  BOOST_REQUIRE(f.allocate(2, 8));
+  caf::scoped_actor client{f.sys};
+  client->send(f.mgr, allocate_atom::value, make_request(c, 3, 4));
+  client->send(f.mgr, preempt_atom::value, request_id{1});
+  client->send(f.mgr, swap_out_atom::value, request_id{2});
+  client->send(f.mgr, stats_atom::value);
+  client->send(f.mgr, fork_atom::value, request_id{2}, request_id{4});
+  // The manager takes all five and asks the pool; the pool has not run.
+  BOOST_REQUIRE(f.sched.prioritize(f.mgr));
+  f.sched.run_once();
+  BOOST_REQUIRE(f.sched.has_job());
+  caf::anon_send_exit(f.mgr, caf::exit_reason::user_shutdown);
+  BOOST_REQUIRE(f.sched.prioritize(f.mgr));
+  f.sched.run_once();
+  f.run(); // the pool's late replies find the manager gone
+  std::vector<std::string> got;
+  bool more = true;
+  while (more)
+    client->receive(
+      [&](caf::error& err) {
+        BOOST_TEST(has_code(err, errc::shutting_down), render(err));
+        got.push_back(render(err));
+      },
+      caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+  BOOST_REQUIRE(got.size() == 5u);
+  auto says = [&](const std::string& part) {
+    for (auto& m : got)
+      if (m.find(part) != std::string::npos)
+        return true;
+    return false;
+  };
+  BOOST_TEST(says("answered allocate of request 3"));
+  BOOST_TEST(says("answered preempt of request 1"));
+  BOOST_TEST(says("answered swap-out of request 2"));
+  BOOST_TEST(says("answered stats"));
+  BOOST_TEST(says("answered fork of request 4"));
+  f.shutdown();
+}
+
+// The supervisor likewise (a GC waiting on the pool). The pool needs no
+// book: it awaits its copy-on-write copies, and its exit waits with it.
+BOOST_AUTO_TEST_CASE(a_gc_pending_when_the_supervisor_exits_is_answered) {
+  cache_fixture f;
+  f.check_on_exit = false;
+  BOOST_REQUIRE(f.allocate(1, 6));
+  caf::scoped_actor client{f.sys};
+  client->send(f.sup, gc_atom::value);
+  BOOST_REQUIRE(f.sched.prioritize(f.sup));
+  f.sched.run_once(); // asks the pool, which has not run
+  caf::anon_send_exit(f.sup, caf::exit_reason::user_shutdown);
+  BOOST_REQUIRE(f.sched.prioritize(f.sup));
+  f.sched.run_once();
+  f.run();
+  std::string got = "no reply";
+  client->receive([&](caf::error& err) { got = render(err); },
+                  [&](cache_gc_stats&) { got = "gc stats"; },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+  BOOST_TEST(got.find("shutting_down (the supervisor exited before it "
+                      "answered gc)")
+               != std::string::npos,
+             got);
+  f.shutdown();
+}
+
+BOOST_AUTO_TEST_CASE(a_step_waiting_on_its_copy_when_the_pool_exits_gets_its_result) {
+  cache_fixture f;
+  f.check_on_exit = false;
+  BOOST_REQUIRE(f.allocate(1, 6)); // the last block half full
+  BOOST_REQUIRE(f.fork(1, 2));
+  caf::scoped_actor client{f.sys};
+  step_request step;
+  extend_op op;
+  op.id = 2;
+  op.num_tokens = 1; // into the shared block: copy-on-write
+  step.extends = {op};
+  client->send(f.pool, step_atom::value, step);
+  BOOST_REQUIRE(f.sched.prioritize(f.pool));
+  f.sched.run_once(); // asks the device for the copy
+  caf::anon_send_exit(f.pool, caf::exit_reason::user_shutdown);
+  f.run();
+  std::string got = "no reply";
+  client->receive([&](caf::error& err) { got = render(err); },
+                  [&](step_result& res) {
+                    got = res.changed.size() == 1u && res.failed.empty()
+                            ? "extended"
+                            : "step result without the extend";
+                  },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+  BOOST_TEST(got == "extended");
+  f.shutdown();
+}

@@ -1,0 +1,93 @@
+// The replies an actor still owes: a request it answers later (after asking
+// the pool or the device) holds a response promise, and CAF 0.17 drops an
+// undelivered promise without a word when its actor exits - the requester
+// would wait for ever. An actor that books its promises here answers every
+// one still open with shutting_down on its way out.
+// Internal (namespace detail).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include <caf/response_promise.hpp>
+#include <caf/typed_response_promise.hpp>
+
+namespace kvactor::detail {
+
+/// The open promises of one actor, each with what it answers ("allocate of
+/// request 7") for the error that closes it.
+class reply_book {
+public:
+  using ticket = std::uint64_t;
+
+  template <class... Ts>
+  ticket open(caf::typed_response_promise<Ts...>& rp, const char* what,
+              std::uint64_t id) {
+    auto t = ++last_;
+    open_.emplace(t, entry{static_cast<caf::response_promise&>(rp), what, id});
+    return t;
+  }
+
+  /// The promise under `t` is answered (or handed on): forgets it.
+  void close(ticket t) {
+    open_.erase(t);
+  }
+
+  /// Answers every open promise with shutting_down ("<who> exited before
+  /// it answered allocate of request 7") and forgets them. Call it from
+  /// the actor itself (its exit handler), before it quits.
+  void fail_all(const char* who);
+
+  std::size_t size() const noexcept {
+    return open_.size();
+  }
+
+private:
+  struct entry {
+    caf::response_promise rp;
+    const char* what;
+    std::uint64_t id;
+  };
+
+  ticket last_ = 0;
+  std::unordered_map<ticket, entry> open_;
+};
+
+/// A promise booked in a reply_book: delivering or delegating it closes its
+/// entry first. Copies share the ticket (closing twice is harmless), so it
+/// can be captured by the handlers of the request it waits on.
+template <class... Ts>
+class booked_promise {
+public:
+  booked_promise(reply_book& book, caf::typed_response_promise<Ts...> rp,
+                 const char* what, std::uint64_t id)
+    : book_(&book), rp_(std::move(rp)) {
+    ticket_ = book.open(rp_, what, id);
+  }
+
+  /// What a handler returns for the reply to follow.
+  caf::typed_response_promise<Ts...> promise() const {
+    return rp_;
+  }
+
+  template <class... Xs>
+  void deliver(Xs&&... xs) {
+    book_->close(ticket_);
+    rp_.deliver(std::forward<Xs>(xs)...);
+  }
+
+  template <class Handle, class... Xs>
+  void delegate(const Handle& dest, Xs&&... xs) {
+    book_->close(ticket_);
+    rp_.delegate(dest, std::forward<Xs>(xs)...);
+  }
+
+private:
+  reply_book* book_;
+  caf::typed_response_promise<Ts...> rp_;
+  reply_book::ticket ticket_ = 0;
+};
+
+} // namespace kvactor::detail
