@@ -227,7 +227,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     [self](stats_atom) -> caf::result<cache_manager_stats> {
       auto& st = self->state;
       auto rp = owe(self, self->make_response_promise<cache_manager_stats>(),
-                    "stats", 0);
+                    "stats");
       self->request(st.pool, caf::infinite, stats_atom::value)
         .then(
           [self, rp](pool_stats& p) mutable {
@@ -391,7 +391,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       auto& st = self->state;
 
       auto rp = owe(self, self->make_response_promise<cache_gc_stats>(),
-                    "reclaim", 0);
+                    "reclaim");
       self->request(st.pool, caf::infinite, list_atom::value)
         .then(
           [self, rp](std::vector<std::pair<request_id, std::uint64_t>>& live) mutable {

@@ -87,12 +87,18 @@ kv_cache_manager_actor::behavior_type
 manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
             device_actor device, block_pool_actor pool);
 
-/// `rp`, booked in the manager's owed replies as `what` of request `id`
-/// (0: of no request).
+/// `rp`, booked in the manager's owed replies as `what` of request `id`.
 template <class... Ts>
 booked_promise<Ts...> owe(mgr_ptr self, caf::typed_response_promise<Ts...> rp,
-                          const char* what, std::uint64_t id) {
-  return {self->state.owed, std::move(rp), what, id};
+                          const char* what, request_id id) {
+  return {self->state.owed, std::move(rp), owed_what{what, true, id}};
+}
+
+/// `rp`, booked in the manager's owed replies as `what` (of no request).
+template <class... Ts>
+booked_promise<Ts...> owe(mgr_ptr self, caf::typed_response_promise<Ts...> rp,
+                          const char* what) {
+  return {self->state.owed, std::move(rp), owed_what{what}};
 }
 
 /// The actor that sent the current message, as an owner (null if none).

@@ -11,9 +11,9 @@ void reply_book::fail_all(const char* who) {
   for (auto& kvp : open) {
     auto& e = kvp.second;
     std::string text = std::string{who} + " exited before it answered "
-                       + e.what;
-    if (e.id != 0)
-      text += " of request " + std::to_string(e.id);
+                       + e.what.what;
+    if (e.what.of_request)
+      text += " of request " + std::to_string(e.what.id);
     e.rp.deliver(make_error(errc::shutting_down, std::move(text)));
   }
 }

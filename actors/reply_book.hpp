@@ -16,17 +16,23 @@
 
 namespace kvactor::detail {
 
-/// The open promises of one actor, each with what it answers ("allocate of
-/// request 7") for the error that closes it.
+/// What a promise answers, for the error that closes it: "gc", or
+/// "allocate" of request 7.
+struct owed_what {
+  const char* what;
+  bool of_request = false;
+  std::uint64_t id = 0;
+};
+
+/// The open promises of one actor, each with what it answers.
 class reply_book {
 public:
   using ticket = std::uint64_t;
 
   template <class... Ts>
-  ticket open(caf::typed_response_promise<Ts...>& rp, const char* what,
-              std::uint64_t id) {
+  ticket open(caf::typed_response_promise<Ts...>& rp, owed_what what) {
     auto t = ++last_;
-    open_.emplace(t, entry{static_cast<caf::response_promise&>(rp), what, id});
+    open_.emplace(t, entry{static_cast<caf::response_promise&>(rp), what});
     return t;
   }
 
@@ -47,8 +53,7 @@ public:
 private:
   struct entry {
     caf::response_promise rp;
-    const char* what;
-    std::uint64_t id;
+    owed_what what;
   };
 
   ticket last_ = 0;
@@ -62,9 +67,9 @@ template <class... Ts>
 class booked_promise {
 public:
   booked_promise(reply_book& book, caf::typed_response_promise<Ts...> rp,
-                 const char* what, std::uint64_t id)
+                 owed_what what)
     : book_(&book), rp_(std::move(rp)) {
-    ticket_ = book.open(rp_, what, id);
+    ticket_ = book.open(rp_, what);
   }
 
   /// What a handler returns for the reply to follow.

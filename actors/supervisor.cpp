@@ -192,8 +192,8 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
     },
     [self](gc_atom) -> caf::result<cache_gc_stats> {
       detail::booked_promise<cache_gc_stats> rp{
-        self->state.owed, self->make_response_promise<cache_gc_stats>(), "gc",
-        0};
+        self->state.owed, self->make_response_promise<cache_gc_stats>(),
+        detail::owed_what{"gc"}};
       run_gc(self, [rp](caf::expected<cache_gc_stats> res) mutable {
         if (res)
           rp.deliver(std::move(*res));

@@ -148,7 +148,7 @@ BOOST_AUTO_TEST_CASE(requests_pending_at_the_manager_when_it_exits_are_answered)
   BOOST_REQUIRE(f.allocate(1, 8));
   BOOST_REQUIRE(f.allocate(2, 8));
   caf::scoped_actor client{f.sys};
-  client->send(f.mgr, allocate_atom::value, make_request(c, 3, 4));
+  client->send(f.mgr, allocate_atom::value, make_request(c, 0, 4)); // id 0 too
   client->send(f.mgr, preempt_atom::value, request_id{1});
   client->send(f.mgr, swap_out_atom::value, request_id{2});
   client->send(f.mgr, stats_atom::value);
@@ -177,7 +177,7 @@ BOOST_AUTO_TEST_CASE(requests_pending_at_the_manager_when_it_exits_are_answered)
         return true;
     return false;
   };
-  BOOST_TEST(says("answered allocate of request 3"));
+  BOOST_TEST(says("answered allocate of request 0"));
   BOOST_TEST(says("answered preempt of request 1"));
   BOOST_TEST(says("answered swap-out of request 2"));
   BOOST_TEST(says("answered stats"));
