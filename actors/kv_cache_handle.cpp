@@ -91,6 +91,7 @@ paged_kv_cache_handle::view(std::uint32_t layer, view_part part) const {
     return std::optional<tensor_view>{};
   auto& lay = store.layout();
   tensor_view v;
+  v.owner = core->cache().store; // the pools outlive an exported view
   v.device = store.where();
   v.dtype = lay.dtype;
   v.shape = {lay.num_blocks, lay.block_size, lay.num_heads, lay.head_dim};
@@ -111,7 +112,6 @@ contiguous_kv_cache_handle::contiguous_kv_cache_handle(
   std::shared_ptr<detail::request_slot> slot,
   std::weak_ptr<detail::facade_core> core)
   : kv_cache_handle(std::move(slot), std::move(core)) {
-  buffers_.resize(num_layers());
 }
 
 caf::expected<std::optional<tensor_view>>
@@ -144,11 +144,13 @@ contiguous_kv_cache_handle::view(std::uint32_t layer, view_part part) const {
   auto& lay = store.layout();
   auto row = std::size_t{lay.num_heads} * lay.head_dim * lay.elem_bytes();
   auto max_len = static_cast<std::size_t>(max_sequence_length());
-  std::lock_guard<std::mutex> guard{buffers_mtx_};
-  auto& buf = buffers_[layer];
-  buf.assign(2 * max_len * row, 0);
-  std::memcpy(buf.data(), kv.keys.data(), kv.keys.size());
-  std::memcpy(buf.data() + max_len * row, kv.values.data(), kv.values.size());
+  // A fresh snapshot per call, owned by the view: an earlier view (or its
+  // DLPack export) keeps its own, whatever happens to this handle.
+  auto bytes = 2 * max_len * row;
+  std::shared_ptr<std::uint8_t> buf{new std::uint8_t[bytes](),
+                                    std::default_delete<std::uint8_t[]>()};
+  std::memcpy(buf.get(), kv.keys.data(), kv.keys.size());
+  std::memcpy(buf.get() + max_len * row, kv.values.data(), kv.values.size());
   tensor_view v;
   v.device = kvactor::device{};
   v.dtype = lay.dtype;
@@ -156,7 +158,8 @@ contiguous_kv_cache_handle::view(std::uint32_t layer, view_part part) const {
   if (part == view_part::both)
     v.shape.insert(v.shape.begin(), 2);
   v.strides = tensor_view::contiguous_strides(v.shape);
-  v.data = buf.data() + (part == view_part::values ? max_len * row : 0);
+  v.data = buf.get() + (part == view_part::values ? max_len * row : 0);
+  v.owner = std::move(buf);
   return std::optional<tensor_view>{std::move(v)};
 }
 

@@ -10,7 +10,6 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 
@@ -150,8 +149,8 @@ private:
 /// num_heads, head_dim] buffer for keys and one for values, in host memory,
 /// refreshed from the cache (a gather through the device actor) on each
 /// call; rows past num_tokens() are zero. A snapshot: writes to it do not
-/// reach the cache, and the next view of the same layer through the same
-/// handle object refills the buffer a previous view points into.
+/// reach the cache. Each call makes a new one, owned by the view it returns
+/// (and by a DLPack export of that view).
 class contiguous_kv_cache_handle final : public kv_cache_handle {
 public:
   contiguous_kv_cache_handle(std::shared_ptr<detail::request_slot> slot,
@@ -162,10 +161,6 @@ public:
 private:
   caf::expected<std::optional<tensor_view>>
   view(std::uint32_t layer, view_part part) const override;
-
-  /// Per layer: [2][max_sequence_length][num_heads][head_dim].
-  mutable std::vector<std::vector<std::uint8_t>> buffers_;
-  mutable std::mutex buffers_mtx_; ///< views from several threads
 };
 
 } // namespace kvactor

@@ -13,6 +13,7 @@ struct dl_context {
   DLManagedTensor tensor;
   std::vector<std::int64_t> shape;
   std::vector<std::int64_t> strides;
+  std::shared_ptr<void> owner; ///< the view's memory, until the deleter
 };
 
 } // namespace
@@ -61,6 +62,7 @@ caf::expected<DLManagedTensor*> to_dlpack(const tensor_view& view) {
   auto ctx = std::make_unique<dl_context>();
   ctx->shape = view.shape;
   ctx->strides = view.strides;
+  ctx->owner = view.owner;
   auto& t = ctx->tensor.dl_tensor;
   t.data = view.data;
   t.device = to_dl_device(view.device);

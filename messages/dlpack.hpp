@@ -10,8 +10,11 @@
 
 namespace kvactor {
 
-/// A DLManagedTensor borrowing `view.data`: the cache must outlive it. The
-/// consumer calls its deleter, which frees only the DLPack bookkeeping.
+/// A DLManagedTensor of `view.data`, holding `view.owner` - the memory
+/// stays allocated until the consumer calls the deleter, even if the cache
+/// or the handle went first. `data` is the first element and byte_offset 0,
+/// as the Python array API asks (consumers such as PyTorch ignored
+/// byte_offset for years), so `data` is not always 256-byte aligned.
 /// fp8_e4m3 is exported as uint8 (DLPack 0.6 has no float8 code); the
 /// consumer reinterprets it. Error: invalid_request for an empty view.
 caf::expected<DLManagedTensor*> to_dlpack(const tensor_view& view);

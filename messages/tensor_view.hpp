@@ -1,9 +1,11 @@
-// tensor_view: a borrowed, in-process view of cache memory (shape and strides
-// in elements, as DLPack counts them). Never sent in a message: it holds a
-// raw pointer that means nothing in another process.
+// tensor_view: an in-process view of cache memory (shape and strides in
+// elements, as DLPack counts them) that keeps that memory alive. Never sent
+// in a message: it holds a raw pointer that means nothing in another
+// process.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "kvactor/messages/types.hpp"
@@ -12,6 +14,10 @@ namespace kvactor {
 
 struct tensor_view {
   void* data = nullptr;
+  /// Keeps `data`'s memory allocated while this view, a copy of it or a
+  /// DLPack export of it lives: the storage's pools for a paged view (so
+  /// they outlive the cache if need be), the snapshot for a contiguous one.
+  std::shared_ptr<void> owner;
   kvactor::device device;
   kvactor::dtype dtype = kvactor::dtype::fp16;
   std::vector<std::int64_t> shape;

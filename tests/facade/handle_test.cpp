@@ -323,6 +323,54 @@ BOOST_AUTO_TEST_CASE(contiguous_layout_serves_what_was_written_into_the_blocks) 
   KV_CHECK_ERROR(error_of(c->key_cache(0)), errc::invalid_handle);
 }
 
+// A view keeps its memory: a contiguous snapshot is the caller's own (a
+// later view does not overwrite it), and a DLPack export holds the memory
+// past the handle, the request and the cache itself until its deleter.
+BOOST_AUTO_TEST_CASE(views_and_their_dlpack_exports_keep_their_memory) {
+  for (auto layout : {"contiguous", "paged"}) {
+    BOOST_TEST_CONTEXT(layout) {
+      auto cfg = small_config();
+      cfg.layout = layout;
+      cfg.prefix_caching = false;
+      std::weak_ptr<void> memory;
+      DLManagedTensor* exported = nullptr;
+      std::vector<float> seen;
+      {
+        cache_fixture f{cfg};
+        auto h = f.alloc(f.req(1, 6, 10));
+        write_tokens(*h, 0, 6);
+        auto before = h->key_cache(0);
+        BOOST_REQUIRE(before && *before);
+        BOOST_REQUIRE(!f.m().extend(*h, 3));
+        write_tokens(*h, 6, 9);
+        auto after = h->key_cache(0);
+        BOOST_REQUIRE(after && *after);
+        BOOST_REQUIRE((*after)->owner != nullptr);
+        const std::size_t row = 2 * 8;
+        if (cfg.layout == "contiguous") {
+          // Token 7's row: zero in the first snapshot, written in the second.
+          auto b = static_cast<const float*>((*before)->data);
+          auto a = static_cast<const float*>((*after)->data);
+          BOOST_TEST(b[7 * row] == 0.0f);
+          BOOST_TEST(a[7 * row] == pattern(0, 7, 0));
+        }
+        auto t = to_dlpack(**after);
+        BOOST_REQUIRE_MESSAGE(t, why(t));
+        exported = *t;
+        memory = (*after)->owner;
+        auto p = static_cast<const float*>(exported->dl_tensor.data);
+        seen.assign(p, p + 4 * row);
+      } // the handle, the request, the facade and the actor system go
+      BOOST_TEST(!memory.expired());
+      auto p = static_cast<const float*>(exported->dl_tensor.data);
+      BOOST_TEST(std::vector<float>(p, p + seen.size()) == seen,
+                 boost::test_tools::per_element());
+      exported->deleter(exported);
+      BOOST_TEST(memory.expired());
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(dlpack_export_matches_the_view_and_its_deleter_frees) {
   cache_fixture f;
   auto h = f.alloc(f.req(1, 6));
