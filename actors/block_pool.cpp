@@ -80,6 +80,9 @@ struct block_pool_state {
     kv_event_batch batch;
     batch.seq = ++kv_seq;
     batch.block_size = block_size;
+    batch.ts = std::chrono::duration<double>(
+                 std::chrono::system_clock::now().time_since_epoch())
+                 .count();
     batch.events.reserve(events.size());
     auto& tenants = core().tenants();
     for (auto& e : events)

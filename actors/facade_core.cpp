@@ -190,7 +190,9 @@ caf::error facade_core::write_kv_events(const std::string& path) {
       self->set_down_handler([self](const caf::down_msg&) { self->quit(); });
       return {
         [out](kv_event_atom, const kv_event_batch& batch) {
-          *out << to_json(batch).dump() << '\n';
+          *out << to_json(batch).dump(-1, ' ', false,
+                                      nlohmann::json::error_handler_t::replace)
+               << '\n';
           out->flush();
         },
       };

@@ -27,6 +27,44 @@ caf::error fail(const std::string& field, const std::string& what) {
   return make_error(errc::invalid_config, field + ": " + what);
 }
 
+/// Whether `s` is well-formed UTF-8 (no overlong forms, surrogates or code
+/// points past U+10FFFF): tenant names reach JSON, KV events and Prometheus
+/// labels, which all require it.
+bool valid_utf8(const std::string& s) {
+  auto at = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  for (std::size_t i = 0; i < s.size();) {
+    auto c = at(i);
+    std::size_t n = 0;
+    std::uint32_t cp = 0;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    if ((c & 0xE0) == 0xC0) {
+      n = 1;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      n = 2;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      n = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    for (std::size_t k = 1; k <= n; ++k) {
+      if (i + k >= s.size() || (at(i + k) & 0xC0) != 0x80)
+        return false;
+      cp = (cp << 6) | (at(i + k) & 0x3F);
+    }
+    static constexpr std::uint32_t least[] = {0, 0x80, 0x800, 0x10000};
+    if (cp < least[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += n + 1;
+  }
+  return true;
+}
+
 /// Shortest decimal text of `x` that reads back as `x`: "0.6", not
 /// "0.59999999999999998" (for messages).
 std::string num(double x) {
@@ -116,6 +154,10 @@ caf::error validate_tenants(const std::vector<tenant_config>& tenants,
     auto path = "tenants[" + std::to_string(i) + "].";
     if (t.name.empty())
       return fail(path + "name", "must not be empty");
+    if (!valid_utf8(t.name))
+      return fail(path + "name", "must be valid UTF-8");
+    if (!valid_utf8(t.prefix_namespace))
+      return fail(path + "prefix_namespace", "must be valid UTF-8");
     if (!names.insert(t.name).second)
       return fail(path + "name", "duplicate tenant '" + t.name + "'");
     if (t.max_blocks > max_blocks_limit)

@@ -220,12 +220,15 @@ struct kv_event_batch {
   std::uint64_t seq = 0;
   std::uint32_t block_size = 0;
   std::vector<kv_event> events;
+  /// When the pool made the changes: wall-clock seconds since the epoch
+  /// (vLLM's EventBatch.ts).
+  double ts = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, kv_event_batch& x) {
   return f(caf::meta::type_name("kv_event_batch"), x.seq, x.block_size,
-           x.events);
+           x.events, x.ts);
 }
 
 /// What the device actor serves.

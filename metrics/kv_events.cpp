@@ -18,12 +18,14 @@ nlohmann::json to_json(const kv_event_batch& batch) {
       j["token_ids"] = e.token_ids;
       j["block_size"] = batch.block_size;
       j["lora_id"] = nullptr;
+      j["lora_name"] = nullptr;
     }
     j["medium"] = "GPU";
     j["tenant"] = e.tenant;
     events.push_back(std::move(j));
   }
-  return nlohmann::json{{"seq", batch.seq}, {"events", std::move(events)}};
+  return nlohmann::json{
+    {"ts", batch.ts}, {"seq", batch.seq}, {"events", std::move(events)}};
 }
 
 } // namespace kvactor

@@ -9,11 +9,16 @@
 
 namespace kvactor {
 
-/// {"seq": N, "events": [{"type": "BlockStored", "block_hashes": [h],
-///   "parent_block_hash": p | null, "token_ids": [...], "block_size": bs,
-///   "lora_id": null, "medium": "GPU", "tenant": "..."},
+/// {"ts": seconds, "seq": N, "events": [{"type": "BlockStored",
+///   "block_hashes": [h], "parent_block_hash": p | null, "token_ids": [...],
+///   "block_size": bs, "lora_id": null, "lora_name": null, "medium": "GPU",
+///   "tenant": "..."},
 ///  {"type": "BlockRemoved", "block_hashes": [h], "medium": "GPU",
 ///   "tenant": "..."}]}
+/// vLLM's fields by name (its msgspec structs ignore the extra "seq" and
+/// "tenant"); "medium" is "GPU" for every backend: the prefix index lists
+/// the primary KV pool only, never the swap tier. Tenant names are valid
+/// UTF-8 (validate() checks).
 nlohmann::json to_json(const kv_event_batch& batch);
 
 } // namespace kvactor

@@ -26,7 +26,11 @@ namespace kvactor {
 ///   kvactor:num_preemptions_total
 ///   kvactor:evictions_total, kvactor:allocations_total,
 ///   kvactor:allocation_failures_total, kvactor:swap_outs_total,
-///   kvactor:swap_ins_total
+///   kvactor:swap_ins_total, kvactor:swap_in_shared_blocks_total
+/// Block counters (each block operation of REPLAY.md's count):
+///   kvactor:blocks_allocated_total, kvactor:prefix_hit_blocks_total,
+///   kvactor:blocks_freed_total, kvactor:blocks_cached_total,
+///   kvactor:cow_copies_total
 /// Per tenant, label `tenant` (families left out when stats has no tenants):
 ///   gauges   kvactor:tenant_blocks_used, kvactor:tenant_max_blocks (0 = no
 ///            quota), kvactor:tenant_reserved_blocks,

@@ -2,6 +2,7 @@
 #include "kvactor/metrics/stats_table.hpp"
 
 #include <cstdio>
+#include <iomanip>
 #include <sstream>
 
 #include "kvactor/metrics/stats_json.hpp"
@@ -26,16 +27,19 @@ std::string pct(double x) {
 
 std::string format_table(const cache_manager_stats& x) {
   std::ostringstream out;
+  // Streams, not fixed buffers: a long value or tenant name widens its row
+  // instead of losing the line's end.
   auto row = [&](const char* name, const std::string& value) {
-    char buf[96];
-    std::snprintf(buf, sizeof(buf), "  %-24s %16s\n", name, value.c_str());
-    out << buf;
+    out << "  " << std::left << std::setw(24) << name << ' ' << std::right
+        << std::setw(16) << value << '\n';
   };
   auto num = [](std::uint64_t v) { return std::to_string(v); };
   out << "  figure                              value\n"
       << "  ----------------------------------------\n";
   row("blocks total", num(x.total_blocks));
-  row("blocks in use", num(x.total_blocks - x.free_blocks));
+  row("blocks in use", num(x.total_blocks > x.free_blocks
+                               ? x.total_blocks - x.free_blocks
+                               : 0));
   row("blocks free (cached)", num(x.free_blocks) + " (" + num(x.cached_blocks) + ")");
   row("usage", pct(usage_fraction(x)));
   row("pressure", to_string(x.pressure));
@@ -50,20 +54,17 @@ std::string format_table(const cache_manager_stats& x) {
                           + " (" + num(x.swap_in_shared_blocks)
                           + " blocks shared back in)");
   if (!x.tenants.empty()) {
-    char buf[160];
     out << "\n  tenant           blocks  quota  reserved  active  hit rate  preempted\n"
         << "  -------------------------------------------------------------------\n";
     for (auto& t : x.tenants) {
       double hr = t.prefix_query_tokens == 0
                     ? 0.0
                     : double(t.prefix_hit_tokens) / double(t.prefix_query_tokens);
-      std::snprintf(buf, sizeof(buf), "  %-15s %7llu %6llu %9llu %7llu %9s %10llu\n",
-                    t.name.c_str(), (unsigned long long) t.blocks_used,
-                    (unsigned long long) t.max_blocks,
-                    (unsigned long long) t.reserved_blocks,
-                    (unsigned long long) t.active_requests, pct(hr).c_str(),
-                    (unsigned long long) t.preemptions);
-      out << buf;
+      out << "  " << std::left << std::setw(15) << t.name << std::right << ' '
+          << std::setw(7) << t.blocks_used << ' ' << std::setw(6)
+          << t.max_blocks << ' ' << std::setw(9) << t.reserved_blocks << ' '
+          << std::setw(7) << t.active_requests << ' ' << std::setw(9)
+          << pct(hr) << ' ' << std::setw(10) << t.preemptions << '\n';
     }
   }
   return out.str();

@@ -41,7 +41,7 @@ protocol_messages(cache_fixture& f, const request_handle_actor& h) {
   pool_stats ps;
   ps.used_blocks = 5;
   ps.tenants = ms.tenants;
-  kv_event_batch kv{3, 4, {kv_event{true, 11, 0, 2, "b", {1, 2, 3, 4}}}};
+  kv_event_batch kv{3, 4, {kv_event{true, 11, 0, 2, "b", {1, 2, 3, 4}}}, 1.5e9};
   slot_write w{1, {0, -1}, std::vector<std::uint8_t>(64, 1),
                std::vector<std::uint8_t>(64, 2)};
   gathered_kv g{0, 2, std::vector<std::uint8_t>(64, 3),
