@@ -71,7 +71,11 @@ std::optional<request_id> batcher::next_swap_in() {
   auto id = swapped_.front();
   auto need = live_.at(id).table.num_blocks();
   auto headroom = 2 * blocks_for(running_.size(), cfg_.block_size);
-  if (swap_in_used_ + need + headroom + above_limit_ > last_free_)
+  // With nothing running (nor coming in) the first always tries, as the
+  // first admission does: it may hold more than the admission mark allows,
+  // and waiting would never make room - the cache says whether it fits.
+  bool alone = running_.empty() && swap_in_used_ == 0;
+  if (!alone && swap_in_used_ + need + headroom + above_limit_ > last_free_)
     return std::nullopt;
   swap_in_used_ += need;
   ++swap_ins_;

@@ -334,8 +334,10 @@ void next_step(sched_actor* self) {
     return finish(self);
   if (st.b->stalled_steps() >= stall_limit)
     return finish(self, "stalled: " + std::to_string(st.b->waiting())
-                          + " requests waiting, nothing running and none "
-                            "admitted for "
+                          + " requests waiting and "
+                          + std::to_string(st.b->swapped())
+                          + " swapped out, nothing running and none "
+                            "admitted or swapped in for "
                           + std::to_string(stall_limit) + " steps");
   st.b->start_step();
   send_step(self, st.b->begin_step());

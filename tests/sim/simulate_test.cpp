@@ -150,6 +150,34 @@ BOOST_AUTO_TEST_CASE(swapped_requests_come_back_with_their_bytes) {
   BOOST_TEST(r.verify_failures == 0u);
 }
 
+// A request swapped out holding more than the admission mark allows came
+// back only below that mark - never, with nothing running - and the run
+// stalled. The first swap-in, like the first admission, now always tries.
+BOOST_AUTO_TEST_CASE(a_swapped_request_larger_than_the_admission_mark_comes_back) {
+  auto s = parse_ok(R"({
+    "cache": {
+      "block_size": 16,
+      "model": {"num_layers": 2, "num_kv_heads": 2, "head_dim": 32, "dtype": "fp16"},
+      "storage": "none", "num_gpu_blocks": 256, "num_host_blocks": 1024,
+      "pressure": {"preempt_at_critical": false},
+      "tenants": [{"name": "short"}, {"name": "long"}]
+    },
+    "steps": 20, "seed": 4, "preemption": "swap", "admit_up_to": "medium",
+    "workloads": {
+      "short": {"rate": 0, "burst": {"period": 1000, "duration": 1, "rate": 1},
+                "prompt_len": 16, "output_len": 1000},
+      "long": {"rate": 0, "burst": {"period": 1000, "duration": 2, "rate": 0.7},
+               "prompt_len": 2300, "output_len": 1500}
+    }
+  })");
+  auto r = run(s);
+  check_completed(s, r);
+  std::uint64_t swaps = 0;
+  for (auto& f : r.tenants)
+    swaps += f.swaps;
+  BOOST_TEST(swaps > 0u); // what the case is about
+}
+
 BOOST_AUTO_TEST_CASE(reports_are_written_and_agree_with_the_outcome) {
   temp_dir dir;
   auto s = small("host", 4);
