@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <unordered_set>
+#include <vector>
 
 #include "kvactor/messages/error.hpp"
 
@@ -16,6 +17,9 @@ caf::expected<bool> batcher::apply(const step_result& res) {
   std::unordered_set<request_id> extends(sent_extends_.begin(),
                                          sent_extends_.end());
   std::unordered_set<request_id> failed;
+  // Extends refused at their tenant's quota (recompute mode): each makes
+  // room once the step's outcome is applied (see below).
+  std::vector<request_id> at_quota;
   // Our requests the supervisor preempted before this step: in the reply,
   // so in order with what the step did (the manager's notice may follow).
   for (auto& e : res.ended)
@@ -50,15 +54,10 @@ caf::expected<bool> batcher::apply(const step_result& res) {
         shortage_.emplace_back(f.id, quota ? std::int64_t{l.req.workload} : -1);
         continue;
       }
-      ++step_preempted_;
       if (quota) {
-        // The step preempts only for a pool shortage: at its tenant's quota
-        // the newest request of the tenant makes room (recomputed later);
-        // this one keeps its pending token and extends again next step.
-        auto victim = newest_of(l.req.workload);
-        ++figures_[l.req.workload].preempted_by_quota;
-        free_and_requeue(victim != 0 ? victim : f.id);
+        at_quota.push_back(f.id);
       } else {
+        ++step_preempted_;
         warn("extend failed, recomputing: " + what);
         free_and_requeue(f.id);
       }
@@ -76,10 +75,12 @@ caf::expected<bool> batcher::apply(const step_result& res) {
   }
   // Preempted requests go back to the head of their queue, the first
   // preempted (the newest) deepest.
+  std::unordered_set<std::size_t> made_room; // workloads the step preempted in
   for (auto id : res.preempted) {
     auto i = live_.find(id);
     if (i == live_.end() || !i->second.running)
       continue;
+    made_room.insert(i->second.req.workload);
     stop_running(id);
     requeue_front(i->second);
     ++figures_[i->second.req.workload].preempted_in_step;
@@ -118,6 +119,25 @@ caf::expected<bool> batcher::apply(const step_result& res) {
         l.req.output[l.generated - 1], static_cast<std::uint32_t>(pos)});
   }
   sent_extends_.clear();
+  // The step preempts only for a pool shortage: at its tenant's quota the
+  // newest request of the tenant makes room (recomputed later); the refused
+  // one keeps its pending token and extends again next step. Chosen now,
+  // with the step's preemptions gone from the running list and its tokens
+  // computed, so that neither a request the cache already preempted nor one
+  // finishing this step is picked. A tenant the step preempted in has room
+  // already: its refused extend just tries again.
+  for (auto id : at_quota) {
+    auto i = live_.find(id);
+    if (i == live_.end() || !i->second.running)
+      continue; // made room for an earlier one of the list
+    auto workload = i->second.req.workload;
+    if (made_room.count(workload) != 0)
+      continue;
+    auto victim = newest_of(workload);
+    ++step_preempted_;
+    ++figures_[workload].preempted_by_quota;
+    free_and_requeue(victim != 0 ? victim : id);
+  }
   std::size_t admitted = 0;
   for (auto& a : res.admitted) {
     auto i = live_.find(a.id);
