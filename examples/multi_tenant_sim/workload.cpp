@@ -1,5 +1,6 @@
-// workload: one random stream per tenant (seeded from the scenario's seed and
-// the tenant's position), so adding a tenant does not change the others.
+// workload: one random stream per tenant, seeded from the scenario's seed and
+// the tenant's name, so adding or removing a tenant does not change the
+// others' requests.
 #include "workload.hpp"
 
 namespace kvactor::sim {
@@ -20,6 +21,16 @@ std::vector<token_id> random_tokens(std::mt19937_64& rng, std::size_t n,
   return out;
 }
 
+/// FNV-1a of `text`: a hash that is the same on every platform and build.
+std::uint64_t stable_hash(const std::string& text) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
 } // namespace
 
 workload_generator::workload_generator(const scenario& s) : scenario_(s) {
@@ -27,7 +38,10 @@ workload_generator::workload_generator(const scenario& s) : scenario_(s) {
   for (std::size_t i = 0; i < s.workloads.size(); ++i) {
     auto& w = s.workloads[i];
     auto& src = sources_[i];
-    std::seed_seq seq{s.seed, static_cast<std::uint64_t>(i), std::uint64_t{0x6b76}};
+    // seed_seq keeps 32 bits of each value: give it both halves.
+    auto name = stable_hash(w.tenant);
+    std::seed_seq seq{s.seed & 0xffffffffu, s.seed >> 32, name & 0xffffffffu,
+                      name >> 32, std::uint64_t{0x6b76}};
     src.rng.seed(seq);
     auto& sp = w.system_prompts;
     if (!sp.tokens.empty()) {
