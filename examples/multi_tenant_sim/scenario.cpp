@@ -39,7 +39,7 @@ caf::error read_system_prompts(const json& obj, const std::string& path,
   object_reader r{obj, path, fail};
   caf::error err;
   (err = r.check_keys({"count", "len", "tokens", "share"}))
-    || (err = r.number("share", out.share, 0, 1, false));
+    || (err = r.number("share", out.share, 0, 1, true));
   if (err)
     return err;
   if (auto tokens = r.find("tokens")) {

@@ -98,8 +98,8 @@
 //         "tokens": [[1, 2]],    or the prompts' token ids given explicitly
 //                                (instead of count and len; each id in
 //                                [0, vocab_size));
-//         "share": 0.8           the fraction of requests that start with one
-//                                (chosen uniformly), in [0, 1].
+//         "share": 0.8           (required) the fraction of requests that
+//                                start with one (chosen uniformly), in [0, 1].
 //       },
 //       "priority": "high",    the requests' priority (low, normal, high,
 //                              critical); default: the tenant's. Admission

@@ -139,6 +139,10 @@ BOOST_AUTO_TEST_CASE(out_of_range_numbers_name_their_field) {
               + ": malformed JSON";
   auto msg = parse_error(huge);
   BOOST_TEST(msg.compare(0, want.size(), want) == 0, msg);
+  // System prompts nobody would use (share defaulting to 0): say the share.
+  check_error(replace_once(base, ",\n        \"share\": 0.5", ""),
+              "\"system_prompts\": {", "workloads.a.system_prompts.share",
+              "missing");
   // A key given twice (JSON would keep the last): named where it starts.
   check_error(replace_once(base, "\"share\": 0.5", "\"share\": 0.5, \"share\": 1"),
               "\"share\"", "workloads.a.system_prompts.share", "given twice");
