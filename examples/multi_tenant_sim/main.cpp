@@ -206,6 +206,11 @@ int main(int argc, char** argv) {
   if (opt.have_seed)
     s.seed = opt.seed;
 
+  // Before the run: a long simulation must not end unable to report.
+  if (auto err = prepare_output_dir(s)) {
+    std::cerr << "multi_tenant_sim: output_dir " << message_of(err) << '\n';
+    return exit_bad_input;
+  }
   install_sigint_handler();
   progress bar{opt.progress};
   auto result = simulate(s, interrupted, bar);

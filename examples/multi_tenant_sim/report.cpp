@@ -399,6 +399,26 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
     out << "warning: " << w << '\n';
 }
 
+caf::error prepare_output_dir(const scenario& s) {
+  namespace fs = std::filesystem;
+  fs::path dir{s.output_dir};
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    return make_error(errc::invalid_config,
+                      s.output_dir + ": cannot create (" + ec.message() + ")");
+  auto probe = dir / ".multi_tenant_sim_probe";
+  {
+    std::ofstream out{probe};
+    if (!out)
+      return make_error(errc::invalid_config,
+                        s.output_dir + ": cannot write there ("
+                          + std::strerror(errno) + ")");
+  }
+  fs::remove(probe, ec);
+  return caf::none;
+}
+
 caf::expected<std::vector<std::string>>
 write_reports(const scenario& s, const sim_outcome& r, std::ostream& log) {
   namespace fs = std::filesystem;

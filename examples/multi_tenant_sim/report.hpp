@@ -15,6 +15,11 @@ namespace kvactor::sim {
 /// The per-tenant table, the overall row and a few lines about the pool.
 void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r);
 
+/// Creates s.output_dir and checks that a file can be written there: called
+/// before a run, so that a long simulation never ends unable to report.
+/// Error: invalid_config naming the directory and why.
+caf::error prepare_output_dir(const scenario& s);
+
 /// Writes report.json, timeseries.csv, usage.gp and (when gnuplot is
 /// installed) usage.png into s.output_dir, creating it. Returns the paths
 /// written; notes (gnuplot missing or failing) go to `log`. Error: a file

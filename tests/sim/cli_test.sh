@@ -68,6 +68,11 @@ expect_in "$dir/short/report.json" '"completed": true'
 rows=$(($(wc -l <"$dir/short/timeseries.csv") - 1))
 [ "$rows" -ge 50 ] || fail "short: $rows rows in timeseries.csv, expected >= 50"
 
+# An output directory that cannot be made stops the run before it starts.
+expect_exit 2 badout --steps 50 --out "$dir/short/report.json/x" --no-progress
+expect_in "$dir/badout.err" "output_dir $dir/short/report.json/x: cannot create"
+if grep -q "ran " "$dir/badout.out"; then fail "badout: simulated before failing"; fi
+
 # SIGINT during a long run: it stops at the next step, reports, exits 130.
 # The signal goes once the first step is logged (stderr is no terminal, so
 # progress prints lines): sent earlier, before the handler is installed, it

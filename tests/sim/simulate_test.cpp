@@ -278,6 +278,16 @@ BOOST_AUTO_TEST_CASE(an_unwritable_output_dir_is_named) {
   BOOST_REQUIRE(!files);
   BOOST_TEST(message_of(files.error()).find(s.output_dir) != std::string::npos,
              message_of(files.error()));
+  // Checked before a run too (main does), and a good one is made.
+  auto err = prepare_output_dir(s);
+  BOOST_REQUIRE(err);
+  BOOST_TEST(message_of(err).find(s.output_dir + ": cannot create")
+               != std::string::npos,
+             message_of(err));
+  s.output_dir = (dir.path / "made" / "here").string();
+  BOOST_TEST(!prepare_output_dir(s));
+  BOOST_TEST(fs::is_directory(s.output_dir));
+  BOOST_TEST(fs::is_empty(s.output_dir)); // the probe is gone
 }
 
 BOOST_AUTO_TEST_SUITE_END()
