@@ -71,6 +71,19 @@ std::size_t batcher::waiting() const noexcept {
   return n;
 }
 
+std::vector<tenant_figures> batcher::final_figures() const {
+  auto out = figures_;
+  for (auto& kvp : live_) {
+    auto& l = kvp.second;
+    if (l.admitted_once)
+      continue;
+    auto& f = out[l.req.workload];
+    ++f.unadmitted;
+    f.unadmitted_wait = std::max(f.unadmitted_wait, step_ - l.req.arrival);
+  }
+  return out;
+}
+
 void batcher::warn(std::string text) {
   if (warnings_.size() < max_warnings)
     warnings_.push_back(std::move(text));

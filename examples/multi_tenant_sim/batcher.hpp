@@ -50,6 +50,11 @@ struct tenant_figures {
   std::uint64_t swaps = 0;              ///< swap-outs (preemption "swap")
   std::uint64_t swap_ins = 0;
   std::vector<std::uint32_t> queue_delay; ///< steps, arrival -> admission
+  /// Never admitted when the figures were taken (an interrupted or
+  /// undrained run), and the longest of their waits so far, in steps:
+  /// queue_delay counts admitted requests only.
+  std::uint64_t unadmitted = 0;
+  std::uint64_t unadmitted_wait = 0;
   std::vector<std::uint32_t> latency;     ///< steps, arrival -> finished
   std::uint64_t blocks_peak = 0;          ///< blocks charged to the tenant
   double blocks_sum = 0;                  ///< over samples, for the mean
@@ -195,6 +200,9 @@ public:
   const std::vector<tenant_figures>& figures() const noexcept {
     return figures_;
   }
+  /// figures(), with the requests still waiting for their first admission
+  /// counted in (the run's figures when it ends).
+  std::vector<tenant_figures> final_figures() const;
   std::vector<step_sample>& samples() noexcept {
     return samples_;
   }

@@ -85,6 +85,8 @@ tenant_figures overall_of(const sim_outcome& r) {
     all.swap_ins += f.swap_ins;
     all.queue_delay.insert(all.queue_delay.end(), f.queue_delay.begin(),
                            f.queue_delay.end());
+    all.unadmitted += f.unadmitted;
+    all.unadmitted_wait = std::max(all.unadmitted_wait, f.unadmitted_wait);
     all.latency.insert(all.latency.end(), f.latency.begin(), f.latency.end());
   }
   for (auto& s : r.samples) {
@@ -119,6 +121,8 @@ json tenant_json(const tenant_figures& f, const sim_outcome& r) {
     {"swaps", f.swaps},
     {"swap_ins", f.swap_ins},
     {"queue_delay_steps", distribution(f.queue_delay)},
+    {"unadmitted", {{"count", f.unadmitted},
+                    {"longest_wait_steps", f.unadmitted_wait}}},
     {"latency_steps", distribution(f.latency)},
     {"blocks_used", {{"mean", mean_blocks(f, r)}, {"peak", f.blocks_peak}}},
   };
@@ -337,17 +341,24 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
                 "blocks peak\n";
   std::string rule(std::strlen(header) - 1, '-');
   out << header << rule << '\n';
+  // "-" where there is nothing to measure (no admission yet), not a 0
+  // that reads as a measured one.
+  auto delay = [](const tenant_figures& f, double q) {
+    return f.queue_delay.empty() ? std::string{"-"}
+                                 : fmt("%.0f", percentile(f.queue_delay, q));
+  };
   auto row = [&](const tenant_figures& f, const char* prio, double blocks_avg) {
+    auto hit = f.prefill_tokens == 0 ? std::string{"-"} : pct(f.hit_rate());
     std::snprintf(buf, sizeof(buf),
                   "%-14s %-8s %8llu %6llu %4llu %11llu %11llu %9s %8llu %6llu "
-                  "%10.0f %10.0f %11.1f %12llu\n",
+                  "%10s %10s %11.1f %12llu\n",
                   f.name.c_str(), prio, (unsigned long long) f.arrived,
                   (unsigned long long) f.finished, (unsigned long long) f.rejected,
                   (unsigned long long) f.prompt_tokens,
-                  (unsigned long long) f.generated_tokens, pct(f.hit_rate()).c_str(),
+                  (unsigned long long) f.generated_tokens, hit.c_str(),
                   (unsigned long long) f.preemptions(), (unsigned long long) f.swaps,
-                  percentile(f.queue_delay, 0.5), percentile(f.queue_delay, 0.99),
-                  blocks_avg, (unsigned long long) f.blocks_peak);
+                  delay(f, 0.5).c_str(), delay(f, 0.99).c_str(), blocks_avg,
+                  (unsigned long long) f.blocks_peak);
     out << buf;
   };
   for (auto& f : r.tenants)
@@ -355,9 +366,24 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
   out << rule << '\n';
   auto all = overall_of(r);
   row(all, "", mean_blocks(all, r));
-  out << "(preempt: recomputed; swaps: swapped out. Queue delays in steps from "
-         "arrival to first admission. Blocks: charged\n to the tenant, per step; "
-         "overall: the pool's blocks in use)\n\n";
+  out << "(preempt: recomputed; swaps: swapped out. Hit rate: of every "
+         "admission's tokens, re-admissions after a\n preemption included, as the "
+         "cache counts. Queue delays in steps from arrival to first admission.\n"
+         " Blocks: charged to the tenant, per step; overall: the pool's blocks in "
+         "use)\n";
+  if (all.unadmitted > 0) {
+    // The delays above count admitted requests only; these waited longer.
+    out << "not admitted by the end:";
+    const char* sep = " ";
+    for (auto& f : r.tenants)
+      if (f.unadmitted > 0) {
+        out << sep << f.name << ' ' << f.unadmitted << " (waiting up to "
+            << f.unadmitted_wait << " steps)";
+        sep = ", ";
+      }
+    out << '\n';
+  }
+  out << '\n';
 
   auto at = steps_at_levels(r);
   double n = r.samples.empty() ? 1.0 : double(r.samples.size());

@@ -86,7 +86,7 @@ void deliver(sched_actor* self) {
   auto& b = *st.b;
   auto& out = *st.out;
   out.steps = b.step();
-  out.tenants = b.figures();
+  out.tenants = b.final_figures();
   out.samples = std::move(b.samples());
   out.warnings.insert(out.warnings.begin(), b.warnings().begin(),
                       b.warnings().end());

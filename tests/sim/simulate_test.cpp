@@ -178,6 +178,34 @@ BOOST_AUTO_TEST_CASE(a_swapped_request_larger_than_the_admission_mark_comes_back
   BOOST_TEST(swaps > 0u); // what the case is about
 }
 
+// A run that stops with requests never admitted: queue delays cover the
+// admitted only, so the waiting ones are counted and shown beside them.
+BOOST_AUTO_TEST_CASE(requests_never_admitted_are_counted_not_dropped) {
+  auto j = small_scenario();
+  j["steps"] = 60;
+  j["drain"] = false;
+  j["max_running"] = 2;
+  j["workloads"]["a"]["rate"] = 2.0;
+  auto s = parse_json(j);
+  auto r = run(s);
+  BOOST_TEST(r.error.empty(), r.error);
+  std::uint64_t waiting = 0;
+  for (auto& f : r.tenants) {
+    BOOST_TEST_CONTEXT("tenant " << f.name) {
+      BOOST_TEST(f.unadmitted == f.arrived - f.admitted - f.rejected);
+      if (f.unadmitted > 0)
+        BOOST_TEST(f.unadmitted_wait > 0u);
+      BOOST_TEST(f.unadmitted_wait < r.steps);
+    }
+    waiting += f.unadmitted;
+  }
+  BOOST_REQUIRE(waiting > 0u); // what the case is about
+  std::ostringstream table;
+  print_summary(table, s, r);
+  BOOST_TEST(table.str().find("not admitted by the end: a ") != std::string::npos,
+             table.str());
+}
+
 BOOST_AUTO_TEST_CASE(reports_are_written_and_agree_with_the_outcome) {
   temp_dir dir;
   auto s = small("host", 4);
@@ -213,6 +241,7 @@ BOOST_AUTO_TEST_CASE(reports_are_written_and_agree_with_the_outcome) {
     BOOST_TEST(t["finished"].get<std::uint64_t>() == f.finished);
     BOOST_TEST(t["generated_tokens"].get<std::uint64_t>() == f.generated_tokens);
     BOOST_TEST(t["latency_steps"]["count"].get<std::uint64_t>() == f.finished);
+    BOOST_TEST(t["unadmitted"]["count"].get<std::uint64_t>() == 0u); // drained
     arrived += f.arrived;
   }
   BOOST_TEST(rep["overall"]["arrived"].get<std::uint64_t>() == arrived);
