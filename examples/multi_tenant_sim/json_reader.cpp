@@ -133,9 +133,10 @@ void line_index::record(const std::string& path, int line) {
 
 caf::error error_maker::operator()(const std::string& field,
                                    const std::string& what) const {
+  // The whole document has no field name: "FILE:1: expected a JSON object".
   return make_error(errc::invalid_config,
                     source + ":" + std::to_string(lines.line_of(field)) + ": "
-                      + field + ": " + what);
+                      + (field.empty() ? "" : field + ": ") + what);
 }
 
 // -- object_reader ----------------------------------------------------------------

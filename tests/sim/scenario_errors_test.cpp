@@ -80,6 +80,9 @@ BOOST_AUTO_TEST_CASE(malformed_json_names_the_line_and_what_was_read_last) {
   BOOST_TEST(msg2.compare(0, want2.size(), want2) == 0, msg2);
   // Not JSON at all, on line 1.
   BOOST_TEST(parse_error("steps = 3").rfind("test.json:1: malformed JSON", 0) == 0);
+  // JSON, but not an object: no empty field name in the message.
+  BOOST_TEST(parse_error("[1, 2]")
+             == "test.json:1: expected a JSON object (got an array)");
 }
 
 BOOST_AUTO_TEST_CASE(missing_required_fields_are_reported_where_their_object_starts) {
