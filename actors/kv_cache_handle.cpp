@@ -2,6 +2,8 @@
 #include "kvactor/actors/kv_cache_handle.hpp"
 
 #include <cstring>
+#include <limits>
+#include <new>
 
 #include <caf/sec.hpp>
 
@@ -143,12 +145,23 @@ contiguous_kv_cache_handle::view(std::uint32_t layer, view_part part) const {
   auto& kv = std::get<0>(*got);
   auto& lay = store.layout();
   auto row = std::size_t{lay.num_heads} * lay.head_dim * lay.elem_bytes();
+  if (auto err = check_length(id(), max_sequence_length(), row))
+    return err;
   auto max_len = static_cast<std::size_t>(max_sequence_length());
   // A fresh snapshot per call, owned by the view: an earlier view (or its
   // DLPack export) keeps its own, whatever happens to this handle.
-  auto bytes = 2 * max_len * row;
-  std::shared_ptr<std::uint8_t> buf{new std::uint8_t[bytes](),
-                                    std::default_delete<std::uint8_t[]>()};
+  auto bytes = 2 * max_len * row; // no overflow: check_length
+  std::shared_ptr<std::uint8_t> buf;
+  try {
+    buf.reset(new std::uint8_t[bytes](), std::default_delete<std::uint8_t[]>());
+  } catch (const std::bad_alloc&) {
+    return make_error(errc::invalid_request,
+                      "request " + std::to_string(id())
+                        + ": a contiguous snapshot of max_sequence_length "
+                        + std::to_string(max_len) + " needs "
+                        + std::to_string(bytes)
+                        + " bytes of host memory, more than could be had");
+  }
   std::memcpy(buf.get(), kv.keys.data(), kv.keys.size());
   std::memcpy(buf.get() + max_len * row, kv.values.data(), kv.values.size());
   tensor_view v;
@@ -161,6 +174,20 @@ contiguous_kv_cache_handle::view(std::uint32_t layer, view_part part) const {
   v.data = buf.get() + (part == view_part::values ? max_len * row : 0);
   v.owner = std::move(buf);
   return std::optional<tensor_view>{std::move(v)};
+}
+
+caf::error contiguous_kv_cache_handle::check_length(request_id id,
+                                                   std::uint64_t max_len,
+                                                   std::uint64_t row) {
+  constexpr std::uint64_t limit = std::numeric_limits<std::int64_t>::max();
+  if (row == 0 || max_len <= limit / 2 / row)
+    return caf::none;
+  return make_error(errc::invalid_request,
+                    "request " + std::to_string(id) + ": max_sequence_length "
+                      + std::to_string(max_len)
+                      + " is too long for the contiguous layout (its buffer of "
+                        "2 x max_sequence_length x "
+                      + std::to_string(row) + " bytes would not fit int64)");
 }
 
 std::shared_ptr<kv_cache_handle> contiguous_kv_cache_handle::clone_handle() const {

@@ -153,6 +153,13 @@ private:
 /// (and by a DLPack export of that view).
 class contiguous_kv_cache_handle final : public kv_cache_handle {
 public:
+  /// invalid_request (naming `id` and its max_sequence_length) unless a
+  /// snapshot of `max_len` tokens whose K (or V) rows take `row` bytes -
+  /// [2][max_len][heads][head_dim] - can be described: its byte count and
+  /// shape fit int64. The facade checks it at allocate.
+  static caf::error check_length(request_id id, std::uint64_t max_len,
+                                 std::uint64_t row);
+
   contiguous_kv_cache_handle(std::shared_ptr<detail::request_slot> slot,
                              std::weak_ptr<detail::facade_core> core);
 

@@ -56,6 +56,16 @@ caf::expected<kv_cache_manager> kv_cache_manager::start(caf::actor_system& sys,
   return kv_cache_manager{std::shared_ptr<detail::facade_core>{token, ptr}};
 }
 
+caf::error kv_cache_manager::check_layout(const allocation_request& req) const {
+  auto& cfg = core_->config();
+  if (cfg.layout != "contiguous")
+    return caf::none;
+  auto& m = cfg.model;
+  auto row = std::uint64_t{m.num_kv_heads} * m.head_dim * size_of(m.dtype);
+  return contiguous_kv_cache_handle::check_length(req.id,
+                                                  req.max_sequence_length, row);
+}
+
 namespace {
 
 /// For a late reply to an allocate or fork whose caller timed out: ends
@@ -70,6 +80,8 @@ void end_unclaimed(caf::message& reply) {
 
 caf::expected<std::shared_ptr<kv_cache_handle>>
 kv_cache_manager::allocate(const allocation_request& req) {
+  if (auto err = check_layout(req))
+    return err;
   auto res = core_->ask_undoable<request_handle_actor, block_table>(
     end_unclaimed, core_->cache().manager, allocate_atom::value, req);
   if (!res)
@@ -119,13 +131,20 @@ kv_cache_manager::fork(request_id parent, request_id child) {
     return std::move(res.error());
   auto info = core_->ask<request_handle_actor, request_info>(
     core_->cache().manager, lookup_atom::value, child);
-  if (!info)
+  if (!info) {
+    // The child ended already (preempted at critical pressure) or the
+    // lookup timed out: no handle goes out, so none may stay allocated -
+    // a failed fork changes nothing.
+    caf::anon_send(std::get<0>(*res), free_atom::value);
     return std::move(info.error());
+  }
   return core_->make_handle(core_->slot_for(std::get<0>(*res),
                                             std::get<1>(*info)));
 }
 
 bool kv_cache_manager::can_allocate(const allocation_request& req) const {
+  if (check_layout(req))
+    return false;
   auto res = core_->ask<bool>(core_->cache().manager, can_alloc_atom::value, req);
   return res && std::get<0>(*res);
 }

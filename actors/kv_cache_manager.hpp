@@ -145,6 +145,10 @@ private:
     : core_(std::move(core)) {
   }
 
+  /// What the configured layout demands of a request beyond the pool's
+  /// checks (contiguous: a snapshot buffer that can be described).
+  caf::error check_layout(const allocation_request& req) const;
+
   std::shared_ptr<detail::facade_core> core_;
 };
 

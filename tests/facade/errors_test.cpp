@@ -237,3 +237,33 @@ BOOST_AUTO_TEST_CASE(errors_render_with_code_and_context) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+// The contiguous layout keeps a [2][max_sequence_length][heads][head_dim]
+// snapshot per view: a length whose buffer cannot even be described is
+// refused at allocate (nothing allocated), one too large to get is an
+// error of the view, not an exception or an overflowed buffer.
+BOOST_AUTO_TEST_CASE(contiguous_lengths_past_what_a_buffer_can_hold_are_errors) {
+  auto cfg = small_config();
+  cfg.layout = "contiguous";
+  cfg.prefix_caching = false;
+  cache_fixture f{cfg};
+  auto before = snapshot::of(f.m());
+  auto r = f.req(1, 4, std::uint64_t{1} << 62);
+  BOOST_TEST(!f.m().can_allocate(r));
+  auto h = f.m().allocate(r);
+  BOOST_REQUIRE(!h);
+  BOOST_TEST(is_error(h.error(), errc::invalid_request,
+                      {"request 1", "max_sequence_length 4611686018427387904",
+                       "contiguous"}),
+             render(h.error()));
+  BOOST_TEST((snapshot::of(f.m()) == before));
+  // Describable, but 2^47 bytes: the view fails, the handle lives on.
+  auto big = f.alloc(f.req(2, 4, std::uint64_t{1} << 40));
+  auto view = big->key_cache(0);
+  BOOST_REQUIRE(!view);
+  BOOST_TEST(is_error(view.error(), errc::invalid_request,
+                      {"request 2", "bytes of host memory"}),
+             render(view.error()));
+  BOOST_TEST(big->is_valid());
+  BOOST_TEST(!f.m().deallocate(2));
+}
