@@ -51,11 +51,20 @@ public:
   caf::expected<std::tuple<Rs...>>
   ask_undoable(blocking_bridge::late_reply_handler undo, const Handle& dest,
                Ts&&... xs) {
-    auto res = bridge_.call(caf::actor_cast<caf::strong_actor_ptr>(dest),
-                            caf::make_message(std::forward<Ts>(xs)...),
+    auto to = caf::actor_cast<caf::strong_actor_ptr>(dest);
+    bool to_manager = to
+                      == caf::actor_cast<caf::strong_actor_ptr>(cache_.manager);
+    auto res = bridge_.call(to, caf::make_message(std::forward<Ts>(xs)...),
                             timeout(), std::move(undo));
-    if (!res)
+    if (!res) {
+      // The manager gone (or the facade stopped): kvactor's own code, as
+      // calls waiting at that moment get (a handle's callers map it to
+      // invalid_handle themselves).
+      if (to_manager && res.error() == caf::sec::request_receiver_down)
+        return make_error(errc::shutting_down,
+                          "the cache manager has stopped");
       return std::move(res.error());
+    }
     if (!res->template match_elements<Rs...>())
       return make_error(errc::invalid_request,
                         "unexpected reply: " + to_string(*res));

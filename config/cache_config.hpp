@@ -83,6 +83,9 @@ struct cache_config {
   /// always stay free for the backend's buffers).
   double gpu_memory_utilization = 0.9;
   std::uint64_t num_host_blocks = 0;
+  /// Needs layout paged; a JSON config with layout contiguous that does not
+  /// mention it reads false (parse_config), a cache_config built in code
+  /// must say false itself.
   bool prefix_caching = true;
   pressure_config pressure;
   admission_config admission;

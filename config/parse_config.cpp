@@ -254,6 +254,9 @@ caf::error read_config(const json& obj, cache_config& out) {
     || (err = read_tenants(r.find("tenants"), out.tenants))
     || (err = r.count("scheduler_threads", out.scheduler_threads))
     || (err = read_device_index(r, out.device_index));
+  // Prefix caching needs the paged layout: unsaid, it is off for contiguous.
+  if (!err && out.layout == "contiguous" && !r.find("prefix_caching"))
+    out.prefix_caching = false;
   return err;
 }
 

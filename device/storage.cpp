@@ -60,8 +60,16 @@ bool cuda_device_available() noexcept {
 caf::expected<std::unique_ptr<storage>>
 make_storage(const storage_options& opts) {
   auto kind = opts.kind;
-  if (kind == "auto")
+  if (kind == "auto") {
     kind = cuda_device_available() ? "cuda" : "host";
+    // Only cuda sizes the pool from memory; say so by the config's names.
+    if (kind == "host" && opts.layout.num_blocks == 0)
+      return make_error(errc::invalid_config,
+                        "num_gpu_blocks: storage 'auto' found no CUDA device "
+                        "and fell back to 'host', which needs a block count "
+                        "(num_gpu_blocks > 0); 0 sizes the pool from GPU "
+                        "memory only");
+  }
   if (kind == "none") {
     if (auto err = detail::check_layout(opts.layout, true))
       return err;

@@ -268,4 +268,24 @@ BOOST_AUTO_TEST_CASE(an_actor_holding_requests_sees_them_end_at_shutdown) {
   must_finish("destroying the actor system", [&] { f.reset(); });
 }
 
+// Calls after the manager went fail with kvactor's shutting_down, as the
+// calls waiting at that moment do - not with CAF's request_receiver_down.
+BOOST_AUTO_TEST_CASE(calls_after_the_manager_stopped_fail_with_shutting_down) {
+  cache_fixture f;
+  BOOST_REQUIRE(f.m().allocate(f.req(1, 4)));
+  caf::anon_send_exit(f.m().actor(), caf::exit_reason::user_shutdown);
+  caf::error err;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+  for (request_id id = 2; !err && std::chrono::steady_clock::now() < deadline;
+       ++id) {
+    auto h = f.m().allocate(f.req(id, 4));
+    if (!h)
+      err = h.error();
+  }
+  BOOST_REQUIRE(err);
+  BOOST_TEST(is_error(err, errc::shutting_down, {"manager"}), render(err));
+  auto freed = f.m().deallocate(1);
+  BOOST_TEST(is_error(freed, errc::shutting_down, {}), render(freed));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -398,6 +398,13 @@ BOOST_AUTO_TEST_CASE(contiguous_layout_rejects_prefix_caching) {
   BOOST_TEST(fails_naming(j, "prefix_caching", "requires layout paged"));
   j["prefix_caching"] = false;
   BOOST_TEST(parse_error(j) == "ok");
+  // Not mentioned: off for the contiguous layout, on for the paged one.
+  j.erase("prefix_caching");
+  auto cfg = parse_config(j);
+  BOOST_REQUIRE(cfg);
+  BOOST_TEST(!cfg->prefix_caching);
+  j["layout"] = "paged";
+  BOOST_TEST(parse_config(j)->prefix_caching);
 }
 
 BOOST_AUTO_TEST_CASE(validate_checks_configs_built_in_code) {

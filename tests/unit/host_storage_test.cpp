@@ -393,6 +393,19 @@ BOOST_AUTO_TEST_CASE(make_storage_picks_kinds_and_rejects_bad_options) {
   BOOST_REQUIRE(any);
   BOOST_TEST(((*any)->kind() == (cuda_device_available() ? storage_kind::cuda
                                                           : storage_kind::host)));
+  if (!cuda_device_available()) {
+    // Falling back to host with the pool to be sized from GPU memory: the
+    // error names the config's field and the fallback.
+    auto unsized = opts;
+    unsized.layout.num_blocks = 0;
+    auto r = make_storage(unsized);
+    BOOST_REQUIRE(!r);
+    BOOST_TEST(has(r.error(), errc::invalid_config));
+    auto msg = render(r.error());
+    BOOST_TEST(msg.find("num_gpu_blocks: storage 'auto' found no CUDA device")
+                 != std::string::npos,
+               msg);
+  }
   opts.kind = "tpu";
   auto bad = make_storage(opts);
   BOOST_REQUIRE(!bad);
