@@ -235,7 +235,8 @@ public:
   std::uint64_t pinned_blocks() const noexcept {
     return pinned_.size();
   }
-  /// The tenant index of `name` ("" = the first).
+  /// The tenant index of `name` ("" = the one named "default", else the
+  /// first).
   caf::expected<std::uint16_t> tenant_index(const std::string& name) const;
 
   /// Calls f(hash, block) for every prefix-index entry.

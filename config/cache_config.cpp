@@ -190,8 +190,12 @@ caf::error validate_tenants(const std::vector<tenant_config>& tenants,
 // -- cache_config -------------------------------------------------------------
 
 const tenant_config* cache_config::find_tenant(const std::string& name) const {
-  if (name.empty())
+  if (name.empty()) {
+    for (auto& t : tenants)
+      if (t.name == "default")
+        return &t;
     return tenants.empty() ? nullptr : &tenants.front();
+  }
   for (auto& t : tenants)
     if (t.name == name)
       return &t;

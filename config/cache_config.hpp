@@ -100,7 +100,8 @@ struct cache_config {
   /// CUDA device index (for storage cuda / auto).
   int device_index = 0;
 
-  /// The tenant named `name` ("" = the first, default tenant), or null.
+  /// The tenant named `name`, or null. "" is the default tenant: the one
+  /// named "default" if there is one, else the first.
   const tenant_config* find_tenant(const std::string& name) const;
 };
 

@@ -65,17 +65,17 @@ std::uint64_t pool_model::cached_blocks() const {
 
 maybe_errc pool_model::check(const allocation_request& req,
                              std::uint16_t& t) const {
+  // "" names the tenant called "default", or the first if none is.
   t = 0;
-  if (!req.tenant.empty()) {
-    bool found = false;
-    for (std::size_t i = 0; i < tenants_.size() && !found; ++i)
-      if (tenants_[i].config.name == req.tenant) {
-        t = static_cast<std::uint16_t>(i);
-        found = true;
-      }
-    if (!found)
-      return errc::unknown_tenant;
-  }
+  const std::string name = req.tenant.empty() ? "default" : req.tenant;
+  bool found = false;
+  for (std::size_t i = 0; i < tenants_.size() && !found; ++i)
+    if (tenants_[i].config.name == name) {
+      t = static_cast<std::uint16_t>(i);
+      found = true;
+    }
+  if (!found && !req.tenant.empty())
+    return errc::unknown_tenant;
   if (req.num_layers != model_.num_layers || req.num_heads != model_.num_kv_heads
       || req.head_dim != model_.head_dim || req.dtype != model_.dtype
       || req.max_sequence_length == 0)

@@ -1,12 +1,14 @@
-// Tenant names on their way out: validate() refuses names that are not
-// UTF-8 (JSON, KV events and Prometheus labels all need it), Prometheus
-// labels escape backslash, quote and newline, and the stats table keeps one
-// row per tenant however long its name.
+// Tenant names: "" is the tenant named "default" (else the first), in the
+// config and in the pool; validate() refuses names that are not UTF-8
+// (JSON, KV events and Prometheus labels all need it), Prometheus labels
+// escape backslash, quote and newline, and the stats table keeps one row
+// per tenant however long its name.
 #include <sstream>
 #include <string>
 
 #include <boost/test/unit_test.hpp>
 
+#include "kvactor/actors/block_pool_core.hpp"
 #include "kvactor/config/cache_config.hpp"
 #include "kvactor/messages/error.hpp"
 #include "kvactor/metrics/prometheus.hpp"
@@ -30,6 +32,34 @@ std::string with_tenant(const std::string& name, const std::string& ns = "") {
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(tenant_names)
+
+BOOST_AUTO_TEST_CASE(the_empty_name_is_the_tenant_called_default) {
+  cache_config cfg;
+  cfg.num_gpu_blocks = 16;
+  cfg.block_size = 4;
+  cfg.tenants = {tenant_config{}, tenant_config{}};
+  cfg.tenants[0].name = "a";
+  cfg.tenants[1].name = "default";
+  BOOST_REQUIRE(!validate(cfg));
+  BOOST_TEST(cfg.find_tenant("")->name == "default");
+  detail::block_pool_core pool{cfg, 16};
+  allocation_request req;
+  req.id = 1;
+  req.initial_tokens = 8;
+  req.max_sequence_length = 64;
+  req.num_layers = cfg.model.num_layers;
+  req.num_heads = cfg.model.num_kv_heads;
+  req.head_dim = cfg.model.head_dim;
+  req.dtype = cfg.model.dtype;
+  BOOST_REQUIRE(pool.allocate(req));
+  auto st = pool.stats();
+  BOOST_REQUIRE(st.tenants.size() == 2u);
+  BOOST_TEST(st.tenants[0].blocks_used == 0u);
+  BOOST_TEST(st.tenants[1].blocks_used == 2u);
+  // Without a tenant called "default", the first is.
+  cfg.tenants[1].name = "b";
+  BOOST_TEST(cfg.find_tenant("")->name == "a");
+}
 
 BOOST_AUTO_TEST_CASE(names_must_be_utf8) {
   BOOST_TEST(with_tenant("caf\xc3\xa9") == "ok");         // é
