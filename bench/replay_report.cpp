@@ -83,11 +83,17 @@ nlohmann::json report(const std::string& mode, const trace& tr,
   };
   if (mode == "step") {
     // No operation has a latency of its own here: allocate / extend / free
-    // show each message's round trip divided by the operations it carried.
+    // show the calls and each message's round trip divided by the
+    // operations it carried as the mean; percentiles of that would not be
+    // latencies, so they are null - `messages` has the round trips.
     out["latency"] = "amortized_per_op";
+    for (auto key : {"allocate", "extend", "free"})
+      out[key]["p50_us"] = out[key]["p99_us"] = nullptr;
     out["messages"] = fig.message.to_json();
+    out["registry_tail_ms"] = fig.registry_tail_ms;
   } else {
     out["latency"] = "per_call";
+    out["preempt"] = fig.preempt.to_json();
   }
   return out;
 }

@@ -47,7 +47,12 @@ struct latencies {
 struct run_figures {
   double bookkeeping_ms = 0;
   double wall_ms = 0;
-  latencies alloc, extend, free, message;
+  /// Step mode: after the last step's reply, until the manager took in
+  /// every step's effects (its registry work, which ran behind the steps).
+  double registry_tail_ms = 0;
+  /// alloc counts attempted admissions; free the frees of finished
+  /// requests; preempt (facade mode) the preemption calls.
+  latencies alloc, extend, free, preempt, message;
 };
 
 /// What a replay runs against.
