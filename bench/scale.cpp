@@ -3,7 +3,10 @@
 // a pool of 1,000,000 blocks. Operations go to the manager actor from a
 // client actor with a window of requests in flight. Prints one JSON line per
 // size; memory per live request is malloc's growth in bytes in use (and the
-// RSS's, which misses memory reused from a smaller size).
+// RSS's, which misses memory reused from a smaller size). A handle actor
+// starts (and takes its memory) after the allocate's reply, and ends after
+// the free's: each phase waits for its handles - answered an info request,
+// or gone - so that no phase's actor work spills into another's figures.
 //
 //   scale [--sizes 1000,10000,100000] [--blocks 1000000] [--ops 200000]
 //         [--scheduler-threads T]
@@ -102,6 +105,32 @@ void fail(caf::error& err) {
   std::exit(1);
 }
 
+/// Waits until every handle of `handles` (null ones skipped) is gone.
+void await_gone(caf::actor_system& sys,
+                const std::vector<request_handle_actor>& handles) {
+  std::promise<void> gone;
+  auto fut = gone.get_future();
+  std::size_t n = 0;
+  for (auto& h : handles)
+    n += h ? 1 : 0;
+  if (n == 0)
+    return;
+  sys.spawn([&, n](caf::event_based_actor* self) -> caf::behavior {
+    auto left = std::make_shared<std::size_t>(n);
+    self->set_down_handler([=, &gone](caf::down_msg&) {
+      if (--*left == 0) {
+        gone.set_value();
+        self->quit();
+      }
+    });
+    for (auto& h : handles)
+      if (h)
+        self->monitor(h); // a dead one: its down message comes at once
+    return {[](caf::unit_t) {}};
+  });
+  fut.get();
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
@@ -171,10 +200,22 @@ int main(int argc, char** argv) {
     auto heap_base = heap_in_use();
     auto first = next_id;
     next_id += n;
+    std::vector<request_handle_actor> handles(n);
     auto t_alloc = run_window(sys, n, [&](caf::event_based_actor* self,
                                           std::size_t i, std::function<void()> k) {
       self->request(mgr, caf::infinite, allocate_atom::value, make_req(first + i))
-        .then([k](request_handle_actor&, block_table&) { k(); }, fail);
+        .then([k, &handles, i](request_handle_actor& h, block_table&) {
+                handles[i] = h;
+                k();
+              },
+              fail);
+    });
+    // Each handle actor answers once it runs: its start is part of the
+    // allocation (timed with it) and its memory part of the live request.
+    t_alloc += run_window(sys, n, [&](caf::event_based_actor* self,
+                                      std::size_t i, std::function<void()> k) {
+      self->request(handles[i], caf::infinite, info_atom::value)
+        .then([k](request_info&) { k(); }, fail);
     });
     auto grown = rss_bytes();
     auto heap_grown = heap_in_use();
@@ -191,25 +232,42 @@ int main(int argc, char** argv) {
     }
     auto churn_base = next_id;
     next_id += ops;
+    std::vector<request_handle_actor> churned(ops);
+    auto* churned_at = churned.data(); // filled from the client actor
+    // A slot whose churn is in flight is not churned again until it landed
+    // (its new request's free could overtake the allocate and leave that
+    // request live and unlisted): such an op extends instead. Only the
+    // client actor touches `churning`.
+    std::vector<std::uint8_t> churning(ids.size(), 0);
+    auto* busy = churning.data();
     auto t_ops = run_window(sys, ops, [&](caf::event_based_actor* self,
                                           std::size_t i, std::function<void()> k) {
-      if (kind[i] == 0) {
+      if (kind[i] == 0 || busy[pick[i]] != 0) {
         self->request(mgr, caf::infinite, extend_atom::value, ids[pick[i]],
                       std::uint64_t{1})
           .then([k](block_table&) { k(); },
                 [k](caf::error&) { k(); }); // a request freed by churn meanwhile
       } else {
         auto fresh = churn_base + i;
-        auto old = ids[pick[i]];
-        ids[pick[i]] = fresh;
+        auto slot = pick[i];
+        auto old = ids[slot];
+        ids[slot] = fresh;
+        busy[slot] = 1;
         self->request(mgr, caf::infinite, free_atom::value, old)
           .then(
             [=](std::uint32_t) {
               self->request(mgr, caf::infinite, allocate_atom::value,
                             make_req(fresh))
-                .then([k](request_handle_actor&, block_table&) { k(); }, fail);
+                .then(
+                  [k, churned_at, busy, i, slot](request_handle_actor& h,
+                                                 block_table&) {
+                    churned_at[i] = h;
+                    busy[slot] = 0;
+                    k();
+                  },
+                  fail);
             },
-            [=](caf::error&) { k(); });
+            fail);
       }
     });
     auto st = cache->stats();
@@ -236,12 +294,19 @@ int main(int argc, char** argv) {
       {"bytes_per_request_minus_8_per_block", per_req - 8.0 * blocks_per_req},
     };
     std::cout << out.dump() << std::endl;
-    // Back to empty for the next size.
+    // Back to empty for the next size, every handle actor gone.
     run_window(sys, ids.size(), [&](caf::event_based_actor* self, std::size_t i,
                                     std::function<void()> k) {
       self->request(mgr, caf::infinite, free_atom::value, ids[i])
         .then([k](std::uint32_t) { k(); }, [k](caf::error&) { k(); });
     });
+    handles.insert(handles.end(), churned.begin(), churned.end());
+    await_gone(sys, handles);
+    if (auto left = cache->stats().active_caches; left != 0) {
+      std::cerr << "scale: " << left << " requests still live after size " << n
+                << '\n';
+      return 1;
+    }
   }
   return 0;
 }
