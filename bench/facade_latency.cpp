@@ -3,9 +3,21 @@
 // thread, on a bookkeeping-only cache. Prints one JSON line.
 //
 //   facade_latency [--requests N] [--extends K] [--scheduler-threads T]
+//                  [--prompt-len P] [--shared-prefix S] [--live L]
+//
+// By default a request is 100 unnamed tokens, freed right after its K
+// one-token extends: the bare path, no hashing or lookup. --prompt-len
+// gives each request a prompt (hashed, looked up, its full blocks entered
+// in the prefix index) whose first S tokens all requests share (prefix
+// hits); --live keeps the last L requests live, so the pool is populated
+// and frees come L requests later. With K >= 16 extends cross block
+// boundaries (a block taken every 16 tokens).
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <iostream>
+#include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -26,6 +38,9 @@ int main(int argc, char** argv) {
   std::size_t requests = 20000;
   std::size_t extends = 16;
   std::uint32_t threads = 0;
+  std::size_t prompt_len = 0;
+  std::size_t shared_prefix = 0;
+  std::size_t live_target = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string arg = argv[i];
     if (arg == "--requests")
@@ -34,11 +49,23 @@ int main(int argc, char** argv) {
       extends = std::stoul(argv[i + 1]);
     else if (arg == "--scheduler-threads")
       threads = static_cast<std::uint32_t>(std::stoul(argv[i + 1]));
+    else if (arg == "--prompt-len")
+      prompt_len = std::stoul(argv[i + 1]);
+    else if (arg == "--shared-prefix")
+      shared_prefix = std::stoul(argv[i + 1]);
+    else if (arg == "--live")
+      live_target = std::stoul(argv[i + 1]);
     else {
       std::cerr << "usage: facade_latency [--requests N] [--extends K] "
-                   "[--scheduler-threads T]\n";
+                   "[--scheduler-threads T] [--prompt-len P] "
+                   "[--shared-prefix S] [--live L]\n";
       return 2;
     }
+  }
+  if (shared_prefix > prompt_len) {
+    std::cerr << "facade_latency: --shared-prefix " << shared_prefix
+              << " is longer than --prompt-len " << prompt_len << '\n';
+    return 2;
   }
   auto cfg = kvactor::bench::bookkeeping_config(100000, threads);
   caf::actor_system_config sys_cfg;
@@ -54,7 +81,13 @@ int main(int argc, char** argv) {
   req.num_layers = 1;
   req.num_heads = 1;
   req.head_dim = 8;
-  req.initial_tokens = 100;
+  req.initial_tokens = prompt_len == 0 ? 100 : 0; // 0: the prompt's length
+  std::mt19937 rng{7};
+  std::uniform_int_distribution<token_id> token{0, 31999};
+  std::vector<token_id> prefix(shared_prefix);
+  for (auto& t : prefix)
+    t = token(rng);
+  std::deque<request_id> live;
   std::vector<double> alloc_us, extend_us, free_us;
   auto since = [](clock_type::time_point t0) {
     return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
@@ -63,6 +96,11 @@ int main(int argc, char** argv) {
   for (std::size_t i = 0; i < requests + warmup; ++i) {
     bool measured = i >= warmup;
     req.id = i + 1;
+    if (prompt_len > 0) {
+      req.prompt = prefix;
+      while (req.prompt.size() < prompt_len)
+        req.prompt.push_back(token(rng));
+    }
     auto t0 = clock_type::now();
     auto h = mgr->allocate(req);
     auto dt = since(t0);
@@ -83,8 +121,13 @@ int main(int argc, char** argv) {
       if (measured)
         extend_us.push_back(dt);
     }
+    live.push_back(req.id);
+    if (live.size() <= live_target)
+      continue;
+    auto oldest = live.front();
+    live.pop_front();
     t0 = clock_type::now();
-    auto err = mgr->deallocate(req.id);
+    auto err = mgr->deallocate(oldest);
     dt = since(t0);
     if (err) {
       std::cerr << "deallocate: " << render(err) << '\n';
@@ -93,8 +136,14 @@ int main(int argc, char** argv) {
     if (measured)
       free_us.push_back(dt);
   }
+  for (auto id : live)
+    mgr->deallocate(id);
   nlohmann::json out{{"bench", "facade_latency"},
                      {"scheduler_threads", threads},
+                     {"prompt_len", prompt_len},
+                     {"shared_prefix", shared_prefix},
+                     {"live", live_target},
+                     {"extends_per_request", extends},
                      {"allocate", latency_summary(alloc_us)},
                      {"extend", latency_summary(extend_us)},
                      {"deallocate", latency_summary(free_us)}};
