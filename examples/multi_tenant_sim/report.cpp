@@ -449,11 +449,9 @@ caf::expected<std::vector<std::string>>
 write_reports(const scenario& s, const sim_outcome& r, std::ostream& log) {
   namespace fs = std::filesystem;
   fs::path dir{s.output_dir};
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    return make_error(errc::invalid_config,
-                      s.output_dir + ": cannot create (" + ec.message() + ")");
+  // Again: the directory may have gone while the simulation ran.
+  if (auto err = prepare_output_dir(s))
+    return err;
   std::vector<std::string> written;
   auto put = [&](const char* name, const std::string& text) -> caf::error {
     auto path = dir / name;
@@ -485,6 +483,7 @@ write_reports(const scenario& s, const sim_outcome& r, std::ostream& log) {
         << (dir / "gnuplot.log").string() << ")\n";
     return written;
   }
+  std::error_code ec;
   fs::remove(dir / "gnuplot.log", ec);
   written.push_back((dir / "usage.png").string());
   return written;
