@@ -431,12 +431,25 @@ caf::expected<std::uint32_t> block_pool_core::preempt(request_id id) {
 caf::expected<allocation_outcome> block_pool_core::fork(request_id parent,
                                                         request_id child) {
   caf::error err;
-  if (find_resident(parent, err) == nullptr)
+  auto* par = find_resident(parent, err);
+  if (par == nullptr)
     return make_error(static_cast<errc>(err.code()),
                       "fork parent: " + render(err));
   if (find(child) != nullptr)
     return make_error(errc::duplicate_request,
                       req_name(child) + " is already allocated");
+  // Under reserve_expected the child is admitted like any request: it
+  // takes no block now, but expects its parent's growth and, sharing a
+  // partly filled last block, a private copy of it on its first append.
+  // (A watermark alone holds: nothing is taken.)
+  if (auto err2 = admission_.policy != "reserve_expected"
+                    ? caf::error{}
+                    : admit_headroom(par->tenant, 0,
+                                     growth(*par)
+                                       + (par->num_tokens % block_size_ != 0)))
+    return make_error(errc::out_of_blocks,
+                      "fork of " + req_name(parent) + ": "
+                        + render(err2));
   auto& c = new_sequence(child); // may move seqs_: look the parent up after
   auto& p = *find_mut(parent);
   c.tenant = p.tenant;

@@ -287,4 +287,22 @@ BOOST_AUTO_TEST_CASE(random_extends_with_promised_growth_change_nothing) {
   random_copies(true);
 }
 
+// Under reserve_expected a fork is admitted like a request: its expected
+// growth (and the copy of a shared, partly filled last block) must fit
+// beside what live requests were promised. It used to pass unchecked.
+BOOST_AUTO_TEST_CASE(a_fork_keeps_the_growth_promised_under_reserve_expected) {
+  pool_fixture f;
+  f.cfg.admission.policy = "reserve_expected";
+  f.cfg.admission.default_expected_output = 40;
+  auto& pool = f.make(16);
+  BOOST_REQUIRE(pool.allocate(tokens_req(1, 8))); // 2 blocks, grows to 12
+  auto before = describe(pool, false);
+  auto res = pool.fork(1, 2); // 14 takeable < 10 promised + 10 more
+  BOOST_REQUIRE(!res);
+  BOOST_TEST(has_code(res.error(), errc::out_of_blocks));
+  BOOST_TEST(render(res.error()).find("fork of request 1") != std::string::npos,
+             render(res.error()));
+  BOOST_TEST(describe(pool, false) == before); // nothing changed
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -436,6 +436,13 @@ model_allocation pool_model::fork(request_id parent, request_id child) {
     return {errc::invalid_request};
   if (seqs_.count(child))
     return {errc::duplicate_request};
+  // Under reserve_expected, admitted like a request: its parent's growth,
+  // and a private copy of a partly filled last block on its first append.
+  auto& ps = p->second;
+  if (admission_.policy == "reserve_expected")
+    if (auto e = headroom(ps.tenant, 0,
+                          growth(ps) + (ps.num_tokens % block_size_ != 0)))
+      return {*e};
   model_sequence c = p->second;
   c.id = child;
   c.cache_id = next_cache_id_++;
