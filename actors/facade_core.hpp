@@ -52,15 +52,15 @@ public:
   ask_undoable(blocking_bridge::late_reply_handler undo, const Handle& dest,
                Ts&&... xs) {
     auto to = caf::actor_cast<caf::strong_actor_ptr>(dest);
-    bool to_manager = to
-                      == caf::actor_cast<caf::strong_actor_ptr>(cache_.manager);
+    bool to_cache = to == caf::actor_cast<caf::strong_actor_ptr>(cache_.manager)
+                    || to == caf::actor_cast<caf::strong_actor_ptr>(cache_.pool);
     auto res = bridge_.call(to, caf::make_message(std::forward<Ts>(xs)...),
                             timeout(), std::move(undo));
     if (!res) {
-      // The manager gone (or the facade stopped): kvactor's own code, as
-      // calls waiting at that moment get (a handle's callers map it to
-      // invalid_handle themselves).
-      if (to_manager && res.error() == caf::sec::request_receiver_down)
+      // The manager or the pool (steps) gone, or the facade stopped:
+      // kvactor's own code, as calls waiting at that moment get (a
+      // handle's callers map it to invalid_handle themselves).
+      if (to_cache && res.error() == caf::sec::request_receiver_down)
         return make_error(errc::shutting_down,
                           "the cache manager has stopped");
       return std::move(res.error());

@@ -150,6 +150,9 @@ contiguous_kv_cache_handle::view(std::uint32_t layer, view_part part) const {
   auto max_len = static_cast<std::size_t>(max_sequence_length());
   // A fresh snapshot per call, owned by the view: an earlier view (or its
   // DLPack export) keeps its own, whatever happens to this handle.
+  // NOTE: allocating and zeroing 2 x max_sequence_length rows per call
+  // costs page faults a reused buffer did not; it buys views that stay
+  // valid. A snapshot is a copy anyway (a gather through the device).
   auto bytes = 2 * max_len * row; // no overflow: check_length
   std::shared_ptr<std::uint8_t> buf;
   try {

@@ -15,10 +15,11 @@ namespace kvactor {
 ///   "tenant": "..."},
 ///  {"type": "BlockRemoved", "block_hashes": [h], "medium": "GPU",
 ///   "tenant": "..."}]}
-/// vLLM's fields by name (its msgspec structs ignore the extra "seq" and
-/// "tenant"); "medium" is "GPU" for every backend: the prefix index lists
-/// the primary KV pool only, never the swap tier. Tenant names are valid
-/// UTF-8 (validate() checks).
+/// vLLM's fields and their meaning, as a JSON object per event (vLLM's own
+/// wire form is msgpack arrays in field order; a bridge to it reads these
+/// keys), with kvactor's "seq" and "tenant" beside them. "medium" is "GPU"
+/// for every backend: the prefix index lists the primary KV pool only,
+/// never the swap tier. Tenant names are valid UTF-8 (validate() checks).
 nlohmann::json to_json(const kv_event_batch& batch);
 
 } // namespace kvactor

@@ -286,6 +286,15 @@ BOOST_AUTO_TEST_CASE(calls_after_the_manager_stopped_fail_with_shutting_down) {
   BOOST_TEST(is_error(err, errc::shutting_down, {"manager"}), render(err));
   auto freed = f.m().deallocate(1);
   BOOST_TEST(is_error(freed, errc::shutting_down, {}), render(freed));
+  // Steps go to the pool, which stops with the manager.
+  caf::error step_err;
+  while (!step_err && std::chrono::steady_clock::now() < deadline) {
+    auto res = f.m().step(step_request{});
+    if (!res)
+      step_err = res.error();
+  }
+  BOOST_REQUIRE(step_err);
+  BOOST_TEST(is_error(step_err, errc::shutting_down, {}), render(step_err));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,7 +1,7 @@
-// KV events as JSON (metrics/kv_events.cpp): the fields vLLM's msgspec
-// structs require - EventBatch{ts, events}, BlockStored{block_hashes,
-// parent_block_hash, token_ids, block_size, lora_id, medium, lora_name},
-// BlockRemoved{block_hashes, medium} - with kvactor's seq and tenant beside.
+// KV events as JSON (metrics/kv_events.cpp): every field of vLLM's structs -
+// EventBatch{ts, events}, BlockStored{block_hashes, parent_block_hash,
+// token_ids, block_size, lora_id, medium, lora_name}, BlockRemoved{
+// block_hashes, medium} - by name, with kvactor's seq and tenant beside.
 #include <boost/test/unit_test.hpp>
 #include <nlohmann/json.hpp>
 
