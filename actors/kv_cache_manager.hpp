@@ -42,7 +42,9 @@ public:
   static caf::expected<kv_cache_manager> start(caf::actor_system& sys,
                                                const cache_config& cfg);
 
-  /// Starts a request. Errors: see kv_cache_manager_actor's allocate.
+  /// Starts a request. Errors: see kv_cache_manager_actor's allocate; with
+  /// layout contiguous also invalid_request for a max_sequence_length whose
+  /// snapshot buffer could not be described.
   caf::expected<std::shared_ptr<kv_cache_handle>>
   allocate(const allocation_request& req);
 
