@@ -93,6 +93,14 @@ struct block_pool_state {
       caf::anon_send(sub, kv_event_atom::value, batch);
   }
 
+  /// Lets pins whose time ran out go before an operation that takes
+  /// blocks: the GC tick alone would leave them in the way until it comes
+  /// (never, with gc_interval_ms 0).
+  void expire_due_pins() {
+    if (core().pinned_blocks() != 0)
+      core().expire_pins(now_ms());
+  }
+
   static std::uint64_t now_ms() {
     return static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -207,6 +215,7 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
   return {
     [self, &st](allocate_atom, const allocation_request& req)
       -> caf::result<admission> {
+      st.expire_due_pins();
       auto res = st.core().allocate(req);
       if (!res)
         return std::move(res.error());
@@ -215,6 +224,7 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
                        table_of(st.core(), req.id)};
     },
     [&st](can_alloc_atom, const allocation_request& req) {
+      st.expire_due_pins();
       return st.core().can_allocate(req);
     },
     [self, &st](extend_atom, request_id id, std::uint64_t cache_id,
@@ -222,6 +232,7 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
                 const std::vector<token_id>& tokens) -> caf::result<extension> {
       if (auto err = check_incarnation(st.core(), id, cache_id))
         return err;
+      st.expire_due_pins();
       if (!tokens.empty() && tokens.size() != n)
         return make_error(errc::invalid_request,
                           "request " + std::to_string(id) + ": "
@@ -298,6 +309,7 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       return admission{child, res->cache_id, 0, table_of(st.core(), child)};
     },
     [self, &st](step_atom, step_request& step) -> caf::result<step_result> {
+      st.expire_due_pins();
       auto rejected = detail::reject_foreign(st.store, step);
       auto res = st.core().run_step(step, true, &st.trace);
       res.failed.insert(res.failed.end(),
@@ -414,6 +426,7 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
     },
     [self, &st](swap_in_atom, request_id id, std::uint64_t cache_id)
       -> caf::result<std::vector<block_move>> {
+      st.expire_due_pins();
       if (auto err = from_manager(self, st.registry, "swap in"))
         return err;
       if (auto err = check_current(st.core(), id, cache_id))

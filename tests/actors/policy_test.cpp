@@ -4,6 +4,9 @@
 // when a request ends while one of its messages is in flight.
 #include "fixture.hpp"
 
+#include <chrono>
+#include <thread>
+
 #include <algorithm>
 
 #include <caf/all.hpp>
@@ -306,6 +309,17 @@ BOOST_AUTO_TEST_CASE(a_pinned_prefix_is_not_evicted_when_the_pool_runs_short) {
   auto other = make_tokens(8, 41);
   BOOST_REQUIRE(allocate(make_prompt_request(cfg, 5, other)));
   BOOST_TEST(outcome(pin("", other, 1000)) == "quota_exceeded");
+}
+
+// With GC only on demand nothing else expires pins: the pool lets a pin
+// whose time ran out go before an operation that needs its blocks.
+BOOST_AUTO_TEST_CASE(an_expired_pin_never_keeps_blocks_from_an_allocation) {
+  auto prompt = make_tokens(12, 40);
+  BOOST_REQUIRE(allocate(make_prompt_request(cfg, 1, prompt)));
+  BOOST_REQUIRE(free(1));
+  BOOST_TEST(value_or(pin("", prompt, 1), 0u) == 3u); // 1 ms
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  BOOST_REQUIRE(allocate(2, 4 * 64)); // every block, the pinned three too
 }
 
 BOOST_AUTO_TEST_SUITE_END()
