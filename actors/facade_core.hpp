@@ -52,14 +52,16 @@ public:
   ask_undoable(blocking_bridge::late_reply_handler undo, const Handle& dest,
                Ts&&... xs) {
     auto to = caf::actor_cast<caf::strong_actor_ptr>(dest);
-    bool to_cache = to == caf::actor_cast<caf::strong_actor_ptr>(cache_.manager)
-                    || to == caf::actor_cast<caf::strong_actor_ptr>(cache_.pool);
     auto res = bridge_.call(to, caf::make_message(std::forward<Ts>(xs)...),
                             timeout(), std::move(undo));
     if (!res) {
       // The manager or the pool (steps) gone, or the facade stopped:
       // kvactor's own code, as calls waiting at that moment get (a
-      // handle's callers map it to invalid_handle themselves).
+      // handle's callers map it to invalid_handle themselves). Compared
+      // here, off the path of calls that succeed.
+      auto addr = to ? to->address() : caf::actor_addr{};
+      bool to_cache = addr == cache_.manager.address()
+                      || addr == cache_.pool.address();
       if (to_cache && res.error() == caf::sec::request_receiver_down)
         return make_error(errc::shutting_down,
                           "the cache manager has stopped");
