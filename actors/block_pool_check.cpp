@@ -190,6 +190,13 @@ caf::error block_pool_core::check_invariant() const {
   if (shortfall != shortfall_total_)
     return broken("reservation shortfall " + std::to_string(shortfall_total_)
                   + " != " + std::to_string(shortfall));
+  // Every reservation can be served at once: the blocks anyone may take
+  // (free and evictable) cover what the tenants below theirs still miss.
+  auto avail = free_.size() + lru_.size();
+  if (avail < shortfall)
+    return broken("reservations short of " + std::to_string(shortfall)
+                  + " blocks, only " + std::to_string(avail)
+                  + " free or evictable");
   return caf::none;
 }
 

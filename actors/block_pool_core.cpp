@@ -250,7 +250,12 @@ void block_pool_core::unref(block_id b, std::uint8_t level) {
     // The most valuable holder decides how long the prefix stays cached.
     m.state = block_state::cached;
     m.level = std::max(m.level, level);
-    if (!m.pinned)
+    // A pinned block leaves the takeable blocks short of the reservations
+    // (its holder's may just have grown): the reservation wins.
+    if (m.pinned && free_.size() + lru_.size() < shortfall_total_)
+      unpin_at(static_cast<std::size_t>(
+        std::find(pinned_.begin(), pinned_.end(), b) - pinned_.begin()));
+    else if (!m.pinned)
       lru_.push_back(b, m.level);
   } else {
     m.state = block_state::free;

@@ -221,8 +221,12 @@ public:
   /// Keeps the cached full blocks of `tokens` (tenant `t`'s namespace) from
   /// eviction until `now_ms + ttl_ms`. Returns how many blocks are pinned.
   /// Errors (nothing pinned then): quota_exceeded past max_pinned_blocks;
-  /// out_of_blocks if pinning cached blocks would take what other tenants'
-  /// reservations hold (a pinned cached block cannot be taken).
+  /// out_of_blocks if pinning cached blocks would take what reservations
+  /// hold - any tenant's, the pinner's too (a pinned cached block cannot be
+  /// taken); invalid_request for a block another reserved tenant is using.
+  /// Pins give way to reservations: a pinned block whose last holder lets
+  /// it go while the reservations are short of blocks loses its pin and is
+  /// cached like any other (unref), so the pool always covers them.
   caf::expected<std::uint32_t> pin(std::uint16_t t,
                                    const std::vector<token_id>& tokens,
                                    std::uint64_t ttl_ms, std::uint64_t now_ms);
@@ -401,6 +405,9 @@ private:
   void charge(block_id b, std::uint16_t t) noexcept;
   void uncharge(block_id b) noexcept;
   void unref(block_id b, std::uint8_t level);
+  /// Drops the pin pinned_[i] (the last pin moves to i; a cached block
+  /// goes onto the LRU at its level).
+  void unpin_at(std::size_t i);
   void evict_one(block_id b, std::uint8_t level);
   void index_block(block_id b, block_hash h, std::uint64_t parent,
                    std::uint16_t t, const token_id* tokens);

@@ -133,14 +133,17 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
                         + std::to_string(max_pinned_) + " ("
                         + std::to_string(pinned_.size()) + " pinned)");
   // A pinned cached block can no longer be taken: pinning it takes it, as
-  // far as other tenants' reservations are concerned.
-  if (off_lru > takeable(t))
+  // far as reservations are concerned - the pinner's own too, or another
+  // reserved tenant would find its share gone to the pinner's shortfall.
+  auto avail = static_cast<std::uint64_t>(free_.size() + lru_.size());
+  auto spare = avail > shortfall_total_ ? avail - shortfall_total_ : 0;
+  if (off_lru > spare)
     return make_error(errc::out_of_blocks,
                       "pinning " + std::to_string(off_lru)
-                        + " cached blocks would take blocks held for other "
-                          "tenants' reservations ("
-                        + std::to_string(takeable(t)) + " available to tenant '"
-                        + tenants_[t].config.name + "')");
+                        + " cached blocks would take blocks held for "
+                          "reservations (" + std::to_string(avail)
+                        + " free or evictable, "
+                        + std::to_string(shortfall_total_) + " held)");
   // Saturating: a time to live past the end of the clock pins for good.
   auto until = ttl_ms > UINT64_MAX - now_ms ? UINT64_MAX : now_ms + ttl_ms;
   for (std::uint32_t i = 0; i < hits; ++i) {
@@ -157,6 +160,17 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
   return hits;
 }
 
+void block_pool_core::unpin_at(std::size_t i) {
+  auto b = pinned_[i];
+  auto& m = blocks_[b];
+  m.pinned = false;
+  pin_until_[b] = 0;
+  pinned_[i] = pinned_.back();
+  pinned_.pop_back();
+  if (m.state == block_state::cached)
+    lru_.push_back(b, m.level);
+}
+
 std::uint64_t block_pool_core::pinned_cached_blocks() const noexcept {
   std::uint64_t n = 0;
   for (auto b : pinned_)
@@ -167,18 +181,11 @@ std::uint64_t block_pool_core::pinned_cached_blocks() const noexcept {
 std::uint32_t block_pool_core::expire_pins(std::uint64_t now_ms) {
   std::uint32_t done = 0;
   for (std::size_t i = 0; i < pinned_.size();) {
-    auto b = pinned_[i];
-    auto& m = blocks_[b];
-    if (pin_until_[b] > now_ms) {
+    if (pin_until_[pinned_[i]] > now_ms) {
       ++i;
       continue;
     }
-    m.pinned = false;
-    pin_until_[b] = 0;
-    if (m.state == block_state::cached)
-      lru_.push_back(b, m.level);
-    pinned_[i] = pinned_.back();
-    pinned_.pop_back();
+    unpin_at(i); // puts the last pin at i
     ++done;
   }
   return done;

@@ -200,6 +200,15 @@ void pool_model::unref(block_id b, std::size_t level) {
   if (m.key) {
     m.st = state::cached;
     m.level = std::max(m.level, level);
+    if (m.pinned && takeable_blocks() < shortfall()) {
+      // Reservations come first: the pin is dropped.
+      m.pinned = false;
+      m.pin_until = 0;
+      // As the pool does (the order decides later expiries' LRU order):
+      // the last pin takes its place.
+      *std::find(pinned_.begin(), pinned_.end(), b) = pinned_.back();
+      pinned_.pop_back();
+    }
     if (!m.pinned)
       lru_[m.level].push_back(b);
   } else {

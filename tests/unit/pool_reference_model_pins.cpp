@@ -39,7 +39,9 @@ pool_model::pin(std::uint16_t t, const std::vector<token_id>& tokens,
   }
   if (pinned_.size() + fresh > max_pinned_)
     return {errc::quota_exceeded, 0};
-  if (off_lru > takeable(t))
+  // Pinned cached blocks cannot be taken: never those reservations need
+  // (anyone's, the pinner's own too).
+  if (takeable_blocks() < shortfall() + off_lru)
     return {errc::out_of_blocks, 0};
   for (auto b : found) {
     auto& m = blocks_[b];

@@ -129,6 +129,16 @@ BOOST_AUTO_TEST_CASE(a_reserved_tenant_gets_its_reservation_under_contention) {
   alloc(tokens_req(21, 16, "r2"));
 }
 
+namespace {
+
+/// `p` and one token after it: a prompt that hits all of p's full blocks.
+std::vector<token_id> with_one_more(std::vector<token_id> p) {
+  p.push_back(300);
+  return p;
+}
+
+} // namespace
+
 BOOST_AUTO_TEST_CASE(pinning_cannot_take_a_reserved_tenants_shortfall) {
   cfg.tenants = {tenant_config{}, tenant("r", 0, 6)};
   cfg.max_pinned_blocks = 16;
@@ -142,14 +152,62 @@ BOOST_AUTO_TEST_CASE(pinning_cannot_take_a_reserved_tenants_shortfall) {
   BOOST_TEST(code(pool().pin(0, p, 100, 0)) == "out_of_blocks");
   BOOST_TEST(describe(pool(), false) == before);
   alloc(tokens_req(3, 24, "r"));
-  // r may pin cached blocks of its own shortfall.
+  // Nor r its own: its shortfall is what it may take, and pinned blocks
+  // cannot be taken. (It used to be allowed, which let a tenant with a
+  // reservation pin into another reserved tenant's share.) Its cached
+  // blocks are safe anyway: no one else may evict them.
   make(16);
   auto rp = run(200, 24);
   alloc(prompt_req(1, rp, "r"));
   release(1);               // 6 cached
   alloc(tokens_req(2, 40)); // the 10 free ones
-  BOOST_TEST(pool().pin(1, rp, 100, 0).value() == 6u);
+  BOOST_TEST(code(pool().pin(1, rp, 100, 0)) == "out_of_blocks");
   BOOST_TEST(try_alloc(tokens_req(3, 1)) == "out_of_blocks");
+  BOOST_TEST(alloc(prompt_req(4, with_one_more(run(200, 20)), "r")) == 20u);
+}
+
+BOOST_AUTO_TEST_CASE(a_pin_cannot_take_one_reserved_tenants_share_for_another) {
+  cfg.tenants = {tenant_config{}, tenant("r", 0, 4), tenant("u", 0, 4)};
+  cfg.max_pinned_blocks = 16;
+  make(16);
+  auto rp = run(200, 32); // 8 full blocks
+  alloc(prompt_req(1, rp, "r"));
+  release(1);               // 8 cached, 8 free; r and u short of 4 each
+  alloc(tokens_req(2, 16)); // 4 of the free ones: 12 left for 8 held
+  // Pinning all 8 would leave 4 blocks for both reservations.
+  BOOST_TEST(code(pool().pin(1, rp, 100, 0)) == "out_of_blocks");
+  BOOST_TEST(pool().pinned_blocks() == 0u);
+  // The first 4 fit beside them; then each reservation is still whole.
+  BOOST_TEST(pool().pin(1, run(200, 16), 100, 0).value() == 4u);
+  alloc(tokens_req(3, 16, "u"));
+  alloc(tokens_req(4, 16, "r"));
+  BOOST_TEST(pool().pinned_blocks() == 4u);
+}
+
+// A tenant may pin what it is using itself; once it lets those blocks go
+// while the reservations are short (its own now included), the pins give
+// way: the blocks are cached, evictable, and the pool covers every
+// reservation. Kept pinned, they left r's shortfall without blocks.
+BOOST_AUTO_TEST_CASE(pins_on_blocks_a_reserved_tenant_lets_go_give_way) {
+  cfg.tenants = {tenant_config{}, tenant("r", 0, 6)};
+  cfg.max_pinned_blocks = 16;
+  make(16);
+  auto rp = run(200, 24);
+  alloc(prompt_req(1, rp, "r")); // its 6, all indexed
+  BOOST_TEST(pool().pin(1, rp, 100, 0).value() == 6u);
+  alloc(tokens_req(2, 40)); // the other 10
+  release(1);
+  BOOST_TEST(pool().pinned_blocks() == 0u);
+  BOOST_TEST(pool().cached_blocks() == 6u);
+  BOOST_TEST(try_alloc(tokens_req(3, 1)) == "out_of_blocks"); // r's
+  BOOST_TEST(alloc(prompt_req(4, with_one_more(run(200, 20)), "r")) == 20u);
+  // With room to spare the pins stay.
+  make(16);
+  alloc(prompt_req(1, rp, "r"));
+  BOOST_TEST(pool().pin(1, rp, 100, 0).value() == 6u);
+  release(1);
+  BOOST_TEST(pool().pinned_blocks() == 6u);
+  BOOST_TEST(pool().cached_blocks() == 0u);
 }
 
 // Were a namespace peer to pin r's prefix while r holds it, r's blocks would
