@@ -293,8 +293,9 @@ void block_pool_core::share_indexed(block_id b, const sequence& seq) {
   if (m.state == block_state::cached) {
     if (!m.pinned)
       lru_.remove(b, m.level);
+    // A revived prefix keeps its level: a low request's hit on a high one's
+    // prefix must not make it the first to go once both are done.
     m.state = block_state::used;
-    m.level = 0; // a revived prefix is worth what its new holders are
     charge(b, seq.tenant);
   }
   hold(b, seq);

@@ -485,9 +485,12 @@ BOOST_AUTO_TEST_CASE(three_tenants_under_pressure_keep_every_promise) {
 }
 
 BOOST_AUTO_TEST_CASE(three_tenants_under_pressure_with_a_watermark) {
+  // The watermark keeps room for extends: a step almost never runs short
+  // here (once in 100,000 operations before revived prefixes kept their
+  // level, none since), so step preemption is the next case's to reach.
   run_and_check_coverage({12, 64, 100000, "immediate", 0.05},
                          {"headroom refused", "swap_in headroom refused",
-                          "step preempted", "reservation binding"});
+                          "reservation binding"});
 }
 
 BOOST_AUTO_TEST_CASE(three_tenants_under_pressure_admitted_immediately) {

@@ -274,8 +274,7 @@ void pool_model::share(block_id b, const model_sequence& seq) {
     if (!m.pinned)
       lru_[m.level].remove(b);
     m.st = state::used;
-    m.tenant = seq.tenant;
-    m.level = seq.level; // revived: worth what its new holder is
+    m.tenant = seq.tenant; // revived: keeps its level, raised below
     ++tenants_[seq.tenant].used;
   }
   m.level = std::max(m.level, seq.level);
