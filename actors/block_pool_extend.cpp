@@ -110,11 +110,14 @@ block_pool_core::extend(request_id id, std::uint64_t n,
   auto new_blocks = total / block_size_ + (total % block_size_ != 0);
   auto add = new_blocks - old_blocks;
   // Copy on write only if another table holds the block: a copy in flight
-  // (holds) only reads the tokens before ours, which we never change.
+  // (holds) only reads the tokens before ours, which we never change. Or if
+  // the block entered the prefix index meanwhile: a copy that failed gave
+  // us back the shared block our former sharer went on to fill, and an
+  // indexed block is never written again, even by its last holder.
   bool cow = false;
   if (seq->tail_shared && seq->num_tokens % block_size_ != 0) {
     auto& last = blocks_[seq->blocks.back()];
-    cow = last.ref_count - last.holds > 1;
+    cow = last.ref_count - last.holds > 1 || last.indexed;
   }
   if (add + cow > 0)
     if (auto err = admit_blocks(seq->tenant, add + cow))
@@ -127,7 +130,6 @@ block_pool_core::extend(request_id id, std::uint64_t n,
     auto old = seq->blocks.back();
     auto copy = take_block(seq->tenant);
     blocks_[copy].level = seq->level;
-    --blocks_[old].ref_count; // > 1 before: still used by the others
     if (hold_copies) {
       begin_cow(*seq, block_copy{old, copy}); // before seq changes
       for (auto b : {old, copy}) {
@@ -135,6 +137,9 @@ block_pool_core::extend(request_id id, std::uint64_t n,
         ++blocks_[b].holds;
       }
     }
+    // Our reference goes; if it was the last (an indexed block), the block
+    // is cached now, or once the copy's hold ends.
+    unref(old, seq->level);
     seq->blocks.back() = copy;
     out.copies.push_back(block_copy{old, copy});
     ++counters_.cow_copies;

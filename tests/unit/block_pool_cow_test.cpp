@@ -126,6 +126,32 @@ BOOST_FIXTURE_TEST_CASE(a_failed_copy_undoes_the_blocks_taken_after_it,
   BOOST_TEST(pool().free_blocks() == 16u - 2u);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_failed_copy_never_leaves_a_write_into_an_indexed_block,
+                        cow_fixture) {
+  auto copies = extend_held();
+  // Meanwhile 1 fills block 1 in place (2 no longer holds it) and indexes
+  // it, then ends: the block's last reference is the copy's hold.
+  std::vector<token_id> ones{30, 31};
+  BOOST_REQUIRE(pool().extend(1, 2, ones.data()));
+  BOOST_TEST(index_size(pool()) == 2u);
+  release(1);
+  BOOST_TEST(pool().settle_copies(copies, false) == std::vector<request_id>{2});
+  // 2 is back on block 1, alone, six tokens in: its next token would land
+  // where 1's token 30 is, in a block the index serves for 1's prefix.
+  BOOST_TEST((blocks(2) == ids{0, 1}));
+  std::vector<token_id> twos{20};
+  auto res = pool().extend(2, 1, twos.data());
+  BOOST_REQUIRE(res);
+  BOOST_TEST(res->copies.size() == 1u);
+  BOOST_TEST(res->copies.front().src == 1u);
+  BOOST_TEST(blocks(2).back() != 1u);
+  BOOST_TEST(invariant(pool()) == "ok");
+  // 1's prefix is still there, as 1 left it.
+  BOOST_TEST(pool().cached_blocks() == 1u);
+  BOOST_TEST(alloc(prompt_req(3, run(10, 6) + std::vector<token_id>{30, 31, 99}))
+             == 8u);
+}
+
 BOOST_FIXTURE_TEST_CASE(a_request_whose_copy_is_in_flight_is_not_forked_or_swapped,
                         cow_fixture) {
   // Its table may yet be undone: a fork would share the copy that never
