@@ -459,6 +459,13 @@ private:
   }
   sequence* find_mut(request_id id) noexcept;
   /// Whether `id` is allocated and resident: preempting it frees blocks now.
+  /// Would preempting a request of tenant `v` free blocks tenant `t` may
+  /// take? Not if `v` is another tenant at or below its reservation (judged
+  /// by tenant: a shared block is charged to its first holder's).
+  bool frees_for(std::uint16_t t, std::uint16_t v) const noexcept {
+    auto reserved = tenants_[v].config.reserved_blocks;
+    return v == t || reserved == 0 || tenants_[v].used > reserved;
+  }
   bool holds_device_blocks(request_id id) const noexcept {
     auto seq = find(id);
     return seq != nullptr && seq->where == residency::resident;

@@ -73,12 +73,21 @@ step_result block_pool_core::run_step(const step_request& step,
       }
       // Preempt the newest request of the step that still holds its device
       // blocks. One being swapped or swapped out, or unknown, would free
-      // nothing now; it fails on its own extend when its turn comes. ops[i]
-      // is resident (its extend ran short), so the victim is found.
+      // nothing now; it fails on its own extend when its turn comes. Nor
+      // would one of another tenant at or below its reservation: its blocks
+      // go back to that reservation, not to ops[i]. Failing all, ops[i]
+      // itself (resident: its extend ran short).
       while (last > i
              && (gone[last - 1] || !holds_device_blocks(ops[last - 1].id)))
         --last;
-      auto victim = last - 1; // >= i
+      auto t = find(op.id)->tenant;
+      auto victim = i;
+      for (auto v = last; v-- > i + 1;)
+        if (!gone[v] && holds_device_blocks(ops[v].id)
+            && frees_for(t, find(ops[v].id)->tenant)) {
+          victim = v;
+          break;
+        }
       gone[victim] = true;
       if (auto freed = preempt(ops[victim].id)) {
         r.preempted.push_back(ops[victim].id);

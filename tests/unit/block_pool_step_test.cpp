@@ -115,6 +115,31 @@ BOOST_FIXTURE_TEST_CASE(run_step_passes_over_victims_that_hold_no_device_blocks,
   BOOST_TEST((pool().find(3)->where == detail::residency::swapped));
 }
 
+BOOST_FIXTURE_TEST_CASE(run_step_passes_over_victims_whose_blocks_go_to_their_reservation,
+                        pool_fixture) {
+  // 3's tenant holds just its reservation: preempting 3 would hand its
+  // blocks back to that reservation, nothing to 1. It used to be preempted
+  // first, for nothing, and 2 after it.
+  cfg.tenants = {tenant_config{}, tenant("r", 0, 4)};
+  make(8);
+  alloc(tokens_req(1, 8));       // 0 1
+  alloc(tokens_req(2, 8));       // 2 3
+  alloc(tokens_req(3, 16, "r")); // 4-7: the pool is full
+  step_request step;
+  step.extends = {grow(1, 4), grow(2, 1), grow(3, 1)};
+  auto r = pool().run_step(step);
+  BOOST_TEST(r.preempted == std::vector<request_id>{2});
+  BOOST_TEST(r.failed.empty());
+  BOOST_TEST(blocks(1).size() == 3u);
+  BOOST_TEST(blocks(3).size() == 5u); // r past its reservation now
+  // Past it, r's request is a victim like any other.
+  release(1);
+  alloc(tokens_req(4, 8)); // 2 of the 3 free
+  step.extends = {grow(4, 8), grow(3, 1)};
+  r = pool().run_step(step);
+  BOOST_TEST(r.preempted == std::vector<request_id>{3});
+}
+
 BOOST_FIXTURE_TEST_CASE(run_step_frees_first_and_reports_copies_and_bad_ops,
                         pool_fixture) {
   make(4);

@@ -59,14 +59,24 @@ model_step_result pool_model::run_step(const step_request& step) {
         break;
       }
       // The newest request of the list not yet preempted that holds device
-      // blocks (resident); possibly op itself.
+      // blocks (resident) and whose blocks op may take - its own tenant's,
+      // or one over its reservation; else op itself.
       auto resident = [&](request_id id) {
         auto it = seqs_.find(id);
         return it != seqs_.end() && it->second.where == residency::resident;
       };
-      auto victim = ops.size() - 1;
-      while (preempted[victim] || !resident(ops[victim].id))
-        --victim;
+      auto t = seqs_.at(op.id).tenant;
+      auto helps = [&](request_id id) {
+        auto v = seqs_.at(id).tenant;
+        auto reserved = tenants_[v].config.reserved_blocks;
+        return v == t || reserved == 0 || tenants_[v].used > reserved;
+      };
+      auto victim = i;
+      for (auto v = ops.size(); v-- > i + 1;)
+        if (!preempted[v] && resident(ops[v].id) && helps(ops[v].id)) {
+          victim = v;
+          break;
+        }
       preempted[victim] = true;
       auto p = preempt(ops[victim].id);
       if (p.err)
