@@ -35,6 +35,10 @@ struct device_state {
     std::function<void(caf::error)> finish;
   };
   std::deque<pending> queue;
+  /// Per device block: swap-outs in flight that read it. A slot write
+  /// into such a block is refused - ordered after the read, it would miss
+  /// the host copy and be lost at swap-in.
+  std::vector<std::uint32_t> swapping_out;
   /// A watchdog poll (delayed done_atom) is on its way.
   bool watchdog_armed = false;
   /// Staging for bytes that arrive in or leave in messages (pinned on cuda);
@@ -105,10 +109,17 @@ void drain(device_ptr self) {
   }
 }
 
+/// Nothing to do when an op ends.
+struct no_cleanup {
+  void operator()() const noexcept {
+  }
+};
+
 /// Submits through `submit` (returns expected<ticket>) and replies with
-/// `value` once the work completed, or with the error.
-template <class T, class Submit>
-caf::result<T> run(device_ptr self, Submit submit, T value) {
+/// `value` once the work completed, or with the error; `ended` runs first
+/// then (only if the work was submitted).
+template <class T, class Submit, class Ended = no_cleanup>
+caf::result<T> run(device_ptr self, Submit submit, T value, Ended ended = {}) {
   auto t = submit();
   if (!t) {
     drain(self); // a fault fails the work already queued as well
@@ -116,7 +127,8 @@ caf::result<T> run(device_ptr self, Submit submit, T value) {
   }
   auto rp = self->make_response_promise<T>();
   self->state.queue.push_back(device_state::pending{
-    *t, [rp, value](caf::error err) mutable {
+    *t, [rp, value, ended](caf::error err) mutable {
+      ended();
       if (err)
         rp.deliver(std::move(err));
       else
@@ -130,6 +142,7 @@ device_actor::behavior_type device_fun(device_ptr self,
                                        std::shared_ptr<storage> store) {
   auto& st = self->state;
   st.store = std::move(store);
+  st.swapping_out.assign(st.store->layout().num_blocks, 0);
   // Completion callbacks come from a CUDA thread: only post a message.
   st.store->set_wake([addr = self->address()] {
     if (auto strong = caf::actor_cast<caf::strong_actor_ptr>(addr))
@@ -163,9 +176,23 @@ device_actor::behavior_type device_fun(device_ptr self,
         static_cast<std::uint32_t>(pairs.size()));
     },
     [self](swap_out_atom, const std::vector<block_move>& moves) {
+      // Submitted, the moves' sources are being read until the op ends
+      // (the storage checked their range).
       return run<std::uint32_t>(
-        self, [&] { return self->state.store->swap_out(moves); },
-        static_cast<std::uint32_t>(moves.size()));
+        self,
+        [&] {
+          auto t = self->state.store->swap_out(moves);
+          if (t)
+            for (auto& m : moves)
+              ++self->state.swapping_out[m.device_block];
+          return t;
+        },
+        static_cast<std::uint32_t>(moves.size()),
+        [self, moves] {
+          auto& out = self->state.swapping_out;
+          for (auto& m : moves)
+            --out[m.device_block];
+        });
     },
     [self](swap_in_atom, const std::vector<block_move>& moves) {
       return run<std::uint32_t>(
@@ -183,10 +210,20 @@ device_actor::behavior_type device_fun(device_ptr self,
                             + " bytes of keys and of values, got "
                             + std::to_string(w.keys.size()) + " and "
                             + std::to_string(w.values.size()));
+      auto& st = self->state;
+      for (auto slot : w.slots) {
+        auto b = slot < 0 ? st.swapping_out.size()
+                          : static_cast<std::size_t>(slot) / lay.block_size;
+        if (b < st.swapping_out.size() && st.swapping_out[b] > 0)
+          return make_error(errc::invalid_request,
+                            "slot_write: slot " + std::to_string(slot)
+                              + " is in block " + std::to_string(b)
+                              + ", which is being swapped out: the write "
+                                "would miss the host copy");
+      }
       // Stage in memory the backend accepts; wait here (for this op alone,
       // not for earlier swaps on other streams), so the staging is free
       // again when the next message comes.
-      auto& st = self->state;
       auto buf = st.stage(2 * n * row);
       if (buf == nullptr && n > 0)
         return make_error(errc::device_failure,

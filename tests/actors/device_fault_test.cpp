@@ -247,6 +247,31 @@ BOOST_FIXTURE_TEST_CASE(a_write_waits_for_its_own_work_only, slow_fixture) {
   BOOST_TEST(replies() == strings{"2"});
 }
 
+BOOST_FIXTURE_TEST_CASE(a_write_into_a_block_being_swapped_out_is_refused,
+                        slow_fixture) {
+  // Ordered after the swap's read, it would miss the host copy and be lost
+  // at swap-in: refused, nothing submitted, until the swap ends.
+  self->send(cache.device, swap_out_atom::value, std::vector<block_move>{{4, 0}});
+  run();
+  const std::size_t row = std::size_t{cfg.model.num_kv_heads}
+                          * cfg.model.head_dim * size_of(cfg.model.dtype);
+  slot_write w;
+  w.layer = 0;
+  w.slots = {-1, 4 * std::int64_t{cfg.block_size} + 1};
+  w.keys.assign(2 * row, 1);
+  w.values.assign(2 * row, 2);
+  self->send(cache.device, write_atom::value, w);
+  run();
+  BOOST_TEST(replies() == strings{"invalid_request"});
+  BOOST_TEST(store->pending() == 1u);
+  store->complete();
+  run();
+  BOOST_TEST(replies() == strings{"1"});
+  self->send(cache.device, write_atom::value, w);
+  run();
+  BOOST_TEST(replies() == strings{"2"});
+}
+
 BOOST_FIXTURE_TEST_CASE(a_fault_answers_every_waiting_request_without_a_wake,
                         slow_fixture) {
   self->send(cache.device, copy_atom::value, std::vector<block_copy>{{0, 1}});
