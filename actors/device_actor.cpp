@@ -39,6 +39,7 @@ struct device_state {
   /// into such a block is refused - ordered after the read, it would miss
   /// the host copy and be lost at swap-in.
   std::vector<std::uint32_t> swapping_out;
+  std::uint64_t swapping_out_total = 0; ///< the sum of swapping_out
   /// A watchdog poll (delayed done_atom) is on its way.
   bool watchdog_armed = false;
   /// Staging for bytes that arrive in or leave in messages (pinned on cuda);
@@ -182,9 +183,11 @@ device_actor::behavior_type device_fun(device_ptr self,
         self,
         [&] {
           auto t = self->state.store->swap_out(moves);
-          if (t)
+          if (t) {
             for (auto& m : moves)
               ++self->state.swapping_out[m.device_block];
+            self->state.swapping_out_total += moves.size();
+          }
           return t;
         },
         static_cast<std::uint32_t>(moves.size()),
@@ -192,6 +195,7 @@ device_actor::behavior_type device_fun(device_ptr self,
           auto& out = self->state.swapping_out;
           for (auto& m : moves)
             --out[m.device_block];
+          self->state.swapping_out_total -= moves.size();
         });
     },
     [self](swap_in_atom, const std::vector<block_move>& moves) {
@@ -211,7 +215,10 @@ device_actor::behavior_type device_fun(device_ptr self,
                             + std::to_string(w.keys.size()) + " and "
                             + std::to_string(w.values.size()));
       auto& st = self->state;
-      for (auto slot : w.slots) {
+      if (st.swapping_out_total > 0)
+        drain(self); // swaps that ended but are not answered yet
+      for (std::size_t i = 0; st.swapping_out_total > 0 && i < n; ++i) {
+        auto slot = w.slots[i];
         auto b = slot < 0 ? st.swapping_out.size()
                           : static_cast<std::size_t>(slot) / lay.block_size;
         if (b < st.swapping_out.size() && st.swapping_out[b] > 0)
