@@ -21,6 +21,7 @@ block_pool_core::block_pool_core(const cache_config& cfg,
     blocks_(num_blocks),
     parent_(num_blocks, 0),
     pin_until_(num_blocks, 0),
+    pin_pos_(cfg.max_pinned_blocks > 0 ? num_blocks : 0, 0),
     lru_(num_blocks),
     index_(num_blocks) {
   free_.reserve(num_blocks);
@@ -248,14 +249,10 @@ void block_pool_core::unref(block_id b, std::uint8_t level) {
   ++counters_.blocks_freed;
   if (m.indexed) {
     // The most valuable holder decides how long the prefix stays cached.
+    // (A pinned one may leave the reservations short: see give_way.)
     m.state = block_state::cached;
     m.level = std::max(m.level, level);
-    // A pinned block leaves the takeable blocks short of the reservations
-    // (its holder's may just have grown): the reservation wins.
-    if (m.pinned && free_.size() + lru_.size() < shortfall_total_)
-      unpin_at(static_cast<std::size_t>(
-        std::find(pinned_.begin(), pinned_.end(), b) - pinned_.begin()));
-    else if (!m.pinned)
+    if (!m.pinned)
       lru_.push_back(b, m.level);
   } else {
     m.state = block_state::free;
@@ -386,6 +383,8 @@ void block_pool_core::release_now(sequence& seq) {
   }
   for (auto i = seq.incoming.rbegin(); i != seq.incoming.rend(); ++i)
     unref(*i, level);
+  give_way(seq.blocks.data(), seq.blocks.size());
+  give_way(seq.incoming.data(), seq.incoming.size());
   for (auto h : seq.host_blocks)
     host_free_.push(h);
   seq.incoming.clear();

@@ -202,7 +202,8 @@ public:
   caf::expected<std::vector<block_move>> swap_in_begin(request_id id);
   /// The device moved the bytes (ok: resident again) or failed (!ok: still
   /// swapped; the fresh blocks go back, and revived ones back to the cache,
-  /// as its most recently used blocks at the request's level).
+  /// as its most recently used blocks, at the request's level or the
+  /// higher one they kept).
   caf::expected<std::uint32_t> swap_in_done(request_id id, bool ok);
   std::uint32_t num_host_blocks() const noexcept {
     return num_host_blocks_;
@@ -408,6 +409,13 @@ private:
   /// Drops the pin pinned_[i] (the last pin moves to i; a cached block
   /// goes onto the LRU at its level).
   void unpin_at(std::size_t i);
+  /// Pins give way to reservations. After `blocks` (a table, head first)
+  /// were let go: while the free and evictable blocks do not cover every
+  /// reservation's shortfall (a pinned block let go leaves them short by
+  /// one if its holder's tenant fell below its reservation), unpins the
+  /// pinned cached blocks among them, deepest first - so what stays pinned
+  /// is still a prefix a lookup can reach. O(1) when nothing is short.
+  void give_way(const block_id* blocks, std::size_t n);
   void evict_one(block_id b, std::uint8_t level);
   void index_block(block_id b, block_hash h, std::uint64_t parent,
                    std::uint16_t t, const token_id* tokens);
@@ -480,6 +488,8 @@ private:
   std::vector<block_meta> blocks_;
   std::vector<std::uint64_t> parent_;    ///< per block: parent's hash.lo
   std::vector<std::uint64_t> pin_until_; ///< per block: pin deadline (ms)
+  /// Per block: its index in pinned_ while pinned (empty if pins are off).
+  std::vector<std::uint32_t> pin_pos_;
   free_stack free_;
   lru_lists lru_;
   prefix_index index_; ///< hash.lo -> block

@@ -120,6 +120,7 @@ block_pool_core::settle_copies(const std::vector<block_copy>& copies,
     for (auto b : {c.src, c.dst}) {
       --blocks_[b].holds;
       unref(b, blocks_[b].level);
+      give_way(&b, 1);
     }
   return undone;
 }

@@ -137,9 +137,6 @@ block_pool_core::extend(request_id id, std::uint64_t n,
         ++blocks_[b].holds;
       }
     }
-    // Our reference goes; if it was the last (an indexed block), the block
-    // is cached now, or once the copy's hold ends.
-    unref(old, seq->level);
     seq->blocks.back() = copy;
     out.copies.push_back(block_copy{old, copy});
     ++counters_.cow_copies;
@@ -147,6 +144,14 @@ block_pool_core::extend(request_id id, std::uint64_t n,
   for (std::uint64_t i = 0; i < add; ++i) {
     seq->blocks.push_back(take_block(seq->tenant));
     blocks_[seq->blocks.back()].level = seq->level;
+  }
+  if (cow) {
+    // Our reference to the copied block goes - after the blocks above were
+    // taken, so none of them is the source (cached if this was its last
+    // reference, an indexed block's) before the device copied it.
+    auto old = out.copies.back().src;
+    unref(old, seq->level);
+    give_way(&old, 1);
   }
   if (tokens != nullptr && seq->hashable) {
     hash_appended(*seq, tokens, n);

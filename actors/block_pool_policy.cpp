@@ -153,6 +153,7 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
     if (m.pinned)
       continue;
     m.pinned = true;
+    pin_pos_[b] = static_cast<std::uint32_t>(pinned_.size());
     pinned_.push_back(b);
     if (m.state == block_state::cached)
       lru_.remove(b, m.level);
@@ -166,9 +167,19 @@ void block_pool_core::unpin_at(std::size_t i) {
   m.pinned = false;
   pin_until_[b] = 0;
   pinned_[i] = pinned_.back();
+  pin_pos_[pinned_[i]] = static_cast<std::uint32_t>(i);
   pinned_.pop_back();
   if (m.state == block_state::cached)
     lru_.push_back(b, m.level);
+}
+
+void block_pool_core::give_way(const block_id* blocks, std::size_t n) {
+  while (n > 0 && free_.size() + lru_.size() < shortfall_total_) {
+    auto b = blocks[--n];
+    auto& m = blocks_[b];
+    if (m.pinned && m.state == block_state::cached)
+      unpin_at(pin_pos_[b]);
+  }
 }
 
 std::uint64_t block_pool_core::pinned_cached_blocks() const noexcept {

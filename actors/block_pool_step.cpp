@@ -40,7 +40,7 @@ step_result block_pool_core::run_step(const step_request& step,
     }
   }
   std::vector<bool> gone(ops.size(), false);
-  auto last = ops.size(); // ops[last..] are preempted
+  auto last = ops.size(); // ops[last..] are preempted or hold no device blocks
   std::size_t offset = 0; // of ops[i]'s tokens in step.tokens
   for (std::size_t i = 0; i < ops.size(); offset += ops[i].num_tokens, ++i) {
     if (gone[i] || (!named && !step.tokens.empty()))

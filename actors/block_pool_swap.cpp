@@ -49,6 +49,7 @@ caf::expected<std::uint32_t> block_pool_core::swap_out_done(request_id id,
     auto level = retention_level(*seq);
     for (auto i = seq->blocks.rbegin(); i != seq->blocks.rend(); ++i)
       unref(*i, level);
+    give_way(seq->blocks.data(), seq->blocks.size());
     seq->blocks.clear();
     seq->where = residency::swapped;
     ++counters_.swap_outs;
@@ -158,6 +159,7 @@ caf::expected<std::uint32_t> block_pool_core::swap_in_done(request_id id,
     auto level = retention_level(*seq);
     for (auto i = seq->incoming.rbegin(); i != seq->incoming.rend(); ++i)
       unref(*i, level);
+    give_way(seq->incoming.data(), seq->incoming.size());
     seq->incoming.clear();
     seq->where = residency::swapped;
   }

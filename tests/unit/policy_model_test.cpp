@@ -63,6 +63,7 @@ public:
     for (op_ = 0; op_ < p_.ops; ++op_) {
       now_ms_ += below(20);
       auto r = below(100);
+      auto pinned = core_.pinned_blocks();
       if (r < 20)
         do_allocate();
       else if (r < 32)
@@ -90,6 +91,9 @@ public:
       else
         do_step();
       compare();
+      // Only expiry and reservations (give_way) take pins away.
+      if (core_.pinned_blocks() < pinned && (r < 72 || r >= 75))
+        ++cov["pin gave way"];
     }
   }
 
@@ -291,15 +295,16 @@ private:
       ++cov["swap_in shared its prefix"];
   }
 
-  /// Pins a prefix gamma computed. Only gamma pins: its namespace is its
-  /// own and it has no reservation, so a block it pins is never one a
-  /// reserved tenant releases into the pinned state (which takes that
-  /// block from the reservation by the tenant's own doing).
+  /// Pins a prefix: gamma one it computed (its namespace is its own),
+  /// alpha or beta a system prompt (their shared namespace's). A reserved
+  /// tenant pinning blocks it uses itself is what makes pins give way.
   void do_pin() {
-    auto& prompt = gamma_prompts_[below(gamma_prompts_.size())];
+    auto t = static_cast<std::uint16_t>(below(3));
+    auto& prompt = t == 2 ? gamma_prompts_[below(gamma_prompts_.size())]
+                          : system_prompts_[below(system_prompts_.size())];
     auto ttl = below(300);
-    auto want = model_.pin(2, prompt, ttl, now_ms_);
-    auto got = core_.pin(2, prompt, ttl, now_ms_);
+    auto want = model_.pin(t, prompt, ttl, now_ms_);
+    auto got = core_.pin(t, prompt, ttl, now_ms_);
     expect("pin", code_of(got), want.first);
     if (got) {
       POLICY_REQUIRE(*got == want.second, "pinned " << *got << " vs " << want.second);
@@ -465,7 +470,8 @@ void run_and_check_coverage(const run_params& p,
                  "swap_out_done:ok:ok", "swap_out_done:failed:ok",
                  "swap_in_done:ok:ok", "swap_in_done:failed:ok",
                  "swap_in shared its prefix", "pin:ok",
-                 "pinned some", "pin:quota_exceeded", "expired", "victims",
+                 "pinned some", "pin:quota_exceeded", "pin:invalid_request",
+                 "expired", "victims",
                  "victim preempted:ok", "step admitted",
                  "event:stored", "event:removed"})
     must_reach.push_back(k);
@@ -496,7 +502,7 @@ BOOST_AUTO_TEST_CASE(three_tenants_under_pressure_with_a_watermark) {
 BOOST_AUTO_TEST_CASE(three_tenants_under_pressure_admitted_immediately) {
   run_and_check_coverage({13, 32, 100000, "immediate", 0.0},
                          {"step preempted", "reservation binding",
-                          "swap_in_begin:out_of_blocks"});
+                          "swap_in_begin:out_of_blocks", "pin gave way"});
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -200,20 +200,30 @@ void pool_model::unref(block_id b, std::size_t level) {
   if (m.key) {
     m.st = state::cached;
     m.level = std::max(m.level, level);
-    if (m.pinned && takeable_blocks() < shortfall()) {
-      // Reservations come first: the pin is dropped.
-      m.pinned = false;
-      m.pin_until = 0;
-      // As the pool does (the order decides later expiries' LRU order):
-      // the last pin takes its place.
-      *std::find(pinned_.begin(), pinned_.end(), b) = pinned_.back();
-      pinned_.pop_back();
-    }
     if (!m.pinned)
       lru_[m.level].push_back(b);
   } else {
     m.st = state::free;
     free_.push_back(b);
+  }
+}
+
+void pool_model::give_way(const std::vector<block_id>& table) {
+  // Reservations come first: while the blocks anyone may take fall short
+  // of them, the table's pinned cached blocks lose their pins, last first.
+  for (auto b = table.rbegin(); b != table.rend(); ++b) {
+    if (takeable_blocks() >= shortfall())
+      return;
+    auto& m = blocks_[*b];
+    if (!m.pinned || m.st != state::cached)
+      continue;
+    m.pinned = false;
+    m.pin_until = 0;
+    // As the pool does (the order decides later expiries' LRU order): the
+    // last pin takes its place.
+    *std::find(pinned_.begin(), pinned_.end(), *b) = pinned_.back();
+    pinned_.pop_back();
+    lru_[m.level].push_back(*b);
   }
 }
 
@@ -392,6 +402,8 @@ void pool_model::release_now(request_id id) {
     unref(*b, seq.level);
   for (auto b = seq.incoming.rbegin(); b != seq.incoming.rend(); ++b)
     unref(*b, seq.level);
+  give_way(seq.blocks);
+  give_way(seq.incoming);
   for (auto h : seq.host_blocks)
     host_free_.push_back(h);
   --tenants_[seq.tenant].active;

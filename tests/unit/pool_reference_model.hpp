@@ -180,7 +180,7 @@ private:
     state st = state::free;
     std::uint16_t tenant = 0; ///< last charged
     /// While cached: its LRU level. While used: the highest retention of
-    /// its holders since it was taken fresh or revived from the cache.
+    /// its holders since it was taken fresh (revived, it keeps its level).
     std::size_t level = 0;
     std::optional<prefix_key> key; ///< set iff indexed
     std::uint16_t stored_by = 0;   ///< tenant of its stored event
@@ -220,6 +220,8 @@ private:
   /// One more holder for indexed block `b`: `seq` (revived if cached).
   void share(block_id b, const model_sequence& seq);
   void unref(block_id b, std::size_t level);
+  /// Pins give way to reservations (block_pool_core::give_way).
+  void give_way(const std::vector<block_id>& table);
   void evict_block(block_id b);
   void index(block_id b, prefix_key key, std::uint16_t t);
 

@@ -48,6 +48,7 @@ model_release pool_model::swap_out_done(request_id id, bool ok) {
   if (ok) {
     for (auto b = seq.blocks.rbegin(); b != seq.blocks.rend(); ++b)
       unref(*b, seq.level);
+    give_way(seq.blocks);
     seq.blocks.clear();
     seq.where = residency::swapped;
     ++counters_.swap_outs;
@@ -136,6 +137,7 @@ model_release pool_model::swap_in_done(request_id id, bool ok) {
   } else {
     for (auto b = seq.incoming.rbegin(); b != seq.incoming.rend(); ++b)
       unref(*b, seq.level);
+    give_way(seq.incoming);
     seq.incoming.clear();
     seq.where = residency::swapped;
   }

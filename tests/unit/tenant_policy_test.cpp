@@ -201,6 +201,18 @@ BOOST_AUTO_TEST_CASE(pins_on_blocks_a_reserved_tenant_lets_go_give_way) {
   BOOST_TEST(pool().cached_blocks() == 6u);
   BOOST_TEST(try_alloc(tokens_req(3, 1)) == "out_of_blocks"); // r's
   BOOST_TEST(alloc(prompt_req(4, with_one_more(run(200, 20)), "r")) == 20u);
+  // Only as many as the reservations need, deepest first: what stays
+  // pinned is still a prefix a lookup reaches. (Given way one block at a
+  // time as released, tail first, the head went and the tail stayed
+  // pinned, unreachable, once r evicted the block before it.)
+  make(16);
+  alloc(prompt_req(1, rp, "r")); // 0-5
+  BOOST_TEST(pool().pin(1, rp, 100, 0).value() == 6u);
+  alloc(tokens_req(2, 32)); // 8 of the other 10: 2 free
+  release(1);               // 4 pins give way, blocks 5 4 3 2
+  BOOST_TEST(pool().pinned_blocks() == 2u);
+  alloc(tokens_req(3, 12, "r")); // the 2 free, then evicts block 5
+  BOOST_TEST(alloc(prompt_req(4, with_one_more(run(200, 16)), "r")) == 16u);
   // With room to spare the pins stay.
   make(16);
   alloc(prompt_req(1, rp, "r"));
