@@ -126,7 +126,10 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     self->quit(msg.reason);
   });
   self->attach_functor([sup = st.supervisor, pool = st.pool, dev = st.device,
-                        reg = st.shared_registry](const caf::error&) {
+                        reg = st.shared_registry,
+                        owed = st.shared_owed](const caf::error&) {
+    // Killed (no exit handler ran): its open promises still get answers.
+    owed->fail_all("the manager");
     for (auto& kvp : *reg)
       caf::anon_send_exit(kvp.second.handle, caf::exit_reason::user_shutdown);
     caf::anon_send_exit(sup, caf::exit_reason::user_shutdown);

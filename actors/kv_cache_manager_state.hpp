@@ -47,8 +47,10 @@ struct manager_state {
   std::unordered_map<caf::actor_addr, std::unordered_set<request_id>> owned;
   std::vector<caf::actor> lifecycle;
   /// Replies owed while the pool or the device works: answered with
-  /// shutting_down if the manager exits first.
-  reply_book owed;
+  /// shutting_down if the manager exits first - by its exit handler, or
+  /// if killed by the functor attached at spawn (the state is gone then).
+  std::shared_ptr<reply_book> shared_owed = std::make_shared<reply_book>();
+  reply_book& owed = *shared_owed;
 };
 
 using mgr_ptr = kv_cache_manager_actor::stateful_pointer<manager_state>;

@@ -43,7 +43,9 @@ public:
 
   /// Answers every open promise with shutting_down ("<who> exited before
   /// it answered allocate of request 7") and forgets them. Call it from
-  /// the actor itself (its exit handler), before it quits.
+  /// the actor's exit handler, before it quits, and from a functor
+  /// attached to it (which runs even when it is killed); the second call
+  /// finds nothing left.
   void fail_all(const char* who);
 
   std::size_t size() const noexcept {

@@ -37,8 +37,11 @@ struct supervisor_state {
   pool_usage last;
   std::vector<caf::actor> subscribers;
   /// GC requests waiting on the pool and the manager: answered with
-  /// shutting_down if the supervisor exits first.
-  detail::reply_book owed;
+  /// shutting_down if the supervisor exits first - by its exit handler, or
+  /// if killed by its attached functor (the state is gone then).
+  std::shared_ptr<detail::reply_book> shared_owed
+    = std::make_shared<detail::reply_book>();
+  detail::reply_book& owed = *shared_owed;
 
   /// Cached blocks to evict so that used + cached falls to the medium mark.
   std::uint32_t eviction_target() const {
@@ -157,6 +160,9 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
       return; // a normal exit (of a linked actor): CAF ignores those too
     self->state.owed.fail_all("the supervisor");
     self->quit(msg.reason);
+  });
+  self->attach_functor([owed = st.shared_owed](const caf::error&) {
+    owed->fail_all("the supervisor"); // killed: no exit handler ran
   });
   if (st.gc_interval.count() > 0)
     self->delayed_send(self, st.gc_interval, tick_atom::value);

@@ -10,6 +10,8 @@
 #include <future>
 #include <thread>
 
+#include <boost/test/data/monomorphic.hpp>
+#include <boost/test/data/test_case.hpp>
 #include <caf/all.hpp>
 
 #include "kvactor/messages/registration.hpp"
@@ -140,8 +142,10 @@ BOOST_AUTO_TEST_CASE(shutdown_on_the_threaded_scheduler_never_hangs) {
 // A request the manager took but answers only after the pool or the device
 // replies is a promise CAF 0.17 would drop at the manager's exit: the
 // requester would wait for ever. Each gets shutting_down, naming what it
-// asked, instead.
-BOOST_AUTO_TEST_CASE(requests_pending_at_the_manager_when_it_exits_are_answered) {
+// asked, instead - killed as well (no exit handler runs then: the answers
+// come from a functor attached to it).
+BOOST_DATA_TEST_CASE(requests_pending_at_the_manager_when_it_exits_are_answered,
+                     boost::unit_test::data::make({false, true}), killed) {
   auto c = host_tier_config();
   cache_fixture f{c};
   f.check_on_exit = false;
@@ -157,7 +161,8 @@ BOOST_AUTO_TEST_CASE(requests_pending_at_the_manager_when_it_exits_are_answered)
   BOOST_REQUIRE(f.sched.prioritize(f.mgr));
   f.sched.run_once();
   BOOST_REQUIRE(f.sched.has_job());
-  caf::anon_send_exit(f.mgr, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(f.mgr, killed ? caf::exit_reason::kill
+                                    : caf::exit_reason::user_shutdown);
   BOOST_REQUIRE(f.sched.prioritize(f.mgr));
   f.sched.run_once();
   f.run(); // the pool's late replies find the manager gone
@@ -187,7 +192,8 @@ BOOST_AUTO_TEST_CASE(requests_pending_at_the_manager_when_it_exits_are_answered)
 
 // The supervisor likewise (a GC waiting on the pool). The pool needs no
 // book: it awaits its copy-on-write copies, and its exit waits with it.
-BOOST_AUTO_TEST_CASE(a_gc_pending_when_the_supervisor_exits_is_answered) {
+BOOST_DATA_TEST_CASE(a_gc_pending_when_the_supervisor_exits_is_answered,
+                     boost::unit_test::data::make({false, true}), killed) {
   cache_fixture f;
   f.check_on_exit = false;
   BOOST_REQUIRE(f.allocate(1, 6));
@@ -195,7 +201,8 @@ BOOST_AUTO_TEST_CASE(a_gc_pending_when_the_supervisor_exits_is_answered) {
   client->send(f.sup, gc_atom::value);
   BOOST_REQUIRE(f.sched.prioritize(f.sup));
   f.sched.run_once(); // asks the pool, which has not run
-  caf::anon_send_exit(f.sup, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(f.sup, killed ? caf::exit_reason::kill
+                                    : caf::exit_reason::user_shutdown);
   BOOST_REQUIRE(f.sched.prioritize(f.sup));
   f.sched.run_once();
   f.run();
