@@ -161,6 +161,19 @@ caf::error block_pool_core::check_invariant() const {
   for (auto b : pinned_)
     if (b >= n || !blocks_[b].pinned || !blocks_[b].indexed)
       return broken(blk(b) + " is on the pinned list but not pinned and indexed");
+  // Pins are prefix-closed: a pinned block's parent is pinned (else it
+  // could be evicted, leaving the pinned block out of any lookup's reach).
+  for (std::size_t i = 0; i < pinned_.size(); ++i) {
+    auto b = pinned_[i];
+    if (pin_pos_[b] != i)
+      return broken(blk(b) + " is pinned at " + std::to_string(i)
+                    + " but its position says " + std::to_string(pin_pos_[b]));
+    if (parent_[b] == 0)
+      continue;
+    auto up = find_indexed(parent_[b]);
+    if (up == no_block || !blocks_[up].pinned)
+      return broken(blk(b) + " is pinned but its parent is not");
+  }
   if (holds != 2 * pending_cows_.size())
     return broken(std::to_string(holds) + " copy holds for "
                   + std::to_string(pending_cows_.size())

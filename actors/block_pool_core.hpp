@@ -351,9 +351,13 @@ private:
   /// were let go: while the free and evictable blocks do not cover every
   /// reservation's shortfall (a pinned block let go leaves them short by
   /// one if its holder's tenant fell below its reservation), unpins the
-  /// pinned cached blocks among them, deepest first - so what stays pinned
-  /// is still a prefix a lookup can reach. O(1) when nothing is short.
+  /// pinned cached blocks among them, deepest first, each with the pinned
+  /// blocks below it - so what stays pinned is still a prefix a lookup can
+  /// reach. O(1) when nothing is short.
   void give_way(const block_id* blocks, std::size_t n);
+  /// Unpins `b` (pinned) and, before it, every pinned block below it in
+  /// the prefix tree, deepest first. O(pins x depth).
+  void unpin_with_descendants(block_id b);
   void evict_one(block_id b, std::uint8_t level);
   void index_block(block_id b, block_hash h, std::uint64_t parent,
                    std::uint16_t t, const token_id* tokens);

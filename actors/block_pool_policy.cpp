@@ -178,8 +178,23 @@ void block_pool_core::give_way(const block_id* blocks, std::size_t n) {
     auto b = blocks[--n];
     auto& m = blocks_[b];
     if (m.pinned && m.state == block_state::cached)
-      unpin_at(pin_pos_[b]);
+      unpin_with_descendants(b);
   }
+}
+
+void block_pool_core::unpin_with_descendants(block_id b) {
+  // Pins keep a chain's ancestors pinned at least as long as its
+  // descendants (a pin takes every block from the start; expiry keeps the
+  // longest time): were b unpinned alone, a pinned block below it - held
+  // by a table released earlier - could outlive the way to it. So what
+  // hangs below b goes first, deepest first, and is evicted first.
+  auto h = blocks_[b].hash.lo;
+  for (std::size_t i = 0; i < pinned_.size(); ++i)
+    if (pinned_[i] != b && parent_[pinned_[i]] == h) {
+      unpin_with_descendants(pinned_[i]);
+      i = static_cast<std::size_t>(-1); // pinned_ changed: from the start
+    }
+  unpin_at(pin_pos_[b]);
 }
 
 std::uint64_t block_pool_core::pinned_cached_blocks() const noexcept {

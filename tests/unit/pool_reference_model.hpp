@@ -222,6 +222,7 @@ private:
   void unref(block_id b, std::size_t level);
   /// Pins give way to reservations (block_pool_core::give_way).
   void give_way(const std::vector<block_id>& table);
+  void unpin_with_descendants(block_id b);
   void evict_block(block_id b);
   void index(block_id b, prefix_key key, std::uint16_t t);
 

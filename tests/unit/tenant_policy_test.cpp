@@ -222,6 +222,27 @@ BOOST_AUTO_TEST_CASE(pins_on_blocks_a_reserved_tenant_lets_go_give_way) {
   BOOST_TEST(pool().cached_blocks() == 0u);
 }
 
+// A pinned prefix may outlive the table that let its tail go: a pin that
+// gives way takes what hangs below it too, deepest first, or the tail
+// stays pinned below an evictable block, out of any lookup's reach.
+BOOST_AUTO_TEST_CASE(a_pin_that_gives_way_takes_the_pins_below_it) {
+  cfg.tenants = {tenant_config{}, tenant("r", 0, 6)};
+  cfg.max_pinned_blocks = 16;
+  make(16);
+  auto p = run(200, 20); // 5 full blocks, A-E = 0-4
+  alloc(prompt_req(2, p, "r"));
+  BOOST_TEST(pool().pin(1, p, 100, 0).value() == 5u);
+  alloc(prompt_req(1, with_one_more(run(200, 12)), "r")); // A B C, and 5
+  release(2); // D E cached, still pinned: room to spare
+  BOOST_TEST(pool().pinned_blocks() == 5u);
+  alloc(tokens_req(3, 32)); // 8 of the 10 free
+  release(1);               // A B C let go, r short of 6: pins give way
+  BOOST_TEST(pool().pinned_blocks() == 2u);
+  pool().evict(16);
+  // A B are what stays pinned (it used to be D E, unreachable).
+  BOOST_TEST(alloc(prompt_req(4, with_one_more(run(200, 8)), "r")) == 8u);
+}
+
 // Were a namespace peer to pin r's prefix while r holds it, r's blocks would
 // stay pinned and cached, on no list, once r ended: r below its reservation
 // with nothing left for it. So such a pin is refused.
