@@ -45,6 +45,9 @@ block_pool_core::block_pool_core(const cache_config& cfg,
     shortfall_total_ += tc.reserved_blocks;
     tenants_.push_back(std::move(ts));
   }
+  // "" names the default tenant: cache_config decides which, once.
+  if (auto* d = cfg.find_tenant(""))
+    default_tenant_ = static_cast<std::uint16_t>(d - cfg.tenants.data());
 }
 
 // -- checks -------------------------------------------------------------------------

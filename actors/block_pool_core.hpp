@@ -163,9 +163,10 @@ public:
   /// out_of_blocks if pinning cached blocks would take what reservations
   /// hold - any tenant's, the pinner's too (a pinned cached block cannot be
   /// taken); invalid_request for a block another reserved tenant is using.
-  /// Pins give way to reservations: a pinned block whose last holder lets
-  /// it go while the reservations are short of blocks loses its pin and is
-  /// cached like any other (unref), so the pool always covers them.
+  /// Pins give way to reservations: when pinned blocks are let go while the
+  /// reservations are short of blocks, as many as they need lose their pins
+  /// and are cached like any other (give_way), so the pool always covers
+  /// them.
   caf::expected<std::uint32_t> pin(std::uint16_t t,
                                    const std::vector<token_id>& tokens,
                                    std::uint64_t ttl_ms, std::uint64_t now_ms);
@@ -439,6 +440,7 @@ private:
   std::vector<std::uint32_t> free_seq_slots_;
   flat_index seq_index_; ///< request id -> slot in seqs_
   std::vector<tenant_state> tenants_;
+  std::uint16_t default_tenant_ = 0; ///< what "" names (find_tenant(""))
   std::uint64_t used_ = 0;
   std::uint64_t shortfall_total_ = 0; ///< sum over tenants of reserved - used
   std::uint64_t next_cache_id_ = 1;

@@ -8,21 +8,13 @@
 
 namespace kvactor::detail {
 
-namespace {
-
-const std::string default_name = "default";
-
-} // namespace
-
 caf::expected<std::uint16_t>
 block_pool_core::tenant_index(const std::string& name) const {
-  // "" is the default tenant: the one named "default", else the first.
-  auto& want = name.empty() ? default_name : name;
-  for (std::size_t i = 0; i < tenants_.size(); ++i)
-    if (tenants_[i].config.name == want)
-      return static_cast<std::uint16_t>(i);
   if (name.empty())
-    return std::uint16_t{0};
+    return default_tenant_;
+  for (std::size_t i = 0; i < tenants_.size(); ++i)
+    if (tenants_[i].config.name == name)
+      return static_cast<std::uint16_t>(i);
   return make_error(errc::unknown_tenant,
                     "tenant '" + name + "' is not configured");
 }

@@ -1,7 +1,8 @@
-// pool_reference_model: pins with a time to live, and the choice of
-// preemption victims (lowest priority first, then the tenant furthest over
-// its fair share, then the newest), written out as block_pool_core.hpp
-// documents them (block_pool_policy.cpp is the code it checks).
+// pool_reference_model: pins with a time to live (and how they give way to
+// reservations), and the choice of preemption victims (lowest priority first,
+// then the tenant furthest over its fair share, then the newest), written
+// out as block_pool_core.hpp documents them (block_pool_policy.cpp is the
+// code it checks).
 #include "pool_reference_model.hpp"
 
 #include <algorithm>
@@ -73,6 +74,45 @@ std::uint32_t pool_model::expire_pins(std::uint64_t now_ms) {
     ++done;
   }
   return done;
+}
+
+void pool_model::give_way(const std::vector<block_id>& table) {
+  // Reservations come first: while the blocks anyone may take fall short
+  // of them, the table's pinned cached blocks lose their pins, last first.
+  for (auto b = table.rbegin(); b != table.rend(); ++b) {
+    if (takeable_blocks() >= shortfall())
+      return;
+    auto& m = blocks_[*b];
+    if (m.pinned && m.st == state::cached)
+      unpin_with_descendants(*b);
+  }
+}
+
+void pool_model::unpin_with_descendants(block_id b) {
+  // Every pinned block whose key extends b's by one block first (their own
+  // below them first), scanning the pins from the start after each - the
+  // pool's order, which decides the LRU's.
+  auto& key = *blocks_[b].key;
+  auto child = [&](block_id x) {
+    auto& k = blocks_[x].key;
+    return x != b && k && k->first == key.first
+           && k->second.size() == key.second.size() + block_size_
+           && std::equal(key.second.begin(), key.second.end(), k->second.begin());
+  };
+  for (std::size_t i = 0; i < pinned_.size(); ++i)
+    if (child(pinned_[i])) {
+      unpin_with_descendants(pinned_[i]);
+      i = static_cast<std::size_t>(-1);
+    }
+  auto& m = blocks_[b];
+  m.pinned = false;
+  m.pin_until = 0;
+  // As the pool does (the order decides later expiries' LRU order): the
+  // last pin takes its place.
+  *std::find(pinned_.begin(), pinned_.end(), b) = pinned_.back();
+  pinned_.pop_back();
+  if (m.st == state::cached)
+    lru_[m.level].push_back(b);
 }
 
 std::vector<request_id> pool_model::choose_victims(std::uint64_t blocks) const {
