@@ -33,32 +33,69 @@ inline std::uint64_t mum(std::uint64_t a, std::uint64_t b) noexcept {
   return static_cast<std::uint64_t>(r) ^ static_cast<std::uint64_t>(r >> 64);
 }
 
+/// XXH3's final mix: every input bit reaches every output bit.
+inline std::uint64_t avalanche(std::uint64_t h) noexcept {
+  h ^= h >> 37;
+  h *= 0x165667919e3779f9ull;
+  return h ^ (h >> 32);
+}
+
 /// Hash of a block of `n` tokens whose predecessor hashed to `parent`.
 /// Deterministic across processes and runs, so a router outside the process
 /// can compute the same hashes from a prompt.
+///
+/// The shape of XXH3's mid-size path, once per 64-bit lane: every 16 bytes
+/// (4 tokens) are folded by one 64x64->128 multiply with keys of their own
+/// position, and the products are summed. The multiplies are independent,
+/// so a 16-token block costs the latency of one multiply and a few adds
+/// (about 9 ns here) rather than a chain of eight per lane (18 ns, the
+/// earlier wyhash-style loop): the replay hashes about 1.5 M blocks. The
+/// lanes use their own keys and their own half of the parent, so a
+/// collision of `lo` (the index key) says nothing about `hi` (checked on
+/// every hit).
 inline block_hash hash_block(block_hash parent, const token_id* tokens,
                              std::size_t n) noexcept {
-  constexpr std::uint64_t k0 = 0xa0761d6478bd642full;
-  constexpr std::uint64_t k1 = 0xe7037ed1a0b428dbull;
-  constexpr std::uint64_t k2 = 0x8ebc6af09c88c6e3ull;
-  constexpr std::uint64_t k3 = 0x589965cc75374cc3ull;
-  std::uint64_t a = parent.lo ^ k0;
-  std::uint64_t b = parent.hi ^ k2;
+  // Four keys per 16-byte chunk (two per lane) for the first four chunks,
+  // the default 16-token block; later chunks reuse them offset by a
+  // multiple of an odd constant, so no two chunks share keys.
+  static constexpr std::uint64_t key[16] = {
+    0x239eed24c2c063ffull, 0xf768064f958507adull, 0x55113dc30e9a8df5ull,
+    0x5966eb44e0c67745ull, 0x4ca82984fcb042d9ull, 0xb9c48cb01720800full,
+    0xd6c93f01a9f18631ull, 0xa83c546dbc4d13ddull, 0xa3966023df2d5c05ull,
+    0xace970fccddba417ull, 0x4fe2c4e12b5eadadull, 0x00633256e25fe71dull,
+    0x34c6049fa9998119ull, 0xe66c0e9819428e8bull, 0xa62d2465be71c2d9ull,
+    0x3c19c840d9f9bacdull};
+  constexpr std::uint64_t p1 = 0x9e3779b185ebca87ull;
+  constexpr std::uint64_t p2 = 0xc2b2ae3d27d4eb4full;
+  constexpr std::uint64_t p3 = 0x165667b19e3779f9ull;
+  // The length enters the sums, so a zero-padded tail differs from zeros.
+  std::uint64_t a = parent.lo ^ (n * p1);
+  std::uint64_t b = parent.hi ^ (n * p2);
+  auto fold = [&](std::uint64_t x, std::uint64_t y, std::size_t c) {
+    const std::uint64_t* k = key + (c & 3) * 4;
+    std::uint64_t off = (c >> 2) * p3;
+    a += mum(x ^ (k[0] + off + parent.lo), y ^ (k[1] + off - parent.lo));
+    b += mum(x ^ (k[2] + off + parent.hi), y ^ (k[3] + off - parent.hi));
+  };
   std::size_t i = 0;
-  for (; i + 2 <= n; i += 2) {
-    std::uint64_t w;
-    std::memcpy(&w, tokens + i, sizeof(w));
-    a = mum(a ^ w, k1);
-    b = mum(b ^ w, k3);
+  std::size_t c = 0;
+  for (; i + 4 <= n; i += 4, ++c) {
+    std::uint64_t x;
+    std::uint64_t y;
+    std::memcpy(&x, tokens + i, sizeof(x));
+    std::memcpy(&y, tokens + i + 2, sizeof(y));
+    fold(x, y, c);
   }
   if (i < n) {
-    auto w = static_cast<std::uint64_t>(static_cast<std::uint32_t>(tokens[i]));
-    a = mum(a ^ w, k1);
-    b = mum(b ^ w, k3);
+    token_id pad[4] = {0, 0, 0, 0};
+    std::memcpy(pad, tokens + i, (n - i) * sizeof(token_id));
+    std::uint64_t x;
+    std::uint64_t y;
+    std::memcpy(&x, pad, sizeof(x));
+    std::memcpy(&y, pad + 2, sizeof(y));
+    fold(x, y, c);
   }
-  a = mum(a ^ n, k1 ^ k2);
-  b = mum(b ^ n, k3 ^ k0);
-  return {a, b};
+  return {avalanche(a), avalanche(b)};
 }
 
 /// The root of a namespace's chain: tenants with different namespaces never
