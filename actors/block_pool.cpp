@@ -167,12 +167,10 @@ caf::error check_current(const detail::block_pool_core& core, request_id id,
                          std::uint64_t cache_id) {
   if (core.find(id, cache_id) != nullptr)
     return caf::none;
-  auto seq = core.find(id);
   return make_error(errc::unknown_request,
                     "request " + std::to_string(id) + " is not allocated"
-                      + (seq == nullptr ? ""
-                         : seq->release_pending
-                           ? " (it was released while a swap was in flight)"
+                      + (core.find(id) == nullptr
+                           ? ""
                            : " (it ended; the id is live again)"));
 }
 
@@ -376,8 +374,7 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       std::vector<std::pair<request_id, std::uint64_t>> live;
       live.reserve(st.core().num_sequences());
       st.core().for_each_sequence([&](const detail::sequence& s) {
-        if (!s.release_pending) // ended; its swap's end frees the blocks
-          live.emplace_back(s.id, s.cache_id);
+        live.emplace_back(s.id, s.cache_id);
       });
       return live;
     },
@@ -437,21 +434,21 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       st.report(self);
       return std::move(*res);
     },
-    [self, &st](swap_out_atom, request_id id,
+    [self, &st](swap_out_atom, request_id id, std::uint64_t cache_id,
                 bool ok) -> caf::result<std::uint32_t> {
       if (auto err = from_manager(self, st.registry, "swap out"))
         return err;
-      auto res = st.core().swap_out_done(id, ok);
+      auto res = st.core().swap_out_done(id, cache_id, ok);
       if (!res)
         return std::move(res.error());
       st.report(self);
       return *res;
     },
-    [self, &st](swap_in_atom, request_id id,
+    [self, &st](swap_in_atom, request_id id, std::uint64_t cache_id,
                 bool ok) -> caf::result<std::uint32_t> {
       if (auto err = from_manager(self, st.registry, "swap in"))
         return err;
-      auto res = st.core().swap_in_done(id, ok);
+      auto res = st.core().swap_in_done(id, cache_id, ok);
       if (!res)
         return std::move(res.error());
       st.report(self);

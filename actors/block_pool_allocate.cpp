@@ -58,13 +58,9 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
   auto t = check(req, known);
   if (!t)
     return std::move(t.error());
-  if (auto seq = find(req.id); seq != nullptr)
+  if (find(req.id) != nullptr)
     return make_error(errc::duplicate_request,
-                      req_name(req.id)
-                        + (seq->release_pending
-                             ? " is still being swapped after its release: "
-                               "admit it again when the swap ends"
-                             : " is already allocated"));
+                      req_name(req.id) + " is already allocated");
   alloc_plan p;
   p.tenant = *t;
   auto& prompt = req.prompt;

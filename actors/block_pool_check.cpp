@@ -27,15 +27,17 @@ caf::error block_pool_core::check_invariant() const {
   std::uint64_t promised = 0;
   caf::error err;
   std::size_t seqs = 0;
-  for_each_sequence([&](const sequence& s) {
-    ++seqs;
+  // Live requests and ghosts (released during a swap) alike hold blocks;
+  // only the live count as active.
+  auto check_sequence = [&](const sequence& s) {
     if (err)
       return;
     if (s.tenant >= tenants_.size()) {
       err = broken("request " + std::to_string(s.id) + " has no tenant");
       return;
     }
-    ++active[s.tenant];
+    if (!s.release_pending)
+      ++active[s.tenant];
     promised += growth(s);
     auto want = s.num_tokens / block_size_ + (s.num_tokens % block_size_ != 0);
     auto name = "request " + std::to_string(s.id);
@@ -82,6 +84,19 @@ caf::error block_pool_core::check_invariant() const {
       }
       host_seen[h] = true;
     }
+  };
+  for_each_sequence([&](const sequence& s) {
+    ++seqs;
+    if (!err && s.release_pending)
+      err = broken("request " + std::to_string(s.id)
+                   + " has ended but is in the id index");
+    check_sequence(s);
+  });
+  for_each_ghost([&](const sequence& s) {
+    if (!err && !s.release_pending)
+      err = broken("ghost of request " + std::to_string(s.id)
+                   + " has no release pending");
+    check_sequence(s);
   });
   if (err)
     return err;

@@ -129,9 +129,12 @@ public:
   /// swap_out_done. Errors: unknown_request, invalid_request (not resident),
   /// out_of_blocks (host tier full).
   caf::expected<std::vector<block_move>> swap_out_begin(request_id id);
-  /// The device moved the bytes (ok) or failed (!ok: back to resident).
-  /// Returns the device blocks whose last reference went.
-  caf::expected<std::uint32_t> swap_out_done(request_id id, bool ok);
+  /// The device moved the bytes (ok) or failed (!ok: back to resident) for
+  /// incarnation `cache_id` of `id` - live, or released during the move
+  /// (then the move's end returns its blocks, even if `id` was admitted
+  /// again meanwhile). Returns the device blocks whose last reference went.
+  caf::expected<std::uint32_t> swap_out_done(request_id id,
+                                             std::uint64_t cache_id, bool ok);
   /// Starts bringing a swapped request back: a block whose hash is still in
   /// the prefix index is shared again (revived if cached), the others get
   /// fresh device blocks, which the returned moves fill. Errors:
@@ -141,8 +144,9 @@ public:
   /// The device moved the bytes (ok: resident again) or failed (!ok: still
   /// swapped; the fresh blocks go back, and revived ones back to the cache,
   /// as its most recently used blocks, at the request's level or the
-  /// higher one they kept).
-  caf::expected<std::uint32_t> swap_in_done(request_id id, bool ok);
+  /// higher one they kept). Names its incarnation as swap_out_done does.
+  caf::expected<std::uint32_t> swap_in_done(request_id id,
+                                            std::uint64_t cache_id, bool ok);
   std::uint32_t num_host_blocks() const noexcept {
     return num_host_blocks_;
   }
@@ -212,13 +216,10 @@ public:
 
   const sequence* find(request_id id) const noexcept;
   /// Request `id` if it is live as incarnation `cache_id`, else null. One
-  /// released while a swap was in flight has ended (release_pending): its
-  /// swap's end only returns its blocks.
+  /// released while a swap was in flight has ended (see ghosts below).
   const sequence* find(request_id id, std::uint64_t cache_id) const noexcept {
     auto seq = find(id);
-    return seq != nullptr && seq->cache_id == cache_id && !seq->release_pending
-             ? seq
-             : nullptr;
+    return seq != nullptr && seq->cache_id == cache_id ? seq : nullptr;
   }
   block_table table(const sequence& seq) const;
   std::uint32_t num_blocks() const noexcept {
@@ -249,6 +250,17 @@ public:
   template <class F>
   void for_each_sequence(F&& f) const {
     seq_index_.for_each([&](std::uint64_t, std::uint32_t slot) { f(seqs_[slot]); });
+  }
+  /// Requests released while their swap was in flight (release_pending):
+  /// ended, out of the id index (the id may be admitted again), holding
+  /// their blocks until the device's move ends.
+  std::size_t num_ghosts() const noexcept {
+    return ghosts_.size();
+  }
+  template <class F>
+  void for_each_ghost(F&& f) const {
+    for (auto slot : ghosts_)
+      f(seqs_[slot]);
   }
 
   /// Verifies every invariant in the header comment; O(blocks + table
@@ -422,7 +434,10 @@ private:
     return seq != nullptr && seq->where == residency::resident;
   }
   sequence& new_sequence(request_id id);
-  void drop_sequence(request_id id);
+  /// Frees `seq`'s slot, a live request's or a ghost's.
+  void drop_sequence(sequence& seq);
+  /// The swap in flight of incarnation `cache_id` of `id`: live or a ghost.
+  sequence* find_swapping(request_id id, std::uint64_t cache_id) noexcept;
   std::uint64_t shortfall(std::uint16_t t) const noexcept;
 
   std::uint32_t block_size_;
@@ -439,6 +454,7 @@ private:
   std::vector<sequence> seqs_;
   std::vector<std::uint32_t> free_seq_slots_;
   flat_index seq_index_; ///< request id -> slot in seqs_
+  std::vector<std::uint32_t> ghosts_; ///< slots of ghosts (for_each_ghost)
   std::vector<tenant_state> tenants_;
   std::uint16_t default_tenant_ = 0; ///< what "" names (find_tenant(""))
   std::uint64_t used_ = 0;

@@ -38,12 +38,13 @@ block_pool_core::swap_out_begin(request_id id) {
   return moves;
 }
 
-caf::expected<std::uint32_t> block_pool_core::swap_out_done(request_id id,
-                                                            bool ok) {
-  auto seq = find_mut(id);
+caf::expected<std::uint32_t>
+block_pool_core::swap_out_done(request_id id, std::uint64_t cache_id, bool ok) {
+  auto seq = find_swapping(id, cache_id);
   if (seq == nullptr || seq->where != residency::swapping_out)
     return make_error(errc::invalid_request,
-                      req_name(id) + " has no swap out in progress");
+                      req_name(id) + " (incarnation " + std::to_string(cache_id)
+                        + ") has no swap out in progress");
   auto before = counters_.blocks_freed;
   if (ok) {
     auto level = retention_level(*seq);
@@ -131,12 +132,13 @@ block_pool_core::swap_in_begin(request_id id) {
   return moves;
 }
 
-caf::expected<std::uint32_t> block_pool_core::swap_in_done(request_id id,
-                                                           bool ok) {
-  auto seq = find_mut(id);
+caf::expected<std::uint32_t>
+block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
+  auto seq = find_swapping(id, cache_id);
   if (seq == nullptr || seq->where != residency::swapping_in)
     return make_error(errc::invalid_request,
-                      req_name(id) + " has no swap in progress");
+                      req_name(id) + " (incarnation " + std::to_string(cache_id)
+                        + ") has no swap in progress");
   auto before = counters_.blocks_freed;
   if (ok) {
     // The shared blocks are the indexed ones with the hash they left with;

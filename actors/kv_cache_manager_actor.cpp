@@ -444,12 +444,13 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
         return make_error(errc::unknown_request, unknown(id));
       auto rp = owe(self, self->make_response_promise<std::uint32_t>(),
                     "swap-out", id);
-      swap_request(self, id, i->second.info.cache_id, true, [self, rp, id](caf::expected<std::uint32_t> res) mutable {
+      auto cache_id = i->second.info.cache_id;
+      swap_request(self, id, cache_id, true, [self, rp, id, cache_id](caf::expected<std::uint32_t> res) mutable {
         if (!res) {
           rp.deliver(std::move(res.error()));
           return;
         }
-        set_swapped(self, id, true);
+        set_swapped(self, id, cache_id, true);
         rp.deliver(*res);
       });
       return rp.promise();
@@ -467,7 +468,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
           rp.deliver(std::move(res.error()));
           return;
         }
-        set_swapped(self, id, false);
+        set_swapped(self, id, cache_id, false);
         rp.delegate(self->state.pool, table_atom::value, id, cache_id);
       });
       return rp.promise();

@@ -74,10 +74,11 @@ void end_request(mgr_ptr self, request_id id, end_reason why,
     caf::anon_send(caf::actor_cast<caf::actor>(e.owner), preempt_atom::value, ev);
 }
 
-void set_swapped(mgr_ptr self, request_id id, bool swapped) {
+void set_swapped(mgr_ptr self, request_id id, std::uint64_t cache_id,
+                 bool swapped) {
   auto& reg = self->state.registry;
   auto i = reg.find(id);
-  if (i != reg.end())
+  if (i != reg.end() && i->second.info.cache_id == cache_id)
     i->second.info.swapped = swapped;
 }
 

@@ -72,8 +72,10 @@ bool is_lifecycle_subscriber(const manager_state& st, const caf::actor_addr& add
 void end_request(mgr_ptr self, request_id id, end_reason why,
                  std::uint32_t released, bool tell_owner);
 
-/// Marks a registered request swapped out or in.
-void set_swapped(mgr_ptr self, request_id id, bool swapped);
+/// Marks incarnation `cache_id` of a registered request swapped out or in
+/// (a newer incarnation of the id is left alone).
+void set_swapped(mgr_ptr self, request_id id, std::uint64_t cache_id,
+                 bool swapped);
 
 /// Swaps request `id` (incarnation `cache_id`) out (`out`) or in: the pool
 /// reserves the other side's blocks, the device copies, the pool commits -

@@ -10,10 +10,12 @@ void swap_request(mgr_ptr self, request_id id, std::uint64_t cache_id,
                   bool out,
                   std::function<void(caf::expected<std::uint32_t>)> done) {
   auto& st = self->state;
-  auto finish = [self, id, out, done](bool ok, caf::error cause,
-                                      std::uint32_t moved) {
+  auto finish = [self, id, cache_id, out, done](bool ok, caf::error cause,
+                                                std::uint32_t moved) {
+    // The incarnation, not just the id: released during the move, the
+    // request may have been admitted again under the same id by now.
     auto phase2 = [&](auto atom) {
-      self->request(self->state.pool, caf::infinite, atom, id, ok)
+      self->request(self->state.pool, caf::infinite, atom, id, cache_id, ok)
         .then(
           [done, ok, cause, moved](std::uint32_t) mutable {
             if (ok)

@@ -46,7 +46,9 @@ struct sequence {
   /// Tokens it is expected to reach (admission headroom); 0 = no promise.
   std::uint64_t expected_tokens = 0;
   // Swapping: host-tier copies (swapping_out, swapped) and the device blocks
-  // being filled (swapping_in); a release during a move waits for its end.
+  // being filled (swapping_in). A release during a move ends the request at
+  // once but leaves it a ghost (release_pending: out of the id index, its
+  // id free for a new incarnation) until the move's end returns its blocks.
   residency where = residency::resident;
   std::vector<block_id> host_blocks;
   // Per host block: its hash if the block was in the prefix index when it

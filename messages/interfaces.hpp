@@ -127,10 +127,12 @@ using block_pool_actor = caf::typed_actor<
   // in).
   caf::replies_to<swap_out_atom, request_id, std::uint64_t>::with<std::vector<block_move>>,
   caf::replies_to<swap_in_atom, request_id, std::uint64_t>::with<std::vector<block_move>>,
-  // Swap, second phase: the device's copy succeeded (commit) or not (undo);
-  // replies with device blocks released.
-  caf::replies_to<swap_out_atom, request_id, bool>::with<std::uint32_t>,
-  caf::replies_to<swap_in_atom, request_id, bool>::with<std::uint32_t>,
+  // Swap, second phase (request id, cache id, ok): the device's copy
+  // succeeded (commit) or not (undo) - also for an incarnation released
+  // during the move, whose blocks return then; replies with device blocks
+  // released.
+  caf::replies_to<swap_out_atom, request_id, std::uint64_t, bool>::with<std::uint32_t>,
+  caf::replies_to<swap_in_atom, request_id, std::uint64_t, bool>::with<std::uint32_t>,
   // Requests to preempt so about n blocks come free (critical pressure).
   caf::replies_to<victims_atom, std::uint64_t>::with<std::vector<request_id>>,
   // Pin a tenant's cached prefix for ttl_ms; replies with blocks pinned.

@@ -316,6 +316,49 @@ BOOST_FIXTURE_TEST_CASE(a_fault_during_a_swap_leaves_the_request_resident,
   BOOST_TEST(value_or(free(1), 0u) == 3u);
 }
 
+BOOST_FIXTURE_TEST_CASE(an_id_freed_mid_swap_is_free_at_once_and_the_swap_leaves_its_successor_alone,
+                        slow_fixture) {
+  auto a = allocate(1, 10); // 3 blocks
+  BOOST_REQUIRE(a);
+  auto before = stats();
+  BOOST_REQUIRE(before);
+  auto old = lookup(1);
+  BOOST_REQUIRE(old);
+  caf::scoped_actor swapper{sys};
+  swapper->send(mgr, swap_out_atom::value, request_id{1});
+  run();
+  BOOST_TEST(store->pending() == 1u); // the copy to the host tier
+  // Freed mid-copy: it ends now (its blocks come back when the copy is
+  // done), and its id may be admitted again at once.
+  BOOST_TEST(value_or(free(1), 99u) == 0u);
+  auto again = allocate(1, 4);
+  BOOST_REQUIRE(again);
+  auto now = lookup(1);
+  BOOST_REQUIRE(now);
+  BOOST_TEST(now->second.cache_id != old->second.cache_id);
+  BOOST_TEST(used_blocks() == 4u); // the copy still reads the old three
+  store->complete();
+  run();
+  bool replied = false;
+  swapper->receive([&](std::uint32_t) { replied = true; },
+                   [&](caf::error&) { replied = true; },
+                   caf::after(std::chrono::seconds(0)) >> [] {});
+  BOOST_TEST(replied, "no reply to the swap");
+  // The copy's end returned the old incarnation's blocks, device and host,
+  // and did not touch the new one: resident, same table, not swapped.
+  now = lookup(1);
+  BOOST_REQUIRE(now);
+  BOOST_TEST(!now->second.swapped);
+  auto t = table(1);
+  BOOST_REQUIRE(t);
+  BOOST_TEST(t->blocks == again->table.blocks);
+  BOOST_TEST(used_blocks() == 1u);
+  auto after = stats();
+  BOOST_REQUIRE(after);
+  BOOST_TEST(after->host_free_blocks == before->host_free_blocks);
+  BOOST_TEST(value_or(free(1), 0u) == 1u);
+}
+
 BOOST_FIXTURE_TEST_CASE(a_fault_during_a_step_fails_only_the_copied_extend,
                         slow_fixture) {
   // 3 forks 1 (10 tokens: its last block of 4 is shared and half full), so

@@ -385,8 +385,8 @@ BOOST_AUTO_TEST_CASE(a_lane_holder_cannot_end_fork_or_swap_requests_directly) {
   BOOST_TEST(refused(fork_atom::value, request_id{1}, cid, request_id{2})
              == "invalid_request");
   BOOST_TEST(refused(swap_out_atom::value, request_id{1}, cid) == "invalid_request");
-  BOOST_TEST(refused(swap_out_atom::value, request_id{1}, true) == "invalid_request");
-  BOOST_TEST(refused(swap_in_atom::value, request_id{1}, false) == "invalid_request");
+  BOOST_TEST(refused(swap_out_atom::value, request_id{1}, cid, true) == "invalid_request");
+  BOOST_TEST(refused(swap_in_atom::value, request_id{1}, cid, false) == "invalid_request");
   auto found = lookup(1);
   BOOST_REQUIRE(found);
   BOOST_TEST(found->second.cache_id == cid);

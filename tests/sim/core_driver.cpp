@@ -117,7 +117,7 @@ void core_driver::swap_phase() {
         BOOST_FAIL("swap_out_failed: " << render(err));
       continue;
     }
-    BOOST_REQUIRE(core_.swap_out_done(id, true));
+    BOOST_REQUIRE(core_.swap_out_done(id, core_.find(id)->cache_id, true));
     check_invariant("swap out");
     b_.swapped_out(id);
   }
@@ -137,7 +137,7 @@ void core_driver::swap_phase() {
         break;
       continue;
     }
-    BOOST_REQUIRE(core_.swap_in_done(*id, true));
+    BOOST_REQUIRE(core_.swap_in_done(*id, core_.find(*id)->cache_id, true));
     check_invariant("swap in");
     b_.swapped_in(*id, core_.table(*core_.find(*id)));
   }

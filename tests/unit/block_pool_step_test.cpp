@@ -111,7 +111,7 @@ BOOST_FIXTURE_TEST_CASE(run_step_passes_over_victims_that_hold_no_device_blocks,
   BOOST_TEST(pool().counters().preemptions == 1u);
   BOOST_REQUIRE(pool().find(3) != nullptr);
   BOOST_TEST(!pool().find(3)->release_pending);
-  BOOST_TEST(code(pool().swap_out_done(3, true)) == "ok");
+  BOOST_TEST(code(pool().swap_out_done(3, pool().find(3)->cache_id, true)) == "ok");
   BOOST_TEST((pool().find(3)->where == detail::residency::swapped));
 }
 

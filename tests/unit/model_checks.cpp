@@ -31,6 +31,39 @@ std::string str(const std::vector<block_move>& xs) {
   return out.str();
 }
 
+namespace {
+
+/// What differs between the core's `s` and the model's `m` (same request).
+std::string sequence_diff(const detail::block_pool_core& core,
+                          const detail::sequence& s, const model_sequence& m) {
+  auto bs = core.block_size();
+  auto req = [&] { return "request " + std::to_string(s.id) + ": "; };
+  if (s.blocks != m.blocks || s.host_blocks != m.host_blocks
+      || s.incoming != m.incoming)
+    return req() + "blocks " + str(s.blocks) + str(s.host_blocks)
+           + str(s.incoming) + " vs " + str(m.blocks) + str(m.host_blocks)
+           + str(m.incoming);
+  if (s.where != m.where || s.release_pending != m.release_pending)
+    return req() + "residency";
+  if (s.num_tokens != m.num_tokens || s.max_tokens != m.max_tokens
+      || s.expected_tokens != m.expected_tokens)
+    return req() + "token counts";
+  if (s.cache_id != m.cache_id || s.admitted != m.admitted
+      || s.tenant != m.tenant || s.priority != m.priority)
+    return req() + "cache id, admission, tenant or priority";
+  if (s.hashable != m.hashable)
+    return req() + "hashable";
+  if (s.hashable) {
+    auto full = m.tokens.size() / bs;
+    std::vector<token_id> tail(m.tokens.begin() + full * bs, m.tokens.end());
+    if (s.num_hashed != full || s.tail != tail)
+      return req() + "hashing state";
+  }
+  return {};
+}
+
+} // namespace
+
 std::string sequences_diff(const detail::block_pool_core& core,
                            const pool_model& model) {
   auto& seqs = model.sequences();
@@ -48,35 +81,64 @@ std::string sequences_diff(const detail::block_pool_core& core,
       return;
     }
     auto& m = it->second;
-    auto req = [&] { return "request " + std::to_string(s.id) + ": "; };
-    if (s.blocks != m.blocks || s.host_blocks != m.host_blocks
-        || s.incoming != m.incoming)
-      diff = req() + "blocks " + str(s.blocks) + str(s.host_blocks)
-             + str(s.incoming) + " vs " + str(m.blocks) + str(m.host_blocks)
-             + str(m.incoming);
-    else if (s.where != m.where || s.release_pending != m.release_pending)
-      diff = req() + "residency";
-    else if (s.num_tokens != m.num_tokens || s.max_tokens != m.max_tokens
-             || s.expected_tokens != m.expected_tokens)
-      diff = req() + "token counts";
-    else if (s.cache_id != m.cache_id || s.admitted != m.admitted
-             || s.tenant != m.tenant || s.priority != m.priority)
-      diff = req() + "cache id, admission, tenant or priority";
-    else if (s.hashable != m.hashable)
-      diff = req() + "hashable";
-    else if (s.hashable) {
-      auto full = m.tokens.size() / bs;
-      std::vector<token_id> tail(m.tokens.begin() + full * bs, m.tokens.end());
-      if (s.num_hashed != full || s.tail != tail)
-        diff = req() + "hashing state";
-    }
+    diff = sequence_diff(core, s, m);
     if (diff.empty() && s.where == detail::residency::resident
         && !(core.table(s) == block_table{m.blocks, m.num_tokens, bs}))
-      diff = req() + "table()";
+      diff = "request " + std::to_string(s.id) + ": table()";
     if (diff.empty() && core.find(s.id) != &s)
-      diff = req() + "find()";
+      diff = "request " + std::to_string(s.id) + ": find()";
+  });
+  if (!diff.empty())
+    return diff;
+  // Requests released during a swap: same incarnations, same state.
+  auto& ghosts = model.ghosts();
+  if (core.num_ghosts() != ghosts.size())
+    return "ghost count " + std::to_string(core.num_ghosts()) + " vs "
+           + std::to_string(ghosts.size());
+  core.for_each_ghost([&](const detail::sequence& s) {
+    if (!diff.empty())
+      return;
+    auto it = ghosts.find(s.cache_id);
+    if (it == ghosts.end() || it->second.id != s.id) {
+      diff = "the core has a ghost of request " + std::to_string(s.id);
+      return;
+    }
+    diff = sequence_diff(core, s, it->second);
+    if (diff.empty() && core.find(s.id, s.cache_id) != nullptr)
+      diff = "ghost of request " + std::to_string(s.id) + " found live";
   });
   return diff;
+}
+
+std::string reservations_diff(const detail::block_pool_core& core,
+                              const pool_model& model,
+                              std::map<std::string, std::size_t>& cov) {
+  std::vector<bool> held(core.num_blocks(), false);
+  auto hold = [&](const detail::sequence& s) {
+    for (auto* table : {&s.blocks, &s.incoming})
+      for (auto b : *table)
+        held[b] = true;
+  };
+  core.for_each_sequence(hold);
+  core.for_each_ghost(hold);
+  std::uint64_t unheld_indexed = 0;
+  core.for_each_indexed(
+    [&](std::uint64_t, block_id b) { unheld_indexed += !held[b]; });
+  auto pinned_cached = unheld_indexed - core.cached_blocks();
+  auto takeable = core.free_blocks() - pinned_cached;
+  std::uint64_t shortfall = 0;
+  for (auto& t : core.tenants())
+    if (t.used < t.config.reserved_blocks)
+      shortfall += t.config.reserved_blocks - t.used;
+  if (takeable < shortfall)
+    return "reservations broken: " + std::to_string(takeable)
+           + " takeable blocks for a " + std::to_string(shortfall)
+           + " block shortfall";
+  if (takeable != model.takeable_blocks() || shortfall != model.shortfall())
+    return "takeable or shortfall differs from the model";
+  if (shortfall > 0 && takeable == shortfall)
+    ++cov["reservation binding"];
+  return {};
 }
 
 std::string usage_diff(const detail::block_pool_core& core,

@@ -64,6 +64,14 @@ std::string tenants_diff(const std::vector<detail::tenant_state>& core,
 
 class event_checker;
 
+/// From the core's own answers: the blocks others may take (free, or cached
+/// off the pinned list) cover every tenant's shortfall, and both figures
+/// match the model's; counts "reservation binding" in `cov` when they are
+/// exactly enough.
+std::string reservations_diff(const detail::block_pool_core& core,
+                              const pool_model& model,
+                              std::map<std::string, std::size_t>& cov);
+
 /// Everything the model tests compare after each operation, in this order:
 /// requests, usage, counters, tenants, then the events since the last call.
 std::string state_diff(detail::block_pool_core& core, pool_model& model,

@@ -284,10 +284,27 @@ private:
         return; // stays in flight
       r += 2;
     }
+    // The end of a swap names its incarnation: the live one, or one
+    // released during the move (a ghost), maybe with its id live again.
+    auto live = model_.sequences().find(id);
+    auto cache_id = live == model_.sequences().end() ? 0 : live->second.cache_id;
+    std::vector<const test::model_sequence*> ghosts;
+    for (auto& [cid, g] : model_.ghosts())
+      if (static_cast<int>(g.where) == state)
+        ghosts.push_back(&g);
+    if (!ghosts.empty() && chance(50)) {
+      auto& g = *ghosts[below(ghosts.size())];
+      id = g.id;
+      cache_id = g.cache_id;
+      ++cov[model_.sequences().count(id) ? "ghost's swap ends, id live again"
+                                         : "ghost's swap ends"];
+    }
     bool ok = chance(75);
     auto shared_before = core_.counters().swap_in_shared;
-    auto want = r == 2 ? model_.swap_out_done(id, ok) : model_.swap_in_done(id, ok);
-    auto got = r == 2 ? core_.swap_out_done(id, ok) : core_.swap_in_done(id, ok);
+    auto want = r == 2 ? model_.swap_out_done(id, cache_id, ok)
+                       : model_.swap_in_done(id, cache_id, ok);
+    auto got = r == 2 ? core_.swap_out_done(id, cache_id, ok)
+                      : core_.swap_in_done(id, cache_id, ok);
     expect_release(r == 2 ? (ok ? "swap_out_done:ok" : "swap_out_done:failed")
                           : (ok ? "swap_in_done:ok" : "swap_in_done:failed"),
                    got, want);
@@ -405,35 +422,8 @@ private:
     POLICY_REQUIRE(!inv, render(inv));
     auto d = test::state_diff(core_, model_, events_, cov);
     POLICY_REQUIRE(d.empty(), d);
-    check_reservations();
-  }
-
-  /// From the core's own answers: the blocks others may take (free, or
-  /// cached off the pinned list) cover every tenant's shortfall.
-  void check_reservations() {
-    std::vector<bool> held(p_.num_blocks, false);
-    core_.for_each_sequence([&](const detail::sequence& s) {
-      for (auto* table : {&s.blocks, &s.incoming})
-        for (auto b : *table)
-          held[b] = true;
-    });
-    std::uint64_t unheld_indexed = 0;
-    core_.for_each_indexed(
-      [&](std::uint64_t, block_id b) { unheld_indexed += !held[b]; });
-    auto pinned_cached = unheld_indexed - core_.cached_blocks();
-    auto takeable = core_.free_blocks() - pinned_cached;
-    std::uint64_t shortfall = 0;
-    for (auto& t : core_.tenants())
-      if (t.used < t.config.reserved_blocks)
-        shortfall += t.config.reserved_blocks - t.used;
-    POLICY_REQUIRE(takeable >= shortfall,
-                   "reservations broken: " << takeable << " takeable blocks for a "
-                                           << shortfall << " block shortfall");
-    POLICY_REQUIRE(takeable == model_.takeable_blocks()
-                     && shortfall == model_.shortfall(),
-                   "takeable or shortfall differs from the model");
-    if (shortfall > 0 && takeable == shortfall)
-      ++cov["reservation binding"];
+    auto r = test::reservations_diff(core_, model_, cov);
+    POLICY_REQUIRE(r.empty(), r);
   }
 
   run_params p_;
@@ -469,7 +459,8 @@ void run_and_check_coverage(const run_params& p,
                  "swap_in_begin:ok", "swap_in_begin:quota_exceeded",
                  "swap_out_done:ok:ok", "swap_out_done:failed:ok",
                  "swap_in_done:ok:ok", "swap_in_done:failed:ok",
-                 "swap_in shared its prefix", "pin:ok",
+                 "swap_in shared its prefix", "ghost's swap ends",
+                 "ghost's swap ends, id live again", "pin:ok",
                  "pinned some", "pin:quota_exceeded", "pin:invalid_request",
                  "expired", "victims",
                  "victim preempted:ok", "step admitted",

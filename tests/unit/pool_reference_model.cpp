@@ -377,8 +377,7 @@ model_extension pool_model::extend(request_id id, std::uint64_t n,
   return out;
 }
 
-void pool_model::release_now(request_id id) {
-  auto& seq = seqs_.at(id);
+void pool_model::return_blocks(model_sequence& seq) {
   for (auto b = seq.blocks.rbegin(); b != seq.blocks.rend(); ++b)
     unref(*b, seq.level);
   for (auto b = seq.incoming.rbegin(); b != seq.incoming.rend(); ++b)
@@ -387,6 +386,11 @@ void pool_model::release_now(request_id id) {
   give_way(seq.incoming);
   for (auto h : seq.host_blocks)
     host_free_.push_back(h);
+}
+
+void pool_model::release_now(request_id id) {
+  auto& seq = seqs_.at(id);
+  return_blocks(seq);
   --tenants_[seq.tenant].active;
   seqs_.erase(id);
 }
@@ -396,11 +400,13 @@ model_release pool_model::release(request_id id) {
   if (it == seqs_.end())
     return {errc::unknown_request};
   auto& seq = it->second;
-  if (seq.release_pending)
-    return {errc::unknown_request}; // it ended; its swap's end frees it
   if (seq.where == residency::swapping_out
       || seq.where == residency::swapping_in) {
-    seq.release_pending = true; // when the device's move ends
+    // Ended now, a ghost until the device's move ends; the id is free.
+    seq.release_pending = true;
+    --tenants_[seq.tenant].active;
+    ghosts_[seq.cache_id] = std::move(seq);
+    seqs_.erase(it);
     return {};
   }
   auto before = counters_.blocks_freed;
@@ -410,8 +416,7 @@ model_release pool_model::release(request_id id) {
 
 model_release pool_model::reclaim(request_id id, std::uint64_t cache_id) {
   auto it = seqs_.find(id);
-  if (it == seqs_.end() || it->second.cache_id != cache_id
-      || it->second.release_pending)
+  if (it == seqs_.end() || it->second.cache_id != cache_id)
     return {};
   return release(id);
 }

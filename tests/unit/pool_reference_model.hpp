@@ -128,9 +128,9 @@ public:
   model_step_result run_step(const step_request& step);
 
   model_moves swap_out_begin(request_id id);
-  model_release swap_out_done(request_id id, bool ok);
+  model_release swap_out_done(request_id id, std::uint64_t cache_id, bool ok);
   model_moves swap_in_begin(request_id id);
-  model_release swap_in_done(request_id id, bool ok);
+  model_release swap_in_done(request_id id, std::uint64_t cache_id, bool ok);
   /// maybe_errc, and the number of blocks pinned (`t` a tenant index).
   std::pair<maybe_errc, std::uint32_t>
   pin(std::uint16_t t, const std::vector<token_id>& tokens,
@@ -140,6 +140,10 @@ public:
 
   const std::map<request_id, model_sequence>& sequences() const {
     return seqs_;
+  }
+  /// Requests released during a swap, by cache id, until the swap ends.
+  const std::map<std::uint64_t, model_sequence>& ghosts() const {
+    return ghosts_;
   }
   const std::vector<model_tenant>& tenants() const {
     return tenants_;
@@ -216,6 +220,13 @@ private:
   plan plan_allocation(const allocation_request& req) const;
   /// release, for a request no device move holds.
   void release_now(request_id id);
+  /// Its blocks back: device ones unreferenced (pins giving way), host ones
+  /// to the host tier.
+  void return_blocks(model_sequence& seq);
+  /// Incarnation `cache_id` of `id`, live or a ghost; null if neither.
+  model_sequence* find_swapping(request_id id, std::uint64_t cache_id);
+  /// Ends a swap of `seq` (ok or not) and, for a ghost, its release.
+  model_release finish_swap(model_sequence& seq, std::uint64_t before);
   block_id take(std::uint16_t t, std::size_t level);
   /// One more holder for indexed block `b`: `seq` (revived if cached).
   void share(block_id b, const model_sequence& seq);
@@ -234,6 +245,7 @@ private:
   std::array<std::list<block_id>, detail::lru_lists::num_levels> lru_;
   std::map<prefix_key, block_id> index_;
   std::map<request_id, model_sequence> seqs_;
+  std::map<std::uint64_t, model_sequence> ghosts_;
   std::vector<model_tenant> tenants_;
   detail::pool_counters counters_;
   std::uint64_t next_cache_id_ = 1;

@@ -39,11 +39,32 @@ model_moves pool_model::swap_out_begin(request_id id) {
   return out;
 }
 
-model_release pool_model::swap_out_done(request_id id, bool ok) {
+model_sequence* pool_model::find_swapping(request_id id,
+                                          std::uint64_t cache_id) {
   auto it = seqs_.find(id);
-  if (it == seqs_.end() || it->second.where != residency::swapping_out)
+  if (it != seqs_.end() && it->second.cache_id == cache_id)
+    return &it->second;
+  auto g = ghosts_.find(cache_id);
+  if (g != ghosts_.end() && g->second.id == id)
+    return &g->second;
+  return nullptr;
+}
+
+model_release pool_model::finish_swap(model_sequence& seq,
+                                      std::uint64_t before) {
+  if (seq.release_pending) {
+    return_blocks(seq);
+    ghosts_.erase(seq.cache_id);
+  }
+  return {std::nullopt, static_cast<std::uint32_t>(counters_.blocks_freed - before)};
+}
+
+model_release pool_model::swap_out_done(request_id id, std::uint64_t cache_id,
+                                        bool ok) {
+  auto found = find_swapping(id, cache_id);
+  if (found == nullptr || found->where != residency::swapping_out)
     return {errc::invalid_request};
-  auto& seq = it->second;
+  auto& seq = *found;
   auto before = counters_.blocks_freed;
   if (ok) {
     for (auto b = seq.blocks.rbegin(); b != seq.blocks.rend(); ++b)
@@ -60,9 +81,7 @@ model_release pool_model::swap_out_done(request_id id, bool ok) {
     seq.host_keys.clear();
     seq.where = residency::resident;
   }
-  if (seq.release_pending)
-    release_now(id);
-  return {std::nullopt, static_cast<std::uint32_t>(counters_.blocks_freed - before)};
+  return finish_swap(seq, before);
 }
 
 model_moves pool_model::swap_in_begin(request_id id) {
@@ -115,11 +134,12 @@ model_moves pool_model::swap_in_begin(request_id id) {
   return out;
 }
 
-model_release pool_model::swap_in_done(request_id id, bool ok) {
-  auto it = seqs_.find(id);
-  if (it == seqs_.end() || it->second.where != residency::swapping_in)
+model_release pool_model::swap_in_done(request_id id, std::uint64_t cache_id,
+                                       bool ok) {
+  auto found = find_swapping(id, cache_id);
+  if (found == nullptr || found->where != residency::swapping_in)
     return {errc::invalid_request};
-  auto& seq = it->second;
+  auto& seq = *found;
   auto before = counters_.blocks_freed;
   if (ok) {
     for (std::size_t i = 0; i < seq.incoming.size(); ++i)
@@ -141,9 +161,7 @@ model_release pool_model::swap_in_done(request_id id, bool ok) {
     seq.incoming.clear();
     seq.where = residency::swapped;
   }
-  if (seq.release_pending)
-    release_now(id);
-  return {std::nullopt, static_cast<std::uint32_t>(counters_.blocks_freed - before)};
+  return finish_swap(seq, before);
 }
 
 } // namespace kvactor::test

@@ -158,7 +158,7 @@ public:
       return false;
     if (ok)
       BOOST_REQUIRE(storage_->swap_out(*moves));
-    BOOST_REQUIRE(pool().swap_out_done(id, ok));
+    BOOST_REQUIRE(pool().swap_out_done(id, pool().find(id)->cache_id, ok));
     return ok;
   }
 
@@ -171,7 +171,7 @@ public:
     else // a failed copy may leave anything behind
       for (auto& m : *moves)
         write(m.device_block, random_block());
-    BOOST_REQUIRE(pool().swap_in_done(id, ok));
+    BOOST_REQUIRE(pool().swap_in_done(id, pool().find(id)->cache_id, ok));
     return ok;
   }
 

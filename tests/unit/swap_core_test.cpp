@@ -137,11 +137,18 @@ struct swap_fixture {
   std::vector<block_move> in_begin(request_id id) {
     return must(pool().swap_in_begin(id), "swap_in_begin", id);
   }
-  std::uint32_t out_done(request_id id, bool success) {
-    return must(pool().swap_out_done(id, success), "swap_out_done", id);
+  /// The end of the swap of `id`'s live incarnation, or of `cache_id`'s.
+  std::uint32_t out_done(request_id id, bool success,
+                         std::uint64_t cache_id = 0) {
+    if (cache_id == 0)
+      cache_id = seq(id).cache_id;
+    return must(pool().swap_out_done(id, cache_id, success), "swap_out_done", id);
   }
-  std::uint32_t in_done(request_id id, bool success) {
-    return must(pool().swap_in_done(id, success), "swap_in_done", id);
+  std::uint32_t in_done(request_id id, bool success,
+                        std::uint64_t cache_id = 0) {
+    if (cache_id == 0)
+      cache_id = seq(id).cache_id;
+    return must(pool().swap_in_done(id, cache_id, success), "swap_in_done", id);
   }
 };
 
@@ -192,15 +199,17 @@ BOOST_FIXTURE_TEST_CASE(swapped_request_cannot_grow_or_fork_but_can_be_released,
   BOOST_TEST(code(pool().fork(1, 2)) == "invalid_request");
   BOOST_TEST(code(pool().swap_out_begin(1)) == "invalid_request");
   BOOST_TEST(code(pool().swap_in_begin(1)) == "invalid_request");
-  BOOST_TEST(code(pool().swap_in_done(1, true)) == "invalid_request");
+  auto cid = seq(1).cache_id;
+  BOOST_TEST(code(pool().swap_in_done(1, cid, true)) == "invalid_request");
+  BOOST_TEST(code(pool().swap_out_done(1, cid + 100, true)) == "invalid_request");
   out_done(1, true);
   auto before = describe(pool());
   BOOST_TEST(code(pool().extend(1, 1, nullptr)) == "invalid_request");
   BOOST_TEST(code(pool().fork(1, 2)) == "invalid_request");
   BOOST_TEST(code(pool().fork(9, 1)) == "duplicate_request");
   BOOST_TEST(code(pool().swap_out_begin(1)) == "invalid_request");
-  BOOST_TEST(code(pool().swap_out_done(1, true)) == "invalid_request");
-  BOOST_TEST(code(pool().swap_in_done(1, false)) == "invalid_request");
+  BOOST_TEST(code(pool().swap_out_done(1, cid, true)) == "invalid_request");
+  BOOST_TEST(code(pool().swap_in_done(1, cid, false)) == "invalid_request");
   BOOST_TEST(code(pool().swap_out_begin(7)) == "unknown_request");
   BOOST_TEST(code(pool().swap_in_begin(7)) == "unknown_request");
   BOOST_TEST(code(pool().swap_in_begin(9)) == "invalid_request"); // resident
@@ -370,7 +379,8 @@ BOOST_FIXTURE_TEST_CASE(failed_swap_in_keeps_it_swapped_and_returns_the_blocks,
   BOOST_TEST(pool().counters().swap_ins == 1u);
 }
 
-BOOST_FIXTURE_TEST_CASE(release_during_a_swap_waits_for_its_end, swap_fixture) {
+BOOST_FIXTURE_TEST_CASE(release_during_a_swap_ends_it_and_frees_its_id_at_once,
+                        swap_fixture) {
   // Out, ok / out, failed / in, ok / in, failed.
   for (int c = 0; c < 4; ++c) {
     make(16);
@@ -386,42 +396,55 @@ BOOST_FIXTURE_TEST_CASE(release_during_a_swap_waits_for_its_end, swap_fixture) {
       out_begin(1);
     }
     auto used = pool().used_blocks();
+    auto cache_id = seq(1).cache_id;
     BOOST_TEST(*pool().release(1) == 0u);
     ok();
-    BOOST_TEST(pool().find(1) != nullptr);
-    BOOST_TEST(seq(1).release_pending);
-    BOOST_TEST(pool().used_blocks() == used); // nothing handed out mid-copy
-    // It has ended: a second end fails and counts nothing, the incarnation
-    // is no longer live (GC finds nothing to reclaim), and the id stays
-    // taken, saying why, until the swap ends.
-    auto cache_id = seq(1).cache_id;
+    // It has ended: a ghost holding its blocks until the device's move
+    // ends (nothing handed out mid-copy), out of the id index and no
+    // longer active; a second end fails and counts nothing, GC finds
+    // nothing to reclaim.
+    BOOST_TEST(pool().find(1) == nullptr);
+    BOOST_TEST(pool().num_ghosts() == 1u);
+    BOOST_TEST(pool().used_blocks() == used);
+    BOOST_TEST(pool().tenants()[0].active == 1u);
     auto preemptions = pool().counters().preemptions;
     BOOST_TEST(code(pool().preempt(1)) == "unknown_request");
     BOOST_TEST(code(pool().release(1)) == "unknown_request");
     BOOST_TEST(pool().counters().preemptions == preemptions);
     BOOST_TEST(pool().find(1, cache_id) == nullptr);
     BOOST_TEST(pool().reclaim(1, cache_id).value() == 0u);
-    auto again = pool().allocate(tokens_req(1, 4));
-    BOOST_TEST(code(again) == "duplicate_request");
-    if (!again)
-      BOOST_TEST(render(again.error()).find("swap") != std::string::npos);
-    BOOST_TEST(seq(1).release_pending);
-    // Fresh allocations cannot take its blocks meanwhile.
-    alloc(tokens_req(3, 4 * (16 - used)));
+    // The id is free at once: a new incarnation, with fresh blocks.
+    alloc(tokens_req(1, 4));
+    auto again = seq(1).cache_id;
+    BOOST_TEST(again != cache_id);
+    auto again_blocks = seq(1).blocks;
+    BOOST_TEST(pool().used_blocks() == used + 1);
+    // Fresh allocations cannot take the ghost's blocks meanwhile.
+    alloc(tokens_req(3, 4 * (16 - used - 1)));
     BOOST_TEST(code(pool().allocate(tokens_req(4, 1))) == "out_of_blocks");
-    BOOST_TEST(pool().release(3).value() == 16 - used);
-    // Its end finishes the release: device and host blocks all return.
-    auto freed = in ? in_done(1, success) : out_done(1, success);
-    BOOST_TEST(pool().find(1) == nullptr, "case " << c);
+    BOOST_TEST(pool().release(3).value() == 16 - used - 1);
+    // A swap end naming the new incarnation is refused (it is resident).
+    BOOST_TEST(code(in ? pool().swap_in_done(1, again, success)
+                       : pool().swap_out_done(1, again, success))
+               == "invalid_request");
+    ok();
+    // The ghost's end finishes its release: device and host blocks all
+    // return, and the new incarnation is untouched.
+    auto freed = in ? in_done(1, success, cache_id) : out_done(1, success, cache_id);
+    BOOST_TEST(pool().num_ghosts() == 0u);
     // Only its private block: the prefix it shares stays with request 2
     // (a swap-in shares it again rather than copying it).
     BOOST_TEST(freed == 1u, "case " << c);
     BOOST_TEST(pool().free_host_blocks() == 8u);
-    BOOST_TEST(pool().used_blocks() == 3u); // request 2's
-    BOOST_TEST(pool().tenants()[0].active == 1u);
-    BOOST_TEST(code(pool().swap_out_done(1, true)) == "invalid_request");
-    BOOST_TEST(code(pool().swap_in_done(1, true)) == "invalid_request");
-    alloc(tokens_req(1, 4)); // the id is free again
+    BOOST_TEST(pool().used_blocks() == 4u); // request 2's, the new 1's
+    BOOST_TEST(pool().tenants()[0].active == 2u);
+    BOOST_TEST(seq(1).cache_id == again);
+    BOOST_TEST((seq(1).where == residency::resident));
+    BOOST_TEST(seq(1).blocks == again_blocks);
+    BOOST_TEST(code(pool().swap_out_done(1, cache_id, true)) == "invalid_request");
+    BOOST_TEST(code(pool().swap_in_done(1, cache_id, true)) == "invalid_request");
+    BOOST_TEST(pool().release(1).value() == 1u);
+    ok();
   }
 }
 

@@ -1,0 +1,202 @@
+// block_pool_core: the request table - finding, creating and dropping
+// sequences - and a request's end (release, reclaim, preempt; a release
+// while a swap is in flight leaves a ghost that the swap's end drops) and
+// fork.
+#include "kvactor/actors/block_pool_core.hpp"
+
+#include <algorithm>
+
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor::detail {
+
+// -- sequences ------------------------------------------------------------------------
+
+const sequence* block_pool_core::find(request_id id) const noexcept {
+  auto slot = seq_index_.find(id);
+  return slot == flat_index::npos ? nullptr : &seqs_[slot];
+}
+
+sequence* block_pool_core::find_mut(request_id id) noexcept {
+  auto slot = seq_index_.find(id);
+  return slot == flat_index::npos ? nullptr : &seqs_[slot];
+}
+
+sequence& block_pool_core::new_sequence(request_id id) {
+  std::uint32_t slot;
+  if (!free_seq_slots_.empty()) {
+    slot = free_seq_slots_.back();
+    free_seq_slots_.pop_back();
+  } else {
+    slot = static_cast<std::uint32_t>(seqs_.size());
+    seqs_.emplace_back();
+  }
+  seq_index_.insert(id, slot);
+  auto& seq = seqs_[slot];
+  seq.id = id;
+  seq.cache_id = next_cache_id_++;
+  seq.admitted = next_admission_++;
+  seq.blocks.clear();
+  seq.tail.clear();
+  seq.hashable = false;
+  seq.num_hashed = 0;
+  seq.tail_shared = false;
+  seq.cow_pending = false;
+  seq.where = residency::resident;
+  seq.release_pending = false;
+  seq.expected_tokens = 0;
+  seq.host_blocks.clear();
+  seq.host_hashes.clear();
+  seq.incoming.clear();
+  return seq;
+}
+
+void block_pool_core::drop_sequence(sequence& seq) {
+  auto slot = static_cast<std::uint32_t>(&seq - seqs_.data());
+  if (seq.release_pending)
+    ghosts_.erase(std::find(ghosts_.begin(), ghosts_.end(), slot));
+  else
+    seq_index_.erase(seq.id);
+  seq.blocks.clear();
+  seq.tail.clear();
+  seq.host_blocks.clear();
+  seq.host_hashes.clear();
+  seq.incoming.clear();
+  seq.where = residency::resident;
+  seq.release_pending = false;
+  seq.expected_tokens = 0;
+  free_seq_slots_.push_back(slot);
+}
+
+sequence* block_pool_core::find_swapping(request_id id,
+                                         std::uint64_t cache_id) noexcept {
+  auto seq = find_mut(id);
+  if (seq != nullptr && seq->cache_id == cache_id)
+    return seq;
+  for (auto slot : ghosts_)
+    if (seqs_[slot].id == id && seqs_[slot].cache_id == cache_id)
+      return &seqs_[slot];
+  return nullptr;
+}
+
+block_table block_pool_core::table(const sequence& seq) const {
+  return block_table{seq.blocks, seq.num_tokens, block_size_};
+}
+
+// -- release, reclaim, preempt, fork --------------------------------------------------
+
+void block_pool_core::release_now(sequence& seq) {
+  promised_ -= growth(seq);
+  auto level = retention_level(seq);
+  // Last block first: among blocks released together, the tail of a
+  // sequence is the least likely to be shared again, so it is evicted first.
+  constexpr std::ptrdiff_t ahead = 4; // unref's metadata and links, early
+  auto n = static_cast<std::ptrdiff_t>(seq.blocks.size());
+  for (auto k = n - 1; k >= 0; --k) {
+    if (k >= ahead) {
+      auto next = seq.blocks[static_cast<std::size_t>(k - ahead)];
+      __builtin_prefetch(&blocks_[next], 1);
+      lru_.prefetch(next);
+    }
+    unref(seq.blocks[static_cast<std::size_t>(k)], level);
+  }
+  for (auto i = seq.incoming.rbegin(); i != seq.incoming.rend(); ++i)
+    unref(*i, level);
+  give_way(seq.blocks.data(), seq.blocks.size());
+  give_way(seq.incoming.data(), seq.incoming.size());
+  for (auto h : seq.host_blocks)
+    host_free_.push(h);
+  seq.incoming.clear();
+  seq.host_blocks.clear();
+  seq.host_hashes.clear();
+  if (!seq.release_pending) // a ghost stopped counting when it ended
+    --tenants_[seq.tenant].active;
+  drop_sequence(seq);
+}
+
+caf::expected<std::uint32_t> block_pool_core::release(request_id id) {
+  auto seq = find_mut(id);
+  if (seq == nullptr)
+    return make_error(errc::unknown_request, req_name(id) + " is not allocated");
+  if (seq->where == residency::swapping_out
+      || seq->where == residency::swapping_in) {
+    // The device is still moving its bytes: the request ends now, its
+    // blocks return when the move ends. Out of the id index, the id may be
+    // admitted again meanwhile.
+    auto slot = static_cast<std::uint32_t>(seq - seqs_.data());
+    seq_index_.erase(id);
+    ghosts_.push_back(slot);
+    seq->release_pending = true;
+    --tenants_[seq->tenant].active;
+    return std::uint32_t{0};
+  }
+  auto before = counters_.blocks_freed;
+  release_now(*seq);
+  return static_cast<std::uint32_t>(counters_.blocks_freed - before);
+}
+
+caf::expected<std::uint32_t> block_pool_core::reclaim(request_id id,
+                                                      std::uint64_t cache_id) {
+  if (find(id, cache_id) == nullptr)
+    return std::uint32_t{0};
+  return release(id);
+}
+
+caf::expected<std::uint32_t> block_pool_core::preempt(request_id id) {
+  auto seq = find(id);
+  if (seq == nullptr)
+    return make_error(errc::unknown_request, req_name(id) + " is not allocated");
+  auto t = seq->tenant;
+  auto res = release(id);
+  if (!res)
+    return res;
+  ++counters_.preemptions;
+  ++tenants_[t].preemptions;
+  return res;
+}
+
+caf::expected<allocation_outcome> block_pool_core::fork(request_id parent,
+                                                        request_id child) {
+  caf::error err;
+  auto* par = find_resident(parent, err);
+  if (par == nullptr)
+    return make_error(static_cast<errc>(err.code()),
+                      "fork parent: " + render(err));
+  if (find(child) != nullptr)
+    return make_error(errc::duplicate_request,
+                      req_name(child) + " is already allocated");
+  // Under reserve_expected the child is admitted like any request: it
+  // takes no block now, but expects its parent's growth and, sharing a
+  // partly filled last block, a private copy of it on its first append.
+  // (A watermark alone holds: nothing is taken.)
+  if (auto err2 = admission_.policy != "reserve_expected"
+                    ? caf::error{}
+                    : admit_headroom(par->tenant, 0,
+                                     growth(*par)
+                                       + (par->num_tokens % block_size_ != 0)))
+    return make_error(errc::out_of_blocks,
+                      "fork of " + req_name(parent) + ": "
+                        + render(err2));
+  auto& c = new_sequence(child); // may move seqs_: look the parent up after
+  auto& p = *find_mut(parent);
+  c.tenant = p.tenant;
+  c.priority = p.priority;
+  c.level = p.level;
+  c.num_tokens = p.num_tokens;
+  c.max_tokens = p.max_tokens;
+  c.expected_tokens = p.expected_tokens;
+  c.blocks = p.blocks;
+  c.hashable = p.hashable;
+  c.num_hashed = p.num_hashed;
+  c.chain = p.chain;
+  c.tail = p.tail;
+  p.tail_shared = c.tail_shared = p.num_tokens % block_size_ != 0;
+  for (auto b : c.blocks)
+    hold(b, c);
+  promised_ += growth(c);
+  ++counters_.allocations;
+  ++tenants_[c.tenant].active;
+  return allocation_outcome{c.cache_id, 0};
+}
+
+} // namespace kvactor::detail
