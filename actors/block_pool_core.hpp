@@ -8,6 +8,8 @@
 //    count > 0, equal to the number of sequence tables that hold it);
 //  - the prefix index maps a hash to a block iff that block is `indexed` with
 //    that hash; cached blocks are always indexed;
+//  - live requests are in the id index, requests released during a swap
+//    (ghosts) are not; both hold their blocks;
 //  - each used block is charged to exactly one tenant (the one whose request
 //    took it from the pool, as Linux memcg charges the first toucher); the
 //    tenants' charges sum to the used blocks;
@@ -68,7 +70,9 @@ public:
                                           bool hold_copies = false);
 
   /// Ends `id`: its blocks return, last block first; indexed ones stay cached.
-  /// Returns the number of blocks whose last reference went.
+  /// Returns the number of blocks whose last reference went. During a swap
+  /// it ends `id` at once (the id may be admitted again) and returns 0: the
+  /// blocks stay with the ended incarnation, a ghost, until the swap's end.
   caf::expected<std::uint32_t> release(request_id id);
 
   /// release(id) only if its cache_id is still `cache_id` (a reclaim after

@@ -438,40 +438,10 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       self->state.pressure = ev.level;
     },
     [self](swap_out_atom, request_id id) -> caf::result<std::uint32_t> {
-      auto& st = self->state;
-      auto i = st.registry.find(id);
-      if (i == st.registry.end())
-        return make_error(errc::unknown_request, unknown(id));
-      auto rp = owe(self, self->make_response_promise<std::uint32_t>(),
-                    "swap-out", id);
-      auto cache_id = i->second.info.cache_id;
-      swap_request(self, id, cache_id, true, [self, rp, id, cache_id](caf::expected<std::uint32_t> res) mutable {
-        if (!res) {
-          rp.deliver(std::move(res.error()));
-          return;
-        }
-        set_swapped(self, id, cache_id, true);
-        rp.deliver(*res);
-      });
-      return rp.promise();
+      return swap_out_request(self, id);
     },
     [self](swap_in_atom, request_id id) -> caf::result<block_table> {
-      auto& st = self->state;
-      auto i = st.registry.find(id);
-      if (i == st.registry.end())
-        return make_error(errc::unknown_request, unknown(id));
-      auto rp = owe(self, self->make_response_promise<block_table>(),
-                    "swap-in", id);
-      auto cache_id = i->second.info.cache_id;
-      swap_request(self, id, cache_id, false, [self, rp, id, cache_id](caf::expected<std::uint32_t> res) mutable {
-        if (!res) {
-          rp.deliver(std::move(res.error()));
-          return;
-        }
-        set_swapped(self, id, cache_id, false);
-        rp.delegate(self->state.pool, table_atom::value, id, cache_id);
-      });
-      return rp.promise();
+      return swap_in_request(self, id);
     },
     [self](pin_atom, std::string& tenant, std::vector<token_id>& tokens,
            std::uint64_t ttl_ms) -> caf::result<std::uint32_t> {

@@ -77,13 +77,13 @@ void end_request(mgr_ptr self, request_id id, end_reason why,
 void set_swapped(mgr_ptr self, request_id id, std::uint64_t cache_id,
                  bool swapped);
 
-/// Swaps request `id` (incarnation `cache_id`) out (`out`) or in: the pool
-/// reserves the other side's blocks, the device copies, the pool commits -
-/// or undoes everything when the copy fails, so a failed swap changes
-/// nothing. `done` gets the device blocks moved or the error.
-void swap_request(mgr_ptr self, request_id id, std::uint64_t cache_id,
-                  bool out,
-                  std::function<void(caf::expected<std::uint32_t>)> done);
+/// The manager's swap-out and swap-in of registered request `id`
+/// (kv_cache_manager_swap.cpp): the pool reserves the other side's blocks,
+/// the device copies, the pool commits - or undoes everything when the copy
+/// fails, so a failed swap changes nothing. Reply: the device blocks moved,
+/// or the request's new table.
+caf::result<std::uint32_t> swap_out_request(mgr_ptr self, request_id id);
+caf::result<block_table> swap_in_request(mgr_ptr self, request_id id);
 
 /// The manager's behavior (kv_cache_manager_actor.cpp); spawn_kv_cache
 /// spawns it over the other actors of a cache.

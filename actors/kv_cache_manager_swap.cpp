@@ -1,11 +1,18 @@
 // The manager's two-phase swap: reserve in the pool, copy on the device,
-// commit or undo in the pool.
+// commit or undo in the pool; and its replies, which say so when the request
+// ended during the move.
 #include "kvactor/actors/kv_cache_manager_state.hpp"
 
 #include <caf/send.hpp>
 
+#include "kvactor/messages/error.hpp"
+
 namespace kvactor::detail {
 
+namespace {
+
+/// Swaps request `id` (incarnation `cache_id`) out (`out`) or in; `done`
+/// gets the device blocks moved or the error.
 void swap_request(mgr_ptr self, request_id id, std::uint64_t cache_id,
                   bool out,
                   std::function<void(caf::expected<std::uint32_t>)> done) {
@@ -56,6 +63,77 @@ void swap_request(mgr_ptr self, request_id id, std::uint64_t cache_id,
   else
     self->request(st.pool, caf::infinite, swap_in_atom::value, id, cache_id)
       .then(copy, failed);
+}
+
+/// True while incarnation `cache_id` of `id` is in the registry.
+bool is_registered(mgr_ptr self, request_id id, std::uint64_t cache_id) {
+  auto i = self->state.registry.find(id);
+  return i != self->state.registry.end() && i->second.info.cache_id == cache_id;
+}
+
+/// The reply to a swap (`way`: "out" or "in") whose request was released
+/// while the device moved its blocks.
+caf::error ended_mid_swap(request_id id, const char* way) {
+  return make_error(errc::unknown_request,
+                    "request " + std::to_string(id) + " ended during its swap-"
+                      + way);
+}
+
+} // namespace
+
+caf::result<std::uint32_t> swap_out_request(mgr_ptr self, request_id id) {
+  auto& st = self->state;
+  auto i = st.registry.find(id);
+  if (i == st.registry.end())
+    return make_error(errc::unknown_request, unknown(id));
+  auto rp = owe(self, self->make_response_promise<std::uint32_t>(),
+                "swap-out", id);
+  auto cache_id = i->second.info.cache_id;
+  auto done = [self, rp, id, cache_id](caf::expected<std::uint32_t> res) mutable {
+    if (!res) {
+      rp.deliver(std::move(res.error()));
+      return;
+    }
+    // Ended during the move (its blocks came back with the move's end):
+    // nothing is swapped out to bring back.
+    if (!is_registered(self, id, cache_id)) {
+      rp.deliver(ended_mid_swap(id, "out"));
+      return;
+    }
+    set_swapped(self, id, cache_id, true);
+    rp.deliver(*res);
+  };
+  swap_request(self, id, cache_id, true, std::move(done));
+  return rp.promise();
+}
+
+caf::result<block_table> swap_in_request(mgr_ptr self, request_id id) {
+  auto& st = self->state;
+  auto i = st.registry.find(id);
+  if (i == st.registry.end())
+    return make_error(errc::unknown_request, unknown(id));
+  auto rp = owe(self, self->make_response_promise<block_table>(),
+                "swap-in", id);
+  auto cache_id = i->second.info.cache_id;
+  auto done = [self, rp, id, cache_id](caf::expected<std::uint32_t> res) mutable {
+    if (!res) {
+      rp.deliver(std::move(res.error()));
+      return;
+    }
+    set_swapped(self, id, cache_id, false);
+    // The table from the pool, which knows first if the request ended
+    // during the move (a step may have ended it there).
+    self->request(self->state.pool, caf::infinite, table_atom::value, id,
+                  cache_id)
+      .then([rp](block_table& t) mutable { rp.deliver(std::move(t)); },
+            [rp, id](caf::error& err) mutable {
+              rp.deliver(has_code(err, errc::invalid_handle)
+                           ? ended_mid_swap(id, "in")
+                           : std::move(err));
+            });
+  };
+  swap_request(self, id, cache_id, false, std::move(done));
+  return rp.promise();
 }
 
 } // namespace kvactor::detail

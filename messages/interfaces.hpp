@@ -223,8 +223,9 @@ using kv_cache_manager_actor = caf::typed_actor<
   // is shared again rather than copied, so its bytes are those the prefix's
   // writer wrote - write a prompt's K/V in the step that admits it, as
   // for any prefix hit). While swapped out it cannot grow. Errors:
-  // unknown_request, invalid_request (already swapped / not swapped),
-  // out_of_blocks (host tier or pool full), quota_exceeded, device_failure.
+  // unknown_request (also when the request ended during the move),
+  // invalid_request (already swapped / not swapped), out_of_blocks (host
+  // tier or pool full), quota_exceeded, device_failure.
   caf::replies_to<swap_out_atom, request_id>::with<std::uint32_t>,
   caf::replies_to<swap_in_atom, request_id>::with<block_table>,
   // Pins (tenant, prompt)'s cached full blocks for ttl_ms.

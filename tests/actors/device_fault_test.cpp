@@ -14,152 +14,12 @@
 #include <vector>
 
 #include "fixture.hpp"
-#include "kvactor/device/storage.hpp"
+#include "slow_storage.hpp"
 
 using namespace kvactor;
 using namespace kvactor::test;
 
 namespace {
-
-/// The host backend with asynchronous completion and injectable faults:
-/// each operation does its work at once, but its ticket stays pending until
-/// complete() (which calls the wake, as CUDA's host callback does) or
-/// fail() (which, like a CUDA fault, calls no wake and makes every later
-/// call fail).
-class slow_storage final : public storage {
-public:
-  explicit slow_storage(std::unique_ptr<storage> inner)
-    : storage(inner->layout()), inner_(std::move(inner)) {
-  }
-
-  storage_kind kind() const noexcept override {
-    return inner_->kind();
-  }
-  kvactor::device where() const noexcept override {
-    return inner_->where();
-  }
-  void* layer_base(std::uint32_t layer) noexcept override {
-    return inner_->layer_base(layer);
-  }
-  void* host_layer_base(std::uint32_t layer) noexcept override {
-    return inner_->host_layer_base(layer);
-  }
-  caf::expected<ticket> copy_blocks(const std::vector<block_copy>& pairs) override {
-    return issue([&] { return inner_->copy_blocks(pairs); });
-  }
-  caf::expected<ticket> swap_out(const std::vector<block_move>& moves) override {
-    return issue([&] { return inner_->swap_out(moves); });
-  }
-  caf::expected<ticket> swap_in(const std::vector<block_move>& moves) override {
-    return issue([&] { return inner_->swap_in(moves); });
-  }
-  caf::expected<ticket> write_slots(std::uint32_t layer, const void* key,
-                                    const void* value, const std::int64_t* slots,
-                                    std::size_t n) override {
-    return issue([&] { return inner_->write_slots(layer, key, value, slots, n); });
-  }
-  caf::expected<ticket> gather_blocks(std::uint32_t layer,
-                                      const std::vector<block_id>& blocks,
-                                      std::size_t n, void* key_out,
-                                      void* value_out) override {
-    return issue(
-      [&] { return inner_->gather_blocks(layer, blocks, n, key_out, value_out); });
-  }
-  bool done(ticket t) override {
-    return failed_ || t <= completed_;
-  }
-  caf::error wait(ticket t) override {
-    if (failed_)
-      return fault();
-    while (completed_ < t) // blocks until done, as a GPU would
-      mark(completed_ + 1);
-    return caf::none;
-  }
-  bool finished(ticket t) override {
-    return failed_ || t <= completed_ || early_.count(t) > 0;
-  }
-  caf::error wait_one(ticket t) override {
-    if (failed_)
-      return fault();
-    mark(t); // blocks until t alone is done
-    return caf::none;
-  }
-  void set_wake(std::function<void()> wake) override {
-    wake_ = std::move(wake);
-  }
-  std::shared_ptr<std::uint8_t> host_buffer(std::size_t bytes) override {
-    return inner_->host_buffer(bytes);
-  }
-
-  // -- the test's controls -------------------------------------------------------
-
-  /// Everything issued completes; the wake is called.
-  void complete() {
-    completed_ = issued_;
-    early_.clear();
-    if (wake_)
-      wake_();
-  }
-
-  /// Ticket `t` alone completes (as work on another stream may, ahead of
-  /// earlier tickets); the wake is called.
-  void complete_one(ticket t) {
-    mark(t);
-    if (wake_)
-      wake_();
-  }
-
-  /// The device faults: no wake, and from now on every call fails.
-  void fail() {
-    failed_ = true;
-  }
-
-  std::uint64_t pending() const noexcept {
-    return issued_ - completed_ - early_.size();
-  }
-
-private:
-  static caf::error fault() {
-    return make_error(errc::device_failure, "slow_storage: injected fault");
-  }
-
-  /// Ticket `t` completed: the low-water mark moves over every ticket now
-  /// complete in order; the others are remembered one by one.
-  void mark(ticket t) {
-    if (t <= completed_)
-      return;
-    early_.insert(t);
-    while (early_.count(completed_ + 1) > 0)
-      early_.erase(++completed_);
-  }
-
-  template <class Op>
-  caf::expected<ticket> issue(Op op) {
-    if (failed_)
-      return fault();
-    auto t = op();
-    if (!t)
-      return t; // rejected whole: nothing was issued
-    inner_->wait(*t);
-    return ++issued_;
-  }
-
-  std::unique_ptr<storage> inner_;
-  std::function<void()> wake_;
-  ticket issued_ = 0;
-  ticket completed_ = 0;   // every ticket <= completed_ is complete
-  std::set<ticket> early_; // complete tickets above completed_
-  bool failed_ = false;
-};
-
-std::shared_ptr<slow_storage> make_slow(const cache_config& cfg) {
-  auto opts = storage_options_for(cfg);
-  opts.kind = "host";
-  auto made = make_storage(opts);
-  if (!made)
-    BOOST_FAIL("make_storage: " << render(made.error()));
-  return std::make_shared<slow_storage>(std::move(*made));
-}
 
 /// A cache (with a host tier of 8 blocks) on a slow_storage.
 struct slow_fixture : cache_fixture {
@@ -339,11 +199,13 @@ BOOST_FIXTURE_TEST_CASE(an_id_freed_mid_swap_is_free_at_once_and_the_swap_leaves
   BOOST_TEST(used_blocks() == 4u); // the copy still reads the old three
   store->complete();
   run();
-  bool replied = false;
-  swapper->receive([&](std::uint32_t) { replied = true; },
-                   [&](caf::error&) { replied = true; },
+  // The swap's requester learns the request ended during the move.
+  std::string swap_reply = "none";
+  swapper->receive([&](std::uint32_t) { swap_reply = "ok"; },
+                   [&](caf::error& e) { swap_reply = render(e); },
                    caf::after(std::chrono::seconds(0)) >> [] {});
-  BOOST_TEST(replied, "no reply to the swap");
+  BOOST_TEST(swap_reply.find("ended during its swap-out") != std::string::npos,
+             swap_reply);
   // The copy's end returned the old incarnation's blocks, device and host,
   // and did not touch the new one: resident, same table, not swapped.
   now = lookup(1);

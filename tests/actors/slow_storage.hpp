@@ -1,0 +1,172 @@
+// slow_storage: the host backend with a GPU's timing, for the actor tests -
+// work is done at once, but each ticket completes only when the test says
+// (complete, complete_one), and fail() turns it into a faulted device.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "kvactor/actors/kv_cache_manager_actor.hpp"
+#include "kvactor/config/cache_config.hpp"
+#include "kvactor/device/storage.hpp"
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor::test {
+
+/// The host backend with asynchronous completion and injectable faults:
+/// each operation does its work at once, but its ticket stays pending until
+/// complete() (which calls the wake, as CUDA's host callback does) or
+/// fail() (which, like a CUDA fault, calls no wake and makes every later
+/// call fail).
+class slow_storage final : public storage {
+public:
+  explicit slow_storage(std::unique_ptr<storage> inner)
+    : storage(inner->layout()), inner_(std::move(inner)) {
+  }
+
+  storage_kind kind() const noexcept override {
+    return inner_->kind();
+  }
+  kvactor::device where() const noexcept override {
+    return inner_->where();
+  }
+  void* layer_base(std::uint32_t layer) noexcept override {
+    return inner_->layer_base(layer);
+  }
+  void* host_layer_base(std::uint32_t layer) noexcept override {
+    return inner_->host_layer_base(layer);
+  }
+  caf::expected<ticket> copy_blocks(const std::vector<block_copy>& pairs) override {
+    return issue([&] { return inner_->copy_blocks(pairs); });
+  }
+  caf::expected<ticket> swap_out(const std::vector<block_move>& moves) override {
+    return issue([&] { return inner_->swap_out(moves); });
+  }
+  caf::expected<ticket> swap_in(const std::vector<block_move>& moves) override {
+    return issue([&] { return inner_->swap_in(moves); });
+  }
+  caf::expected<ticket> write_slots(std::uint32_t layer, const void* key,
+                                    const void* value, const std::int64_t* slots,
+                                    std::size_t n) override {
+    return issue([&] { return inner_->write_slots(layer, key, value, slots, n); });
+  }
+  caf::expected<ticket> gather_blocks(std::uint32_t layer,
+                                      const std::vector<block_id>& blocks,
+                                      std::size_t n, void* key_out,
+                                      void* value_out) override {
+    return issue(
+      [&] { return inner_->gather_blocks(layer, blocks, n, key_out, value_out); });
+  }
+  bool done(ticket t) override {
+    return failed_ || t <= completed_;
+  }
+  caf::error wait(ticket t) override {
+    if (failed_)
+      return fault();
+    while (completed_ < t) // blocks until done, as a GPU would
+      mark(completed_ + 1);
+    return caf::none;
+  }
+  bool finished(ticket t) override {
+    return failed_ || t <= completed_ || early_.count(t) > 0;
+  }
+  caf::error wait_one(ticket t) override {
+    if (failed_)
+      return fault();
+    mark(t); // blocks until t alone is done
+    return caf::none;
+  }
+  void set_wake(std::function<void()> wake) override {
+    wake_ = std::move(wake);
+  }
+  std::shared_ptr<std::uint8_t> host_buffer(std::size_t bytes) override {
+    return inner_->host_buffer(bytes);
+  }
+
+  // -- the test's controls -------------------------------------------------------
+
+  /// Everything issued completes; the wake is called.
+  void complete() {
+    completed_ = issued_;
+    early_.clear();
+    if (wake_)
+      wake_();
+  }
+
+  /// Ticket `t` alone completes (as work on another stream may, ahead of
+  /// earlier tickets); the wake is called.
+  void complete_one(ticket t) {
+    mark(t);
+    if (wake_)
+      wake_();
+  }
+
+  /// The device faults: no wake, and from now on every call fails.
+  void fail() {
+    failed_ = true;
+  }
+
+  std::uint64_t pending() const noexcept {
+    return issued_ - completed_ - early_.size();
+  }
+
+  /// The tickets issued and not yet complete, oldest first.
+  std::vector<ticket> incomplete() const {
+    std::vector<ticket> out;
+    for (auto t = completed_ + 1; t <= issued_; ++t)
+      if (early_.count(t) == 0)
+        out.push_back(t);
+    return out;
+  }
+
+private:
+  static caf::error fault() {
+    return make_error(errc::device_failure, "slow_storage: injected fault");
+  }
+
+  /// Ticket `t` completed: the low-water mark moves over every ticket now
+  /// complete in order; the others are remembered one by one.
+  void mark(ticket t) {
+    if (t <= completed_)
+      return;
+    early_.insert(t);
+    while (early_.count(completed_ + 1) > 0)
+      early_.erase(++completed_);
+  }
+
+  template <class Op>
+  caf::expected<ticket> issue(Op op) {
+    if (failed_)
+      return fault();
+    auto t = op();
+    if (!t)
+      return t; // rejected whole: nothing was issued
+    inner_->wait(*t);
+    return ++issued_;
+  }
+
+  std::unique_ptr<storage> inner_;
+  std::function<void()> wake_;
+  ticket issued_ = 0;
+  ticket completed_ = 0;   // every ticket <= completed_ is complete
+  std::set<ticket> early_; // complete tickets above completed_
+  bool failed_ = false;
+};
+
+/// A slow_storage over the host backend `cfg` asks for.
+inline std::shared_ptr<slow_storage> make_slow(const cache_config& cfg) {
+  auto opts = storage_options_for(cfg);
+  opts.kind = "host";
+  auto made = make_storage(opts);
+  if (!made)
+    BOOST_FAIL("make_storage: " << render(made.error()));
+  return std::make_shared<slow_storage>(std::move(*made));
+}
+
+} // namespace kvactor::test
