@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bitset>
 #include <cstdlib>
+#include <cstring>
 #include <cstdint>
 #include <random>
 #include <set>
@@ -78,7 +79,8 @@ BOOST_AUTO_TEST_CASE(order_parent_and_length_all_count) {
   swapped = tokens;
   std::swap(swapped[0], swapped[1]);
   BOOST_TEST(hash_block(parent, swapped.data(), 16).lo != base.lo);
-  // Either half of the parent moves its own lane.
+  // Either half of the parent moves its own lane (each lane follows its
+  // own half: see hash_block for why).
   auto h = hash_block(block_hash{1, 3}, tokens.data(), 16);
   BOOST_TEST(h.lo == base.lo);
   BOOST_TEST(h.hi != base.hi);
@@ -99,6 +101,48 @@ BOOST_AUTO_TEST_CASE(order_parent_and_length_all_count) {
   std::rotate(rotated.begin(), rotated.begin() + 16, rotated.end());
   BOOST_TEST(hash_block(parent, long_block.data(), 32).lo
              != hash_block(parent, rotated.data(), 32).lo);
+}
+
+/// A block of 16 tokens whose chunk `c` holds words x and y (the rest 7s).
+static std::vector<token_id> with_chunk(std::size_t c, std::uint64_t x,
+                                        std::uint64_t y) {
+  std::vector<token_id> t(16, 7);
+  std::memcpy(t.data() + 4 * c, &x, sizeof(x));
+  std::memcpy(t.data() + 4 * c + 2, &y, sizeof(y));
+  return t;
+}
+
+BOOST_AUTO_TEST_CASE(words_that_zero_a_product_or_swap_its_factors_still_count) {
+  // The multiply-fold has two weak spots a prompt could aim at, knowing
+  // the seed: a word equal to its key zeroes the product, and swapping
+  // the (keyed) factors keeps it. Neither may make two blocks collide.
+  const block_hash parent{0x0123456789abcdefull, 0xfedcba9876543210ull};
+  for (std::size_t c = 0; c < 4; ++c) {
+    auto k = kvactor::detail::keys_of(parent, c);
+    // Both products zero, two ways (an earlier version collided here in
+    // all 128 bits).
+    auto a = with_chunk(c, k.x_lo, k.y_hi);
+    auto b = with_chunk(c, k.x_hi, k.y_lo);
+    auto ha = hash_block(parent, a.data(), 16);
+    auto hb = hash_block(parent, b.data(), 16);
+    BOOST_TEST(ha.lo != hb.lo, "chunk " << c);
+    BOOST_TEST(ha.hi != hb.hi, "chunk " << c);
+    // The lo lane's product zero, any second word: still distinct.
+    std::set<std::uint64_t> los;
+    for (std::uint64_t y = 0; y < 64; ++y) {
+      auto t = with_chunk(c, k.x_lo, y * 0x9e3779b97f4a7c15ull);
+      los.insert(hash_block(parent, t.data(), 16).lo);
+    }
+    BOOST_TEST(los.size() == 64u, "chunk " << c);
+    // Swapped factors: (x, y) and (y ^ kx ^ ky, x ^ kx ^ ky) multiply the
+    // same in the lo lane.
+    std::uint64_t x = 0x0000000500000003ull;
+    std::uint64_t y = 0x0000000b00000009ull;
+    auto p = with_chunk(c, x, y);
+    auto q = with_chunk(c, y ^ k.x_lo ^ k.y_lo, x ^ k.x_lo ^ k.y_lo);
+    BOOST_TEST(hash_block(parent, p.data(), 16).lo
+               != hash_block(parent, q.data(), 16).lo, "chunk " << c);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(chains_spread_over_every_bit_and_the_index_slots) {
@@ -141,13 +185,14 @@ BOOST_AUTO_TEST_CASE(chains_spread_over_every_bit_and_the_index_slots) {
 BOOST_AUTO_TEST_CASE(the_function_is_pinned) {
   // Routers outside the process compute the same hashes from prompts (and
   // KV events publish `lo`): a change to the function must be deliberate,
-  // and must change this value, the README and the release notes together.
+  // and must change this value and the README together (and be said in
+  // the commit: KV event consumers recompute).
   std::vector<token_id> tokens(16);
   for (std::size_t i = 0; i < tokens.size(); ++i)
     tokens[i] = static_cast<token_id>(1000 + i);
   auto h = hash_block(block_hash{0, 0}, tokens.data(), tokens.size());
-  BOOST_TEST(h.lo == 0x54432004f469f043ull);
-  BOOST_TEST(h.hi == 0xb93b427baa653154ull);
+  BOOST_TEST(h.lo == 0x58227359543a8c68ull);
+  BOOST_TEST(h.hi == 0xb7489050ded3bb95ull);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
