@@ -435,24 +435,26 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       return std::move(*res);
     },
     [self, &st](swap_out_atom, request_id id, std::uint64_t cache_id,
-                bool ok) -> caf::result<std::uint32_t> {
+                bool ok) -> caf::result<std::uint32_t, bool> {
       if (auto err = from_manager(self, st.registry, "swap out"))
         return err;
+      bool ended = st.core().find(id, cache_id) == nullptr; // a ghost's
       auto res = st.core().swap_out_done(id, cache_id, ok);
       if (!res)
         return std::move(res.error());
       st.report(self);
-      return *res;
+      return {*res, ended};
     },
     [self, &st](swap_in_atom, request_id id, std::uint64_t cache_id,
-                bool ok) -> caf::result<std::uint32_t> {
+                bool ok) -> caf::result<std::uint32_t, bool> {
       if (auto err = from_manager(self, st.registry, "swap in"))
         return err;
+      bool ended = st.core().find(id, cache_id) == nullptr; // a ghost's
       auto res = st.core().swap_in_done(id, cache_id, ok);
       if (!res)
         return std::move(res.error());
       st.report(self);
-      return *res;
+      return {*res, ended};
     },
     [&st](victims_atom, std::uint64_t blocks) {
       return st.core().choose_victims(blocks);

@@ -100,8 +100,22 @@ caf::error block_pool_core::check_invariant() const {
   });
   if (err)
     return err;
-  if (seqs != seq_index_.size())
-    return broken("sequence index size mismatch");
+  // Every slot of the request table is exactly one of: live (in the id
+  // index), a ghost, or free.
+  std::vector<std::uint8_t> slot_seen(seqs_.size(), 0);
+  bool slots_ok = true;
+  auto mark = [&](std::uint32_t slot) {
+    if (slot >= slot_seen.size() || slot_seen[slot]++ != 0)
+      slots_ok = false;
+  };
+  seq_index_.for_each([&](std::uint64_t, std::uint32_t slot) { mark(slot); });
+  for (auto slot : ghosts_)
+    mark(slot);
+  for (auto slot : free_seq_slots_)
+    mark(slot);
+  if (!slots_ok || seqs + ghosts_.size() + free_seq_slots_.size() != seqs_.size())
+    return broken("the request table's slots are not live, ghost or free "
+                  "exactly once");
   // Membership of the free stack and the LRU lists.
   std::vector<std::uint8_t> on_list(n, 0); // 1 free, 2 lru
   for (auto b : free_.ids()) {

@@ -5,6 +5,7 @@
 #include "kvactor/actors/block_pool_core.hpp"
 
 #include <algorithm>
+#include <cassert>
 
 #include "kvactor/messages/error.hpp"
 
@@ -53,10 +54,13 @@ sequence& block_pool_core::new_sequence(request_id id) {
 
 void block_pool_core::drop_sequence(sequence& seq) {
   auto slot = static_cast<std::uint32_t>(&seq - seqs_.data());
-  if (seq.release_pending)
-    ghosts_.erase(std::find(ghosts_.begin(), ghosts_.end(), slot));
-  else
+  if (seq.release_pending) {
+    auto g = std::find(ghosts_.begin(), ghosts_.end(), slot);
+    assert(g != ghosts_.end()); // check_invariant: ghosts_ lists every ghost
+    ghosts_.erase(g);
+  } else {
     seq_index_.erase(seq.id);
+  }
   seq.blocks.clear();
   seq.tail.clear();
   seq.host_blocks.clear();

@@ -1,6 +1,6 @@
 // The manager's two-phase swap: reserve in the pool, copy on the device,
 // commit or undo in the pool; and its replies, which say so when the request
-// ended during the move.
+// ended before them.
 #include "kvactor/actors/kv_cache_manager_state.hpp"
 
 #include <caf/send.hpp>
@@ -11,8 +11,18 @@ namespace kvactor::detail {
 
 namespace {
 
+/// The reply to a swap (`way`: "out" or "in") whose request ended before
+/// the reply: released while the device moved its blocks (or, for a
+/// swap-in, by a step right after the move).
+caf::error ended_mid_swap(request_id id, const char* way) {
+  return make_error(errc::unknown_request,
+                    "request " + std::to_string(id)
+                      + " ended before its swap-" + way + " was answered");
+}
+
 /// Swaps request `id` (incarnation `cache_id`) out (`out`) or in; `done`
-/// gets the device blocks moved or the error.
+/// gets the device blocks moved or the error (the copy's, or that the
+/// request ended during the move).
 void swap_request(mgr_ptr self, request_id id, std::uint64_t cache_id,
                   bool out,
                   std::function<void(caf::expected<std::uint32_t>)> done) {
@@ -24,11 +34,13 @@ void swap_request(mgr_ptr self, request_id id, std::uint64_t cache_id,
     auto phase2 = [&](auto atom) {
       self->request(self->state.pool, caf::infinite, atom, id, cache_id, ok)
         .then(
-          [done, ok, cause, moved](std::uint32_t) mutable {
-            if (ok)
-              done(moved);
-            else
+          [done, ok, cause, moved, id, out](std::uint32_t, bool ended) mutable {
+            if (!ok)
               done(std::move(cause));
+            else if (ended)
+              done(ended_mid_swap(id, out ? "out" : "in"));
+            else
+              done(moved);
           },
           [done](caf::error& err) mutable { done(std::move(err)); });
     };
@@ -65,20 +77,6 @@ void swap_request(mgr_ptr self, request_id id, std::uint64_t cache_id,
       .then(copy, failed);
 }
 
-/// True while incarnation `cache_id` of `id` is in the registry.
-bool is_registered(mgr_ptr self, request_id id, std::uint64_t cache_id) {
-  auto i = self->state.registry.find(id);
-  return i != self->state.registry.end() && i->second.info.cache_id == cache_id;
-}
-
-/// The reply to a swap (`way`: "out" or "in") whose request was released
-/// while the device moved its blocks.
-caf::error ended_mid_swap(request_id id, const char* way) {
-  return make_error(errc::unknown_request,
-                    "request " + std::to_string(id) + " ended during its swap-"
-                      + way);
-}
-
 } // namespace
 
 caf::result<std::uint32_t> swap_out_request(mgr_ptr self, request_id id) {
@@ -92,12 +90,6 @@ caf::result<std::uint32_t> swap_out_request(mgr_ptr self, request_id id) {
   auto done = [self, rp, id, cache_id](caf::expected<std::uint32_t> res) mutable {
     if (!res) {
       rp.deliver(std::move(res.error()));
-      return;
-    }
-    // Ended during the move (its blocks came back with the move's end):
-    // nothing is swapped out to bring back.
-    if (!is_registered(self, id, cache_id)) {
-      rp.deliver(ended_mid_swap(id, "out"));
       return;
     }
     set_swapped(self, id, cache_id, true);

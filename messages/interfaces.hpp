@@ -130,9 +130,9 @@ using block_pool_actor = caf::typed_actor<
   // Swap, second phase (request id, cache id, ok): the device's copy
   // succeeded (commit) or not (undo) - also for an incarnation released
   // during the move, whose blocks return then; replies with device blocks
-  // released.
-  caf::replies_to<swap_out_atom, request_id, std::uint64_t, bool>::with<std::uint32_t>,
-  caf::replies_to<swap_in_atom, request_id, std::uint64_t, bool>::with<std::uint32_t>,
+  // released and whether the incarnation had ended.
+  caf::replies_to<swap_out_atom, request_id, std::uint64_t, bool>::with<std::uint32_t, bool>,
+  caf::replies_to<swap_in_atom, request_id, std::uint64_t, bool>::with<std::uint32_t, bool>,
   // Requests to preempt so about n blocks come free (critical pressure).
   caf::replies_to<victims_atom, std::uint64_t>::with<std::vector<request_id>>,
   // Pin a tenant's cached prefix for ttl_ms; replies with blocks pinned.
@@ -223,7 +223,7 @@ using kv_cache_manager_actor = caf::typed_actor<
   // is shared again rather than copied, so its bytes are those the prefix's
   // writer wrote - write a prompt's K/V in the step that admits it, as
   // for any prefix hit). While swapped out it cannot grow. Errors:
-  // unknown_request (also when the request ended during the move),
+  // unknown_request (also when the request ended before the reply),
   // invalid_request (already swapped / not swapped), out_of_blocks (host
   // tier or pool full), quota_exceeded, device_failure.
   caf::replies_to<swap_out_atom, request_id>::with<std::uint32_t>,

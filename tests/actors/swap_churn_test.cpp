@@ -28,10 +28,13 @@ struct churn : cache_fixture {
   std::map<std::string, std::size_t> cov;
 
   /// A swap sent and not yet answered: its own actor, so replies match.
+  /// `ended`: its request was freed since (its copy was in flight then: a
+  /// swap refused in its first phase is answered within the same run).
   struct swap_call {
     std::unique_ptr<caf::scoped_actor> from;
     request_id id;
     bool out;
+    bool ended = false;
   };
   std::vector<swap_call> calls;
   std::set<request_id> freed_mid_swap; ///< freed while a swap of it was out
@@ -46,6 +49,11 @@ struct churn : cache_fixture {
   }
   request_id any_id() {
     return 1 + below(16);
+  }
+  /// Marks the swaps in flight of `id` as outliving their request.
+  void ended(request_id id) {
+    for (auto& c : calls)
+      c.ended |= c.id == id;
   }
   std::size_t swaps_of(request_id id) const {
     std::size_t n = 0;
@@ -84,6 +92,7 @@ struct churn : cache_fixture {
     expect("free", outcome(res), {"ok", "unknown_request"});
     if (res && swaps_of(id) > 0) {
       freed_mid_swap.insert(id);
+      ended(id);
       ++cov["freed mid-swap"];
     }
   }
@@ -106,6 +115,7 @@ struct churn : cache_fixture {
       expect("step", outcome(f.error), {"unknown_request", "duplicate_request"});
     if (!res->freed.empty() && swaps_of(gone) > 0) {
       freed_mid_swap.insert(gone);
+      ended(gone);
       ++cov["step freed mid-swap"];
     }
     if (!res->admitted.empty() && (pending || (gone == id && swaps_of(id) > 0)))
@@ -118,7 +128,7 @@ struct churn : cache_fixture {
             "exceeds_max_sequence_length"});
   }
   void op_swap(bool out) {
-    swap_call c{std::make_unique<caf::scoped_actor>(sys), any_id(), out};
+    swap_call c{std::make_unique<caf::scoped_actor>(sys), any_id(), out, false};
     if (out)
       (*c.from)->send(mgr, swap_out_atom::value, c.id);
     else
@@ -139,19 +149,28 @@ struct churn : cache_fixture {
   void collect() {
     for (auto i = calls.begin(); i != calls.end();) {
       std::string got;
+      bool told_ended = false;
       (*i->from)->receive([&](std::uint32_t) { got = "ok"; },
                           [&](block_table&) { got = "ok"; },
                           [&](caf::error& err) {
                             got = outcome(err);
-                            if (render(err).find("ended during its swap")
-                                != std::string::npos)
-                              ++cov["told it ended mid-swap"];
+                            told_ended = render(err).find(
+                                           "ended before its swap")
+                                         != std::string::npos;
                           },
                           caf::after(std::chrono::seconds(0)) >> [] {});
       if (got.empty()) {
         ++i;
         continue;
       }
+      // A swap whose request was freed while its copy ran is told so;
+      // no other is.
+      BOOST_REQUIRE_MESSAGE(told_ended == i->ended,
+                            "swap of request " << i->id << ": " << got
+                              << (i->ended ? ", not told it ended"
+                                           : ", told it ended"));
+      if (told_ended)
+        ++cov["told it ended mid-swap"];
       expect(i->out ? "swap out" : "swap in", got,
              {"ok", "unknown_request", "invalid_request", "out_of_blocks",
               "quota_exceeded"});
