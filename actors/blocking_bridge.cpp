@@ -9,6 +9,7 @@
 #include <caf/mailbox_element.hpp>
 #include <caf/scoped_execution_unit.hpp>
 #include <caf/sec.hpp>
+#include <caf/system_messages.hpp>
 
 namespace kvactor::detail {
 
@@ -32,6 +33,9 @@ blocking_bridge::blocking_bridge(caf::actor_system& sys) {
       deliver(ptr->mid.request_id().integer_value(), std::move(msg));
       return;
     }
+    if (msg.match_elements<caf::down_msg>())
+      fail_calls_to(msg.get_as<caf::down_msg>(0).source.id(),
+                    caf::make_error(caf::sec::request_receiver_down));
     // Under notify_mtx_, so that once on_notification(nullptr) returned no
     // handler runs any more (its owner may then go).
     std::lock_guard<std::mutex> guard{notify_mtx_};
@@ -55,7 +59,7 @@ void blocking_bridge::deliver(std::uint64_t id, caf::message msg) {
     auto i = pending_.find(id);
     if (i == pending_.end())
       return; // timed out: drop the late reply
-    s = std::move(i->second);
+    s = std::move(i->second.s);
     pending_.erase(i);
   }
   if (s->abandoned) { // its caller gave up: the late handler has it
@@ -83,7 +87,7 @@ blocking_bridge::call(const caf::strong_actor_ptr& dest, caf::message msg,
     if (closed_)
       return caf::make_error(caf::sec::request_receiver_down);
     id = next_id_++;
-    pending_.emplace(id, s);
+    pending_.emplace(id, call_entry{s, dest->id()});
   }
   dest->enqueue(caf::make_mailbox_element(companion_, caf::make_message_id(id),
                                           {}, std::move(msg)),
@@ -136,19 +140,35 @@ blocking_bridge::call(const caf::strong_actor_ptr& dest, caf::message msg,
   return reply;
 }
 
+void blocking_bridge::fail(slot& s, const caf::error& err) {
+  if (s.abandoned)
+    return; // nobody waits; no reply will come to undo
+  s.reply = caf::make_message(err);
+  s.done.store(true, std::memory_order_release);
+  std::lock_guard<std::mutex> guard{s.mtx};
+  s.cv.notify_all();
+}
+
 void blocking_bridge::fail_all(caf::error err, bool close) {
   std::lock_guard<std::mutex> guard{mtx_};
   closed_ = closed_ || close;
-  for (auto& kvp : pending_) {
-    auto& s = *kvp.second;
-    if (s.abandoned)
-      continue; // nobody waits; no reply will come to undo
-    s.reply = caf::make_message(err);
-    s.done.store(true, std::memory_order_release);
-    std::lock_guard<std::mutex> g2{s.mtx};
-    s.cv.notify_all();
-  }
+  for (auto& kvp : pending_)
+    fail(*kvp.second.s, err);
   pending_.clear();
+}
+
+void blocking_bridge::fail_calls_to(std::uint64_t dest, const caf::error& err) {
+  // Replies the actor did send were delivered on its thread before its
+  // down message left: what waits now is not coming.
+  std::lock_guard<std::mutex> guard{mtx_};
+  for (auto i = pending_.begin(); i != pending_.end();) {
+    if (i->second.dest == dest) {
+      fail(*i->second.s, err);
+      i = pending_.erase(i);
+    } else {
+      ++i;
+    }
+  }
 }
 
 void blocking_bridge::send(const caf::strong_actor_ptr& dest, caf::message msg) {

@@ -68,7 +68,10 @@ public:
 
   /// Monitors `whom`: its down_msg arrives as a notification (at once if it
   /// is already gone - so never call this while holding a lock the
-  /// notification handler takes).
+  /// notification handler takes). Before the notification, calls still
+  /// waiting on `whom` fail with request_receiver_down: an actor that went
+  /// without answering (killed, or an exception in a handler) drops its
+  /// promises, and CAF 0.17 answers none of them.
   void watch(const caf::actor_addr& whom);
 
   /// The bridge as an actor (to subscribe it, or to own requests).
@@ -91,9 +94,20 @@ private:
 
   void deliver(std::uint64_t id, caf::message msg);
 
+  /// Ends the calls waiting on the actor with id `dest` with `err`.
+  void fail_calls_to(std::uint64_t dest, const caf::error& err);
+
+  /// Ends the call of `s` with `err` (its entry already out of pending_).
+  static void fail(slot& s, const caf::error& err);
+
+  struct call_entry {
+    std::shared_ptr<slot> s;
+    std::uint64_t dest; ///< the actor asked (its id)
+  };
+
   caf::strong_actor_ptr companion_;
   std::mutex mtx_;
-  std::unordered_map<std::uint64_t, std::shared_ptr<slot>> pending_;
+  std::unordered_map<std::uint64_t, call_entry> pending_;
   std::uint64_t next_id_ = 1;
   std::mutex notify_mtx_; ///< held while the handler runs
   notification_handler notify_;
