@@ -1,6 +1,7 @@
 // kv_cache_handle: validity, table and stats round trips, tensor views.
 #include "kvactor/actors/kv_cache_handle.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -60,7 +61,8 @@ bool kv_cache_handle::is_swapped() const {
     return false;
   auto res = core->ask<request_handle_actor, request_info>(
     core->cache().manager, lookup_atom::value, id());
-  return res && std::get<1>(*res).swapped;
+  // This incarnation's state, not a newer one's under the same id.
+  return res && std::get<0>(*res) == slot_->actor && std::get<1>(*res).swapped;
 }
 
 std::uint64_t kv_cache_handle::num_tokens() const {
@@ -135,13 +137,33 @@ contiguous_kv_cache_handle::view(std::uint32_t layer, view_part part) const {
   auto& t = std::get<0>(*tbl);
   auto got = core->ask<gathered_kv>(core->cache().device, gather_atom::value,
                                     layer, t.blocks, t.num_tokens);
-  if (!got)
-    return std::move(got.error());
-  // The table and the gather are two messages: had the request ended in
-  // between, its blocks may have held another request's bytes. A slot never
-  // turns valid again, so valid now means live throughout.
+  if (!got) {
+    auto& err = got.error();
+    if (err.category() == error_category || err == caf::sec::request_timeout)
+      return std::move(err); // the device's own words; a timeout as promised
+    return make_error(errc::device_failure,
+                      "request " + std::to_string(id())
+                        + ": gathering layer " + std::to_string(layer)
+                        + " for its contiguous view failed: " + render(err));
+  }
+  // The table and the gather are two messages: had the request ended, or
+  // been swapped out, in between, its blocks may have held another
+  // request's bytes. A slot never turns valid again, so valid now means
+  // live throughout; the table read again, the same blocks holding at least
+  // the tokens gathered, means they stayed this request's (a swap-out and a
+  // swap-in landing on the very same blocks within one gather aside).
   if (auto err = check_live())
     return err;
+  auto again = core->ask<block_table>(slot_->actor, table_atom::value);
+  if (!again)
+    return as_handle_error(std::move(again.error()), id());
+  auto& t2 = std::get<0>(*again);
+  if (t2.num_tokens < t.num_tokens || t2.blocks.size() < t.blocks.size()
+      || !std::equal(t.blocks.begin(), t.blocks.end(), t2.blocks.begin()))
+    return make_error(errc::invalid_handle,
+                      "request " + std::to_string(id())
+                        + ": its blocks changed (swapped out or ended) while "
+                          "its contiguous view was gathered; ask again");
   auto& kv = std::get<0>(*got);
   auto& lay = store.layout();
   auto row = std::size_t{lay.num_heads} * lay.head_dim * lay.elem_bytes();

@@ -129,17 +129,23 @@ kv_cache_manager::fork(request_id parent, request_id child) {
     end_unclaimed, core_->cache().manager, fork_atom::value, parent, child);
   if (!res)
     return std::move(res.error());
+  auto& made = std::get<0>(*res);
   auto info = core_->ask<request_handle_actor, request_info>(
     core_->cache().manager, lookup_atom::value, child);
-  if (!info) {
-    // The child ended already (preempted at critical pressure) or the
-    // lookup timed out: no handle goes out, so none may stay allocated -
-    // a failed fork changes nothing.
-    caf::anon_send(std::get<0>(*res), free_atom::value);
-    return std::move(info.error());
+  if (!info || std::get<0>(*info) != made) {
+    // The child ended already (preempted at critical pressure; the id may
+    // even be live again, another incarnation) or the lookup timed out: no
+    // handle goes out, so none may stay allocated - a failed fork changes
+    // nothing, and has changed nothing by the time it returns. (The handle
+    // actor ends its own incarnation; one that ended already says so.)
+    core_->ask<std::uint32_t>(made, free_atom::value);
+    if (!info)
+      return std::move(info.error());
+    return make_error(errc::unknown_request,
+                      "fork: child request " + std::to_string(child)
+                        + " ended before its handle was made");
   }
-  return core_->make_handle(core_->slot_for(std::get<0>(*res),
-                                            std::get<1>(*info)));
+  return core_->make_handle(core_->slot_for(made, std::get<1>(*info)));
 }
 
 bool kv_cache_manager::can_allocate(const allocation_request& req) const {
@@ -196,8 +202,17 @@ caf::expected<step_result> kv_cache_manager::step(step_request req) {
   // newer incarnation another thread allocates once the reply is out keeps
   // its handle.
   auto known = core_->handles_of(req);
-  auto res = core_->ask<step_result>(core_->cache().pool, step_atom::value,
-                                     std::move(req));
+  // A reply that comes after the caller timed out: its admissions are
+  // ended again, each by its incarnation (the pool told the manager of
+  // them before it replied), so a timed-out step admits nothing.
+  auto undo = [manager = core_->cache().manager](caf::message& reply) {
+    if (!reply.match_elements<step_result>())
+      return;
+    for (auto& a : reply.get_as<step_result>(0).admitted)
+      caf::anon_send(manager, free_atom::value, a.id, a.cache_id);
+  };
+  auto res = core_->ask_undoable<step_result>(undo, core_->cache().pool,
+                                              step_atom::value, std::move(req));
   if (!res)
     return std::move(res.error());
   auto& r = std::get<0>(*res);
@@ -265,8 +280,13 @@ storage_info kv_cache_manager::storage() const {
                       lay.num_host_blocks, lay.bytes_per_block()};
 }
 
-void kv_cache_manager::set_timeout(std::chrono::milliseconds t) {
+caf::error kv_cache_manager::set_timeout(std::chrono::milliseconds t) {
+  if (t.count() < 0)
+    return make_error(errc::invalid_request,
+                      "set_timeout: negative timeout (" + std::to_string(t.count())
+                        + " ms)");
   core_->timeout(t);
+  return caf::none;
 }
 
 } // namespace kvactor

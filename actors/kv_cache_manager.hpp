@@ -134,13 +134,15 @@ public:
   storage_info storage() const;
 
   /// How long a call waits for its reply (default 60 s; milliseconds::max()
-  /// waits for good). A call that times out fails with
-  /// caf::sec::request_timeout; an allocate or fork answered after that is
-  /// ended again, so it leaves no request behind. Other calls that time out
-  /// may still take effect (an extend may still grow the table: read it
-  /// again). Calls waiting when the cache stops fail with
-  /// errc::shutting_down.
-  void set_timeout(std::chrono::milliseconds t);
+  /// waits for good; 0 gives up after a brief spin). A call that times out
+  /// fails with caf::sec::request_timeout; an allocate, fork or step
+  /// answered after that has what it admitted ended again, so it leaves no
+  /// request behind (a step's extends and frees still take effect). Other
+  /// calls that time out may still take effect (an extend may still grow
+  /// the table: read it again). Calls waiting when the cache stops fail
+  /// with errc::shutting_down. A negative timeout is refused
+  /// (errc::invalid_request) and changes nothing.
+  caf::error set_timeout(std::chrono::milliseconds t);
 
 private:
   explicit kv_cache_manager(std::shared_ptr<detail::facade_core> core)

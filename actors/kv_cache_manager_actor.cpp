@@ -114,7 +114,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     auto& st = self->state;
     for (auto& kvp : st.registry) {
       request_ended ev{kvp.first, kvp.second.info.cache_id,
-                       end_reason::shutdown, 0};
+                       end_reason::shutdown, 0, kvp.second.handle.id()};
       for (auto& sub : st.lifecycle)
         caf::anon_send(sub, ended_atom::value, ev);
       self->send_exit(kvp.second.handle, caf::exit_reason::user_shutdown);
@@ -404,6 +404,13 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
             auto& st = self->state;
             auto stats = std::make_shared<cache_gc_stats>();
             auto pending = std::make_shared<std::size_t>(0);
+            auto failed = std::make_shared<caf::error>(); // the first error
+            auto answer = [stats, failed](auto& p) {
+              if (*failed)
+                p.deliver(*failed);
+              else
+                p.deliver(*stats);
+            };
             for (auto& [id, cache_id] : live) {
               auto i = st.registry.find(id);
               if (i != st.registry.end() && i->second.info.cache_id == cache_id)
@@ -412,8 +419,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
               self->request(st.pool, caf::infinite, reclaim_atom::value, id,
                             cache_id)
                 .then(
-                  [self, rp, stats, pending](bool found,
-                                             std::uint32_t released) mutable {
+                  [self, rp, stats, pending, answer](bool found,
+                                                     std::uint32_t released) mutable {
                     if (found) {
                       stats->caches_freed += 1;
                       stats->blocks_reclaimed += released;
@@ -421,11 +428,13 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
                         += released * self->state.store.bytes_per_block;
                     }
                     if (--*pending == 0)
-                      rp.deliver(*stats);
+                      answer(rp);
                   },
-                  [rp, pending](caf::error& err) mutable {
+                  [rp, pending, failed, answer](caf::error& err) mutable {
+                    if (!*failed)
+                      *failed = std::move(err);
                     if (--*pending == 0)
-                      rp.deliver(std::move(err));
+                      answer(rp);
                   });
             }
             if (*pending == 0)

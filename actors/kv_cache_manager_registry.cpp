@@ -67,7 +67,7 @@ void end_request(mgr_ptr self, request_id id, end_reason why,
     }
   }
   self->send(e.handle, end_atom::value, why);
-  request_ended ev{id, e.info.cache_id, why, released};
+  request_ended ev{id, e.info.cache_id, why, released, e.handle.id()};
   for (auto& sub : st.lifecycle)
     caf::anon_send(sub, ended_atom::value, ev);
   if (tell_owner && e.owner)

@@ -122,12 +122,15 @@ struct request_ended {
   std::uint64_t cache_id = 0;
   end_reason reason = end_reason::deallocated;
   std::uint32_t blocks_released = 0;
+  /// The id of the ended incarnation's handle actor (0 where the sender
+  /// does not know it: the ends a step reply reports).
+  std::uint64_t handle = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, request_ended& x) {
   return f(caf::meta::type_name("request_ended"), x.id, x.cache_id, x.reason,
-           x.blocks_released);
+           x.blocks_released, x.handle);
 }
 
 /// The pool's figures (the manager merges them into cache_manager_stats).
