@@ -28,8 +28,7 @@ facade_core::facade_core(caf::actor_system& sys, cache_config cfg,
   // request that step ended still reads as valid here.)
   bridge_.on_notification([this](caf::message& msg) {
     if (msg.match_elements<ended_atom, request_ended>()) {
-      auto& ev = msg.get_as<request_ended>(1);
-      invalidate_request(ev.id, ev.cache_id);
+      invalidate_request(msg.get_as<request_ended>(1));
     } else if (msg.match_elements<caf::down_msg>()) {
       auto& dm = msg.get_as<caf::down_msg>(0);
       if (dm.source == cache_.manager.address()) {
@@ -37,11 +36,17 @@ facade_core::facade_core(caf::actor_system& sys, cache_config cfg,
         invalidate_all();
         bridge_.fail_all(make_error(errc::shutting_down,
                                     "the cache stopped: its manager is gone"));
-      } else
-        invalidate(dm.source.id()); // a handle actor quit
+      } else {
+        // A handle actor quit (the bridge failed calls waiting on it), or
+        // the pool or the device went (calls to them failed likewise).
+        invalidate(dm.source.id());
+      }
     }
   });
   bridge_.watch(caf::actor_cast<caf::actor_addr>(cache_.manager));
+  // Facade calls go to these two directly (steps, contiguous gathers).
+  bridge_.watch(caf::actor_cast<caf::actor_addr>(cache_.pool));
+  bridge_.watch(caf::actor_cast<caf::actor_addr>(cache_.device));
   bridge_.send(caf::actor_cast<caf::strong_actor_ptr>(cache_.manager),
                caf::make_message(subscribe_atom::value, topic::lifecycle,
                                  bridge_.self()));
@@ -86,30 +91,36 @@ void facade_core::stop() {
 std::shared_ptr<request_slot>
 facade_core::slot_for(const request_handle_actor& h, const request_info& info) {
   std::shared_ptr<request_slot> s;
+  bool watch = false;
   {
     std::lock_guard<std::mutex> guard{mtx_};
-    auto i = slots_.find(h.id());
-    if (i != slots_.end())
-      if (auto existing = i->second.lock())
+    auto [i, fresh] = slots_.try_emplace(h.id());
+    if (!fresh)
+      if (auto existing = i->second.slot.lock())
         return existing;
     s = std::make_shared<request_slot>();
-    s->valid = !stopped_;
+    // Ended before this slot was made (its reply crossed the end): born
+    // invalid. Stopped: likewise.
+    s->valid = !stopped_ && recent_set_.count(h.id()) == 0;
     s->info = info;
     s->actor = h;
     s->handle_id = h.id();
-    slots_[h.id()] = s;
+    i->second.slot = s;
+    i->second.request = info.request.id;
+    // Watched once per handle actor: a slot made again after every
+    // reference to the previous one went keeps the first watch.
+    watch = fresh;
     // The id maps to its newest incarnation: a lookup that raced the end
     // of an older one must not take the mapping from a newer one. Each
     // incarnation has its own handle actor, spawned in admission order, so
     // the larger actor id is the newer one.
-    auto [j, fresh] = by_request_.try_emplace(info.request.id, h.id());
-    if (!fresh && j->second < h.id())
+    auto [j, added] = by_request_.try_emplace(info.request.id, h.id());
+    if (!added && j->second < h.id())
       j->second = h.id();
   }
-  // Outside the lock: a handle already gone reports down at once. (A slot
-  // made after its request's ended event - a lookup racing the end - turns
-  // invalid when the handle actor quits.)
-  bridge_.watch(h.address());
+  // Outside the lock: a handle already gone reports down at once.
+  if (watch)
+    bridge_.watch(h.address());
   return s;
 }
 
@@ -122,32 +133,45 @@ facade_core::make_handle(std::shared_ptr<request_slot> slot) {
                                                  weak_from_this());
 }
 
-void facade_core::invalidate(std::uint64_t handle_id) {
+void facade_core::invalidate(std::uint64_t handle_id, bool ended) {
   std::lock_guard<std::mutex> guard{mtx_};
+  // Remembered whether or not it has a slot now: a reply on its way may
+  // make one (again) later.
+  if (ended && recent_set_.insert(handle_id).second) {
+    recent_ends_.push_back(handle_id);
+    if (recent_ends_.size() > recent_ends_cap) {
+      recent_set_.erase(recent_ends_.front());
+      recent_ends_.pop_front();
+    }
+  }
   auto i = slots_.find(handle_id);
   if (i == slots_.end())
     return;
-  if (auto s = i->second.lock()) {
+  if (auto s = i->second.slot.lock())
     s->valid = false;
-    auto j = by_request_.find(s->info.request.id);
-    if (j != by_request_.end() && j->second == handle_id)
-      by_request_.erase(j);
-  }
+  // Whether or not a handle still references the slot.
+  auto j = by_request_.find(i->second.request);
+  if (j != by_request_.end() && j->second == handle_id)
+    by_request_.erase(j);
   slots_.erase(i);
 }
 
-void facade_core::invalidate_request(request_id id, std::uint64_t cache_id) {
+void facade_core::invalidate_request(const request_ended& ev) {
+  if (ev.handle != 0) {
+    invalidate(ev.handle, true);
+    return;
+  }
   std::uint64_t handle_id;
   {
     std::lock_guard<std::mutex> guard{mtx_};
-    auto i = by_request_.find(id);
+    auto i = by_request_.find(ev.id);
     if (i == by_request_.end())
       return;
     // A slot made by allocate does not know its cache id (0: the pool's
     // start at 1); one made from a lookup does.
     auto k = slots_.find(i->second);
-    auto s = k != slots_.end() ? k->second.lock() : nullptr;
-    if (s && s->info.cache_id != 0 && s->info.cache_id > cache_id)
+    auto s = k != slots_.end() ? k->second.slot.lock() : nullptr;
+    if (s && s->info.cache_id != 0 && s->info.cache_id > ev.cache_id)
       return; // a newer incarnation's
     handle_id = i->second;
   }
@@ -169,10 +193,15 @@ facade_core::handles_of(const step_request& step) {
   return out;
 }
 
+facade_core::tracking facade_core::tracked() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return {slots_.size(), by_request_.size(), recent_ends_.size()};
+}
+
 void facade_core::invalidate_all() {
   std::lock_guard<std::mutex> guard{mtx_};
   for (auto& kvp : slots_)
-    if (auto s = kvp.second.lock())
+    if (auto s = kvp.second.slot.lock())
       s->valid = false;
   slots_.clear();
   by_request_.clear();
@@ -206,12 +235,19 @@ caf::error facade_core::write_kv_events(const std::string& path) {
 
 void facade_core::set_pressure_callback(std::function<void(memory_pressure)> f) {
   {
-    std::lock_guard<std::mutex> guard{callback_->mtx};
-    if (callback_->stopped)
+    auto& cb = *callback_;
+    std::unique_lock<std::mutex> lock{cb.mtx};
+    if (cb.stopped)
       return;
-    callback_->f = f ? std::make_shared<const std::function<void(memory_pressure)>>(
-                         std::move(f))
-                     : nullptr;
+    cb.f = f ? std::make_shared<const std::function<void(memory_pressure)>>(
+                 std::move(f))
+             : nullptr;
+    // The relay may have taken the old one just before: wait for that call
+    // (its owner may free what it captured once this returns), unless it
+    // is the call replacing itself.
+    cb.idle.wait(lock, [&] {
+      return cb.running == 0 || cb.caller == std::this_thread::get_id();
+    });
   }
   std::lock_guard<std::mutex> guard{mtx_};
   if (relay_ || stopped_)

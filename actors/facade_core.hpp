@@ -5,12 +5,14 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include <caf/actor_cast.hpp>
@@ -81,12 +83,16 @@ public:
   /// A handle of the configured layout for `slot`.
   std::shared_ptr<kv_cache_handle> make_handle(std::shared_ptr<request_slot> slot);
 
-  /// Marks the request of handle actor `handle_id` ended.
-  void invalidate(std::uint64_t handle_id);
+  /// Marks the request of handle actor `handle_id` ended. With `ended`
+  /// (its ended event, not its actor's down), a slot made for it later -
+  /// by a lookup or an allocate whose reply was already on its way - starts
+  /// invalid.
+  void invalidate(std::uint64_t handle_id, bool ended = false);
 
-  /// Marks request `id` ended, if the slot it maps to is incarnation
-  /// `cache_id` or an older one (a newer incarnation's slot stays valid).
-  void invalidate_request(request_id id, std::uint64_t cache_id);
+  /// Marks the request of an ended event ended: by its handle actor where
+  /// the event names it; otherwise the slot request `ev.id` maps to, if
+  /// that is incarnation `ev.cache_id` or an older one.
+  void invalidate_request(const request_ended& ev);
 
   /// The handle actors (by id) of the slots that the requests a step may
   /// end - its frees and extends - map to now.
@@ -96,10 +102,21 @@ public:
   /// Marks every slot ended (shutdown).
   void invalidate_all();
 
+  /// What the facade tracks now (for tests and diagnostics): handle actors
+  /// with a slot, request ids mapped to one, ended handle actors remembered.
+  struct tracking {
+    std::size_t slots = 0;
+    std::size_t requests = 0;
+    std::size_t recent_ends = 0;
+  };
+  tracking tracked();
+
   /// Spawns a writer of KV events to `path` (JSON lines), subscribed.
   caf::error write_kv_events(const std::string& path);
 
-  /// The pressure callback; replaces the previous one.
+  /// The pressure callback; replaces the previous one. Once this returns,
+  /// the previous one is not running and is not called again (unless this
+  /// is called from inside it: then it finishes its call).
   void set_pressure_callback(std::function<void(memory_pressure)> f);
 
   const cache_config& config() const noexcept {
@@ -126,9 +143,21 @@ private:
   cache_system cache_;
   blocking_bridge bridge_;
   std::atomic<std::chrono::milliseconds::rep> timeout_ms_{60000};
+  /// A handle actor the facade made a slot for and watches (once: until
+  /// its request ends, even while no handle references the slot).
+  struct slot_entry {
+    std::weak_ptr<request_slot> slot;
+    request_id request = 0;
+  };
+  /// How many ended handle actors are remembered (a slot made after its
+  /// end is one reply late; the list only has to outlast replies in
+  /// flight).
+  static constexpr std::size_t recent_ends_cap = 4096;
   std::mutex mtx_;
-  std::unordered_map<std::uint64_t, std::weak_ptr<request_slot>> slots_;
+  std::unordered_map<std::uint64_t, slot_entry> slots_; ///< by handle id
   std::unordered_map<request_id, std::uint64_t> by_request_; ///< -> handle id
+  std::deque<std::uint64_t> recent_ends_;         ///< handle ids, oldest first
+  std::unordered_set<std::uint64_t> recent_set_;  ///< the same, to look up
   bool stopped_ = false; ///< guarded by mtx_
   caf::actor relay_; ///< calls the pressure callback (detached)
   std::vector<caf::actor> writers_; ///< KV event files (detached)

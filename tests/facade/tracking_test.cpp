@@ -1,0 +1,201 @@
+// What the facade keeps per request, and when it lets go: one slot and one
+// watch per handle actor however often handles are looked up, nothing left
+// once the request ended, a slot made after its request's end born invalid,
+// calls to an actor that went unanswered failing instead of hanging, a
+// replaced pressure callback no longer running once the setter returned, and
+// a step answered after its timeout leaving no admission behind.
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
+
+#include "fixture.hpp"
+#include "kvactor/actors/blocking_bridge.hpp"
+#include "kvactor/actors/facade_core.hpp"
+#include "kvactor/actors/kv_cache_handle.hpp"
+
+using namespace kvtest;
+
+namespace {
+
+/// The facade core behind a handle.
+struct core_of : kv_cache_handle {
+  static std::shared_ptr<detail::facade_core> get(const kv_cache_handle& h) {
+    auto member = &core_of::core_;
+    return (h.*member).lock();
+  }
+};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(facade_tracking, watchdog)
+
+BOOST_AUTO_TEST_CASE(a_request_is_tracked_once_and_forgotten_at_its_end) {
+  cache_fixture f;
+  auto h = f.alloc(f.req(1, 4));
+  auto core = core_of::get(*h);
+  BOOST_REQUIRE(core);
+  h.reset();
+  // Looked up again and again, every reference dropped each time: still one
+  // slot (and one watch) for the one handle actor.
+  for (int i = 0; i < 100; ++i) {
+    auto again = f.m().get_handle(1);
+    BOOST_REQUIRE(again);
+    BOOST_REQUIRE(again->is_valid());
+  }
+  for (int i = 0; i < 10; ++i)
+    BOOST_REQUIRE_EQUAL(f.m().list_handles().size(), 1u);
+  auto t = core->tracked();
+  BOOST_TEST(t.slots == 1u);
+  BOOST_TEST(t.requests == 1u);
+  // Ended while no handle references the slot: nothing stays behind.
+  BOOST_REQUIRE(!f.m().deallocate(1));
+  t = core->tracked();
+  BOOST_TEST(t.slots == 0u);
+  BOOST_TEST(t.requests == 0u);
+  // The same for a request whose handle went before its end, never looked up.
+  f.alloc(f.req(2, 4)).reset();
+  BOOST_REQUIRE(!f.m().deallocate(2));
+  t = core->tracked();
+  BOOST_TEST(t.slots == 0u);
+  BOOST_TEST(t.requests == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_slot_made_after_its_request_ended_is_born_invalid) {
+  // A lookup or allocate reply on its way while the request ends (another
+  // thread's deallocate, a preemption) makes its slot after the ended event:
+  // that slot must not read valid.
+  cache_fixture f;
+  auto h = f.alloc(f.req(1, 4));
+  auto core = core_of::get(*h);
+  auto actor = h->actor();
+  request_info info;
+  info.request = f.req(1, 4);
+  h.reset();
+  BOOST_REQUIRE(!f.m().deallocate(1));
+  auto late = core->slot_for(actor, info);
+  BOOST_TEST(!late->valid.load());
+  BOOST_TEST(core->tracked().recent_ends >= 1u);
+  // A new incarnation of the id is not affected.
+  auto fresh = f.alloc(f.req(1, 4));
+  BOOST_TEST(fresh->is_valid());
+}
+
+BOOST_AUTO_TEST_CASE(a_call_to_an_actor_that_went_unanswering_fails_at_once) {
+  // An actor that keeps its promise and is killed never answers (CAF 0.17
+  // answers no dropped promise): a watched one fails its waiting calls.
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  auto kept = std::make_shared<std::vector<caf::response_promise>>();
+  auto silent = sys.spawn([kept](caf::event_based_actor* self) -> caf::behavior {
+    return {[self, kept](std::int32_t) -> caf::result<std::int32_t> {
+      kept->push_back(self->make_response_promise());
+      return caf::delegated<std::int32_t>{};
+    }};
+  });
+  {
+    detail::blocking_bridge bridge{sys};
+    bridge.watch(silent.address());
+    auto call = std::async(std::launch::async, [&] {
+      return bridge.call(caf::actor_cast<caf::strong_actor_ptr>(silent),
+                         caf::make_message(std::int32_t{7}),
+                         std::chrono::milliseconds{60000});
+    });
+    // The request is in (its promise kept) before the kill.
+    BOOST_REQUIRE(eventually([&] { return !kept->empty(); }));
+    caf::anon_send_exit(silent, caf::exit_reason::kill);
+    BOOST_REQUIRE(call.wait_for(std::chrono::seconds{20})
+                  == std::future_status::ready);
+    auto res = call.get();
+    BOOST_REQUIRE(!res);
+    BOOST_TEST((res.error() == caf::sec::request_receiver_down), render(res.error()));
+  }
+  kept->clear();
+}
+
+BOOST_AUTO_TEST_CASE(a_replaced_pressure_callback_is_not_running_once_replaced) {
+  cache_fixture f;
+  std::mutex mtx;
+  std::condition_variable cv;
+  bool inside = false;
+  bool release = false;
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  f.m().set_pressure_callback([&](memory_pressure) {
+    ++*calls;
+    std::unique_lock<std::mutex> lock{mtx};
+    inside = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+    inside = false;
+  });
+  // One block per request, up to 39 of 64: medium.
+  std::vector<std::shared_ptr<kv_cache_handle>> live;
+  for (request_id id = 1; id <= 39; ++id)
+    live.push_back(f.alloc(f.req(id, 4)));
+  {
+    std::unique_lock<std::mutex> lock{mtx};
+    BOOST_REQUIRE(cv.wait_for(lock, std::chrono::seconds{20},
+                              [&] { return inside; }));
+  }
+  std::atomic<bool> replaced{false};
+  std::thread setter{[&] {
+    f.m().set_pressure_callback(nullptr);
+    replaced = true;
+  }};
+  // While the old callback runs, replacing it does not return...
+  std::this_thread::sleep_for(std::chrono::milliseconds{50});
+  BOOST_TEST(!replaced.load());
+  {
+    std::lock_guard<std::mutex> lock{mtx};
+    release = true;
+    cv.notify_all();
+  }
+  setter.join();
+  // ...and once it did, the old callback had returned.
+  BOOST_TEST(replaced.load());
+  {
+    std::lock_guard<std::mutex> lock{mtx};
+    BOOST_TEST(!inside);
+  }
+  BOOST_TEST(calls->load() == 1);
+}
+
+BOOST_AUTO_TEST_CASE(a_step_answered_after_its_timeout_admits_nothing) {
+  // Long prompts (2000 blocks to hash and look up) answered after a timeout
+  // of nothing beyond the bridge's spin: the caller gets request_timeout,
+  // and what the step admitted meanwhile must not stay behind.
+  auto cfg = small_config(100000);
+  cache_fixture f{cfg};
+  std::size_t timed_out = 0;
+  for (request_id id = 1; id <= 40; ++id) {
+    step_request step;
+    step.admits.push_back(f.req(id, 0, 8192, iota_tokens(static_cast<token_id>(id * 10000), 8000)));
+    BOOST_REQUIRE(!f.m().set_timeout(std::chrono::milliseconds{0}));
+    auto r = f.m().step(std::move(step));
+    BOOST_REQUIRE(!f.m().set_timeout(std::chrono::seconds{60}));
+    if (r) {
+      BOOST_REQUIRE_EQUAL(r->admitted.size(), 1u);
+      BOOST_REQUIRE(!f.m().deallocate(id));
+    } else {
+      BOOST_REQUIRE_MESSAGE(r.error() == caf::sec::request_timeout, why(r));
+      ++timed_out;
+    }
+  }
+  BOOST_TEST_MESSAGE(timed_out << " of 40 steps timed out");
+  BOOST_TEST(eventually([&] { return f.m().stats().active_caches == 0u; }));
+  BOOST_TEST(f.m().list_handles().empty());
+}
+
+BOOST_AUTO_TEST_CASE(a_negative_timeout_is_refused_and_changes_nothing) {
+  cache_fixture f;
+  auto err = f.m().set_timeout(std::chrono::milliseconds{-5});
+  BOOST_TEST(has_code(err, errc::invalid_request), render(err));
+  BOOST_TEST(render(err).find("-5 ms") != std::string::npos, render(err));
+  // Still the default: calls wait for their replies.
+  BOOST_TEST(static_cast<bool>(f.m().allocate(f.req(1, 4))));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
