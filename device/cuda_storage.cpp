@@ -11,6 +11,7 @@
 #include <caf/error.hpp>
 #include <cuda_runtime_api.h>
 
+#include "kvactor/device/cuda_device_guard.hpp"
 #include "kvactor/device/validate.hpp"
 #include "kvactor/messages/error.hpp"
 
@@ -54,10 +55,14 @@ cuda_storage::make(const storage_options& opts) {
   if (opts.device_index < 0 || opts.device_index >= count)
     return device_failure("storage cuda: no device " + std::to_string(opts.device_index)
                           + " (" + std::to_string(count) + " present)");
-  if (auto err = cudaSetDevice(opts.device_index))
+  // Everything below runs on the storage's device; the caller's thread (the
+  // spawn_kv_cache caller's) gets its own device back on return. Declared
+  // before `self`, so a storage that fails init is destroyed on the device.
+  detail::cuda_device_guard on_device;
+  if (auto err = on_device.enter(opts.device_index))
     return device_failure("storage cuda: cudaSetDevice("
                           + std::to_string(opts.device_index)
-                          + "): " + cuda_text(err));
+                          + "): " + cuda_text(static_cast<cudaError_t>(err)));
   auto layout = opts.layout;
   if (layout.num_blocks == 0) {
     auto util = opts.gpu_memory_utilization;
@@ -166,7 +171,10 @@ cuda_storage::~cuda_storage() {
   // `this`: synchronising them (which returns once every queued host
   // function returned) before anything is destroyed means no callback runs
   // on a dead object. After a fault CUDA calls none and returns the error.
-  cudaSetDevice(device_);
+  // The destroying thread (the facade owner's, say) works on device_ until
+  // the members' own cleanup (upload ring, ticket events) is done too, then
+  // gets its device back: exit_device_ is the first member, destroyed last.
+  exit_device_.enter(device_);
   for (auto s : streams_)
     if (s != nullptr)
       cudaStreamSynchronize(s);
@@ -204,6 +212,9 @@ detail::pool_geometry cuda_storage::geometry() const noexcept {
 caf::error cuda_storage::usable() {
   if (!failed_.empty())
     return device_failure(failed_);
+  // Left current on purpose (no guard): ops and waits come from the device
+  // actor's own thread (detached by default), which works on device_ alone;
+  // switching back after every op would cost two runtime calls per op.
   if (auto err = cudaSetDevice(device_))
     return fail(err, "cudaSetDevice");
   return caf::none;
@@ -340,11 +351,11 @@ void cuda_storage::on_complete(void* self) {
 std::shared_ptr<std::uint8_t> cuda_storage::host_buffer(std::size_t bytes) {
   void* p = nullptr;
   // The caller's thread may never have named a device: without this, the
-  // allocation would make a context on device 0.
-  if (cudaSetDevice(device_) != cudaSuccess) {
-    cudaGetLastError();
+  // allocation would make a context on device 0. The guard gives the thread
+  // its own device back on return (it took a failure off the last error).
+  detail::cuda_device_guard on_device;
+  if (on_device.enter(device_) != cudaSuccess)
     return nullptr;
-  }
   if (cudaHostAlloc(&p, bytes, cudaHostAllocDefault) != cudaSuccess) {
     cudaGetLastError(); // a failed allocation is not a sticky device error
     return nullptr;

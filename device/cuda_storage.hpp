@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "kvactor/device/cuda_device_guard.hpp"
 #include "kvactor/device/cuda_tickets.hpp"
 #include "kvactor/device/cuda_upload.hpp"
 #include "kvactor/device/hazards.hpp"
@@ -38,6 +39,11 @@ namespace kvactor {
 /// device-accessible (device memory or pinned host memory); pageable host
 /// memory is rejected (invalid_request). The caller's buffers are not tracked:
 /// keep them alive and unchanged until the op's ticket is done.
+/// Device: make(), host_buffer() and the destructor work on the storage's
+/// device and leave the calling thread's current device as they found it
+/// (detail::cuda_device_guard). The ops and waits make the storage's device
+/// current on the calling thread and leave it so: that thread is the device
+/// actor's own (detached by default), which works on this device alone.
 /// Failure: any CUDA error makes the storage failed for good: that op and
 /// every later op or wait returns device_failure with the CUDA error text.
 /// Thread-safety: as storage (one caller thread; wake from CUDA's thread).
@@ -128,6 +134,9 @@ private:
 
   static void on_complete(void* self);
 
+  // First member, so destroyed last: the destructor makes device_ current
+  // through it, and the members' own CUDA cleanup runs before it restores.
+  detail::cuda_device_guard exit_device_;
   int device_;
   detail::slot_planner slots_;     // write_slots' blocks and last writers
   std::byte* pools_ = nullptr;     // device: the whole layout, one cudaMalloc
