@@ -74,8 +74,10 @@ cuda_storage::make(const storage_options& opts) {
       return err;
     std::size_t free_bytes = 0;
     std::size_t total_bytes = 0;
-    if (auto err = cudaMemGetInfo(&free_bytes, &total_bytes))
+    if (auto err = cudaMemGetInfo(&free_bytes, &total_bytes)) {
+      cudaGetLastError(); // as in fail(): leave no trace for launch checks
       return device_failure("storage cuda: cudaMemGetInfo: " + cuda_text(err));
+    }
     // What the pool may take: the fraction asked for, but never the last
     // kv_headroom bytes, which the upload ring, the kernels' launches and
     // the context's own allocations need after the pool (with 1.0 the pool
@@ -221,6 +223,13 @@ caf::error cuda_storage::usable() {
 }
 
 caf::error cuda_storage::fail(int err, const char* what) {
+  // The error now lives in failed_. Take it off the runtime's last error
+  // too: a failed init step (stream or event creation, the upload ring's
+  // cudaHostAlloc) is not sticky, and left there it would be reported by
+  // the next launch check on this thread (kernels.cu's cudaGetLastError()),
+  // of another storage made after this one failed, as that launch's own.
+  // A sticky error stays whatever is done here.
+  cudaGetLastError();
   if (failed_.empty())
     failed_ = std::string{"storage cuda: "} + what + ": "
               + cuda_text(static_cast<cudaError_t>(err));
