@@ -35,10 +35,20 @@ namespace kvactor {
 /// the op's work stream (one each, waiting on the op's event), never on the
 /// work stream itself: a host function there would hold the stream's next op
 /// until CUDA's callback thread ran it, a host round trip between ops.
-/// Memory: write_slots' key/value and gather_blocks' outputs must be
+/// Caller buffers: write_slots' key/value and gather_blocks' outputs must be
 /// device-accessible (device memory or pinned host memory); pageable host
-/// memory is rejected (invalid_request). The caller's buffers are not tracked:
-/// keep them alive and unchanged until the op's ticket is done.
+/// memory is rejected (invalid_request). They are not tracked, and the
+/// storage's streams are created cudaStreamNonBlocking: nothing orders them
+/// after any stream of the caller's, not even the legacy default stream.
+/// REQUIRES: inputs (key, value) are complete when the op is called:
+///   synchronise the stream or event that produced them first (a kernel
+///   still writing them on the caller's stream may be read half-written).
+/// REQUIRES: no earlier work of the caller still reads or writes an output.
+/// Outputs hold the op's bytes only once its completion is reported (done()
+/// or finished() true, wait() or wait_one() returned; the device actor's
+/// reply); until then keep every buffer alive, inputs unchanged and outputs
+/// untouched. Host-memory arguments (slot_mapping, pairs, moves, block
+/// lists) are copied before the call returns and may be reused at once.
 /// Device: make(), host_buffer() and the destructor work on the storage's
 /// device and leave the calling thread's current device as they found it
 /// (detail::cuda_device_guard). The ops and waits make the storage's device

@@ -105,14 +105,15 @@ public:
   /// the slots `slot_mapping[i]` (block * block_size + offset); slot -1 skips
   /// the token; of tokens that name the same slot, the last one's rows are
   /// written (a block freed and reallocated within one batch). `slot_mapping`
-  /// is in host memory.
+  /// is in host memory. REQUIRES: key and value are complete when called
+  /// (cuda: the storage's streams do not wait for the caller's).
   virtual caf::expected<ticket>
   write_slots(std::uint32_t layer, const void* key, const void* value,
               const std::int64_t* slot_mapping, std::size_t num_tokens) = 0;
 
   /// Gathers the first `num_tokens` tokens held by `blocks` of layer `layer`
   /// into `key_out` and `value_out` (each [num_tokens, num_heads, head_dim],
-  /// in the backend's memory).
+  /// in the backend's memory), which hold them once the ticket completed.
   virtual caf::expected<ticket>
   gather_blocks(std::uint32_t layer, const std::vector<block_id>& blocks,
                 std::size_t num_tokens, void* key_out, void* value_out) = 0;
