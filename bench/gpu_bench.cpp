@@ -2,7 +2,9 @@
 // and gather_blocks on random data and random block mappings, each beside the
 // ceiling measured in the same run (device-to-device memcpy, pinned copies)
 // and beside vLLM's one-cudaMemcpyAsync-per-block swap. Prints a table line
-// and a JSON line per measurement.
+// and a JSON line per measurement, each saying what its events enclose: the
+// storage's swaps are timed both gated and ungated, the memcpy baselines
+// ungated, so that the swap comparison is like for like.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -73,15 +75,29 @@ struct gate {
   }
 };
 
+/// What a measurement's CUDA events enclose.
+enum class timing : std::uint8_t {
+  /// The GPU work alone: the stream waits at a gate until the call returned,
+  /// so its host work (validation, planning, hazards, uploads) is left out.
+  gated,
+  /// The call's host submission too: the events bracket the call, and the
+  /// GPU may start as soon as the call enqueued something.
+  ungated,
+};
+
+const char* to_string(timing t) {
+  return t == timing::gated ? "gated" : "ungated";
+}
+
 /// Median milliseconds of `runs` timed calls of op(i) on `stream` (CUDA
-/// events around each), after `warmup` untimed ones. `gated`: the stream
-/// waits at a gate until op(i) returned, so its host work is not timed.
+/// events around each), after `warmup` untimed ones, timed as `how` says.
 /// NOTE: gate only an op that never waits for `stream` itself (one storage
 /// call: several could wrap the upload ring and wait for a slot whose
 /// consumer sits behind the gate).
 template <class F>
 double median_ms(cudaStream_t stream, int warmup, int runs, F&& op,
-                 bool gated = false) {
+                 timing how = timing::ungated) {
+  const bool gated = how == timing::gated;
   cudaEvent_t start, stop;
   check(cudaEventCreate(&start), "cudaEventCreate");
   check(cudaEventCreate(&stop), "cudaEventCreate");
@@ -114,22 +130,26 @@ struct ceiling {
   double gbps;
 };
 
-/// One measurement: a table line and a JSON line.
+/// One measurement: a table line (ending in how it was timed) and a JSON
+/// line (key "timed": "gated" or "ungated").
 void report(const char* op, const storage_layout& l, std::size_t items,
-            double bytes, double ms, const ceiling& c) {
+            double bytes, double ms, const ceiling& c, timing how) {
   const double gbps = bytes / (ms * 1e-3) / 1e9;
   const double kib = static_cast<double>(l.block_bytes()) / 1024;
-  std::printf("%-24s %2u heads %4.0f KiB %6zu items %7.2f GiB %9.3f ms "
-              "%8.1f GB/s  %.3f of %s (%.1f GB/s)\n",
+  std::printf("%-30s %2u heads %4.0f KiB %6zu items %7.2f GiB %9.3f ms "
+              "%8.1f GB/s  %.3f of %s (%.1f GB/s)  [%s]\n",
               op, l.num_heads, kib, items, bytes / GiB, ms, gbps, gbps / c.gbps,
-              c.name, c.gbps);
+              c.name, c.gbps,
+              how == timing::gated ? "gated: GPU work only"
+                                   : "ungated: host submission included");
   std::printf("{\"bench\":\"gpu\",\"op\":\"%s\",\"layers\":%u,\"block_size\":%u,"
               "\"heads\":%u,\"head_dim\":%u,\"block_bytes\":%zu,\"items\":%zu,"
               "\"bytes\":%.0f,\"median_ms\":%.4f,\"gbps\":%.2f,"
-              "\"ceiling\":\"%s\",\"ceiling_gbps\":%.2f,\"fraction\":%.4f}\n",
+              "\"ceiling\":\"%s\",\"ceiling_gbps\":%.2f,\"fraction\":%.4f,"
+              "\"timed\":\"%s\"}\n",
               op, l.num_layers, l.block_size, l.num_heads, l.head_dim,
               l.block_bytes(), items, bytes, ms, gbps, c.name, c.gbps,
-              gbps / c.gbps);
+              gbps / c.gbps, to_string(how));
   std::fflush(stdout);
 }
 
@@ -265,8 +285,9 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
     pairs.push_back({ids[i], ids[l.num_blocks / 2 + i]});
   auto ms = median_ms(compute, 3, runs, [&](int) {
     require(st->copy_blocks(pairs), "copy_blocks");
-  }, true);
-  report("copy_blocks", l, pairs.size(), 2 * bpb * pairs.size(), ms, c.d2d);
+  }, timing::gated);
+  report("copy_blocks", l, pairs.size(), 2 * bpb * pairs.size(), ms, c.d2d,
+         timing::gated);
 
   // Swaps: the whole host tier, random blocks on both sides.
   auto dev_ids = shuffled(l.num_blocks, rng);
@@ -275,14 +296,25 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
   for (std::uint32_t i = 0; i < l.num_host_blocks; ++i)
     moves.push_back({dev_ids[i], host_ids[i]});
   const double swap_bytes = bpb * moves.size();
-  ms = median_ms(d2h, 2, runs / 2, [&](int) {
-    require(st->swap_out(moves), "swap_out");
-  }, true);
-  report("swap_out", l, moves.size(), swap_bytes, ms, c.d2h);
-  ms = median_ms(h2d, 2, runs / 2, [&](int) {
-    require(st->swap_in(moves), "swap_in");
-  }, true);
-  report("swap_in", l, moves.size(), swap_bytes, ms, c.h2d);
+  // Each storage swap twice: gated (its copies alone, the line named as
+  // before) and ungated (named "... ungated": its host work - validation,
+  // sorting, coalescing, hazard checks - inside the events, as the memcpy
+  // baselines below have their submission inside theirs).
+  auto swap_both_ways = [&](const char* op, const char* op_ungated,
+                            const std::vector<block_move>& mv, bool out) {
+    auto stream = out ? d2h : h2d;
+    auto& ceil = out ? c.d2h : c.h2d;
+    auto call = [&](int) {
+      require(out ? st->swap_out(mv) : st->swap_in(mv),
+              out ? "swap_out" : "swap_in");
+    };
+    for (auto how : {timing::gated, timing::ungated})
+      report(how == timing::gated ? op : op_ungated, l, mv.size(),
+             bpb * mv.size(), median_ms(stream, 2, runs / 2, call, how), ceil,
+             how);
+  };
+  swap_both_ways("swap_out", "swap_out ungated", moves, true);
+  swap_both_ways("swap_in", "swap_in ungated", moves, false);
   // Runs of 16 consecutive blocks on each side, the runs in random order on
   // the host side, so that they do not coalesce further.
   std::vector<block_move> runs16;
@@ -291,26 +323,27 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
     for (std::uint32_t k = 0; k < 16; ++k)
       runs16.push_back({l.num_blocks - l.num_host_blocks + 16 * r + k,
                         16 * run_ids[r] + k});
-  if (!runs16.empty()) {
-    ms = median_ms(d2h, 2, runs / 2, [&](int) {
-      require(st->swap_out(runs16), "swap_out");
-    }, true);
-    report("swap_out runs of 16", l, runs16.size(), bpb * runs16.size(), ms,
-           c.d2h);
-  }
+  if (!runs16.empty())
+    swap_both_ways("swap_out runs of 16", "swap_out runs of 16 ungated",
+                   runs16, true);
   // vLLM's per-block copies, on a subset (each call costs microseconds).
+  // Ungated: a plain memcpy loop's submission is its host work; compare
+  // these with the storage swaps' ungated lines.
   std::vector<block_move> few(moves.begin(),
                               moves.begin() + std::min<std::size_t>(moves.size(), 256));
   ms = median_ms(d2h, 1, 3, [&](int) { per_block_swap(l, dev, host, few, true, d2h); });
-  report("swap_out per-block vLLM", l, few.size(), bpb * few.size(), ms, c.d2h);
+  report("swap_out per-block vLLM", l, few.size(), bpb * few.size(), ms, c.d2h,
+         timing::ungated);
   ms = median_ms(h2d, 1, 3, [&](int) { per_block_swap(l, dev, host, few, false, h2d); });
-  report("swap_in per-block vLLM", l, few.size(), bpb * few.size(), ms, c.h2d);
+  report("swap_in per-block vLLM", l, few.size(), bpb * few.size(), ms, c.h2d,
+         timing::ungated);
   bool batch_ok = true;
   ms = median_ms(d2h, 1, 3, [&](int) {
     batch_ok = batched_swap(l, dev, host, moves, true, d2h) && batch_ok;
   });
   if (batch_ok)
-    report("swap_out batch memcpy", l, moves.size(), swap_bytes, ms, c.d2h);
+    report("swap_out batch memcpy", l, moves.size(), swap_bytes, ms, c.d2h,
+           timing::ungated);
 
   // write_slots: 4096 tokens into random slots of every layer, one launch per
   // layer back to back (as a forward pass does), distinct inputs per layer.
@@ -333,7 +366,7 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
               "write_slots");
   });
   report("write_slots x32 layers", l, tokens, 2.0 * input * l.num_layers, ms,
-         c.d2d);
+         c.d2d, timing::ungated);
   // The kernel alone, as a forward pass runs it: the slot mapping already in
   // device memory, one launch per layer back to back. The line above adds
   // the storage's per-call host work (validation, slot planning and hazard
@@ -358,7 +391,7 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
             "launch_write_slots");
   });
   report("write_slots kernel x32 layers", l, tokens, 2.0 * input * l.num_layers,
-         ms, c.d2d);
+         ms, c.d2d, timing::ungated);
   cudaFree(dev_slots);
   cudaFree(inputs);
 
@@ -375,8 +408,8 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
     require(st->gather_blocks(static_cast<std::uint32_t>(i) % l.num_layers,
                               blocks, n, out_k, out_k + n * row),
             "gather_blocks");
-  }, true);
-  report("gather_blocks", l, list, 4.0 * n * row, ms, c.d2d);
+  }, timing::gated);
+  report("gather_blocks", l, list, 4.0 * n * row, ms, c.d2d, timing::gated);
   cudaFree(out);
 }
 
@@ -398,9 +431,13 @@ int main(int argc, char** argv) {
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("gpu_bench on %s: median of %d runs after warm-up (swaps %d, "
               "per-block and batch memcpy lines 3), random data, random block "
-              "mappings; single storage calls timed from when the GPU may "
-              "start them (their host work held outside the events)\n",
+              "mappings\n",
               prop.name, runs, runs / 2);
+  std::printf("[gated]: a single storage call timed from when the GPU may "
+              "start it (its host work held outside the events); [ungated]: "
+              "the events bracket the call, host submission included. The "
+              "memcpy baselines are ungated: compare them with the \"... "
+              "ungated\" swap lines\n");
   std::printf("copy_blocks, write_slots, gather_blocks: GB/s of bytes read + "
               "written; swaps: GB/s of bytes moved\n");
   cudaStream_t s;
