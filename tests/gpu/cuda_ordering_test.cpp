@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 
 #include "kvactor/device/cuda_storage.hpp"
+#include "stream_gate.hpp"
 
 using namespace kvactor;
 using namespace kvactor::test;
@@ -43,50 +44,6 @@ std::vector<block_move> swap_batch(std::mt19937_64& rng, block_id& last) {
     moves.push_back({dev[i], host[i]});
   last = *std::max_element(dev.begin(), dev.end());
   return moves;
-}
-
-/// Holds `stream` (a host function spinning on a flag) until open() - or
-/// until 10 s passed, which a correct backend never needs: it orders work
-/// across streams with events, never by waiting on the host, so every call
-/// returns while the stream is held. forced() says the deadline opened it.
-class stream_gate {
-public:
-  explicit stream_gate(cudaStream_t stream) {
-    BOOST_REQUIRE(cudaLaunchHostFunc(stream, &hold, this) == cudaSuccess);
-    deadline_ = std::thread([this] {
-      for (int i = 0; i < 1000 && !open_.load(); ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds{10});
-      if (!open_.exchange(true))
-        forced_ = true;
-    });
-  }
-  ~stream_gate() {
-    open();
-  }
-  void open() {
-    open_.store(true, std::memory_order_release);
-    if (deadline_.joinable())
-      deadline_.join();
-  }
-  bool forced() const {
-    return forced_.load();
-  }
-
-private:
-  static void CUDART_CB hold(void* self) {
-    auto g = static_cast<stream_gate*>(self);
-    while (!g->open_.load(std::memory_order_acquire)) {
-      // spin: a host function may make no CUDA call
-    }
-  }
-  std::atomic<bool> open_{false};
-  std::atomic<bool> forced_{false};
-  std::thread deadline_;
-};
-
-cudaStream_t stream_of(twin& tw, cuda_storage::stream_role role) {
-  return static_cast<cudaStream_t>(
-    static_cast<cuda_storage&>(*tw.cuda).native_stream(role));
 }
 
 template <class F>
