@@ -113,7 +113,10 @@ BOOST_AUTO_TEST_CASE(swap_in_then_reads_and_writes_see_the_swapped_in_bytes) {
   BOOST_REQUIRE(tw.host->gather_blocks(31, blocks, n, hk.data(), hv.data()));
   BOOST_REQUIRE(tw.cuda->gather_blocks(31, blocks, n, dk.data, dv.data));
   both(tw, [&](storage& s) { return s.copy_blocks({{63, 150}}); });
-  // Write-after-write: write_slots into a block a swap_in is filling.
+  // Write-after-write: write_slots into a block a swap_in is filling. (This
+  // swap_in also writes blocks the gather read, but it copies block 63 last,
+  // well after the gather could have run: that write-after-read is tested
+  // where it can fail, with the reads held, in the next case.)
   both(tw, [&](storage& s) { return s.swap_in(moves); });
   std::vector<std::int64_t> slots{63 * 16 + 3};
   bytes kv(2 * row);
@@ -127,6 +130,73 @@ BOOST_AUTO_TEST_CASE(swap_in_then_reads_and_writes_see_the_swapped_in_bytes) {
   BOOST_TEST((dk.download() == hk));
   BOOST_TEST((dv.download() == hv));
   BOOST_TEST(tw.same("swap_in then gather, copy, write"));
+}
+
+BOOST_AUTO_TEST_CASE(reads_then_swap_in_over_their_block_read_the_old_bytes) {
+  std::mt19937_64 rng{test_seed()};
+  twin tw{big_layout(), rng};
+  const auto row = row_bytes(tw.layout);
+  // Host ids going down keep every run one block long, and runs are copied
+  // in device-id order: the swap_in's first copy writes block 0.
+  std::vector<block_move> moves;
+  for (block_id i = 0; i < 8; ++i)
+    moves.push_back({i, static_cast<block_id>(79 - i)});
+  const std::vector<block_id> blocks{0, 100};
+  const std::size_t n = 2 * tw.layout.block_size;
+  bytes hk(n * row, 0), hv(n * row, 0);
+  device_buffer dk{n * row}, dv{n * row};
+  dk.upload(hk);
+  dv.upload(hv);
+  {
+    // The reads of block 0 wait behind the gate on the compute stream; the
+    // swap_in that overwrites it goes on the host-to-device stream, which
+    // is not held: only the event it waits for keeps it from writing block
+    // 0 before the reads ran.
+    stream_gate gate{stream_of(tw, cuda_storage::stream_role::compute)};
+    BOOST_REQUIRE(tw.host->gather_blocks(7, blocks, n, hk.data(), hv.data()));
+    BOOST_REQUIRE(tw.cuda->gather_blocks(7, blocks, n, dk.data, dv.data));
+    both(tw, [&](storage& s) { return s.copy_blocks({{0, 150}}); });
+    BOOST_REQUIRE(tw.host->swap_in(moves));
+    auto swap = tw.cuda->swap_in(moves);
+    BOOST_REQUIRE_MESSAGE(swap, why(swap));
+    // Unordered, the swap (16 MiB, about 0.3 ms) would have finished by now.
+    std::this_thread::sleep_for(std::chrono::milliseconds{50});
+    BOOST_TEST(!tw.cuda->finished(*swap),
+               "the swap_in ran before the reads it must wait for");
+    gate.open();
+    BOOST_TEST(!gate.forced(), "a call waited on the host for the held stream");
+  }
+  BOOST_TEST((dk.download() == hk));
+  BOOST_TEST((dv.download() == hv));
+  BOOST_TEST(tw.same("reads then swap_in over their block"));
+}
+
+BOOST_AUTO_TEST_CASE(swap_in_then_swap_out_over_its_host_blocks_swaps_in_the_old_bytes) {
+  std::mt19937_64 rng{test_seed()};
+  twin tw{big_layout(), rng};
+  std::vector<block_move> in, out;
+  for (block_id i = 0; i < 8; ++i) {
+    in.push_back({static_cast<block_id>(10 + i), i});
+    out.push_back({static_cast<block_id>(100 + i), i});
+  }
+  {
+    // The swap_in reads host blocks 0-7 behind the gate on the
+    // host-to-device stream; the swap_out that overwrites them goes on the
+    // device-to-host stream, which is not held: only the event it waits for
+    // keeps it from overwriting them before they were read.
+    stream_gate gate{stream_of(tw, cuda_storage::stream_role::host_to_device)};
+    both(tw, [&](storage& s) { return s.swap_in(in); });
+    BOOST_REQUIRE(tw.host->swap_out(out));
+    auto swap = tw.cuda->swap_out(out);
+    BOOST_REQUIRE_MESSAGE(swap, why(swap));
+    // Unordered, the swap_out (16 MiB, about 0.3 ms) would be done by now.
+    std::this_thread::sleep_for(std::chrono::milliseconds{50});
+    BOOST_TEST(!tw.cuda->finished(*swap),
+               "the swap_out ran before the swap_in it must wait for");
+    gate.open();
+    BOOST_TEST(!gate.forced(), "a call waited on the host for the held stream");
+  }
+  BOOST_TEST(tw.same("swap_in then swap_out over its host blocks"));
 }
 
 BOOST_AUTO_TEST_CASE(swap_out_then_swap_in_of_the_same_host_block_round_trips) {
