@@ -11,6 +11,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "batches.hpp"
 #include "kvactor/device/cuda_storage.hpp"
 #include "kvactor/device/swap_plan.hpp"
 
@@ -18,38 +19,6 @@ using namespace kvactor;
 using namespace kvactor::test;
 
 namespace {
-
-using bytes = std::vector<std::uint8_t>;
-
-std::vector<block_id> shuffled(std::uint32_t n, std::mt19937_64& rng) {
-  std::vector<block_id> ids(n);
-  std::iota(ids.begin(), ids.end(), 0u);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  return ids;
-}
-
-std::vector<block_copy> random_pairs(std::uint32_t num_blocks,
-                                     std::mt19937_64& rng) {
-  auto ids = shuffled(num_blocks, rng);
-  std::vector<block_copy> pairs;
-  const auto half = num_blocks / 2;
-  for (std::uint32_t i = 0; i < half; ++i)
-    if (rng() % 3 != 0)
-      pairs.push_back({ids[i], ids[half + i]});
-  return pairs;
-}
-
-std::vector<block_move> random_moves(const storage_layout& l,
-                                     std::mt19937_64& rng) {
-  auto dev = shuffled(l.num_blocks, rng);
-  auto host = shuffled(l.num_host_blocks, rng);
-  std::vector<block_move> moves;
-  const auto n = std::min(l.num_blocks, l.num_host_blocks);
-  for (std::uint32_t i = 0; i < n; ++i)
-    if (rng() % 4 != 0)
-      moves.push_back({dev[i], host[i]});
-  return moves;
-}
 
 /// Runs of consecutive ids on both sides (the coalesced swap path).
 std::vector<block_move> run_moves(const storage_layout& l) {
@@ -59,19 +28,6 @@ std::vector<block_move> run_moves(const storage_layout& l) {
     if (i % 5 != 4) // runs of 4, broken by a gap
       moves.push_back({l.num_blocks - n + i, i + 1});
   return moves;
-}
-
-std::vector<std::int64_t> random_slots(const storage_layout& l, std::size_t n,
-                                       std::mt19937_64& rng) {
-  auto order = shuffled(l.num_blocks * l.block_size, rng);
-  std::vector<std::int64_t> slots(n);
-  for (std::size_t i = 0; i < n; ++i)
-    slots[i] = rng() % 10 == 0 ? -1 : std::int64_t{order[i]};
-  return slots;
-}
-
-void expect_ok(const caf::expected<ticket>& t, const char* what) {
-  BOOST_REQUIRE_MESSAGE(t, what << ": " << why(t));
 }
 
 } // namespace
@@ -210,78 +166,6 @@ BOOST_AUTO_TEST_CASE(gather_blocks_matches_host_backend) {
     BOOST_TEST((dk.download() == hk));
     BOOST_TEST((dv.download() == hv));
     BOOST_TEST(tw.same("gather_blocks"));
-  }
-}
-
-BOOST_AUTO_TEST_CASE(random_mixed_sequences_match_host_backend) {
-  // Every kind of op, queued on all streams without waiting in between: the
-  // result equals the host backend's sequential one only if every conflict
-  // across streams was ordered.
-  std::mt19937_64 rng{test_seed()};
-  for (auto& l : {test_shapes()[0], test_shapes()[3]}) {
-    twin tw{l, rng};
-    const auto row = row_bytes(l);
-    std::vector<std::unique_ptr<device_buffer>> keep; // alive until the end
-    std::vector<std::pair<bytes, device_buffer*>> gathered;
-    for (int step = 0; step < 60; ++step) {
-      switch (rng() % 5) {
-        case 0: {
-          auto pairs = random_pairs(l.num_blocks, rng);
-          pairs.resize(std::min<std::size_t>(pairs.size(), 1 + rng() % 6));
-          expect_ok(tw.host->copy_blocks(pairs), "host copy");
-          expect_ok(tw.cuda->copy_blocks(pairs), "cuda copy");
-          break;
-        }
-        case 1:
-        case 2: {
-          auto moves = random_moves(l, rng);
-          moves.resize(std::min<std::size_t>(moves.size(), 1 + rng() % 8));
-          bool out = rng() % 2 == 0;
-          expect_ok(out ? tw.host->swap_out(moves) : tw.host->swap_in(moves),
-                    "host swap");
-          expect_ok(out ? tw.cuda->swap_out(moves) : tw.cuda->swap_in(moves),
-                    "cuda swap");
-          break;
-        }
-        case 3: {
-          const std::size_t n = 1 + rng() % 64;
-          auto slots = random_slots(l, n, rng);
-          bytes kv(2 * n * row);
-          fill_random(kv.data(), kv.size(), rng);
-          keep.push_back(std::make_unique<device_buffer>(kv.size()));
-          keep.back()->upload(kv);
-          auto layer = static_cast<std::uint32_t>(rng() % l.num_layers);
-          auto dev = static_cast<std::uint8_t*>(keep.back()->data);
-          expect_ok(tw.host->write_slots(layer, kv.data(), kv.data() + n * row,
-                                         slots.data(), n),
-                    "host write");
-          expect_ok(tw.cuda->write_slots(layer, dev, dev + n * row,
-                                         slots.data(), n),
-                    "cuda write");
-          break;
-        }
-        default: {
-          auto ids = shuffled(l.num_blocks, rng);
-          std::vector<block_id> blocks(ids.begin(), ids.begin() + 1 + rng() % 4);
-          const std::size_t n = blocks.size() * l.block_size;
-          bytes out(2 * n * row, 0x5A);
-          keep.push_back(std::make_unique<device_buffer>(out.size()));
-          keep.back()->upload(out);
-          auto layer = static_cast<std::uint32_t>(rng() % l.num_layers);
-          auto dev = static_cast<std::uint8_t*>(keep.back()->data);
-          expect_ok(tw.host->gather_blocks(layer, blocks, n, out.data(),
-                                           out.data() + n * row),
-                    "host gather");
-          expect_ok(tw.cuda->gather_blocks(layer, blocks, n, dev,
-                                           dev + n * row),
-                    "cuda gather");
-          gathered.emplace_back(std::move(out), keep.back().get());
-        }
-      }
-    }
-    BOOST_TEST(tw.same("mixed sequence"));
-    for (auto& [want, dev] : gathered)
-      BOOST_TEST((dev->download() == want));
   }
 }
 
