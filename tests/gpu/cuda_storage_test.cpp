@@ -1,7 +1,8 @@
 // The cuda backend's operations against the host backend: fresh random bytes
 // and random block mappings each run, poisoned outputs, fp16/bf16 shapes at
-// several block sizes and head counts, and odd shapes for narrow vectors;
-// the swap also through its batched fallback for planes past the max pitch.
+// several block sizes and head counts, odd shapes and offset pointers for
+// narrow vectors; the swap also through its batched fallback for planes past
+// the max pitch.
 #include <algorithm>
 #include <numeric>
 
@@ -166,6 +167,81 @@ BOOST_AUTO_TEST_CASE(gather_blocks_matches_host_backend) {
     BOOST_TEST((dk.download() == hk));
     BOOST_TEST((dv.download() == hv));
     BOOST_TEST(tw.same("gather_blocks"));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(write_slots_from_offset_inputs_matches_host_backend) {
+  // Rows a multiple of 16 bytes, but key and value 2, 4 or 8 bytes past a
+  // 16-byte boundary (cudaMalloc's are 256-byte aligned): the vector width
+  // must come from the pointers' address bits too (short, int, int2), not
+  // from the rows alone, or the loads are misaligned.
+  std::mt19937_64 rng{test_seed()};
+  for (auto& l : test_shapes()) {
+    const auto row = row_bytes(l);
+    if (row % 16 != 0)
+      continue;
+    twin tw{l, rng};
+    const std::size_t n = std::min<std::size_t>(l.num_blocks * l.block_size,
+                                                300);
+    for (std::size_t offset : {2, 4, 8}) {
+      auto slots = random_slots(l, n, rng);
+      bytes key(n * row), value(n * row);
+      fill_random(key.data(), key.size(), rng);
+      fill_random(value.data(), value.size(), rng);
+      bytes k_at(offset), v_at(offset); // the same rows, `offset` bytes in
+      k_at.insert(k_at.end(), key.begin(), key.end());
+      v_at.insert(v_at.end(), value.begin(), value.end());
+      device_buffer dk{k_at.size()}, dv{v_at.size()};
+      dk.upload(k_at);
+      dv.upload(v_at);
+      const auto layer = static_cast<std::uint32_t>(offset % l.num_layers);
+      expect_ok(tw.host->write_slots(layer, key.data(), value.data(),
+                                     slots.data(), n),
+                "host write");
+      expect_ok(tw.cuda->write_slots(
+                  layer, static_cast<std::uint8_t*>(dk.data) + offset,
+                  static_cast<std::uint8_t*>(dv.data) + offset, slots.data(),
+                  n),
+                "cuda write");
+    }
+    BOOST_TEST(tw.same("write_slots from offset inputs"));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(gather_blocks_into_offset_outputs_matches_host_backend) {
+  // As above for the outputs: rows a multiple of 16 bytes, key_out and
+  // value_out 2, 4 or 8 bytes past a 16-byte boundary. The bytes before
+  // them and a guard after them must keep their poison.
+  std::mt19937_64 rng{test_seed()};
+  constexpr std::uint8_t poison = 0xA5;
+  for (auto& l : test_shapes()) {
+    const auto row = row_bytes(l);
+    if (row % 16 != 0)
+      continue;
+    twin tw{l, rng};
+    for (std::size_t offset : {2, 4, 8}) {
+      auto ids = shuffled(l.num_blocks, rng);
+      std::vector<block_id> blocks(ids.begin(), ids.begin() + l.num_blocks / 2);
+      const std::size_t n = blocks.size() * l.block_size - (l.block_size > 1);
+      const std::size_t size = n * row + 4 * row; // a poisoned guard after
+      bytes hk(size, poison), hv(size, poison);
+      device_buffer dk{offset + size}, dv{offset + size};
+      dk.upload(bytes(offset + size, poison));
+      dv.upload(bytes(offset + size, poison));
+      const auto layer = static_cast<std::uint32_t>(offset % l.num_layers);
+      expect_ok(tw.host->gather_blocks(layer, blocks, n, hk.data(), hv.data()),
+                "host gather");
+      expect_ok(tw.cuda->gather_blocks(
+                  layer, blocks, n, static_cast<std::uint8_t*>(dk.data) + offset,
+                  static_cast<std::uint8_t*>(dv.data) + offset),
+                "cuda gather");
+      bytes want_k(offset, poison), want_v(offset, poison);
+      want_k.insert(want_k.end(), hk.begin(), hk.end());
+      want_v.insert(want_v.end(), hv.begin(), hv.end());
+      BOOST_TEST((dk.download() == want_k), "key_out at +" << offset);
+      BOOST_TEST((dv.download() == want_v), "value_out at +" << offset);
+    }
+    BOOST_TEST(tw.same("gather_blocks into offset outputs"));
   }
 }
 
