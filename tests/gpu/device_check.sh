@@ -1,7 +1,7 @@
 #!/bin/sh
 # device_check.sh: issue 3's GPU checks in one prepared go, sized for a lent
-# H200's time budget (the limits add up to 380 s, plus up to 10 s of kill
-# grace per check: about 7.3 minutes at worst; about 2 expected), logs kept.
+# H200's time budget (the limits add up to 430 s, plus up to 10 s of kill
+# grace per check: about 8.5 minutes at worst; about 2 expected), logs kept.
 #
 #   here, after the build:   tests/gpu/device_check.sh bundle
 #       packs gpu_tests, gpu_bench, swap_stall and slot_plan_bench with the
@@ -45,7 +45,8 @@ run)
   # Each test suite in its own process: a sticky CUDA fault in one case
   # fails everything after it in the same process.
   check nvidia-smi 20 nvidia-smi
-  for suite in cuda_storage_suite cuda_ordering_suite cache_on_cuda_suite; do
+  for suite in cuda_storage_suite cuda_ordering_suite cache_on_cuda_suite \
+    cuda_large_pool_suite; do
     check "$suite" 45 .gpu/run.sh gpu_tests --run_test="$suite" \
       --log_level=test_suite --color_output=no
   done
