@@ -273,6 +273,8 @@ caf::expected<ticket> cuda_storage::submit(stream_role role) {
 
 caf::error cuda_storage::check_accessible(const void* p, const char* op,
                                           const char* what) {
+  // The first byte only: whether the allocation holds all the rows the op
+  // will touch is the caller's promise (cuda_storage.hpp).
   if (p == nullptr)
     return caf::none;
   cudaPointerAttributes attr{};

@@ -37,9 +37,14 @@ namespace kvactor {
 /// until CUDA's callback thread ran it, a host round trip between ops.
 /// Caller buffers: write_slots' key/value and gather_blocks' outputs must be
 /// device-accessible (device memory or pinned host memory); pageable host
-/// memory is rejected (invalid_request). They are not tracked, and the
-/// storage's streams are created cudaStreamNonBlocking: nothing orders them
-/// after any stream of the caller's, not even the legacy default stream.
+/// memory is rejected (invalid_request). Only each buffer's first byte is
+/// checked, so sizes are trusted.
+/// REQUIRES: key, value and each output hold num_tokens rows, all of them
+///   device-accessible (a shorter buffer is read or written out of bounds:
+///   a fault, which fails the storage for good, not an invalid_request).
+/// The buffers are not tracked, and the storage's streams are created
+/// cudaStreamNonBlocking: nothing orders them after any stream of the
+/// caller's, not even the legacy default stream.
 /// REQUIRES: inputs (key, value) are complete when the op is called:
 ///   synchronise the stream or event that produced them first (a kernel
 ///   still writing them on the caller's stream may be read half-written).
@@ -137,7 +142,10 @@ private:
   caf::expected<ticket> swap(const std::vector<block_move>& moves,
                              detail::swap_direction dir);
 
-  /// invalid_request unless `p` is device-accessible (or null).
+  /// invalid_request unless `p` is device-accessible (or null): pinned host
+  /// memory, or memory of this device. Checks the first byte only: the size
+  /// of the buffer behind `p` is trusted (checking the range would need the
+  /// driver API's cuMemGetAddressRange, and the project links only cudart).
   caf::error check_accessible(const void* p, const char* op, const char* what);
 
   detail::pool_geometry geometry() const noexcept;
