@@ -274,11 +274,17 @@ BOOST_AUTO_TEST_CASE(shortages_report_the_cuda_error_and_sizes) {
   BOOST_TEST(text.find("cudaMalloc") != std::string::npos);
   BOOST_TEST(text.find(std::to_string(opts.layout.device_bytes()))
              != std::string::npos);
+  // Nothing left for the next launch check on this thread to report as its
+  // own (the runtime keeps the last non-sticky error until it is read).
+  BOOST_TEST(cudaPeekAtLastError() == cudaSuccess,
+             "a failed make_storage left a CUDA error behind");
   opts.layout = big_layout();
   opts.device_index = 99;
   r = make_storage(opts);
   BOOST_REQUIRE(!r);
   BOOST_TEST(has_code(r.error(), errc::device_failure));
+  BOOST_TEST(cudaPeekAtLastError() == cudaSuccess,
+             "a failed make_storage left a CUDA error behind");
   // And the runtime is still usable afterwards.
   opts.device_index = 0;
   r = make_storage(opts);
