@@ -1,7 +1,9 @@
 // load_trace: JSON lines -> trace, validating as it goes.
 #include "bench/trace.hpp"
 
+#include <algorithm>
 #include <fstream>
+#include <initializer_list>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
@@ -34,6 +36,16 @@ std::uint64_t count(const nlohmann::json& obj, const char* name,
     throw line_error{std::string{name} + ": must be at most " + std::to_string(max)
                      + " (got " + std::to_string(x) + ")"};
   return x;
+}
+
+/// A key not in `known` is an error: a misspelled optional key would
+/// otherwise go unnoticed (README: unknown keys are errors).
+void check_keys(const nlohmann::json& obj,
+                std::initializer_list<const char*> known) {
+  for (auto& item : obj.items())
+    if (std::none_of(known.begin(), known.end(),
+                     [&](const char* k) { return item.key() == k; }))
+      throw line_error{item.key() + ": unknown key"};
 }
 
 /// Token ids are int32: without a vocabulary, this is their range.
@@ -90,6 +102,13 @@ caf::expected<trace> load_trace(const std::string& path) {
       if (line == 1) {
         if (type != "header")
           throw line_error{"type: the first line must be the header"};
+        // REPLAY.md's three settings, the vocabulary, and what else
+        // trace.py writes to describe how it made the trace.
+        check_keys(obj, {"type", "version", "generator", "seed", "num_requests",
+                         "block_size", "num_blocks", "max_model_len", "vocab",
+                         "num_sys_prompts", "sys_prompt_lens", "shared_frac",
+                         "min_suffix", "prompt_range", "output_range",
+                         "rate_per_step"});
         out.block_size = static_cast<std::uint32_t>(
           count(obj, "block_size", UINT32_MAX));
         out.num_blocks = static_cast<std::uint32_t>(
@@ -107,6 +126,8 @@ caf::expected<trace> load_trace(const std::string& path) {
       }
       if (type != "req")
         throw line_error{"type: expected \"req\""};
+      check_keys(obj, {"type", "id", "arrival_step", "sys_prompt", "prompt_len",
+                       "output_len", "prompt", "output"});
       trace_request r;
       r.line = line;
       r.id = count(obj, "id");

@@ -163,6 +163,26 @@ BOOST_AUTO_TEST_CASE(each_request_field_is_checked) {
            "FILE:2: prompt: 2 tokens, but its length field says 3");
 }
 
+BOOST_AUTO_TEST_CASE(unknown_keys_are_errors_on_header_and_request_lines) {
+  // A misspelled optional key would otherwise go unnoticed.
+  contains(load_error(R"({"type":"header","block_size":4,"num_blocks":8,)"
+                      R"("max_model_len":16,"vocab":100,"bogus":1})"),
+           "FILE:1: bogus: unknown key");
+  contains(load_error(header + "\n" + req0_with(R"("id":0,)", R"("id":0,"prompt_lenn":3,)")),
+           "FILE:2: prompt_lenn: unknown key");
+  contains(load_error(header + "\n" + req0 + "\n"
+                      + req0_with(R"("id":0,)", R"("id":1,"priority":"high",)")),
+           "FILE:3: priority: unknown key");
+  // What trace.py writes into its header is known.
+  BOOST_TEST(load_error(R"({"type":"header","version":1,"generator":"trace.py",)"
+                        R"("seed":0,"num_requests":1,"block_size":4,"num_blocks":8,)"
+                        R"("max_model_len":16,"vocab":100,"num_sys_prompts":0,)"
+                        R"("sys_prompt_lens":[],"shared_frac":0.5,"min_suffix":1,)"
+                        R"("prompt_range":[1,3],"output_range":[1,2],)"
+                        R"("rate_per_step":0.5})" "\n" + req0 + "\n")
+             == "ok");
+}
+
 BOOST_AUTO_TEST_CASE(token_ids_outside_the_vocabulary_are_refused) {
   auto one = [](const std::string& line) {
     return load_error(header + "\n" + line + "\n");
