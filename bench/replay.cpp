@@ -38,6 +38,7 @@
 #include "bench/trace.hpp"
 #include "kvactor/actors/block_pool_core.hpp"
 #include "kvactor/actors/kv_cache_manager.hpp"
+#include "kvactor/config/cache_limits.hpp"
 #include "kvactor/messages/error.hpp"
 
 using namespace kvactor;
@@ -325,7 +326,7 @@ int main(int argc, char** argv) {
       else if (arg == "--mode")
         mode = value();
       else if (arg == "--num-blocks")
-        opt.pool_blocks = static_cast<std::uint32_t>(number(UINT32_MAX));
+        opt.pool_blocks = static_cast<std::uint32_t>(number(max_num_blocks));
       else if (arg == "--all-blocks")
         opt.reserved_blocks = 0;
       else if (arg == "--max-admits")
@@ -350,14 +351,24 @@ int main(int argc, char** argv) {
     std::cerr << "replay: " << render(tr.error()) << '\n';
     return 1;
   }
+  // Where the pool's size came from, for messages.
+  auto pool_source = opt.pool_blocks == 0 ? path + ":1: num_blocks" : "--num-blocks";
   if (opt.pool_blocks == 0)
     opt.pool_blocks = tr->num_blocks;
   if (opt.pool_blocks <= opt.reserved_blocks) {
-    std::cerr << "replay: a pool of " << opt.pool_blocks
-              << " blocks leaves none usable\n";
+    std::cerr << "replay: " << pool_source << ": a pool of " << opt.pool_blocks
+              << " blocks leaves none usable (one is held back as vLLM's null "
+                 "block; --all-blocks uses all)\n";
     return 1;
   }
   opt.cache = config_for(*tr, opt.pool_blocks - opt.reserved_blocks);
+  // Before any mode: core mode builds the pool without the actors, so it
+  // must not run on a config they would refuse (load_trace checked the
+  // header against the same limits; this covers what the options made).
+  if (auto err = validate(opt.cache)) {
+    std::cerr << "replay: " << render(err) << '\n';
+    return 1;
+  }
   if (auto err = check_fits(*tr, opt.cache.num_gpu_blocks)) {
     std::cerr << "replay: " << render(err) << '\n';
     return 1;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvactor/config/cache_limits.hpp"
 #include "kvactor/config/json_helpers.hpp"
 #include "kvactor/messages/error.hpp"
 
@@ -109,15 +110,21 @@ caf::expected<trace> load_trace(const std::string& path) {
                          "num_sys_prompts", "sys_prompt_lens", "shared_frac",
                          "min_suffix", "prompt_range", "output_range",
                          "rate_per_step"});
-        out.block_size = static_cast<std::uint32_t>(
-          count(obj, "block_size", UINT32_MAX));
+        // The cache's own limits (validate()): every mode runs on a config
+        // the actors accept, and no count is truncated on its way there.
+        auto block_size = count(obj, "block_size");
         out.num_blocks = static_cast<std::uint32_t>(
-          count(obj, "num_blocks", UINT32_MAX));
+          count(obj, "num_blocks", max_num_blocks));
         out.max_model_len = count(obj, "max_model_len");
         out.vocab = static_cast<std::uint32_t>(
           count(obj, "vocab", static_cast<std::uint64_t>(max_token_ids)));
-        if (out.block_size == 0)
+        if (block_size == 0)
           throw line_error{"block_size: must be > 0"};
+        if (!valid_block_size(block_size))
+          throw line_error{"block_size: must be a power of two in [1, "
+                           + std::to_string(max_block_size) + "] (got "
+                           + std::to_string(block_size) + ")"};
+        out.block_size = static_cast<std::uint32_t>(block_size);
         if (out.num_blocks == 0)
           throw line_error{"num_blocks: must be > 0"};
         if (out.max_model_len == 0) // the requests' max_sequence_length

@@ -1,6 +1,7 @@
 // cache_config: range checks (validate), the embedded default, the JSON
 // writer and tenant lookup. The JSON reader lives in parse_config.cpp.
 #include "kvactor/config/cache_config.hpp"
+#include "kvactor/config/cache_limits.hpp"
 
 #include <cmath>
 #include <cstdlib>
@@ -17,8 +18,6 @@ namespace kvactor {
 
 namespace {
 
-constexpr std::uint64_t max_blocks_limit = std::uint64_t{1} << 31;
-constexpr std::uint32_t max_block_size = 1024;
 constexpr std::uint32_t max_model_dim = 1024; // layers, heads, head_dim
 constexpr std::uint64_t max_gc_interval_ms = 24ull * 60 * 60 * 1000;
 constexpr std::uint32_t max_scheduler_threads = 256;
@@ -84,10 +83,6 @@ std::string num(double x) {
 /// True for x in (0, 1]; false for NaN.
 bool in_unit_interval(double x) {
   return x > 0.0 && x <= 1.0;
-}
-
-bool is_power_of_two(std::uint64_t x) {
-  return x != 0 && (x & (x - 1)) == 0;
 }
 
 bool known(dtype x) {
@@ -160,12 +155,12 @@ caf::error validate_tenants(const std::vector<tenant_config>& tenants,
       return fail(path + "prefix_namespace", "must be valid UTF-8");
     if (!names.insert(t.name).second)
       return fail(path + "name", "duplicate tenant '" + t.name + "'");
-    if (t.max_blocks > max_blocks_limit)
+    if (t.max_blocks > max_num_blocks)
       return fail(path + "max_blocks",
-                  "must be at most " + std::to_string(max_blocks_limit));
-    if (t.reserved_blocks > max_blocks_limit)
+                  "must be at most " + std::to_string(max_num_blocks));
+    if (t.reserved_blocks > max_num_blocks)
       return fail(path + "reserved_blocks",
-                  "must be at most " + std::to_string(max_blocks_limit));
+                  "must be at most " + std::to_string(max_num_blocks));
     if (t.max_blocks != 0 && t.max_blocks < t.reserved_blocks)
       return fail(path + "max_blocks",
                   "must be 0 (no quota) or at least reserved_blocks ("
@@ -218,7 +213,7 @@ bool operator==(const cache_config& x, const cache_config& y) {
 // -- validation ---------------------------------------------------------------
 
 caf::error validate(const cache_config& cfg) {
-  if (cfg.block_size > max_block_size || !is_power_of_two(cfg.block_size))
+  if (!valid_block_size(cfg.block_size))
     return fail("block_size", "must be a power of two in [1, "
                                 + std::to_string(max_block_size) + "]");
   if (auto err = validate_model(cfg.model))
@@ -230,9 +225,9 @@ caf::error validate(const cache_config& cfg) {
       && cfg.storage != "none")
     return fail("storage", "must be 'auto', 'cuda', 'host' or 'none' (got '"
                              + cfg.storage + "')");
-  if (cfg.num_gpu_blocks > max_blocks_limit)
+  if (cfg.num_gpu_blocks > max_num_blocks)
     return fail("num_gpu_blocks",
-                "must be at most " + std::to_string(max_blocks_limit));
+                "must be at most " + std::to_string(max_num_blocks));
   if (cfg.num_gpu_blocks == 0
       && (cfg.storage == "host" || cfg.storage == "none"))
     return fail("num_gpu_blocks",
@@ -241,9 +236,9 @@ caf::error validate(const cache_config& cfg) {
                     "memory: cuda and auto only)");
   if (!in_unit_interval(cfg.gpu_memory_utilization))
     return fail("gpu_memory_utilization", "must be in (0, 1]");
-  if (cfg.num_host_blocks > max_blocks_limit)
+  if (cfg.num_host_blocks > max_num_blocks)
     return fail("num_host_blocks",
-                "must be at most " + std::to_string(max_blocks_limit));
+                "must be at most " + std::to_string(max_num_blocks));
   if (cfg.prefix_caching && cfg.layout == "contiguous")
     return fail("prefix_caching",
                 "requires layout paged (layout is 'contiguous')");
@@ -270,9 +265,9 @@ caf::error validate(const cache_config& cfg) {
                   + " blocks back from admissions");
   if (cfg.admission.default_expected_output > (std::uint64_t{1} << 32))
     return fail("admission.default_expected_output", "must be at most 2^32");
-  if (cfg.max_pinned_blocks > max_blocks_limit)
+  if (cfg.max_pinned_blocks > max_num_blocks)
     return fail("max_pinned_blocks",
-                "must be at most " + std::to_string(max_blocks_limit));
+                "must be at most " + std::to_string(max_num_blocks));
   if (cfg.scheduler_threads > max_scheduler_threads)
     return fail("scheduler_threads",
                 "must be at most " + std::to_string(max_scheduler_threads));

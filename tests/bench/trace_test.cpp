@@ -121,10 +121,28 @@ BOOST_AUTO_TEST_CASE(the_header_must_come_first_and_be_complete) {
   contains(load_error(R"({"type":"header","block_size":4,"num_blocks":0,)"
                       R"("max_model_len":16,"vocab":100})"),
            "FILE:1: num_blocks: must be > 0");
-  // Nothing truncated on the way to 32 bits, nothing left unusable.
+  // The cache's limits (validate()), so that core mode, which builds the
+  // pool without the actors, runs only on what they accept - and a huge
+  // count is refused before anything is allocated for it.
   contains(load_error(R"({"type":"header","block_size":4,"num_blocks":4294967301,)"
                       R"("max_model_len":16,"vocab":100})"),
-           "FILE:1: num_blocks: must be at most 4294967295");
+           "FILE:1: num_blocks: must be at most 2147483648 (got 4294967301)");
+  contains(load_error(R"({"type":"header","block_size":4,"num_blocks":2147483649,)"
+                      R"("max_model_len":16,"vocab":100})"),
+           "FILE:1: num_blocks: must be at most 2147483648 (got 2147483649)");
+  contains(load_error(R"({"type":"header","block_size":3,"num_blocks":8,)"
+                      R"("max_model_len":16,"vocab":100})"),
+           "FILE:1: block_size: must be a power of two in [1, 1024] (got 3)");
+  contains(load_error(R"({"type":"header","block_size":2048,"num_blocks":8,)"
+                      R"("max_model_len":16,"vocab":100})"),
+           "FILE:1: block_size: must be a power of two in [1, 1024] (got 2048)");
+  contains(load_error(R"({"type":"header","block_size":4294967312,"num_blocks":8,)"
+                      R"("max_model_len":16,"vocab":100})"),
+           "FILE:1: block_size: must be a power of two in [1, 1024] (got 4294967312)");
+  // The limits themselves are accepted.
+  BOOST_TEST(load_error(R"({"type":"header","block_size":1024,"num_blocks":2147483648,)"
+                        R"("max_model_len":16,"vocab":100})")
+             == "ok");
   contains(load_error(R"({"type":"header","block_size":4,"num_blocks":8,)"
                       R"("max_model_len":16,"vocab":4294967296})"),
            "FILE:1: vocab: must be at most 2147483648");
