@@ -217,6 +217,10 @@ int main(int argc, char** argv) {
   bar.finish(result.interrupted ? "interrupted: stopping, writing the report of "
                                   "what ran"
                                 : "");
+  if (result.bad_scenario) { // found once the pool's size was known
+    std::cerr << "multi_tenant_sim: " << result.error << '\n';
+    return exit_bad_input;
+  }
   if (!result.started) {
     std::cerr << "multi_tenant_sim: " << result.error << '\n';
     return exit_failure;

@@ -3,6 +3,7 @@
 #include "scenario.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include <caf/message.hpp>
 #include <nlohmann/json.hpp>
@@ -150,33 +151,6 @@ caf::error read_cache(const json& obj, const error_maker& fail,
               text.substr(colon + 2));
 }
 
-/// A request that can never fit would wait forever: refuse the scenario.
-caf::error check_fits(const scenario& s, const std::string& path,
-                      const workload_config& w, const error_maker& fail) {
-  auto& cache = s.cache;
-  auto tokens = w.max_sequence_tokens();
-  auto blocks = (tokens + cache.block_size - 1) / cache.block_size;
-  auto why = "its longest request (" + std::to_string(tokens) + " tokens, "
-             + std::to_string(blocks) + " blocks of " + std::to_string(cache.block_size)
-             + ") cannot fit ";
-  auto tenant = cache.find_tenant(w.tenant);
-  if (tenant->max_blocks != 0 && blocks > tenant->max_blocks)
-    return fail(path, why + "the tenant's max_blocks ("
-                        + std::to_string(tenant->max_blocks) + ")");
-  if (cache.num_gpu_blocks != 0) {
-    std::uint64_t others = 0;
-    for (auto& t : cache.tenants)
-      if (t.name != w.tenant)
-        others += t.reserved_blocks;
-    auto room = cache.num_gpu_blocks > others ? cache.num_gpu_blocks - others : 0;
-    if (blocks > room)
-      return fail(path, why + "the pool (" + std::to_string(cache.num_gpu_blocks)
-                          + " blocks, " + std::to_string(others)
-                          + " reserved for other tenants)");
-  }
-  return caf::none;
-}
-
 caf::error read_scenario(const json& root, const error_maker& fail,
                          scenario& out) {
   if (!root.is_object())
@@ -235,13 +209,12 @@ caf::error read_scenario(const json& root, const error_maker& fail,
     workload_config w;
     if (auto err = read_workload(*i, path, fail, t, w))
       return err;
-    if (auto err = check_fits(out, path, w, fail))
-      return err;
+    w.line = fail.lines.line_of(path);
     out.workloads.push_back(std::move(w));
   }
   if (out.workloads.empty())
     return fail("workloads", "names no tenant: nothing would arrive");
-  return caf::none;
+  return check_fits(out, out.cache.num_gpu_blocks);
 }
 
 } // namespace
@@ -254,6 +227,55 @@ std::uint64_t workload_config::max_sequence_tokens() const {
       sys = std::max<std::uint64_t>(sys, t.size());
   }
   return sys + prompt_len.max + output_len.max;
+}
+
+caf::error check_fits(const scenario& s, std::uint64_t num_blocks) {
+  auto& cache = s.cache;
+  // The watermark is kept free at every admission (extends may take it),
+  // and a request preempted late comes back with nearly all its tokens:
+  // its whole sequence must fit beside the watermark. As the pool rounds:
+  // ceil(watermark * blocks).
+  auto watermark = static_cast<std::uint64_t>(
+    std::ceil(cache.admission.watermark * double(num_blocks)));
+  for (auto& w : s.workloads) {
+    auto fail = [&](const std::string& what) {
+      return make_error(errc::invalid_config,
+                        s.source + ":" + std::to_string(w.line) + ": "
+                          + join_path("workloads", w.tenant) + ": " + what);
+    };
+    auto tokens = w.max_sequence_tokens();
+    auto blocks = (tokens + cache.block_size - 1) / cache.block_size;
+    auto why = "its longest request (" + std::to_string(tokens) + " tokens, "
+               + std::to_string(blocks) + " blocks of "
+               + std::to_string(cache.block_size) + ") cannot fit ";
+    auto tenant = cache.find_tenant(w.tenant);
+    if (tenant->max_blocks != 0 && blocks > tenant->max_blocks)
+      return fail(why + "the tenant's max_blocks ("
+                  + std::to_string(tenant->max_blocks) + ")");
+    if (num_blocks == 0)
+      continue;
+    std::uint64_t others = 0;
+    for (auto& t : cache.tenants)
+      if (t.name != w.tenant)
+        others += t.reserved_blocks;
+    auto held = others + watermark;
+    auto room = num_blocks > held ? num_blocks - held : 0;
+    if (blocks > room)
+      return fail(why + "the pool ("
+                  + std::to_string(num_blocks)
+                  + (cache.num_gpu_blocks == 0 ? " blocks as sized from device "
+                                                 "memory, "
+                                               : " blocks, ")
+                  + std::to_string(others) + " reserved for other tenants"
+                  + (watermark == 0
+                       ? std::string{}
+                       : ", " + std::to_string(watermark)
+                           + " kept free for admissions by "
+                             "cache.admission.watermark "
+                           + json(cache.admission.watermark).dump())
+                  + ")");
+  }
+  return caf::none;
 }
 
 double admission_limit(const scenario& s) noexcept {

@@ -112,8 +112,12 @@
 // }
 //
 // Every request's longest sequence (system prompt + prompt + output) must fit
-// in the pool, and in its tenant's max_blocks: a request that could never fit
-// is a scenario error, not a stall.
+// in its tenant's max_blocks, and in the pool less the other tenants'
+// reservations and the blocks cache.admission.watermark keeps free (a
+// request preempted late is admitted again with nearly all its tokens):
+// a request that could never fit is a scenario error, not a stall. With
+// cache.num_gpu_blocks 0 the pool is sized from device memory at start,
+// and the check is made again then, before the first step.
 //
 // Errors read "FILE:LINE: FIELD: what is wrong", e.g.
 //   scenario.json:14: workloads.chat.rate: must be >= 0 (got -1)
@@ -152,6 +156,9 @@ struct workload_config {
   system_prompt_config system_prompts;
   kvactor::priority priority = kvactor::priority::normal;
   std::uint32_t vocab_size = 32000;
+  /// Where the workload's object starts in the source, for errors found
+  /// after parsing (check_fits).
+  int line = 1;
 
   /// Tokens of the longest request this workload can produce.
   std::uint64_t max_sequence_tokens() const;
@@ -187,6 +194,14 @@ struct scenario {
 /// invalid_config whose context is the whole message ("FILE:LINE: FIELD: ...").
 caf::expected<scenario> parse_scenario(const std::string& text,
                                        const std::string& source);
+
+/// Whether every workload's longest request fits a pool of `num_blocks`
+/// (see "Every request's longest sequence" above); num_blocks 0 (not known
+/// before the cache starts) checks the tenants' max_blocks only.
+/// parse_scenario checks with cache.num_gpu_blocks; simulate() again with
+/// the pool as started. Errors (invalid_config) read "FILE:LINE:
+/// workloads.TENANT: ...", LINE where that workload starts.
+caf::error check_fits(const scenario& s, std::uint64_t num_blocks);
 
 /// Reads and parses the file at `path`.
 caf::expected<scenario> load_scenario(const std::string& path);

@@ -415,12 +415,19 @@ sim_outcome simulate(const scenario& s, const std::atomic<bool>& interrupted,
       out.device = to_string(info.device);
       out.bytes_per_block = info.bytes_per_block;
       out.effective.num_gpu_blocks = info.num_blocks;
+      err = check_fits(s, info.num_blocks); // the pool's real size is known now
+      if (err) {
+        out.bad_scenario = true;
+        out.error = message_of(err);
+      }
+    }
+    if (!err) {
       std::promise<void> done;
       auto finished = done.get_future();
       sys.spawn(scheduler_fun, &s, &out, cache->manager, cache->device, info,
                 &interrupted, &bar, &done);
       finished.wait();
-    } else {
+    } else if (!out.bad_scenario) {
       out.error = "cannot ask the device actor what it serves: " + render(err);
     }
     caf::anon_send_exit(cache->manager, caf::exit_reason::user_shutdown);

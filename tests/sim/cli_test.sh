@@ -1,7 +1,8 @@
 #!/bin/sh
 # cli_test.sh: multi_tenant_sim's command line as a user meets it - --help
-# exits 0; bad arguments, a missing or malformed --config exit 2 (the
-# scenario errors naming FILE:LINE: FIELD on stderr); --steps 50 --out DIR
+# exits 0; bad arguments, a missing or malformed --config, a request that
+# can never fit exit 2 (the scenario errors naming FILE:LINE: FIELD on
+# stderr); --steps 50 --out DIR
 # writes the reports; SIGINT stops a long run, which exits 130 and still
 # writes report.json marked interrupted.
 # Usage: cli_test.sh PATH/TO/multi_tenant_sim
@@ -58,6 +59,26 @@ line=$(grep -n '"rate": -1,' "$dir/neg.json" | cut -d: -f1)
 [ -n "$line" ] || fail "no interactive rate in the default scenario"
 expect_exit 2 negative --config "$dir/neg.json"
 expect_in "$dir/negative.err" "$dir/neg.json:$line: workloads.interactive.rate: must be >= 0 (got -1)"
+
+# A request that can never be admitted beside the admission watermark (32 of
+# 64 blocks kept free; 600 + 8 tokens need 38 blocks of 16) is a scenario
+# error naming its workload, not a stall found 1000 steps into the run.
+cat >"$dir/watermark.json" <<'JSON'
+{
+  "cache": {"block_size": 16, "storage": "none", "num_gpu_blocks": 64,
+            "model": {"num_layers": 1, "num_kv_heads": 1, "head_dim": 8},
+            "admission": {"watermark": 0.5},
+            "tenants": [{"name": "a"}]},
+  "steps": 10,
+  "workloads": {
+    "a": {"rate": 1, "prompt_len": 600, "output_len": 8}
+  }
+}
+JSON
+expect_exit 2 watermark --config "$dir/watermark.json" --no-progress --out "$dir/wm"
+line=$(grep -n '"a": {' "$dir/watermark.json" | cut -d: -f1)
+expect_in "$dir/watermark.err" "$dir/watermark.json:$line: workloads.a: its longest request (608 tokens, 38 blocks of 16) cannot fit the pool (64 blocks, 0 reserved for other tenants, 32 kept free for admissions by cache.admission.watermark 0.5)"
+if grep -q "ran " "$dir/watermark.out"; then fail "watermark: simulated before failing"; fi
 
 # A short run writes its reports.
 expect_exit 0 short --steps 50 --out "$dir/short" --no-progress

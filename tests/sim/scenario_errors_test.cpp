@@ -247,6 +247,57 @@ BOOST_AUTO_TEST_CASE(a_request_that_could_never_fit_is_refused) {
   BOOST_TEST(parse_ok(just_fits).workloads[0].max_sequence_tokens() == 224u);
 }
 
+BOOST_AUTO_TEST_CASE(the_admission_watermark_counts_against_the_room) {
+  // Watermark 0.5 keeps 32 of the 64 blocks free at every admission, b
+  // reserves 8: 24 blocks (96 tokens) are left to a; 8 + 8 + 90 = 106
+  // tokens (27 blocks) would wait forever - before, a stall after 1000 steps.
+  auto with_watermark = replace_once(base, "\"num_gpu_blocks\": 64,",
+                                     "\"num_gpu_blocks\": 64,\n"
+                                     "    \"admission\": {\"watermark\": 0.5},");
+  auto too_long = replace_once(with_watermark, "\"output_len\": [2, 6],",
+                               "\"output_len\": [2, 90],");
+  check_error(too_long, "\"a\": {", "workloads.a",
+              "the pool (64 blocks, 8 reserved for other tenants, 32 kept free "
+              "for admissions by cache.admission.watermark 0.5)");
+  // 8 + 8 + 80 = 96 tokens: exactly the 24 blocks left.
+  auto fits = replace_once(with_watermark, "\"output_len\": [2, 6],",
+                           "\"output_len\": [2, 80],");
+  BOOST_TEST(parse_ok(fits).workloads[0].max_sequence_tokens() == 96u);
+  // The watermark rounds up, as the pool does: ceil(0.01 * 64) = 1 block.
+  auto tiny = replace_once(replace_once(base, "\"num_gpu_blocks\": 64,",
+                                        "\"num_gpu_blocks\": 64,\n"
+                                        "    \"admission\": {\"watermark\": 0.01},"),
+                           "\"prompt_len\": 4, \"output_len\": 4",
+                           "\"prompt_len\": 4, \"output_len\": 249");
+  // 253 tokens = 64 blocks: the whole pool, less the one block.
+  check_error(tiny, "\"b\": {", "workloads.b",
+              "the pool (64 blocks, 0 reserved for other tenants, 1 kept free "
+              "for admissions by cache.admission.watermark 0.01)");
+}
+
+BOOST_AUTO_TEST_CASE(a_pool_sized_at_start_is_checked_once_its_size_is_known) {
+  // num_gpu_blocks 0 (cuda: sized from device memory) - only the quota can
+  // be checked while parsing; check_fits with the pool as started names the
+  // file, the workload's line and field like a parse error.
+  auto sized = replace_once(replace_once(base, "\"num_gpu_blocks\": 64,",
+                                         "\"num_gpu_blocks\": 0,"),
+                            "\"storage\": \"none\",", "\"storage\": \"cuda\",");
+  auto s = parse_ok(replace_once(sized, "\"output_len\": [2, 6],",
+                                 "\"output_len\": [2, 100],"));
+  BOOST_TEST(!check_fits(s, 64)); // 116 tokens = 29 blocks of 56
+  auto err = check_fits(s, 36);   // 28 left beside b's 8
+  BOOST_REQUIRE(err);
+  auto msg = message_of(err);
+  auto want = "test.json:" + std::to_string(line_of(sized, "\"a\": {"))
+              + ": workloads.a: its longest request (116 tokens, 29 blocks of 4) "
+                "cannot fit the pool (36 blocks as sized from device memory, 8 "
+                "reserved for other tenants)";
+  BOOST_TEST(msg == want, msg);
+  // The quota still counts while the size is unknown.
+  check_error(replace_once(sized, "\"output_len\": [2, 6],", "\"output_len\": [2, 149],"),
+              "\"a\": {", "workloads.a", "the tenant's max_blocks (40)");
+}
+
 BOOST_AUTO_TEST_CASE(a_missing_file_is_named) {
   auto s = load_scenario("/nonexistent/dir/scenario.json");
   BOOST_REQUIRE(!s);
