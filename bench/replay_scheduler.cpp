@@ -54,7 +54,28 @@ void replay_scheduler::admit_from_head(step_request& out) {
   }
 }
 
+void replay_scheduler::skip_idle_steps() {
+  // Nothing running, waiting or to free: every step until the next arrival
+  // would be an empty message that changes nothing, so the clock jumps
+  // there. The skipped steps still count as the loop ran them: each one a
+  // step and a usage sample of what the last reply said (nothing is held
+  // then, so zero) - arithmetically, so a gap of 10^12 steps costs nothing.
+  auto& reqs = trace_.requests;
+  if (!running_.empty() || !waiting_.empty() || !to_free_.empty()
+      || next_arrival_ == reqs.size())
+    return;
+  auto next = reqs[next_arrival_].arrival_step;
+  if (next <= step_)
+    return;
+  auto gap = next - step_;
+  used_sum_ += gap * last_used_;
+  used_samples_ += gap;
+  peak_used_ = std::max(peak_used_, last_used_);
+  step_ = next;
+}
+
 step_request replay_scheduler::begin_step() {
+  skip_idle_steps();
   auto& reqs = trace_.requests;
   while (next_arrival_ < reqs.size() && reqs[next_arrival_].arrival_step <= step_)
     waiting_.push_back(static_cast<std::uint32_t>(next_arrival_++));

@@ -27,6 +27,8 @@ public:
   /// Steps 1-3 of the loop: arrivals join the waiting queue; the step's
   /// frees (requests finished last step), extends (every running request,
   /// oldest first, by its pending token) and admissions (the waiting head).
+  /// With nothing running, waiting or to free, the clock first jumps to the
+  /// next arrival (the steps between are counted, not sent).
   step_request begin_step();
 
   /// Applies a reply. True if an admissions-only follow-up is wanted: every
@@ -69,6 +71,7 @@ private:
   };
 
   allocation_request admission_for(std::uint32_t index) const;
+  void skip_idle_steps();
   void admit_from_head(step_request& out);
 
   const trace& trace_;
