@@ -79,6 +79,12 @@ step_request replay_scheduler::begin_step() {
   auto& reqs = trace_.requests;
   while (next_arrival_ < reqs.size() && reqs[next_arrival_].arrival_step <= step_)
     waiting_.push_back(static_cast<std::uint32_t>(next_arrival_++));
+  // Nothing left to arrive, wait or run: this message only frees what
+  // finished in the last step. REPLAY.md's loop frees those in that step
+  // (its item 5), as vLLM v1 does in update_from_output, and ends there;
+  // the step message carries frees at its start, so they ride on one more
+  // message - the loop's close, not a step of it (end_step counts none).
+  closing_ = next_arrival_ == reqs.size() && waiting_.empty() && running_.empty();
   step_request out;
   out.frees.swap(to_free_);
   out.extends.reserve(running_.size());
@@ -146,6 +152,10 @@ void replay_scheduler::end_step() {
     }
   }
   running_.resize(kept);
+  if (closing_)
+    return;
+  // The step's usage: after its cache work, before its finished requests
+  // are freed - the most it held (they held their blocks all through it).
   peak_used_ = std::max(peak_used_, last_used_);
   used_sum_ += last_used_;
   ++used_samples_;

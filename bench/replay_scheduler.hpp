@@ -42,6 +42,13 @@ public:
   /// complete are freed (in the next message).
   void end_step();
 
+  /// Steps of REPLAY.md's loop, from step 0 to the one where the last
+  /// request finished. The frees of that step's finished requests go out in
+  /// one more message (the step message sends frees first), which closes the
+  /// replay and is not counted; idle steps before an arrival are counted
+  /// but not sent. peak_blocks_used / avg_blocks_used sample each counted
+  /// step's usage after its cache work, before its finished requests are
+  /// freed (its high-water mark).
   std::uint64_t steps() const noexcept {
     return step_;
   }
@@ -84,6 +91,7 @@ private:
   std::vector<std::uint64_t> generated_; ///< per trace request
   std::vector<request_id> to_free_;
   std::vector<std::uint32_t> sent_admits_;
+  bool closing_ = false; ///< this message only frees: the replay's close
   std::uint64_t preemptions_ = 0;
   std::uint64_t finished_ = 0;
   std::uint64_t prompt_tokens_ = 0;

@@ -7,9 +7,11 @@
 # only when no plain free block is left, where vLLM's single free queue may
 # evict a cached one while uncached free blocks wait (README, Benchmarks),
 # so a few more prefixes survive. The test pins 0.3580: a change to the
-# policy in either direction shows here. All three modes must make the same decisions (the
-# core twice, --repeat 2, which checks its runs agree). Skips (exit 77)
-# without python3 or ../shared/bench/trace.py.
+# policy in either direction shows here. It pins 8254 steps too (README:
+# REPLAY.md's loop ends in the step where the last request finishes). All
+# three modes must make the same decisions (the core twice, --repeat 2,
+# which checks its runs agree). Skips (exit 77) without python3 or
+# ../shared/bench/trace.py.
 # Usage: replay_parity_test.sh PATH/TO/replay PATH/TO/trace.py
 set -eu
 replay=$1
@@ -39,6 +41,10 @@ for r in runs:
         failures.append(f"{mode}: hit rate {r['prefix_hit_rate']:.4f}, expected 0.3580")
     if r["finished"] != r["requests"]:
         failures.append(f"{mode}: {r['finished']} of {r['requests']} finished")
+    # REPLAY.md's loop, step 0 to the last request's finishing step 8253
+    # (the message that frees it after is not a step): README's figure.
+    if r["steps"] != 8254:
+        failures.append(f"{mode}: {r['steps']} steps, expected 8254")
 core, step, facade = runs
 if core.get("repeat") != 2 or len(core.get("bookkeeping_ms_runs", [])) != 2:
     failures.append("core --repeat 2: no repeat or bookkeeping_ms_runs in its line")

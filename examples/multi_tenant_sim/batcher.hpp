@@ -104,7 +104,13 @@ public:
   batcher(const scenario& s, const cache_config& effective, kvactor::device dev,
           bool track_data);
 
-  /// Arrivals are over and (with drain) nothing is left to do.
+  /// Arrivals are over and (with drain) nothing is left to do - including
+  /// the frees of requests that finished in the last step, which go in the
+  /// next step's message. So a drained run's last step is the one that
+  /// frees them: it is counted (the simulator's steps are its clock of
+  /// step messages, and that step's row shows the pool given back), unlike
+  /// the replay's `steps`, which counts REPLAY.md's loop and ends where the
+  /// last request finishes (bench/replay_scheduler.hpp).
   bool done() const noexcept;
 
   /// Steps in a row with requests waiting and nothing running or admitted.
