@@ -126,6 +126,30 @@ caf::error read_workload(const json& obj, const std::string& path,
   return caf::none;
 }
 
+/// Where nlohmann's parser gave up. Its DOM parse reports a number past a
+/// double's range ("number overflow parsing '1e400'") without a position;
+/// its SAX interface passes one along.
+struct failure_position : nlohmann::json_sax<json> {
+  std::size_t at = 0; ///< characters read when it failed
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool start_object(std::size_t) override { return true; }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return true; }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception&) override {
+    at = position;
+    return false;
+  }
+};
+
 /// The message of a parse_config error, which names a field of the cache
 /// object ("pressure.high: must be in (0, 1]").
 std::string context_text(const caf::error& err) {
@@ -319,19 +343,21 @@ caf::expected<scenario> parse_scenario(const std::string& text,
                                               + ": " + what);
   } catch (const json::exception& e) {
     // A number past a double's range: nlohmann names the token, not its
-    // place ("number overflow parsing '1e400'"); find its line.
+    // place. Parsing again through SAX finds where it stopped: the line of
+    // the token's last character, and the field read last before it.
     std::string what = e.what();
-    std::string line;
-    auto open = what.find('\'');
-    auto close = open == std::string::npos ? open : what.find('\'', open + 1);
-    if (close != std::string::npos) {
-      auto at = text.find(what.substr(open + 1, close - open - 1));
-      if (at != std::string::npos)
-        line = ":" + std::to_string(1 + std::count(text.begin(),
-                                                   text.begin() + at, '\n'));
-    }
+    if (auto pos = what.find("] "); pos != std::string::npos)
+      what = what.substr(pos + 2); // "[json.exception.out_of_range.406] "
+    failure_position where;
+    json::sax_parse(text, &where);
+    auto at = std::min(where.at == 0 ? 0 : where.at - 1, text.size());
+    line_index before{text, at + 1};
+    auto line = 1 + std::count(text.begin(), text.begin() + at, '\n');
+    auto& field = before.last_path();
     return make_error(errc::invalid_config,
-                      source + line + ": malformed JSON: " + what);
+                      source + ":" + std::to_string(line) + ": "
+                        + (field.empty() ? "" : field + ": ")
+                        + "number out of range: " + what);
   }
   line_index lines{text};
   error_maker fail{source, lines};

@@ -136,12 +136,18 @@ BOOST_AUTO_TEST_CASE(out_of_range_numbers_name_their_field) {
                            "\"len\": [4, 8],", "\"len\": [4, 16000000],"),
               "\"len\": [4, 16000000]", "workloads.a.system_prompts.len",
               "tokens in all");
-  // A number past a double's range is malformed JSON, on its line.
-  auto huge = replace_once(base, "\"rate\": 0.5,", "\"rate\": 1e400,");
-  auto want = "test.json:" + std::to_string(line_of(huge, "1e400"))
-              + ": malformed JSON";
-  auto msg = parse_error(huge);
-  BOOST_TEST(msg.compare(0, want.size(), want) == 0, msg);
+  // A number past a double's range, on its line and named by its field -
+  // not at the first text that looks like it (here in a string before it).
+  auto huge = replace_once(replace_once(base, "\"rate\": 0.5,", "\"rate\": 1e400,"),
+                           "\"output_dir\": \"out/", "\"output_dir\": \"1e400/out/");
+  check_error(huge, "\"rate\": 1e400", "workloads.a.rate",
+              "number out of range: number overflow parsing '1e400'");
+  // In an array, the element; as the whole document, no field at all.
+  check_error(replace_once(base, "\"prompt_len\": [4, 8],",
+                           "\"prompt_len\": [4,\n -1e999],"),
+              "-1e999", "workloads.a.prompt_len[1]", "number overflow parsing '-1e999'");
+  BOOST_TEST(parse_error("\n1e400")
+             == "test.json:2: number out of range: number overflow parsing '1e400'");
   // System prompts nobody would use (share defaulting to 0): say the share.
   check_error(replace_once(base, ",\n        \"share\": 0.5", ""),
               "\"system_prompts\": {", "workloads.a.system_prompts.share",
