@@ -74,9 +74,9 @@ caf::error read_system_prompts(const json& obj, const std::string& path,
     // All of them are made up front: a bound on how much that takes.
     constexpr std::uint64_t max_prompts = 1u << 16;
     constexpr std::uint64_t max_tokens = 1u << 28;
+    // len is required only with prompts to make, but checked when given.
     (err = r.count("count", out.count, 0, true, max_prompts))
-      || (out.count > 0
-          && (err = r.range("len", out.len.min, out.len.max, 1, true)));
+      || (err = r.range("len", out.len.min, out.len.max, 1, out.count > 0));
     if (err)
       return err;
     if (std::uint64_t{out.count} * out.len.max > max_tokens)

@@ -216,6 +216,19 @@ BOOST_AUTO_TEST_CASE(explicit_system_prompt_tokens_must_be_in_the_vocabulary) {
   // Both forms at once.
   check_error(replace_once(base, "\"count\": 1,", "\"count\": 1, \"tokens\": [[1]],"),
               "\"tokens\"", "workloads.a.system_prompts.tokens", "either");
+  // With count 0, len is not needed - but when given it is still checked.
+  auto none = [](const std::string& len) {
+    return replace_once(replace_once(base, "\"count\": 1,\n        \"len\": [4, 8],",
+                                     "\"count\": 0,\n        \"len\": " + len + ","),
+                        "\"share\": 0.5", "\"share\": 0");
+  };
+  BOOST_TEST(parse_ok(none("[4, 8]")).workloads[0].system_prompts.count == 0u);
+  check_error(none("\"garbage\""), "\"len\"", "workloads.a.system_prompts.len",
+              "expected [min, max]");
+  check_error(none("[-5, 1e9]"), "\"len\"", "workloads.a.system_prompts.len",
+              "expected [min, max]");
+  check_error(none("[5, 4]"), "\"len\"", "workloads.a.system_prompts.len",
+              "min 5 > max 4");
   // A share without any system prompt.
   check_error(replace_once(base, "\"count\": 1,\n        \"len\": [4, 8],",
                            "\"count\": 0,"),
