@@ -30,9 +30,11 @@ const nlohmann::json& field(const nlohmann::json& obj, const char* name) {
 std::uint64_t count(const nlohmann::json& obj, const char* name,
                     std::uint64_t max = UINT64_MAX) {
   auto& v = field(obj, name);
-  if (!v.is_number_integer() || v.get<std::int64_t>() < 0)
-    throw line_error{std::string{name} + ": expected a non-negative integer"};
-  auto x = v.get<std::uint64_t>();
+  // Read as unsigned: a value past INT64_MAX is not negative.
+  std::uint64_t x = 0;
+  if (!detail::non_negative_integer(v, x))
+    throw line_error{std::string{name} + ": expected a non-negative integer"
+                     + detail::got(v)};
   if (x > max)
     throw line_error{std::string{name} + ": must be at most " + std::to_string(max)
                      + " (got " + std::to_string(x) + ")"};
@@ -50,7 +52,7 @@ void check_keys(const nlohmann::json& obj,
 }
 
 /// Token ids are int32: without a vocabulary, this is their range.
-constexpr std::int64_t max_token_ids = std::int64_t{1} << 31;
+constexpr std::uint64_t max_token_ids = std::uint64_t{1} << 31;
 
 std::vector<token_id> tokens(const nlohmann::json& obj, const char* name,
                              std::uint64_t len, std::uint32_t vocab) {
@@ -65,13 +67,13 @@ std::vector<token_id> tokens(const nlohmann::json& obj, const char* name,
   out.reserve(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
     auto& t = v[i];
-    auto limit = vocab != 0 ? std::int64_t{vocab} : max_token_ids;
-    if (!t.is_number_integer() || t.get<std::int64_t>() < 0
-        || t.get<std::int64_t>() >= limit)
+    auto limit = vocab != 0 ? std::uint64_t{vocab} : max_token_ids;
+    std::uint64_t id = 0;
+    if (!detail::non_negative_integer(t, id) || id >= limit)
       throw line_error{std::string{name} + "[" + std::to_string(i)
                        + "]: token id out of range [0, "
-                       + std::to_string(limit) + ")"};
-    out.push_back(t.get<token_id>());
+                       + std::to_string(limit) + ")" + detail::got(t)};
+    out.push_back(static_cast<token_id>(id));
   }
   return out;
 }
@@ -117,7 +119,7 @@ caf::expected<trace> load_trace(const std::string& path) {
           count(obj, "num_blocks", max_num_blocks));
         out.max_model_len = count(obj, "max_model_len");
         out.vocab = static_cast<std::uint32_t>(
-          count(obj, "vocab", static_cast<std::uint64_t>(max_token_ids)));
+          count(obj, "vocab", max_token_ids));
         if (block_size == 0)
           throw line_error{"block_size: must be > 0"};
         if (!valid_block_size(block_size))
@@ -148,7 +150,10 @@ caf::expected<trace> load_trace(const std::string& path) {
       last_step = r.arrival_step;
       auto& sp = field(obj, "sys_prompt");
       if (!sp.is_number_integer())
-        throw line_error{"sys_prompt: expected an integer"};
+        throw line_error{"sys_prompt: expected an integer" + detail::got(sp)};
+      if (sp.is_number_unsigned() && sp.get<std::uint64_t>() > INT64_MAX)
+        throw line_error{"sys_prompt: must be at most "
+                         + std::to_string(INT64_MAX) + detail::got(sp)};
       r.sys_prompt = sp.get<std::int64_t>();
       auto plen = count(obj, "prompt_len");
       auto olen = count(obj, "output_len");

@@ -60,11 +60,11 @@ caf::error read_system_prompts(const json& obj, const std::string& path,
         auto jpath = ppath + "[" + std::to_string(j) + "]";
         if (!t.is_number_integer())
           return fail(jpath, "expected a token id (an integer)" + got(t));
-        auto v = t.get<std::int64_t>();
-        if (v < 0 || v >= static_cast<std::int64_t>(vocab))
-          return fail(jpath, "token id " + std::to_string(v)
-                               + " out of range [0, " + std::to_string(vocab)
-                               + ") (vocab_size)");
+        // Unsigned first: a value past INT64_MAX read as signed is negative.
+        std::uint64_t v = 0;
+        if (!non_negative_integer(t, v) || v >= vocab)
+          return fail(jpath, "token id " + t.dump() + " out of range [0, "
+                               + std::to_string(vocab) + ") (vocab_size)");
         ids.push_back(static_cast<token_id>(v));
       }
       out.tokens.push_back(std::move(ids));

@@ -175,6 +175,18 @@ BOOST_AUTO_TEST_CASE(each_request_field_is_checked) {
            "FILE:2: prompt_len: expected a non-negative integer");
   contains(one(req0_with(R"("output_len":2,)", R"("output_len":0,)")),
            "FILE:2: output_len: must be > 0");
+  // Past INT64_MAX: an id may be any unsigned 64-bit value, and what is
+  // too large is said so, not called negative.
+  BOOST_TEST(one(req0_with(R"("id":0,)", R"("id":18446744073709551615,)")) == "ok");
+  contains(one(req0_with(R"("id":0,)", R"("id":18446744073709551616,)")),
+           "FILE:2: id: expected a non-negative integer (got 1.8446744073709552e+19)");
+  contains(one(req0_with(R"("arrival_step":0)", R"("arrival_step":-1)")),
+           "FILE:2: arrival_step: expected a non-negative integer (got -1)");
+  contains(one(req0_with(R"("sys_prompt":-1)", R"("sys_prompt":18446744073709551615)")),
+           "FILE:2: sys_prompt: must be at most 9223372036854775807 "
+           "(got 18446744073709551615)");
+  BOOST_TEST(one(req0_with(R"("sys_prompt":-1)", R"("sys_prompt":9223372036854775807)"))
+             == "ok");
   contains(one(req0_with(R"("prompt":[1,2,3])", R"("prompt":"abc")")),
            "FILE:2: prompt: expected an array of token ids");
   contains(one(req0_with(R"("prompt":[1,2,3])", R"("prompt":[1,2])")),
@@ -210,7 +222,10 @@ BOOST_AUTO_TEST_CASE(token_ids_outside_the_vocabulary_are_refused) {
   contains(one(req0_with("[4,5]", "[4,-5]")),
            "FILE:2: output[1]: token id out of range [0, 100)");
   contains(one(req0_with("[4,5]", "[4,true]")),
-           "FILE:2: output[1]: token id out of range");
+           "FILE:2: output[1]: token id out of range [0, 100) (got true)");
+  contains(one(req0_with("[4,5]", "[4,18446744073709551615]")),
+           "FILE:2: output[1]: token id out of range [0, 100) "
+           "(got 18446744073709551615)");
   BOOST_TEST(one(req0_with("[1,2,3]", "[0,99,3]")) == "ok");
   // Without a vocabulary, ids must still be int32.
   auto no_vocab = R"({"type":"header","block_size":4,"num_blocks":8,)"

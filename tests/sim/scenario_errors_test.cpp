@@ -210,7 +210,12 @@ BOOST_AUTO_TEST_CASE(explicit_system_prompt_tokens_must_be_in_the_vocabulary) {
   check_error(vocab(with_tokens("50")), " 50]", "workloads.a.system_prompts.tokens[1][1]",
               "token id 50 out of range [0, 50)");
   check_error(vocab(with_tokens("-1")), " -1]",
-              "workloads.a.system_prompts.tokens[1][1]", "out of range");
+              "workloads.a.system_prompts.tokens[1][1]",
+              "token id -1 out of range [0, 50)");
+  // Past INT64_MAX: said as written, not as the negative it reads as signed.
+  check_error(vocab(with_tokens("18446744073709551615")), " 18446744073709551615]",
+              "workloads.a.system_prompts.tokens[1][1]",
+              "token id 18446744073709551615 out of range [0, 50)");
   check_error(with_tokens("\"x\""), " \"x\"]",
               "workloads.a.system_prompts.tokens[1][1]", "expected a token id");
   // Both forms at once.
