@@ -51,6 +51,11 @@ void check_keys(const nlohmann::json& obj,
       throw line_error{item.key() + ": unknown key"};
 }
 
+/// The replay jumps over idle steps, so a late arrival costs nothing - but
+/// its step counter must not wrap, and `steps` should read exactly where
+/// JSON numbers are doubles: 2^53 leaves room for both.
+constexpr std::uint64_t max_arrival_step = std::uint64_t{1} << 53;
+
 /// Token ids are int32: without a vocabulary, this is their range.
 constexpr std::uint64_t max_token_ids = std::uint64_t{1} << 31;
 
@@ -144,7 +149,7 @@ caf::expected<trace> load_trace(const std::string& path) {
         throw line_error{"id: " + std::to_string(r.id)
                          + " repeats the request on line "
                          + std::to_string(at->second)};
-      r.arrival_step = count(obj, "arrival_step");
+      r.arrival_step = count(obj, "arrival_step", max_arrival_step);
       if (r.arrival_step < last_step)
         throw line_error{"arrival_step: requests must come in arrival order"};
       last_step = r.arrival_step;

@@ -35,7 +35,7 @@ struct trace {
 /// bad JSON, a missing or mistyped field, an unknown key ("FILE:LINE: KEY:
 /// unknown key"), a header the cache would refuse (block_size not a power
 /// of two up to 1024, num_blocks above 2^31: cache_limits.hpp), token ids
-/// outside [0, vocab),
+/// outside [0, vocab), an arrival_step past 2^53,
 /// lengths that disagree with the token arrays or exceed max_model_len,
 /// requests out of arrival order, a repeated id.
 caf::expected<trace> load_trace(const std::string& path);

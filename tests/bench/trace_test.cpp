@@ -182,6 +182,12 @@ BOOST_AUTO_TEST_CASE(each_request_field_is_checked) {
            "FILE:2: id: expected a non-negative integer (got 1.8446744073709552e+19)");
   contains(one(req0_with(R"("arrival_step":0)", R"("arrival_step":-1)")),
            "FILE:2: arrival_step: expected a non-negative integer (got -1)");
+  // The replay's step counter must not wrap (nor lose exactness as a double).
+  BOOST_TEST(one(req0_with(R"("arrival_step":0)", R"("arrival_step":9007199254740992)"))
+             == "ok");
+  contains(one(req0_with(R"("arrival_step":0)", R"("arrival_step":18446744073709551615)")),
+           "FILE:2: arrival_step: must be at most 9007199254740992 "
+           "(got 18446744073709551615)");
   contains(one(req0_with(R"("sys_prompt":-1)", R"("sys_prompt":18446744073709551615)")),
            "FILE:2: sys_prompt: must be at most 9223372036854775807 "
            "(got 18446744073709551615)");
