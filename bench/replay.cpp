@@ -352,7 +352,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   // Where the pool's size came from, for messages.
-  auto pool_source = opt.pool_blocks == 0 ? path + ":1: num_blocks" : "--num-blocks";
+  auto pool_source = opt.pool_blocks == 0
+                       ? path + ":" + std::to_string(tr->header_line) + ": num_blocks"
+                       : std::string{"--num-blocks"};
   if (opt.pool_blocks == 0)
     opt.pool_blocks = tr->num_blocks;
   if (opt.pool_blocks <= opt.reserved_blocks) {

@@ -83,6 +83,39 @@ std::vector<token_id> tokens(const nlohmann::json& obj, const char* name,
   return out;
 }
 
+/// Whether a line holds nothing but white space (it is skipped, but still
+/// counted for the line numbers of messages).
+bool blank(const std::string& text) {
+  return text.find_first_not_of(" \t\r") == std::string::npos;
+}
+
+/// One line's JSON object; a line_error with the parser's reason if it is
+/// none ("malformed JSON at column 21: syntax error ...").
+nlohmann::json parse_line(const std::string& text, std::string& duplicate) {
+  nlohmann::json obj;
+  try {
+    obj = detail::parse_json(text, duplicate);
+  } catch (const nlohmann::json::parse_error& e) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 21:
+    // syntax error ...": the line is ours to say, the column the parser's.
+    std::string what = e.what();
+    auto pos = what.find("column");
+    if (pos != std::string::npos && (pos = what.find(": ", pos)) != std::string::npos)
+      what = what.substr(pos + 2);
+    throw line_error{"malformed JSON at column " + std::to_string(e.byte) + ": "
+                     + what};
+  } catch (const nlohmann::json::exception& e) {
+    // A number past a double's range ("number overflow parsing '1e400'").
+    std::string what = e.what();
+    if (auto pos = what.find("] "); pos != std::string::npos)
+      what = what.substr(pos + 2);
+    throw line_error{"malformed JSON: " + what};
+  }
+  if (!obj.is_object())
+    throw line_error{"not a JSON object" + detail::got(obj)};
+  return obj;
+}
+
 } // namespace
 
 caf::expected<trace> load_trace(const std::string& path) {
@@ -96,20 +129,21 @@ caf::expected<trace> load_trace(const std::string& path) {
   std::string duplicate; // a key given twice on the line
   std::uint64_t last_step = 0;
   std::unordered_map<std::uint64_t, std::size_t> seen; // id -> line
+  bool have_header = false;
   try {
     while (std::getline(in, text)) {
       ++line;
-      if (text.empty())
+      if (blank(text))
         continue;
-      auto obj = detail::parse_json(text, duplicate, false);
-      if (obj.is_discarded() || !obj.is_object())
-        throw line_error{"not a JSON object"};
+      auto obj = parse_line(text, duplicate);
       if (!duplicate.empty())
         throw line_error{duplicate + ": " + detail::given_twice};
       auto& type = field(obj, "type");
-      if (line == 1) {
+      if (!have_header) {
         if (type != "header")
-          throw line_error{"type: the first line must be the header"};
+          throw line_error{"type: the first non-blank line must be the header"};
+        have_header = true;
+        out.header_line = line;
         // REPLAY.md's three settings, the vocabulary, and what else
         // trace.py writes to describe how it made the trace.
         check_keys(obj, {"type", "version", "generator", "seed", "num_requests",
@@ -178,7 +212,7 @@ caf::expected<trace> load_trace(const std::string& path) {
     return make_error(errc::invalid_request,
                       path + ":" + std::to_string(line) + ": " + e.what);
   }
-  if (line == 0)
+  if (!have_header)
     return make_error(errc::invalid_request, path + ": empty trace");
   return out;
 }

@@ -24,6 +24,7 @@ struct trace_request {
 
 struct trace {
   std::string path;
+  std::size_t header_line = 1; ///< its first non-blank line, for messages
   std::uint32_t block_size = 16;
   std::uint32_t num_blocks = 0;
   std::uint64_t max_model_len = 0;
@@ -31,8 +32,9 @@ struct trace {
   std::vector<trace_request> requests; ///< in arrival order
 };
 
-/// Reads a trace. Errors (invalid_request): "FILE:LINE: FIELD: problem" -
-/// bad JSON, a missing or mistyped field, an unknown key ("FILE:LINE: KEY:
+/// Reads a trace; blank lines are skipped (but counted), the first other
+/// line is the header. Errors (invalid_request): "FILE:LINE: FIELD:
+/// problem" - bad JSON (with the parser's reason), a missing or mistyped field, an unknown key ("FILE:LINE: KEY:
 /// unknown key"), a header the cache would refuse (block_size not a power
 /// of two up to 1024, num_blocks above 2^31: cache_limits.hpp), token ids
 /// outside [0, vocab), an arrival_step past 2^53,

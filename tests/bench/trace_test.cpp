@@ -109,7 +109,20 @@ BOOST_AUTO_TEST_CASE(a_missing_or_empty_file_is_named) {
 }
 
 BOOST_AUTO_TEST_CASE(the_header_must_come_first_and_be_complete) {
-  contains(load_error(req0 + "\n"), "FILE:1: type: the first line must be the header");
+  contains(load_error(req0 + "\n"),
+           "FILE:1: type: the first non-blank line must be the header");
+  // Blank lines before it are skipped, and counted for the messages.
+  contains(load_error("\n \t\n" + req0 + "\n"),
+           "FILE:3: type: the first non-blank line must be the header");
+  {
+    trace_file f{"\n\r\n" + header + "\n" + req0 + "\n"};
+    auto tr = load_trace(f.path);
+    BOOST_REQUIRE_MESSAGE(tr, (tr ? "" : render(tr.error())));
+    BOOST_TEST(tr->header_line == 3u);
+    BOOST_TEST(tr->requests.size() == 1u);
+    BOOST_TEST(tr->requests[0].line == 4u);
+  }
+  contains(load_error("\n  \n"), "FILE: empty trace");
   contains(load_error(R"({"type":"header","block_size":4,"num_blocks":8,"vocab":100})"),
            "FILE:1: max_model_len: missing");
   contains(load_error(R"({"type":"header","block_size":0,"num_blocks":8,)"
@@ -151,10 +164,16 @@ BOOST_AUTO_TEST_CASE(the_header_must_come_first_and_be_complete) {
            "FILE:1: max_model_len: must be > 0");
 }
 
-BOOST_AUTO_TEST_CASE(bad_json_names_its_line) {
+BOOST_AUTO_TEST_CASE(bad_json_names_its_line_and_the_parsers_reason) {
   contains(load_error(header + "\n" + req0 + "\n" + R"({"type":"req","id":)" + "\n"),
-           "FILE:3: not a JSON object");
-  contains(load_error(header + "\n[1, 2]\n"), "FILE:2: not a JSON object");
+           "FILE:3: malformed JSON at column 20: syntax error while parsing value "
+           "- unexpected end of input");
+  contains(load_error(header + "\n" + req0_with(R"("id":0,)", R"("id":0,,)") + "\n"),
+           "FILE:2: malformed JSON at column 22: syntax error while parsing "
+           "object key - unexpected ','");
+  contains(load_error(header + "\n" + req0_with("[4,5]", "[4,1e400]") + "\n"),
+           "FILE:2: malformed JSON: number overflow parsing '1e400'");
+  contains(load_error(header + "\n[1, 2]\n"), "FILE:2: not a JSON object (got an array)");
   // A key given twice would count only its last value: refused.
   contains(load_error(header + "\n" + req0_with(R"("id":0,)", R"("id":0,"id":3,)")),
            "FILE:2: id: given twice");
