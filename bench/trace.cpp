@@ -157,8 +157,10 @@ caf::expected<trace> load_trace(const std::string& path) {
         out.num_blocks = static_cast<std::uint32_t>(
           count(obj, "num_blocks", max_num_blocks));
         out.max_model_len = count(obj, "max_model_len");
-        out.vocab = static_cast<std::uint32_t>(
-          count(obj, "vocab", max_token_ids));
+        // REPLAY.md's header has no vocab: without one, ids are int32s.
+        if (obj.contains("vocab"))
+          out.vocab = static_cast<std::uint32_t>(
+            count(obj, "vocab", max_token_ids));
         if (block_size == 0)
           throw line_error{"block_size: must be > 0"};
         if (!valid_block_size(block_size))

@@ -28,6 +28,8 @@ struct trace {
   std::uint32_t block_size = 16;
   std::uint32_t num_blocks = 0;
   std::uint64_t max_model_len = 0;
+  /// Token ids are in [0, vocab); 0 (the header's optional "vocab" not
+  /// given, or 0): in [0, 2^31), what a token_id holds.
   std::uint32_t vocab = 0;
   std::vector<trace_request> requests; ///< in arrival order
 };

@@ -252,12 +252,22 @@ BOOST_AUTO_TEST_CASE(token_ids_outside_the_vocabulary_are_refused) {
            "FILE:2: output[1]: token id out of range [0, 100) "
            "(got 18446744073709551615)");
   BOOST_TEST(one(req0_with("[1,2,3]", "[0,99,3]")) == "ok");
-  // Without a vocabulary, ids must still be int32.
-  auto no_vocab = R"({"type":"header","block_size":4,"num_blocks":8,)"
-                  R"("max_model_len":16,"vocab":0})";
-  contains(load_error(std::string{no_vocab} + "\n"
-                      + req0_with("[1,2,3]", "[1,3000000000,3]") + "\n"),
-           "FILE:2: prompt[1]: token id out of range [0, 2147483648)");
+  // Without a vocabulary (REPLAY.md's header lists none; or vocab 0), ids
+  // must still be int32.
+  for (auto no_vocab : {R"({"type":"header","block_size":4,"num_blocks":8,)"
+                        R"("max_model_len":16,"vocab":0})",
+                        R"({"type":"header","block_size":4,"num_blocks":8,)"
+                        R"("max_model_len":16})"}) {
+    contains(load_error(std::string{no_vocab} + "\n"
+                        + req0_with("[1,2,3]", "[1,3000000000,3]") + "\n"),
+             "FILE:2: prompt[1]: token id out of range [0, 2147483648)");
+    trace_file f{std::string{no_vocab} + "\n"
+                 + req0_with("[1,2,3]", "[1,2147483647,3]") + "\n"};
+    auto tr = load_trace(f.path);
+    BOOST_REQUIRE_MESSAGE(tr, (tr ? "" : render(tr.error())));
+    BOOST_TEST(tr->vocab == 0u);
+    BOOST_TEST(tr->requests[0].prompt[1] == 2147483647);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(order_ids_and_lengths_are_checked_across_lines) {
