@@ -18,6 +18,10 @@
 // --repeat N replays each mode N times in one process (the trace is parsed
 // once) and prints the median run's line, with every run's bookkeeping
 // time beside it: on a noisy machine one run says little.
+//
+// Ctrl-C (SIGINT) stops the run at its next step and prints its line for
+// the steps that ran, with "interrupted": true (false on every complete
+// run); no further mode or repetition runs, and the exit status is 130.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -33,6 +37,7 @@
 #include <caf/scoped_actor.hpp>
 #include <nlohmann/json.hpp>
 
+#include "bench/interrupt.hpp"
 #include "bench/replay_report.hpp"
 #include "bench/replay_scheduler.hpp"
 #include "bench/trace.hpp"
@@ -129,7 +134,7 @@ nlohmann::json replay_facade(caf::actor_system& sys, const trace& tr,
   run_figures fig;
   handle_map live;
   auto t0 = clock_type::now();
-  while (!sched.done()) {
+  while (!sched.done() && !interrupted()) {
     auto step = sched.begin_step();
     while (sched.apply(run_through_facade(mgr, step, live, fig)))
       step = sched.more_admits();
@@ -161,7 +166,7 @@ nlohmann::json replay_core(const trace& tr, const replay_options& opt) {
     return res;
   };
   auto t0 = clock_type::now();
-  while (!sched.done()) {
+  while (!sched.done() && !interrupted()) {
     auto step = sched.begin_step();
     while (sched.apply(run_one(step)))
       step = sched.more_admits();
@@ -193,7 +198,7 @@ caf::behavior step_driver(caf::event_based_actor* self, replay_scheduler* sched,
   auto issue = std::make_shared<std::function<void(step_request)>>();
   auto next = std::make_shared<std::function<void()>>();
   *next = [=] {
-    if (sched->done()) {
+    if (sched->done() || interrupted()) {
       done->set_value();
       self->quit();
       return;
@@ -282,6 +287,9 @@ nlohmann::json replay_step(caf::actor_system& sys, const trace& tr,
   fig.wall_ms = ms(t2 - t0);
   return report("step", tr, opt, sched, stats, fig);
 }
+
+/// Exit status after Ctrl-C (128 + SIGINT, as a shell reports it).
+constexpr int exit_interrupted = 130;
 
 int usage() {
   std::cerr << "usage: replay --trace FILE [--mode facade|step|core|both] "
@@ -379,15 +387,18 @@ int main(int argc, char** argv) {
   caf::actor_system_config sys_cfg;
   configure(sys_cfg, opt.cache);
   caf::actor_system sys{sys_cfg};
+  // From here Ctrl-C stops the run at its next step; its line is printed,
+  // marked "interrupted", and no further mode runs.
+  install_interrupt_handler();
   try {
     if (mode == "core")
       std::cout << repeated(repeat, [&] { return replay_core(*tr, opt); }).dump()
                 << std::endl;
-    if (mode == "step" || mode == "both")
+    if ((mode == "step" || mode == "both") && !interrupted())
       std::cout << repeated(repeat, [&] { return replay_step(sys, *tr, opt); })
                      .dump()
                 << std::endl;
-    if (mode == "facade" || mode == "both")
+    if ((mode == "facade" || mode == "both") && !interrupted())
       std::cout << repeated(repeat,
                             [&] { return replay_facade(sys, *tr, opt); })
                      .dump()
@@ -396,5 +407,5 @@ int main(int argc, char** argv) {
     std::cerr << "replay: " << e.what() << '\n';
     return 1;
   }
-  return 0;
+  return interrupted() ? exit_interrupted : 0;
 }

@@ -80,6 +80,7 @@ nlohmann::json report(const std::string& mode, const trace& tr,
     {"avg_blocks_used", sched.avg_blocks_used()},
     {"preemptions", sched.preemptions()},
     {"finished", sched.finished()},
+    {"interrupted", !sched.done()},
   };
   if (mode == "step") {
     // No operation has a latency of its own here: allocate / extend / free

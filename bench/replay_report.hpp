@@ -70,14 +70,18 @@ struct replay_options {
 /// REPLAY.md's lazy LRU eviction, preemption left to the scheduler.
 cache_config config_for(const trace& tr, std::uint32_t num_blocks);
 
-/// REPLAY.md's JSON line for one run of `mode`.
+/// REPLAY.md's JSON line for one run of `mode`; "interrupted" is true if
+/// the run stopped before `sched` was done (Ctrl-C): its figures are those
+/// of the steps that ran.
 nlohmann::json report(const std::string& mode, const trace& tr,
                       const replay_options& opt, const replay_scheduler& sched,
                       const cache_manager_stats& st, run_figures& fig);
 
 /// Runs `run` `n` times; the median run's report (by bookkeeping time),
 /// with "repeat" and every run's "bookkeeping_ms_runs" in run order. Every
-/// run must make the same decisions.
+/// run must make the same decisions. A run whose report says "interrupted"
+/// ends the repetition: its report is the answer (with the runs' times so
+/// far), as far as it went.
 template <class Run>
 nlohmann::json repeated(std::size_t n, Run run) {
   auto ms_of = [](const nlohmann::json& r) {
@@ -88,6 +92,14 @@ nlohmann::json repeated(std::size_t n, Run run) {
   for (std::size_t i = 0; i < n; ++i) {
     runs.push_back(run());
     all.push_back(ms_of(runs.back()));
+    if (runs.back().value("interrupted", false)) {
+      auto out = runs.back();
+      if (n > 1) {
+        out["repeat"] = n;
+        out["bookkeeping_ms_runs"] = all;
+      }
+      return out;
+    }
   }
   std::sort(runs.begin(), runs.end(),
             [&](auto& x, auto& y) { return ms_of(x) < ms_of(y); });
