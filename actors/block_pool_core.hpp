@@ -104,7 +104,9 @@ public:
   };
 
   /// Executes one scheduler step (see messages/step.hpp), filling `trace`
-  /// if given (cleared first).
+  /// if given (cleared first). A request is extended at most once per
+  /// step: a later entry of `extends` for it fails (invalid_request), and
+  /// no request the step already extended is chosen as a victim.
   step_result run_step(const step_request& step, bool hold_copies = false,
                        step_trace* trace = nullptr);
 
@@ -295,6 +297,10 @@ private:
 
   // -- helpers (block_pool_core.cpp) ---------------------------------------------
 
+  /// run_step's extends (block_pool_step.cpp); `named`: with token ids.
+  void run_extends(const step_request& step, bool named, bool hold_copies,
+                   step_trace* trace, step_result& r);
+
   /// What an allocation would do (lookup included), checked against every
   /// limit; changes nothing. Hit hashes are left in scratch_.
   struct alloc_plan {
@@ -465,6 +471,7 @@ private:
   std::uint64_t shortfall_total_ = 0; ///< sum over tenants of reserved - used
   std::uint64_t next_cache_id_ = 1;
   std::uint64_t next_admission_ = 1;
+  std::uint64_t step_stamp_ = 0; ///< run_step's count (sequence::step_stamp)
   pool_counters counters_;
   bool record_events_ = false;
   std::vector<index_event> events_;

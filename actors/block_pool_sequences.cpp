@@ -46,6 +46,7 @@ sequence& block_pool_core::new_sequence(request_id id) {
   seq.where = residency::resident;
   seq.release_pending = false;
   seq.expected_tokens = 0;
+  seq.step_stamp = 0;
   seq.host_blocks.clear();
   seq.host_hashes.clear();
   seq.incoming.clear();

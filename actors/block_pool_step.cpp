@@ -6,6 +6,113 @@
 
 namespace kvactor::detail {
 
+namespace {
+
+// What run_extends knows of each entry besides a live request's slot.
+constexpr std::uint32_t unknown = flat_index::npos - 2; ///< no live request
+constexpr std::uint32_t repeated = flat_index::npos - 1; ///< its id came before
+constexpr std::uint32_t gone = flat_index::npos;         ///< preempted
+
+} // namespace
+
+void block_pool_core::run_extends(const step_request& step, bool named,
+                                  bool hold_copies, step_trace* trace,
+                                  step_result& r) {
+  auto& ops = step.extends;
+  // A request is extended at most once per step: its first entry names it,
+  // a later one fails. Each entry's request is looked up once, here, and
+  // stamped with the step (O(1) per entry, no set), so the victim scan -
+  // which only looks past the current entry, at first entries - never
+  // picks a request this step already extended, nor the current one: a
+  // `changed` entry never names blocks that went to another request.
+  // Nothing admits during the extends, so the slots stay valid; a
+  // preempted request's entry is marked gone (a later entry for it is a
+  // repeat).
+  ++step_stamp_;
+  std::vector<std::uint32_t> slot(ops.size());
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    auto s = seq_index_.find(ops[i].id);
+    if (s == flat_index::npos) {
+      slot[i] = unknown;
+    } else if (seqs_[s].step_stamp == step_stamp_) {
+      slot[i] = repeated;
+    } else {
+      seqs_[s].step_stamp = step_stamp_;
+      slot[i] = s;
+    }
+  }
+  // Whether preempting entry v's request frees device blocks now.
+  auto resident = [&](std::size_t v) {
+    return slot[v] < unknown && seqs_[slot[v]].where == residency::resident;
+  };
+  auto last = ops.size(); // ops[last..] are preempted or hold no device blocks
+  std::size_t offset = 0; // of ops[i]'s tokens in step.tokens
+  for (std::size_t i = 0; i < ops.size(); offset += ops[i].num_tokens, ++i) {
+    auto& op = ops[i];
+    if (slot[i] == gone)
+      continue;
+    if (slot[i] == repeated) {
+      r.failed.push_back(op_failure{
+        op.id, make_error(errc::invalid_request,
+                          req_name(op.id)
+                            + " appears twice in the step's extends: a "
+                              "request is extended at most once per step")});
+      continue;
+    }
+    auto tokens = named ? step.tokens.data() + offset : nullptr;
+    if (slot[i] != unknown && resident(i) && op.num_tokens > 0
+        && append_in_place(seqs_[slot[i]], op.num_tokens, tokens))
+      continue; // the common case: no block taken, nothing to report
+    for (;;) {
+      auto res = extend(op.id, op.num_tokens, tokens, hold_copies);
+      if (res) {
+        if (res->changed) {
+          auto& seq = seqs_[slot[i]];
+          r.changed.push_back(table_delta{
+            op.id, res->first_changed,
+            std::vector<block_id>(seq.blocks.begin() + res->first_changed,
+                                  seq.blocks.end()),
+            seq.num_tokens});
+          r.copies.insert(r.copies.end(), res->copies.begin(),
+                          res->copies.end());
+        }
+        break;
+      }
+      if (!step.preempt_on_shortage
+          || !has_code(res.error(), errc::out_of_blocks)) {
+        r.failed.push_back(op_failure{op.id, std::move(res.error())});
+        break;
+      }
+      // Preempt the newest request of the step that still holds its device
+      // blocks and that the step has yet to extend. One being swapped or
+      // swapped out, or unknown, would free nothing now; it fails on its
+      // own extend when its turn comes. Nor would one of another tenant at
+      // or below its reservation: its blocks go back to that reservation,
+      // not to ops[i]. Failing all, ops[i] itself (resident: its extend
+      // ran short).
+      while (last > i + 1 && !resident(last - 1))
+        --last;
+      auto t = seqs_[slot[i]].tenant;
+      auto victim = i;
+      for (auto v = last; v-- > i + 1;)
+        if (resident(v) && frees_for(t, seqs_[slot[v]].tenant)) {
+          victim = v;
+          break;
+        }
+      slot[victim] = gone;
+      if (auto freed = preempt(ops[victim].id)) {
+        r.preempted.push_back(ops[victim].id);
+        if (trace != nullptr)
+          trace->preempted_blocks.push_back(*freed);
+      } else {
+        r.failed.push_back(op_failure{ops[victim].id, std::move(freed.error())});
+      }
+      if (victim == i)
+        break;
+    }
+  }
+}
+
 step_result block_pool_core::run_step(const step_request& step,
                                       bool hold_copies,
                                       step_trace* trace) {
@@ -39,67 +146,8 @@ step_result block_pool_core::run_step(const step_request& step,
       named = false;
     }
   }
-  std::vector<bool> gone(ops.size(), false);
-  auto last = ops.size(); // ops[last..] are preempted or hold no device blocks
-  std::size_t offset = 0; // of ops[i]'s tokens in step.tokens
-  for (std::size_t i = 0; i < ops.size(); offset += ops[i].num_tokens, ++i) {
-    if (gone[i] || (!named && !step.tokens.empty()))
-      continue;
-    auto& op = ops[i];
-    auto tokens = named ? step.tokens.data() + offset : nullptr;
-    if (auto seq = find_mut(op.id); seq != nullptr
-        && seq->where == residency::resident && op.num_tokens > 0
-        && append_in_place(*seq, op.num_tokens, tokens))
-      continue; // the common case: no block taken, nothing to report
-    for (;;) {
-      auto res = extend(op.id, op.num_tokens, tokens, hold_copies);
-      if (res) {
-        if (res->changed) {
-          auto& seq = *find(op.id);
-          r.changed.push_back(table_delta{
-            op.id, res->first_changed,
-            std::vector<block_id>(seq.blocks.begin() + res->first_changed,
-                                  seq.blocks.end()),
-            seq.num_tokens});
-          r.copies.insert(r.copies.end(), res->copies.begin(),
-                          res->copies.end());
-        }
-        break;
-      }
-      if (!step.preempt_on_shortage
-          || !has_code(res.error(), errc::out_of_blocks)) {
-        r.failed.push_back(op_failure{op.id, std::move(res.error())});
-        break;
-      }
-      // Preempt the newest request of the step that still holds its device
-      // blocks. One being swapped or swapped out, or unknown, would free
-      // nothing now; it fails on its own extend when its turn comes. Nor
-      // would one of another tenant at or below its reservation: its blocks
-      // go back to that reservation, not to ops[i]. Failing all, ops[i]
-      // itself (resident: its extend ran short).
-      while (last > i
-             && (gone[last - 1] || !holds_device_blocks(ops[last - 1].id)))
-        --last;
-      auto t = find(op.id)->tenant;
-      auto victim = i;
-      for (auto v = last; v-- > i + 1;)
-        if (!gone[v] && holds_device_blocks(ops[v].id)
-            && frees_for(t, find(ops[v].id)->tenant)) {
-          victim = v;
-          break;
-        }
-      gone[victim] = true;
-      if (auto freed = preempt(ops[victim].id)) {
-        r.preempted.push_back(ops[victim].id);
-        if (trace != nullptr)
-          trace->preempted_blocks.push_back(*freed);
-      } else {
-        r.failed.push_back(op_failure{ops[victim].id, std::move(freed.error())});
-      }
-      if (victim == i)
-        break;
-    }
-  }
+  if (named || step.tokens.empty())
+    run_extends(step, named, hold_copies, trace, r);
   // Admissions, first come first served.
   if (!step.admits.empty()) {
     if (!r.preempted.empty() && !step.admit_after_preemption) {

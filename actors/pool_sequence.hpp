@@ -43,6 +43,9 @@ struct sequence {
   /// blocks it fills meanwhile enter the prefix index only once the copy
   /// is made (settle_copies), as their contents build on it.
   bool cow_pending = false;
+  /// The last step whose extends named it (run_step extends a request at
+  /// most once per step).
+  std::uint64_t step_stamp = 0;
   /// Tokens it is expected to reach (admission headroom); 0 = no promise.
   std::uint64_t expected_tokens = 0;
   // Swapping: host-tier copies (swapping_out, swapped) and the device blocks

@@ -89,11 +89,23 @@ void random_model::op_step() {
   }
   auto& ops = req.extends;
   std::vector<bool> gone(ops.size(), false);
+  // A request is extended at most once per step: an entry for a live
+  // request an earlier entry named fails with invalid_request and is never
+  // a victim (some_id picks ids again often enough to cover it).
+  std::vector<bool> repeated(ops.size(), false);
+  std::set<request_id> named_once;
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (sim.count(ops[i].id) != 0)
+      repeated[i] = !named_once.insert(ops[i].id).second;
   auto last = ops.size();
   for (std::size_t i = 0; i < ops.size(); ++i) {
     if (gone[i])
       continue;
     auto& op = ops[i];
+    if (repeated[i]) {
+      failed.emplace(op.id, "invalid_request");
+      continue;
+    }
     for (;;) {
       auto it = sim.find(op.id);
       if (it == sim.end()) {
@@ -134,7 +146,9 @@ void random_model::op_step() {
       // The newest request of the step that holds blocks (messages/step.hpp):
       // an unknown one is passed over and fails on its own extend. (Nothing
       // here is ever swapped.)
-      while (last > i && (gone[last - 1] || sim.count(ops[last - 1].id) == 0))
+      while (last > i
+             && (gone[last - 1] || repeated[last - 1]
+                 || sim.count(ops[last - 1].id) == 0))
         --last;
       auto victim = last - 1;
       gone[victim] = true;

@@ -213,8 +213,52 @@ BOOST_AUTO_TEST_CASE(step_without_preemption_fails_the_short_extend_alone) {
   BOOST_TEST(res->failed[0].id == 1u);
   BOOST_TEST(outcome(res->failed[0].error) == "out_of_blocks");
   BOOST_TEST(res->failed[1].id == 1u);
+  // 1's second entry: a request is extended at most once per step.
+  BOOST_TEST(outcome(res->failed[1].error) == "invalid_request");
   BOOST_TEST(value_or(table(1), block_table{}).num_tokens == 4u * 63);
   BOOST_TEST(value_or(table(2), block_table{}).num_tokens == 4u);
+}
+
+BOOST_AUTO_TEST_CASE(step_extends_a_request_at_most_once_and_never_preempts_one_it_extended) {
+  for (request_id id = 1; id <= 3; ++id)
+    BOOST_REQUIRE(allocate(id, 80, 1000)); // 20 full blocks each
+  BOOST_REQUIRE(allocate(4, 12, 1000));    // 3 blocks: one left free
+  // 1 takes the free block; 2 runs short. The entry after it names 1,
+  // which the step already extended: no victim (its blocks would go to 2
+  // while `changed` names one as 1's). 2 preempts itself; 1's repeat fails.
+  step_request req;
+  req.extends = {grow(1, 1), grow(2, 1), grow(1, 1)};
+  auto res = step(req);
+  BOOST_REQUIRE_MESSAGE(res, outcome(res));
+  BOOST_REQUIRE(res->changed.size() == 1u);
+  BOOST_TEST(res->changed[0].id == 1u);
+  BOOST_TEST(res->changed[0].num_tokens == 81u);
+  BOOST_TEST(res->preempted == std::vector<request_id>{2});
+  BOOST_REQUIRE(res->failed.size() == 1u);
+  BOOST_TEST(res->failed[0].id == 1u);
+  BOOST_TEST(outcome(res->failed[0].error) == "invalid_request");
+  auto msg = render(res->failed[0].error);
+  BOOST_TEST(msg.find("request 1 appears twice in the step's extends")
+               != std::string::npos, msg);
+  auto t1 = table(1);
+  BOOST_REQUIRE(t1);
+  BOOST_TEST(t1->num_tokens == 81u);
+  BOOST_TEST(t1->blocks.back() == res->changed[0].blocks.back());
+  BOOST_TEST(outcome(lookup(2)) == "unknown_request");
+  // Nothing free again; 3 named twice: its repeat is no victim, so 3
+  // preempts itself and the repeat fails (it used to be preempted by its
+  // own second entry and then fail as unknown).
+  BOOST_REQUIRE(allocate(5, 80, 1000)); // the 20 blocks 2 left
+  req.extends = {grow(3, 1), grow(3, 1)};
+  res = step(req);
+  BOOST_REQUIRE_MESSAGE(res, outcome(res));
+  BOOST_TEST(res->preempted == std::vector<request_id>{3});
+  BOOST_REQUIRE(res->failed.size() == 1u);
+  BOOST_TEST(res->failed[0].id == 3u);
+  BOOST_TEST(outcome(res->failed[0].error) == "invalid_request");
+  BOOST_TEST(res->changed.empty());
+  BOOST_TEST(outcome(lookup(3)) == "unknown_request");
+  BOOST_TEST(value_or(table(1), block_table{}).num_tokens == 81u);
 }
 
 BOOST_AUTO_TEST_CASE(step_reports_bad_operations_and_changes_nothing_for_them) {

@@ -321,8 +321,11 @@ private:
     for (auto k = below(7); k > 0; --k) {
       extend_op op;
       op.id = live_id();
-      if (used.count(op.id) && !chance(5))
-        continue; // an id twice in one step is rare
+      if (used.count(op.id)) {
+        if (!chance(5))
+          continue; // an id twice in one step is rare (and fails)
+        cov_("step repeats an id");
+      }
       used.insert(op.id);
       op.num_tokens = static_cast<std::uint32_t>(chance(60) ? 1 : below(6));
       step.extends.push_back(op);
@@ -441,6 +444,7 @@ void run_and_check_coverage(const run_params& p) {
                  "fork:ok", "fork:duplicate_request", "release:ok",
                  "reclaim:live", "reclaim:stale", "preempt:ok",
                  "step preempted", "step admitted", "step admission blocked",
+                 "step repeats an id",
                  "can_allocate:yes", "can_allocate:no"})
     BOOST_TEST(has(k), "seed " << p.seed << " never reached " << k);
   if (p.block_size > 1) // with one token per block, no block is partly full

@@ -87,6 +87,62 @@ BOOST_FIXTURE_TEST_CASE(run_step_preempts_newest_first_like_vllm, pool_fixture) 
   BOOST_TEST(code(r.failed[1].error) == "unknown_request");
 }
 
+BOOST_FIXTURE_TEST_CASE(run_step_extends_a_request_at_most_once_per_step,
+                        pool_fixture) {
+  // The review's first sequence: nothing free, and 1 named twice. Its
+  // second entry used to be its own victim - 1 preempted, then its retried
+  // extend failing as unknown. Now the second entry fails as a repeat and
+  // is never a victim: with no one else after it, 1 preempts itself.
+  make(4);
+  alloc(tokens_req(1, 8)); // 0 1
+  alloc(tokens_req(2, 8)); // 2 3: the pool is full
+  step_request step;
+  step.extends = {grow(1, 1), grow(1, 1)};
+  auto r = pool().run_step(step);
+  BOOST_TEST(r.preempted == std::vector<request_id>{1});
+  BOOST_REQUIRE(r.failed.size() == 1u);
+  BOOST_TEST(r.failed[0].id == 1u);
+  BOOST_TEST(code(r.failed[0].error) == "invalid_request");
+  auto msg = render(r.failed[0].error);
+  BOOST_TEST(msg.find("request 1 appears twice in the step's extends")
+               != std::string::npos, msg);
+  BOOST_TEST(r.changed.empty());
+  BOOST_TEST((blocks(2) == ids{2, 3}));
+  // The review's second sequence: one free block, 1 named first and last.
+  // 1 takes it; 2 runs short and used to preempt 1 (the last entry) and
+  // take 1's blocks, while `changed` still named one of them as 1's. Now
+  // the entry of a request the step already extended is no victim: 2
+  // preempts itself, and 1's block stays 1's.
+  make(5);
+  alloc(tokens_req(1, 8)); // 0 1
+  alloc(tokens_req(2, 8)); // 2 3; 4 free
+  step.extends = {grow(1, 1), grow(2, 1), grow(1, 1)};
+  r = pool().run_step(step);
+  BOOST_REQUIRE(r.changed.size() == 1u);
+  BOOST_TEST(r.changed[0].id == 1u);
+  BOOST_TEST((r.changed[0].blocks == ids{4}));
+  BOOST_TEST(r.preempted == std::vector<request_id>{2});
+  BOOST_REQUIRE(r.failed.size() == 1u);
+  BOOST_TEST(r.failed[0].id == 1u);
+  BOOST_TEST(code(r.failed[0].error) == "invalid_request");
+  BOOST_TEST((blocks(1) == ids{0, 1, 4}));
+  BOOST_TEST(tokens(1) == 9u);
+  BOOST_TEST(!pool().find(2));
+  // A repeat is passed over, not the distinct request behind it: 1 runs
+  // short, 3 (after 1's repeat) goes, and 1 is extended once.
+  make(6);
+  alloc(tokens_req(1, 8)); // 0 1
+  alloc(tokens_req(2, 8)); // 2 3
+  alloc(tokens_req(3, 8)); // 4 5: the pool is full
+  step.extends = {grow(1, 1), grow(1, 1), grow(3, 1)};
+  r = pool().run_step(step);
+  BOOST_TEST(r.preempted == std::vector<request_id>{3});
+  BOOST_REQUIRE(r.failed.size() == 1u);
+  BOOST_TEST(r.failed[0].id == 1u);
+  BOOST_TEST(tokens(1) == 9u);
+  BOOST_TEST(pool().counters().preemptions == 1u);
+}
+
 BOOST_FIXTURE_TEST_CASE(run_step_passes_over_victims_that_hold_no_device_blocks,
                         pool_fixture) {
   // A request being swapped out, or an unknown one, would free nothing if

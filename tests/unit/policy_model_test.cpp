@@ -366,7 +366,8 @@ private:
     std::set<request_id> seen;
     for (auto k = below(6); k > 0; --k) {
       auto id = live_id();
-      if (seen.insert(id).second)
+      // An id twice is rare; the second entry fails (at most once a step).
+      if (seen.insert(id).second || chance(3))
         step.extends.push_back(extend_op{id, static_cast<std::uint32_t>(
                                                chance(70) ? 1 : below(6))});
     }

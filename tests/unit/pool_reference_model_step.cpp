@@ -1,7 +1,11 @@
 // pool_reference_model: one scheduler step (frees, extends with vLLM's
 // preempt-the-newest policy, first-come-first-served admissions), written
-// out as messages/step.hpp reads (block_pool_step.cpp is the code it checks).
+// out as messages/step.hpp reads, with block_pool_core.hpp's rule that a
+// step extends a request at most once (block_pool_step.cpp is the code it
+// checks).
 #include "pool_reference_model.hpp"
+
+#include <set>
 
 namespace kvactor::test {
 
@@ -36,10 +40,21 @@ model_step_result pool_model::run_step(const step_request& step) {
                          step.tokens.begin() + offset + ops[i].num_tokens);
   }
   std::vector<bool> preempted(ops.size(), false);
+  // A request is extended at most once per step: an entry for a live
+  // request that an earlier entry named fails, and is never a victim.
+  std::vector<bool> repeated(ops.size(), false);
+  std::set<request_id> named_once;
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (seqs_.count(ops[i].id) != 0)
+      repeated[i] = !named_once.insert(ops[i].id).second;
   for (std::size_t i = 0; i < ops.size(); ++i) {
     if (preempted[i] || (named && total != step.tokens.size()))
       continue;
     auto& op = ops[i];
+    if (repeated[i]) {
+      r.failed.emplace_back(op.id, errc::invalid_request);
+      continue;
+    }
     for (;;) {
       auto res = extend(op.id, op.num_tokens, named ? &tokens[i] : nullptr);
       if (!res.err) {
@@ -58,9 +73,10 @@ model_step_result pool_model::run_step(const step_request& step) {
         r.failed.emplace_back(op.id, *res.err);
         break;
       }
-      // The newest request of the list not yet preempted that holds device
-      // blocks (resident) and whose blocks op may take - its own tenant's,
-      // or one over its reservation; else op itself.
+      // The newest request of the list after op, not yet preempted nor
+      // named before, that holds device blocks (resident) and whose blocks
+      // op may take - its own tenant's, or one over its reservation; else
+      // op itself.
       auto resident = [&](request_id id) {
         auto it = seqs_.find(id);
         return it != seqs_.end() && it->second.where == residency::resident;
@@ -73,7 +89,8 @@ model_step_result pool_model::run_step(const step_request& step) {
       };
       auto victim = i;
       for (auto v = ops.size(); v-- > i + 1;)
-        if (!preempted[v] && resident(ops[v].id) && helps(ops[v].id)) {
+        if (!preempted[v] && !repeated[v] && resident(ops[v].id)
+            && helps(ops[v].id)) {
           victim = v;
           break;
         }
