@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "kvactor/messages/types.hpp"
@@ -112,6 +113,42 @@ public:
   void prefetch(block_id b) const noexcept {
     __builtin_prefetch(&prev_[b], 1);
     __builtin_prefetch(&next_[b], 1);
+  }
+
+  /// What is wrong with the lists, or "" if nothing: on each level the
+  /// walk from the head ends at the tail after size(level) blocks, each
+  /// block's prev link names the block before it, and the levels' sizes sum
+  /// to size(). Stops at a cycle. O(blocks listed). (check_invariant.)
+  std::string broken_links() const {
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < num_levels; ++i) {
+      auto at = [&](const std::string& what) {
+        return "LRU level " + std::to_string(i) + ": " + what;
+      };
+      std::size_t n = 0;
+      auto before = no_block;
+      for (auto b = heads_[i]; b != no_block; before = b, b = next_[b]) {
+        if (b >= next_.size())
+          return at("block " + std::to_string(b) + " is out of range");
+        if (prev_[b] != before)
+          return at("block " + std::to_string(b) + " links back to "
+                    + std::to_string(prev_[b]) + ", not to "
+                    + std::to_string(before));
+        if (++n > next_.size())
+          return at("the links form a cycle");
+      }
+      if (tails_[i] != before)
+        return at("the tail is " + std::to_string(tails_[i])
+                  + " but the walk ends at " + std::to_string(before));
+      if (n != sizes_[i])
+        return at(std::to_string(n) + " blocks listed, its size says "
+                  + std::to_string(sizes_[i]));
+      total += n;
+    }
+    if (total != total_)
+      return std::to_string(total) + " blocks on the LRU levels, its size says "
+             + std::to_string(total_);
+    return {};
   }
 
   /// Calls f(block, level) for every block, in eviction order.

@@ -1,5 +1,7 @@
 // block_pool_core::check_invariant: recomputes the pool's accounting from the
-// sequence tables and compares it with the pool's own, block by block.
+// sequence tables and compares it with the pool's own, block by block; also
+// each request's hashing state, copy-on-write safety, copies in flight,
+// quotas and the lists' own bookkeeping. O(blocks + table entries).
 #include "kvactor/actors/block_pool_core.hpp"
 
 #include "kvactor/messages/error.hpp"
@@ -18,13 +20,91 @@ std::string blk(block_id b) {
 
 } // namespace
 
+/// The parts of check_invariant that look at one kind of state apart.
+struct block_pool_core::checks {
+  /// Copies in flight: counts the holds each block should have into
+  /// `holds`, and matches them with the requests waiting for them: each
+  /// live request marked cow_pending has exactly one record, and a record
+  /// of a live incarnation is marked on it (a record of a request ended
+  /// since stays, still holding its blocks, until settled).
+  static caf::error copies(const block_pool_core& p,
+                           std::vector<std::uint32_t>& holds) {
+    auto n = p.blocks_.size();
+    std::vector<std::uint8_t> records(p.seqs_.size(), 0);
+    for (auto& c : p.pending_cows_) {
+      if (c.copy.src >= n || c.copy.dst >= n || c.copy.src == c.copy.dst)
+        return broken("the copy in flight for " + req_name(c.id) + " names "
+                      + blk(c.copy.src) + " -> " + blk(c.copy.dst));
+      ++holds[c.copy.src];
+      ++holds[c.copy.dst];
+      auto slot = p.seq_index_.find(c.id);
+      if (slot != flat_index::npos && p.seqs_[slot].cache_id == c.cache_id
+          && records[slot]++ != 0)
+        return broken(req_name(c.id) + " has two copies in flight");
+    }
+    caf::error err;
+    p.seq_index_.for_each([&](std::uint64_t, std::uint32_t slot) {
+      auto& s = p.seqs_[slot];
+      if (!err && s.cow_pending != (records[slot] == 1))
+        err = broken(req_name(s.id)
+                     + (s.cow_pending
+                          ? " waits for a copy that is not in flight"
+                          : " has a copy in flight but does not wait for it"));
+    });
+    for (auto slot : p.ghosts_)
+      if (!err && p.seqs_[slot].cow_pending)
+        err = broken("ghost of " + req_name(p.seqs_[slot].id)
+                     + " waits for a copy");
+    return err;
+  }
+
+  /// Copy-on-write safety: a partially filled last block that several
+  /// tables hold is written in place only by the holder with the most
+  /// tokens in it, if no other has as many - the one that appended in place
+  /// while another holder's copy of the block was in flight, that copy
+  /// having failed since. Every other holder is flagged tail_shared, so its
+  /// next append copies the block first. `top_fill` / `top_holders`: per
+  /// block, the most tokens a table has in it and how many tables (1, or 2
+  /// for several) have that many; `refs`: tables holding it.
+  static caf::error shared_tails(const block_pool_core& p,
+                                 const std::vector<std::uint32_t>& top_fill,
+                                 const std::vector<std::uint8_t>& top_holders,
+                                 const std::vector<std::uint32_t>& refs) {
+    caf::error err;
+    auto check = [&](const sequence& s) {
+      auto fill = s.num_tokens % p.block_size_;
+      bool on_device = s.where == residency::resident
+                       || s.where == residency::swapping_out;
+      if (err || s.tail_shared || fill == 0 || !on_device)
+        return;
+      auto b = s.blocks.back();
+      if (refs[b] > 1 && (top_fill[b] != fill || top_holders[b] != 1))
+        err = broken(req_name(s.id) + " may write into its last " + blk(b)
+                     + ", which another table holds with as many tokens or "
+                       "more, but is not flagged tail_shared");
+    };
+    p.for_each_sequence(check);
+    p.for_each_ghost(check);
+    return err;
+  }
+};
+
 caf::error block_pool_core::check_invariant() const {
   auto n = blocks_.size();
   // References held by the tables.
   std::vector<std::uint32_t> refs(n, 0);
   std::vector<std::uint64_t> active(tenants_.size(), 0);
   std::vector<bool> host_seen(num_host_blocks_, false);
+  // Per block: the most tokens any table holding it has in it, and whether
+  // one table (1) or several (2) have that many - for the tail_shared rule.
+  std::vector<std::uint32_t> top_fill(n, 0);
+  std::vector<std::uint8_t> top_holders(n, 0);
   std::uint64_t promised = 0;
+  // Tokens in a table's last block.
+  auto partial_fill = [this](const sequence& s) -> std::uint32_t {
+    auto r = static_cast<std::uint32_t>(s.num_tokens % block_size_);
+    return r == 0 ? block_size_ : r;
+  };
   caf::error err;
   std::size_t seqs = 0;
   // Live requests and ghosts (released during a swap) alike hold blocks;
@@ -68,13 +148,36 @@ caf::error block_pool_core::check_invariant() const {
       err = broken(name + " has a release pending but no swap in progress");
       return;
     }
+    // Hashing state: the first num_hashed blocks are full and hashed, the
+    // tail holds the tokens after them (fewer than a block); a request that
+    // stopped hashing (unnamed tokens) keeps its count, which its tokens
+    // still cover. Swapped requests keep theirs for the way back.
+    if (std::uint64_t{s.num_hashed} * block_size_ > s.num_tokens
+        || (s.hashable
+            && (s.tail.size() >= block_size_
+                || std::uint64_t{s.num_hashed} * block_size_ + s.tail.size()
+                     != s.num_tokens))) {
+      err = broken(name + " has " + std::to_string(s.num_hashed)
+                   + " hashed blocks and " + std::to_string(s.tail.size())
+                   + " tail tokens for " + std::to_string(s.num_tokens)
+                   + " tokens");
+      return;
+    }
     for (auto* table : {&s.blocks, &s.incoming})
-      for (auto b : *table) {
+      for (std::size_t k = 0; k < table->size(); ++k) {
+        auto b = (*table)[k];
         if (b >= n) {
           err = broken(name + " holds " + blk(b) + " out of range");
           return;
         }
         ++refs[b];
+        auto fill = k + 1 == table->size() ? partial_fill(s) : block_size_;
+        if (fill > top_fill[b]) {
+          top_fill[b] = fill;
+          top_holders[b] = 1;
+        } else if (fill == top_fill[b]) {
+          top_holders[b] = 2;
+        }
       }
     for (auto h : s.host_blocks) {
       if (h >= num_host_blocks_ || host_seen[h]) {
@@ -108,7 +211,11 @@ caf::error block_pool_core::check_invariant() const {
     if (slot >= slot_seen.size() || slot_seen[slot]++ != 0)
       slots_ok = false;
   };
-  seq_index_.for_each([&](std::uint64_t, std::uint32_t slot) { mark(slot); });
+  bool keys_ok = true;
+  seq_index_.for_each([&](std::uint64_t id, std::uint32_t slot) {
+    mark(slot);
+    keys_ok = keys_ok && (slot >= seqs_.size() || seqs_[slot].id == id);
+  });
   for (auto slot : ghosts_)
     mark(slot);
   for (auto slot : free_seq_slots_)
@@ -116,6 +223,10 @@ caf::error block_pool_core::check_invariant() const {
   if (!slots_ok || seqs + ghosts_.size() + free_seq_slots_.size() != seqs_.size())
     return broken("the request table's slots are not live, ghost or free "
                   "exactly once");
+  if (!keys_ok)
+    return broken("the id index names a slot holding another request");
+  if (auto e = checks::shared_tails(*this, top_fill, top_holders, refs))
+    return e;
   // Membership of the free stack and the LRU lists.
   std::vector<std::uint8_t> on_list(n, 0); // 1 free, 2 lru
   for (auto b : free_.ids()) {
@@ -123,6 +234,8 @@ caf::error block_pool_core::check_invariant() const {
       return broken(blk(b) + " is on the free stack twice or out of range");
     on_list[b] = 1;
   }
+  if (auto links = lru_.broken_links(); !links.empty())
+    return broken(links);
   lru_.for_each([&](block_id b, std::size_t level) {
     if (err)
       return;
@@ -136,13 +249,19 @@ caf::error block_pool_core::check_invariant() const {
   });
   if (err)
     return err;
+  // Copies in flight: each holds its source and destination once.
+  std::vector<std::uint32_t> holds(n, 0);
+  if (auto e = checks::copies(*this, holds))
+    return e;
   std::vector<std::uint64_t> charged(tenants_.size(), 0);
   std::uint64_t used = 0;
   std::size_t indexed = 0;
-  std::uint64_t holds = 0;
   for (block_id b = 0; b < n; ++b) {
     auto& m = blocks_[b];
-    holds += m.holds;
+    if (m.holds != holds[b])
+      return broken(blk(b) + " has " + std::to_string(m.holds)
+                    + " copy holds, the copies in flight make "
+                    + std::to_string(holds[b]));
     if (m.ref_count != refs[b] + m.holds)
       return broken(blk(b) + " has ref count " + std::to_string(m.ref_count)
                     + " but " + std::to_string(refs[b]) + " tables and "
@@ -203,10 +322,6 @@ caf::error block_pool_core::check_invariant() const {
     if (up == no_block || !blocks_[up].pinned)
       return broken(blk(b) + " is pinned but its parent is not");
   }
-  if (holds != 2 * pending_cows_.size())
-    return broken(std::to_string(holds) + " copy holds for "
-                  + std::to_string(pending_cows_.size())
-                  + " copies in flight (two each)");
   if (promised != promised_)
     return broken("promised growth " + std::to_string(promised_) + " != "
                   + std::to_string(promised));
@@ -226,6 +341,11 @@ caf::error block_pool_core::check_invariant() const {
                     + std::to_string(charged[t]));
     if (active[t] != ts.active)
       return broken("tenant '" + ts.config.name + "' active count mismatch");
+    // Quotas are static and every charge passes admit_blocks.
+    if (ts.config.max_blocks != 0 && ts.used > ts.config.max_blocks)
+      return broken("tenant '" + ts.config.name + "' is charged "
+                    + std::to_string(ts.used) + " blocks, over its max_blocks "
+                    + std::to_string(ts.config.max_blocks));
     if (ts.used < ts.config.reserved_blocks)
       shortfall += ts.config.reserved_blocks - ts.used;
   }

@@ -2,17 +2,21 @@
 // block, without an actor around it (the block_pool actor wraps it; tests and
 // benchmarks drive it directly). CAF-free apart from caf::expected.
 //
-// Invariants (check() verifies them all):
+// Invariants (check_invariant() verifies them all):
 //  - every block is in exactly one state: free (on the free stack), cached
 //    (ref count 0, in the prefix index and on one LRU level) or used (ref
-//    count > 0, equal to the number of sequence tables that hold it);
+//    count > 0, equal to the number of sequence tables that hold it plus
+//    its holds: one per copy in flight it is the source or destination of);
 //  - the prefix index maps a hash to a block iff that block is `indexed` with
 //    that hash; cached blocks are always indexed;
 //  - live requests are in the id index, requests released during a swap
 //    (ghosts) are not; both hold their blocks;
 //  - each used block is charged to exactly one tenant (the one whose request
 //    took it from the pool, as Linux memcg charges the first toucher); the
-//    tenants' charges sum to the used blocks;
+//    tenants' charges sum to the used blocks, none above its max_blocks;
+//  - a partially filled block that several tables hold is written in place
+//    by at most one of them (the others are flagged tail_shared);
+//  - a request's hashed blocks and tail add up to its tokens;
 //  - the blocks anyone may take (free, or cached and not pinned) cover every
 //    tenant's reservation shortfall (pins give way to keep it so).
 // Every operation validates first and then commits: a failed one changes
@@ -90,18 +94,7 @@ public:
   pool_stats stats() const;
 
   /// What run_step tells its caller beyond the step_result.
-  struct step_trace {
-    /// Index in step.admits of each admission (admits may repeat an id).
-    std::vector<std::uint32_t> admitted_at;
-    /// Blocks whose last reference went, per entry of freed / preempted.
-    std::vector<std::uint32_t> freed_blocks;
-    std::vector<std::uint32_t> preempted_blocks;
-    void clear() noexcept {
-      admitted_at.clear();
-      freed_blocks.clear();
-      preempted_blocks.clear();
-    }
-  };
+  using step_trace = pool_step_trace;
 
   /// Executes one scheduler step (see messages/step.hpp), filling `trace`
   /// if given (cleared first). A request is extended at most once per
@@ -274,6 +267,7 @@ public:
   caf::error check_invariant() const;
 
 private:
+  struct checks; ///< check_invariant's parts (block_pool_check.cpp)
   enum class block_state : std::uint8_t { free, cached, used };
 
   /// Per block, 32 bytes: what every hot path touches. The parent hash

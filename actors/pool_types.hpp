@@ -1,7 +1,7 @@
 // pool_types: the plain values block_pool_core hands out and keeps per
 // tenant - lifetime counters, prefix-index events, tenant state, what an
-// allocation or extension did - and how the pool names requests and ranks
-// retention. No behaviour; block_pool_core.hpp is where they are used.
+// allocation, extension or step did - and how the pool names requests and
+// ranks retention. No behaviour; block_pool_core.hpp is where they are used.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +70,21 @@ struct tenant_state {
 struct allocation_outcome {
   std::uint64_t cache_id = 0;
   std::uint64_t hit_tokens = 0;
+};
+
+/// What run_step tells its caller beyond the step_result
+/// (block_pool_core::step_trace).
+struct pool_step_trace {
+  /// Index in step.admits of each admission (admits may repeat an id).
+  std::vector<std::uint32_t> admitted_at;
+  /// Blocks whose last reference went, per entry of freed / preempted.
+  std::vector<std::uint32_t> freed_blocks;
+  std::vector<std::uint32_t> preempted_blocks;
+  void clear() noexcept {
+    admitted_at.clear();
+    freed_blocks.clear();
+    preempted_blocks.clear();
+  }
 };
 
 /// What an extension did.
