@@ -160,6 +160,9 @@ public:
   }
 
 private:
+  /// Tests only (tests/unit/pool_test_access.hpp): corrupts state on purpose.
+  friend struct block_pool_test_access;
+
   std::vector<block_id> prev_;
   std::vector<block_id> next_;
   std::array<block_id, num_levels> heads_;

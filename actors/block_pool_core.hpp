@@ -268,6 +268,8 @@ public:
 
 private:
   struct checks; ///< check_invariant's parts (block_pool_check.cpp)
+  /// Tests only (tests/unit/pool_test_access.hpp): corrupts state on purpose.
+  friend struct block_pool_test_access;
   enum class block_state : std::uint8_t { free, cached, used };
 
   /// Per block, 32 bytes: what every hot path touches. The parent hash
