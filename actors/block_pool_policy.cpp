@@ -53,8 +53,12 @@ std::vector<request_id> block_pool_core::choose_victims(std::uint64_t blocks) co
     auto best = cands.end();
     for (auto i = cands.begin(); i != cands.end(); ++i) {
       auto t = i->seq->tenant;
-      // Never below its reservation.
-      if (used[t] <= tenants_[t].config.reserved_blocks)
+      // Never at or below its reservation - if it has one (as frees_for
+      // judges): `used` is an estimate, and a tenant without one whose
+      // estimate reached 0 (a victim's exclusive blocks may be charged to
+      // another tenant, the first toucher) still has requests to offer.
+      auto reserved = tenants_[t].config.reserved_blocks;
+      if (reserved != 0 && used[t] <= reserved)
         continue;
       if (best == cands.end()) {
         best = i;

@@ -153,8 +153,9 @@ std::vector<request_id> pool_model::choose_victims(std::uint64_t blocks) const {
     const candidate* best = nullptr;
     for (auto& c : cands) {
       auto t = c.seq->tenant;
-      if (used[t] <= tenants_[t].config.reserved_blocks)
-        continue; // never at or below its reservation
+      auto reserved = tenants_[t].config.reserved_blocks;
+      if (reserved != 0 && used[t] <= reserved)
+        continue; // never at or below its reservation, if it has one
       if (std::find(out.begin(), out.end(), c.seq->id) != out.end())
         continue;
       if (best == nullptr || rank(c) < rank(*best))

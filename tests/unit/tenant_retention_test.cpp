@@ -191,6 +191,25 @@ BOOST_AUTO_TEST_CASE(a_tenant_at_or_below_its_reservation_is_never_a_victim) {
   BOOST_TEST((pool().choose_victims(100) == reqs{2}));
 }
 
+BOOST_AUTO_TEST_CASE(a_tenant_without_a_reservation_still_offers_victims_at_zero_estimated_use) {
+  // x and y share a namespace: y's prompt blocks end up held by x's request
+  // 3 alone, still charged to y (the first toucher). Choosing 3 takes its 4
+  // blocks off x's estimated usage of 2, down to 0; x has no reservation,
+  // so its request 2 must still be offered. (It used to be passed over as
+  // "at its reservation" of 0.)
+  cfg.tenants = {tenant_config{}, tenant("x", 0, 0, priority::normal, "ns"),
+                 tenant("y", 0, 0, priority::normal, "ns")};
+  make(16);
+  auto p = run(0, 13);         // 3 full blocks and one token
+  alloc(prompt_req(1, p, "y")); // 0 1 2 3
+  alloc(tokens_req(2, 4, "x")); // 4
+  alloc(prompt_req(3, p, "x")); // hits 0 1 2, takes 5
+  release(1);                   // 0 1 2: 3's alone, charged to y
+  BOOST_TEST(pool().tenants()[1].used == 2u);
+  BOOST_TEST(pool().tenants()[2].used == 3u);
+  BOOST_TEST((pool().choose_victims(10) == reqs{3, 2}));
+}
+
 BOOST_AUTO_TEST_CASE(only_requests_holding_blocks_of_their_own_are_victims) {
   auto p = run(10, 8);
   alloc(prompt_req(1, p));  // 2 full blocks
