@@ -33,6 +33,41 @@ std::string str(const std::vector<block_move>& xs) {
 
 namespace {
 
+/// What the core's and the model's step results share, as text; `failed`
+/// is already text.
+template <class Result>
+std::string step_text(const Result& r, const std::string& failed) {
+  std::ostringstream out;
+  out << "freed " << str(r.freed) << "preempted " << str(r.preempted)
+      << "copies " << str(r.copies) << "blocked " << r.admission_blocked << '/'
+      << r.blocked << " counts " << r.free_blocks << '/' << r.used_blocks;
+  for (auto& d : r.changed)
+    out << " delta " << d.id << '@' << d.first << ':' << str(d.blocks)
+        << d.num_tokens;
+  for (auto& a : r.admitted)
+    out << " admitted " << a.id << '/' << a.cache_id << '/' << a.hit_tokens
+        << ':' << str(a.table.blocks);
+  return out.str() + failed;
+}
+
+} // namespace
+
+std::string str(const step_result& r) {
+  std::string failed;
+  for (auto& f : r.failed)
+    failed += " failed " + std::to_string(f.id) + ':' + name(code_of(f.error));
+  return step_text(r, failed);
+}
+
+std::string str(const model_step_result& r) {
+  std::string failed;
+  for (auto& f : r.failed)
+    failed += " failed " + std::to_string(f.first) + ':' + name(f.second);
+  return step_text(r, failed);
+}
+
+namespace {
+
 /// What differs between the core's `s` and the model's `m` (same request).
 std::string sequence_diff(const detail::block_pool_core& core,
                           const detail::sequence& s, const model_sequence& m) {

@@ -44,6 +44,11 @@ std::string str(const std::vector<T>& xs) {
 std::string str(const std::vector<block_copy>& xs);
 std::string str(const std::vector<block_move>& xs);
 
+/// A step's outcome as text, one-to-one: the core's (all but `ended`,
+/// which the pool actor fills) and the model's, for comparing them.
+std::string str(const step_result& r);
+std::string str(const model_step_result& r);
+
 /// Every request's state, core against model: blocks and residency, token
 /// counts, identity, tenant, priority, promise, hashing state, table() and
 /// find().

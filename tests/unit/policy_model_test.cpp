@@ -11,7 +11,6 @@
 #include <map>
 #include <random>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -382,30 +381,9 @@ private:
     step.admit_after_preemption = chance(30);
     auto w = model_.run_step(step);
     auto g = core_.run_step(step);
-    std::ostringstream gs;
-    std::ostringstream ws;
-    gs << "freed " << str(g.freed) << "preempted " << str(g.preempted)
-       << "copies " << str(g.copies) << "blocked " << g.admission_blocked << '/'
-       << g.blocked << " counts " << g.free_blocks << '/' << g.used_blocks;
-    ws << "freed " << str(w.freed) << "preempted " << str(w.preempted)
-       << "copies " << str(w.copies) << "blocked " << w.admission_blocked << '/'
-       << w.blocked << " counts " << w.free_blocks << '/' << w.used_blocks;
-    for (auto& d : g.changed)
-      gs << " delta " << d.id << '@' << d.first << ':' << str(d.blocks) << d.num_tokens;
-    for (auto& d : w.changed)
-      ws << " delta " << d.id << '@' << d.first << ':' << str(d.blocks) << d.num_tokens;
-    for (auto& a : g.admitted)
-      gs << " admitted " << a.id << '/' << a.cache_id << '/' << a.hit_tokens << ':'
-         << str(a.table.blocks);
-    for (auto& a : w.admitted)
-      ws << " admitted " << a.id << '/' << a.cache_id << '/' << a.hit_tokens << ':'
-         << str(a.table.blocks);
-    for (auto& f : g.failed)
-      gs << " failed " << f.id << ':' << name(code_of(f.error));
-    for (auto& f : w.failed)
-      ws << " failed " << f.first << ':' << name(f.second);
-    POLICY_REQUIRE(gs.str() == ws.str(), "step\n core  " << gs.str() << "\n model "
-                                                          << ws.str());
+    auto gs = str(g);
+    auto ws = str(w);
+    POLICY_REQUIRE(gs == ws, "step\n core  " << gs << "\n model " << ws);
     if (!g.preempted.empty())
       ++cov["step preempted"];
     if (!g.admitted.empty())
