@@ -83,7 +83,8 @@ public:
   /// the handle died must not free a newer request with the same id).
   caf::expected<std::uint32_t> reclaim(request_id id, std::uint64_t cache_id);
 
-  /// release(id), counted as a preemption.
+  /// release(id), counted as a preemption if `id` was resident (a swapped
+  /// or mid-swap request frees no device blocks now: not counted).
   caf::expected<std::uint32_t> preempt(request_id id);
 
   /// A new request `child` sharing every block of `parent` (copy-on-write on

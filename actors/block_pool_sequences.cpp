@@ -152,11 +152,18 @@ caf::expected<std::uint32_t> block_pool_core::preempt(request_id id) {
   if (seq == nullptr)
     return make_error(errc::unknown_request, req_name(id) + " is not allocated");
   auto t = seq->tenant;
+  // A preemption counts only if it frees device blocks now: a swapped
+  // request holds none, and one mid-swap keeps its blocks until the move
+  // ends (its swap was already the pool's answer to pressure). Either
+  // still ends, as preempted, for its owner.
+  bool resident = seq->where == residency::resident;
   auto res = release(id);
   if (!res)
     return res;
-  ++counters_.preemptions;
-  ++tenants_[t].preemptions;
+  if (resident) {
+    ++counters_.preemptions;
+    ++tenants_[t].preemptions;
+  }
   return res;
 }
 

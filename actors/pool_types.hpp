@@ -36,6 +36,8 @@ struct pool_counters {
   std::uint64_t blocks_cached = 0;       ///< blocks entered into the index
   std::uint64_t evictions = 0;           ///< cached blocks evicted
   std::uint64_t cow_copies = 0;
+  /// Resident requests preempted (their device blocks freed at once);
+  /// preempting a swapped or mid-swap request ends it but is not counted.
   std::uint64_t preemptions = 0;
   std::uint64_t query_tokens = 0;        ///< prompt tokens looked up
   std::uint64_t hit_tokens = 0;          ///< of which found cached
@@ -62,7 +64,7 @@ struct tenant_state {
   std::uint64_t active = 0;
   std::uint64_t query_tokens = 0;
   std::uint64_t hit_tokens = 0;
-  std::uint64_t preemptions = 0;
+  std::uint64_t preemptions = 0; ///< as pool_counters::preemptions
   std::uint64_t failures = 0;
 };
 

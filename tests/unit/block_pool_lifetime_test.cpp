@@ -258,6 +258,35 @@ BOOST_FIXTURE_TEST_CASE(preempt_releases_and_counts, pool_fixture) {
   BOOST_TEST(alloc(prompt_req(1, run(0, 9), "t")) == 8u);
 }
 
+BOOST_FIXTURE_TEST_CASE(preempting_a_request_off_the_device_ends_it_uncounted,
+                        pool_fixture) {
+  // A preemption counts the device blocks it frees now. A swapped request
+  // holds none and one mid-swap keeps its blocks until the move ends: both
+  // end (as preempted, for their owners), neither counts.
+  cfg.num_host_blocks = 8;
+  cfg.tenants = {tenant_config{}, tenant("t")};
+  make(16);
+  alloc(tokens_req(1, 8, "t"));
+  alloc(tokens_req(2, 8, "t"));
+  alloc(tokens_req(3, 8, "t"));
+  BOOST_REQUIRE(pool().swap_out_begin(1));
+  BOOST_REQUIRE(pool().swap_out_done(1, pool().find(1)->cache_id, true));
+  BOOST_REQUIRE(pool().swap_out_begin(2)); // still moving
+  auto free_host = pool().free_host_blocks();
+  BOOST_TEST(pool().preempt(1).value() == 0u);
+  BOOST_TEST(pool().free_host_blocks() == free_host + 2); // its host copy
+  BOOST_TEST(pool().preempt(2).value() == 0u);
+  BOOST_TEST(pool().num_ghosts() == 1u); // blocks back when the move ends
+  BOOST_TEST(!pool().find(1));
+  BOOST_TEST(!pool().find(2));
+  BOOST_TEST(pool().counters().preemptions == 0u);
+  BOOST_TEST(pool().tenants()[1].preemptions == 0u);
+  // A resident one counts.
+  BOOST_TEST(pool().preempt(3).value() == 2u);
+  BOOST_TEST(pool().counters().preemptions == 1u);
+  BOOST_TEST(pool().tenants()[1].preemptions == 1u);
+}
+
 // -- hashing -----------------------------------------------------------------------------
 
 BOOST_FIXTURE_TEST_CASE(decode_tokens_fill_blocks_that_become_findable,

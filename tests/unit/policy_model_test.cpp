@@ -258,6 +258,10 @@ private:
 
   void do_preempt() {
     auto id = live_id();
+    auto it = model_.sequences().find(id);
+    if (it != model_.sequences().end()
+        && it->second.where != residency::resident)
+      ++cov["preempt while not resident"];
     expect_release("preempt", core_.preempt(id), model_.preempt(id));
   }
 
@@ -433,7 +437,8 @@ void run_and_check_coverage(const run_params& p,
   for (auto k : {"allocate:ok", "allocate:out_of_blocks", "allocate:quota_exceeded",
                  "allocate:unknown_tenant", "extend:ok", "extend:invalid_request",
                  "append:ok", "fork:ok", "fork:invalid_request", "release:ok",
-                 "release during swap", "preempt:ok", "swap_out_begin:ok",
+                 "release during swap", "preempt:ok",
+                 "preempt while not resident", "swap_out_begin:ok",
                  "swap_out_begin:out_of_blocks", "swap_out_begin:invalid_request",
                  "swap_in_begin:ok", "swap_in_begin:quota_exceeded",
                  "swap_out_done:ok:ok", "swap_out_done:failed:ok",

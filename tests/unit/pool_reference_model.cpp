@@ -426,11 +426,15 @@ model_release pool_model::preempt(request_id id) {
   if (it == seqs_.end())
     return {errc::unknown_request};
   auto t = it->second.tenant;
+  // Counted only if it frees device blocks now: resident.
+  bool resident = it->second.where == residency::resident;
   auto res = release(id);
   if (res.err)
     return res;
-  ++counters_.preemptions;
-  ++tenants_[t].preemptions;
+  if (resident) {
+    ++counters_.preemptions;
+    ++tenants_[t].preemptions;
+  }
   return res;
 }
 
