@@ -11,8 +11,9 @@ namespace kvactor {
 inline constexpr std::uint32_t max_block_size = 1024;
 
 /// num_gpu_blocks, num_host_blocks, max_pinned_blocks and each tenant's
-/// max_blocks / reserved_blocks: at most this many.
-inline constexpr std::uint64_t max_num_blocks = std::uint64_t{1} << 31;
+/// max_blocks / reserved_blocks: at most this many (the block pool needs
+/// fewer than 2^31 blocks: block_pool_core.hpp).
+inline constexpr std::uint64_t max_num_blocks = (std::uint64_t{1} << 31) - 1;
 
 /// Whether validate() accepts `x` as block_size.
 constexpr bool valid_block_size(std::uint64_t x) noexcept {

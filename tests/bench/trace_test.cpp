@@ -139,10 +139,10 @@ BOOST_AUTO_TEST_CASE(the_header_must_come_first_and_be_complete) {
   // count is refused before anything is allocated for it.
   contains(load_error(R"({"type":"header","block_size":4,"num_blocks":4294967301,)"
                       R"("max_model_len":16,"vocab":100})"),
-           "FILE:1: num_blocks: must be at most 2147483648 (got 4294967301)");
-  contains(load_error(R"({"type":"header","block_size":4,"num_blocks":2147483649,)"
+           "FILE:1: num_blocks: must be at most 2147483647 (got 4294967301)");
+  contains(load_error(R"({"type":"header","block_size":4,"num_blocks":2147483648,)"
                       R"("max_model_len":16,"vocab":100})"),
-           "FILE:1: num_blocks: must be at most 2147483648 (got 2147483649)");
+           "FILE:1: num_blocks: must be at most 2147483647 (got 2147483648)");
   contains(load_error(R"({"type":"header","block_size":3,"num_blocks":8,)"
                       R"("max_model_len":16,"vocab":100})"),
            "FILE:1: block_size: must be a power of two in [1, 1024] (got 3)");
@@ -153,7 +153,7 @@ BOOST_AUTO_TEST_CASE(the_header_must_come_first_and_be_complete) {
                       R"("max_model_len":16,"vocab":100})"),
            "FILE:1: block_size: must be a power of two in [1, 1024] (got 4294967312)");
   // The limits themselves are accepted.
-  BOOST_TEST(load_error(R"({"type":"header","block_size":1024,"num_blocks":2147483648,)"
+  BOOST_TEST(load_error(R"({"type":"header","block_size":1024,"num_blocks":2147483647,)"
                         R"("max_model_len":16,"vocab":100})")
              == "ok");
   contains(load_error(R"({"type":"header","block_size":4,"num_blocks":8,)"

@@ -280,11 +280,11 @@ BOOST_AUTO_TEST_CASE(num_gpu_blocks_zero_needs_storage_cuda_or_auto) {
     BOOST_TEST(parse_error(j) == "ok");
   }
   auto j = base();
-  j["num_gpu_blocks"] = (std::uint64_t{1} << 31) + 1;
-  BOOST_TEST(fails_naming(j, "num_gpu_blocks", "at most 2147483648"));
+  j["num_gpu_blocks"] = std::uint64_t{1} << 31;
+  BOOST_TEST(fails_naming(j, "num_gpu_blocks", "at most 2147483647"));
   j = base();
-  j["num_host_blocks"] = (std::uint64_t{1} << 31) + 1;
-  BOOST_TEST(fails_naming(j, "num_host_blocks", "at most 2147483648"));
+  j["num_host_blocks"] = std::uint64_t{1} << 31;
+  BOOST_TEST(fails_naming(j, "num_host_blocks", "at most 2147483647"));
 }
 
 BOOST_AUTO_TEST_CASE(fractions_must_lie_in_zero_one) {
