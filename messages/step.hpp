@@ -26,14 +26,17 @@ typename Inspector::result_type inspect(Inspector& f, extend_op& x) {
 
 /// One step, executed in this order in one message:
 /// 1. `frees` end (finished requests; blocks return, hashed ones stay cached);
-/// 2. `extends` run in list order (oldest request first). When one lacks a
-///    block and `preempt_on_shortage` is set, the newest not yet preempted
-///    request of the list (the last one; possibly itself) is preempted - its
-///    blocks freed, its id reported in `preempted` - and the extend retried,
-///    which is vLLM's policy; otherwise the extend fails alone. Requests of
-///    the list that hold no device blocks now (being swapped, swapped out,
-///    unknown) are passed over as victims: preempting them frees nothing.
-///    They fail on their own extends;
+/// 2. `extends` run in list order (oldest request first), each request at
+///    most once: a second entry for the same id fails (invalid_request,
+///    "appears twice in the step's extends"). When one lacks a block and
+///    `preempt_on_shortage` is set, the newest not yet preempted request of
+///    the list that the step has not extended yet (the last one; possibly
+///    itself) is preempted - its blocks freed, its id reported in
+///    `preempted` - and the extend retried, which is vLLM's policy;
+///    otherwise the extend fails alone. Requests of the list that hold no
+///    device blocks now (being swapped, swapped out, unknown) are passed
+///    over as victims: preempting them frees nothing. They fail on their own
+///    extends;
 /// 3. `admits` are allocated in order, only if nothing was preempted in this
 ///    step (unless `admit_after_preemption`); admission stops at the first
 ///    request that does not fit (first come, first served).

@@ -179,7 +179,7 @@ struct tenant_usage {
   std::uint64_t active_requests = 0;
   std::uint64_t prefix_query_tokens = 0; ///< prompt tokens looked up
   std::uint64_t prefix_hit_tokens = 0;   ///< of which found cached
-  std::uint64_t preemptions = 0;
+  std::uint64_t preemptions = 0; ///< of requests holding device blocks
   std::uint64_t allocation_failures = 0;
 };
 
@@ -204,6 +204,9 @@ struct cache_manager_stats {
   std::uint64_t allocation_failures = 0;
   std::uint64_t cached_blocks = 0; ///< free blocks still holding a prefix
   memory_pressure pressure = memory_pressure::low;
+  /// Preemptions of requests holding device blocks (ending a swapped-out
+  /// or swapping request frees none: its swap-out was the relief, counted
+  /// in swap_out_count).
   std::uint64_t preemption_count = 0;
   std::uint64_t swap_out_count = 0; ///< requests swapped out to the host tier
   std::uint64_t swap_in_count = 0;
