@@ -4,192 +4,19 @@
 // registry.
 #include "kvactor/actors/block_pool.hpp"
 
-#include <caf/actor_system.hpp>
-#include <caf/stateful_actor.hpp>
-#include <caf/typed_event_based_actor.hpp>
-
-#include "kvactor/actors/block_pool_core.hpp"
-#include "kvactor/actors/pressure_tracker.hpp"
-#include "kvactor/actors/step_lane.hpp"
-#include "kvactor/messages/error.hpp"
-
 #include <algorithm>
-#include <chrono>
-#include <functional>
 #include <memory>
 
-#include <caf/send.hpp>
+#include <caf/actor_system.hpp>
+
+#include "kvactor/actors/block_pool_state.hpp"
+#include "kvactor/messages/error.hpp"
 
 namespace kvactor {
 
 namespace {
 
-struct block_pool_state {
-  static inline const char* name = "kvactor.block_pool";
-
-  // Built in init(): CAF default-constructs the state before the spawn
-  // function sees its arguments.
-  std::unique_ptr<detail::block_pool_core> core_ptr;
-  std::unique_ptr<detail::pressure_tracker> marks;
-  std::size_t band = 0;
-  supervisor_actor supervisor;
-  device_actor device; ///< copies for copy-on-write
-  std::vector<caf::actor> kv_subscribers;
-  std::uint64_t kv_seq = 0;
-  /// The manager, told each step's effects on its registry (none: a pool
-  /// spawned alone), and the storage whose device a step's admits must name
-  /// (kind "": not checked).
-  kv_cache_manager_actor registry;
-  storage_info store;
-  detail::block_pool_core::step_trace trace; ///< scratch of the step handler
-  detail::lane_ledger lanes; ///< who admitted what through a step
-  std::uint32_t block_size = 0;
-
-  void init(const cache_config& cfg, std::uint32_t num_blocks) {
-    block_size = cfg.block_size;
-    core_ptr = std::make_unique<detail::block_pool_core>(cfg, num_blocks);
-    marks = std::make_unique<detail::pressure_tracker>(cfg.pressure, num_blocks);
-  }
-
-  detail::block_pool_core& core() {
-    return *core_ptr;
-  }
-  const detail::block_pool_core& core() const {
-    return *core_ptr;
-  }
-
-  /// After each message: KV events to their subscribers, usage crossings to
-  /// the supervisor.
-  void report(block_pool_actor::pointer self) {
-    publish_events();
-    auto b = marks->band(core().used_blocks());
-    if (b == band || !supervisor)
-      return;
-    band = b;
-    self->send(supervisor, usage_atom::value,
-               pool_usage{core().used_blocks(), core().cached_blocks(),
-                          core().num_blocks()});
-  }
-
-  void publish_events() {
-    if (kv_subscribers.empty())
-      return;
-    auto events = core().take_events();
-    if (events.empty())
-      return;
-    kv_event_batch batch;
-    batch.seq = ++kv_seq;
-    batch.block_size = block_size;
-    batch.ts = std::chrono::duration<double>(
-                 std::chrono::system_clock::now().time_since_epoch())
-                 .count();
-    batch.events.reserve(events.size());
-    auto& tenants = core().tenants();
-    for (auto& e : events)
-      batch.events.push_back(kv_event{e.stored, e.hash, e.parent_hash, e.block,
-                                      tenants[e.tenant].config.name,
-                                      std::move(e.tokens)});
-    for (auto& sub : kv_subscribers)
-      caf::anon_send(sub, kv_event_atom::value, batch);
-  }
-
-  /// Lets pins whose time ran out go before an operation that takes
-  /// blocks: the GC tick alone would leave them in the way until it comes
-  /// (never, with gc_interval_ms 0).
-  void expire_due_pins() {
-    if (core().pinned_blocks() != 0)
-      core().expire_pins(now_ms());
-  }
-
-  static std::uint64_t now_ms() {
-    return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::steady_clock::now().time_since_epoch())
-        .count());
-  }
-};
-
-using pool_ptr = block_pool_actor::stateful_pointer<block_pool_state>;
-
-/// Has the device copy `copies` (copy-on-write) and calls `done` with its
-/// outcome and the requests whose extends were undone because it failed.
-/// The pool handles no other message until then (await): between the
-/// extends and settle_copies only the rest of their step touched their
-/// requests, so a failed copy can be undone exactly. An exit message
-/// waits too, so the promise `done` answers is never dropped: the device
-/// answers its work (with shutting_down if it is stopping) before the
-/// pool quits.
-/// NOTE: the pool pauses meanwhile. Copies are rare (a fork's first
-/// append) and one block per request, so on CUDA the pause is a few
-/// microseconds; on the host backend, whose copies run on the device
-/// actor's thread in order, it also waits out a swap issued before it.
-void copy_then(pool_ptr self, const std::vector<block_copy>& copies,
-               std::function<void(caf::error, std::vector<request_id>)> done) {
-  auto& st = self->state;
-  auto finish = [self, copies, done](caf::error err) {
-    auto undone = self->state.core().settle_copies(copies, !err);
-    self->state.report(self);
-    done(std::move(err), std::move(undone));
-  };
-  self->request(st.device, caf::infinite, copy_atom::value, copies)
-    .await([finish](std::uint32_t) { finish(caf::none); },
-           [finish](caf::error& err) { finish(std::move(err)); });
-}
-
-/// Moves the extends of `res` that settle_copies undid (the requests in
-/// `undone`) from `changed` to `failed`, with the device's error `err`.
-void fail_undone_extends(step_result& res, const caf::error& err,
-                         const std::vector<request_id>& undone) {
-  for (auto id : undone) {
-    res.changed.erase(std::remove_if(res.changed.begin(), res.changed.end(),
-                                     [&](auto& d) { return d.id == id; }),
-                      res.changed.end());
-    res.failed.push_back(op_failure{id, err});
-  }
-  res.copies.clear();
-}
-
-/// None if incarnation `cache_id` of request `id` is live; otherwise the
-/// error its handle answers with: the request it served has ended.
-caf::error check_incarnation(const detail::block_pool_core& core, request_id id,
-                             std::uint64_t cache_id) {
-  if (core.find(id, cache_id) != nullptr)
-    return caf::none;
-  return make_error(errc::invalid_handle,
-                    "request " + std::to_string(id) + " has ended");
-}
-
-/// None if request `id` is live as incarnation `cache_id`, the one the
-/// manager's registry names. The registry follows the pool a few messages
-/// late (steps reach the pool directly), so an operation the manager asks
-/// for by id alone could hit a newer incarnation of the id.
-caf::error check_current(const detail::block_pool_core& core, request_id id,
-                         std::uint64_t cache_id) {
-  if (core.find(id, cache_id) != nullptr)
-    return caf::none;
-  return make_error(errc::unknown_request,
-                    "request " + std::to_string(id) + " is not allocated"
-                      + (core.find(id) == nullptr
-                           ? ""
-                           : " (it ended; the id is live again)"));
-}
-
-/// None if the current message comes from the manager, or if no manager
-/// registered (a pool spawned alone). The step lane hands the pool's
-/// address to schedulers, so what only the manager may ask - ending,
-/// forking and swapping requests - is refused from anyone else.
-caf::error from_manager(block_pool_actor::pointer self,
-                        const kv_cache_manager_actor& mgr, const char* what) {
-  if (!mgr || self->current_sender() == caf::actor_cast<caf::strong_actor_ptr>(mgr))
-    return caf::none;
-  return make_error(errc::invalid_request,
-                    std::string{what} + ": only the manager may ask the pool");
-}
-
-/// The table of a live request (after a successful operation on it).
-block_table table_of(const detail::block_pool_core& core, request_id id) {
-  return core.table(*core.find(id));
-}
+using namespace detail;
 
 block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
                                                std::uint32_t num_blocks,
@@ -214,6 +41,7 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
     [self, &st](allocate_atom, const allocation_request& req)
       -> caf::result<admission> {
       st.expire_due_pins();
+      st.set_clock();
       auto res = st.core().allocate(req);
       if (!res)
         return std::move(res.error());
@@ -225,35 +53,31 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
       st.expire_due_pins();
       return st.core().can_allocate(req);
     },
-    [self, &st](extend_atom, request_id id, std::uint64_t cache_id,
-                std::uint64_t n,
-                const std::vector<token_id>& tokens) -> caf::result<extension> {
-      if (auto err = check_incarnation(st.core(), id, cache_id))
-        return err;
-      st.expire_due_pins();
-      if (!tokens.empty() && tokens.size() != n)
-        return make_error(errc::invalid_request,
-                          "request " + std::to_string(id) + ": "
-                            + std::to_string(tokens.size())
-                            + " token ids for " + std::to_string(n)
-                            + " tokens");
-      auto res = st.core().extend(id, n, tokens.empty() ? nullptr : tokens.data(),
-                                  true);
-      if (!res)
-        return std::move(res.error());
-      st.report(self);
-      extension ext{table_of(st.core(), id), std::move(res->copies)};
-      if (ext.copies.empty())
-        return ext;
-      auto rp = self->make_response_promise<extension>();
-      copy_then(self, ext.copies,
-                [rp, ext](caf::error err, std::vector<request_id>) mutable {
-        if (err)
-          rp.deliver(std::move(err));
-        else
-          rp.deliver(std::move(ext));
+    [self](extend_atom, request_id id, std::uint64_t cache_id, std::uint64_t n,
+           const std::vector<token_id>& tokens) -> caf::result<extension> {
+      auto ext = grow(self, id, cache_id, n, tokens, false);
+      if (!ext)
+        return std::move(ext.error());
+      return after_copies<extension>(self, std::move(*ext),
+                                     [](extension x) { return x; });
+    },
+    [self](extend_atom, request_id id, std::uint64_t cache_id,
+           std::uint64_t n) -> caf::result<block_table> {
+      auto ext = grow(self, id, cache_id, n, {}, true);
+      if (!ext)
+        return std::move(ext.error());
+      return after_copies<block_table>(self, std::move(*ext), [](extension x) {
+        return std::move(x.table);
       });
-      return rp;
+    },
+    [self](append_atom, request_id id, std::uint64_t cache_id,
+           const std::vector<token_id>& tokens) -> caf::result<block_table> {
+      auto ext = grow(self, id, cache_id, tokens.size(), tokens, true);
+      if (!ext)
+        return std::move(ext.error());
+      return after_copies<block_table>(self, std::move(*ext), [](extension x) {
+        return std::move(x.table);
+      });
     },
     [self, &st](free_atom, request_id id,
                 std::uint64_t cache_id) -> caf::result<std::uint32_t> {
@@ -300,6 +124,7 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
         return err;
       if (auto err = check_current(st.core(), parent, parent_cache_id))
         return err;
+      st.set_clock();
       auto res = st.core().fork(parent, child);
       if (!res)
         return std::move(res.error());
@@ -308,6 +133,7 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
     },
     [self, &st](step_atom, step_request& step) -> caf::result<step_result> {
       st.expire_due_pins();
+      st.set_clock();
       auto rejected = detail::reject_foreign(st.store, step);
       auto res = st.core().run_step(step, true, &st.trace);
       res.failed.insert(res.failed.end(),
@@ -359,6 +185,21 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
     },
     [&st](stats_atom) {
       return st.core().stats();
+    },
+    [&st](stats_atom, request_id id,
+          std::uint64_t cache_id) -> caf::result<cache_handle_stats> {
+      auto seq = st.core().find(id, cache_id);
+      if (seq == nullptr)
+        return check_incarnation(st.core(), id, cache_id);
+      cache_handle_stats s;
+      s.blocks_allocated = seq->blocks.size();
+      s.tokens_stored = seq->num_tokens;
+      auto slots = seq->blocks.size() * std::uint64_t{st.block_size};
+      s.utilization = slots == 0 ? 0.0
+                                 : static_cast<double>(seq->num_tokens)
+                                     / static_cast<double>(slots);
+      s.last_access = seq->last_access;
+      return s; // memory_bytes: the handle knows the bytes per block
     },
     [self, &st](evict_atom, std::uint32_t n) {
       auto done = st.core().evict(n);

@@ -94,6 +94,13 @@ public:
   /// Usage, counters and per-tenant figures (block_pool_stats.cpp).
   pool_stats stats() const;
 
+  /// The time (ns since the Unix epoch) stamped on the requests later
+  /// operations admit or grow (sequence::last_access); the pool actor sets
+  /// it per message, so the core itself reads no clock.
+  void set_clock(std::uint64_t ns) noexcept {
+    clock_ns_ = ns;
+  }
+
   /// What run_step tells its caller beyond the step_result.
   using step_trace = pool_step_trace;
 
@@ -469,6 +476,7 @@ private:
   std::uint64_t next_cache_id_ = 1;
   std::uint64_t next_admission_ = 1;
   std::uint64_t step_stamp_ = 0; ///< run_step's count (sequence::step_stamp)
+  std::uint64_t clock_ns_ = 0;   ///< set_clock
   pool_counters counters_;
   bool record_events_ = false;
   std::vector<index_event> events_;

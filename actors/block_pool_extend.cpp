@@ -87,10 +87,13 @@ block_pool_core::extend(request_id id, std::uint64_t n,
     return err;
   }
   extension_outcome out;
-  if (n == 0)
+  if (n == 0) {
+    seq->last_access = clock_ns_;
     return out;
+  }
   if (append_in_place(*seq, n, tokens)) {
     out.first_changed = static_cast<std::uint32_t>(seq->blocks.size());
+    seq->last_access = clock_ns_;
     return out;
   }
   if (n > seq->max_tokens - seq->num_tokens)
@@ -161,6 +164,7 @@ block_pool_core::extend(request_id id, std::uint64_t n,
     seq->tail.clear();
   }
   seq->num_tokens += n;
+  seq->last_access = clock_ns_;
   repromise(*seq, promised_before);
   return out;
 }

@@ -47,6 +47,7 @@ sequence& block_pool_core::new_sequence(request_id id) {
   seq.release_pending = false;
   seq.expected_tokens = 0;
   seq.step_stamp = 0;
+  seq.last_access = clock_ns_;
   seq.host_blocks.clear();
   seq.host_hashes.clear();
   seq.incoming.clear();

@@ -61,8 +61,10 @@ void block_pool_core::run_extends(const step_request& step, bool named,
     }
     auto tokens = named ? step.tokens.data() + offset : nullptr;
     if (slot[i] != unknown && resident(i) && op.num_tokens > 0
-        && append_in_place(seqs_[slot[i]], op.num_tokens, tokens))
+        && append_in_place(seqs_[slot[i]], op.num_tokens, tokens)) {
+      seqs_[slot[i]].last_access = clock_ns_;
       continue; // the common case: no block taken, nothing to report
+    }
     for (;;) {
       auto res = extend(op.id, op.num_tokens, tokens, hold_copies);
       if (res) {

@@ -167,7 +167,10 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       auto i = st.registry.find(id);
       if (i == st.registry.end())
         return make_error(errc::unknown_request, unknown(id));
-      return self->delegate(i->second.handle, extend_atom::value, n);
+      // Straight to the pool, which answers the client: the handle actor
+      // only relayed (one hop less, and no visit to a cold actor).
+      return self->delegate(st.pool, extend_atom::value, id,
+                            i->second.info.cache_id, n);
     },
     [self](append_atom, request_id id,
            std::vector<token_id>& tokens) -> caf::result<block_table> {
@@ -175,8 +178,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       auto i = st.registry.find(id);
       if (i == st.registry.end())
         return make_error(errc::unknown_request, unknown(id));
-      return self->delegate(i->second.handle, append_atom::value,
-                            std::move(tokens));
+      return self->delegate(st.pool, append_atom::value, id,
+                            i->second.info.cache_id, std::move(tokens));
     },
     [self](free_atom, request_id id) -> caf::result<std::uint32_t> {
       auto& reg = self->state.registry;

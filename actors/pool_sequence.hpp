@@ -46,6 +46,10 @@ struct sequence {
   /// The last step whose extends named it (run_step extends a request at
   /// most once per step).
   std::uint64_t step_stamp = 0;
+  /// When it was admitted or last grew (the core's clock then: ns since
+  /// the Unix epoch, set by the pool actor; 0 if never set). Its handle's
+  /// stats report it, whichever path - handle, manager or step - grew it.
+  std::uint64_t last_access = 0;
   /// Tokens it is expected to reach (admission headroom); 0 = no promise.
   std::uint64_t expected_tokens = 0;
   // Swapping: host-tier copies (swapping_out, swapped) and the device blocks

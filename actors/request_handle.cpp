@@ -1,8 +1,6 @@
 // request_handle actor: extend with copy-on-write, stats, owner watch.
 #include "kvactor/actors/request_handle.hpp"
 
-#include <chrono>
-
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
@@ -18,7 +16,6 @@ struct request_handle_state {
   static inline const char* name = "kvactor.request_handle";
 
   request_handle_args args;
-  std::uint64_t last_access = 0;
   /// Requests it answers through a promise, still waiting for the pool or
   /// the device. The actor quits only once they are answered: a promise
   /// dropped by a quitting actor is never answered in CAF 0.17, and its
@@ -31,13 +28,6 @@ struct request_handle_state {
 
   request_id id() const noexcept {
     return args.info.request.id;
-  }
-
-  void touch() {
-    last_access = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(
-        std::chrono::system_clock::now().time_since_epoch())
-        .count());
   }
 };
 
@@ -81,7 +71,6 @@ caf::result<block_table> grow(handle_ptr self, std::uint64_t n,
   auto& st = self->state;
   if (st.ending)
     return ended_error(st);
-  st.touch();
   auto rp = self->make_response_promise<block_table>();
   ++st.pending;
   auto fail = [self, rp](caf::error& err) mutable {
@@ -104,7 +93,6 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
                                                request_handle_args args) {
   auto& st = self->state;
   st.args = std::move(args);
-  st.touch();
   // An exit message (the manager stopping) also waits for pending answers.
   // The handle quits without a reason only on end_atom (its request ended
   // through the manager): the supervisor reclaims after any other exit, so
@@ -134,20 +122,13 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
         return ended_error(st);
       auto rp = self->make_response_promise<cache_handle_stats>();
       ++st.pending;
-      self->request(st.args.pool, caf::infinite, table_atom::value, st.id(),
+      // The pool's figures: it stamps last_access whichever path grew the
+      // request (this handle, the manager or a step).
+      self->request(st.args.pool, caf::infinite, stats_atom::value, st.id(),
                     st.args.info.cache_id)
         .then(
-          [self, rp](const block_table& t) mutable {
-            auto& st = self->state;
-            cache_handle_stats s;
-            s.blocks_allocated = t.blocks.size();
-            s.memory_bytes = t.blocks.size() * st.args.bytes_per_block;
-            s.tokens_stored = t.num_tokens;
-            auto slots = t.blocks.size() * std::uint64_t{st.args.block_size};
-            s.utilization = slots == 0 ? 0.0
-                                       : static_cast<double>(t.num_tokens)
-                                           / static_cast<double>(slots);
-            s.last_access = st.last_access;
+          [self, rp](cache_handle_stats& s) mutable {
+            s.memory_bytes = s.blocks_allocated * self->state.args.bytes_per_block;
             rp.deliver(s);
             answered(self);
           },

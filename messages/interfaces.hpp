@@ -82,6 +82,15 @@ using block_pool_actor = caf::typed_actor<
   // undone). The pool handles no other message while such a copy runs.
   caf::replies_to<extend_atom, request_id, std::uint64_t, std::uint64_t,
                   std::vector<token_id>>::with<extension>,
+  // From the manager, for its extend and append by id (request id, the
+  // cache id its registry names, n or the tokens): as the handle's, but the
+  // reply is the table alone, for the manager to delegate (its client gets
+  // the pool's answer: no hop through the handle actor), and the error
+  // once that incarnation ended is unknown_request.
+  caf::replies_to<extend_atom, request_id, std::uint64_t,
+                  std::uint64_t>::with<block_table>,
+  caf::replies_to<append_atom, request_id, std::uint64_t,
+                  std::vector<token_id>>::with<block_table>,
   // Operations the manager asks for name the incarnation its registry knows
   // (request id, cache id): the registry follows the pool a few messages
   // late, and an id alone could reach a newer incarnation. Each fails with
@@ -109,6 +118,10 @@ using block_pool_actor = caf::typed_actor<
   // From a handle: its incarnation's table (request id, cache id). Error:
   // invalid_handle once that incarnation ended.
   caf::replies_to<table_atom, request_id, std::uint64_t>::with<block_table>,
+  // From a handle: its incarnation's figures, all but memory_bytes (0: the
+  // handle knows the bytes per block). Error: invalid_handle once that
+  // incarnation ended.
+  caf::replies_to<stats_atom, request_id, std::uint64_t>::with<cache_handle_stats>,
   caf::replies_to<stats_atom>::with<pool_stats>,
   // Evict up to n cached blocks; replies with how many.
   caf::replies_to<evict_atom, std::uint32_t>::with<std::uint32_t>,
@@ -183,8 +196,9 @@ using kv_cache_manager_actor = caf::typed_actor<
   // request is reclaimed when its owner dies.
   caf::replies_to<allocate_atom, allocation_request>::with<request_handle_actor,
                                                            block_table>,
-  // Grow a request by n unnamed tokens. Errors: unknown_request and as the
-  // handle's extend.
+  // Grow a request by n unnamed tokens; the pool answers (the manager
+  // delegates). Errors: unknown_request (also when a step ended the request
+  // before the registry heard), and the handle's other extend errors.
   caf::replies_to<extend_atom, request_id, std::uint64_t>::with<block_table>,
   // Grow a request by these tokens.
   caf::replies_to<append_atom, request_id, std::vector<token_id>>::with<block_table>,

@@ -261,7 +261,9 @@ struct cache_handle_stats {
   std::uint64_t blocks_allocated = 0;
   std::uint64_t tokens_stored = 0;
   double utilization = 0;             ///< tokens / (blocks * block_size)
-  std::uint64_t last_access = 0;      ///< ns since the Unix epoch
+  /// When it was admitted or last grew - through its handle, the manager
+  /// or a step - in ns since the Unix epoch (the pool's clock).
+  std::uint64_t last_access = 0;
 };
 
 template <class Inspector>

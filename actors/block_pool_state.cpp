@@ -1,0 +1,152 @@
+// The block pool actor's state and shared helpers (block_pool_state.hpp):
+// usage reports and KV events, copy-on-write through the device, the
+// incarnation checks its handlers answer with.
+#include "kvactor/actors/block_pool_state.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <string>
+
+#include <caf/send.hpp>
+
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor::detail {
+
+void block_pool_state::init(const cache_config& cfg, std::uint32_t num_blocks) {
+  block_size = cfg.block_size;
+  core_ptr = std::make_unique<block_pool_core>(cfg, num_blocks);
+  marks = std::make_unique<pressure_tracker>(cfg.pressure, num_blocks);
+}
+
+void block_pool_state::report(block_pool_actor::pointer self) {
+  publish_events();
+  auto b = marks->band(core().used_blocks());
+  if (b == band || !supervisor)
+    return;
+  band = b;
+  self->send(supervisor, usage_atom::value,
+             pool_usage{core().used_blocks(), core().cached_blocks(),
+                        core().num_blocks()});
+}
+
+void block_pool_state::publish_events() {
+  if (kv_subscribers.empty())
+    return;
+  auto events = core().take_events();
+  if (events.empty())
+    return;
+  kv_event_batch batch;
+  batch.seq = ++kv_seq;
+  batch.block_size = block_size;
+  batch.ts = std::chrono::duration<double>(
+               std::chrono::system_clock::now().time_since_epoch())
+               .count();
+  batch.events.reserve(events.size());
+  auto& tenants = core().tenants();
+  for (auto& e : events)
+    batch.events.push_back(kv_event{e.stored, e.hash, e.parent_hash, e.block,
+                                    tenants[e.tenant].config.name,
+                                    std::move(e.tokens)});
+  for (auto& sub : kv_subscribers)
+    caf::anon_send(sub, kv_event_atom::value, batch);
+}
+
+void block_pool_state::expire_due_pins() {
+  if (core().pinned_blocks() != 0)
+    core().expire_pins(now_ms());
+}
+
+void block_pool_state::set_clock() {
+  core().set_clock(static_cast<std::uint64_t>(
+    std::chrono::duration_cast<std::chrono::nanoseconds>(
+      std::chrono::system_clock::now().time_since_epoch())
+      .count()));
+}
+
+std::uint64_t block_pool_state::now_ms() {
+  return static_cast<std::uint64_t>(
+    std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now().time_since_epoch())
+      .count());
+}
+
+void copy_then(pool_ptr self, const std::vector<block_copy>& copies,
+               std::function<void(caf::error, std::vector<request_id>)> done) {
+  auto& st = self->state;
+  auto finish = [self, copies, done](caf::error err) {
+    auto undone = self->state.core().settle_copies(copies, !err);
+    self->state.report(self);
+    done(std::move(err), std::move(undone));
+  };
+  self->request(st.device, caf::infinite, copy_atom::value, copies)
+    .await([finish](std::uint32_t) { finish(caf::none); },
+           [finish](caf::error& err) { finish(std::move(err)); });
+}
+
+void fail_undone_extends(step_result& res, const caf::error& err,
+                         const std::vector<request_id>& undone) {
+  for (auto id : undone) {
+    res.changed.erase(std::remove_if(res.changed.begin(), res.changed.end(),
+                                     [&](auto& d) { return d.id == id; }),
+                      res.changed.end());
+    res.failed.push_back(op_failure{id, err});
+  }
+  res.copies.clear();
+}
+
+caf::error check_incarnation(const block_pool_core& core, request_id id,
+                             std::uint64_t cache_id) {
+  if (core.find(id, cache_id) != nullptr)
+    return caf::none;
+  return make_error(errc::invalid_handle,
+                    "request " + std::to_string(id) + " has ended");
+}
+
+caf::error check_current(const block_pool_core& core, request_id id,
+                         std::uint64_t cache_id) {
+  if (core.find(id, cache_id) != nullptr)
+    return caf::none;
+  return make_error(errc::unknown_request,
+                    "request " + std::to_string(id) + " is not allocated"
+                      + (core.find(id) == nullptr
+                           ? ""
+                           : " (it ended; the id is live again)"));
+}
+
+caf::error from_manager(block_pool_actor::pointer self,
+                        const kv_cache_manager_actor& mgr, const char* what) {
+  if (!mgr || self->current_sender() == caf::actor_cast<caf::strong_actor_ptr>(mgr))
+    return caf::none;
+  return make_error(errc::invalid_request,
+                    std::string{what} + ": only the manager may ask the pool");
+}
+
+block_table table_of(const block_pool_core& core, request_id id) {
+  return core.table(*core.find(id));
+}
+
+caf::expected<extension> grow(pool_ptr self, request_id id,
+                              std::uint64_t cache_id, std::uint64_t n,
+                              const std::vector<token_id>& tokens,
+                              bool by_manager) {
+  auto& st = self->state;
+  if (auto err = by_manager ? check_current(st.core(), id, cache_id)
+                            : check_incarnation(st.core(), id, cache_id))
+    return err;
+  if (!tokens.empty() && tokens.size() != n)
+    return make_error(errc::invalid_request,
+                      "request " + std::to_string(id) + ": "
+                        + std::to_string(tokens.size()) + " token ids for "
+                        + std::to_string(n) + " tokens");
+  st.expire_due_pins();
+  st.set_clock();
+  auto res = st.core().extend(id, n, tokens.empty() ? nullptr : tokens.data(),
+                              true);
+  if (!res)
+    return std::move(res.error());
+  st.report(self);
+  return extension{table_of(st.core(), id), std::move(res->copies)};
+}
+
+} // namespace kvactor::detail

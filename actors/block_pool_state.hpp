@@ -1,0 +1,142 @@
+// The block pool actor's state and the helpers its handlers share
+// (block_pool_state.cpp): usage reports, copy-on-write through the device,
+// incarnation checks. Internal to the pool actor (block_pool*.cpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include <caf/stateful_actor.hpp>
+#include <caf/typed_event_based_actor.hpp>
+
+#include "kvactor/actors/block_pool_core.hpp"
+#include "kvactor/actors/pressure_tracker.hpp"
+#include "kvactor/actors/step_lane.hpp"
+#include "kvactor/messages/interfaces.hpp"
+
+namespace kvactor::detail {
+
+struct block_pool_state {
+  static inline const char* name = "kvactor.block_pool";
+
+  // Built in init(): CAF default-constructs the state before the spawn
+  // function sees its arguments.
+  std::unique_ptr<block_pool_core> core_ptr;
+  std::unique_ptr<pressure_tracker> marks;
+  std::size_t band = 0;
+  supervisor_actor supervisor;
+  device_actor device; ///< copies for copy-on-write
+  std::vector<caf::actor> kv_subscribers;
+  std::uint64_t kv_seq = 0;
+  /// The manager, told each step's effects on its registry (none: a pool
+  /// spawned alone), and the storage whose device a step's admits must name
+  /// (kind "": not checked).
+  kv_cache_manager_actor registry;
+  storage_info store;
+  block_pool_core::step_trace trace; ///< scratch of the step handler
+  lane_ledger lanes; ///< who admitted what through a step
+  std::uint32_t block_size = 0;
+
+  void init(const cache_config& cfg, std::uint32_t num_blocks);
+
+  block_pool_core& core() {
+    return *core_ptr;
+  }
+  const block_pool_core& core() const {
+    return *core_ptr;
+  }
+
+  /// After each message: KV events to their subscribers, usage crossings to
+  /// the supervisor.
+  void report(block_pool_actor::pointer self);
+
+  void publish_events();
+
+  /// Lets pins whose time ran out go before an operation that takes
+  /// blocks: the GC tick alone would leave them in the way until it comes
+  /// (never, with gc_interval_ms 0).
+  void expire_due_pins();
+
+  /// Before an operation that admits or grows requests: the time they are
+  /// stamped with (their stats' last_access).
+  void set_clock();
+
+  static std::uint64_t now_ms();
+};
+
+using pool_ptr = block_pool_actor::stateful_pointer<block_pool_state>;
+
+/// Has the device copy `copies` (copy-on-write) and calls `done` with its
+/// outcome and the requests whose extends were undone because it failed.
+/// The pool handles no other message until then (await): between the
+/// extends and settle_copies only the rest of their step touched their
+/// requests, so a failed copy can be undone exactly. An exit message
+/// waits too, so the promise `done` answers is never dropped: the device
+/// answers its work (with shutting_down if it is stopping) before the
+/// pool quits.
+/// NOTE: the pool pauses meanwhile. Copies are rare (a fork's first
+/// append) and one block per request, so on CUDA the pause is a few
+/// microseconds; on the host backend, whose copies run on the device
+/// actor's thread in order, it also waits out a swap issued before it.
+void copy_then(pool_ptr self, const std::vector<block_copy>& copies,
+               std::function<void(caf::error, std::vector<request_id>)> done);
+
+/// Moves the extends of `res` that settle_copies undid (the requests in
+/// `undone`) from `changed` to `failed`, with the device's error `err`.
+void fail_undone_extends(step_result& res, const caf::error& err,
+                         const std::vector<request_id>& undone);
+
+/// None if incarnation `cache_id` of request `id` is live; otherwise the
+/// error its handle answers with: the request it served has ended.
+caf::error check_incarnation(const block_pool_core& core, request_id id,
+                             std::uint64_t cache_id);
+
+/// None if request `id` is live as incarnation `cache_id`, the one the
+/// manager's registry names. The registry follows the pool a few messages
+/// late (steps reach the pool directly), so an operation the manager asks
+/// for by id alone could hit a newer incarnation of the id.
+caf::error check_current(const block_pool_core& core, request_id id,
+                         std::uint64_t cache_id);
+
+/// None if the current message comes from the manager, or if no manager
+/// registered (a pool spawned alone). The step lane hands the pool's
+/// address to schedulers, so what only the manager may ask - ending,
+/// forking and swapping requests - is refused from anyone else.
+caf::error from_manager(block_pool_actor::pointer self,
+                        const kv_cache_manager_actor& mgr, const char* what);
+
+/// The table of a live request (after a successful operation on it).
+block_table table_of(const block_pool_core& core, request_id id);
+
+/// Grows incarnation `cache_id` of `id` by `n` tokens (`tokens`: none, or
+/// exactly n ids) and reports usage. If that incarnation ended: the
+/// handle's error (invalid_handle), or with `by_manager` the registry's
+/// (unknown_request). The extension's copies are still to be made.
+caf::expected<extension> grow(pool_ptr self, request_id id,
+                              std::uint64_t cache_id, std::uint64_t n,
+                              const std::vector<token_id>& tokens,
+                              bool by_manager);
+
+/// The reply to an extend: `convert(ext)` now if it copied nothing, else
+/// once the device made its copy-on-write copies (or the device's error,
+/// the extend undone).
+template <class Reply, class Convert>
+caf::result<Reply> after_copies(pool_ptr self, extension ext, Convert convert) {
+  if (ext.copies.empty())
+    return convert(std::move(ext));
+  auto rp = self->make_response_promise<Reply>();
+  auto copies = ext.copies;
+  copy_then(self, copies,
+            [rp, ext = std::move(ext),
+             convert](caf::error err, std::vector<request_id>) mutable {
+              if (err)
+                rp.deliver(std::move(err));
+              else
+                rp.deliver(convert(std::move(ext)));
+            });
+  return rp;
+}
+
+} // namespace kvactor::detail

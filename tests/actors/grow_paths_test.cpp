@@ -1,0 +1,121 @@
+// The three ways a request grows - its handle actor, the manager by id (which
+// the pool answers directly), a step - meet in the pool: each stamps the
+// request's last_access, which the handle's stats report; the manager's
+// path names the registry's incarnation, so it never grows a newer one.
+#include "fixture.hpp"
+
+#include <chrono>
+#include <thread>
+
+#include <caf/all.hpp>
+
+using namespace kvactor;
+using namespace kvactor::test;
+
+namespace {
+
+/// Past the system clock's resolution: the next stamp is strictly later.
+void tick() {
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+}
+
+std::uint64_t last_access(cache_fixture& f, const request_handle_actor& h) {
+  auto s = f.handle_stats(h);
+  BOOST_REQUIRE(s);
+  return s->last_access;
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(grow_paths, cache_fixture)
+
+BOOST_AUTO_TEST_CASE(every_path_that_grows_a_request_stamps_its_last_access) {
+  auto a = allocate(1, 3);
+  BOOST_REQUIRE(a);
+  auto& h = a->handle;
+  auto admitted = last_access(*this, h);
+  BOOST_TEST(admitted > 0u);
+  // Reading does not count as access.
+  tick();
+  BOOST_REQUIRE(handle_table(h));
+  BOOST_TEST(last_access(*this, h) == admitted);
+  // Through the manager (straight to the pool).
+  BOOST_REQUIRE(extend(1, 1));
+  auto by_manager = last_access(*this, h);
+  BOOST_TEST(by_manager > admitted);
+  tick();
+  BOOST_REQUIRE(append(1, make_tokens(2, 7)));
+  auto by_append = last_access(*this, h);
+  BOOST_TEST(by_append > by_manager);
+  // Through the handle.
+  tick();
+  BOOST_REQUIRE(handle_extend(h, 1));
+  auto by_handle = last_access(*this, h);
+  BOOST_TEST(by_handle > by_append);
+  // Through a step: in place (7 -> 8 tokens, no block taken) and into a new
+  // block (8 -> 20).
+  tick();
+  step_request in_place;
+  in_place.extends.push_back(extend_op{1, 1});
+  auto r = step(in_place);
+  BOOST_REQUIRE(r);
+  BOOST_TEST(r->failed.empty());
+  auto by_step = last_access(*this, h);
+  BOOST_TEST(by_step > by_handle);
+  tick();
+  step_request grows;
+  grows.extends.push_back(extend_op{1, 12});
+  r = step(grows);
+  BOOST_REQUIRE(r);
+  BOOST_REQUIRE(r->changed.size() == 1u);
+  BOOST_TEST(last_access(*this, h) > by_step);
+  // A failed extend changes nothing, its stamp included.
+  auto before = last_access(*this, h);
+  tick();
+  BOOST_TEST(outcome(extend(1, 1000)) == "exceeds_max_sequence_length");
+  BOOST_TEST(last_access(*this, h) == before);
+  auto s = handle_stats(h);
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->tokens_stored == 20u);
+  BOOST_TEST(s->blocks_allocated == 5u);
+  BOOST_TEST(s->memory_bytes == 5 * bytes_per_block);
+}
+
+BOOST_AUTO_TEST_CASE(the_managers_grow_message_names_one_incarnation) {
+  auto a = allocate(1, 3);
+  BOOST_REQUIRE(a);
+  auto info = handle_info(a->handle);
+  BOOST_REQUIRE(info);
+  auto old_cache_id = info->cache_id;
+  BOOST_REQUIRE(free(1));
+  auto b = allocate(1, 3);
+  BOOST_REQUIRE(b);
+  // What the manager sends when its registry still names the ended
+  // incarnation: refused, the new one untouched.
+  auto t = ask<block_table>(pool, extend_atom::value, request_id{1},
+                            old_cache_id, std::uint64_t{5});
+  BOOST_TEST(outcome(t) == "unknown_request");
+  auto tokens = make_tokens(2, 1);
+  t = ask<block_table>(pool, append_atom::value, request_id{1}, old_cache_id,
+                       tokens);
+  BOOST_TEST(outcome(t) == "unknown_request");
+  BOOST_TEST(value_or(table(1), block_table{}) == b->table);
+  // The live incarnation grows.
+  auto now = handle_info(b->handle);
+  BOOST_REQUIRE(now);
+  t = ask<block_table>(pool, extend_atom::value, request_id{1}, now->cache_id,
+                       std::uint64_t{5});
+  BOOST_REQUIRE(t);
+  BOOST_TEST(t->num_tokens == 8u);
+  // Token ids must match the count, and be token ids.
+  t = ask<block_table>(pool, append_atom::value, request_id{1}, now->cache_id,
+                       std::vector<token_id>{1, -3});
+  BOOST_TEST(outcome(t) == "invalid_request");
+  BOOST_TEST(value_or(table(1), block_table{}).num_tokens == 8u);
+  // The stats message names its incarnation too.
+  auto s = ask<cache_handle_stats>(pool, stats_atom::value, request_id{1},
+                                   old_cache_id);
+  BOOST_TEST(outcome(s) == "invalid_handle");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
