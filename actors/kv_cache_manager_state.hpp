@@ -14,6 +14,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include "kvactor/actors/id_map.hpp"
 #include "kvactor/actors/reply_book.hpp"
 #include "kvactor/config/cache_config.hpp"
 #include "kvactor/messages/interfaces.hpp"
@@ -37,7 +38,7 @@ struct manager_state {
     request_info info;
     caf::strong_actor_ptr owner;
   };
-  using registry_map = std::unordered_map<request_id, entry>;
+  using registry_map = id_map<entry>;
   /// Shared with the functor that stops the handles if the manager is
   /// killed (the state is gone by then).
   std::shared_ptr<registry_map> shared_registry = std::make_shared<registry_map>();

@@ -9,7 +9,10 @@
 // or gone - so that no phase's actor work spills into another's figures.
 //
 //   scale [--sizes 1000,10000,100000] [--blocks 1000000] [--ops 200000]
-//         [--scheduler-threads T]
+//         [--rounds 5] [--scheduler-threads T]
+//
+// The operations at each size run in `rounds` rounds timed apart; the
+// figure is the median round's cost (each round's is printed too).
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -137,6 +140,7 @@ int main(int argc, char** argv) {
   std::vector<std::size_t> sizes{1000, 10000, 100000};
   std::uint64_t blocks = 1000000;
   std::size_t ops = 200000;
+  std::size_t rounds = 5;
   std::uint32_t threads = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string arg = argv[i];
@@ -149,11 +153,13 @@ int main(int argc, char** argv) {
       blocks = std::stoull(argv[i + 1]);
     } else if (arg == "--ops") {
       ops = std::stoul(argv[i + 1]);
+    } else if (arg == "--rounds") {
+      rounds = std::max<std::size_t>(1, std::stoul(argv[i + 1]));
     } else if (arg == "--scheduler-threads") {
       threads = static_cast<std::uint32_t>(std::stoul(argv[i + 1]));
     } else {
       std::cerr << "usage: scale [--sizes A,B,C] [--blocks N] [--ops N] "
-                   "[--scheduler-threads T]\n";
+                   "[--rounds R] [--scheduler-threads T]\n";
       return 2;
     }
   }
@@ -181,16 +187,24 @@ int main(int argc, char** argv) {
     std::size_t warm = std::min<std::size_t>(sizes.empty() ? 0 : sizes.back(), 10000);
     auto first = next_id;
     next_id += warm;
+    std::vector<request_handle_actor> warm_handles(warm);
     run_window(sys, warm, [&](caf::event_based_actor* self, std::size_t i,
                               std::function<void()> k) {
       self->request(mgr, caf::infinite, allocate_atom::value, make_req(first + i))
-        .then([k](request_handle_actor&, block_table&) { k(); }, fail);
+        .then([k, &warm_handles, i](request_handle_actor& h, block_table&) {
+                warm_handles[i] = h;
+                k();
+              },
+              fail);
     });
     run_window(sys, warm, [&](caf::event_based_actor* self, std::size_t i,
                               std::function<void()> k) {
       self->request(mgr, caf::infinite, free_atom::value, first + i)
         .then([k](std::uint32_t) { k(); }, fail);
     });
+    // Their handle actors end after the frees' replies: not in the first
+    // size's figures.
+    await_gone(sys, warm_handles);
   }
   for (auto n : sizes) {
     // Grow to n live requests; the memory they cost is the heap's growth
@@ -219,57 +233,68 @@ int main(int argc, char** argv) {
     });
     auto grown = rss_bytes();
     auto heap_grown = heap_in_use();
+    // The registry keeps the live handles; a reference held here would
+    // keep each churned-out actor's memory until the size ends.
+    handles.clear();
+    handles.shrink_to_fit();
     for (std::size_t i = 0; i < n; ++i)
       live.push_back(first + i);
     // At that size: extends of random live requests, and churn (free one,
-    // allocate a new one) for one in ten operations.
+    // allocate a new one) for one in ten operations, in `rounds` rounds
+    // timed apart: the median round is the figure (a 2-core VM has spells
+    // of noise that one long run would average in).
     std::vector<request_id> ids = live;
-    std::vector<std::uint8_t> kind(ops);
-    std::vector<std::size_t> pick(ops);
-    for (std::size_t i = 0; i < ops; ++i) {
-      kind[i] = rng() % 10 == 0;
-      pick[i] = rng() % ids.size();
-    }
-    auto churn_base = next_id;
-    next_id += ops;
-    std::vector<request_handle_actor> churned(ops);
-    auto* churned_at = churned.data(); // filled from the client actor
-    // A slot whose churn is in flight is not churned again until it landed
-    // (its new request's free could overtake the allocate and leave that
-    // request live and unlisted): such an op extends instead. Only the
-    // client actor touches `churning`.
-    std::vector<std::uint8_t> churning(ids.size(), 0);
-    auto* busy = churning.data();
-    auto t_ops = run_window(sys, ops, [&](caf::event_based_actor* self,
-                                          std::size_t i, std::function<void()> k) {
-      if (kind[i] == 0 || busy[pick[i]] != 0) {
-        self->request(mgr, caf::infinite, extend_atom::value, ids[pick[i]],
-                      std::uint64_t{1})
-          .then([k](block_table&) { k(); },
-                [k](caf::error&) { k(); }); // a request freed by churn meanwhile
-      } else {
-        auto fresh = churn_base + i;
-        auto slot = pick[i];
-        auto old = ids[slot];
-        ids[slot] = fresh;
-        busy[slot] = 1;
-        self->request(mgr, caf::infinite, free_atom::value, old)
-          .then(
-            [=](std::uint32_t) {
-              self->request(mgr, caf::infinite, allocate_atom::value,
-                            make_req(fresh))
-                .then(
-                  [k, churned_at, busy, i, slot](request_handle_actor& h,
-                                                 block_table&) {
-                    churned_at[i] = h;
-                    busy[slot] = 0;
-                    k();
-                  },
-                  fail);
-            },
-            fail);
+    std::vector<double> round_us;
+    auto per_round = std::max<std::size_t>(1, ops / rounds);
+    for (std::size_t round = 0; round < rounds; ++round) {
+      std::vector<std::uint8_t> kind(per_round);
+      std::vector<std::size_t> pick(per_round);
+      for (std::size_t i = 0; i < per_round; ++i) {
+        kind[i] = rng() % 10 == 0;
+        pick[i] = rng() % ids.size();
       }
-    });
+      auto churn_base = next_id;
+      next_id += per_round;
+      // A slot whose churn is in flight is not churned again until it
+      // landed (its new request's free could overtake the allocate and
+      // leave that request live and unlisted): such an op extends instead.
+      // Only the client actor touches `churning`.
+      std::vector<std::uint8_t> churning(ids.size(), 0);
+      auto* busy = churning.data();
+      auto t_round = run_window(sys, per_round, [&](caf::event_based_actor* self,
+                                                    std::size_t i,
+                                                    std::function<void()> k) {
+        if (kind[i] == 0 || busy[pick[i]] != 0) {
+          self->request(mgr, caf::infinite, extend_atom::value, ids[pick[i]],
+                        std::uint64_t{1})
+            .then([k](block_table&) { k(); },
+                  [k](caf::error&) { k(); }); // a request freed by churn meanwhile
+        } else {
+          auto fresh = churn_base + i;
+          auto slot = pick[i];
+          auto old = ids[slot];
+          ids[slot] = fresh;
+          busy[slot] = 1;
+          self->request(mgr, caf::infinite, free_atom::value, old)
+            .then(
+              [=](std::uint32_t) {
+                self->request(mgr, caf::infinite, allocate_atom::value,
+                              make_req(fresh))
+                  .then(
+                    [k, busy, slot](request_handle_actor&, block_table&) {
+                      busy[slot] = 0;
+                      k();
+                    },
+                    fail);
+              },
+              fail);
+        }
+      });
+      round_us.push_back(1e6 * t_round / per_round);
+    }
+    auto sorted = round_us;
+    std::sort(sorted.begin(), sorted.end());
+    auto median_us = sorted[sorted.size() / 2];
     auto st = cache->stats();
     auto held_blocks = st.total_blocks - st.free_blocks;
     double per_req = n ? double(grown - base) / n : 0.0;
@@ -281,9 +306,11 @@ int main(int argc, char** argv) {
       {"live_requests", n},
       {"pool_blocks", blocks},
       {"allocate_us_per_request", 1e6 * t_alloc / n},
-      {"operations", ops},
-      {"us_per_operation", 1e6 * t_ops / ops},
-      {"ops_per_sec", ops / t_ops},
+      {"operations", per_round * rounds},
+      {"rounds", rounds},
+      {"us_per_operation", median_us},
+      {"us_per_operation_rounds", round_us},
+      {"ops_per_sec", 1e6 / median_us},
       {"heap_delta_bytes", double(heap_grown) - double(heap_base)},
       {"heap_bytes_per_live_request", heap_per_req},
       {"rss_delta_bytes", grown - base},
@@ -294,14 +321,26 @@ int main(int argc, char** argv) {
       {"bytes_per_request_minus_8_per_block", per_req - 8.0 * blocks_per_req},
     };
     std::cout << out.dump() << std::endl;
-    // Back to empty for the next size, every handle actor gone.
+    // Back to empty for the next size, every handle actor gone (those of
+    // requests churned out ended long before: at their free).
+    std::vector<request_handle_actor> last;
+    run_window(sys, 1, [&](caf::event_based_actor* self, std::size_t,
+                           std::function<void()> k) {
+      self->request(mgr, caf::infinite, list_atom::value)
+        .then(
+          [k, &last](std::vector<handle_entry>& live) {
+            for (auto& e : live)
+              last.push_back(e.handle);
+            k();
+          },
+          fail);
+    });
     run_window(sys, ids.size(), [&](caf::event_based_actor* self, std::size_t i,
                                     std::function<void()> k) {
       self->request(mgr, caf::infinite, free_atom::value, ids[i])
         .then([k](std::uint32_t) { k(); }, [k](caf::error&) { k(); });
     });
-    handles.insert(handles.end(), churned.begin(), churned.end());
-    await_gone(sys, handles);
+    await_gone(sys, last);
     if (auto left = cache->stats().active_caches; left != 0) {
       std::cerr << "scale: " << left << " requests still live after size " << n
                 << '\n';

@@ -1,0 +1,94 @@
+// id_map: a map from request ids to T, kept dense - a vector of (id, T)
+// pairs - and found through a flat_index: one probe into a compact table and
+// one visit to the entry, where std::unordered_map chases a bucket and two
+// nodes scattered over the heap (at 100,000 live requests, three cache and
+// TLB misses per lookup). The manager's registry uses it. Erase moves the
+// last entry into the gap, so insert and erase invalidate iterators and
+// references, and the order of iteration is unspecified. CAF-free.
+#pragma once
+
+#include <cassert>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "kvactor/actors/flat_index.hpp"
+
+namespace kvactor::detail {
+
+template <class T>
+class id_map {
+public:
+  using key_type = std::uint64_t;
+  using value_type = std::pair<key_type, T>;
+  using iterator = value_type*;
+  using const_iterator = const value_type*;
+
+  iterator begin() noexcept {
+    return entries_.data();
+  }
+  iterator end() noexcept {
+    return entries_.data() + entries_.size();
+  }
+  const_iterator begin() const noexcept {
+    return entries_.data();
+  }
+  const_iterator end() const noexcept {
+    return entries_.data() + entries_.size();
+  }
+
+  std::size_t size() const noexcept {
+    return entries_.size();
+  }
+  bool empty() const noexcept {
+    return entries_.empty();
+  }
+
+  iterator find(key_type id) noexcept {
+    auto pos = index_.find(id);
+    return pos == flat_index::npos ? end() : begin() + pos;
+  }
+  const_iterator find(key_type id) const noexcept {
+    auto pos = index_.find(id);
+    return pos == flat_index::npos ? end() : begin() + pos;
+  }
+
+  std::size_t count(key_type id) const noexcept {
+    return index_.find(id) == flat_index::npos ? 0 : 1;
+  }
+
+  /// The entry of `id`, default-constructed first if absent.
+  T& operator[](key_type id) {
+    auto pos = index_.find(id);
+    if (pos != flat_index::npos)
+      return entries_[pos].second;
+    entries_.emplace_back(id, T{});
+    index_.insert(id, static_cast<std::uint32_t>(entries_.size() - 1));
+    return entries_.back().second;
+  }
+
+  /// Removes the entry at `i` (the last one moves into its place).
+  /// REQUIRES: i is a valid iterator of this map, not end().
+  void erase(iterator i) {
+    auto pos = static_cast<std::size_t>(i - begin());
+    assert(pos < entries_.size());
+    index_.erase(i->first);
+    if (pos + 1 != entries_.size()) {
+      *i = std::move(entries_.back());
+      index_.assign(i->first, static_cast<std::uint32_t>(pos));
+    }
+    entries_.pop_back();
+  }
+
+  void clear() {
+    entries_.clear();
+    index_ = flat_index{};
+  }
+
+private:
+  std::vector<value_type> entries_;
+  flat_index index_;
+};
+
+} // namespace kvactor::detail
