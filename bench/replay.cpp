@@ -37,7 +37,7 @@
 #include <caf/scoped_actor.hpp>
 #include <nlohmann/json.hpp>
 
-#include "bench/interrupt.hpp"
+#include "cli/interrupt.hpp"
 #include "bench/replay_report.hpp"
 #include "bench/replay_scheduler.hpp"
 #include "bench/trace.hpp"
@@ -48,6 +48,8 @@
 
 using namespace kvactor;
 using namespace kvactor::bench;
+using kvactor::cli::install_interrupt_handler;
+using kvactor::cli::interrupted;
 
 namespace {
 

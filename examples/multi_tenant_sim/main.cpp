@@ -11,13 +11,10 @@
 // (examples/scenarios/default.json). Exit status: 0 done, 1 the run failed,
 // 2 bad input (arguments or scenario), 130 interrupted by Ctrl-C (the report
 // of what ran is still written).
-#include <atomic>
-#include <csignal>
-#include <cstring>
-#include <ctime>
 #include <iostream>
 #include <string>
 
+#include "cli/interrupt.hpp"
 #include "kvactor/config/cache_config.hpp"
 #include "report.hpp"
 #include "scenario.hpp"
@@ -32,43 +29,6 @@ constexpr int exit_ok = 0;
 constexpr int exit_failure = 1;
 constexpr int exit_bad_input = 2;
 constexpr int exit_interrupted = 130;
-
-std::atomic<bool> interrupted{false};
-std::atomic<long long> interrupted_at_ns{0};
-static_assert(std::atomic<bool>::is_always_lock_free
-                && std::atomic<long long>::is_always_lock_free,
-              "the SIGINT handler needs lock-free atomics");
-
-long long monotonic_ns() {
-  timespec ts; // clock_gettime is async-signal-safe
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
-
-extern "C" void on_sigint(int) {
-  // The first Ctrl-C sets the flag the scheduler checks once per step: it
-  // stops cleanly and the report of what ran is written. Another one a
-  // couple of seconds later kills at once. One sooner is the same request
-  // again: `timeout -s INT` signals the process and its process group.
-  auto now = monotonic_ns();
-  if (!interrupted.exchange(true)) {
-    interrupted_at_ns.store(now);
-    return;
-  }
-  if (now - interrupted_at_ns.load() >= 2000000000LL) {
-    std::signal(SIGINT, SIG_DFL);
-    std::raise(SIGINT);
-  }
-}
-
-void install_sigint_handler() {
-  struct sigaction sa;
-  std::memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = on_sigint;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &sa, nullptr);
-}
 
 constexpr const char* usage_text =
   "usage: multi_tenant_sim [--config FILE] [--storage none|host|cuda|auto]\n"
@@ -211,9 +171,9 @@ int main(int argc, char** argv) {
     std::cerr << "multi_tenant_sim: output_dir " << message_of(err) << '\n';
     return exit_bad_input;
   }
-  install_sigint_handler();
+  kvactor::cli::install_interrupt_handler();
   progress bar{opt.progress};
-  auto result = simulate(s, interrupted, bar);
+  auto result = simulate(s, kvactor::cli::interrupt_flag(), bar);
   bar.finish(result.interrupted ? "interrupted: stopping, writing the report of "
                                   "what ran"
                                 : "");

@@ -1,13 +1,12 @@
-// interrupt: the SIGINT handler and its flag (interrupt.hpp); the same
-// handling as multi_tenant_sim's.
-#include "bench/interrupt.hpp"
+// interrupt: the SIGINT handler and its flag (interrupt.hpp).
+#include "cli/interrupt.hpp"
 
 #include <atomic>
 #include <csignal>
 #include <cstring>
 #include <ctime>
 
-namespace kvactor::bench {
+namespace kvactor::cli {
 
 namespace {
 
@@ -46,8 +45,12 @@ void install_interrupt_handler() {
   sigaction(SIGINT, &sa, nullptr);
 }
 
+const std::atomic<bool>& interrupt_flag() noexcept {
+  return flag;
+}
+
 bool interrupted() noexcept {
   return flag.load(std::memory_order_relaxed);
 }
 
-} // namespace kvactor::bench
+} // namespace kvactor::cli
