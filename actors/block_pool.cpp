@@ -50,6 +50,9 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
                        table_of(st.core(), req.id)};
     },
     [&st](can_alloc_atom, const allocation_request& req) {
+      // Pins past their deadline mean nothing any more: dropping them
+      // first (housekeeping, not a change a caller can see) makes the
+      // answer match what allocate, which drops them too, would do.
       st.expire_due_pins();
       return st.core().can_allocate(req);
     },
@@ -264,11 +267,11 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
     },
     [self, &st](swap_in_atom, request_id id, std::uint64_t cache_id)
       -> caf::result<std::vector<block_move>> {
-      st.expire_due_pins();
       if (auto err = from_manager(self, st.registry, "swap in"))
         return err;
       if (auto err = check_current(st.core(), id, cache_id))
         return err;
+      st.expire_due_pins(); // only once the message is accepted
       auto res = st.core().swap_in_begin(id);
       if (!res)
         return std::move(res.error());

@@ -293,8 +293,10 @@ private:
     std::uint8_t level = 0;
     bool indexed = false;
     bool pinned = false; ///< cached but kept off the LRU until its deadline
-    /// References held by copies in flight (counted in ref_count too).
-    std::uint16_t holds = 0;
+    /// References held by copies in flight (counted in ref_count too): 32
+    /// bits, as a block shared by more than 65535 forks may be the source
+    /// of as many copies in one step (it fits the padding before `hash`).
+    std::uint32_t holds = 0;
     block_hash hash;
   };
   static_assert(sizeof(block_meta) <= 32, "keep block_meta two to a line");

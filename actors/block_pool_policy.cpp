@@ -184,12 +184,17 @@ void block_pool_core::unpin_with_descendants(block_id b) {
   // longest time): were b unpinned alone, a pinned block below it - held
   // by a table released earlier - could outlive the way to it. So what
   // hangs below b goes first, deepest first, and is evicted first.
+  // One scan for b's pinned children, then each child's subtree: the
+  // subtrees are disjoint (an indexed hash names one block, so a block has
+  // one parent), and unpinning one leaves the others pinned.
   auto h = blocks_[b].hash.lo;
-  for (std::size_t i = 0; i < pinned_.size(); ++i)
-    if (pinned_[i] != b && parent_[pinned_[i]] == h) {
-      unpin_with_descendants(pinned_[i]);
-      i = static_cast<std::size_t>(-1); // pinned_ changed: from the start
-    }
+  std::vector<block_id> children;
+  for (auto c : pinned_)
+    if (c != b && parent_[c] == h)
+      children.push_back(c);
+  for (auto c : children)
+    if (blocks_[c].pinned)
+      unpin_with_descendants(c);
   unpin_at(pin_pos_[b]);
 }
 

@@ -331,4 +331,32 @@ BOOST_AUTO_TEST_CASE(a_fork_keeps_the_growth_promised_under_reserve_expected) {
   BOOST_TEST(describe(pool, false) == before); // nothing changed
 }
 
+BOOST_FIXTURE_TEST_CASE(a_block_may_be_the_source_of_more_than_65535_copies,
+                        pool_fixture) {
+  // 70,000 forks of a request whose last block is half full, each
+  // extended in one step with its copy held: the shared block is the
+  // source of 70,000 copies in flight at once (its hold count once
+  // wrapped at 65,536, so copies were made for blocks nobody shared).
+  constexpr request_id forks = 70000;
+  make(forks + 8);
+  alloc(prompt_req(1, run(10, 6)));
+  for (request_id c = 2; c < forks + 2; ++c)
+    BOOST_REQUIRE(pool().fork(1, c));
+  step_request step;
+  for (request_id c = 2; c < forks + 2; ++c)
+    step.extends.push_back(extend_op{c, 1});
+  auto r = pool().run_step(step, true);
+  BOOST_REQUIRE(r.failed.empty());
+  BOOST_TEST(r.copies.size() == std::size_t{forks});
+  BOOST_TEST(pool().copies_in_flight() == std::size_t{forks});
+  BOOST_TEST(invariant(pool()) == "ok");
+  BOOST_TEST(pool().settle_copies(r.copies, true).empty());
+  BOOST_TEST(pool().copies_in_flight() == 0u);
+  // Request 1 alone holds its half-full block again: it appends in place.
+  auto res = pool().extend(1, 1, nullptr);
+  BOOST_REQUIRE(res);
+  BOOST_TEST(res->copies.empty());
+  BOOST_TEST(pool().used_blocks() == std::uint64_t{forks} + 2);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
