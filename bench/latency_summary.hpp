@@ -1,5 +1,5 @@
 // Latency samples of the benchmark programs: percentiles and one JSON object
-// (calls, mean_us, p50_us, p99_us, max_us) per operation. The q-th
+// (calls, mean_us, p50_us, p90_us, p99_us, max_us) per operation. The q-th
 // percentile is the sample at rank floor(q * n) of the sorted samples.
 #pragma once
 
@@ -31,6 +31,7 @@ inline nlohmann::json latency_summary(std::vector<double> us) {
   return {{"calls", us.size()},
           {"mean_us", sum / static_cast<double>(us.size())},
           {"p50_us", pick(0.5)},
+          {"p90_us", pick(0.9)},
           {"p99_us", pick(0.99)},
           {"max_us", us.back()}};
 }
