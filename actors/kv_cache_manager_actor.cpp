@@ -88,16 +88,17 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     .then([self](memory_pressure level) { self->state.pressure = level; });
   self->set_down_handler([self](const caf::down_msg& dm) {
     auto& st = self->state;
-    // An owner went: reclaim every request it still held.
+    // An owner went: reclaim every request it still held. The registry
+    // names each request's owner; one scan (an owner dies rarely, a
+    // request starts and ends often: no per-owner id set to keep).
     if (auto o = st.owned.find(dm.source); o != st.owned.end()) {
-      auto ids = std::move(o->second);
       st.owned.erase(o);
-      for (auto id : ids) {
-        auto i = st.registry.find(id);
-        if (i == st.registry.end())
-          continue;
-        reclaim_request(self, id, i->second.info.cache_id);
-      }
+      std::vector<std::pair<request_id, std::uint64_t>> held;
+      for (auto& [id, e] : st.registry)
+        if (e.owner && e.owner.get() == dm.source.get())
+          held.emplace_back(id, e.info.cache_id);
+      for (auto& [id, cache_id] : held)
+        reclaim_request(self, id, cache_id);
       // It may have been a lifecycle subscriber too: drop it there as well.
     }
     auto& subs = st.lifecycle;

@@ -32,10 +32,8 @@ request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
   auto h = spawn_request_handle(self->system(), std::move(args), st.supervisor);
   if (owner) {
     auto addr = caf::actor_cast<caf::actor_addr>(owner);
-    auto& ids = st.owned[addr];
-    if (ids.empty())
+    if (st.owned[addr]++ == 0)
       self->monitor(addr);
-    ids.insert(req.id);
   }
   st.registry[req.id] = manager_state::entry{h, std::move(info),
                                              std::move(owner)};
@@ -59,7 +57,7 @@ void end_request(mgr_ptr self, request_id id, end_reason why,
   if (e.owner) {
     auto addr = caf::actor_cast<caf::actor_addr>(e.owner);
     auto o = st.owned.find(addr);
-    if (o != st.owned.end() && o->second.erase(id) > 0 && o->second.empty()) {
+    if (o != st.owned.end() && --o->second == 0) {
       st.owned.erase(o);
       // demonitor drops every monitor of addr: keep a subscriber's.
       if (!is_lifecycle_subscriber(st, addr))

@@ -8,7 +8,6 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include <caf/stateful_actor.hpp>
@@ -43,9 +42,11 @@ struct manager_state {
   /// killed (the state is gone by then).
   std::shared_ptr<registry_map> shared_registry = std::make_shared<registry_map>();
   registry_map& registry = *shared_registry;
-  /// Live requests per owner: one monitor per owner (not per request - a
-  /// monitor is a list entry on the observed actor, removed by a search).
-  std::unordered_map<caf::actor_addr, std::unordered_set<request_id>> owned;
+  /// How many live requests each owner holds: one monitor per owner (not
+  /// per request - a monitor is a list entry on the observed actor, removed
+  /// by a search). The entries name their owners; when one dies, a scan of
+  /// the registry finds its requests.
+  std::unordered_map<caf::actor_addr, std::size_t> owned;
   std::vector<caf::actor> lifecycle;
   /// Replies owed while the pool or the device works: answered with
   /// shutting_down if the manager exits first - by its exit handler, or

@@ -348,6 +348,39 @@ BOOST_AUTO_TEST_CASE(an_owner_that_dies_takes_its_requests_with_it) {
     BOOST_TEST(ev.reason == end_reason::reclaimed);
 }
 
+BOOST_AUTO_TEST_CASE(an_owners_watch_follows_the_count_of_its_live_requests) {
+  caf::scoped_actor sub{sys};
+  subscribe(topic::lifecycle, sub);
+  {
+    caf::scoped_actor owner{sys};
+    // Two requests, one freed: the watch stays for the other.
+    BOOST_REQUIRE(allocate_from(owner, make_request(cfg, 1, 4)));
+    BOOST_REQUIRE(allocate_from(owner, make_request(cfg, 2, 4)));
+    BOOST_REQUIRE(free(1));
+    // All freed, then one more: watched again.
+    BOOST_REQUIRE(free(2));
+    BOOST_REQUIRE(allocate_from(owner, make_request(cfg, 3, 8)));
+    BOOST_REQUIRE(allocate_from(owner, make_request(cfg, 4, 8)));
+    BOOST_REQUIRE(free(4));
+    BOOST_TEST(used_blocks() == 2u);
+  }
+  run();
+  // Its one live request went with it; the freed ones were not ended twice.
+  auto s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->active_caches == 0u);
+  BOOST_TEST(s->free_blocks == 64u);
+  auto ended = ended_events(sub);
+  BOOST_REQUIRE(ended.size() == 4u);
+  std::size_t reclaimed = 0;
+  for (auto& ev : ended)
+    if (ev.reason == end_reason::reclaimed) {
+      ++reclaimed;
+      BOOST_TEST(ev.id == 3u);
+    }
+  BOOST_TEST(reclaimed == 1u);
+}
+
 // -- GC -------------------------------------------------------------------------------
 
 BOOST_AUTO_TEST_CASE(gc_on_demand_reclaims_orphans_with_real_figures) {
