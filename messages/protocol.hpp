@@ -37,9 +37,11 @@ const char* to_string(topic x) noexcept;
 
 /// A request as the manager knows it (the prompt is not kept).
 struct request_info {
-  allocation_request request; ///< as allocated, prompt dropped
+  // cache_id first: the manager's registry reads it on every operation by
+  // id, and here it shares a cache line with the entry's key.
   std::uint64_t cache_id = 0; ///< the pool's id of this incarnation
   bool swapped = false;       ///< blocks live in the host tier
+  allocation_request request; ///< as allocated, prompt dropped
 };
 
 template <class Inspector>

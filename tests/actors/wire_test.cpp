@@ -17,7 +17,7 @@ protocol_messages(cache_fixture& f, const request_handle_actor& h) {
   req.tenant = "b";
   req.priority = priority::high;
   block_table table{{3, 1, 4}, 10, 4};
-  request_info info{make_request(f.cfg, 7, 10), 42, true};
+  request_info info{42, true, make_request(f.cfg, 7, 10)};
   step_request step;
   step.frees = {1, 2};
   step.extends = {extend_op{3, 4}};
