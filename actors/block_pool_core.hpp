@@ -94,9 +94,8 @@ public:
   /// Usage, counters and per-tenant figures (block_pool_stats.cpp).
   pool_stats stats() const;
 
-  /// The time (ns since the Unix epoch) stamped on the requests later
-  /// operations admit or grow (sequence::last_access); the pool actor sets
-  /// it per message, so the core itself reads no clock.
+  /// The time (ns since the epoch) stamped on requests later admitted or
+  /// grown (sequence::last_access); set per message: the core reads no clock.
   void set_clock(std::uint64_t ns) noexcept {
     clock_ns_ = ns;
   }
@@ -293,9 +292,8 @@ private:
     std::uint8_t level = 0;
     bool indexed = false;
     bool pinned = false; ///< cached but kept off the LRU until its deadline
-    /// References held by copies in flight (counted in ref_count too): 32
-    /// bits, as a block shared by more than 65535 forks may be the source
-    /// of as many copies in one step (it fits the padding before `hash`).
+    /// References held by copies in flight (counted in ref_count too); 32
+    /// bits: a block may be the source of >65535 fork copies in one step.
     std::uint32_t holds = 0;
     block_hash hash;
   };
