@@ -23,6 +23,7 @@ fail() {
   echo "FAIL: $*"
   failures=$((failures + 1))
 }
+. "$(dirname "$0")/../interrupt_wait.sh"
 
 n=3000000
 awk -v n="$n" 'BEGIN {
@@ -58,19 +59,7 @@ run() {
     waited=$((waited + 1))
   done
   sleep 0.5
-  kill -INT "$pid" 2>/dev/null
-  waited=0
-  while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt 200 ]; do
-    sleep 0.1
-    waited=$((waited + 1))
-  done
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -KILL "$pid"
-    fail "$name: still running 20 s after SIGINT"
-  fi
-  wait "$pid"
-  rc=$?
-  [ "$rc" -eq 130 ] || fail "$name: exit $rc, expected 130 ($(head -c 300 "$dir/$name.err"))"
+  interrupt_and_wait "$name" "$pid" "$dir/$name.err"
 }
 
 # check NAME MODE TEXT...: NAME printed one line, of MODE, interrupted, for

@@ -16,6 +16,7 @@ fail() {
   echo "FAIL: $*"
   failures=$((failures + 1))
 }
+. "$(dirname "$0")/../interrupt_wait.sh"
 
 # expect_exit CODE NAME ARGS...: runs the simulator, stdout and stderr to
 # $dir/NAME.out and $dir/NAME.err, and checks its exit status.
@@ -114,19 +115,7 @@ until grep -q "^progress: started:" "$dir/int.err" 2>/dev/null; do
   sleep 0.1
   waited=$((waited + 1))
 done
-kill -INT "$pid" 2>/dev/null
-waited=0
-while kill -0 "$pid" 2>/dev/null && [ "$waited" -lt 200 ]; do
-  sleep 0.1
-  waited=$((waited + 1))
-done
-if kill -0 "$pid" 2>/dev/null; then
-  kill -KILL "$pid"
-  fail "sigint: still running 20 s after SIGINT"
-fi
-wait "$pid"
-rc=$?
-[ "$rc" -eq 130 ] || fail "sigint: exit $rc, expected 130 ($(head -c 300 "$dir/int.err"))"
+interrupt_and_wait sigint "$pid" "$dir/int.err"
 [ -s "$dir/int/report.json" ] || fail "sigint: no report.json"
 expect_in "$dir/int/report.json" '"interrupted": true'
 expect_in "$dir/int/report.json" '"completed": false'
