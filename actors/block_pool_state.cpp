@@ -131,9 +131,12 @@ caf::expected<extension> grow(pool_ptr self, request_id id,
                               const std::vector<token_id>& tokens,
                               bool by_manager) {
   auto& st = self->state;
-  if (auto err = by_manager ? check_current(st.core(), id, cache_id)
-                            : check_incarnation(st.core(), id, cache_id))
-    return err;
+  // Looked up once: extend adds no sequence, so `seq` stays valid for the
+  // table below.
+  auto seq = st.core().find(id, cache_id);
+  if (seq == nullptr)
+    return by_manager ? check_current(st.core(), id, cache_id)
+                      : check_incarnation(st.core(), id, cache_id);
   if (!tokens.empty() && tokens.size() != n)
     return make_error(errc::invalid_request,
                       "request " + std::to_string(id) + ": "
@@ -146,7 +149,7 @@ caf::expected<extension> grow(pool_ptr self, request_id id,
   if (!res)
     return std::move(res.error());
   st.report(self);
-  return extension{table_of(st.core(), id), std::move(res->copies)};
+  return extension{st.core().table(*seq), std::move(res->copies)};
 }
 
 } // namespace kvactor::detail
