@@ -13,6 +13,7 @@
 #include <unistd.h>
 #endif
 
+#include "kvactor/actors/quiet_scheduler.hpp"
 #include "kvactor/messages/error.hpp"
 #include "kvactor/messages/interfaces.hpp"
 #include "kvactor/messages/protocol.hpp"
@@ -77,13 +78,13 @@ void add_message_types(caf::actor_system_config& cfg) {
 
 namespace {
 
-/// Runs CAF's clock thread at the lowest priority (nice 19). Every actor
-/// that quits wakes that thread (CAF 0.17 cancels the actor's timeouts
-/// there), and every request ends one handle actor: at normal priority the
-/// woken thread preempts a worker or a caller waiting for a reply - on two
-/// cores that cost the next operation ~15 us. At nice 19 it still runs
-/// whenever a core has room; only timers (GC ticks, pin expiry) may fire a
-/// little late on a saturated machine.
+/// Runs the clock threads at the lowest priority (nice 19). Stock CAF 0.17
+/// wakes its clock thread whenever an actor quits; the quiet scheduler's
+/// only for timers, but a woken clock thread at normal priority preempts a
+/// worker or a caller waiting for a reply - on two cores that cost the next
+/// operation ~15 us. At nice 19 it still runs whenever a core has room;
+/// only timers (GC ticks, pin expiry) may fire a little late on a saturated
+/// machine.
 class clock_thread_priority : public caf::thread_hook {
 public:
   void init(caf::actor_system&) override {
@@ -94,7 +95,8 @@ public:
 #ifdef __linux__
     char name[16] = {};
     if (pthread_getname_np(pthread_self(), name, sizeof(name)) == 0
-        && std::strcmp(name, "caf.clock") == 0)
+        && (std::strcmp(name, "caf.clock") == 0
+            || std::strcmp(name, detail::quiet_clock_thread_name) == 0))
       setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
 #endif
   }
@@ -112,6 +114,8 @@ void tune_for_latency(caf::actor_system_config& cfg) {
   // picked up in microseconds; idle workers still end up asleep.
   cfg.set("work-stealing.aggressive-poll-attempts", 2000);
   cfg.set("work-stealing.moderate-poll-attempts", 0);
+  // Actors quitting no longer wake the clock thread; timers still do.
+  detail::install_quiet_scheduler(cfg);
   cfg.add_thread_hook<clock_thread_priority>();
 }
 
