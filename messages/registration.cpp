@@ -13,7 +13,7 @@
 #include <unistd.h>
 #endif
 
-#include "kvactor/actors/quiet_scheduler.hpp"
+#include "kvactor/actors/caf_scheduler.hpp"
 #include "kvactor/messages/error.hpp"
 #include "kvactor/messages/interfaces.hpp"
 #include "kvactor/messages/protocol.hpp"
@@ -114,8 +114,9 @@ void tune_for_latency(caf::actor_system_config& cfg) {
   // picked up in microseconds; idle workers still end up asleep.
   cfg.set("work-stealing.aggressive-poll-attempts", 2000);
   cfg.set("work-stealing.moderate-poll-attempts", 0);
-  // Actors quitting no longer wake the clock thread; timers still do.
-  detail::install_quiet_scheduler(cfg);
+  // Workers run actors in the order they woke (none starves under load),
+  // and actors quitting no longer wake the clock thread; timers still do.
+  detail::install_caf_scheduler(cfg);
   cfg.add_thread_hook<clock_thread_priority>();
 }
 

@@ -14,10 +14,14 @@ namespace kvactor {
 /// category with a readable renderer.
 void add_message_types(caf::actor_system_config& cfg);
 
-/// Scheduler settings for low-latency request/response from non-actor
-/// threads (the facade): workers poll longer before sleeping, and CAF's
-/// clock thread runs at the lowest priority (on Linux; see
-/// registration.cpp). Optional.
+/// The scheduler kvactor's systems should run on (configure() installs it):
+/// work stealing whose workers run actors in the order they woke, so that
+/// no actor starves under sustained load (stock CAF runs the newest first;
+/// see actors/caf_scheduler.hpp); a clock thread woken only for timers and
+/// run at the lowest priority (on Linux); workers that poll longer before
+/// sleeping, for low-latency calls from non-actor threads (the facade).
+/// Leaves a config that asks for another scheduler policy (CAF's
+/// deterministic test scheduler) on that policy.
 void tune_for_latency(caf::actor_system_config& cfg);
 
 } // namespace kvactor

@@ -1,6 +1,6 @@
-// quiet_scheduler: a clock that skips the cancellation of timeouts an actor
+// caf_scheduler: a clock that skips the cancellation of timeouts an actor
 // never set, and a work-stealing coordinator that serves it.
-#include "kvactor/actors/quiet_scheduler.hpp"
+#include "kvactor/actors/caf_scheduler.hpp"
 
 #include <mutex>
 #include <thread>
@@ -76,13 +76,28 @@ private:
   quiet_clock_counts counts_;
 };
 
-/// CAF's work-stealing coordinator, serving the quiet clock from a thread
-/// of its own. (The base class still starts its stock clock thread; nobody
-/// asks that clock for anything, so it sleeps.)
-class quiet_coordinator final
-  : public caf::scheduler::coordinator<caf::policy::work_stealing> {
+/// CAF's work stealing, except that a worker runs the actors it wakes
+/// itself in the order they woke (stock CAF runs the newest first). Newest
+/// first starves: under sustained load one worker always has a fresher job
+/// (the next hop of a request in flight), so an actor woken earlier - a
+/// handle actor told to end, the supervisor with a pressure change - waits
+/// until the load pauses; ended handle actors piled up by the tens of
+/// thousands, memory and all.
+class fifo_stealing : public caf::policy::work_stealing {
 public:
-  using super = caf::scheduler::coordinator<caf::policy::work_stealing>;
+  template <class Worker>
+  void internal_enqueue(Worker* self, caf::resumable* job) {
+    d(self).queue.append(job);
+  }
+};
+
+/// CAF's work-stealing coordinator with FIFO workers, serving the quiet
+/// clock from a thread of its own. (The base class still starts its stock
+/// clock thread; nobody asks that clock for anything, so it sleeps.)
+class quiet_coordinator final
+  : public caf::scheduler::coordinator<fifo_stealing> {
+public:
+  using super = caf::scheduler::coordinator<fifo_stealing>;
 
   explicit quiet_coordinator(caf::actor_system& sys) : super(sys) {
     // nop
@@ -117,7 +132,7 @@ private:
 
 } // namespace
 
-void install_quiet_scheduler(caf::actor_system_config& cfg) {
+void install_caf_scheduler(caf::actor_system_config& cfg) {
   auto policy = caf::get_or(cfg, "scheduler.policy", caf::atom("stealing"));
   if (policy != caf::atom("stealing"))
     return;

@@ -1,4 +1,4 @@
-// quiet_scheduler: CAF 0.17's work-stealing scheduler with a clock thread that
+// caf_scheduler: CAF 0.17's work-stealing scheduler with a clock thread that
 // is woken only by actors that set timeouts. Stock CAF 0.17 wakes its clock
 // thread whenever any actor quits (local_actor::cleanup cancels the actor's
 // timeouts through the clock's queue), and kvactor ends one handle actor per
@@ -19,10 +19,10 @@ namespace kvactor::detail {
 /// Name of the quiet clock's thread (the stock one, idle, keeps "caf.clock").
 inline constexpr const char* quiet_clock_thread_name = "kvactor.clock";
 
-/// Makes systems built from `cfg` use the quiet scheduler - unless `cfg`
+/// Makes systems built from `cfg` use this scheduler - unless `cfg`
 /// asks for another policy than work stealing (CAF's deterministic test
 /// scheduler, work sharing), which it leaves alone.
-void install_quiet_scheduler(caf::actor_system_config& cfg);
+void install_caf_scheduler(caf::actor_system_config& cfg);
 
 /// What the quiet clock did with the cancellations quitting actors asked
 /// for: skipped (the actor had set no timeout) or passed on to the clock

@@ -1,0 +1,238 @@
+// kvactor's CAF scheduler (tune_for_latency): no actor starves while one
+// worker is saturated - a timer's message, handle actors told to end; actors
+// that quit without having set a timeout no longer wake the clock thread,
+// while every kind of timer - request timeouts, receive timeouts, delayed
+// messages - still fires, and an actor that quits with a timer pending still
+// has it cancelled. Systems asking for another scheduler keep theirs.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <future>
+#include <memory>
+#include <string>
+
+#include <caf/actor_registry.hpp>
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/scheduler/test_coordinator.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/sec.hpp>
+#include <caf/send.hpp>
+
+#include "fixture.hpp"
+#include "kvactor/actors/caf_scheduler.hpp"
+#include "kvactor/messages/registration.hpp"
+
+using namespace kvtest;
+using kvactor::detail::quiet_clock_counts_of;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// A system on kvactor's scheduler; one worker unless told otherwise.
+struct quiet_system {
+  caf::actor_system_config cfg;
+  caf::actor_system sys;
+
+  explicit quiet_system(std::size_t workers = 1)
+    : sys{(kvactor::tune_for_latency(cfg),
+           cfg.set("scheduler.max-threads", workers), cfg)} {
+    // nop
+  }
+};
+
+/// Sends `x + 1` on to `other`, naming itself, until `stop` is set: two of
+/// them keep one worker busy for good, always with a freshly woken actor.
+caf::behavior bouncer(caf::event_based_actor* self,
+                      std::shared_ptr<std::atomic<bool>> stop) {
+  return {[self, stop](std::int64_t x, const caf::actor& other) {
+    if (!stop->load())
+      self->send(other, x + 1, caf::actor_cast<caf::actor>(self));
+  }};
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(caf_scheduler_suite, watchdog)
+
+BOOST_AUTO_TEST_CASE(a_timer_fires_while_the_only_worker_is_saturated) {
+  quiet_system q;
+  auto stop = std::make_shared<std::atomic<bool>>(false);
+  auto a = q.sys.spawn(bouncer, stop);
+  auto b = q.sys.spawn(bouncer, stop);
+  caf::anon_send(a, std::int64_t{0}, b);
+  // The stopper's message comes from the clock thread while a and b keep
+  // the worker busy; newest-first workers would never run the stopper.
+  std::promise<void> stopped;
+  auto stopper = q.sys.spawn([stop, &stopped](caf::event_based_actor* self)
+                               -> caf::behavior {
+    return {[self, stop, &stopped](std::int32_t) {
+      stop->store(true);
+      stopped.set_value();
+      self->quit();
+    }};
+  });
+  caf::delayed_anon_send(stopper, 5ms, std::int32_t{0});
+  auto fired = stopped.get_future().wait_for(10s) == std::future_status::ready;
+  stop->store(true); // frees the worker either way
+  BOOST_REQUIRE_MESSAGE(fired, "the timer's message never ran");
+  caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(b, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_CASE(ended_handle_actors_quit_while_the_load_goes_on) {
+  auto cfg = small_config(256);
+  cfg.scheduler_threads = 1;
+  cache_fixture f{cfg};
+  auto& sys = *f.sys;
+  auto mgr = f.m().actor();
+  // A client keeps 16 allocate-then-free churns in flight, 3000 in all, and
+  // counts the running actors as the last one lands - before the load has
+  // paused. Each churn ended a handle actor; newest-first workers left
+  // every one of them waiting behind the load.
+  constexpr std::size_t window = 16;
+  constexpr std::size_t churns = 3000;
+  constexpr auto failed = static_cast<std::size_t>(-1);
+  std::promise<std::size_t> running_at_end;
+  sys.spawn([&, mgr](caf::event_based_actor* self) {
+    auto next = std::make_shared<std::size_t>(0);
+    auto done = std::make_shared<std::size_t>(0);
+    auto over = std::make_shared<bool>(false);
+    auto finish = [over, &running_at_end](std::size_t running) {
+      if (!*over) {
+        *over = true;
+        running_at_end.set_value(running);
+      }
+    };
+    auto churn = std::make_shared<std::function<void()>>();
+    *churn = [=, &f, &sys] {
+      if (*next == churns)
+        return;
+      auto id = ++*next;
+      self->request(mgr, caf::infinite, allocate_atom::value, f.req(id, 4))
+        .then(
+          [=, &sys](request_handle_actor&, block_table&) {
+            self->request(mgr, caf::infinite, free_atom::value, id)
+              .then(
+                [=, &sys](std::uint32_t) {
+                  if (++*done == churns) {
+                    finish(sys.registry().running());
+                    *churn = nullptr; // it holds itself
+                    return;
+                  }
+                  (*churn)();
+                },
+                [=](caf::error&) { finish(failed); });
+          },
+          [=](caf::error&) { finish(failed); });
+    };
+    for (std::size_t k = 0; k < window; ++k)
+      (*churn)();
+  });
+  auto fut = running_at_end.get_future();
+  BOOST_REQUIRE(fut.wait_for(60s) == std::future_status::ready);
+  auto running = fut.get();
+  BOOST_REQUIRE_MESSAGE(running != failed, "an allocate or a free failed");
+  // The cache's own actors, the client, and at most the last few handles.
+  BOOST_TEST_MESSAGE("actors running as the load ended: " << running);
+  BOOST_TEST(running < 100u);
+}
+
+BOOST_AUTO_TEST_CASE(actors_quitting_without_timeouts_do_not_reach_the_clock) {
+  quiet_system q;
+  BOOST_REQUIRE(quiet_clock_counts_of(q.sys).has_value());
+  auto before = *quiet_clock_counts_of(q.sys);
+  for (int i = 0; i < 1000; ++i)
+    q.sys.spawn([](caf::event_based_actor* self) { self->quit(); });
+  q.sys.await_all_actors_done();
+  auto after = *quiet_clock_counts_of(q.sys);
+  BOOST_TEST(after.skipped - before.skipped >= 1000u);
+  BOOST_TEST(after.forwarded == before.forwarded);
+}
+
+BOOST_AUTO_TEST_CASE(request_timeouts_fire_and_are_cancelled_at_exit) {
+  quiet_system q;
+  // Never answers: the request can only end by its timeout.
+  auto silent = q.sys.spawn([](caf::event_based_actor*) -> caf::behavior {
+    return {[](std::int32_t) -> caf::result<std::int32_t> {
+      return caf::delegated<std::int32_t>{};
+    }};
+  });
+  {
+    caf::scoped_actor self{q.sys};
+    bool timed_out = false;
+    self->request(silent, 20ms, std::int32_t{1})
+      .receive([](std::int32_t) {},
+               [&](caf::error& err) {
+                 timed_out = err == caf::sec::request_timeout;
+               });
+    BOOST_TEST(timed_out);
+  }
+  // The scoped actor set a timeout: its exit went to the clock.
+  BOOST_TEST(quiet_clock_counts_of(q.sys)->forwarded >= 1u);
+  caf::anon_send_exit(silent, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_CASE(receive_timeouts_and_delayed_messages_arrive) {
+  quiet_system q;
+  caf::scoped_actor self{q.sys};
+  auto client = caf::actor_cast<caf::actor>(self);
+  // Reports its receive timeout, then quits.
+  q.sys.spawn([client](caf::event_based_actor* ev) -> caf::behavior {
+    return {
+      [](std::int32_t) {},
+      caf::after(10ms) >> [ev, client] {
+        ev->send(client, std::string{"idle"});
+        ev->quit();
+      },
+    };
+  });
+  caf::delayed_anon_send(client, 15ms, std::int32_t{42});
+  std::string idle;
+  std::int32_t delayed = 0;
+  for (int i = 0; i < 2; ++i)
+    self->receive([&](const std::string& s) { idle = s; },
+                  [&](std::int32_t x) { delayed = x; },
+                  caf::after(5s) >> [] { BOOST_FAIL("a timer did not fire"); });
+  BOOST_TEST(idle == "idle");
+  BOOST_TEST(delayed == 42);
+}
+
+BOOST_AUTO_TEST_CASE(an_actor_quitting_with_a_timer_pending_has_it_cancelled) {
+  quiet_system q;
+  caf::scoped_actor self{q.sys};
+  auto client = caf::actor_cast<caf::actor>(self);
+  auto before = *quiet_clock_counts_of(q.sys);
+  // Its receive timeout is an hour away when it quits: the cancellation
+  // must reach the clock (exactly this one actor's).
+  auto sleeper = q.sys.spawn([client](caf::event_based_actor* ev) -> caf::behavior {
+    return {
+      [ev](std::int32_t) { ev->quit(); },
+      caf::after(std::chrono::seconds{3600}) >> [ev, client] {
+        ev->send(client, std::string{"woke"});
+      },
+    };
+  });
+  self->monitor(sleeper);
+  self->send(sleeper, std::int32_t{0});
+  self->receive([](const caf::down_msg&) {});
+  BOOST_TEST(quiet_clock_counts_of(q.sys)->forwarded - before.forwarded == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(other_schedulers_are_left_alone) {
+  {
+    caf::actor_system_config cfg;
+    cfg.set("scheduler.policy", caf::atom("testing"));
+    kvactor::tune_for_latency(cfg);
+    caf::actor_system sys{cfg};
+    BOOST_TEST(!quiet_clock_counts_of(sys).has_value());
+    BOOST_TEST(dynamic_cast<caf::scheduler::test_coordinator*>(&sys.scheduler())
+               != nullptr);
+  }
+  caf::actor_system_config plain;
+  caf::actor_system sys{plain};
+  BOOST_TEST(!quiet_clock_counts_of(sys).has_value());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
