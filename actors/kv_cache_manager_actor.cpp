@@ -164,23 +164,18 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     },
     [self](extend_atom, request_id id,
            std::uint64_t n) -> caf::result<block_table> {
-      auto& st = self->state;
-      auto i = st.registry.find(id);
-      if (i == st.registry.end())
-        return make_error(errc::unknown_request, unknown(id));
       // Straight to the pool, which answers the client: the handle actor
-      // only relayed (one hop less, and no visit to a cold actor).
-      return self->delegate(st.pool, extend_atom::value, id,
-                            i->second.info.cache_id, n);
+      // only relayed (one hop less, and no visit to a cold actor). The pool
+      // knows which requests are live - ahead of the registry, which takes
+      // in an actor client's steps a message later - so the registry is
+      // not asked either (at 100,000 live requests, two cache misses less).
+      return self->delegate(self->state.pool, extend_atom::value, id,
+                            current_incarnation, n);
     },
     [self](append_atom, request_id id,
            std::vector<token_id>& tokens) -> caf::result<block_table> {
-      auto& st = self->state;
-      auto i = st.registry.find(id);
-      if (i == st.registry.end())
-        return make_error(errc::unknown_request, unknown(id));
-      return self->delegate(st.pool, append_atom::value, id,
-                            i->second.info.cache_id, std::move(tokens));
+      return self->delegate(self->state.pool, append_atom::value, id,
+                            current_incarnation, std::move(tokens));
     },
     [self](free_atom, request_id id) -> caf::result<std::uint32_t> {
       auto& reg = self->state.registry;

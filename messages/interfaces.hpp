@@ -82,11 +82,12 @@ using block_pool_actor = caf::typed_actor<
   // undone). The pool handles no other message while such a copy runs.
   caf::replies_to<extend_atom, request_id, std::uint64_t, std::uint64_t,
                   std::vector<token_id>>::with<extension>,
-  // From the manager, for its extend and append by id (request id, the
-  // cache id its registry names, n or the tokens): as the handle's, but the
-  // reply is the table alone, for the manager to delegate (its client gets
-  // the pool's answer: no hop through the handle actor), and the error
-  // once that incarnation ended is unknown_request.
+  // From the manager, for its extend and append by id (request id, a cache
+  // id - current_incarnation: whichever is live - n or the tokens): as the
+  // handle's, but the reply is the table alone, for the manager to delegate
+  // (its client gets the pool's answer: no hop through the handle actor,
+  // no registry lookup), and the error for an id not live (or not as that
+  // incarnation) is unknown_request.
   caf::replies_to<extend_atom, request_id, std::uint64_t,
                   std::uint64_t>::with<block_table>,
   caf::replies_to<append_atom, request_id, std::uint64_t,

@@ -35,6 +35,10 @@ enum class topic : std::uint8_t {
 
 const char* to_string(topic x) noexcept;
 
+/// The cache id that names whichever incarnation of a request id is live
+/// now (the pool numbers incarnations from 1).
+inline constexpr std::uint64_t current_incarnation = 0;
+
 /// A request as the manager knows it (the prompt is not kept).
 struct request_info {
   // cache_id first: the manager's registry reads it on every operation by
