@@ -101,7 +101,7 @@ facade_core::slot_for(const request_handle_actor& h, const request_info& info) {
     s = std::make_shared<request_slot>();
     // Ended before this slot was made (its reply crossed the end): born
     // invalid. Stopped: likewise.
-    s->valid = !stopped_ && recent_set_.count(h.id()) == 0;
+    s->valid = !stopped_ && !recent_ends_.contains(h.id());
     s->info = info;
     s->actor = h;
     s->handle_id = h.id();
@@ -137,13 +137,8 @@ void facade_core::invalidate(std::uint64_t handle_id, bool ended) {
   std::lock_guard<std::mutex> guard{mtx_};
   // Remembered whether or not it has a slot now: a reply on its way may
   // make one (again) later.
-  if (ended && recent_set_.insert(handle_id).second) {
-    recent_ends_.push_back(handle_id);
-    if (recent_ends_.size() > recent_ends_cap) {
-      recent_set_.erase(recent_ends_.front());
-      recent_ends_.pop_front();
-    }
-  }
+  if (ended)
+    recent_ends_.insert(handle_id);
   auto i = slots_.find(handle_id);
   if (i == slots_.end())
     return;

@@ -5,14 +5,12 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
 #include <tuple>
 #include <unordered_map>
-#include <unordered_set>
 #include <utility>
 
 #include <caf/actor_cast.hpp>
@@ -21,6 +19,7 @@
 #include "kvactor/actors/blocking_bridge.hpp"
 #include "kvactor/actors/kv_cache_handle.hpp"
 #include "kvactor/actors/kv_cache_manager_actor.hpp"
+#include "kvactor/actors/recent_ids.hpp"
 #include "kvactor/config/cache_config.hpp"
 #include "kvactor/messages/error.hpp"
 #include "kvactor/messages/step.hpp"
@@ -156,8 +155,7 @@ private:
   std::mutex mtx_;
   std::unordered_map<std::uint64_t, slot_entry> slots_; ///< by handle id
   std::unordered_map<request_id, std::uint64_t> by_request_; ///< -> handle id
-  std::deque<std::uint64_t> recent_ends_;         ///< handle ids, oldest first
-  std::unordered_set<std::uint64_t> recent_set_;  ///< the same, to look up
+  recent_ids recent_ends_{recent_ends_cap}; ///< handle ids
   bool stopped_ = false; ///< guarded by mtx_
   caf::actor relay_; ///< calls the pressure callback (detached)
   std::vector<caf::actor> writers_; ///< KV event files (detached)
