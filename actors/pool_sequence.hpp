@@ -17,23 +17,21 @@ namespace kvactor::detail {
 /// device moves the bytes, and a failed move returns to the previous state.
 enum class residency : std::uint8_t { resident, swapping_out, swapped, swapping_in };
 
-/// One live request as the pool sees it.
-struct sequence {
+/// One live request as the pool sees it. Laid out for the lookup every
+/// operation makes among up to hundreds of thousands of them: what an
+/// extend reads and writes fills the first cache line, its stamps the
+/// second, and each sequence starts on a line of its own.
+struct alignas(64) sequence {
+  // -- first cache line ------------------------------------------------------
   request_id id = 0;
   std::uint64_t cache_id = 0; ///< unique over the pool's lifetime
-  std::uint64_t admitted = 0; ///< admission order (larger = newer)
-  std::uint16_t tenant = 0;
-  kvactor::priority priority = kvactor::priority::normal;
   std::uint64_t num_tokens = 0;
   std::uint64_t max_tokens = 0;
   std::vector<block_id> blocks;
-  // Hashing state: the first `num_hashed` blocks are full and hashed, `chain`
-  // is the last one's hash (the namespace seed if none) and `tail` holds the
-  // tokens after them. Lost (hashable = false) once tokens arrive unnamed.
-  bool hashable = false;
-  std::uint32_t num_hashed = 0;
-  block_hash chain;
-  std::vector<token_id> tail;
+  std::uint16_t tenant = 0;
+  kvactor::priority priority = kvactor::priority::normal;
+  // Swapping: where its blocks are (see host_blocks below).
+  residency where = residency::resident;
   /// LRU level its blocks join when released (retention_of).
   std::uint8_t level = 5;
   /// Its partially filled last block may be shared (set by fork, the only
@@ -43,27 +41,37 @@ struct sequence {
   /// blocks it fills meanwhile enter the prefix index only once the copy
   /// is made (settle_copies), as their contents build on it.
   bool cow_pending = false;
-  /// The last step whose extends named it (run_step extends a request at
-  /// most once per step).
-  std::uint64_t step_stamp = 0;
+  // Hashing state: the first `num_hashed` blocks are full and hashed, `chain`
+  // is the last one's hash (the namespace seed if none) and `tail` holds the
+  // tokens after them. Lost (hashable = false) once tokens arrive unnamed.
+  bool hashable = false;
+  // -- second cache line -----------------------------------------------------
   /// When it was admitted or last grew (the core's clock then: ns since
   /// the Unix epoch, set by the pool actor; 0 if never set). Its handle's
   /// stats report it, whichever path - handle, manager or step - grew it.
   std::uint64_t last_access = 0;
   /// Tokens it is expected to reach (admission headroom); 0 = no promise.
   std::uint64_t expected_tokens = 0;
-  // Swapping: host-tier copies (swapping_out, swapped) and the device blocks
-  // being filled (swapping_in). A release during a move ends the request at
+  std::uint64_t admitted = 0; ///< admission order (larger = newer)
+  /// The last step whose extends named it (run_step extends a request at
+  /// most once per step).
+  std::uint64_t step_stamp = 0;
+  std::uint32_t num_hashed = 0;
+  // A release during a move (swapping_out, swapping_in) ends the request at
   // once but leaves it a ghost (release_pending: out of the id index, its
   // id free for a new incarnation) until the move's end returns its blocks.
-  residency where = residency::resident;
+  bool release_pending = false;
+  block_hash chain;
+  std::vector<token_id> tail;
+  // -- cold: swapping ----------------------------------------------------------
+  // Host-tier copies (swapping_out, swapped) and the device blocks being
+  // filled (swapping_in).
   std::vector<block_id> host_blocks;
   // Per host block: its hash if the block was in the prefix index when it
   // left, else zero. A swap-in shares such a block again, without a copy,
   // if the prefix is still on the device.
   std::vector<block_hash> host_hashes;
   std::vector<block_id> incoming;
-  bool release_pending = false;
 };
 
 } // namespace kvactor::detail
