@@ -1,5 +1,6 @@
-// caf_scheduler: a clock that skips the cancellation of timeouts an actor
-// never set, and a work-stealing coordinator that serves it.
+// caf_scheduler: FIFO work-stealing workers, and a clock that skips the
+// cancellation of timeouts an actor never set; the coordinator that runs
+// both is the scheduler module install_caf_scheduler adds to a config.
 #include "kvactor/actors/caf_scheduler.hpp"
 
 #include <mutex>
@@ -94,12 +95,12 @@ public:
 /// CAF's work-stealing coordinator with FIFO workers, serving the quiet
 /// clock from a thread of its own. (The base class still starts its stock
 /// clock thread; nobody asks that clock for anything, so it sleeps.)
-class quiet_coordinator final
+class kvactor_coordinator final
   : public caf::scheduler::coordinator<fifo_stealing> {
 public:
   using super = caf::scheduler::coordinator<fifo_stealing>;
 
-  explicit quiet_coordinator(caf::actor_system& sys) : super(sys) {
+  explicit kvactor_coordinator(caf::actor_system& sys) : super(sys) {
     // nop
   }
 
@@ -138,7 +139,7 @@ void install_caf_scheduler(caf::actor_system_config& cfg) {
     return;
   cfg.module_factories.push_back(
     [](caf::actor_system& sys) -> caf::actor_system::module* {
-      return new quiet_coordinator(sys);
+      return new kvactor_coordinator(sys);
     });
 }
 

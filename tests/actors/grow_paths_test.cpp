@@ -116,6 +116,20 @@ BOOST_AUTO_TEST_CASE(the_managers_grow_message_names_one_incarnation) {
   auto s = ask<cache_handle_stats>(pool, stats_atom::value, request_id{1},
                                    old_cache_id);
   BOOST_TEST(outcome(s) == "invalid_handle");
+  // What the manager's extend and append by id send: current_incarnation,
+  // whichever is live - here the new one; an id not live is refused.
+  t = ask<block_table>(pool, extend_atom::value, request_id{1},
+                       current_incarnation, std::uint64_t{1});
+  BOOST_REQUIRE(t);
+  BOOST_TEST(t->num_tokens == 9u);
+  t = ask<block_table>(pool, append_atom::value, request_id{1},
+                       current_incarnation, make_tokens(2, 1));
+  BOOST_REQUIRE(t);
+  BOOST_TEST(t->num_tokens == 11u);
+  t = ask<block_table>(pool, extend_atom::value, request_id{99},
+                       current_incarnation, std::uint64_t{1});
+  BOOST_TEST(outcome(t) == "unknown_request");
+  BOOST_TEST(value_or(table(1), block_table{}).num_tokens == 11u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
