@@ -9,10 +9,13 @@
 // or gone - so that no phase's actor work spills into another's figures.
 //
 //   scale [--sizes 1000,10000,100000] [--blocks 1000000] [--ops 200000]
-//         [--rounds 5] [--scheduler-threads T]
+//         [--rounds 5] [--churn-percent 10] [--scheduler-threads T]
 //
 // The operations at each size run in `rounds` rounds timed apart; the
-// figure is the median round's cost (each round's is printed too).
+// figure is the median round's cost (each round's is printed too). An
+// operation is a one-token extend of a random live request, or - for
+// `churn-percent` of them - a churn: free one, allocate a new one (0 and
+// 100 split the two costs).
 #include <algorithm>
 #include <chrono>
 #include <fstream>
@@ -141,6 +144,7 @@ int main(int argc, char** argv) {
   std::uint64_t blocks = 1000000;
   std::size_t ops = 200000;
   std::size_t rounds = 5;
+  std::uint32_t churn_percent = 10;
   std::uint32_t threads = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string arg = argv[i];
@@ -155,13 +159,20 @@ int main(int argc, char** argv) {
       ops = std::stoul(argv[i + 1]);
     } else if (arg == "--rounds") {
       rounds = std::max<std::size_t>(1, std::stoul(argv[i + 1]));
+    } else if (arg == "--churn-percent") {
+      churn_percent = static_cast<std::uint32_t>(std::stoul(argv[i + 1]));
     } else if (arg == "--scheduler-threads") {
       threads = static_cast<std::uint32_t>(std::stoul(argv[i + 1]));
     } else {
       std::cerr << "usage: scale [--sizes A,B,C] [--blocks N] [--ops N] "
-                   "[--rounds R] [--scheduler-threads T]\n";
+                   "[--rounds R] [--churn-percent P] [--scheduler-threads T]\n";
       return 2;
     }
+  }
+  if (churn_percent > 100) {
+    std::cerr << "scale: --churn-percent " << churn_percent
+              << " is more than 100\n";
+    return 2;
   }
   cache_config cfg;
   cfg.storage = "none";
@@ -250,7 +261,7 @@ int main(int argc, char** argv) {
       std::vector<std::uint8_t> kind(per_round);
       std::vector<std::size_t> pick(per_round);
       for (std::size_t i = 0; i < per_round; ++i) {
-        kind[i] = rng() % 10 == 0;
+        kind[i] = rng() % 100 < churn_percent;
         pick[i] = rng() % ids.size();
       }
       auto churn_base = next_id;
@@ -307,6 +318,7 @@ int main(int argc, char** argv) {
       {"pool_blocks", blocks},
       {"allocate_us_per_request", 1e6 * t_alloc / n},
       {"operations", per_round * rounds},
+      {"churn_percent", churn_percent},
       {"rounds", rounds},
       {"us_per_operation", median_us},
       {"us_per_operation_rounds", round_us},
