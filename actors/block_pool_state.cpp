@@ -133,8 +133,10 @@ caf::expected<extension> grow(pool_ptr self, request_id id,
   auto& st = self->state;
   // Looked up once: extend adds no sequence, so `seq` stays valid for the
   // table below.
-  auto seq = cache_id == current_incarnation ? st.core().find(id)
-                                             : st.core().find(id, cache_id);
+  // The manager's form may name whichever incarnation is live; a handle
+  // always names its own.
+  auto any = by_manager && cache_id == current_incarnation;
+  auto seq = any ? st.core().find(id) : st.core().find(id, cache_id);
   if (seq == nullptr)
     return by_manager ? check_current(st.core(), id, cache_id)
                       : check_incarnation(st.core(), id, cache_id);
