@@ -1,9 +1,15 @@
-// caf_scheduler: CAF 0.17's work-stealing scheduler with a clock thread that
-// is woken only by actors that set timeouts. Stock CAF 0.17 wakes its clock
-// thread whenever any actor quits (local_actor::cleanup cancels the actor's
-// timeouts through the clock's queue), and kvactor ends one handle actor per
-// request: on two cores that wake-up preempts a worker or a caller waiting
-// for a reply. Internal; installed by tune_for_latency.
+// caf_scheduler: the CAF scheduler kvactor's systems run on - CAF 0.17's work
+// stealing with two changes, both about the handle actor kvactor ends per
+// request:
+//  - workers run the actors they wake in the order they woke. Stock CAF runs
+//    the newest first, which under sustained load starves every actor off
+//    the hot path: ended handle actors piled up by the tens of thousands
+//    until the load paused, and timers' messages waited likewise;
+//  - the clock thread is woken only by actors that set timeouts. Stock CAF
+//    0.17 wakes it whenever any actor quits (local_actor::cleanup cancels
+//    the actor's timeouts through the clock's queue): on two cores that
+//    wake-up preempts a worker or a caller waiting for a reply.
+// Internal; installed by tune_for_latency (and so by configure()).
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,6 @@
 // recent_ids (the facade's ended handle actors): remembers the last
 // `capacity` distinct ids, forgets the oldest first, ignores repeats -
 // checked against a deque and a set in a seeded random model test.
-#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <random>
