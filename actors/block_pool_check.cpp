@@ -163,15 +163,20 @@ caf::error block_pool_core::check_invariant() const {
                    + " tokens");
       return;
     }
-    for (auto* table : {&s.blocks, &s.incoming})
-      for (std::size_t k = 0; k < table->size(); ++k) {
-        auto b = (*table)[k];
+    struct table_ref {
+      const block_id* data;
+      std::size_t size;
+    };
+    for (auto table : {table_ref{s.blocks.data(), s.blocks.size()},
+                       table_ref{s.incoming.data(), s.incoming.size()}})
+      for (std::size_t k = 0; k < table.size; ++k) {
+        auto b = table.data[k];
         if (b >= n) {
           err = broken(name + " holds " + blk(b) + " out of range");
           return;
         }
         ++refs[b];
-        auto fill = k + 1 == table->size() ? partial_fill(s) : block_size_;
+        auto fill = k + 1 == table.size ? partial_fill(s) : block_size_;
         if (fill > top_fill[b]) {
           top_fill[b] = fill;
           top_holders[b] = 1;

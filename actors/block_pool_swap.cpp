@@ -148,7 +148,7 @@ block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
       auto& m = blocks_[seq->incoming[i]];
       counters_.swap_in_shared += m.indexed && m.hash == seq->host_hashes[i];
     }
-    seq->blocks.swap(seq->incoming);
+    seq->blocks.assign(seq->incoming.begin(), seq->incoming.end());
     seq->incoming.clear();
     for (auto h : seq->host_blocks)
       host_free_.push(h);

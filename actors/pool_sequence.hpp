@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kvactor/actors/block_hash.hpp"
+#include "kvactor/actors/small_vector.hpp"
 #include "kvactor/messages/types.hpp"
 
 namespace kvactor::detail {
@@ -17,17 +18,27 @@ namespace kvactor::detail {
 /// device moves the bytes, and a failed move returns to the previous state.
 enum class residency : std::uint8_t { resident, swapping_out, swapped, swapping_in };
 
+/// Block tables of up to this many blocks live inside the sequence.
+constexpr std::uint32_t inline_blocks = 14;
+
+/// A sequence's block table: inline up to inline_blocks, then on the heap.
+using sequence_blocks = small_vector<block_id, inline_blocks>;
+
 /// One live request as the pool sees it. Laid out for the lookup every
 /// operation makes among up to hundreds of thousands of them: what an
-/// extend reads and writes fills the first cache line, its stamps the
-/// second, and each sequence starts on a line of its own.
+/// extend reads and writes - a short block table included - fills its
+/// first two cache lines (find() fetches both at once), and each sequence
+/// starts on a line of its own.
 struct alignas(64) sequence {
-  // -- first cache line ------------------------------------------------------
+  // -- first two cache lines -------------------------------------------------
   request_id id = 0;
   std::uint64_t cache_id = 0; ///< unique over the pool's lifetime
   std::uint64_t num_tokens = 0;
   std::uint64_t max_tokens = 0;
-  std::vector<block_id> blocks;
+  /// When it was admitted or last grew (the core's clock then: ns since
+  /// the Unix epoch, set by the pool actor; 0 if never set). Its handle's
+  /// stats report it, whichever path - handle, manager or step - grew it.
+  std::uint64_t last_access = 0;
   std::uint16_t tenant = 0;
   kvactor::priority priority = kvactor::priority::normal;
   // Swapping: where its blocks are (see host_blocks below).
@@ -45,11 +56,8 @@ struct alignas(64) sequence {
   // is the last one's hash (the namespace seed if none) and `tail` holds the
   // tokens after them. Lost (hashable = false) once tokens arrive unnamed.
   bool hashable = false;
-  // -- second cache line -----------------------------------------------------
-  /// When it was admitted or last grew (the core's clock then: ns since
-  /// the Unix epoch, set by the pool actor; 0 if never set). Its handle's
-  /// stats report it, whichever path - handle, manager or step - grew it.
-  std::uint64_t last_access = 0;
+  sequence_blocks blocks; ///< 64 bytes: bytes 48 to 112
+  // -- the rest ----------------------------------------------------------------
   /// Tokens it is expected to reach (admission headroom); 0 = no promise.
   std::uint64_t expected_tokens = 0;
   std::uint64_t admitted = 0; ///< admission order (larger = newer)
@@ -73,5 +81,8 @@ struct alignas(64) sequence {
   std::vector<block_hash> host_hashes;
   std::vector<block_id> incoming;
 };
+
+static_assert(sizeof(sequence_blocks) == 64, "a block table is one line long");
+static_assert(sizeof(sequence) == 256, "a sequence is four lines long");
 
 } // namespace kvactor::detail

@@ -52,8 +52,8 @@ struct corrupt_pool_fixture {
     // 3 and 4 end with their full blocks cached; 4's prefix is pinned.
     require(p.allocate(prompt_req(3, run(100, 8))));
     require(p.allocate(prompt_req(4, run(200, 8))));
-    lru = p.find(3)->blocks;
-    pinned = p.find(4)->blocks;
+    lru.assign(p.find(3)->blocks.begin(), p.find(3)->blocks.end());
+    pinned.assign(p.find(4)->blocks.begin(), p.find(4)->blocks.end());
     require(p.release(3));
     require(p.release(4));
     require(p.pin(0, run(200, 8), 1000, 0));

@@ -73,9 +73,10 @@ std::string sequence_diff(const detail::block_pool_core& core,
                           const detail::sequence& s, const model_sequence& m) {
   auto bs = core.block_size();
   auto req = [&] { return "request " + std::to_string(s.id) + ": "; };
-  if (s.blocks != m.blocks || s.host_blocks != m.host_blocks
+  std::vector<block_id> blocks(s.blocks.begin(), s.blocks.end());
+  if (blocks != m.blocks || s.host_blocks != m.host_blocks
       || s.incoming != m.incoming)
-    return req() + "blocks " + str(s.blocks) + str(s.host_blocks)
+    return req() + "blocks " + str(blocks) + str(s.host_blocks)
            + str(s.incoming) + " vs " + str(m.blocks) + str(m.host_blocks)
            + str(m.incoming);
   if (s.where != m.where || s.release_pending != m.release_pending)
@@ -150,9 +151,10 @@ std::string reservations_diff(const detail::block_pool_core& core,
                               std::map<std::string, std::size_t>& cov) {
   std::vector<bool> held(core.num_blocks(), false);
   auto hold = [&](const detail::sequence& s) {
-    for (auto* table : {&s.blocks, &s.incoming})
-      for (auto b : *table)
-        held[b] = true;
+    for (auto b : s.blocks)
+      held[b] = true;
+    for (auto b : s.incoming)
+      held[b] = true;
   };
   core.for_each_sequence(hold);
   core.for_each_ghost(hold);

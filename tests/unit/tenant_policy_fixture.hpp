@@ -131,7 +131,8 @@ struct policy_fixture {
 
   std::vector<block_id> blocks(request_id id) const {
     auto s = pool_->find(id);
-    return s ? s->blocks : std::vector<block_id>{};
+    return s ? std::vector<block_id>(s->blocks.begin(), s->blocks.end())
+             : std::vector<block_id>{};
   }
 
   std::uint64_t used_by(std::size_t t) const {
