@@ -114,14 +114,20 @@ void block_pool_core::release_now(sequence& seq) {
   auto level = retention_level(seq);
   // Last block first: among blocks released together, the tail of a
   // sequence is the least likely to be shared again, so it is evicted first.
-  constexpr std::ptrdiff_t ahead = 4; // unref's metadata and links, early
+  // unref's metadata and links are fetched `ahead` blocks early; the first
+  // `ahead` all at once (a short table's whole release overlaps its misses).
+  constexpr std::ptrdiff_t ahead = 4;
   auto n = static_cast<std::ptrdiff_t>(seq.blocks.size());
+  auto fetch = [&](std::ptrdiff_t k) {
+    auto b = seq.blocks[static_cast<std::size_t>(k)];
+    __builtin_prefetch(&blocks_[b], 1);
+    lru_.prefetch(b);
+  };
+  for (auto k = n - 1; k >= 0 && k >= n - ahead; --k)
+    fetch(k);
   for (auto k = n - 1; k >= 0; --k) {
-    if (k >= ahead) {
-      auto next = seq.blocks[static_cast<std::size_t>(k - ahead)];
-      __builtin_prefetch(&blocks_[next], 1);
-      lru_.prefetch(next);
-    }
+    if (k >= ahead)
+      fetch(k - ahead);
     unref(seq.blocks[static_cast<std::size_t>(k)], level);
   }
   for (auto i = seq.incoming.rbegin(); i != seq.incoming.rend(); ++i)
