@@ -18,11 +18,12 @@ namespace {
 
 using namespace detail;
 
-block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
-                                               std::uint32_t num_blocks,
-                                               device_actor device) {
+block_pool_actor::behavior_type
+block_pool_fun(pool_ptr self, cache_config cfg, std::uint32_t num_blocks,
+               device_actor device, std::shared_ptr<index_hint> hint) {
   auto& st = self->state;
   st.init(cfg, num_blocks);
+  st.core().share_index(std::move(hint));
   st.device = std::move(device);
   self->set_down_handler([self](const caf::down_msg& dm) {
     self->state.lanes.forget(dm.source); // a stepper went
@@ -334,8 +335,10 @@ block_pool_actor::behavior_type block_pool_fun(pool_ptr self, cache_config cfg,
 
 block_pool_actor spawn_block_pool(caf::actor_system& sys,
                                   const cache_config& cfg,
-                                  std::uint32_t num_blocks, device_actor device) {
-  return sys.spawn(block_pool_fun, cfg, num_blocks, std::move(device));
+                                  std::uint32_t num_blocks, device_actor device,
+                                  std::shared_ptr<detail::index_hint> hint) {
+  return sys.spawn(block_pool_fun, cfg, num_blocks, std::move(device),
+                   std::move(hint));
 }
 
 } // namespace kvactor

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "kvactor/config/cache_config.hpp"
 #include "kvactor/messages/interfaces.hpp"
@@ -17,11 +18,17 @@ class actor_system;
 
 namespace kvactor {
 
+namespace detail {
+class index_hint;
+} // namespace detail
+
 /// Spawns a pool of `num_blocks` blocks for `cfg`; `device` copies blocks
 /// for copy-on-write (the pool replies to an extend or step that copied only
-/// once the device has).
+/// once the device has). `hint`, if any, gets the pool's id index for the
+/// actor in front of the pool to prefetch from (index_hint.hpp).
 /// REQUIRES: validate(cfg) passed.
 block_pool_actor spawn_block_pool(caf::actor_system& sys, const cache_config& cfg,
-                                  std::uint32_t num_blocks, device_actor device);
+                                  std::uint32_t num_blocks, device_actor device,
+                                  std::shared_ptr<detail::index_hint> hint = {});
 
 } // namespace kvactor

@@ -32,7 +32,7 @@
 
 #include "kvactor/actors/block_hash.hpp"
 #include "kvactor/actors/block_lists.hpp"
-#include "kvactor/actors/flat_index.hpp"
+#include "kvactor/actors/index_hint.hpp"
 #include "kvactor/actors/pool_sequence.hpp"
 #include "kvactor/actors/pool_types.hpp"
 #include "kvactor/actors/prefix_index.hpp"
@@ -99,6 +99,8 @@ public:
   void set_clock(std::uint64_t ns) noexcept {
     clock_ns_ = ns;
   }
+  /// Publishes the id index's table to `hint`, now and as it grows.
+  void share_index(std::shared_ptr<index_hint> hint);
 
   /// What run_step tells its caller beyond the step_result.
   using step_trace = pool_step_trace;
@@ -319,11 +321,10 @@ private:
   };
   caf::expected<alloc_plan> plan_allocation(const allocation_request& req) const;
 
-  /// The last admission that did not fit: its prompt (already validated) and
-  /// every block hash of it. Retrying it - the waiting head, every step under
-  /// pressure - then costs a comparison instead of a validation pass and a
-  /// rehash (vLLM keeps the hashes on its request object for the same
-  /// reason).
+  /// The last admission that did not fit: its prompt (validated) and block
+  /// hashes. Retrying it (the waiting head, every step under pressure) costs
+  /// a comparison, not a validation and a rehash (vLLM keeps the hashes on
+  /// its request object for the same reason).
   struct admission_memo {
     bool valid = false;
     std::uint16_t tenant = 0;
@@ -337,8 +338,7 @@ private:
   caf::expected<std::uint16_t> check(const allocation_request& req,
                                      bool prompt_validated) const;
 
-  /// Blocks tenant `t` may take now: free and cached blocks, minus what other
-  /// tenants' reservations hold back.
+  /// Blocks tenant `t` may take now: free and cached, less others' reserves.
   std::uint64_t takeable(std::uint16_t t) const noexcept;
   /// Whether tenant `t` may take `n` more blocks (quota and reservations);
   /// the error says which limit. `unlisted` of them (revived pinned blocks)
@@ -468,6 +468,7 @@ private:
   std::vector<sequence> seqs_;
   std::vector<std::uint32_t> free_seq_slots_;
   flat_index seq_index_; ///< request id -> slot in seqs_
+  std::shared_ptr<index_hint> hint_; ///< share_index
   std::vector<std::uint32_t> ghosts_; ///< slots of ghosts (for_each_ghost)
   std::vector<tenant_state> tenants_;
   std::uint16_t default_tenant_ = 0; ///< what "" names (find_tenant(""))

@@ -40,6 +40,12 @@ sequence* block_pool_core::find_mut(request_id id) noexcept {
   return &seqs_[slot];
 }
 
+void block_pool_core::share_index(std::shared_ptr<index_hint> hint) {
+  hint_ = std::move(hint);
+  if (hint_)
+    hint_->publish(seq_index_);
+}
+
 sequence& block_pool_core::new_sequence(request_id id) {
   std::uint32_t slot;
   if (!free_seq_slots_.empty()) {
@@ -50,6 +56,8 @@ sequence& block_pool_core::new_sequence(request_id id) {
     seqs_.emplace_back();
   }
   seq_index_.insert(id, slot);
+  if (hint_)
+    hint_->publish(seq_index_); // it may have grown
   auto& seq = seqs_[slot];
   seq.id = id;
   seq.cache_id = next_cache_id_++;

@@ -95,6 +95,21 @@ public:
         f(s.key, s.value);
   }
 
+  /// Where the table lies and how keys map into it: enough to compute a
+  /// key's first probe without reading the table (index_hint.hpp).
+  struct site {
+    std::uintptr_t table = 0;
+    unsigned shift = 64;
+  };
+  site where() const noexcept {
+    return {reinterpret_cast<std::uintptr_t>(slots_.data()), shift_};
+  }
+  /// The address of `key`'s first probe in a table at `s` - an address
+  /// only: the table may have been replaced since.
+  static std::uintptr_t first_probe(const site& s, std::uint64_t key) noexcept {
+    return s.table + home_of(key, s.shift) * sizeof(slot);
+  }
+
   /// Bytes held (for memory figures).
   std::size_t memory_bytes() const noexcept {
     return slots_.capacity() * sizeof(slot);
@@ -106,9 +121,12 @@ private:
     std::uint32_t value;
   };
 
-  std::size_t home(std::uint64_t key) const noexcept {
+  static std::size_t home_of(std::uint64_t key, unsigned shift) noexcept {
     // Fibonacci hashing spreads sequential request ids as well as hashes.
-    return static_cast<std::size_t>((key * 0x9e3779b97f4a7c15ull) >> shift_);
+    return static_cast<std::size_t>((key * 0x9e3779b97f4a7c15ull) >> shift);
+  }
+  std::size_t home(std::uint64_t key) const noexcept {
+    return home_of(key, shift_);
   }
 
   void resize(std::size_t cap) {

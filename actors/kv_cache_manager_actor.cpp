@@ -73,12 +73,15 @@ namespace detail {
 
 kv_cache_manager_actor::behavior_type
 manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
-            device_actor device, block_pool_actor pool) {
+            device_actor device, block_pool_actor pool,
+            std::shared_ptr<index_hint> pool_index) {
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.store = store;
   st.device = std::move(device);
   st.pool = std::move(pool);
+  st.pool_index = pool_index ? std::move(pool_index)
+                             : std::make_shared<index_hint>(); // never published
   st.supervisor = spawn_supervisor(self->system(), st.cfg, store.num_blocks,
                                    store.bytes_per_block, st.pool,
                                    caf::actor_cast<kv_cache_manager_actor>(self));
@@ -141,6 +144,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     [self](allocate_atom, allocation_request& req)
       -> caf::result<request_handle_actor, block_table> {
       auto& st = self->state;
+      st.pool_index->prefetch(req.id); // the pool's duplicate check
       if (auto err = check_device(st.store, req))
         return err;
       if (st.registry.count(req.id) != 0)
@@ -169,15 +173,18 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       // knows which requests are live - ahead of the registry, which takes
       // in an actor client's steps a message later - so the registry is
       // not asked either (at 100,000 live requests, two cache misses less).
+      self->state.pool_index->prefetch(id);
       return self->delegate(self->state.pool, extend_atom::value, id,
                             current_incarnation, n);
     },
     [self](append_atom, request_id id,
            std::vector<token_id>& tokens) -> caf::result<block_table> {
+      self->state.pool_index->prefetch(id);
       return self->delegate(self->state.pool, append_atom::value, id,
                             current_incarnation, std::move(tokens));
     },
     [self](free_atom, request_id id) -> caf::result<std::uint32_t> {
+      self->state.pool_index->prefetch(id); // fetched during our lookup
       auto& reg = self->state.registry;
       auto i = reg.find(id);
       if (i == reg.end())
@@ -186,6 +193,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     },
     [self](free_atom, request_id id,
            std::uint64_t cache_id) -> caf::result<std::uint32_t> {
+      self->state.pool_index->prefetch(id);
       auto& reg = self->state.registry;
       auto i = reg.find(id);
       if (i == reg.end() || i->second.info.cache_id != cache_id)

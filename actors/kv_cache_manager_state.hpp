@@ -14,6 +14,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "kvactor/actors/id_map.hpp"
+#include "kvactor/actors/index_hint.hpp"
 #include "kvactor/actors/reply_book.hpp"
 #include "kvactor/config/cache_config.hpp"
 #include "kvactor/messages/interfaces.hpp"
@@ -28,6 +29,9 @@ struct manager_state {
   cache_config cfg;
   storage_info store;
   block_pool_actor pool;
+  /// Where the pool looks ids up: a request passed on to it by id is
+  /// prefetched from as it comes in (index_hint.hpp).
+  std::shared_ptr<index_hint> pool_index;
   supervisor_actor supervisor;
   device_actor device;
   memory_pressure pressure = memory_pressure::low;
@@ -91,7 +95,8 @@ caf::result<block_table> swap_in_request(mgr_ptr self, request_id id);
 /// spawns it over the other actors of a cache.
 kv_cache_manager_actor::behavior_type
 manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
-            device_actor device, block_pool_actor pool);
+            device_actor device, block_pool_actor pool,
+            std::shared_ptr<index_hint> pool_index);
 
 /// `rp`, booked in the manager's owed replies as `what` of request `id`.
 template <class... Ts>

@@ -92,8 +92,10 @@ caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
   storage_info info{to_string(out.store->kind()), out.store->where(),
                     lay.num_blocks, lay.num_host_blocks, lay.bytes_per_block()};
   out.device = spawn_device_actor(sys, out.store, spawn_opts.detached_device);
-  out.pool = spawn_block_pool(sys, cfg, lay.num_blocks, out.device);
-  out.manager = sys.spawn(detail::manager_fun, cfg, info, out.device, out.pool);
+  auto pool_index = std::make_shared<detail::index_hint>();
+  out.pool = spawn_block_pool(sys, cfg, lay.num_blocks, out.device, pool_index);
+  out.manager = sys.spawn(detail::manager_fun, cfg, info, out.device, out.pool,
+                          std::move(pool_index));
   // Before anyone can step the pool: its steps' effects reach the registry.
   caf::anon_send(out.pool, registry_atom::value,
                  caf::actor_cast<caf::actor>(out.manager), info);
