@@ -1,6 +1,14 @@
-// request_handle actor: extend with copy-on-write, stats, owner watch.
+// request_handle actor: extend with copy-on-write, stats, owner watch. Its
+// memory comes from a slab (actor_slab.hpp) through a specialization of
+// CAF's actor_storage for it, below.
 #include "kvactor/actors/request_handle.hpp"
 
+#include <cassert>
+#include <cstddef>
+#include <memory>
+#include <type_traits>
+
+#include <caf/actor_storage.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
@@ -32,6 +40,80 @@ struct request_handle_state {
 };
 
 using handle_ptr = request_handle_actor::stateful_pointer<request_handle_state>;
+
+/// The actor CAF spawns for handle_fun.
+using handle_impl = std::remove_pointer_t<handle_ptr>;
+
+} // namespace
+} // namespace kvactor
+
+namespace caf {
+
+/// CAF's actor_storage for the handle actor, with CAF's layout and duties -
+/// the control block first, the actor one cache line in, the actor
+/// destroyed when the last strong reference goes and the block when the
+/// last weak one does - plus class-level new and delete, so that CAF's
+/// `new actor_storage<T>` in make_actor and `delete` in block_dtor take the
+/// memory from the handles' slab. (CAF 0.17.6's primary template has no
+/// allocator hook; this is the one place kvactor relies on its layout, and
+/// the static_asserts below check it.)
+template <>
+class actor_storage<kvactor::handle_impl> {
+public:
+  template <class... Us>
+  actor_storage(actor_id aid, node_id nid, actor_system* sys, Us&&... xs)
+    : ctrl(aid, nid, sys, data_dtor, block_dtor) {
+    new (&data) kvactor::handle_impl(std::forward<Us>(xs)...);
+  }
+
+  ~actor_storage() {
+    static_assert(sizeof(actor_control_block) < CAF_CACHE_LINE_SIZE,
+                  "the control block fits one cache line");
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof" // as CAF's own template
+    static_assert(offsetof(actor_storage, ctrl) == 0,
+                  "the control block starts the storage");
+    static_assert(offsetof(actor_storage, data) == CAF_CACHE_LINE_SIZE,
+                  "the actor starts one cache line in");
+#pragma GCC diagnostic pop
+  }
+
+  actor_storage(const actor_storage&) = delete;
+  actor_storage& operator=(const actor_storage&) = delete;
+
+  static void* operator new(std::size_t bytes);
+  static void operator delete(void* ptr) noexcept;
+
+  actor_control_block ctrl;
+  char pad[CAF_CACHE_LINE_SIZE - sizeof(actor_control_block)];
+  union {
+    kvactor::handle_impl data;
+  };
+
+private:
+  static void data_dtor(abstract_actor* ptr) {
+    ptr->on_destroy();
+    std::destroy_at(static_cast<kvactor::handle_impl*>(ptr));
+  }
+
+  static void block_dtor(actor_control_block* ptr) {
+    delete reinterpret_cast<actor_storage*>(ptr);
+  }
+};
+
+} // namespace caf
+
+namespace kvactor {
+namespace {
+
+using handle_storage = caf::actor_storage<handle_impl>;
+
+/// The handles' slab: never destroyed (a handle may be released after
+/// main's objects are gone).
+detail::actor_slab& slab() {
+  static auto* instance = new detail::actor_slab(sizeof(handle_storage));
+  return *instance;
+}
 
 /// Quits. (It monitors nobody: the manager watches owners, one monitor per
 /// owner, and ends the handles itself when it stops.)
@@ -165,6 +247,10 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
 
 } // namespace
 
+detail::actor_slab::counts handle_slab_counts() {
+  return slab().snapshot();
+}
+
 request_handle_actor spawn_request_handle(caf::actor_system& sys,
                                           request_handle_args args,
                                           const supervisor_actor& supervisor) {
@@ -180,3 +266,13 @@ request_handle_actor spawn_request_handle(caf::actor_system& sys,
 }
 
 } // namespace kvactor
+
+void* caf::actor_storage<kvactor::handle_impl>::operator new(std::size_t bytes) {
+  assert(bytes == kvactor::slab().block_bytes());
+  (void) bytes;
+  return kvactor::slab().take();
+}
+
+void caf::actor_storage<kvactor::handle_impl>::operator delete(void* ptr) noexcept {
+  kvactor::slab().give(ptr);
+}

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "kvactor/actors/actor_slab.hpp"
 #include "kvactor/messages/interfaces.hpp"
 
 namespace caf {
@@ -32,6 +33,10 @@ struct request_handle_args {
 /// `supervisor`, so that the request's blocks are reclaimed. (An attachable,
 /// as a monitor is, but silent on the normal end every request has, and
 /// without a table of watched handles in the supervisor.)
+/// The slab handle actors live in (actor_slab.hpp): blocks cached for
+/// reuse, and how many spawns reused one or took new memory.
+detail::actor_slab::counts handle_slab_counts();
+
 request_handle_actor spawn_request_handle(caf::actor_system& sys,
                                           request_handle_args args,
                                           const supervisor_actor& supervisor);

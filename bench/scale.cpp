@@ -33,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kvactor/actors/kv_cache_manager.hpp"
+#include "kvactor/actors/request_handle.hpp"
 #include "kvactor/messages/error.hpp"
 
 using namespace kvactor;
@@ -44,11 +45,13 @@ constexpr std::size_t window = 32; // requests in flight
 constexpr std::uint64_t tokens_per_request = 64; // 4 blocks of 16
 
 /// Bytes malloc has handed out and not taken back, over every arena (mmap'd
-/// chunks included). Unlike the RSS it also sees memory reused from an
-/// earlier size, so it measures what the live requests hold.
+/// chunks included), less the handle actors' memory cached for reuse (free,
+/// though malloc counts it handed out). Unlike the RSS it also sees memory
+/// reused from an earlier size, so it measures what the live requests hold.
 std::size_t heap_in_use() {
   auto mi = mallinfo2();
-  return mi.uordblks + mi.hblkhd;
+  auto slab = handle_slab_counts();
+  return mi.uordblks + mi.hblkhd - slab.cached * slab.block_bytes;
 }
 
 /// Resident set size in bytes.
