@@ -11,8 +11,10 @@
 // Thread-safe (a handle is spawned on one thread and may be destroyed on
 // another); keeps at most `max_cached` free blocks and returns the rest to
 // the heap, so its memory is bounded by that, not by the peak of live
-// handles. Under AddressSanitizer a cached block is poisoned, so a use
-// after an actor's end is still reported. CAF-free.
+// handles. Under AddressSanitizer a cached block is poisoned past its first
+// pointer (the free list's link, left readable so that LeakSanitizer still
+// finds the cached blocks), so a use after an actor's end is still
+// reported. CAF-free.
 #pragma once
 
 #include <cstddef>
@@ -70,7 +72,7 @@ public:
         n->next = head_;
         head_ = n;
         ++cached_;
-        KVACTOR_SLAB_POISON(p, bytes_);
+        KVACTOR_SLAB_POISON(n + 1, bytes_ - sizeof(node));
         return;
       }
     }
@@ -102,7 +104,7 @@ private:
   /// REQUIRES: mtx_ held (or the slab unshared), head_ != nullptr.
   void* pop() noexcept {
     auto n = head_;
-    KVACTOR_SLAB_UNPOISON(n, bytes_);
+    KVACTOR_SLAB_UNPOISON(n + 1, bytes_ - sizeof(node));
     head_ = n->next;
     --cached_;
     return n;
