@@ -5,12 +5,8 @@
 // swap_bytes_test.cpp.
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 #include <map>
 #include <memory>
-#include <numeric>
-#include <random>
-#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
