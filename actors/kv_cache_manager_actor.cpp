@@ -7,6 +7,7 @@
 #include "kvactor/actors/kv_cache_manager_actor.hpp"
 
 #include <algorithm>
+#include <cassert>
 #include <memory>
 #include <vector>
 
@@ -80,8 +81,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
   st.store = store;
   st.device = std::move(device);
   st.pool = std::move(pool);
-  st.pool_index = pool_index ? std::move(pool_index)
-                             : std::make_shared<index_hint>(); // never published
+  assert(pool_index != nullptr);
+  st.pool_index = std::move(pool_index);
   st.supervisor = spawn_supervisor(self->system(), st.cfg, store.num_blocks,
                                    store.bytes_per_block, st.pool,
                                    caf::actor_cast<kv_cache_manager_actor>(self));

@@ -92,7 +92,8 @@ caf::result<std::uint32_t> swap_out_request(mgr_ptr self, request_id id);
 caf::result<block_table> swap_in_request(mgr_ptr self, request_id id);
 
 /// The manager's behavior (kv_cache_manager_actor.cpp); spawn_kv_cache
-/// spawns it over the other actors of a cache.
+/// spawns it over the other actors of a cache, with the hint `pool`
+/// publishes its id index to. REQUIRES: pool_index != nullptr.
 kv_cache_manager_actor::behavior_type
 manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
             device_actor device, block_pool_actor pool,
