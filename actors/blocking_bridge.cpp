@@ -66,6 +66,8 @@ void blocking_bridge::deliver(std::uint64_t id, caf::message msg) {
     s->on_late(msg);
     return;
   }
+  if (s->trim)
+    s->trim(msg);
   s->reply = std::move(msg);
   s->done.store(true, std::memory_order_release);
   std::lock_guard<std::mutex> guard{s->mtx};
@@ -76,11 +78,12 @@ void blocking_bridge::deliver(std::uint64_t id, caf::message msg) {
 caf::expected<caf::message>
 blocking_bridge::call(const caf::strong_actor_ptr& dest, caf::message msg,
                       std::chrono::milliseconds timeout,
-                      late_reply_handler on_late) {
+                      late_reply_handler on_late, reply_trim trim) {
   if (!dest)
     return caf::make_error(caf::sec::invalid_argument);
   auto s = std::make_shared<slot>();
   s->on_late = std::move(on_late);
+  s->trim = trim;
   std::uint64_t id;
   {
     std::lock_guard<std::mutex> guard{mtx_};

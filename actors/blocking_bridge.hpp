@@ -33,6 +33,13 @@ public:
   /// actor's thread (keep it short; it may send, but not call).
   using late_reply_handler = std::function<void(caf::message&)>;
 
+  /// Called with a reply on the replying actor's thread, before the caller
+  /// sees it, to cut it down to what the caller keeps: what the replier
+  /// allocated for the rest (a block table) is then freed on the thread
+  /// that allocated it, where malloc takes it back from its thread cache
+  /// instead of under an arena lock (glibc's cross-thread free).
+  using reply_trim = void (*)(caf::message&);
+
   explicit blocking_bridge(caf::actor_system& sys);
 
   /// Stops the companion; calls still waiting fail with request_receiver_down.
@@ -46,11 +53,14 @@ public:
   /// milliseconds::max() waits for good).
   /// Thread-safe: any number of threads may call concurrently.
   /// With `on_late`, a reply that comes after the timeout goes to it (to
-  /// undo what the request did: an allocation nobody will use).
+  /// undo what the request did: an allocation nobody will use). With
+  /// `trim`, the reply the caller gets is the trimmed one (a late reply
+  /// reaches on_late whole).
   caf::expected<caf::message> call(const caf::strong_actor_ptr& dest,
                                    caf::message msg,
                                    std::chrono::milliseconds timeout,
-                                   late_reply_handler on_late = nullptr);
+                                   late_reply_handler on_late = nullptr,
+                                   reply_trim trim = nullptr);
 
   /// Ends every call now waiting with `err` (their late replies are
   /// dropped); with `close`, later calls fail at once with
@@ -89,6 +99,7 @@ private:
     bool sleeping = false; ///< guarded by mtx
     caf::message reply;
     late_reply_handler on_late;
+    reply_trim trim = nullptr;
     bool abandoned = false; ///< timed out, kept for on_late; guarded by mtx_
   };
 

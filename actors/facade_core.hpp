@@ -52,26 +52,38 @@ public:
   caf::expected<std::tuple<Rs...>>
   ask_undoable(blocking_bridge::late_reply_handler undo, const Handle& dest,
                Ts&&... xs) {
-    auto to = caf::actor_cast<caf::strong_actor_ptr>(dest);
-    auto res = bridge_.call(to, caf::make_message(std::forward<Ts>(xs)...),
-                            timeout(), std::move(undo));
-    if (!res) {
-      // The manager or the pool (steps) gone, or the facade stopped:
-      // kvactor's own code, as calls waiting at that moment get (a
-      // handle's callers map it to invalid_handle themselves). Compared
-      // here, off the path of calls that succeed.
-      auto addr = to ? to->address() : caf::actor_addr{};
-      bool to_cache = addr == cache_.manager.address()
-                      || addr == cache_.pool.address();
-      if (to_cache && res.error() == caf::sec::request_receiver_down)
-        return make_error(errc::shutting_down,
-                          "the cache manager has stopped");
+    auto res = call(std::move(undo), nullptr, dest, std::forward<Ts>(xs)...);
+    if (!res)
       return std::move(res.error());
-    }
     if (!res->template match_elements<Rs...>())
-      return make_error(errc::invalid_request,
-                        "unexpected reply: " + to_string(*res));
+      return unexpected(*res);
     return unpack<Rs...>(*res, std::index_sequence_for<Rs...>{});
+  }
+
+  /// ask_undoable for a reply `R, Rest...` of which the caller keeps only
+  /// `R`: the rest (a block table) is dropped on the replier's thread.
+  template <class R, class... Rest, class Handle, class... Ts>
+  caf::expected<R> ask_first(blocking_bridge::late_reply_handler undo,
+                             const Handle& dest, Ts&&... xs) {
+    auto res = call(std::move(undo), keep_first<R, Rest...>, dest,
+                    std::forward<Ts>(xs)...);
+    if (!res)
+      return std::move(res.error());
+    if (!res->template match_elements<R>())
+      return unexpected(*res);
+    return std::move(res->template get_mutable_as<R>(0));
+  }
+
+  /// ask for a reply `Rs...` the caller does not keep, only its arrival
+  /// (an extend's block table): dropped on the replier's thread.
+  template <class... Rs, class Handle, class... Ts>
+  caf::error ask_done(const Handle& dest, Ts&&... xs) {
+    auto res = call(nullptr, drop<Rs...>, dest, std::forward<Ts>(xs)...);
+    if (!res)
+      return std::move(res.error());
+    // An untrimmed reply is not `Rs...` (the destinations' typed
+    // interfaces never answer these requests with nothing).
+    return res->empty() ? caf::none : unexpected(*res);
   }
 
   /// The slot of the request whose handle actor is `h` (made on first
@@ -132,6 +144,48 @@ public:
   }
 
 private:
+  /// The bridge call under the facade's timeout; a call to the manager or
+  /// the pool that finds it gone fails with shutting_down.
+  template <class Handle, class... Ts>
+  caf::expected<caf::message> call(blocking_bridge::late_reply_handler undo,
+                                   blocking_bridge::reply_trim trim,
+                                   const Handle& dest, Ts&&... xs) {
+    auto to = caf::actor_cast<caf::strong_actor_ptr>(dest);
+    auto res = bridge_.call(to, caf::make_message(std::forward<Ts>(xs)...),
+                            timeout(), std::move(undo), trim);
+    if (!res) {
+      // The manager or the pool (steps) gone, or the facade stopped:
+      // kvactor's own code, as calls waiting at that moment get (a
+      // handle's callers map it to invalid_handle themselves). Compared
+      // here, off the path of calls that succeed.
+      auto addr = to ? to->address() : caf::actor_addr{};
+      bool to_cache = addr == cache_.manager.address()
+                      || addr == cache_.pool.address();
+      if (to_cache && res.error() == caf::sec::request_receiver_down)
+        return make_error(errc::shutting_down,
+                          "the cache manager has stopped");
+    }
+    return res;
+  }
+
+  static caf::error unexpected(const caf::message& reply) {
+    return make_error(errc::invalid_request,
+                      "unexpected reply: " + to_string(reply));
+  }
+
+  /// Reply trims (run on the replier's thread; a reply that is not
+  /// `R, Rest...` - an error - passes whole).
+  template <class R, class... Rest>
+  static void keep_first(caf::message& reply) {
+    if (reply.match_elements<R, Rest...>())
+      reply = caf::make_message(std::move(reply.get_mutable_as<R>(0)));
+  }
+  template <class... Rs>
+  static void drop(caf::message& reply) {
+    if (reply.match_elements<Rs...>())
+      reply = caf::message{};
+  }
+
   template <class... Rs, size_t... Is>
   static std::tuple<Rs...> unpack(caf::message& msg, std::index_sequence<Is...>) {
     return std::tuple<Rs...>{std::move(msg.get_mutable_as<Rs>(Is))...};

@@ -82,13 +82,15 @@ caf::expected<std::shared_ptr<kv_cache_handle>>
 kv_cache_manager::allocate(const allocation_request& req) {
   if (auto err = check_layout(req))
     return err;
-  auto res = core_->ask_undoable<request_handle_actor, block_table>(
+  // The handle serves the table on demand: only the handle actor comes
+  // back (the reply's table is dropped on the replier's thread).
+  auto res = core_->ask_first<request_handle_actor, block_table>(
     end_unclaimed, core_->cache().manager, allocate_atom::value, req);
   if (!res)
     return std::move(res.error());
   request_info info;
   info.request = without_prompt(req); // not a copy of the prompt
-  auto slot = core_->slot_for(std::get<0>(*res), info);
+  auto slot = core_->slot_for(*res, info);
   return core_->make_handle(std::move(slot));
 }
 
@@ -98,9 +100,9 @@ caf::error kv_cache_manager::extend(kv_cache_handle& handle,
     return make_error(errc::invalid_handle, "request "
                                               + std::to_string(handle.id())
                                               + " has ended");
-  auto res = core_->ask<block_table>(handle.actor(), extend_atom::value,
-                                     std::uint64_t{additional_tokens});
-  return res ? caf::none : as_handle_error(std::move(res.error()), handle.id());
+  auto err = core_->ask_done<block_table>(handle.actor(), extend_atom::value,
+                                          std::uint64_t{additional_tokens});
+  return err ? as_handle_error(std::move(err), handle.id()) : caf::none;
 }
 
 caf::error kv_cache_manager::append(kv_cache_handle& handle,
@@ -109,8 +111,9 @@ caf::error kv_cache_manager::append(kv_cache_handle& handle,
     return make_error(errc::invalid_handle, "request "
                                               + std::to_string(handle.id())
                                               + " has ended");
-  auto res = core_->ask<block_table>(handle.actor(), append_atom::value, tokens);
-  return res ? caf::none : as_handle_error(std::move(res.error()), handle.id());
+  auto err = core_->ask_done<block_table>(handle.actor(), append_atom::value,
+                                          tokens);
+  return err ? as_handle_error(std::move(err), handle.id()) : caf::none;
 }
 
 caf::error kv_cache_manager::deallocate(request_id id) {
@@ -125,11 +128,11 @@ caf::error kv_cache_manager::deallocate(request_id id) {
 
 caf::expected<std::shared_ptr<kv_cache_handle>>
 kv_cache_manager::fork(request_id parent, request_id child) {
-  auto res = core_->ask_undoable<request_handle_actor, block_table>(
+  auto res = core_->ask_first<request_handle_actor, block_table>(
     end_unclaimed, core_->cache().manager, fork_atom::value, parent, child);
   if (!res)
     return std::move(res.error());
-  auto& made = std::get<0>(*res);
+  auto& made = *res;
   auto info = core_->ask<request_handle_actor, request_info>(
     core_->cache().manager, lookup_atom::value, child);
   if (!info || std::get<0>(*info) != made) {
@@ -238,9 +241,8 @@ caf::error kv_cache_manager::swap_out(request_id id) {
 }
 
 caf::error kv_cache_manager::swap_in(request_id id) {
-  auto res = core_->ask<block_table>(core_->cache().manager,
+  return core_->ask_done<block_table>(core_->cache().manager,
                                      swap_in_atom::value, id);
-  return res ? caf::none : std::move(res.error());
 }
 
 caf::expected<std::uint32_t>
