@@ -136,12 +136,18 @@ block_pool_core::allocate(const allocation_request& req) {
     share_indexed(b, seq);
     seq.blocks.push_back(b);
   }
+  if (p.hashing) {
+    // The new full blocks' index slots are scattered: asked for now, they
+    // arrive while the fresh blocks are taken.
+    hash_all(t, prompt);
+    for (auto i = p.hits; i < scratch_.size(); ++i)
+      index_.prefetch(scratch_[i].lo);
+  }
   for (auto i = p.hits; i < p.need; ++i) {
     seq.blocks.push_back(take_block(t));
     blocks_[seq.blocks.back()].level = seq.level;
   }
   if (p.hashing) {
-    hash_all(t, prompt);
     seq.hashable = true;
     auto& ts = tenants_[t];
     seq.chain = ts.seed;
