@@ -94,17 +94,20 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     auto& st = self->state;
     // An owner went: reclaim every request it still held. The registry
     // names each request's owner; one scan (an owner dies rarely, a
-    // request starts and ends often: no per-owner id set to keep).
+    // request starts and ends often: no per-owner id set to keep), and
+    // none for an owner that held nothing any more.
     if (auto o = st.owned.find(dm.source); o != st.owned.end()) {
+      auto holds = o->second;
       st.owned.erase(o);
       std::vector<std::pair<request_id, std::uint64_t>> held;
-      for (auto& [id, e] : st.registry)
-        if (e.owner && e.owner.get() == dm.source.get())
-          held.emplace_back(id, e.info.cache_id);
+      if (holds > 0)
+        for (auto& [id, e] : st.registry)
+          if (e.owner && e.owner.get() == dm.source.get())
+            held.emplace_back(id, e.info.cache_id);
       for (auto& [id, cache_id] : held)
         reclaim_request(self, id, cache_id);
-      // It may have been a lifecycle subscriber too: drop it there as well.
     }
+    // It may have been a lifecycle subscriber too: drop it there as well.
     auto& subs = st.lifecycle;
     subs.erase(std::remove_if(subs.begin(), subs.end(),
                               [&](const caf::actor& x) {
@@ -358,7 +361,10 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
           if (std::find(st.lifecycle.begin(), st.lifecycle.end(), sub)
               == st.lifecycle.end()) {
             st.lifecycle.push_back(sub);
-            self->monitor(sub); // a subscriber that dies is dropped
+            // A subscriber that dies is dropped (one monitor per actor: an
+            // owner is watched already).
+            if (st.owned.count(sub.address()) == 0)
+              self->monitor(sub);
           }
           break;
         case topic::kv_events:

@@ -31,8 +31,11 @@ request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
   auto info = args.info;
   auto h = spawn_request_handle(self->system(), std::move(args), st.supervisor);
   if (owner) {
+    // One monitor per actor: a subscriber is watched already.
     auto addr = caf::actor_cast<caf::actor_addr>(owner);
-    if (st.owned[addr]++ == 0)
+    auto [o, fresh] = st.owned.try_emplace(addr, 0);
+    ++o->second;
+    if (fresh && !is_lifecycle_subscriber(st, addr))
       self->monitor(addr);
   }
   st.registry[req.id] = manager_state::entry{h, std::move(info),
@@ -54,16 +57,13 @@ void end_request(mgr_ptr self, request_id id, end_reason why,
     return;
   auto e = std::move(i->second);
   st.registry.erase(i);
-  if (e.owner) {
-    auto addr = caf::actor_cast<caf::actor_addr>(e.owner);
-    auto o = st.owned.find(addr);
-    if (o != st.owned.end() && --o->second == 0) {
-      st.owned.erase(o);
-      // demonitor drops every monitor of addr: keep a subscriber's.
-      if (!is_lifecycle_subscriber(st, addr))
-        self->demonitor(addr);
-    }
-  }
+  // The owner stays watched with no request left (until it goes): most
+  // own one request after another, and a monitor set up and torn down for
+  // each cost a list entry on the owner each time.
+  if (e.owner)
+    if (auto o = st.owned.find(caf::actor_cast<caf::actor_addr>(e.owner));
+        o != st.owned.end())
+      --o->second;
   self->send(e.handle, end_atom::value, why);
   request_ended ev{id, e.info.cache_id, why, released, e.handle.id()};
   for (auto& sub : st.lifecycle)

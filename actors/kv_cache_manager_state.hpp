@@ -46,9 +46,11 @@ struct manager_state {
   /// killed (the state is gone by then).
   std::shared_ptr<registry_map> shared_registry = std::make_shared<registry_map>();
   registry_map& registry = *shared_registry;
-  /// How many live requests each owner holds: one monitor per owner (not
-  /// per request - a monitor is a list entry on the observed actor, removed
-  /// by a search). The entries name their owners; when one dies, a scan of
+  /// How many live requests each owner holds, kept at 0 until the owner
+  /// goes: one monitor per actor (not per request - a monitor is a list
+  /// entry on the observed actor, removed by a search), set up when it
+  /// first owns a request or subscribes to lifecycle events, whichever
+  /// comes first. The entries name their owners; when one dies, a scan of
   /// the registry finds its requests.
   std::unordered_map<caf::actor_addr, std::size_t> owned;
   std::vector<caf::actor> lifecycle;

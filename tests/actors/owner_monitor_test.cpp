@@ -1,0 +1,117 @@
+// The manager watches each owner and each lifecycle subscriber with one
+// monitor, however often the owner's live requests come and go: a monitor
+// is an entry in the watched actor's list, so one left behind per request
+// is memory that grows with every request (the blocking facade, a
+// subscriber that owns one request at a time, leaked 40 bytes per
+// allocate that way). The owner here counts the monitors attached to it.
+#include "fixture.hpp"
+
+#include <atomic>
+#include <memory>
+
+#include <caf/all.hpp>
+
+using namespace kvactor;
+using namespace kvactor::test;
+
+namespace {
+
+/// An actor that counts what is attached to it (monitors) and detached
+/// again; it swallows every reply it gets (answering none: CAF's `drop`
+/// would send an error back).
+class counting_owner : public caf::event_based_actor {
+public:
+  counting_owner(caf::actor_config& cfg, std::shared_ptr<std::atomic<int>> live)
+    : caf::event_based_actor(cfg), live_(std::move(live)) {
+    // nop
+  }
+
+  void attach(caf::attachable_ptr ptr) override {
+    ++*live_;
+    caf::event_based_actor::attach(std::move(ptr));
+  }
+
+  size_t detach(const caf::attachable::token& what) override {
+    auto n = caf::event_based_actor::detach(what);
+    *live_ -= static_cast<int>(n);
+    return n;
+  }
+
+  caf::behavior make_behavior() override {
+    set_default_handler([](caf::scheduled_actor*, caf::message_view&)
+                          -> caf::result<caf::message> { return caf::message{}; });
+    return {[](caf::unit_t) {}};
+  }
+
+private:
+  std::shared_ptr<std::atomic<int>> live_;
+};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(owner_monitors, cache_fixture)
+
+BOOST_AUTO_TEST_CASE(an_owner_that_subscribes_keeps_one_monitor_over_many_requests) {
+  auto live = std::make_shared<std::atomic<int>>(0);
+  auto owner = sys.spawn<counting_owner>(live);
+  run();
+  caf::send_as(owner, mgr, subscribe_atom::value, topic::lifecycle, owner);
+  run();
+  BOOST_TEST(live->load() == 1);
+  // One request at a time: the owner's count goes 0 -> 1 -> 0 each time.
+  for (request_id id = 1; id <= 20; ++id) {
+    caf::send_as(owner, mgr, allocate_atom::value,
+                 make_request(cfg, id, 5));
+    run();
+    BOOST_REQUIRE(value_or(stats(), cache_manager_stats{}).active_caches == 1u);
+    BOOST_TEST(live->load() == 1);
+    caf::send_as(owner, mgr, free_atom::value, id);
+    run();
+    BOOST_REQUIRE(value_or(stats(), cache_manager_stats{}).active_caches == 0u);
+    BOOST_TEST(live->load() == 1);
+  }
+  // Unsubscribed while it owns a request: the monitor stays for that.
+  caf::send_as(owner, mgr, allocate_atom::value, make_request(cfg, 30, 5));
+  run();
+  caf::send_as(owner, mgr, unsubscribe_atom::value, topic::lifecycle, owner);
+  run();
+  BOOST_TEST(live->load() == 1);
+  // And it still serves: the owner's exit reclaims its request.
+  caf::anon_send_exit(owner, caf::exit_reason::kill);
+  run();
+  BOOST_TEST(value_or(stats(), cache_manager_stats{}).active_caches == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(an_owner_keeps_one_monitor_while_alive_and_its_exit_reclaims) {
+  auto live = std::make_shared<std::atomic<int>>(0);
+  auto owner = sys.spawn<counting_owner>(live);
+  run();
+  for (request_id id = 1; id <= 10; ++id) {
+    caf::send_as(owner, mgr, allocate_atom::value,
+                 make_request(cfg, id, 5));
+    run();
+    BOOST_TEST(live->load() == 1);
+    caf::send_as(owner, mgr, free_atom::value, id);
+    run();
+    BOOST_TEST(live->load() <= 1);
+  }
+  // Two live at once, one monitor; the owner's exit ends both.
+  caf::send_as(owner, mgr, allocate_atom::value, make_request(cfg, 11, 5));
+  caf::send_as(owner, mgr, allocate_atom::value, make_request(cfg, 12, 5));
+  run();
+  BOOST_REQUIRE(value_or(stats(), cache_manager_stats{}).active_caches == 2u);
+  BOOST_TEST(live->load() == 1);
+  // Subscribing and unsubscribing while it owns requests adds no monitor
+  // and leaves the one that ownership needs.
+  caf::send_as(owner, mgr, subscribe_atom::value, topic::lifecycle, owner);
+  run();
+  BOOST_TEST(live->load() == 1);
+  caf::send_as(owner, mgr, unsubscribe_atom::value, topic::lifecycle, owner);
+  run();
+  BOOST_TEST(live->load() == 1);
+  caf::anon_send_exit(owner, caf::exit_reason::kill);
+  run();
+  BOOST_TEST(value_or(stats(), cache_manager_stats{}).active_caches == 0u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
