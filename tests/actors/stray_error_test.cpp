@@ -1,0 +1,57 @@
+// An error that arrives as a plain message - not as the answer to a request
+// - must not stop a cache actor. CAF 0.17 hands such a message to the
+// actor's error handler, whose default quits with that error; and an
+// event-based client that sends to the manager without a request and has no
+// handler for the reply answers it with exactly that (its default handler
+// returns sec::unexpected_message, which goes back to the sender). One
+// careless client would stop the whole cache.
+#include "fixture.hpp"
+
+#include <caf/all.hpp>
+
+using namespace kvactor;
+using namespace kvactor::test;
+
+BOOST_FIXTURE_TEST_SUITE(stray_errors, cache_fixture)
+
+BOOST_AUTO_TEST_CASE(stray_errors_stop_no_cache_actor) {
+  auto a = allocate(1, 5);
+  BOOST_REQUIRE(a);
+  auto stray = caf::make_error(caf::sec::unexpected_message);
+  auto to = [&](const auto& dest) {
+    self->send(caf::actor_cast<caf::actor>(dest), stray);
+  };
+  to(mgr);
+  to(a->handle);
+  to(pool);
+  to(sup);
+  to(cache.device);
+  run();
+  // Each still answers.
+  BOOST_TEST(outcome(stats()) == "ok");
+  BOOST_TEST(outcome(handle_table(a->handle)) == "ok");
+  BOOST_TEST(outcome(ask<pool_stats>(pool, stats_atom::value)) == "ok");
+  BOOST_TEST(outcome(gc()) == "ok"); // the supervisor, through the pool
+  BOOST_TEST(outcome(ask<storage_info>(cache.device, info_atom::value)) == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(a_client_without_a_handler_for_the_reply_stops_nothing) {
+  // Sends a free without a request; the reply (a block count) finds no
+  // handler, and CAF's default answers the manager with an error (and
+  // prints "*** unexpected message": expected in this test's output).
+  auto a = allocate(1, 5);
+  BOOST_REQUIRE(a);
+  auto careless = sys.spawn([](caf::event_based_actor* self) -> caf::behavior {
+    return {[self](const kv_cache_manager_actor& mgr, request_id id) {
+      self->send(mgr, free_atom::value, id);
+    }};
+  });
+  self->send(careless, mgr, request_id{1});
+  run();
+  BOOST_TEST(value_or(stats(), cache_manager_stats{}).active_caches == 0u);
+  BOOST_TEST(outcome(allocate(2, 5)) == "ok");
+  caf::anon_send_exit(careless, caf::exit_reason::user_shutdown);
+  run();
+}
+
+BOOST_AUTO_TEST_SUITE_END()
