@@ -57,9 +57,9 @@ void end_request(mgr_ptr self, request_id id, end_reason why,
     return;
   auto e = std::move(i->second);
   st.registry.erase(i);
-  // The owner stays watched with no request left (until it goes): most
-  // own one request after another, and a monitor set up and torn down for
-  // each cost a list entry on the owner each time.
+  // The owner stays watched with no request left, until it goes: most
+  // owners hold one request after another, and a monitor set up and torn
+  // down for each would cost an attach and a detach on the owner each time.
   if (e.owner)
     if (auto o = st.owned.find(caf::actor_cast<caf::actor_addr>(e.owner));
         o != st.owned.end())
