@@ -4,6 +4,7 @@
 // while every kind of timer - request timeouts, receive timeouts, delayed
 // messages - still fires, and an actor that quits with a timer pending still
 // has it cancelled. Systems asking for another scheduler keep theirs.
+// configure() runs the workers asked for, or CAF's default for 0.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <caf/actor_registry.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/defaults.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/scheduler/test_coordinator.hpp>
 #include <caf/scoped_actor.hpp>
@@ -23,6 +25,7 @@
 
 #include "fixture.hpp"
 #include "kvactor/actors/caf_scheduler.hpp"
+#include "kvactor/actors/kv_cache_manager.hpp"
 #include "kvactor/messages/registration.hpp"
 
 using namespace kvtest;
@@ -254,6 +257,21 @@ BOOST_AUTO_TEST_CASE(other_schedulers_are_left_alone) {
   caf::actor_system_config plain;
   caf::actor_system sys{plain};
   BOOST_TEST(!quiet_clock_counts_of(sys).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(configure_runs_the_workers_asked_for_or_cafs_default) {
+  // DESIGN.md: scheduler_threads 0 means CAF's default (in CAF 0.17 at
+  // least four workers, whatever the cores).
+  for (std::uint32_t asked : {0u, 1u, 3u}) {
+    kvactor::cache_config cfg;
+    cfg.scheduler_threads = asked;
+    caf::actor_system_config sys_cfg;
+    kvactor::configure(sys_cfg, cfg);
+    caf::actor_system sys{sys_cfg};
+    auto expected = asked > 0 ? std::size_t{asked}
+                              : caf::defaults::scheduler::max_threads;
+    BOOST_TEST(sys.scheduler().num_workers() == expected);
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()
