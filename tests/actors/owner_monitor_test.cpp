@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <utility>
 
 #include <caf/all.hpp>
 
@@ -49,69 +50,77 @@ private:
 
 } // namespace
 
-BOOST_FIXTURE_TEST_SUITE(owner_monitors, cache_fixture)
+/// A cache and a counting owner; `monitors()` is how many monitors the
+/// owner carries.
+struct owner_fixture : cache_fixture {
+  std::shared_ptr<std::atomic<int>> live = std::make_shared<std::atomic<int>>(0);
+  caf::actor owner = sys.spawn<counting_owner>(live);
+
+  int monitors() const {
+    return live->load();
+  }
+
+  /// Sends (xs...) to the manager as the owner and runs the scheduler.
+  template <class... Ts>
+  void as_owner(Ts&&... xs) {
+    caf::send_as(owner, mgr, std::forward<Ts>(xs)...);
+    run();
+  }
+
+  std::uint64_t active() {
+    return value_or(stats(), cache_manager_stats{}).active_caches;
+  }
+
+  /// The owner's exit reclaims every request it holds.
+  void kill_owner() {
+    caf::anon_send_exit(owner, caf::exit_reason::kill);
+    run();
+    BOOST_TEST(active() == 0u);
+  }
+};
+
+BOOST_FIXTURE_TEST_SUITE(owner_monitors, owner_fixture)
 
 BOOST_AUTO_TEST_CASE(an_owner_that_subscribes_keeps_one_monitor_over_many_requests) {
-  auto live = std::make_shared<std::atomic<int>>(0);
-  auto owner = sys.spawn<counting_owner>(live);
   run();
-  caf::send_as(owner, mgr, subscribe_atom::value, topic::lifecycle, owner);
-  run();
-  BOOST_TEST(live->load() == 1);
+  as_owner(subscribe_atom::value, topic::lifecycle, owner);
+  BOOST_TEST(monitors() == 1);
   // One request at a time: the owner's count goes 0 -> 1 -> 0 each time.
   for (request_id id = 1; id <= 20; ++id) {
-    caf::send_as(owner, mgr, allocate_atom::value,
-                 make_request(cfg, id, 5));
-    run();
-    BOOST_REQUIRE(value_or(stats(), cache_manager_stats{}).active_caches == 1u);
-    BOOST_TEST(live->load() == 1);
-    caf::send_as(owner, mgr, free_atom::value, id);
-    run();
-    BOOST_REQUIRE(value_or(stats(), cache_manager_stats{}).active_caches == 0u);
-    BOOST_TEST(live->load() == 1);
+    as_owner(allocate_atom::value, make_request(cfg, id, 5));
+    BOOST_REQUIRE(active() == 1u);
+    BOOST_TEST(monitors() == 1);
+    as_owner(free_atom::value, id);
+    BOOST_REQUIRE(active() == 0u);
+    BOOST_TEST(monitors() == 1);
   }
   // Unsubscribed while it owns a request: the monitor stays for that.
-  caf::send_as(owner, mgr, allocate_atom::value, make_request(cfg, 30, 5));
-  run();
-  caf::send_as(owner, mgr, unsubscribe_atom::value, topic::lifecycle, owner);
-  run();
-  BOOST_TEST(live->load() == 1);
-  // And it still serves: the owner's exit reclaims its request.
-  caf::anon_send_exit(owner, caf::exit_reason::kill);
-  run();
-  BOOST_TEST(value_or(stats(), cache_manager_stats{}).active_caches == 0u);
+  as_owner(allocate_atom::value, make_request(cfg, 30, 5));
+  as_owner(unsubscribe_atom::value, topic::lifecycle, owner);
+  BOOST_TEST(monitors() == 1);
+  kill_owner();
 }
 
 BOOST_AUTO_TEST_CASE(an_owner_keeps_one_monitor_while_alive_and_its_exit_reclaims) {
-  auto live = std::make_shared<std::atomic<int>>(0);
-  auto owner = sys.spawn<counting_owner>(live);
   run();
   for (request_id id = 1; id <= 10; ++id) {
-    caf::send_as(owner, mgr, allocate_atom::value,
-                 make_request(cfg, id, 5));
-    run();
-    BOOST_TEST(live->load() == 1);
-    caf::send_as(owner, mgr, free_atom::value, id);
-    run();
-    BOOST_TEST(live->load() <= 1);
+    as_owner(allocate_atom::value, make_request(cfg, id, 5));
+    BOOST_TEST(monitors() == 1);
+    as_owner(free_atom::value, id);
+    BOOST_TEST(monitors() <= 1);
   }
-  // Two live at once, one monitor; the owner's exit ends both.
-  caf::send_as(owner, mgr, allocate_atom::value, make_request(cfg, 11, 5));
-  caf::send_as(owner, mgr, allocate_atom::value, make_request(cfg, 12, 5));
-  run();
-  BOOST_REQUIRE(value_or(stats(), cache_manager_stats{}).active_caches == 2u);
-  BOOST_TEST(live->load() == 1);
+  // Two live at once, one monitor.
+  as_owner(allocate_atom::value, make_request(cfg, 11, 5));
+  as_owner(allocate_atom::value, make_request(cfg, 12, 5));
+  BOOST_REQUIRE(active() == 2u);
+  BOOST_TEST(monitors() == 1);
   // Subscribing and unsubscribing while it owns requests adds no monitor
   // and leaves the one that ownership needs.
-  caf::send_as(owner, mgr, subscribe_atom::value, topic::lifecycle, owner);
-  run();
-  BOOST_TEST(live->load() == 1);
-  caf::send_as(owner, mgr, unsubscribe_atom::value, topic::lifecycle, owner);
-  run();
-  BOOST_TEST(live->load() == 1);
-  caf::anon_send_exit(owner, caf::exit_reason::kill);
-  run();
-  BOOST_TEST(value_or(stats(), cache_manager_stats{}).active_caches == 0u);
+  as_owner(subscribe_atom::value, topic::lifecycle, owner);
+  BOOST_TEST(monitors() == 1);
+  as_owner(unsubscribe_atom::value, topic::lifecycle, owner);
+  BOOST_TEST(monitors() == 1);
+  kill_owner();
 }
 
 BOOST_AUTO_TEST_SUITE_END()
