@@ -10,7 +10,7 @@
 #include <caf/actor_system.hpp>
 
 #include "kvactor/actors/block_pool_state.hpp"
-#include "kvactor/actors/stray_errors.hpp"
+#include "kvactor/actors/stray_messages.hpp"
 #include "kvactor/messages/error.hpp"
 
 namespace kvactor {
@@ -22,7 +22,7 @@ using namespace detail;
 block_pool_actor::behavior_type
 block_pool_fun(pool_ptr self, cache_config cfg, std::uint32_t num_blocks,
                device_actor device, std::shared_ptr<index_hint> hint) {
-  detail::keep_on_stray_errors(self);
+  detail::handle_stray_messages(self);
   auto& st = self->state;
   st.init(cfg, num_blocks);
   st.core().share_index(std::move(hint));

@@ -18,7 +18,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
-#include "kvactor/actors/stray_errors.hpp"
+#include "kvactor/actors/stray_messages.hpp"
 #include "kvactor/messages/error.hpp"
 
 namespace kvactor {
@@ -142,7 +142,7 @@ caf::result<T> run(device_ptr self, Submit submit, T value, Ended ended = {}) {
 
 device_actor::behavior_type device_fun(device_ptr self,
                                        std::shared_ptr<storage> store) {
-  detail::keep_on_stray_errors(self);
+  detail::handle_stray_messages(self);
   auto& st = self->state;
   st.store = std::move(store);
   st.swapping_out.assign(st.store->layout().num_blocks, 0);

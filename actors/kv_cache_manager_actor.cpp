@@ -20,7 +20,7 @@
 #include "kvactor/actors/device_actor.hpp"
 #include "kvactor/actors/kv_cache_manager_state.hpp"
 #include "kvactor/actors/request_handle.hpp"
-#include "kvactor/actors/stray_errors.hpp"
+#include "kvactor/actors/stray_messages.hpp"
 #include "kvactor/actors/supervisor.hpp"
 #include "kvactor/messages/error.hpp"
 
@@ -77,7 +77,7 @@ kv_cache_manager_actor::behavior_type
 manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
             device_actor device, block_pool_actor pool,
             std::shared_ptr<index_hint> pool_index) {
-  detail::keep_on_stray_errors(self);
+  detail::handle_stray_messages(self);
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.store = store;

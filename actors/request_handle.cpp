@@ -14,7 +14,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
-#include "kvactor/actors/stray_errors.hpp"
+#include "kvactor/actors/stray_messages.hpp"
 #include "kvactor/messages/error.hpp"
 
 namespace kvactor {
@@ -174,7 +174,7 @@ caf::result<block_table> grow(handle_ptr self, std::uint64_t n,
 
 request_handle_actor::behavior_type handle_fun(handle_ptr self,
                                                request_handle_args args) {
-  detail::keep_on_stray_errors(self);
+  detail::handle_stray_messages(self);
   auto& st = self->state;
   st.args = std::move(args);
   // An exit message (the manager stopping) also waits for pending answers.

@@ -15,7 +15,7 @@
 
 #include "kvactor/actors/pressure_tracker.hpp"
 #include "kvactor/actors/reply_book.hpp"
-#include "kvactor/actors/stray_errors.hpp"
+#include "kvactor/actors/stray_messages.hpp"
 #include "kvactor/messages/error.hpp"
 
 namespace kvactor {
@@ -142,7 +142,7 @@ supervisor_actor::behavior_type
 supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
                std::uint64_t bytes_per_block, block_pool_actor pool,
                kv_cache_manager_actor manager) {
-  detail::keep_on_stray_errors(self);
+  detail::handle_stray_messages(self);
   auto& st = self->state;
   st.pool = std::move(pool);
   st.manager = std::move(manager);

@@ -1,5 +1,6 @@
-// An error that arrives as a plain message - not as the answer to a request
-// - must not stop a cache actor. CAF 0.17 hands such a message to the
+// A message a cache actor has no handler for must not stop it: an error that
+// arrives as a plain message - not as the answer to a request - is dropped,
+// anything else is answered with unexpected_message. CAF 0.17 hands such a message to the
 // actor's error handler, whose default quits with that error; and an
 // event-based client that sends to the manager without a request and has no
 // handler for the reply answers it with exactly that (its default handler
@@ -7,12 +8,15 @@
 // careless client would stop the whole cache.
 #include "fixture.hpp"
 
+#include <memory>
+#include <string>
+
 #include <caf/all.hpp>
 
 using namespace kvactor;
 using namespace kvactor::test;
 
-BOOST_FIXTURE_TEST_SUITE(stray_errors, cache_fixture)
+BOOST_FIXTURE_TEST_SUITE(stray_messages, cache_fixture)
 
 BOOST_AUTO_TEST_CASE(stray_errors_stop_no_cache_actor) {
   auto a = allocate(1, 5);
@@ -52,6 +56,34 @@ BOOST_AUTO_TEST_CASE(a_client_without_a_handler_for_the_reply_stops_nothing) {
   BOOST_TEST(outcome(allocate(2, 5)) == "ok");
   caf::anon_send_exit(careless, caf::exit_reason::user_shutdown);
   run();
+}
+
+BOOST_AUTO_TEST_CASE(an_unknown_message_is_answered_with_unexpected_message) {
+  auto a = allocate(1, 5);
+  BOOST_REQUIRE(a);
+  // A request of a type nobody handles, from an event-based actor (the
+  // fixture's helpers send without a request).
+  auto ask_unknown = [&](const auto& dest) {
+    auto out = std::make_shared<std::string>("no reply");
+    auto to = caf::actor_cast<caf::actor>(dest);
+    sys.spawn([to, out](caf::event_based_actor* asker) {
+      asker->request(to, caf::infinite, std::string{"what is this"})
+        .then([out](const std::string&) { *out = "ok"; },
+              [out](caf::error& err) { *out = outcome(err); });
+    });
+    run();
+    return *out;
+  };
+  BOOST_TEST(ask_unknown(mgr) == "unexpected_message");
+  BOOST_TEST(ask_unknown(a->handle) == "unexpected_message");
+  BOOST_TEST(ask_unknown(pool) == "unexpected_message");
+  BOOST_TEST(ask_unknown(sup) == "unexpected_message");
+  BOOST_TEST(ask_unknown(cache.device) == "unexpected_message");
+  // And sent without a request, no answer comes and nothing stops.
+  self->send(caf::actor_cast<caf::actor>(mgr), std::string{"hello"});
+  run();
+  BOOST_TEST(outcome(stats()) == "ok");
+  BOOST_TEST(outcome(handle_table(a->handle)) == "ok");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
