@@ -84,6 +84,10 @@ public:
   /// promises, and CAF 0.17 answers none of them.
   void watch(const caf::actor_addr& whom);
 
+  /// Ends the calls waiting on the actor with id `dest` with `err` (their
+  /// late replies are dropped). Thread-safe.
+  void fail_calls_to(std::uint64_t dest, const caf::error& err);
+
   /// The bridge as an actor (to subscribe it, or to own requests).
   caf::actor self() const;
 
@@ -104,9 +108,6 @@ private:
   };
 
   void deliver(std::uint64_t id, caf::message msg);
-
-  /// Ends the calls waiting on the actor with id `dest` with `err`.
-  void fail_calls_to(std::uint64_t dest, const caf::error& err);
 
   /// Ends the call of `s` with `err` (its entry already out of pending_).
   static void fail(slot& s, const caf::error& err);

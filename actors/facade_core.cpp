@@ -25,10 +25,16 @@ facade_core::facade_core(caf::actor_system& sys, cache_config cfg,
   // before the handle actor has even seen its end message. (An actor
   // client's step ends requests in the pool, which replies to it before
   // the manager takes in the step's effects: until then a slot of a
-  // request that step ended still reads as valid here.)
+  // request that step ended still reads as valid here.) Calls still waiting
+  // on the request's handle actor fail there and then: the handle may have
+  // gone without answering (killed: CAF 0.17 answers no dropped promise),
+  // and its end is this event - the supervisor reclaims a handle that went
+  // - so no monitor per handle actor is needed (one cost allocate 0.7 us).
   bridge_.on_notification([this](caf::message& msg) {
     if (msg.match_elements<ended_atom, request_ended>()) {
-      invalidate_request(msg.get_as<request_ended>(1));
+      if (auto handle = invalidate_request(msg.get_as<request_ended>(1)))
+        bridge_.fail_calls_to(handle,
+                              caf::make_error(caf::sec::request_receiver_down));
     } else if (msg.match_elements<caf::down_msg>()) {
       auto& dm = msg.get_as<caf::down_msg>(0);
       if (dm.source == cache_.manager.address()) {
@@ -36,11 +42,8 @@ facade_core::facade_core(caf::actor_system& sys, cache_config cfg,
         invalidate_all();
         bridge_.fail_all(make_error(errc::shutting_down,
                                     "the cache stopped: its manager is gone"));
-      } else {
-        // A handle actor quit (the bridge failed calls waiting on it), or
-        // the pool or the device went (calls to them failed likewise).
-        invalidate(dm.source.id());
       }
+      // The pool or the device went: the bridge failed calls to it.
     }
   });
   bridge_.watch(caf::actor_cast<caf::actor_addr>(cache_.manager));
@@ -90,26 +93,25 @@ void facade_core::stop() {
 
 std::shared_ptr<request_slot>
 facade_core::slot_for(const request_handle_actor& h, const request_info& info) {
-  std::shared_ptr<request_slot> s;
-  bool watch = false;
+  auto s = std::make_shared<request_slot>();
+  s->info = info;
+  s->actor = h;
+  s->handle_id = h.id();
   {
     std::lock_guard<std::mutex> guard{mtx_};
+    // Ended before this slot was made (its reply crossed the end), or the
+    // facade stopped: born invalid, and not tracked (no end is coming to
+    // untrack it).
+    if (stopped_ || recent_ends_.contains(h.id())) {
+      s->valid = false;
+      return s;
+    }
     auto [i, fresh] = slots_.try_emplace(h.id());
     if (!fresh)
       if (auto existing = i->second.slot.lock())
         return existing;
-    s = std::make_shared<request_slot>();
-    // Ended before this slot was made (its reply crossed the end): born
-    // invalid. Stopped: likewise.
-    s->valid = !stopped_ && !recent_ends_.contains(h.id());
-    s->info = info;
-    s->actor = h;
-    s->handle_id = h.id();
     i->second.slot = s;
     i->second.request = info.request.id;
-    // Watched once per handle actor: a slot made again after every
-    // reference to the previous one went keeps the first watch.
-    watch = fresh;
     // The id maps to its newest incarnation: a lookup that raced the end
     // of an older one must not take the mapping from a newer one. Each
     // incarnation has its own handle actor, spawned in admission order, so
@@ -118,9 +120,6 @@ facade_core::slot_for(const request_handle_actor& h, const request_info& info) {
     if (!added && j->second < h.id())
       j->second = h.id();
   }
-  // Outside the lock: a handle already gone reports down at once.
-  if (watch)
-    bridge_.watch(h.address());
   return s;
 }
 
@@ -151,26 +150,27 @@ void facade_core::invalidate(std::uint64_t handle_id, bool ended) {
   slots_.erase(i);
 }
 
-void facade_core::invalidate_request(const request_ended& ev) {
+std::uint64_t facade_core::invalidate_request(const request_ended& ev) {
   if (ev.handle != 0) {
     invalidate(ev.handle, true);
-    return;
+    return ev.handle;
   }
   std::uint64_t handle_id;
   {
     std::lock_guard<std::mutex> guard{mtx_};
     auto i = by_request_.find(ev.id);
     if (i == by_request_.end())
-      return;
+      return 0;
     // A slot made by allocate does not know its cache id (0: the pool's
     // start at 1); one made from a lookup does.
     auto k = slots_.find(i->second);
     auto s = k != slots_.end() ? k->second.slot.lock() : nullptr;
     if (s && s->info.cache_id != 0 && s->info.cache_id > ev.cache_id)
-      return; // a newer incarnation's
+      return 0; // a newer incarnation's
     handle_id = i->second;
   }
   invalidate(handle_id);
+  return handle_id;
 }
 
 std::unordered_map<request_id, std::uint64_t>

@@ -102,8 +102,9 @@ public:
 
   /// Marks the request of an ended event ended: by its handle actor where
   /// the event names it; otherwise the slot request `ev.id` maps to, if
-  /// that is incarnation `ev.cache_id` or an older one.
-  void invalidate_request(const request_ended& ev);
+  /// that is incarnation `ev.cache_id` or an older one. Returns the handle
+  /// actor's id (0 if none was found).
+  std::uint64_t invalidate_request(const request_ended& ev);
 
   /// The handle actors (by id) of the slots that the requests a step may
   /// end - its frees and extends - map to now.
@@ -196,8 +197,8 @@ private:
   cache_system cache_;
   blocking_bridge bridge_;
   std::atomic<std::chrono::milliseconds::rep> timeout_ms_{60000};
-  /// A handle actor the facade made a slot for and watches (once: until
-  /// its request ends, even while no handle references the slot).
+  /// A handle actor the facade made a slot for (tracked until its request
+  /// ends, even while no handle references the slot).
   struct slot_entry {
     std::weak_ptr<request_slot> slot;
     request_id request = 0;

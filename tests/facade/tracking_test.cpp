@@ -1,5 +1,5 @@
-// What the facade keeps per request, and when it lets go: one slot and one
-// watch per handle actor however often handles are looked up, nothing left
+// What the facade keeps per request, and when it lets go: one slot per
+// handle actor however often handles are looked up, nothing left
 // once the request ended, a slot made after its request's end born invalid,
 // calls to an actor that went unanswered failing instead of hanging, a
 // replaced pressure callback no longer running once the setter returned, and
@@ -40,7 +40,7 @@ BOOST_AUTO_TEST_CASE(a_request_is_tracked_once_and_forgotten_at_its_end) {
   BOOST_REQUIRE(core);
   h.reset();
   // Looked up again and again, every reference dropped each time: still one
-  // slot (and one watch) for the one handle actor.
+  // slot for the one handle actor.
   for (int i = 0; i < 100; ++i) {
     auto again = f.m().get_handle(1);
     BOOST_REQUIRE(again);
@@ -114,6 +114,32 @@ BOOST_AUTO_TEST_CASE(a_call_to_an_actor_that_went_unanswering_fails_at_once) {
     BOOST_TEST((res.error() == caf::sec::request_receiver_down), render(res.error()));
   }
   kept->clear();
+}
+
+BOOST_AUTO_TEST_CASE(calls_on_a_handle_actor_killed_under_them_end_with_its_request) {
+  // A handle actor killed while calls wait on it may drop their promises;
+  // the facade fails them when the request's end arrives (the supervisor
+  // reclaims a handle that went), long before the 60 s timeout. Each round
+  // kills a handle while a thread keeps asking it for its stats.
+  cache_fixture f;
+  for (request_id id = 1; id <= 20; ++id) {
+    auto h = f.alloc(f.req(id, 4));
+    std::atomic<bool> stop{false};
+    std::atomic<int> calls{0};
+    auto asker = std::async(std::launch::async, [&] {
+      while (!stop) {
+        (void) h->stats(); // its stats, or "ended": never a hang
+        ++calls;
+      }
+    });
+    BOOST_REQUIRE(eventually([&] { return calls.load() > 10; }));
+    caf::anon_send_exit(h->actor(), caf::exit_reason::kill);
+    BOOST_REQUIRE(eventually([&] { return !h->is_valid(); }));
+    stop = true;
+    BOOST_REQUIRE(asker.wait_for(std::chrono::seconds{20})
+                  == std::future_status::ready);
+  }
+  BOOST_TEST(eventually([&] { return f.m().stats().active_caches == 0u; }));
 }
 
 BOOST_AUTO_TEST_CASE(a_replaced_pressure_callback_is_not_running_once_replaced) {
