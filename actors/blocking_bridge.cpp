@@ -34,8 +34,7 @@ blocking_bridge::blocking_bridge(caf::actor_system& sys) {
       return;
     }
     if (msg.match_elements<caf::down_msg>())
-      fail_calls_to(msg.get_as<caf::down_msg>(0).source.id(),
-                    caf::make_error(caf::sec::request_receiver_down));
+      fail_calls_to(msg.get_as<caf::down_msg>(0).source.id());
     // Under notify_mtx_, so that once on_notification(nullptr) returned no
     // handler runs any more (its owner may then go).
     std::lock_guard<std::mutex> guard{notify_mtx_};
@@ -160,12 +159,15 @@ void blocking_bridge::fail_all(caf::error err, bool close) {
   pending_.clear();
 }
 
-void blocking_bridge::fail_calls_to(std::uint64_t dest, const caf::error& err) {
+void blocking_bridge::fail_calls_to(std::uint64_t dest) {
   // Replies the actor did send were delivered on its thread before its
   // down message left: what waits now is not coming.
   std::lock_guard<std::mutex> guard{mtx_};
+  caf::error err;
   for (auto i = pending_.begin(); i != pending_.end();) {
     if (i->second.dest == dest) {
+      if (!err)
+        err = caf::make_error(caf::sec::request_receiver_down);
       fail(*i->second.s, err);
       i = pending_.erase(i);
     } else {

@@ -84,9 +84,11 @@ public:
   /// promises, and CAF 0.17 answers none of them.
   void watch(const caf::actor_addr& whom);
 
-  /// Ends the calls waiting on the actor with id `dest` with `err` (their
-  /// late replies are dropped). Thread-safe.
-  void fail_calls_to(std::uint64_t dest, const caf::error& err);
+  /// Ends the calls waiting on the actor with id `dest` with
+  /// request_receiver_down (their late replies are dropped). Thread-safe.
+  /// Cheap when none waits - the usual case, at every request's end: no
+  /// error is made (a caf::error with a code takes a heap allocation).
+  void fail_calls_to(std::uint64_t dest);
 
   /// The bridge as an actor (to subscribe it, or to own requests).
   caf::actor self() const;

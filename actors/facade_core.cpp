@@ -37,8 +37,7 @@ facade_core::facade_core(caf::actor_system& sys, cache_config cfg,
   bridge_.on_notification([this](caf::message& msg) {
     if (msg.match_elements<ended_atom, request_ended>()) {
       if (auto handle = invalidate_request(msg.get_as<request_ended>(1)))
-        bridge_.fail_calls_to(handle,
-                              caf::make_error(caf::sec::request_receiver_down));
+        bridge_.fail_calls_to(handle);
     } else if (msg.match_elements<caf::down_msg>()) {
       auto& dm = msg.get_as<caf::down_msg>(0);
       if (dm.source == cache_.manager.address()) {
