@@ -34,7 +34,8 @@ using namespace detail;
 /// its blocks, then the registry lets it go. If the pool had ended that
 /// incarnation already (a step's effects not yet here), it fails - with
 /// unknown_request, or invalid_handle for a handle's free - and the step's
-/// effects end the registry entry.
+/// effects end the registry entry. (Callers prefetch the handle actor,
+/// which end_request sends its end a pool round trip later.)
 caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
                                         std::uint64_t cache_id,
                                         bool by_handle) {
@@ -195,6 +196,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       auto i = reg.find(id);
       if (i == reg.end())
         return make_error(errc::unknown_request, unknown(id));
+      prefetch_handle(i->second.handle);
       return free_request(self, id, i->second.info.cache_id, false);
     },
     [self](free_atom, request_id id,
@@ -205,6 +207,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       if (i == reg.end() || i->second.info.cache_id != cache_id)
         return make_error(errc::invalid_handle,
                           "request " + std::to_string(id) + " has ended");
+      prefetch_handle(i->second.handle);
       return free_request(self, id, cache_id, true);
     },
     [self](fork_atom, request_id parent, request_id child)
@@ -339,6 +342,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       auto i = st.registry.find(id);
       if (i == st.registry.end())
         return make_error(errc::unknown_request, unknown(id));
+      prefetch_handle(i->second.handle);
       // Before the promise, which takes the sender out of the message.
       bool by_owner = i->second.owner == self->current_sender();
       auto rp = owe(self, self->make_response_promise<std::uint32_t>(),

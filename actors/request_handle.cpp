@@ -253,6 +253,16 @@ detail::actor_slab::counts handle_slab_counts() {
   return slab().snapshot();
 }
 
+void prefetch_handle(const request_handle_actor& h) noexcept {
+  if (!h)
+    return;
+  // ctrl() is arithmetic on the pointer: nothing of the actor is read.
+  auto p = reinterpret_cast<const char*>(
+    caf::actor_cast<caf::abstract_actor*>(h)->ctrl());
+  for (std::size_t at = 0; at < sizeof(handle_storage); at += CAF_CACHE_LINE_SIZE)
+    __builtin_prefetch(p + at);
+}
+
 request_handle_actor spawn_request_handle(caf::actor_system& sys,
                                           request_handle_args args,
                                           const supervisor_actor& supervisor) {
