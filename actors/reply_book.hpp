@@ -8,11 +8,12 @@
 
 #include <cstdint>
 #include <string>
-#include <unordered_map>
 #include <utility>
 
 #include <caf/response_promise.hpp>
 #include <caf/typed_response_promise.hpp>
+
+#include "kvactor/actors/id_map.hpp"
 
 namespace kvactor::detail {
 
@@ -32,13 +33,14 @@ public:
   template <class... Ts>
   ticket open(caf::typed_response_promise<Ts...>& rp, owed_what what) {
     auto t = ++last_;
-    open_.emplace(t, entry{static_cast<caf::response_promise&>(rp), what});
+    open_[t] = entry{static_cast<caf::response_promise&>(rp), what};
     return t;
   }
 
   /// The promise under `t` is answered (or handed on): forgets it.
   void close(ticket t) {
-    open_.erase(t);
+    if (auto i = open_.find(t); i != open_.end())
+      open_.erase(i);
   }
 
   /// Answers every open promise with shutting_down ("<who> exited before
@@ -59,7 +61,10 @@ private:
   };
 
   ticket last_ = 0;
-  std::unordered_map<ticket, entry> open_;
+  /// Open addressing over a dense vector: booking and closing a promise -
+  /// twice per allocate or free through the manager - allocate nothing
+  /// (a node per promise in std::unordered_map).
+  id_map<entry> open_;
 };
 
 /// A promise booked in a reply_book: delivering or delegating it closes its
