@@ -28,11 +28,11 @@ struct request_handle_args {
   kv_cache_manager_actor manager;
 };
 
-/// Spawns the handle and attaches to it, before anyone else can reach it,
-/// the report of a death with an error (killed, crashed, stopped) to
-/// `supervisor`, so that the request's blocks are reclaimed. (An attachable,
-/// as a monitor is, but silent on the normal end every request has, and
-/// without a table of watched handles in the supervisor.)
+/// Spawns the handle. If it dies with an error (killed, crashed, stopped)
+/// it tells `supervisor` as it goes, so that the request's blocks are
+/// reclaimed - from its own exit, which runs however the actor ends: no
+/// monitor, silent on the normal end every request has, and no table of
+/// watched handles in the supervisor.
 request_handle_actor spawn_request_handle(caf::actor_system& sys,
                                           request_handle_args args,
                                           const supervisor_actor& supervisor);
