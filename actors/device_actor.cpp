@@ -48,25 +48,31 @@ struct device_state {
   /// freeing pinned memory (cudaFreeHost) waits for the whole device, so a
   /// write slightly larger than any before would wait behind every swap in
   /// flight. Kept, they cost at most as much again as the largest.
-  std::shared_ptr<std::uint8_t> staging;
-  std::size_t staging_bytes = 0;
-  std::vector<std::shared_ptr<std::uint8_t>> outgrown;
+  struct staging_area {
+    std::shared_ptr<std::uint8_t> buffer;
+    std::size_t bytes = 0;
+    std::vector<std::shared_ptr<std::uint8_t>> outgrown;
+  };
+  /// Shared with the actor's exit functor (device_fun), which frees it off
+  /// a wake's thread: the state itself may be destroyed on one.
+  std::shared_ptr<staging_area> staging = std::make_shared<staging_area>();
 
   /// At least `bytes` of staging, or null (the staging so far stays).
   std::uint8_t* stage(std::size_t bytes) {
-    if (bytes <= staging_bytes)
-      return staging.get();
-    auto want = std::max(bytes, 2 * staging_bytes);
+    auto& a = *staging;
+    if (bytes <= a.bytes)
+      return a.buffer.get();
+    auto want = std::max(bytes, 2 * a.bytes);
     auto next = store->host_buffer(want);
     if (!next && want > bytes)
       next = store->host_buffer(want = bytes);
     if (!next)
       return nullptr;
-    if (staging)
-      outgrown.push_back(std::move(staging));
-    staging = std::move(next);
-    staging_bytes = want;
-    return staging.get();
+    if (a.buffer)
+      a.outgrown.push_back(std::move(a.buffer));
+    a.buffer = std::move(next);
+    a.bytes = want;
+    return a.buffer.get();
   }
 };
 
@@ -163,14 +169,16 @@ device_actor::behavior_type device_fun(device_ptr self,
                           "device actor: stopped with this work in flight"));
     self->quit(msg.reason);
   });
-  // The state is gone when attached functors run: hold the storage itself.
-  // If the actor dies on a wake's thread (its last reference was the
-  // wake's, briefly), dropping the storage there would run CUDA calls in a
-  // CUDA host callback: another thread drops it.
-  self->attach_functor([store = st.store]() mutable {
+  // The state is gone when attached functors run: hold the storage and the
+  // staging (pinned on cuda) here. If the actor dies on a wake's thread (its
+  // last reference was the wake's, briefly), CAF destroys the state and runs
+  // this functor there, and dropping either would run CUDA calls in a CUDA
+  // host callback (the storage's stream synchronisation, cudaFreeHost),
+  // which CUDA forbids: another thread drops them.
+  self->attach_functor([store = st.store, staging = st.staging]() mutable {
     store->set_wake(nullptr);
     if (storage::in_wake())
-      std::thread([s = std::move(store)] {}).detach();
+      std::thread([s = std::move(store), a = std::move(staging)] {}).detach();
   });
   return {
     [self](copy_atom, const std::vector<block_copy>& pairs) {

@@ -3,9 +3,12 @@
 // (complete, complete_one), and fail() turns it into a faulted device.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <utility>
 #include <vector>
@@ -19,6 +22,49 @@
 
 namespace kvactor::test {
 
+/// Where a slow_storage's resources were released (teardown tests): each
+/// host buffer and the storage itself, and whether on a thread running a
+/// wake (storage::in_wake) - CUDA's host callback, where the cuda backend
+/// must release nothing. Thread-safe.
+class release_log {
+public:
+  void buffer_freed(bool in_wake) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    ++buffers_;
+    buffers_in_wake_ += in_wake ? 1 : 0;
+    cv_.notify_all();
+  }
+  void storage_gone(bool in_wake) {
+    std::lock_guard<std::mutex> guard{mtx_};
+    storage_gone_ = true;
+    storage_in_wake_ = in_wake;
+    cv_.notify_all();
+  }
+  /// Waits up to `limit` for the storage and `buffers` buffers to go.
+  bool wait_for(int buffers, std::chrono::milliseconds limit) {
+    std::unique_lock<std::mutex> lock{mtx_};
+    return cv_.wait_for(lock, limit, [&] {
+      return storage_gone_ && buffers_ >= buffers;
+    });
+  }
+  int buffers_in_wake() {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return buffers_in_wake_;
+  }
+  bool storage_in_wake() {
+    std::lock_guard<std::mutex> guard{mtx_};
+    return storage_in_wake_;
+  }
+
+private:
+  std::mutex mtx_;
+  std::condition_variable cv_;
+  int buffers_ = 0;
+  int buffers_in_wake_ = 0;
+  bool storage_gone_ = false;
+  bool storage_in_wake_ = false;
+};
+
 /// The host backend with asynchronous completion and injectable faults:
 /// each operation does its work at once, but its ticket stays pending until
 /// complete() (which calls the wake, as CUDA's host callback does) or
@@ -29,6 +75,14 @@ public:
   explicit slow_storage(std::unique_ptr<storage> inner)
     : storage(inner->layout()), inner_(std::move(inner)) {
   }
+
+  ~slow_storage() override {
+    if (log)
+      log->storage_gone(in_wake());
+  }
+
+  /// Set: host buffers and the storage report their release there.
+  std::shared_ptr<release_log> log;
 
   storage_kind kind() const noexcept override {
     return inner_->kind();
@@ -86,7 +140,16 @@ public:
     wake_ = std::move(wake);
   }
   std::shared_ptr<std::uint8_t> host_buffer(std::size_t bytes) override {
-    return inner_->host_buffer(bytes);
+    auto buf = inner_->host_buffer(bytes);
+    if (!buf || !log)
+      return buf;
+    auto raw = buf.get();
+    return std::shared_ptr<std::uint8_t>(
+      raw, [buf = std::move(buf), log = log](std::uint8_t*) mutable {
+        auto in = in_wake();
+        buf.reset();
+        log->buffer_freed(in);
+      });
   }
 
   // -- the test's controls -------------------------------------------------------
