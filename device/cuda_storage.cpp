@@ -157,9 +157,16 @@ caf::error cuda_storage::init() {
   // Slots that hold the largest batch the layout allows without growing: a
   // copy of num_blocks pairs or a write to every slot (8 bytes each), a
   // gather of num_blocks blocks (4 bytes each); the ring caps this.
+  const auto ring_slot = detail::upload_ring::initial_capacity(
+    std::size_t{8} * layout_.num_blocks * layout_.block_size);
   if (auto err = uploads_.init(device_, std::size_t{8} * layout_.num_blocks
-                                          * layout_.block_size))
-    return fail(err, "upload ring");
+                                          * layout_.block_size)) {
+    // The sizes, as for the pools: this can fail when they took the rest.
+    auto what = "upload ring (" + std::to_string(detail::upload_ring::num_slots)
+                + " slots x " + std::to_string(ring_slot)
+                + " bytes, pinned and on the device)";
+    return fail(err, what.c_str());
+  }
   int pitch = 0;
   if (auto err = cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, device_))
     return fail(err, "cudaDeviceGetAttribute(MaxPitch)");

@@ -36,7 +36,7 @@ int upload_ring::init(int device, std::size_t capacity) {
   async_alloc_ = pools != 0;
   if (auto err = cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking))
     return err;
-  capacity = std::clamp(capacity, min_capacity, max_initial_capacity);
+  capacity = initial_capacity(capacity);
   for (auto& s : slots_) {
     if (auto err = cudaEventCreateWithFlags(&s.uploaded,
                                             cudaEventDisableTiming))

@@ -46,9 +46,16 @@ public:
   upload_ring(const upload_ring&) = delete;
   upload_ring& operator=(const upload_ring&) = delete;
 
+  /// What each slot holds after init(capacity).
+  static std::size_t initial_capacity(std::size_t capacity) noexcept {
+    return capacity < min_capacity          ? min_capacity
+           : capacity > max_initial_capacity ? max_initial_capacity
+                                             : capacity;
+  }
+
   /// Creates the upload stream, the events and the first buffers, each slot
-  /// holding `capacity` bytes (clamped to [min_capacity,
-  /// max_initial_capacity]), on the current device `device`.
+  /// holding initial_capacity(capacity) bytes, on the current device
+  /// `device`.
   int init(int device, std::size_t capacity);
 
   /// Uploads `bytes` bytes from host memory `data` for the next op on
