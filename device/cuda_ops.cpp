@@ -37,7 +37,8 @@ cuda_storage::copy_blocks(const std::vector<block_copy>& pairs) {
     auto stream = streams_[stream_of(role)];
     if (auto err = uploads_.stage(pairs.data(), pairs.size() * sizeof(block_copy),
                                   stream, dev))
-      return fail(err, "copy_blocks upload");
+      return upload_failed(err, "copy_blocks upload",
+                           pairs.size() * sizeof(block_copy));
     if (auto err = detail::launch_copy_blocks(
           geometry(), static_cast<const detail::block_pair*>(dev), pairs.size(),
           stream))
@@ -138,7 +139,8 @@ cuda_storage::write_slots(std::uint32_t layer, const void* key,
     auto stream = streams_[stream_of(role)];
     if (auto err = uploads_.stage(slots_.mapping(slot_mapping),
                                   num_tokens * sizeof(std::int64_t), stream, dev))
-      return fail(err, "write_slots upload");
+      return upload_failed(err, "write_slots upload",
+                           num_tokens * sizeof(std::int64_t));
     if (auto err = detail::launch_write_slots(
           geometry(), layer, key, value, static_cast<const std::int64_t*>(dev),
           num_tokens, stream))
@@ -183,7 +185,8 @@ cuda_storage::gather_blocks(std::uint32_t layer,
     auto stream = streams_[stream_of(role)];
     if (auto err = uploads_.stage(blocks.data(), used * sizeof(block_id),
                                   stream, dev))
-      return fail(err, "gather_blocks upload");
+      return upload_failed(err, "gather_blocks upload",
+                           used * sizeof(block_id));
     if (auto err = detail::launch_gather_blocks(
           geometry(), layer, static_cast<const std::uint32_t*>(dev), used,
           num_tokens, key_out, value_out, stream))

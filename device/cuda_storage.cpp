@@ -229,6 +229,17 @@ caf::error cuda_storage::usable() {
   return caf::none;
 }
 
+caf::error cuda_storage::upload_failed(int err, const char* what,
+                                       std::size_t bytes) {
+  if (err != cudaErrorMemoryAllocation)
+    return fail(err, what);
+  cudaGetLastError(); // not sticky: not this thread's next launch's error
+  return device_failure(std::string{"storage cuda: "} + what + ": no memory to stage "
+                        + std::to_string(bytes) + " bytes ("
+                        + cuda_text(static_cast<cudaError_t>(err))
+                        + "); nothing was launched");
+}
+
 caf::error cuda_storage::fail(int err, const char* what) {
   // The error now lives in failed_. Take it off the runtime's last error
   // too: a failed init step (stream or event creation, the upload ring's

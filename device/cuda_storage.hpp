@@ -60,7 +60,9 @@ namespace kvactor {
 /// current on the calling thread and leave it so: that thread is the device
 /// actor's own (detached by default), which works on this device alone.
 /// Failure: any CUDA error makes the storage failed for good: that op and
-/// every later op or wait returns device_failure with the CUDA error text.
+/// every later op or wait returns device_failure with the CUDA error text -
+/// except an upload ring that cannot grow for want of memory, which fails
+/// that op alone (upload_failed).
 /// Thread-safety: as storage (one caller thread; wake from CUDA's thread).
 class cuda_storage final : public storage {
 public:
@@ -130,6 +132,15 @@ private:
 
   /// Marks the storage failed with `what` and the CUDA error text.
   caf::error fail(int err, const char* what);
+
+  /// An op's upload of `bytes` bytes (its pairs, slots or block ids) failed
+  /// with `err` before its launch. A batch larger than any before grows
+  /// the upload ring, and that allocation (pinned and device memory) can
+  /// fail: not a sticky error, nothing launched, so the op fails alone and
+  /// the storage stays usable - failing it for good would also answer
+  /// device_failure for work the GPU is still running. Any other error
+  /// fails the storage (fail()).
+  caf::error upload_failed(int err, const char* what, std::size_t bytes);
 
   /// Makes `role`'s stream wait for the tickets in `w` of other streams.
   caf::error order(const detail::hazard_tracker::waits& w, stream_role role);
