@@ -177,9 +177,10 @@ caf::error cuda_storage::init() {
 cuda_storage::~cuda_storage() {
   // Errors are ignored here: a failed device cannot be cleaned up better.
   // The notifiers wait on the work streams' events and their callbacks use
-  // `this`: synchronising them (which returns once every queued host
+  // the wake box: synchronising them (which returns once every queued host
   // function returned) before anything is destroyed means no callback runs
-  // on a dead object. After a fault CUDA calls none and returns the error.
+  // on a dead object. After a fault CUDA calls no more and returns the
+  // error at once - one that had started may still run, so the box stays.
   // The destroying thread (the facade owner's, say) works on device_ until
   // the members' own cleanup (upload ring, ticket events) is done too, then
   // gets its device back: exit_device_ is the first member, destroyed last.
@@ -187,9 +188,12 @@ cuda_storage::~cuda_storage() {
   for (auto s : streams_)
     if (s != nullptr)
       cudaStreamSynchronize(s);
+  bool callbacks_done = true;
   for (auto s : notifiers_)
-    if (s != nullptr)
-      cudaStreamSynchronize(s);
+    if (s != nullptr && cudaStreamSynchronize(s) != cudaSuccess)
+      callbacks_done = false;
+  if (!callbacks_done)
+    (void) wake_box_.release(); // see wake_box
   for (auto s : notifiers_)
     if (s != nullptr)
       cudaStreamDestroy(s);
@@ -281,7 +285,7 @@ caf::expected<ticket> cuda_storage::submit(stream_role role) {
     if (auto err = cudaStreamWaitEvent(notifier, tickets_.event(t), 0))
       return fail(err, "cudaStreamWaitEvent(notifier)");
     if (auto err = cudaLaunchHostFunc(notifier, &cuda_storage::on_complete,
-                                      this))
+                                      wake_box_.get()))
       return fail(err, "cudaLaunchHostFunc");
   }
   if (auto err = tickets_.trim())
@@ -357,19 +361,19 @@ caf::error cuda_storage::wait_one(ticket t) {
 
 void cuda_storage::set_wake(std::function<void()> wake) {
   has_wake_ = static_cast<bool>(wake);
-  std::lock_guard<std::mutex> guard{wake_mutex_};
-  wake_ = has_wake_ ? std::make_shared<const std::function<void()>>(
-                        std::move(wake))
-                    : nullptr;
+  std::lock_guard<std::mutex> guard{wake_box_->mtx};
+  wake_box_->wake = has_wake_ ? std::make_shared<const std::function<void()>>(
+                                  std::move(wake))
+                              : nullptr;
 }
 
-void cuda_storage::on_complete(void* self) {
+void cuda_storage::on_complete(void* box) {
   // Runs on CUDA's callback thread: must not call CUDA.
-  auto* st = static_cast<cuda_storage*>(self);
+  auto* b = static_cast<wake_box*>(box);
   std::shared_ptr<const std::function<void()>> wake;
   {
-    std::lock_guard<std::mutex> guard{st->wake_mutex_};
-    wake = st->wake_;
+    std::lock_guard<std::mutex> guard{b->mtx};
+    wake = b->wake;
   }
   if (wake) {
     detail::wake_scope scope;

@@ -161,7 +161,8 @@ private:
 
   detail::pool_geometry geometry() const noexcept;
 
-  static void on_complete(void* self);
+  /// A notifier's host function: calls the wake in `box` (a wake_box).
+  static void on_complete(void* box);
 
   // First member, so destroyed last: the destructor makes device_ current
   // through it, and the members' own CUDA cleanup runs before it restores.
@@ -182,8 +183,16 @@ private:
   ticket next_ticket_ = 1;
   std::string failed_;             // empty while healthy
   bool has_wake_ = false;
-  std::mutex wake_mutex_;
-  std::shared_ptr<const std::function<void()>> wake_; // guarded by wake_mutex_
+  /// What the completion callbacks read - they get its address, not the
+  /// storage's. After a fault the destructor's synchronisation of the
+  /// notifiers returns at once, maybe while a callback that had started
+  /// still runs: the destructor then leaves the box behind (a few dozen
+  /// bytes, once per failed device) rather than free it under that callback.
+  struct wake_box {
+    std::mutex mtx;
+    std::shared_ptr<const std::function<void()>> wake; // guarded by mtx
+  };
+  std::unique_ptr<wake_box> wake_box_ = std::make_unique<wake_box>();
 };
 
 namespace detail {
