@@ -1,6 +1,6 @@
 // The supervisor actor: watches every handle actor (each reports its death
-// with an error through an attachable set at spawn, and the request's blocks
-// are reclaimed), runs GC on a timer and on demand, turns
+// with an error from its own exit, and the request's blocks are
+// reclaimed), runs GC on a timer and on demand, turns
 // pool usage into pressure levels (with hysteresis) and broadcasts each change
 // to its subscribers; under high pressure it evicts cached blocks toward the
 // medium mark, at critical its broadcast asks schedulers to preempt.
