@@ -41,8 +41,10 @@ facade_core::facade_core(caf::actor_system& sys, cache_config cfg,
     } else if (msg.match_elements<caf::down_msg>()) {
       auto& dm = msg.get_as<caf::down_msg>(0);
       if (dm.source == cache_.manager.address()) {
-        // The manager went, and the cache with it: no reply is coming.
-        invalidate_all();
+        // The manager went, and the cache with it: no reply is coming, nor
+        // an end event - a slot made from a reply already delivered (a
+        // lookup, an allocate) must be born invalid too.
+        invalidate_all(true);
         bridge_.fail_all(make_error(errc::shutting_down,
                                     "the cache stopped: its manager is gone"));
       }
@@ -103,9 +105,9 @@ facade_core::slot_for(const request_handle_actor& h, const request_info& info) {
   {
     std::lock_guard<std::mutex> guard{mtx_};
     // Ended before this slot was made (its reply crossed the end), or the
-    // facade stopped: born invalid, and not tracked (no end is coming to
-    // untrack it).
-    if (stopped_ || recent_ends_.contains(h.id())) {
+    // facade stopped or its manager went: born invalid, and not tracked (no
+    // end is coming to untrack it).
+    if (stopped_ || manager_gone_ || recent_ends_.contains(h.id())) {
       s->valid = false;
       return s;
     }
@@ -196,8 +198,9 @@ facade_core::tracking facade_core::tracked() {
   return {slots_.size(), by_request_.size(), recent_ends_.size()};
 }
 
-void facade_core::invalidate_all() {
+void facade_core::invalidate_all(bool manager_gone) {
   std::lock_guard<std::mutex> guard{mtx_};
+  manager_gone_ = manager_gone_ || manager_gone;
   for (auto& kvp : slots_)
     if (auto s = kvp.second.slot.lock())
       s->valid = false;

@@ -111,8 +111,9 @@ public:
   std::unordered_map<request_id, std::uint64_t>
   handles_of(const step_request& step);
 
-  /// Marks every slot ended (shutdown).
-  void invalidate_all();
+  /// Marks every slot ended and untracks it (shutdown); with
+  /// `manager_gone`, every slot made from now on is born ended too.
+  void invalidate_all(bool manager_gone = false);
 
   /// What the facade tracks now (for tests and diagnostics): handle actors
   /// with a slot, request ids mapped to one, ended handle actors remembered.
@@ -212,6 +213,10 @@ private:
   std::unordered_map<request_id, std::uint64_t> by_request_; ///< -> handle id
   recent_ids recent_ends_{recent_ends_cap}; ///< handle ids
   bool stopped_ = false; ///< guarded by mtx_
+  /// The manager went (its down message came): no end event will come for
+  /// any request, so a slot made from now on is born invalid. Not stopped_,
+  /// which would skip stop()'s wait for a running pressure callback.
+  bool manager_gone_ = false; ///< guarded by mtx_
   caf::actor relay_; ///< calls the pressure callback (detached)
   std::vector<caf::actor> writers_; ///< KV event files (detached)
   /// The pressure callback, shared with the relay that calls it. The relay

@@ -1,6 +1,7 @@
 // What the facade keeps per request, and when it lets go: one slot per
 // handle actor however often handles are looked up, nothing left
-// once the request ended, a slot made after its request's end born invalid,
+// once the request ended, a slot made after its request's end (or its
+// manager's death) born invalid,
 // calls to an actor that went unanswered failing instead of hanging, a
 // replaced pressure callback no longer running once the setter returned, and
 // a step answered after its timeout leaving no admission behind.
@@ -82,6 +83,26 @@ BOOST_AUTO_TEST_CASE(a_slot_made_after_its_request_ended_is_born_invalid) {
   // A new incarnation of the id is not affected.
   auto fresh = f.alloc(f.req(1, 4));
   BOOST_TEST(fresh->is_valid());
+}
+
+BOOST_AUTO_TEST_CASE(a_slot_made_after_the_manager_went_is_born_invalid) {
+  // A lookup or allocate reply delivered just before the manager died
+  // (killed: no exit handler, no end events) makes its slot after the
+  // manager's down message: no end will ever come for it, so it must not
+  // read valid, nor stay tracked.
+  cache_fixture f;
+  auto h = f.alloc(f.req(1, 4));
+  auto core = core_of::get(*h);
+  auto actor = h->actor();
+  request_info info;
+  info.request = f.req(1, 4);
+  caf::anon_send_exit(f.m().actor(), caf::exit_reason::kill);
+  while (h->is_valid()) // the down message invalidates what was there
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto late = core->slot_for(actor, info);
+  BOOST_TEST(!late->valid.load());
+  BOOST_TEST(core->tracked().slots == 0u);
+  BOOST_TEST(core->tracked().requests == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(a_call_to_an_actor_that_went_unanswering_fails_at_once) {
