@@ -105,8 +105,14 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       std::vector<std::pair<request_id, std::uint64_t>> held;
       if (holds > 0)
         for (auto& [id, e] : st.registry)
-          if (e.owner && e.owner.get() == dm.source.get())
+          if (e.owner && e.owner.get() == dm.source.get()) {
             held.emplace_back(id, e.info.cache_id);
+            // Its count is gone with the entry: the end of this request,
+            // a pool round trip away, must not take one off the count of a
+            // request the dead owner's allocate still in flight registers
+            // meanwhile (and watches anew) - that request would leak.
+            e.owner = nullptr;
+          }
       for (auto& [id, cache_id] : held)
         reclaim_request(self, id, cache_id);
     }

@@ -71,6 +71,13 @@ struct owner_fixture : cache_fixture {
     return value_or(stats(), cache_manager_stats{}).active_caches;
   }
 
+  /// Runs one message of `whom` (which must have one waiting).
+  template <class Handle>
+  void step(const Handle& whom) {
+    BOOST_REQUIRE(sched.prioritize(whom));
+    sched.run_once();
+  }
+
   /// The owner's exit reclaims every request it holds.
   void kill_owner() {
     caf::anon_send_exit(owner, caf::exit_reason::kill);
@@ -121,6 +128,31 @@ BOOST_AUTO_TEST_CASE(an_owner_keeps_one_monitor_while_alive_and_its_exit_reclaim
   as_owner(unsubscribe_atom::value, topic::lifecycle, owner);
   BOOST_TEST(monitors() == 1);
   kill_owner();
+}
+
+BOOST_AUTO_TEST_CASE(an_owner_dying_with_an_allocate_in_flight_leaves_nothing) {
+  // The owner holds request 1 and has allocate(2) at the pool when it dies.
+  // The manager takes in its down message first (reclaim 1 goes to the
+  // pool), then the pool's admission of 2: registered under the dead owner,
+  // which is watched anew (a monitor of a dead actor: a second down, queued
+  // behind the reclaim's answer). That answer ended 1 and took one off the
+  // owner's count - the count 2 had just started: the second down found the
+  // owner holding nothing, and request 2 stayed, blocks and all, for good.
+  run();
+  as_owner(allocate_atom::value, make_request(cfg, 1, 4));
+  BOOST_REQUIRE(active() == 1u);
+  caf::send_as(owner, mgr, allocate_atom::value, make_request(cfg, 2, 4));
+  step(mgr); // allocate(2) -> the pool
+  caf::anon_send_exit(owner, caf::exit_reason::kill);
+  step(owner); // it goes: its down message to the manager
+  step(mgr);   // the down: reclaim(1) -> the pool
+  step(pool);  // allocate(2) admitted
+  step(pool);  // reclaim(1) done
+  step(mgr);   // 2 registered under the dead owner, watched anew
+  run();
+  BOOST_TEST(outcome(lookup(2)) == "unknown_request");
+  BOOST_TEST(active() == 0u);
+  BOOST_TEST(used_blocks() == 0u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
