@@ -1,15 +1,23 @@
 // reply_book: answering the promises still open when an actor exits.
 #include "kvactor/actors/reply_book.hpp"
 
+#include <vector>
+
 #include "kvactor/messages/error.hpp"
 
 namespace kvactor::detail {
 
 void reply_book::fail_all(const char* who) {
-  auto open = std::move(open_);
-  open_.clear();
-  for (auto& kvp : open) {
-    auto& e = kvp.second;
+  std::vector<entry> open;
+  if (first_.t != 0)
+    open.push_back(std::move(first_));
+  if (more_)
+    for (auto& kvp : *more_)
+      open.push_back(std::move(kvp.second));
+  first_ = entry{};
+  more_.reset();
+  size_ = 0;
+  for (auto& e : open) {
     std::string text = std::string{who} + " exited before it answered "
                        + e.what.what;
     if (e.what.of_request)

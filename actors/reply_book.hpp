@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -33,14 +34,29 @@ public:
   template <class... Ts>
   ticket open(caf::typed_response_promise<Ts...>& rp, owed_what what) {
     auto t = ++last_;
-    open_[t] = entry{static_cast<caf::response_promise&>(rp), what};
+    entry e{t, static_cast<caf::response_promise&>(rp), what};
+    if (first_.t == 0) {
+      first_ = std::move(e);
+    } else {
+      if (!more_)
+        more_ = std::make_unique<id_map<entry>>();
+      (*more_)[t] = std::move(e);
+    }
+    ++size_;
     return t;
   }
 
   /// The promise under `t` is answered (or handed on): forgets it.
   void close(ticket t) {
-    if (auto i = open_.find(t); i != open_.end())
-      open_.erase(i);
+    if (first_.t == t) {
+      first_ = entry{};
+      --size_;
+    } else if (more_) {
+      if (auto i = more_->find(t); i != more_->end()) {
+        more_->erase(i);
+        --size_;
+      }
+    }
   }
 
   /// Answers every open promise with shutting_down ("<who> exited before
@@ -51,20 +67,26 @@ public:
   void fail_all(const char* who);
 
   std::size_t size() const noexcept {
-    return open_.size();
+    return size_;
   }
 
 private:
   struct entry {
+    ticket t = 0; ///< 0: none
     caf::response_promise rp;
-    owed_what what;
+    owed_what what{};
   };
 
   ticket last_ = 0;
-  /// Open addressing over a dense vector: booking and closing a promise -
-  /// twice per allocate or free through the manager - allocate nothing
-  /// (a node per promise in std::unordered_map).
-  id_map<entry> open_;
+  std::size_t size_ = 0;
+  /// One inline - a handle actor (which books what it passes on to the
+  /// pool) is nearly always asked one thing at a time - and the rest in a
+  /// map made on first need: a book that never holds two allocates
+  /// nothing. The map is open addressing over a dense vector: booking and
+  /// closing a promise - twice per allocate or free through the manager -
+  /// allocate nothing either (a node per promise in std::unordered_map).
+  entry first_;
+  std::unique_ptr<id_map<entry>> more_;
 };
 
 /// A promise booked in a reply_book: delivering or delegating it closes its
