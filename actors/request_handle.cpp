@@ -14,6 +14,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include "kvactor/actors/reply_book.hpp"
 #include "kvactor/actors/stray_messages.hpp"
 #include "kvactor/messages/error.hpp"
 
@@ -29,11 +30,12 @@ struct request_handle_state {
   supervisor_actor supervisor;
   /// The handle, for its exit reason as it goes.
   caf::local_actor* self = nullptr;
-  /// Requests it answers through a promise, still waiting for the pool or
-  /// the device. The actor quits only once they are answered: a promise
-  /// dropped by a quitting actor is never answered in CAF 0.17, and its
-  /// requester would wait forever.
-  std::uint32_t pending = 0;
+  /// Requests it answers through a promise, still waiting for the pool (and
+  /// through it the device). A promise dropped by a quitting actor is
+  /// never answered in CAF 0.17, and its requester would wait forever: the
+  /// actor quits only once they are answered - or, killed or crashed (no
+  /// exit handler runs), answers them as it goes (below).
+  detail::reply_book owed;
   /// The request ended (or its owner or manager died): quit once nothing
   /// is pending, with `exit_reason`.
   bool ending = false;
@@ -52,6 +54,8 @@ struct request_handle_state {
   ~request_handle_state() {
     if (self != nullptr && self->fail_state() && supervisor)
       caf::anon_send(supervisor, reclaim_atom::value, id(), args.info.cache_id);
+    if (owed.size() > 0)
+      owed.fail_all("the handle actor");
   }
 };
 
@@ -144,15 +148,14 @@ void end(handle_ptr self, caf::error reason) {
     st.ending = true;
     st.exit_reason = std::move(reason);
   }
-  if (st.pending == 0)
+  if (st.owed.size() == 0)
     finish(self);
 }
 
 /// One pending request answered.
 void answered(handle_ptr self) {
   auto& st = self->state;
-  --st.pending;
-  if (st.ending && st.pending == 0)
+  if (st.ending && st.owed.size() == 0)
     finish(self);
 }
 
@@ -169,8 +172,9 @@ caf::result<block_table> grow(handle_ptr self, std::uint64_t n,
   auto& st = self->state;
   if (st.ending)
     return ended_error(st);
-  auto rp = self->make_response_promise<block_table>();
-  ++st.pending;
+  detail::booked_promise<block_table> rp{
+    st.owed, self->make_response_promise<block_table>(),
+    detail::owed_what{tokens.empty() ? "extend" : "append", true, st.id()}};
   auto fail = [self, rp](caf::error& err) mutable {
     rp.deliver(std::move(err));
     answered(self);
@@ -184,7 +188,7 @@ caf::result<block_table> grow(handle_ptr self, std::uint64_t n,
         answered(self);
       },
       fail);
-  return rp;
+  return rp.promise();
 }
 
 request_handle_actor::behavior_type handle_fun(handle_ptr self,
@@ -222,8 +226,9 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
       auto& st = self->state;
       if (st.ending)
         return ended_error(st);
-      auto rp = self->make_response_promise<cache_handle_stats>();
-      ++st.pending;
+      detail::booked_promise<cache_handle_stats> rp{
+        st.owed, self->make_response_promise<cache_handle_stats>(),
+        detail::owed_what{"stats", true, st.id()}};
       // The pool's figures: it stamps last_access whichever path grew the
       // request (this handle, the manager or a step).
       self->request(st.args.pool, caf::infinite, stats_atom::value, st.id(),
@@ -238,7 +243,7 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
             rp.deliver(std::move(err));
             answered(self);
           });
-      return rp;
+      return rp.promise();
     },
     [self](info_atom) {
       return self->state.args.info;

@@ -244,6 +244,35 @@ BOOST_AUTO_TEST_CASE(a_killed_handle_actor_has_its_blocks_reclaimed) {
   BOOST_TEST(value_or(table(2), block_table{}) == b->table);
 }
 
+BOOST_AUTO_TEST_CASE(a_handle_killed_with_a_request_at_the_pool_answers_it) {
+  // Killed (or crashed), the handle runs no exit handler: CAF drops its
+  // response handlers, and with them the promise of an extend or a stats
+  // request it had passed on to the pool. It answers them as it goes.
+  auto a = allocate(1, 9);
+  BOOST_REQUIRE(a);
+  self->send(a->handle, extend_atom::value, std::uint64_t{4});
+  self->send(a->handle, stats_atom::value);
+  BOOST_REQUIRE(sched.prioritize(a->handle));
+  sched.run_once(); // the extend: on to the pool
+  BOOST_REQUIRE(sched.prioritize(a->handle));
+  sched.run_once(); // the stats: on to the pool
+  caf::anon_send_exit(a->handle, caf::exit_reason::kill);
+  BOOST_REQUIRE(sched.prioritize(a->handle));
+  sched.run_once(); // the kill
+  run();
+  std::vector<std::string> got;
+  for (bool more = true; more;)
+    self->receive([&](block_table&) { got.push_back("table"); },
+                  [&](cache_handle_stats&) { got.push_back("stats"); },
+                  [&](caf::error& err) { got.push_back(render(err)); },
+                  caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+  BOOST_REQUIRE_EQUAL(got.size(), 2u);
+  for (auto& g : got)
+    BOOST_TEST(g.find("shutting_down") != std::string::npos, g);
+  BOOST_TEST(got[0].find("extend of request 1") != std::string::npos, got[0]);
+  BOOST_TEST(used_blocks() == 0u); // and the request was reclaimed
+}
+
 BOOST_AUTO_TEST_CASE(only_the_manager_ends_handles_and_only_the_supervisor_reclaims) {
   auto a = allocate(1, 9);
   BOOST_REQUIRE(a);
