@@ -336,10 +336,17 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       for (std::size_t k = 0; k < fx.freed.size(); ++k)
         end_request(self, fx.freed[k], end_reason::deallocated,
                     count_at(fx.freed_blocks, k), false);
-      for (std::size_t k = 0; k < fx.preempted.size(); ++k)
-        end_request(self, fx.preempted[k], end_reason::preempted,
-                    count_at(fx.preempted_blocks, k), false);
+      // A preempted request's owner hears of it (preempt_atom), as with a
+      // preempt through the manager - unless it is the stepper, whose
+      // result says so.
       auto ptr = caf::actor_cast<caf::strong_actor_ptr>(owner);
+      for (std::size_t k = 0; k < fx.preempted.size(); ++k) {
+        auto i = self->state.registry.find(fx.preempted[k]);
+        bool tell = i != self->state.registry.end() && i->second.owner
+                    && i->second.owner != ptr;
+        end_request(self, fx.preempted[k], end_reason::preempted,
+                    count_at(fx.preempted_blocks, k), tell);
+      }
       for (std::size_t i = 0; i < fx.admitted.size(); ++i)
         add_request(self, fx.admitted[i], fx.cache_ids[i], ptr);
     },

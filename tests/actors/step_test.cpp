@@ -390,6 +390,29 @@ BOOST_AUTO_TEST_CASE(preempt_frees_and_tells_the_owner_when_someone_else_asks) {
   BOOST_TEST(outcome(preempt(1)) == "unknown_request");
 }
 
+BOOST_AUTO_TEST_CASE(a_step_that_preempts_another_owners_request_tells_that_owner) {
+  // Request 1 is self's (allocated through the manager); another actor's
+  // step runs short and preempts it: self hears of it, as from a preempt
+  // through the manager. The stepper learns it from its result alone.
+  BOOST_REQUIRE(allocate(1, 9, 1000)); // 3 blocks
+  caf::scoped_actor stepper{sys};
+  step_request admit;
+  admit.admits = {make_request(cfg, 2, 4, 1000)};
+  auto res = ask_from<step_result>(stepper, mgr, step_atom::value, admit);
+  BOOST_REQUIRE(res);
+  step_request grow_both;
+  grow_both.extends = {grow(2, 4 * 62), grow(1, 1)}; // 2 needs what 1 holds
+  res = ask_from<step_result>(stepper, mgr, step_atom::value, grow_both);
+  BOOST_REQUIRE(res);
+  BOOST_TEST(std::get<0>(*res).preempted == std::vector<request_id>{1});
+  auto notices = preempt_notices(self);
+  BOOST_REQUIRE(notices.size() == 1u);
+  BOOST_TEST(notices[0].id == 1u);
+  BOOST_TEST(notices[0].reason == end_reason::preempted);
+  BOOST_TEST(notices[0].blocks_released == 3u);
+  BOOST_TEST(preempt_notices(stepper).empty());
+}
+
 BOOST_AUTO_TEST_CASE(preempt_by_the_owner_sends_it_no_notice) {
   BOOST_REQUIRE(allocate(1, 5));
   BOOST_TEST(value_or(preempt(1), 0u) == 2u);
