@@ -232,6 +232,9 @@ block_pool_fun(pool_ptr self, cache_config cfg, std::uint32_t num_blocks,
       st.store = store;
     },
     [self, &st](subscribe_atom, supervisor_actor sup) {
+      if (st.supervisor)
+        return; // once, from the supervisor at its start: no one may divert
+                // the usage reports (pressure, eviction, preemption) later
       st.supervisor = std::move(sup);
       st.band = static_cast<std::size_t>(-1); // report the current usage now
       st.report(self);

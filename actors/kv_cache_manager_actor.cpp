@@ -421,6 +421,15 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       auto i = st.registry.find(id);
       if (i == st.registry.end() || i->second.info.cache_id != cache_id)
         return; // ended normally before its handle went down
+      // And only if that handle did go: the supervisor relays reports from
+      // anyone (a handle reports from its own exit, with no sender), and
+      // its address is no secret (a gc reply comes from it). A handle in
+      // the registry can only go through quit(), which marks it shutting
+      // down before its report leaves.
+      auto h = caf::actor_cast<caf::abstract_actor*>(i->second.handle);
+      if (h == nullptr
+          || !h->getf(caf::abstract_actor::is_shutting_down_flag))
+        return;
       reclaim_request(self, id, cache_id);
     },
     [self](reclaim_atom) -> caf::result<cache_gc_stats> {

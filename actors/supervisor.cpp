@@ -181,6 +181,11 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
   return {
     [self](usage_atom, const pool_usage& u) {
       auto& st = self->state;
+      // Only the pool's: a forged report would broadcast a false pressure
+      // level and, at critical, preempt real requests.
+      if (caf::actor_cast<caf::actor_addr>(self->current_sender())
+          != st.pool.address())
+        return;
       st.last = u;
       auto prev = st.tracker->level();
       if (st.tracker->update(u.used_blocks)) {
@@ -228,6 +233,11 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
     },
     [self](tick_atom) {
       auto& st = self->state;
+      // Only its own timer's: a stray tick would start a second timer
+      // chain (with gc_interval_ms 0, a GC loop that never stops).
+      if (caf::actor_cast<caf::actor_addr>(self->current_sender())
+          != self->address())
+        return;
       // A timer pass answers nobody; a broken invariant is logged.
       run_gc(self, [self](caf::expected<cache_gc_stats> res) {
         if (!res)

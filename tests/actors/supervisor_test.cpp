@@ -291,6 +291,54 @@ BOOST_AUTO_TEST_CASE(only_the_manager_ends_handles_and_only_the_supervisor_recla
   BOOST_TEST(used_blocks() == 4u);
 }
 
+BOOST_AUTO_TEST_CASE(the_supervisor_and_the_pool_act_only_on_their_own_peers) {
+  // The supervisor's address is no secret (a gc reply comes from it), nor
+  // the pool's (the step lane): what they act on must come from whom it
+  // should, or from a handle that did go.
+  auto a = allocate(1, 9);
+  BOOST_REQUIRE(a);
+  auto info = lookup(1);
+  BOOST_REQUIRE(info);
+  caf::scoped_actor stranger{sys};
+  stranger->send(mgr, gc_atom::value);
+  run();
+  caf::strong_actor_ptr sup_ptr;
+  stranger->receive([&](cache_gc_stats&) { sup_ptr = stranger->current_sender(); },
+                    [&](caf::error& err) { BOOST_FAIL(render(err)); });
+  auto sup = caf::actor_cast<caf::actor>(sup_ptr);
+  BOOST_REQUIRE(sup);
+  // A relayed reclaim of a request whose handle lives: ignored.
+  stranger->send(sup, reclaim_atom::value, request_id{1},
+                 info->second.cache_id);
+  run();
+  BOOST_TEST(outcome(lookup(1)) == "ok");
+  BOOST_TEST(used_blocks() == 3u);
+  // A stray tick starts no timer chain (GC runs on demand here).
+  BOOST_REQUIRE(!sched.has_pending_timeout());
+  stranger->send(sup, tick_atom::value);
+  run();
+  BOOST_TEST(!sched.has_pending_timeout());
+  // The pool's reports cannot be diverted: the supervisor still hears of
+  // real usage (62 of 64 blocks: critical).
+  stranger->send(pool, subscribe_atom::value,
+                 caf::actor_cast<supervisor_actor>(stranger));
+  run();
+  BOOST_REQUIRE(allocate(2, 4 * 59));
+  auto level = [&] {
+    auto out = memory_pressure::low;
+    stranger->send(sup, pressure_atom::value);
+    run();
+    stranger->receive([&](memory_pressure l) { out = l; },
+                      [&](caf::error& err) { BOOST_FAIL(render(err)); });
+    return out;
+  };
+  BOOST_TEST(level() == memory_pressure::critical);
+  // And a forged usage report moves no pressure level.
+  stranger->send(sup, usage_atom::value, pool_usage{0, 0, 64});
+  run();
+  BOOST_TEST(level() == memory_pressure::critical);
+}
+
 BOOST_AUTO_TEST_CASE(an_exit_message_without_a_reason_still_reclaims) {
   // A handle quits without a reason only when its request ended through the
   // manager; the supervisor skips the reclaim for those. An exit message
