@@ -273,13 +273,17 @@ void facade_core::set_pressure_callback(std::function<void(memory_pressure)> f) 
           }
           struct call_done { // also if the callback throws
             callback_state& cb;
+            std::shared_ptr<const std::function<void(memory_pressure)>>& f;
             ~call_done() {
+              // A replaced callback's last reference: its captures go
+              // before the setter that replaced it may return.
+              f.reset();
               std::lock_guard<std::mutex> guard{cb.mtx};
               --cb.running;
               cb.caller = {};
               cb.idle.notify_all();
             }
-          } done{*cb};
+          } done{*cb, f};
           (*f)(ev.level);
         },
       };

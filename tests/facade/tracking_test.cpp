@@ -170,7 +170,22 @@ BOOST_AUTO_TEST_CASE(a_replaced_pressure_callback_is_not_running_once_replaced) 
   bool inside = false;
   bool release = false;
   auto calls = std::make_shared<std::atomic<int>>(0);
-  f.m().set_pressure_callback([&](memory_pressure) {
+  // What the callback captures: gone (its destructor, slow on purpose, has
+  // run) before the setter that replaced it returns.
+  std::atomic<bool> captures_gone{false};
+  struct capture {
+    explicit capture(std::atomic<bool>* g) : gone(g) {
+    }
+    capture(const capture&) = delete;
+    capture& operator=(const capture&) = delete;
+    std::atomic<bool>* gone;
+    ~capture() {
+      std::this_thread::sleep_for(std::chrono::milliseconds{50});
+      gone->store(true);
+    }
+  };
+  auto held = std::make_shared<capture>(&captures_gone);
+  f.m().set_pressure_callback([&, held](memory_pressure) {
     ++*calls;
     std::unique_lock<std::mutex> lock{mtx};
     inside = true;
@@ -187,9 +202,12 @@ BOOST_AUTO_TEST_CASE(a_replaced_pressure_callback_is_not_running_once_replaced) 
     BOOST_REQUIRE(cv.wait_for(lock, std::chrono::seconds{20},
                               [&] { return inside; }));
   }
+  held.reset(); // the callback holds the last reference
   std::atomic<bool> replaced{false};
+  bool gone_on_return = false;
   std::thread setter{[&] {
     f.m().set_pressure_callback(nullptr);
+    gone_on_return = captures_gone.load();
     replaced = true;
   }};
   // While the old callback runs, replacing it does not return...
@@ -208,6 +226,7 @@ BOOST_AUTO_TEST_CASE(a_replaced_pressure_callback_is_not_running_once_replaced) 
     BOOST_TEST(!inside);
   }
   BOOST_TEST(calls->load() == 1);
+  BOOST_TEST(gone_on_return); // its captures too
 }
 
 BOOST_AUTO_TEST_CASE(a_step_answered_after_its_timeout_admits_nothing) {
