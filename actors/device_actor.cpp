@@ -57,6 +57,18 @@ struct device_state {
   /// a wake's thread: the state itself may be destroyed on one.
   std::shared_ptr<staging_area> staging = std::make_shared<staging_area>();
 
+  /// Runs however the actor ends. Killed or crashed, it ran no exit
+  /// handler (which answers the work in flight itself): CAF drops the
+  /// promises unanswered, and their requesters - the pool, awaiting a
+  /// copy-on-write copy and taking no other message meanwhile, among them
+  /// - would wait for ever. (Each op's own cleanup still finds the state.)
+  ~device_state() {
+    auto open = std::move(queue);
+    for (auto& p : open)
+      p.finish(make_error(errc::shutting_down,
+                          "device actor: stopped with this work in flight"));
+  }
+
   /// At least `bytes` of staging, or null (the staging so far stays).
   std::uint8_t* stage(std::size_t bytes) {
     auto& a = *staging;

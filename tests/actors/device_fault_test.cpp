@@ -330,6 +330,27 @@ BOOST_FIXTURE_TEST_CASE(a_shutdown_with_a_copy_in_flight_answers_and_ends,
   BOOST_TEST(downs == 2); // both ended
 }
 
+BOOST_FIXTURE_TEST_CASE(a_device_killed_with_a_copy_in_flight_still_answers,
+                        slow_fixture) {
+  // Killed (or crashed), the device runs no exit handler: the copy's
+  // promise would be dropped, and the pool, awaiting it, would take no
+  // message again - the whole cache stuck.
+  auto info = forked_pair().second;
+  self->send(cache.pool, extend_atom::value, request_id{2}, info.cache_id,
+             std::uint64_t{1}, std::vector<token_id>{});
+  run();
+  BOOST_TEST(store->pending() == 1u);
+  caf::anon_send_exit(cache.device, caf::exit_reason::kill);
+  run();
+  // The extend fails (shutting_down, through the pool's copy failure) and
+  // the pool takes messages again.
+  auto got = replies();
+  BOOST_REQUIRE_EQUAL(got.size(), 1u);
+  BOOST_TEST((got[0] == "shutting_down" || got[0] == "device_failure"), got[0]);
+  BOOST_TEST(outcome(lookup(1)) == "ok");
+  BOOST_TEST(value_or(table(2), block_table{}).num_tokens == 10u);
+}
+
 BOOST_AUTO_TEST_CASE(a_storage_of_another_shape_is_refused_at_start) {
   system_config_holder holder;
   caf::actor_system sys{holder.sys_cfg};
