@@ -307,7 +307,13 @@ block_pool_fun(pool_ptr self, cache_config cfg, std::uint32_t num_blocks,
       return {*res, ended};
     },
     [&st](victims_atom, std::uint64_t blocks) {
-      return st.core().choose_victims(blocks);
+      // Named by incarnation: the supervisor preempts them a round trip
+      // later, when an id may name a newer request.
+      std::vector<std::pair<request_id, std::uint64_t>> out;
+      for (auto id : st.core().choose_victims(blocks))
+        if (auto seq = st.core().find(id))
+          out.emplace_back(id, seq->cache_id);
+      return out;
     },
     [self, &st](pin_atom, const std::string& tenant,
                 const std::vector<token_id>& tokens,

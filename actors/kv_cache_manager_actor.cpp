@@ -1,6 +1,7 @@
 // kv_cache_manager actor: its behavior (request validation, the handlers
 // of the front door; steps go to the pool, which reports their effects on
-// the registry here). The registry helpers are in
+// the registry here). The registry helpers - adding a request, and ending
+// one (free, reclaim, preempt: a pool round trip, then end_request) - are in
 // kv_cache_manager_registry.cpp, the swap in kv_cache_manager_swap.cpp, the
 // state they share in kv_cache_manager_state.hpp; spawn_kv_cache, which
 // assembles a cache around it, in kv_cache_spawn.cpp.
@@ -24,55 +25,7 @@
 #include "kvactor/actors/supervisor.hpp"
 #include "kvactor/messages/error.hpp"
 
-namespace kvactor {
-
-namespace {
-
-using namespace detail;
-
-/// Ends registered request `id` (incarnation `cache_id`): the pool releases
-/// its blocks, then the registry lets it go. If the pool had ended that
-/// incarnation already (a step's effects not yet here), it fails - with
-/// unknown_request, or invalid_handle for a handle's free - and the step's
-/// effects end the registry entry. (Callers prefetch the handle actor,
-/// which end_request sends its end a pool round trip later.)
-caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
-                                        std::uint64_t cache_id,
-                                        bool by_handle) {
-  auto rp = owe(self, self->make_response_promise<std::uint32_t>(), "free", id);
-  self->request(self->state.pool, caf::infinite, free_atom::value, id, cache_id)
-    .then(
-      [self, rp, id](std::uint32_t released) mutable {
-        end_request(self, id, end_reason::deallocated, released, false);
-        rp.deliver(released);
-      },
-      [rp, id, by_handle](caf::error& err) mutable {
-        if (by_handle && has_code(err, errc::unknown_request))
-          err = make_error(errc::invalid_handle,
-                           "request " + std::to_string(id) + " has ended");
-        rp.deliver(std::move(err));
-      });
-  return rp.promise();
-}
-
-/// Asks the pool to reclaim incarnation `cache_id` of `id` (its owner or
-/// its handle is gone) and ends the registry entry if the pool did: if the
-/// pool had ended that incarnation already, the entry under `id` may by the
-/// time of the reply be a newer one, which must stay.
-void reclaim_request(mgr_ptr self, request_id id, std::uint64_t cache_id) {
-  self->request(self->state.pool, caf::infinite, reclaim_atom::value, id,
-                cache_id)
-    .then(
-      [self, id](bool found, std::uint32_t released) {
-        if (found)
-          end_request(self, id, end_reason::reclaimed, released, false);
-      },
-      [](caf::error&) {});
-}
-
-} // namespace
-
-namespace detail {
+namespace kvactor::detail {
 
 kv_cache_manager_actor::behavior_type
 manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
@@ -351,24 +304,23 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
         add_request(self, fx.admitted[i], fx.cache_ids[i], ptr);
     },
     [self](preempt_atom, request_id id) -> caf::result<std::uint32_t> {
-      auto& st = self->state;
-      auto i = st.registry.find(id);
-      if (i == st.registry.end())
+      auto& reg = self->state.registry;
+      auto i = reg.find(id);
+      if (i == reg.end())
         return make_error(errc::unknown_request, unknown(id));
-      prefetch_handle(i->second.handle);
-      // Before the promise, which takes the sender out of the message.
-      bool by_owner = i->second.owner == self->current_sender();
-      auto rp = owe(self, self->make_response_promise<std::uint32_t>(),
-                    "preempt", id);
-      self->request(st.pool, caf::infinite, preempt_atom::value, id,
-                    i->second.info.cache_id)
-        .then(
-          [self, rp, id, by_owner](std::uint32_t released) mutable {
-            end_request(self, id, end_reason::preempted, released, !by_owner);
-            rp.deliver(released);
-          },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
-      return rp.promise();
+      return preempt_request(self, id, i->second);
+    },
+    [self](preempt_atom, request_id id,
+           std::uint64_t cache_id) -> caf::result<std::uint32_t> {
+      // The supervisor's victims, chosen a round trip ago: the id may name
+      // a newer incarnation by now, which nobody chose.
+      auto& reg = self->state.registry;
+      auto i = reg.find(id);
+      if (i == reg.end() || i->second.info.cache_id != cache_id)
+        return make_error(errc::unknown_request,
+                          "request " + std::to_string(id) + " (cache id "
+                            + std::to_string(cache_id) + ") has ended");
+      return preempt_request(self, id, i->second);
     },
     [self](subscribe_atom, topic t, const caf::actor& sub) {
       auto& st = self->state;
@@ -502,6 +454,4 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
   };
 }
 
-} // namespace detail
-
-} // namespace kvactor
+} // namespace kvactor::detail

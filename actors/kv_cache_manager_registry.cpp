@@ -1,6 +1,7 @@
 // The manager's registry: request id -> handle actor, its parameters and
-// its owner (monitored once per owner), and the lifecycle notifications sent
-// when a request ends.
+// its owner (monitored once per owner); how a request ends through the
+// manager (free, reclaim, preempt: the pool first, then the registry), and
+// the lifecycle notifications sent when it does.
 #include "kvactor/actors/kv_cache_manager_state.hpp"
 
 #include <algorithm>
@@ -70,6 +71,66 @@ void end_request(mgr_ptr self, request_id id, end_reason why,
     caf::anon_send(sub, ended_atom::value, ev);
   if (tell_owner && e.owner)
     caf::anon_send(caf::actor_cast<caf::actor>(e.owner), preempt_atom::value, ev);
+}
+
+/// Ends registered request `id` (incarnation `cache_id`): the pool releases
+/// its blocks, then the registry lets it go. If the pool had ended that
+/// incarnation already (a step's effects not yet here), it fails - with
+/// unknown_request, or invalid_handle for a handle's free - and the step's
+/// effects end the registry entry. (Callers prefetch the handle actor,
+/// which end_request sends its end a pool round trip later.)
+caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
+                                        std::uint64_t cache_id,
+                                        bool by_handle) {
+  auto rp = owe(self, self->make_response_promise<std::uint32_t>(), "free", id);
+  self->request(self->state.pool, caf::infinite, free_atom::value, id, cache_id)
+    .then(
+      [self, rp, id](std::uint32_t released) mutable {
+        end_request(self, id, end_reason::deallocated, released, false);
+        rp.deliver(released);
+      },
+      [rp, id, by_handle](caf::error& err) mutable {
+        if (by_handle && has_code(err, errc::unknown_request))
+          err = make_error(errc::invalid_handle,
+                           "request " + std::to_string(id) + " has ended");
+        rp.deliver(std::move(err));
+      });
+  return rp.promise();
+}
+
+/// Asks the pool to reclaim incarnation `cache_id` of `id` (its owner or
+/// its handle is gone) and ends the registry entry if the pool did: if the
+/// pool had ended that incarnation already, the entry under `id` may by the
+/// time of the reply be a newer one, which must stay.
+void reclaim_request(mgr_ptr self, request_id id, std::uint64_t cache_id) {
+  self->request(self->state.pool, caf::infinite, reclaim_atom::value, id,
+                cache_id)
+    .then(
+      [self, id](bool found, std::uint32_t released) {
+        if (found)
+          end_request(self, id, end_reason::reclaimed, released, false);
+      },
+      [](caf::error&) {});
+}
+
+/// Preempts registered request `id` (entry `e`): the pool frees its
+/// blocks, and its owner is told unless it asked.
+caf::result<std::uint32_t> preempt_request(mgr_ptr self, request_id id,
+                                           const manager_state::entry& e) {
+  prefetch_handle(e.handle);
+  // Before the promise, which takes the sender out of the message.
+  bool by_owner = e.owner == self->current_sender();
+  auto rp = owe(self, self->make_response_promise<std::uint32_t>(),
+                "preempt", id);
+  self->request(self->state.pool, caf::infinite, preempt_atom::value, id,
+                e.info.cache_id)
+    .then(
+      [self, rp, id, by_owner](std::uint32_t released) mutable {
+        end_request(self, id, end_reason::preempted, released, !by_owner);
+        rp.deliver(released);
+      },
+      [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  return rp.promise();
 }
 
 void set_swapped(mgr_ptr self, request_id id, std::uint64_t cache_id,

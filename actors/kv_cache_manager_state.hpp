@@ -80,6 +80,21 @@ bool is_lifecycle_subscriber(const manager_state& st, const caf::actor_addr& add
 void end_request(mgr_ptr self, request_id id, end_reason why,
                  std::uint32_t released, bool tell_owner);
 
+/// Ends registered request `id` (incarnation `cache_id`) as a free - from
+/// its handle (`by_handle`: invalid_handle once ended) or by id - through
+/// the pool, then end_request. Callers prefetch the handle actor.
+caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
+                                        std::uint64_t cache_id, bool by_handle);
+
+/// Asks the pool to reclaim incarnation `cache_id` of `id` (its owner or
+/// its handle went) and ends the registry entry if the pool did.
+void reclaim_request(mgr_ptr self, request_id id, std::uint64_t cache_id);
+
+/// Preempts registered request `id` (entry `e`); its owner is told unless
+/// it asked.
+caf::result<std::uint32_t> preempt_request(mgr_ptr self, request_id id,
+                                           const manager_state::entry& e);
+
 /// Marks incarnation `cache_id` of a registered request swapped out or in
 /// (a newer incarnation of the id is left alone).
 void set_swapped(mgr_ptr self, request_id id, std::uint64_t cache_id,

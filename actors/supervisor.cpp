@@ -73,7 +73,7 @@ void relieve(sup_ptr self) {
   st.preempting = true;
   self->request(st.pool, caf::infinite, victims_atom::value, used - high + 1)
     .then(
-      [self](std::vector<request_id>& victims) {
+      [self](std::vector<std::pair<request_id, std::uint64_t>>& victims) {
         auto pending = std::make_shared<std::size_t>(victims.size());
         auto one_done = [self, pending] {
           if (--*pending == 0)
@@ -81,9 +81,9 @@ void relieve(sup_ptr self) {
         };
         if (victims.empty())
           self->state.preempting = false;
-        for (auto id : victims)
+        for (auto& [id, cache_id] : victims)
           self->request(self->state.manager, caf::infinite,
-                        preempt_atom::value, id)
+                        preempt_atom::value, id, cache_id)
             .then([one_done](std::uint32_t) { one_done(); },
                   [one_done](caf::error&) { one_done(); });
       },

@@ -147,8 +147,10 @@ using block_pool_actor = caf::typed_actor<
   // released and whether the incarnation had ended.
   caf::replies_to<swap_out_atom, request_id, std::uint64_t, bool>::with<std::uint32_t, bool>,
   caf::replies_to<swap_in_atom, request_id, std::uint64_t, bool>::with<std::uint32_t, bool>,
-  // Requests to preempt so about n blocks come free (critical pressure).
-  caf::replies_to<victims_atom, std::uint64_t>::with<std::vector<request_id>>,
+  // Requests to preempt so about n blocks come free (critical pressure):
+  // (request id, cache id) each.
+  caf::replies_to<victims_atom, std::uint64_t>::with<
+    std::vector<std::pair<request_id, std::uint64_t>>>,
   // Pin a tenant's cached prefix for ttl_ms; replies with blocks pinned.
   // Errors: unknown_tenant, quota_exceeded (max_pinned_blocks).
   caf::replies_to<pin_atom, std::string, std::vector<token_id>,
@@ -232,6 +234,9 @@ using kv_cache_manager_actor = caf::typed_actor<
   caf::reacts_to<step_atom, step_effects, caf::actor>,
   // Recompute-style preemption: frees the blocks, tells the owner.
   caf::replies_to<preempt_atom, request_id>::with<std::uint32_t>,
+  // The same for that incarnation only (the supervisor's victims). Error:
+  // unknown_request once it ended.
+  caf::replies_to<preempt_atom, request_id, std::uint64_t>::with<std::uint32_t>,
   // Moves a request's blocks to the host tier (replies with blocks moved)
   // and back (replies with its new table; the bytes are identical, the
   // blocks may differ: a full block whose prefix is still cached or in use

@@ -4,6 +4,7 @@
 
 #include "fixture.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include <caf/all.hpp>
@@ -253,6 +254,22 @@ caf::expected<std::vector<handle_entry>> cache_fixture::list() {
 
 caf::expected<block_table> cache_fixture::table(request_id id) {
   return ask<block_table>(mgr, table_atom::value, id);
+}
+
+void cache_fixture::run_except(const caf::actor_addr& held) {
+  auto& jobs = sched.jobs;
+  for (;;) {
+    auto i = std::find_if(jobs.begin(), jobs.end(), [&](caf::resumable* r) {
+      auto a = dynamic_cast<caf::abstract_actor*>(r);
+      return a == nullptr || a->address() != held;
+    });
+    if (i == jobs.end())
+      return;
+    auto job = *i;
+    jobs.erase(i);
+    jobs.push_front(job);
+    sched.run_once();
+  }
 }
 
 caf::expected<step_result> cache_fixture::step(step_request req) {

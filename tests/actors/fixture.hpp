@@ -119,6 +119,10 @@ public:
     sched.run();
   }
 
+  /// Runs every job but `held`'s until only that one (or none) is left:
+  /// holds one actor back to force an interleaving.
+  void run_except(const caf::actor_addr& held);
+
   /// Exits the manager (user_shutdown) and runs until everything stopped.
   void shutdown();
 

@@ -57,24 +57,6 @@ struct pin_fixture : cache_fixture {
   }
 };
 
-/// Runs every job but `held`'s until only that one (or none) is left: holds
-/// one actor back to force an interleaving.
-void run_except(cache_fixture& f, const caf::actor_addr& held) {
-  auto& jobs = f.sched.jobs;
-  for (;;) {
-    auto i = std::find_if(jobs.begin(), jobs.end(), [&](caf::resumable* r) {
-      auto a = dynamic_cast<caf::abstract_actor*>(r);
-      return a == nullptr || a->address() != held;
-    });
-    if (i == jobs.end())
-      return;
-    auto job = *i;
-    jobs.erase(i);
-    jobs.push_front(job);
-    f.sched.run_once();
-  }
-}
-
 std::vector<kv_event_batch> kv_batches(caf::scoped_actor& sub) {
   std::vector<kv_event_batch> out;
   bool more = true;
@@ -409,9 +391,9 @@ BOOST_AUTO_TEST_CASE(a_copy_on_write_cut_short_by_a_preemption_leaves_a_reused_b
   self->send(f->handle, extend_atom::value, std::uint64_t{1});
   sched.run_once(); // the handle asks the pool
   other->send(mgr, preempt_atom::value, request_id{2});
-  run_except(*this, held);
+  run_except(held);
   self->send(mgr, allocate_atom::value, make_request(cfg, 3, 4));
-  run_except(*this, held);
+  run_except(held);
   block_table t3;
   self->receive([&](request_handle_actor&, block_table& t) { t3 = t; },
                 caf::after(std::chrono::seconds(0)) >> [] {});
@@ -425,7 +407,7 @@ BOOST_AUTO_TEST_CASE(a_copy_on_write_cut_short_by_a_preemption_leaves_a_reused_b
   w.keys.assign(4 * row_bytes(), 0xAB);
   w.values.assign(4 * row_bytes(), 0xCD);
   self->send(cache.device, write_atom::value, w);
-  run_except(*this, held);
+  run_except(held);
   self->receive([](std::uint32_t) {}, caf::after(std::chrono::seconds(0)) >> [] {});
   // Now the held handle runs: it asks the device for its copy.
   run();

@@ -1,0 +1,131 @@
+// Who may do what: the messages that end, reclaim, preempt or redirect are
+// taken from the peers that should send them - a handle's end from the
+// manager, a reclaim only for a handle that went, the supervisor's timer
+// and usage from itself and the pool, the pool's supervisor once - since
+// the supervisor's and the pool's addresses are no secret (a gc reply
+// comes from the one, the step lane is the other); and the supervisor's
+// preemptions hit the incarnations it chose, not newer ones of their ids.
+#include "fixture.hpp"
+
+#include <caf/all.hpp>
+
+using namespace kvactor;
+using namespace kvactor::test;
+
+namespace {
+
+struct critical_fixture : cache_fixture {
+  static cache_config config() {
+    auto c = small_config();
+    c.pressure.preempt_at_critical = true;
+    return c;
+  }
+  critical_fixture() : cache_fixture(config()) {
+  }
+};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(peers, cache_fixture)
+
+BOOST_AUTO_TEST_CASE(only_the_manager_ends_handles_and_only_the_supervisor_reclaims) {
+  auto a = allocate(1, 9);
+  BOOST_REQUIRE(a);
+  auto info = lookup(1);
+  BOOST_REQUIRE(info);
+  caf::scoped_actor stranger{sys};
+  // Either would leave request 1 live without a handle, or end it under
+  // its owner: both are ignored.
+  stranger->send(a->handle, end_atom::value, end_reason::deallocated);
+  stranger->send(mgr, reclaim_atom::value, request_id{1},
+                 info->second.cache_id);
+  run();
+  BOOST_TEST(outcome(lookup(1)) == "ok");
+  BOOST_TEST(value_or(table(1), block_table{}) == a->table);
+  BOOST_TEST(outcome(extend(1, 4)) == "ok");
+  BOOST_TEST(used_blocks() == 4u);
+}
+
+BOOST_AUTO_TEST_CASE(the_supervisor_and_the_pool_act_only_on_their_own_peers) {
+  // The supervisor's address is no secret (a gc reply comes from it), nor
+  // the pool's (the step lane): what they act on must come from whom it
+  // should, or from a handle that did go.
+  auto a = allocate(1, 9);
+  BOOST_REQUIRE(a);
+  auto info = lookup(1);
+  BOOST_REQUIRE(info);
+  caf::scoped_actor stranger{sys};
+  stranger->send(mgr, gc_atom::value);
+  run();
+  caf::strong_actor_ptr sup_ptr;
+  stranger->receive([&](cache_gc_stats&) { sup_ptr = stranger->current_sender(); },
+                    [&](caf::error& err) { BOOST_FAIL(render(err)); });
+  auto sup = caf::actor_cast<caf::actor>(sup_ptr);
+  BOOST_REQUIRE(sup);
+  // A relayed reclaim of a request whose handle lives: ignored.
+  stranger->send(sup, reclaim_atom::value, request_id{1},
+                 info->second.cache_id);
+  run();
+  BOOST_TEST(outcome(lookup(1)) == "ok");
+  BOOST_TEST(used_blocks() == 3u);
+  // A stray tick starts no timer chain (GC runs on demand here).
+  BOOST_REQUIRE(!sched.has_pending_timeout());
+  stranger->send(sup, tick_atom::value);
+  run();
+  BOOST_TEST(!sched.has_pending_timeout());
+  // The pool's reports cannot be diverted: the supervisor still hears of
+  // real usage (62 of 64 blocks: critical).
+  stranger->send(pool, subscribe_atom::value,
+                 caf::actor_cast<supervisor_actor>(stranger));
+  run();
+  BOOST_REQUIRE(allocate(2, 4 * 59));
+  auto level = [&] {
+    auto out = memory_pressure::low;
+    stranger->send(sup, pressure_atom::value);
+    run();
+    stranger->receive([&](memory_pressure l) { out = l; },
+                      [&](caf::error& err) { BOOST_FAIL(render(err)); });
+    return out;
+  };
+  BOOST_TEST(level() == memory_pressure::critical);
+  // And a forged usage report moves no pressure level.
+  stranger->send(sup, usage_atom::value, pool_usage{0, 0, 64});
+  run();
+  BOOST_TEST(level() == memory_pressure::critical);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_FIXTURE_TEST_SUITE(critical_victims, critical_fixture)
+
+BOOST_AUTO_TEST_CASE(a_victim_that_ended_and_came_back_is_not_preempted) {
+  // The supervisor names victims by incarnation: between the pool's choice
+  // and the preempt reaching the manager, the victim's id may end and be
+  // admitted again - a request nobody chose.
+  BOOST_REQUIRE(allocate(1, 4 * 30));
+  auto low = make_request(cfg, 2, 4 * 10);
+  low.priority = priority::low;
+  BOOST_REQUIRE(allocate(low)); // the victim-to-be
+  BOOST_REQUIRE(allocate(3, 4 * 10));
+  auto held = sup.address();
+  // 61 blocks: critical. The supervisor asks the pool for victims (2), and
+  // is held with the answer in its mailbox.
+  self->send(mgr, allocate_atom::value, make_request(cfg, 4, 4 * 11));
+  run_except(held);
+  BOOST_REQUIRE(sched.prioritize(sup));
+  sched.run_once(); // the usage report: critical, victims asked for
+  run_except(held);
+  // Meanwhile 2 ends and comes back, small: no longer critical.
+  self->send(mgr, free_atom::value, request_id{2});
+  run_except(held);
+  self->send(mgr, allocate_atom::value, make_request(cfg, 2, 4));
+  run_except(held);
+  run(); // the supervisor preempts (2, its old cache id): refused
+  BOOST_TEST(outcome(lookup(2)) == "ok");
+  BOOST_TEST(value_or(table(2), block_table{}).num_tokens == 4u);
+  BOOST_TEST(preempt_notices(self).empty());
+  for (request_id id : {1, 3, 4})
+    BOOST_TEST(outcome(lookup(id)) == "ok");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
