@@ -40,6 +40,16 @@ struct slow_fixture : cache_fixture {
     return *looked;
   }
 
+  /// forked_pair(), then 2's one-token extend sent straight to the pool,
+  /// whose copy-on-write copy is in flight (and the pool awaits it).
+  void copy_in_flight() {
+    auto info = forked_pair().second;
+    self->send(cache.pool, extend_atom::value, request_id{2}, info.cache_id,
+               std::uint64_t{1}, std::vector<token_id>{});
+    run();
+    BOOST_TEST(store->pending() == 1u);
+  }
+
   /// The replies (a count or an error) waiting in self's mailbox, in order.
   std::vector<std::string> replies() {
     std::vector<std::string> out;
@@ -311,11 +321,7 @@ BOOST_FIXTURE_TEST_CASE(a_shutdown_with_a_copy_in_flight_answers_and_ends,
   // The pool awaits its copy-on-write copy and skips every other message
   // meanwhile, its exit included: the device, stopping with the copy still
   // running, must answer it, or the pool never ends.
-  auto info = forked_pair().second;
-  self->send(cache.pool, extend_atom::value, request_id{2}, info.cache_id,
-             std::uint64_t{1}, std::vector<token_id>{});
-  run();
-  BOOST_TEST(store->pending() == 1u);
+  copy_in_flight();
   self->monitor(cache.pool);
   self->monitor(cache.device);
   shutdown(); // the manager stops its pool and device
@@ -335,11 +341,7 @@ BOOST_FIXTURE_TEST_CASE(a_device_killed_with_a_copy_in_flight_still_answers,
   // Killed (or crashed), the device runs no exit handler: the copy's
   // promise would be dropped, and the pool, awaiting it, would take no
   // message again - the whole cache stuck.
-  auto info = forked_pair().second;
-  self->send(cache.pool, extend_atom::value, request_id{2}, info.cache_id,
-             std::uint64_t{1}, std::vector<token_id>{});
-  run();
-  BOOST_TEST(store->pending() == 1u);
+  copy_in_flight();
   caf::anon_send_exit(cache.device, caf::exit_reason::kill);
   run();
   // The extend fails (shutting_down, through the pool's copy failure) and

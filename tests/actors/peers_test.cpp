@@ -24,24 +24,33 @@ struct critical_fixture : cache_fixture {
   }
 };
 
+/// Request 1 (9 tokens, 3 blocks), live: its allocation and lookup.
+struct peers_fixture : cache_fixture {
+  std::pair<allocated, std::pair<request_handle_actor, request_info>>
+  live_request() {
+    auto a = allocate(1, 9);
+    BOOST_REQUIRE(a);
+    auto info = lookup(1);
+    BOOST_REQUIRE(info);
+    return {*a, *info};
+  }
+};
+
 } // namespace
 
-BOOST_FIXTURE_TEST_SUITE(peers, cache_fixture)
+BOOST_FIXTURE_TEST_SUITE(peers, peers_fixture)
 
 BOOST_AUTO_TEST_CASE(only_the_manager_ends_handles_and_only_the_supervisor_reclaims) {
-  auto a = allocate(1, 9);
-  BOOST_REQUIRE(a);
-  auto info = lookup(1);
-  BOOST_REQUIRE(info);
+  auto [a, info] = live_request();
   caf::scoped_actor stranger{sys};
   // Either would leave request 1 live without a handle, or end it under
   // its owner: both are ignored.
-  stranger->send(a->handle, end_atom::value, end_reason::deallocated);
+  stranger->send(a.handle, end_atom::value, end_reason::deallocated);
   stranger->send(mgr, reclaim_atom::value, request_id{1},
-                 info->second.cache_id);
+                 info.second.cache_id);
   run();
   BOOST_TEST(outcome(lookup(1)) == "ok");
-  BOOST_TEST(value_or(table(1), block_table{}) == a->table);
+  BOOST_TEST(value_or(table(1), block_table{}) == a.table);
   BOOST_TEST(outcome(extend(1, 4)) == "ok");
   BOOST_TEST(used_blocks() == 4u);
 }
@@ -50,10 +59,7 @@ BOOST_AUTO_TEST_CASE(the_supervisor_and_the_pool_act_only_on_their_own_peers) {
   // The supervisor's address is no secret (a gc reply comes from it), nor
   // the pool's (the step lane): what they act on must come from whom it
   // should, or from a handle that did go.
-  auto a = allocate(1, 9);
-  BOOST_REQUIRE(a);
-  auto info = lookup(1);
-  BOOST_REQUIRE(info);
+  auto [a, info] = live_request();
   caf::scoped_actor stranger{sys};
   stranger->send(mgr, gc_atom::value);
   run();
@@ -64,7 +70,7 @@ BOOST_AUTO_TEST_CASE(the_supervisor_and_the_pool_act_only_on_their_own_peers) {
   BOOST_REQUIRE(sup);
   // A relayed reclaim of a request whose handle lives: ignored.
   stranger->send(sup, reclaim_atom::value, request_id{1},
-                 info->second.cache_id);
+                 info.second.cache_id);
   run();
   BOOST_TEST(outcome(lookup(1)) == "ok");
   BOOST_TEST(used_blocks() == 3u);

@@ -30,6 +30,20 @@ struct core_of : kv_cache_handle {
   }
 };
 
+/// Request 1 (4 tokens) in a cache: its handle actor and what a lookup
+/// reply would say of it, to make a slot from later.
+struct one_request {
+  cache_fixture f;
+  std::shared_ptr<kv_cache_handle> h = f.alloc(f.req(1, 4));
+  std::shared_ptr<detail::facade_core> core = core_of::get(*h);
+  request_handle_actor actor = h->actor();
+  request_info info = [this] {
+    request_info i;
+    i.request = f.req(1, 4);
+    return i;
+  }();
+};
+
 } // namespace
 
 BOOST_FIXTURE_TEST_SUITE(facade_tracking, watchdog)
@@ -69,12 +83,8 @@ BOOST_AUTO_TEST_CASE(a_slot_made_after_its_request_ended_is_born_invalid) {
   // A lookup or allocate reply on its way while the request ends (another
   // thread's deallocate, a preemption) makes its slot after the ended event:
   // that slot must not read valid.
-  cache_fixture f;
-  auto h = f.alloc(f.req(1, 4));
-  auto core = core_of::get(*h);
-  auto actor = h->actor();
-  request_info info;
-  info.request = f.req(1, 4);
+  one_request r;
+  auto& [f, h, core, actor, info] = r;
   h.reset();
   BOOST_REQUIRE(!f.m().deallocate(1));
   auto late = core->slot_for(actor, info);
@@ -90,12 +100,8 @@ BOOST_AUTO_TEST_CASE(a_slot_made_after_the_manager_went_is_born_invalid) {
   // (killed: no exit handler, no end events) makes its slot after the
   // manager's down message: no end will ever come for it, so it must not
   // read valid, nor stay tracked.
-  cache_fixture f;
-  auto h = f.alloc(f.req(1, 4));
-  auto core = core_of::get(*h);
-  auto actor = h->actor();
-  request_info info;
-  info.request = f.req(1, 4);
+  one_request r;
+  auto& [f, h, core, actor, info] = r;
   caf::anon_send_exit(f.m().actor(), caf::exit_reason::kill);
   while (h->is_valid()) // the down message invalidates what was there
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
