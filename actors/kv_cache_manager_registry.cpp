@@ -113,8 +113,6 @@ void reclaim_request(mgr_ptr self, request_id id, std::uint64_t cache_id) {
       [](caf::error&) {});
 }
 
-/// Preempts registered request `id` (entry `e`): the pool frees its
-/// blocks, and its owner is told unless it asked.
 caf::result<std::uint32_t> preempt_request(mgr_ptr self, request_id id,
                                            const manager_state::entry& e) {
   prefetch_handle(e.handle);
