@@ -49,8 +49,9 @@ struct request_handle_state {
   /// stored the reason): a death with an error - killed, crashed, stopped
   /// - has the supervisor reclaim the request's blocks; the normal end
   /// every request has says nothing. (An attachable would do as much at
-  /// the price of a heap node per handle, cold by the time it runs: among
-  /// 100,000 live requests, ~0.3 us per end.)
+  /// the price of a heap node and a lock per handle, the node cold by the
+  /// time it runs: ~0.12 us per free-and-allocate, alternated, at 1,000 and
+  /// at 100,000 live requests.)
   ~request_handle_state() {
     if (self != nullptr && self->fail_state() && supervisor)
       caf::anon_send(supervisor, reclaim_atom::value, id(), args.info.cache_id);
