@@ -43,6 +43,11 @@ block_pool_fun(pool_ptr self, cache_config cfg, std::uint32_t num_blocks,
   return {
     [self, &st](allocate_atom, const allocation_request& req)
       -> caf::result<admission> {
+      // A request admitted here for anyone else would have no handle and
+      // no registry entry (schedulers hold this address: they admit
+      // through steps, whose effects the manager registers).
+      if (auto err = from_manager(self, st.registry, "allocate"))
+        return err;
       st.expire_due_pins();
       st.set_clock();
       auto res = st.core().allocate(req);

@@ -116,7 +116,9 @@ caf::error check_current(const block_pool_core& core, request_id id,
 
 caf::error from_manager(block_pool_actor::pointer self,
                         const kv_cache_manager_actor& mgr, const char* what) {
-  if (!mgr || self->current_sender() == caf::actor_cast<caf::strong_actor_ptr>(mgr))
+  // Raw pointers: no reference count touched on the allocate's hot path.
+  auto* sender = caf::actor_cast<caf::abstract_actor*>(self->current_sender());
+  if (!mgr || sender == caf::actor_cast<caf::abstract_actor*>(mgr))
     return caf::none;
   return make_error(errc::invalid_request,
                     std::string{what} + ": only the manager may ask the pool");

@@ -102,8 +102,9 @@ caf::error check_current(const block_pool_core& core, request_id id,
 
 /// None if the current message comes from the manager, or if no manager
 /// registered (a pool spawned alone). The step lane hands the pool's
-/// address to schedulers, so what only the manager may ask - ending,
-/// forking and swapping requests - is refused from anyone else.
+/// address to schedulers, so what only the manager may ask - admitting
+/// outside a step, ending, forking and swapping requests - is refused from
+/// anyone else.
 caf::error from_manager(block_pool_actor::pointer self,
                         const kv_cache_manager_actor& mgr, const char* what);
 

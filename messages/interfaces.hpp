@@ -70,7 +70,8 @@ using step_actor = caf::typed_actor<
 /// The one owner of block-level truth (see actors/block_pool_core.hpp).
 using block_pool_actor = caf::typed_actor<
   // Lookup + pin of the cached prefix and allocation of the rest, in one
-  // step. Errors: as the manager's allocate.
+  // step. The manager's to ask (schedulers admit through steps). Errors: as
+  // the manager's allocate, and invalid_request from anyone else.
   caf::replies_to<allocate_atom, allocation_request>::with<admission>,
   caf::replies_to<can_alloc_atom, allocation_request>::with<bool>,
   // From a handle: grow (request id, cache id, n, token ids - optional,

@@ -276,6 +276,23 @@ caf::expected<step_result> cache_fixture::step(step_request req) {
   return ask<step_result>(mgr, step_atom::value, std::move(req));
 }
 
+caf::expected<admission> cache_fixture::orphan(const allocation_request& req) {
+  // As the manager passing the allocate on with self as the next stage:
+  // the pool sees the manager as the sender and answers self.
+  caf::actor_cast<caf::abstract_actor*>(pool)->enqueue(
+    caf::make_mailbox_element(caf::actor_cast<caf::strong_actor_ptr>(mgr),
+                              caf::make_message_id(),
+                              {caf::actor_cast<caf::strong_actor_ptr>(self)},
+                              allocate_atom::value, req),
+    nullptr);
+  run();
+  caf::expected<admission> result{no_reply("orphan")};
+  self->receive([&](admission& a) { result = std::move(a); },
+                [&](caf::error& err) { result = std::move(err); },
+                caf::after(std::chrono::seconds(0)) >> [] {});
+  return result;
+}
+
 caf::expected<std::uint32_t> cache_fixture::preempt(request_id id) {
   return preempt_from(self, id);
 }

@@ -103,8 +103,7 @@ public:
   cache_config cfg;
   cache_system cache;
   kv_cache_manager_actor mgr;
-  /// The pool (cache_system exposes it; what it allocates directly bypasses
-  /// the manager's registry: an orphan).
+  /// The pool (cache_system exposes it).
   block_pool_actor pool;
   /// Found on the scheduler's job queue (the manager does not expose it).
   supervisor_actor sup;
@@ -171,6 +170,10 @@ public:
   caf::expected<block_table> table(request_id id);
   caf::expected<step_result> step(step_request req);
   caf::expected<std::uint32_t> preempt(request_id id);
+  /// An orphan: a request the pool admits for the manager (the allocate
+  /// arrives from the manager, its answer comes here) that the manager
+  /// never registered - the case GC's sweep exists for.
+  caf::expected<admission> orphan(const allocation_request& req);
   caf::expected<std::uint32_t> preempt_from(caf::scoped_actor& from,
                                             request_id id);
   void subscribe(topic t, caf::scoped_actor& sub);

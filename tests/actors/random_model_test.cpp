@@ -209,8 +209,7 @@ void random_model::op_orphan() {
   auto id = next_orphan_++;
   auto tokens = pick(1, 12);
   auto before = refs();
-  auto res = ask<admission>(pool, allocate_atom::value,
-                            make_request(cfg, id, tokens));
+  auto res = orphan(make_request(cfg, id, tokens));
   if (blocks_for(tokens, bs) > total_blocks - held(before))
     return expect_outcome(res, "out_of_blocks");
   expect_outcome(res, "ok");

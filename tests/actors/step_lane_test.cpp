@@ -360,9 +360,11 @@ BOOST_AUTO_TEST_CASE(an_anonymous_step_owns_nothing_and_is_told_nothing) {
   BOOST_TEST(used_blocks() == 0u);
 }
 
-BOOST_AUTO_TEST_CASE(a_lane_holder_cannot_end_fork_or_swap_requests_directly) {
+BOOST_AUTO_TEST_CASE(a_lane_holder_cannot_admit_end_fork_or_swap_requests_directly) {
   // The lane is the pool's address: what only the manager may ask is
-  // refused from anyone else, the request untouched.
+  // refused from anyone else, the request untouched - and an allocate
+  // outside a step admits nothing (it would be a request without a
+  // handle, unknown to the registry).
   step_request admit;
   admit.admits = {make_request(cfg, 1, 4)};
   auto res = lane_step(self, admit);
@@ -390,6 +392,9 @@ BOOST_AUTO_TEST_CASE(a_lane_holder_cannot_end_fork_or_swap_requests_directly) {
   BOOST_TEST(refused(swap_out_atom::value, request_id{1}, cid) == "invalid_request");
   BOOST_TEST(refused(swap_out_atom::value, request_id{1}, cid, true) == "invalid_request");
   BOOST_TEST(refused(swap_in_atom::value, request_id{1}, cid, false) == "invalid_request");
+  BOOST_TEST(refused(allocate_atom::value, make_request(cfg, 2, 4))
+             == "invalid_request");
+  BOOST_TEST(outcome(lookup(2)) == "unknown_request");
   auto found = lookup(1);
   BOOST_REQUIRE(found);
   BOOST_TEST(found->second.cache_id == cid);

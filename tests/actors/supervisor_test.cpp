@@ -403,8 +403,8 @@ BOOST_AUTO_TEST_CASE(gc_on_demand_reclaims_orphans_with_real_figures) {
   BOOST_TEST(g->memory_freed == 0u);
   BOOST_TEST(g->gc_time_ms >= 0.0);
   // Orphans: the pool holds them, the manager never heard of them.
-  auto o1 = ask<admission>(pool, allocate_atom::value, make_request(cfg, 7, 10));
-  auto o2 = ask<admission>(pool, allocate_atom::value, make_request(cfg, 8, 1));
+  auto o1 = orphan(make_request(cfg, 7, 10));
+  auto o2 = orphan(make_request(cfg, 8, 1));
   BOOST_REQUIRE(o1 && o2);
   BOOST_TEST(o1->table.num_blocks() == 3u);
   auto s = stats();
@@ -430,9 +430,8 @@ BOOST_AUTO_TEST_CASE(gc_on_demand_reclaims_orphans_with_real_figures) {
 
 BOOST_FIXTURE_TEST_CASE(gc_on_the_timer_reclaims_orphans, timer_fixture) {
   BOOST_REQUIRE(allocate(1, 4));
-  for (request_id orphan : {7, 8}) {
-    auto o = ask<admission>(pool, allocate_atom::value,
-                            make_request(cfg, orphan, 10));
+  for (request_id id : {7, 8}) {
+    auto o = orphan(make_request(cfg, id, 10));
     BOOST_REQUIRE(o);
     BOOST_TEST(used_blocks() == 4u);
     // Each tick runs one GC pass and arms the next.
