@@ -7,6 +7,7 @@
 // block), each outcome's class, and free + used = total. The pool's own
 // invariant check runs (through GC) every 1,000 operations.
 #include "random_model.hpp"
+#include "soak.hpp"
 
 using namespace kvactor;
 using namespace kvactor::test;
@@ -350,4 +351,11 @@ BOOST_AUTO_TEST_CASE(random_operations_through_the_actors_match_the_model) {
                    "kill:unknown_request", "orphan:ok", "gc:ok", "step:ok",
                    "step_lane:ok"})
     BOOST_TEST(m.tally[key] > 0u, key);
+  // KVACTOR_SOAK: more seeds, a cache each.
+  for (auto seed : soak_seeds()) {
+    random_model more{seed};
+    more.check_on_exit = true;
+    more.run_ops(100000);
+    BOOST_TEST_MESSAGE("seed " << seed << ": " << more.checks << " checks");
+  }
 }

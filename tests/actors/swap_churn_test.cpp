@@ -15,6 +15,7 @@
 
 #include "fixture.hpp"
 #include "slow_storage.hpp"
+#include "soak.hpp"
 
 using namespace kvactor;
 using namespace kvactor::test;
@@ -225,7 +226,7 @@ struct churn : cache_fixture {
 BOOST_AUTO_TEST_SUITE(swap_churn_suite)
 
 BOOST_AUTO_TEST_CASE(swaps_racing_frees_and_readmissions_keep_every_block) {
-  for (std::uint64_t seed : {1, 2, 3}) {
+  auto run = [](std::uint64_t seed) {
     churn c{seed};
     for (int i = 0; i < 3000; ++i)
       c.one_op();
@@ -234,14 +235,20 @@ BOOST_AUTO_TEST_CASE(swaps_racing_frees_and_readmissions_keep_every_block) {
     for (auto& [k, v] : c.cov)
       report += k + "=" + std::to_string(v) + " ";
     BOOST_TEST_MESSAGE("seed " << seed << ": " << report);
+    return c.cov;
+  };
+  for (std::uint64_t seed : {1, 2, 3}) {
+    auto cov = run(seed);
     for (auto k : {"swap out:ok", "swap in:ok", "swap out:out_of_blocks",
                    "swap in:invalid_request", "freed mid-swap",
                    "admitted again mid-swap", "told it ended mid-swap",
                    "step freed mid-swap", "step admitted again mid-swap",
                    "extend:invalid_request",
                    "allocate:out_of_blocks"})
-      BOOST_TEST(c.cov.count(k) > 0, "seed " << seed << " never reached " << k);
+      BOOST_TEST(cov.count(k) > 0, "seed " << seed << " never reached " << k);
   }
+  for (auto seed : soak_seeds()) // KVACTOR_SOAK: more seeds
+    run(seed);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

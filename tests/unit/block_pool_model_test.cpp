@@ -19,6 +19,7 @@
 #include "kvactor/messages/error.hpp"
 
 #include "model_checks.hpp"
+#include "soak.hpp"
 #include "pool_reference_model.hpp"
 
 using namespace kvactor;
@@ -424,17 +425,24 @@ private:
   test::event_checker events_{p_.block_size};
 };
 
-/// Runs `p`, prints what it covered, and checks the pressure was real.
-void run_and_check_coverage(const run_params& p) {
+/// Runs `p` (the harness fails the test at the first difference from the
+/// model) and prints what it covered.
+coverage run_and_report(const run_params& p) {
   auto start = std::chrono::steady_clock::now();
   harness h(p);
   h.run();
   auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
               std::chrono::steady_clock::now() - start)
               .count();
-  auto& n = h.cov().n;
   BOOST_TEST_MESSAGE("seed " << p.seed << ", " << p.ops << " ops, " << ms
                              << " ms: " << h.cov().report());
+  return h.cov();
+}
+
+/// Runs `p`, prints what it covered, and checks the pressure was real.
+void run_and_check_coverage(const run_params& p) {
+  auto cov = run_and_report(p);
+  auto& n = cov.n;
   auto has = [&](const std::string& k) { return n.count(k) && n.at(k) > 0; };
   for (auto k : {"allocate:ok", "allocate:out_of_blocks", "allocate:quota_exceeded",
                  "allocate:duplicate_request", "allocate:invalid_request",
@@ -463,6 +471,13 @@ BOOST_AUTO_TEST_CASE(core_matches_the_reference_model_on_random_operations) {
   run_and_check_coverage({1, 64, 4, true, 100000});
   run_and_check_coverage({2, 128, 4, true, 100000});
   run_and_check_coverage({3, 256, 4, true, 100000});
+  // KVACTOR_SOAK: more seeds, each with its own pool and block size.
+  for (auto seed : test::soak_seeds()) {
+    static const std::uint32_t blocks[] = {32, 48, 64, 96, 128, 256};
+    static const std::uint32_t sizes[] = {1, 3, 4, 16};
+    run_and_report({seed, blocks[seed % 6], sizes[(seed / 6) % 4],
+                    seed % 5 != 0, 100000});
+  }
 }
 
 BOOST_AUTO_TEST_CASE(core_matches_the_reference_model_with_odd_block_sizes) {
