@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <fstream>
 #include <initializer_list>
+#include <optional>
 #include <unordered_map>
 
 #include <nlohmann/json.hpp>
@@ -95,6 +96,9 @@ nlohmann::json parse_line(const std::string& text, std::string& duplicate) {
   nlohmann::json obj;
   try {
     obj = detail::parse_json(text, duplicate);
+  } catch (const detail::json_text_error& e) {
+    throw line_error{"malformed JSON at column " + std::to_string(e.offset + 1)
+                     + ": " + e.what()};
   } catch (const nlohmann::json::parse_error& e) {
     // "[json.exception.parse_error.101] parse error at line 1, column 21:
     // syntax error ...": the line is ours to say, the column the parser's.
@@ -119,9 +123,10 @@ nlohmann::json parse_line(const std::string& text, std::string& duplicate) {
 } // namespace
 
 caf::expected<trace> load_trace(const std::string& path) {
-  std::ifstream in{path};
-  if (!in)
-    return make_error(errc::invalid_request, path + ": cannot open");
+  auto opened = detail::open_text_file(path, errc::invalid_request);
+  if (!opened)
+    return std::move(opened.error());
+  auto& in = *opened;
   trace out;
   out.path = path;
   std::string text;
@@ -130,6 +135,10 @@ caf::expected<trace> load_trace(const std::string& path) {
   std::uint64_t last_step = 0;
   std::unordered_map<std::uint64_t, std::size_t> seen; // id -> line
   bool have_header = false;
+  // The header's own account, checked against the lines (a trace cut
+  // short at a line's end is otherwise well-formed): absent if not given.
+  std::optional<std::uint64_t> num_requests;
+  std::optional<std::uint64_t> num_sys_prompts;
   try {
     while (std::getline(in, text)) {
       ++line;
@@ -172,6 +181,15 @@ caf::expected<trace> load_trace(const std::string& path) {
           throw line_error{"num_blocks: must be > 0"};
         if (out.max_model_len == 0) // the requests' max_sequence_length
           throw line_error{"max_model_len: must be > 0"};
+        // What else it says is a description (trace.py's settings), not
+        // read - but for the format's version and the counts to check.
+        if (obj.contains("version") && obj["version"] != 1)
+          throw line_error{"version: this reader knows version 1"
+                           + detail::got(obj["version"])};
+        if (obj.contains("num_requests"))
+          num_requests = count(obj, "num_requests");
+        if (obj.contains("num_sys_prompts"))
+          num_sys_prompts = count(obj, "num_sys_prompts");
         continue;
       }
       if (type != "req")
@@ -196,6 +214,19 @@ caf::expected<trace> load_trace(const std::string& path) {
         throw line_error{"sys_prompt: must be at most "
                          + std::to_string(INT64_MAX) + detail::got(sp)};
       r.sys_prompt = sp.get<std::int64_t>();
+      // -1: none; else which of the header's system prompts.
+      bool known = r.sys_prompt == -1
+                   || (r.sys_prompt >= 0
+                       && (!num_sys_prompts
+                           || static_cast<std::uint64_t>(r.sys_prompt)
+                                < *num_sys_prompts));
+      if (!known)
+        throw line_error{
+          "sys_prompt: expected -1 or a system prompt's index"
+          + (num_sys_prompts ? " below num_sys_prompts "
+                                 + std::to_string(*num_sys_prompts)
+                             : std::string{" (>= 0)"})
+          + detail::got(sp)};
       auto plen = count(obj, "prompt_len");
       auto olen = count(obj, "output_len");
       if (plen == 0)
@@ -216,6 +247,13 @@ caf::expected<trace> load_trace(const std::string& path) {
   }
   if (!have_header)
     return make_error(errc::invalid_request, path + ": empty trace");
+  if (num_requests && *num_requests != out.requests.size())
+    return make_error(errc::invalid_request,
+                      path + ":" + std::to_string(out.header_line)
+                        + ": num_requests: the header says "
+                        + std::to_string(*num_requests) + ", the trace has "
+                        + std::to_string(out.requests.size())
+                        + " (cut short, or added to?)");
   return out;
 }
 

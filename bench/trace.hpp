@@ -41,7 +41,10 @@ struct trace {
 /// of two up to 1024, num_blocks above 2^31: cache_limits.hpp), token ids
 /// outside [0, vocab), an arrival_step past 2^53,
 /// lengths that disagree with the token arrays or exceed max_model_len,
-/// requests out of arrival order, a repeated id.
+/// requests out of arrival order, a repeated id, a NUL byte or nesting
+/// past max_json_depth; if the header says them, a version other than 1,
+/// a request count other than the lines' (reported at the header's line)
+/// or a sys_prompt not below num_sys_prompts.
 caf::expected<trace> load_trace(const std::string& path);
 
 /// Whether every request fits a pool of `num_blocks` on its own (its prompt

@@ -13,14 +13,22 @@
 
 namespace kvactor::detail {
 
-caf::expected<std::string> read_text_file(const std::string& path) {
+caf::expected<std::ifstream> open_text_file(const std::string& path,
+                                            errc code) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec))
-    return make_error(errc::invalid_config, path + ": is a directory");
+    return make_error(code, path + ": is a directory");
   std::ifstream in{path, std::ios::binary};
   if (!in)
-    return make_error(errc::invalid_config,
-                      path + ": cannot open (" + std::strerror(errno) + ")");
+    return make_error(code, path + ": cannot open (" + std::strerror(errno) + ")");
+  return in;
+}
+
+caf::expected<std::string> read_text_file(const std::string& path) {
+  auto opened = open_text_file(path);
+  if (!opened)
+    return std::move(opened.error());
+  auto& in = *opened;
   std::string text{std::istreambuf_iterator<char>{in},
                    std::istreambuf_iterator<char>{}};
   if (in.bad())
@@ -29,8 +37,48 @@ caf::expected<std::string> read_text_file(const std::string& path) {
   return text;
 }
 
+namespace {
+
+/// Throws json_text_error at the first NUL byte or the first bracket past
+/// max_json_depth (outside strings).
+void check_json_text(const std::string& text) {
+  std::size_t depth = 0;
+  bool in_string = false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    auto c = text[i];
+    if (c == '\0')
+      throw json_text_error{"a NUL byte", i};
+    if (in_string) {
+      if (c == '\\' && i + 1 < text.size() && text[i + 1] != '\0')
+        ++i; // what it escapes (a NUL is caught in the next round)
+      else if (c == '"')
+        in_string = false;
+      continue;
+    }
+    if (c == '"')
+      in_string = true;
+    else if (c == '{' || c == '[') {
+      if (++depth > max_json_depth)
+        throw json_text_error{"objects and arrays nested more than "
+                                + std::to_string(max_json_depth) + " deep",
+                              i};
+    } else if ((c == '}' || c == ']') && depth > 0)
+      --depth;
+  }
+}
+
+} // namespace
+
 nlohmann::json parse_json(const std::string& text, std::string& duplicate,
                           bool allow_exceptions) {
+  duplicate.clear();
+  try {
+    check_json_text(text);
+  } catch (const json_text_error&) {
+    if (allow_exceptions)
+      throw;
+    return nlohmann::json::value_t::discarded;
+  }
   using event = nlohmann::json::parse_event_t;
   // One frame per open object or array: its path, and the keys seen so
   // far (objects) or the index of the next element (arrays).
@@ -42,7 +90,6 @@ nlohmann::json parse_json(const std::string& text, std::string& duplicate,
     std::unordered_set<std::string> keys;
   };
   std::vector<frame> stack;
-  duplicate.clear();
   auto member = [](const std::string& path, const std::string& key) {
     return path.empty() ? key : path + "." + key;
   };

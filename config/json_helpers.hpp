@@ -4,22 +4,47 @@
 #pragma once
 
 #include <cstdint>
+#include <fstream>
+#include <stdexcept>
 #include <string>
 
 #include <caf/expected.hpp>
 #include <nlohmann/json.hpp>
 
+#include "kvactor/messages/errc.hpp"
+
 namespace kvactor::detail {
+
+/// The file at `path`, open for reading; an error of `code` naming the
+/// path if it is a directory or cannot be opened (with the system's
+/// reason).
+caf::expected<std::ifstream> open_text_file(const std::string& path,
+                                            errc code = errc::invalid_config);
 
 /// The whole file at `path`; invalid_config naming the path if it is a
 /// directory or cannot be opened or read.
 caf::expected<std::string> read_text_file(const std::string& path);
 
+/// Deepest nesting of objects and arrays parse_json reads: far more than
+/// any config, scenario or trace line has, and a bound on the parser's
+/// work (nesting 20,000 deep took a gigabyte).
+constexpr std::size_t max_json_depth = 64;
+
+/// What parse_json refuses before parsing: a NUL byte (nlohmann would
+/// silently stop reading there) or nesting deeper than max_json_depth.
+/// `offset`: the offending character's index in the text.
+struct json_text_error : std::runtime_error {
+  json_text_error(const std::string& what, std::size_t at)
+    : std::runtime_error(what), offset(at) {
+  }
+  std::size_t offset;
+};
+
 /// nlohmann::json::parse(text), also finding the first key given twice in
 /// one object - which nlohmann would let the last one win, silently. Its
-/// path ("tenants[1].name", "" for none) goes to `duplicate`. Throws what
-/// parse throws; with `allow_exceptions` false returns a discarded value
-/// instead, as parse does.
+/// path ("tenants[1].name", "" for none) goes to `duplicate`. Throws
+/// json_text_error (see there) and what parse throws; with
+/// `allow_exceptions` false returns a discarded value instead of either.
 nlohmann::json parse_json(const std::string& text, std::string& duplicate,
                           bool allow_exceptions = true);
 

@@ -287,6 +287,10 @@ caf::expected<cache_config> load_config(const std::string& path) {
   std::string duplicate;
   try {
     json = detail::parse_json(*text, duplicate);
+  } catch (const detail::json_text_error& e) {
+    return make_error(errc::invalid_config,
+                      path + ": malformed JSON at byte "
+                        + std::to_string(e.offset + 1) + ": " + e.what());
   } catch (const nlohmann::json::parse_error& e) {
     return make_error(errc::invalid_config,
                       path + ": malformed JSON at byte "

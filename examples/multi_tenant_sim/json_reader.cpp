@@ -20,6 +20,13 @@ std::string num(double x) {
   return text;
 }
 
+/// The string a JSON string literal's body (between its quotes) stands
+/// for; the body itself if it is not valid JSON.
+std::string decode_string(const std::string& body) {
+  auto v = json::parse("\"" + body + "\"", nullptr, false);
+  return v.is_string() ? v.get<std::string>() : body;
+}
+
 } // namespace
 
 std::string join_path(const std::string& path, const std::string& key) {
@@ -68,14 +75,19 @@ line_index::line_index(const std::string& text, std::size_t end) {
         break;
       case '"': {
         auto start_line = line;
-        std::string s;
+        std::string s; // as written, escapes and all
+        bool escaped = false;
         for (++i; i < end && text[i] != '"'; ++i) {
-          if (text[i] == '\\' && i + 1 < end)
-            ++i;
+          if (text[i] == '\\' && i + 1 < end) {
+            escaped = true;
+            s += text[i++];
+          }
           if (text[i] == '\n')
             ++line;
           s += text[i];
         }
+        if (escaped) // a name with escapes: as the parser reads it
+          s = decode_string(s);
         if (!stack.empty() && !stack.back().array && stack.back().expect_key) {
           value_path = join_path(stack.back().path, s);
           record(value_path, start_line);

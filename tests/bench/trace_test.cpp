@@ -104,8 +104,38 @@ BOOST_AUTO_TEST_CASE(a_well_formed_trace_loads_every_field) {
 BOOST_AUTO_TEST_CASE(a_missing_or_empty_file_is_named) {
   auto tr = load_trace("/nonexistent/kvactor/trace.jsonl");
   BOOST_REQUIRE(!tr);
-  contains(render(tr.error()), "/nonexistent/kvactor/trace.jsonl: cannot open");
+  contains(render(tr.error()),
+           "/nonexistent/kvactor/trace.jsonl: cannot open (No such file or directory)");
+  tr = load_trace("/tmp");
+  BOOST_REQUIRE(!tr);
+  contains(render(tr.error()), "/tmp: is a directory");
   contains(load_error(""), "FILE: empty trace");
+}
+
+BOOST_AUTO_TEST_CASE(the_headers_own_account_is_checked_when_given) {
+  // trace.py's header describes the trace; its version and counts are
+  // checked: a trace cut short at a line's end is otherwise well-formed.
+  auto with = [](const std::string& extra) {
+    return R"({"type":"header","block_size":4,"num_blocks":8,"max_model_len":16,)"
+           R"("vocab":100,)" + extra + "}";
+  };
+  BOOST_TEST(load_error(with(R"("version":1,"num_requests":2,"num_sys_prompts":2)")
+                        + "\n" + req0 + "\n" + req1 + "\n")
+             == "ok");
+  contains(load_error(with(R"("num_requests":3)") + "\n" + req0 + "\n" + req1 + "\n"),
+           "FILE:1: num_requests: the header says 3, the trace has 2");
+  contains(load_error(with(R"("num_requests":"many")") + "\n" + req0 + "\n"),
+           "FILE:1: num_requests: expected a non-negative integer");
+  contains(load_error(with(R"("version":99)") + "\n" + req0 + "\n"),
+           "FILE:1: version: this reader knows version 1 (got 99)");
+  // req1 names system prompt 1: there must be two.
+  contains(load_error(with(R"("num_sys_prompts":1)") + "\n" + req0 + "\n" + req1 + "\n"),
+           "FILE:3: sys_prompt: expected -1 or a system prompt's index below "
+           "num_sys_prompts 1 (got 1)");
+  auto minus7 = req0;
+  minus7.replace(minus7.find("-1"), 2, "-7");
+  contains(load_error(header + "\n" + minus7 + "\n"),
+           "FILE:2: sys_prompt: expected -1 or a system prompt's index (>= 0) (got -7)");
 }
 
 BOOST_AUTO_TEST_CASE(the_header_must_come_first_and_be_complete) {

@@ -3,6 +3,8 @@
 // for a missing key, of the object that lacks it) in multi-line JSON.
 #include "sim_support.hpp"
 
+#include <algorithm>
+
 using namespace kvactor;
 using namespace kvactor::sim;
 using namespace kvactor::sim::test;
@@ -83,6 +85,22 @@ BOOST_AUTO_TEST_CASE(malformed_json_names_the_line_and_what_was_read_last) {
   // JSON, but not an object: no empty field name in the message.
   BOOST_TEST(parse_error("[1, 2]")
              == "test.json:1: expected a JSON object (got an array)");
+  // A NUL byte (the parser would stop there, unread garbage after it
+  // accepted), and nesting past the reader's depth, where they are.
+  using namespace std::string_literals;
+  auto lines = 1 + std::count(base.begin(), base.end(), '\n');
+  BOOST_TEST(parse_error(base + "\0 garbage {{{"s)
+             == "test.json:" + std::to_string(lines)
+                  + ": malformed JSON: a NUL byte at column 1");
+  BOOST_TEST(parse_error("{\n\"x\": " + std::string(20000, '[') + "\n}")
+             == "test.json:2: malformed JSON: objects and arrays nested more "
+                "than 64 deep at column 69"); // the 64th '[': the object is 1
+}
+
+BOOST_AUTO_TEST_CASE(a_key_written_with_escapes_is_found_on_its_line) {
+  // "r\u0061te" is "rate" to the parser: its line is the key's own.
+  auto text = replace_once(base, "\"rate\": 0.5,", "\n\"r\\u0061te\": -1,");
+  check_error(text, "\"r\\u0061te\"", "workloads.a.rate", "must be >= 0 (got -1)");
 }
 
 BOOST_AUTO_TEST_CASE(missing_required_fields_are_reported_where_their_object_starts) {

@@ -56,6 +56,39 @@ BOOST_AUTO_TEST_CASE(parse_json_fails_as_parse_does) {
   BOOST_TEST(dup == ""); // nothing reported from a half-read text
 }
 
+BOOST_AUTO_TEST_CASE(parse_json_refuses_nul_bytes_and_deep_nesting_where_they_are) {
+  // nlohmann stops reading at a NUL: what follows it would go unread.
+  auto refused_at = [](const std::string& text) -> std::size_t {
+    std::string dup;
+    BOOST_TEST(detail::parse_json(text, dup, false).is_discarded());
+    try {
+      detail::parse_json(text, dup);
+    } catch (const detail::json_text_error& e) {
+      return e.offset;
+    }
+    BOOST_ERROR("accepted: " << text.size() << " bytes");
+    return std::string::npos;
+  };
+  using namespace std::string_literals;
+  BOOST_TEST(refused_at("{\"a\": 1}\0 trailing garbage"s) == 8u);
+  BOOST_TEST(refused_at("{\"a\": \"x\0y\"}"s) == 8u); // inside a string too
+  BOOST_TEST(refused_at("{\"a\": \"\\\0\"}"s) == 8u); // even escaped
+  // Nesting: max_json_depth levels are fine, one more is not (the
+  // offending bracket is named), and brackets inside strings do not count.
+  auto nested = [](std::size_t n) {
+    return std::string(n, '[') + std::string(n, ']');
+  };
+  std::string dup;
+  BOOST_TEST(!detail::parse_json(nested(detail::max_json_depth), dup).is_discarded());
+  BOOST_TEST(refused_at(nested(detail::max_json_depth + 1)) == detail::max_json_depth);
+  BOOST_TEST(refused_at(nested(20000)) == detail::max_json_depth);
+  auto quoted = "[\"" + std::string(1000, '[') + "\\\"\"]";
+  BOOST_TEST(detail::parse_json(quoted, dup).size() == 1u);
+  // An escaped NUL ("\u0000") is a character like any other.
+  BOOST_TEST(detail::parse_json(R"({"a": "x\u0000y"})", dup)["a"].get<std::string>().size()
+             == 3u);
+}
+
 BOOST_AUTO_TEST_CASE(load_config_refuses_a_key_given_twice_naming_it) {
   char path[] = "/tmp/kvactor_keys_XXXXXX";
   int fd = mkstemp(path);
