@@ -322,7 +322,12 @@ int main(int argc, char** argv) {
       std::size_t used = 0;
       if (text.empty() || text[0] < '0' || text[0] > '9')
         throw std::invalid_argument(arg + ": expected a number, got '" + text + "'");
-      auto x = std::stoull(text, &used);
+      std::uint64_t x = 0;
+      try {
+        x = std::stoull(text, &used);
+      } catch (const std::out_of_range&) {
+        used = 0; // past 2^64: out of range below
+      }
       if (used != text.size() || x < min || x > max)
         throw std::invalid_argument(arg + ": expected a number in ["
                                     + std::to_string(min) + ", "
@@ -346,16 +351,20 @@ int main(int argc, char** argv) {
       else if (arg == "--repeat")
         repeat = number(1000);
       else
-        return usage();
+        throw std::invalid_argument("unknown argument " + arg);
     } catch (std::exception& e) {
       std::cerr << "replay: " << e.what() << '\n';
       return usage();
     }
   }
-  if (path.empty()
-      || (mode != "facade" && mode != "step" && mode != "core" && mode != "both")
-      || opt.max_admits == 0 || repeat == 0)
+  auto refuse = [&](const std::string& why) {
+    std::cerr << "replay: " << why << '\n';
     return usage();
+  };
+  if (path.empty())
+    return refuse("--trace FILE is required");
+  if (mode != "facade" && mode != "step" && mode != "core" && mode != "both")
+    return refuse("--mode: expected facade, step, core or both, got '" + mode + "'");
   auto tr = load_trace(path);
   if (!tr) {
     std::cerr << "replay: " << render(tr.error()) << '\n';

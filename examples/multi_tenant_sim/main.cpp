@@ -92,7 +92,8 @@ std::string parse_args(int argc, char** argv, options& opt) {
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](std::string& out) -> bool {
-      if (i + 1 >= argc)
+      // "--config --no-progress" lacks a file; it does not name one.
+      if (i + 1 >= argc || std::string{argv[i + 1]}.rfind("--", 0) == 0)
         return false;
       out = argv[++i];
       return true;
@@ -155,12 +156,14 @@ int main(int argc, char** argv) {
     s.cache.storage = opt.storage;
     if (auto err = validate(s.cache)) {
       std::cerr << "multi_tenant_sim: --storage " << opt.storage << ": "
-                << message_of(err) << '\n';
+                << s.source << ": cache." << message_of(err) << '\n';
       return exit_bad_input;
     }
   }
-  if (!opt.out.empty())
+  if (!opt.out.empty()) {
     s.output_dir = opt.out;
+    s.output_dir_origin = "--out";
+  }
   if (opt.steps != 0)
     s.steps = opt.steps;
   if (opt.have_seed)
@@ -168,7 +171,8 @@ int main(int argc, char** argv) {
 
   // Before the run: a long simulation must not end unable to report.
   if (auto err = prepare_output_dir(s)) {
-    std::cerr << "multi_tenant_sim: output_dir " << message_of(err) << '\n';
+    std::cerr << "multi_tenant_sim: " << s.output_dir_origin << ": "
+              << message_of(err) << '\n';
     return exit_bad_input;
   }
   kvactor::cli::install_interrupt_handler();

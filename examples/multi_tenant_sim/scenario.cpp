@@ -204,6 +204,11 @@ caf::error read_scenario(const json& root, const error_maker& fail,
     return err;
   if (out.output_dir.empty())
     return fail("output_dir", "must not be empty");
+  out.output_dir_origin =
+    root.contains("output_dir")
+      ? fail.source + ":" + std::to_string(fail.lines.line_of("output_dir"))
+          + ": output_dir"
+      : fail.source + ": output_dir (default)";
   if (preemption == "swap")
     out.preemption = preemption_mode::swap;
   else if (preemption != "recompute")
@@ -325,6 +330,14 @@ caf::expected<scenario> parse_scenario(const std::string& text,
   std::string duplicate;
   try {
     root = detail::parse_json(text, duplicate);
+  } catch (const detail::json_text_error& e) {
+    auto at = e.offset;
+    auto line = 1 + std::count(text.begin(), text.begin() + at, '\n');
+    auto nl = at == 0 ? std::string::npos : text.rfind('\n', at - 1);
+    auto column = at + 1 - (nl == std::string::npos ? 0 : nl + 1);
+    return make_error(errc::invalid_config,
+                      source + ":" + std::to_string(line) + ": malformed JSON: "
+                        + e.what() + " at column " + std::to_string(column));
   } catch (const json::parse_error& e) {
     // e.byte is 1-based: the index of the offending character plus one.
     auto at = e.byte == 0 ? 0 : static_cast<std::size_t>(e.byte - 1);

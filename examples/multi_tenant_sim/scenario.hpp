@@ -180,6 +180,9 @@ struct scenario {
   bool drain = true;
   std::uint64_t seed = 1;
   std::string output_dir = "sim-out";
+  /// Where output_dir was said, for messages: "FILE:LINE: output_dir",
+  /// "--out", or "FILE: output_dir (default)".
+  std::string output_dir_origin;
   preemption_mode preemption = preemption_mode::recompute;
   /// "auto", "medium", "high", "critical" or "full".
   std::string admit_up_to = "auto";

@@ -398,7 +398,14 @@ sim_outcome simulate(const scenario& s, const std::atomic<bool>& interrupted,
     caf::actor_system sys{sys_cfg};
     auto cache = spawn_kv_cache(sys, s.cache);
     if (!cache) {
-      out.error = "cannot start the cache: " + render(cache.error());
+      // A config only the device found wrong (storage auto without a block
+      // count, say) is the scenario's: bad input, named by its file.
+      if (cache.error() == errc::invalid_config) {
+        out.bad_scenario = true;
+        out.error = s.source + ": cache." + message_of(cache.error());
+      } else {
+        out.error = "cannot start the cache: " + render(cache.error());
+      }
       return out;
     }
     out.started = true;

@@ -23,8 +23,9 @@ struct sim_outcome {
   bool interrupted = false; ///< stopped early by the interrupt flag
   std::string error;        ///< non-empty: the run failed (why)
   /// The scenario does not fit the pool as started (check_fits, with
-  /// num_gpu_blocks 0 sized from device memory): `error` says where; no
-  /// step ran.
+  /// num_gpu_blocks 0 sized from device memory), or its cache config is
+  /// one the storage refused at start (invalid_config): `error` says
+  /// where; no step ran.
   bool bad_scenario = false;
   cache_config effective;   ///< as started (num_gpu_blocks as allocated)
   std::string storage;      ///< the backend that ran: none, host, cuda

@@ -47,6 +47,9 @@ expect_exit 2 storage --storage floppy
 expect_in "$dir/storage.err" "--storage"
 expect_exit 2 noconfig --config "$dir/absent.json"
 expect_in "$dir/noconfig.err" "$dir/absent.json: cannot open"
+# An option is no file name: --config lacks its file here.
+expect_exit 2 config_option --config --no-progress
+expect_in "$dir/config_option.err" "--config needs a file"
 
 # A malformed file: the comma missing at the end of line 2, found on line 3.
 printf '{\n  "steps": 10\n  "seed": 1\n}\n' >"$dir/bad.json"
@@ -92,7 +95,13 @@ rows=$(($(wc -l <"$dir/short/timeseries.csv") - 1))
 
 # An output directory that cannot be made stops the run before it starts.
 expect_exit 2 badout --steps 50 --out "$dir/short/report.json/x" --no-progress
-expect_in "$dir/badout.err" "output_dir $dir/short/report.json/x: cannot create"
+expect_in "$dir/badout.err" "--out: $dir/short/report.json/x: cannot create"
+# The same from a scenario names its file and line.
+sed "s|\"output_dir\": \"sim-out\"|\"output_dir\": \"$dir/short/report.json/x\"|" \
+  "$dir/default.out" >"$dir/badout.json"
+line=$(grep -n '"output_dir"' "$dir/badout.json" | cut -d: -f1)
+expect_exit 2 badout_scenario --config "$dir/badout.json" --steps 50 --no-progress
+expect_in "$dir/badout_scenario.err" "$dir/badout.json:$line: output_dir: $dir/short/report.json/x: cannot create"
 if grep -q "ran " "$dir/badout.out"; then fail "badout: simulated before failing"; fi
 
 # SIGINT during a long run: it stops at the next step, reports, exits 130.
