@@ -12,6 +12,19 @@
 // hits); --live keeps the last L requests live, so the pool is populated
 // and frees come L requests later. With K >= 16 extends cross block
 // boundaries (a block taken every 16 tokens).
+//
+// "floor_before" / "floor_after": the same blocking hand-off (the
+// facade's bridge) to a trivial actor that answers at once, 11,000 calls
+// before the run and 11,000 after (the first 1,000 of each not counted):
+// what any facade call pays before the cache does any work, in the same
+// minutes - the VM's speed changes in spells, and the floor shows which
+// one a run fell in (floor_after p50 0.9 us in a fast spell, 3.3-5 us in
+// a slow one). floor_before also takes the first ~0.4 s of the cache's
+// life: a process's new threads start on its CPU, and until Linux moves
+// the worker or the caller to the other core, each spins away the CPU
+// the other needs - a hand-off then costs the worker's whole poll (p50
+// ~23 us). Sleeping 0.5 s first made it ~0.9 us; the calls measured
+// after it no longer pay that.
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -23,8 +36,10 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
 #include <nlohmann/json.hpp>
 
+#include "kvactor/actors/blocking_bridge.hpp"
 #include "kvactor/actors/kv_cache_manager.hpp"
 #include "kvactor/messages/error.hpp"
 #include "bookkeeping_config.hpp"
@@ -92,6 +107,32 @@ int main(int argc, char** argv) {
   auto since = [](clock_type::time_point t0) {
     return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
   };
+  // The floor, before and after the run.
+  auto echo = caf::actor_cast<caf::strong_actor_ptr>(
+    sys.spawn([]() -> caf::behavior {
+      return {[](std::int32_t x) { return x; }};
+    }));
+  detail::blocking_bridge bridge{sys};
+  std::vector<double> floor_us;
+  auto measure_floor = [&](std::size_t n) {
+    for (std::size_t i = 0; i < n + n / 10; ++i) { // a tenth to warm up
+      auto t0 = clock_type::now();
+      auto r = bridge.call(echo, caf::make_message(std::int32_t{1}),
+                           std::chrono::seconds{10});
+      auto dt = since(t0);
+      if (!r)
+        return false;
+      if (i >= n / 10)
+        floor_us.push_back(dt);
+    }
+    return true;
+  };
+  if (!measure_floor(10000)) {
+    std::cerr << "floor: no reply from a trivial actor\n";
+    return 1;
+  }
+  auto floor_before = std::move(floor_us);
+  floor_us.clear();
   auto warmup = requests / 10;
   for (std::size_t i = 0; i < requests + warmup; ++i) {
     bool measured = i >= warmup;
@@ -138,6 +179,10 @@ int main(int argc, char** argv) {
   }
   for (auto id : live)
     mgr->deallocate(id);
+  if (!measure_floor(10000)) {
+    std::cerr << "floor: no reply from a trivial actor\n";
+    return 1;
+  }
   nlohmann::json out{{"bench", "facade_latency"},
                      {"scheduler_threads", threads},
                      {"prompt_len", prompt_len},
@@ -146,7 +191,9 @@ int main(int argc, char** argv) {
                      {"extends_per_request", extends},
                      {"allocate", latency_summary(alloc_us)},
                      {"extend", latency_summary(extend_us)},
-                     {"deallocate", latency_summary(free_us)}};
+                     {"deallocate", latency_summary(free_us)},
+                     {"floor_before", latency_summary(floor_before)},
+                     {"floor_after", latency_summary(floor_us)}};
   std::cout << out.dump() << std::endl;
   return 0;
 }
