@@ -454,8 +454,7 @@ void run_and_check_coverage(const run_params& p,
                  "swap_in shared its prefix", "ghost's swap ends",
                  "ghost's swap ends, id live again", "pin:ok",
                  "pinned some", "pin:quota_exceeded", "pin:invalid_request",
-                 "expired", "victims",
-                 "victim preempted:ok", "step admitted",
+                 "expired", "victims", "victim preempted:ok", "step admitted",
                  "event:stored", "event:removed"})
     must_reach.push_back(k);
   for (auto& k : must_reach)
@@ -496,6 +495,5 @@ BOOST_AUTO_TEST_CASE(three_tenants_under_pressure_admitted_immediately) {
     run_and_report(p);
   }
 }
-
 
 BOOST_AUTO_TEST_SUITE_END()
