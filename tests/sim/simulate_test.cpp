@@ -11,6 +11,7 @@
 
 #include <unistd.h>
 
+#include "kvactor/device/storage.hpp"
 #include "report.hpp"
 #include "scheduler.hpp"
 #include "sim_support.hpp"
@@ -317,6 +318,24 @@ BOOST_AUTO_TEST_CASE(an_unwritable_output_dir_is_named) {
   BOOST_TEST(!prepare_output_dir(s));
   BOOST_TEST(fs::is_directory(s.output_dir));
   BOOST_TEST(fs::is_empty(s.output_dir)); // the probe is gone
+}
+
+BOOST_AUTO_TEST_CASE(a_cache_config_the_storage_refuses_at_start_is_bad_input) {
+  // storage auto without a block count is valid, and sizes the pool from
+  // GPU memory - where there is a GPU. Without one, the cache refuses to
+  // start: the scenario's fault (exit 2), named by its file.
+  auto s = small("auto", 0);
+  s.cache.num_gpu_blocks = 0;
+  if (cuda_device_available()) {
+    BOOST_TEST_MESSAGE("a CUDA device answers: storage auto starts here");
+    return;
+  }
+  auto r = run(s);
+  BOOST_TEST(!r.started);
+  BOOST_TEST(r.bad_scenario);
+  BOOST_TEST(r.error.rfind(s.source + ": cache.num_gpu_blocks: storage 'auto' found "
+                           "no CUDA device", 0) == 0,
+             r.error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
