@@ -30,10 +30,11 @@ facade_core::facade_core(caf::actor_system& sys, cache_config cfg,
   // gone without answering (killed: CAF 0.17 answers no dropped promise),
   // and its end is this event - the supervisor reclaims a handle that went
   // - so no monitor per handle actor is needed (one cost allocate 0.7 us).
-  // What that leaves: a call sent just after the event (it read the slot
-  // valid first) to a handle that is then killed waits for its timeout; a
-  // handle ended normally answers everything it took in, and bounces the
-  // rest.
+  // A call sent just after the event (it read the slot valid first) is
+  // answered by the handle all the same: ended normally or killed, it
+  // answers what it took in (shutting_down for what it had passed on to
+  // the pool), and CAF bounces the rest (shutdown_test:
+  // every_call_to_a_killed_handle_is_answered).
   bridge_.on_notification([this](caf::message& msg) {
     if (msg.match_elements<ended_atom, request_ended>()) {
       if (auto handle = invalidate_request(msg.get_as<request_ended>(1)))

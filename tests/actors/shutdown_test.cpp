@@ -244,3 +244,34 @@ BOOST_AUTO_TEST_CASE(a_step_waiting_on_its_copy_when_the_pool_exits_gets_its_res
   BOOST_TEST(got == "extended");
   f.shutdown();
 }
+
+// Every call to a handle actor that is killed is answered: those it had
+// taken in with shutting_down (it answers what it passed on to the pool as
+// it goes), those still in its mailbox or sent after its end with
+// request_receiver_down (CAF bounces them). The facade, failing its calls
+// only at the request's end, relies on it for a call sent just after that
+// end: none waits for its timeout.
+BOOST_AUTO_TEST_CASE(every_call_to_a_killed_handle_is_answered) {
+  cache_fixture f;
+  auto a = f.allocate(1, 9);
+  BOOST_REQUIRE(a);
+  caf::scoped_actor client{f.sys};
+  // What a pending request got: "ok", or its error's code.
+  auto answer = [](auto& pending, auto value) {
+    std::string out = "none";
+    pending.receive([&](decltype(value)&) { out = "ok"; },
+                    [&](caf::error& err) { out = outcome(err); });
+    return out;
+  };
+  auto stats = client->request(a->handle, caf::infinite, stats_atom::value);
+  auto grow = client->request(a->handle, caf::infinite, extend_atom::value,
+                              std::uint64_t{4});
+  caf::anon_send_exit(a->handle, caf::exit_reason::kill);
+  f.run();
+  for (auto got : {answer(stats, cache_handle_stats{}), answer(grow, block_table{})})
+    BOOST_TEST((got == "shutting_down" || got == "request_receiver_down"), got);
+  auto late = client->request(a->handle, caf::infinite, stats_atom::value);
+  f.run();
+  BOOST_TEST(answer(late, cache_handle_stats{}) == "request_receiver_down");
+  BOOST_TEST(f.used_blocks() == 0u); // and the request was reclaimed
+}
