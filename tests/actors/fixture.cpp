@@ -286,11 +286,10 @@ caf::expected<admission> cache_fixture::orphan(const allocation_request& req) {
                               allocate_atom::value, req),
     nullptr);
   run();
-  caf::expected<admission> result{no_reply("orphan")};
-  self->receive([&](admission& a) { result = std::move(a); },
-                [&](caf::error& err) { result = std::move(err); },
-                caf::after(std::chrono::seconds(0)) >> [] {});
-  return result;
+  auto res = reply_to<admission>(self);
+  if (!res)
+    return std::move(res.error());
+  return std::move(std::get<0>(*res));
 }
 
 caf::expected<std::uint32_t> cache_fixture::preempt(request_id id) {

@@ -132,8 +132,15 @@ public:
                                             const Dest& dest, Args&&... xs) {
     from->send(dest, std::forward<Args>(xs)...);
     run();
+    return reply_to<Ts...>(from);
+  }
+
+  /// The one reply of types Ts... (or error) waiting at `to`; no reply at
+  /// all is an error too.
+  template <class... Ts>
+  caf::expected<std::tuple<Ts...>> reply_to(caf::scoped_actor& to) {
     caf::expected<std::tuple<Ts...>> result{no_reply("ask")};
-    from->receive(
+    to->receive(
       [&](Ts&... ys) { result = std::make_tuple(std::move(ys)...); },
       [&](caf::error& err) { result = std::move(err); },
       caf::after(std::chrono::seconds(0)) >> [] {});
