@@ -101,7 +101,7 @@ public:
         break;
     }
     shift_back(
-      slots_, mask_, i, [](const slot& s) { return s.value == npos; },
+      slots_.data(), mask_, i, [](const slot& s) { return s.value == npos; },
       [this](const slot& s) { return home(s.tag); }, slot{0, npos});
     --size_;
     return true;

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstddef>
-#include <vector>
 
 namespace kvactor::detail {
 
@@ -13,7 +12,7 @@ namespace kvactor::detail {
 /// says whether slot s is empty, `home(s)` gives an occupied slot's home
 /// index, and `vacant` is the value an emptied slot gets.
 template <class Slot, class Empty, class Home>
-void shift_back(std::vector<Slot>& slots, std::size_t mask, std::size_t i,
+void shift_back(Slot* slots, std::size_t mask, std::size_t i,
                 Empty&& empty, Home&& home, const Slot& vacant) {
   auto hole = i;
   for (auto j = (i + 1) & mask; !empty(slots[j]); j = (j + 1) & mask) {

@@ -1,5 +1,6 @@
-// flat_index: the basic operations, growth, and backward-shift deletion under
-// heavy collisions and wrap-around, checked against std::unordered_map.
+// flat_index: the basic operations, growth (spread over later operations
+// while the old table retires), and backward-shift deletion under heavy
+// collisions and wrap-around, checked against std::unordered_map.
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -127,10 +128,11 @@ BOOST_AUTO_TEST_CASE(insert_find_assign_erase_work_for_keys_zero_and_max) {
   BOOST_TEST(idx.size() == 1u);
 }
 
-BOOST_AUTO_TEST_CASE(the_largest_value_below_npos_is_stored) {
+BOOST_AUTO_TEST_CASE(the_largest_value_is_stored) {
   flat_index idx;
-  BOOST_TEST(idx.insert(5, npos - 1));
-  BOOST_TEST(idx.find(5) == npos - 1);
+  BOOST_TEST(idx.insert(5, flat_index::max_value));
+  BOOST_TEST(idx.find(5) == flat_index::max_value);
+  BOOST_TEST(idx.take(5) == flat_index::max_value);
 }
 
 BOOST_AUTO_TEST_CASE(growth_keeps_every_entry) {
@@ -216,6 +218,95 @@ BOOST_AUTO_TEST_CASE(random_ops_with_growth_match_unordered_map) {
   for (std::uint64_t seed : {11u, 12u, 13u}) {
     flat_index idx(4);
     random_ops(idx, keys, 100000, keys.size(), seed);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_growth_retires_the_old_table_over_later_operations) {
+  // 32 slots: the 17th insert starts a 64-slot table; the old one's 32
+  // slots move across move_per_op at a time with each later insert or erase.
+  flat_index idx(16);
+  std::unordered_map<std::uint64_t, std::uint32_t> ref;
+  for (std::uint32_t k = 0; k < 16; ++k) {
+    BOOST_REQUIRE(idx.insert(k * 7919, k));
+    ref[k * 7919] = k;
+  }
+  BOOST_TEST(!idx.growing());
+  auto bytes = idx.memory_bytes();
+  BOOST_REQUIRE(idx.insert(1, 100));
+  ref[1] = 100;
+  BOOST_TEST(idx.growing());
+  BOOST_TEST(idx.memory_bytes() == 3 * bytes); // both tables, for now
+  BOOST_TEST(same_contents(idx, ref));
+  // Keys not moved yet (at the old table's end) and moved ones (its start)
+  // can be assigned, erased and inserted again meanwhile. Each insert or
+  // erase that changed something moved slots across.
+  std::size_t changes = 0;
+  for (std::uint32_t k = 0; idx.growing(); ++k) {
+    auto before = idx.size();
+    auto key = static_cast<std::uint64_t>(k % 16) * 7919;
+    switch (k % 3) {
+      case 0:
+        BOOST_TEST(idx.assign(key, k + 1000) == (ref.count(key) != 0));
+        if (ref.count(key))
+          ref[key] = k + 1000;
+        break;
+      case 1:
+        BOOST_TEST(idx.take(key) == (ref.count(key) ? ref[key] : npos));
+        ref.erase(key);
+        break;
+      default:
+        BOOST_TEST(idx.insert(key, k) == (ref.count(key) == 0));
+        ref.emplace(key, k);
+    }
+    changes += idx.size() != before;
+    BOOST_REQUIRE(same_contents(idx, ref));
+  }
+  BOOST_TEST(changes > 0u);
+  BOOST_TEST(changes <= 32 / flat_index::move_per_op);
+  BOOST_TEST(idx.memory_bytes() == 2 * bytes); // the old table is gone
+  BOOST_TEST(same_contents(idx, ref));
+}
+
+BOOST_AUTO_TEST_CASE(random_ops_while_tables_retire_match_unordered_map) {
+  // Inserts outnumber erases 2:1 over 3,000 keys, so the size climbs to
+  // ~2,000 through eight growths with erases among the inserts that retire
+  // each old table; a copy taken mid-growth is an index of its own.
+  std::vector<std::uint64_t> keys;
+  std::mt19937_64 rng(5);
+  for (int i = 0; i < 3000; ++i)
+    keys.push_back(i % 3 == 0 ? rng() : static_cast<std::uint64_t>(i));
+  for (std::uint64_t seed : {21u, 22u, 23u}) {
+    rng.seed(seed);
+    flat_index idx(4);
+    std::unordered_map<std::uint64_t, std::uint32_t> ref;
+    std::size_t growths = 0;
+    std::size_t while_growing = 0;
+    for (std::size_t op = 0; op < 30000; ++op) {
+      auto k = keys[rng() % keys.size()];
+      auto v = static_cast<std::uint32_t>(rng() % 1000);
+      bool was_growing = idx.growing();
+      while_growing += was_growing;
+      if (rng() % 3 != 0) {
+        bool fresh = ref.count(k) == 0;
+        BOOST_REQUIRE_EQUAL(idx.insert(k, v), fresh);
+        if (fresh)
+          ref[k] = v;
+      } else {
+        auto i = ref.find(k);
+        BOOST_REQUIRE_EQUAL(idx.take(k), i == ref.end() ? npos : i->second);
+        ref.erase(k);
+      }
+      growths += !was_growing && idx.growing();
+      BOOST_REQUIRE_EQUAL(idx.size(), ref.size());
+      if (idx.growing() && op % 7 == 0) {
+        flat_index copy = idx;
+        BOOST_REQUIRE(same_contents(copy, ref));
+        BOOST_REQUIRE_EQUAL(copy.find(k), idx.find(k));
+      }
+    }
+    BOOST_REQUIRE(same_contents(idx, ref));
+    BOOST_TEST(growths >= 8u);
+    BOOST_TEST(while_growing > 500u);
   }
 }
 

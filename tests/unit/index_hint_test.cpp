@@ -37,7 +37,7 @@ BOOST_AUTO_TEST_CASE(points_at_the_slot_holding_the_id_as_the_table_grows) {
   hint.publish(index);
   auto first_table = index.where().table;
   std::uint32_t moved = 0;
-  for (std::uint64_t id = 1; id <= 5000; ++id) {
+  for (std::uint64_t id = 1; id <= 4000; ++id) {
     index.insert(id * 7919, static_cast<std::uint32_t>(id));
     auto before = hint.first_probe(1);
     hint.publish(index);
@@ -51,12 +51,15 @@ BOOST_AUTO_TEST_CASE(points_at_the_slot_holding_the_id_as_the_table_grows) {
     BOOST_TEST_REQUIRE(at < table + index.memory_bytes());
   }
   BOOST_TEST(index.where().table != first_table);
-  BOOST_TEST(moved >= 5u); // 16 -> 16384 slots: every doubling republished
-  // In a table this sparse most keys are at their first probe.
+  BOOST_TEST(moved >= 5u); // 16 -> 8192 slots: every doubling republished
+  // In a table this sparse most keys are at their first probe - once the
+  // last growth's old table has retired (until then, a key not yet moved
+  // across is not in the table published: its prefetch is wasted).
+  BOOST_TEST(!index.growing());
   std::uint32_t exact = 0;
-  for (std::uint64_t id = 1; id <= 5000; ++id)
+  for (std::uint64_t id = 1; id <= 4000; ++id)
     exact += key_at(hint.first_probe(id * 7919)) == id * 7919;
-  BOOST_TEST(exact > 3000u);
+  BOOST_TEST(exact > 2400u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
