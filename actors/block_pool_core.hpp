@@ -32,6 +32,7 @@
 
 #include "kvactor/actors/block_hash.hpp"
 #include "kvactor/actors/block_lists.hpp"
+#include "kvactor/actors/chunked_vector.hpp"
 #include "kvactor/actors/index_hint.hpp"
 #include "kvactor/actors/pool_sequence.hpp"
 #include "kvactor/actors/pool_types.hpp"
@@ -465,7 +466,10 @@ private:
   free_stack free_;
   lru_lists lru_;
   prefix_index index_; ///< hash.lo -> block
-  std::vector<sequence> seqs_;
+  /// By slot, 256 (64 KiB) per chunk; never moved, so a sequence& survives
+  /// any later growth (chunked_vector.hpp).
+  using sequence_store = chunked_vector<sequence, 8>;
+  sequence_store seqs_;
   std::vector<std::uint32_t> free_seq_slots_;
   flat_index seq_index_; ///< request id -> slot in seqs_
   std::shared_ptr<index_hint> hint_; ///< share_index

@@ -80,13 +80,16 @@ sequence& block_pool_core::new_sequence(request_id id) {
 }
 
 void block_pool_core::drop_sequence(sequence& seq) {
-  auto slot = static_cast<std::uint32_t>(&seq - seqs_.data());
+  std::uint32_t slot;
   if (seq.release_pending) {
-    auto g = std::find(ghosts_.begin(), ghosts_.end(), slot);
+    auto g = std::find_if(ghosts_.begin(), ghosts_.end(),
+                          [&](std::uint32_t s) { return &seqs_[s] == &seq; });
     assert(g != ghosts_.end()); // check_invariant: ghosts_ lists every ghost
+    slot = *g;
     ghosts_.erase(g);
   } else {
-    seq_index_.erase(seq.id);
+    slot = seq_index_.take(seq.id);
+    assert(&seqs_[slot] == &seq); // check_invariant: the index names it
   }
   seq.blocks.clear();
   seq.tail.clear();
@@ -161,9 +164,7 @@ caf::expected<std::uint32_t> block_pool_core::release(request_id id) {
     // The device is still moving its bytes: the request ends now, its
     // blocks return when the move ends. Out of the id index, the id may be
     // admitted again meanwhile.
-    auto slot = static_cast<std::uint32_t>(seq - seqs_.data());
-    seq_index_.erase(id);
-    ghosts_.push_back(slot);
+    ghosts_.push_back(seq_index_.take(id));
     seq->release_pending = true;
     --tenants_[seq->tenant].active;
     return std::uint32_t{0};
@@ -222,8 +223,8 @@ caf::expected<allocation_outcome> block_pool_core::fork(request_id parent,
     return make_error(errc::out_of_blocks,
                       "fork of " + req_name(parent) + ": "
                         + render(err2));
-  auto& c = new_sequence(child); // may move seqs_: look the parent up after
-  auto& p = *find_mut(parent);
+  auto& c = new_sequence(child); // sequences never move: par stays valid
+  auto& p = *par;
   c.tenant = p.tenant;
   c.priority = p.priority;
   c.level = p.level;

@@ -23,7 +23,7 @@ struct block_pool_test_access {
   static std::uint32_t slot_of(const core& p, request_id id) {
     return p.seq_index_.find(id);
   }
-  static std::vector<sequence>& seqs(core& p) {
+  static core::sequence_store& seqs(core& p) {
     return p.seqs_;
   }
   static flat_index& seq_index(core& p) {
