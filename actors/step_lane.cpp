@@ -71,7 +71,7 @@ void lane_ledger::forget(const caf::actor_addr& stepper) {
   pending_.erase(stepper);
   for (auto i = owners_.begin(); i != owners_.end();) {
     if (i->second.stepper == stepper)
-      i = owners_.erase(i);
+      owners_.erase(i); // the last entry moves into i's place
     else
       ++i;
   }

@@ -15,6 +15,7 @@
 #include <caf/actor_addr.hpp>
 
 #include "kvactor/actors/block_pool_core.hpp"
+#include "kvactor/actors/id_map.hpp"
 #include "kvactor/messages/protocol.hpp"
 #include "kvactor/messages/step.hpp"
 
@@ -80,7 +81,9 @@ private:
 
   void tell(const entry& e, request_ended ev);
 
-  std::unordered_map<request_id, entry> owners_;
+  /// Per step-admitted request (dense, no node per entry, no rehash
+  /// inside one step: id_map.hpp).
+  id_map<entry> owners_;
   std::unordered_map<caf::actor_addr, std::vector<request_ended>> pending_;
   std::unordered_set<caf::actor_addr> steppers_;
 };
