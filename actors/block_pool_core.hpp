@@ -466,9 +466,9 @@ private:
   free_stack free_;
   lru_lists lru_;
   prefix_index index_; ///< hash.lo -> block
-  /// By slot, 256 (64 KiB) per chunk; never moved, so a sequence& survives
-  /// any later growth (chunked_vector.hpp).
-  using sequence_store = chunked_vector<sequence, 8>;
+  /// By slot, 4,096 (1 MiB) per chunk; never moved, so a sequence& survives
+  /// any later growth (chunked_vector.hpp, which says why chunks this big).
+  using sequence_store = chunked_vector<sequence, 12>;
   sequence_store seqs_;
   std::vector<std::uint32_t> free_seq_slots_;
   flat_index seq_index_; ///< request id -> slot in seqs_

@@ -11,6 +11,12 @@
 // the same on this VM). A chunk's memory is taken raw and each element
 // built as it is added, so its pages are first touched one at a time.
 // References and indices stay valid until their element is popped.
+//
+// Both users take chunks of 4,096 elements (1 MiB of sequences): with 256
+// (64 KiB) each extend at 100,000 live requests cost ~4% more than with the
+// one vector (scale --churn-percent 0, alternated runs), the sequences
+// being scattered in small pieces among the heap's other objects. Untouched
+// pages of a chunk cost address space only.
 // CAF-free.
 #pragma once
 

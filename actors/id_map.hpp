@@ -23,7 +23,7 @@ class id_map {
 public:
   using key_type = std::uint64_t;
   using value_type = std::pair<key_type, T>;
-  using entries_type = chunked_vector<value_type, 8>;
+  using entries_type = chunked_vector<value_type, 12>;
   using iterator = typename entries_type::iterator;
   using const_iterator = typename entries_type::const_iterator;
 
