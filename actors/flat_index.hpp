@@ -15,10 +15,13 @@
 // a tombstone there (backward shift could carry a not-yet-moved entry
 // behind the cursor). The retiring table is freed once the cursor has
 // passed its end - well before the new table fills, as it starts at most
-// half full. That free is what remains of the stall: returning a 2 MiB
-// table's pages took ~0.7 ms in one thread and ~3.5 ms in the actor system
-// (the pool's and the registry's tables retire at the same insert), once
-// per doubling past 32,768 entries. CAF-free.
+// half full. What remains is the VM's page cost (~10 us a page, faulted in
+// or given back): the first few hundred operations on a new table fault its
+// pages in, and freeing the retired one returns them: growing to 100,000
+// live requests, the slowest allocate (32 in flight) waits 3-5 ms, where
+// the vectors' moves and the one-insert rehash made it 146-188 ms (scale's
+// allocate_max_us). Giving the pages back 64 KiB at a time as the cursor
+// passed them did not shorten it. CAF-free.
 #pragma once
 
 #include <algorithm>
