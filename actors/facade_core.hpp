@@ -17,6 +17,7 @@
 #include <caf/make_message.hpp>
 
 #include "kvactor/actors/blocking_bridge.hpp"
+#include "kvactor/actors/id_map.hpp"
 #include "kvactor/actors/kv_cache_handle.hpp"
 #include "kvactor/actors/kv_cache_manager_actor.hpp"
 #include "kvactor/actors/recent_ids.hpp"
@@ -209,8 +210,8 @@ private:
   /// flight).
   static constexpr std::size_t recent_ends_cap = 4096;
   std::mutex mtx_;
-  std::unordered_map<std::uint64_t, slot_entry> slots_; ///< by handle id
-  std::unordered_map<request_id, std::uint64_t> by_request_; ///< -> handle id
+  id_map<slot_entry> slots_;         ///< by handle id
+  id_map<std::uint64_t> by_request_; ///< request id -> handle id
   recent_ids recent_ends_{recent_ends_cap}; ///< handle ids
   bool stopped_ = false; ///< guarded by mtx_
   /// The manager went (its down message came): no end event will come for

@@ -11,6 +11,7 @@
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <tuple>
 #include <utility>
 
 #include "kvactor/actors/chunked_vector.hpp"
@@ -62,12 +63,21 @@ public:
 
   /// The entry of `id`, default-constructed first if absent.
   T& operator[](key_type id) {
+    return try_emplace(id).first->second;
+  }
+
+  /// Adds `id` -> T(args...) unless `id` is present: the entry of `id`, and
+  /// whether it was added (as std::unordered_map's).
+  template <class... Args>
+  std::pair<iterator, bool> try_emplace(key_type id, Args&&... args) {
     auto pos = index_.find(id);
     if (pos != flat_index::npos)
-      return entries_[pos].second;
-    entries_.emplace_back(id, T{});
-    index_.insert(id, static_cast<std::uint32_t>(entries_.size() - 1));
-    return entries_.back().second;
+      return {iterator{&entries_, pos}, false};
+    entries_.emplace_back(std::piecewise_construct, std::forward_as_tuple(id),
+                          std::forward_as_tuple(std::forward<Args>(args)...));
+    auto at = entries_.size() - 1;
+    index_.insert(id, static_cast<std::uint32_t>(at));
+    return {iterator{&entries_, at}, true};
   }
 
   /// Removes the entry at `i` (the last one moves into its place).
