@@ -89,7 +89,7 @@ blocking_bridge::call(const caf::strong_actor_ptr& dest, caf::message msg,
     if (closed_)
       return caf::make_error(caf::sec::request_receiver_down);
     id = next_id_++;
-    pending_.emplace(id, call_entry{s, dest->id()});
+    pending_.try_emplace(id, call_entry{s, dest->id()});
   }
   dest->enqueue(caf::make_mailbox_element(companion_, caf::make_message_id(id),
                                           {}, std::move(msg)),
@@ -169,7 +169,7 @@ void blocking_bridge::fail_calls_to(std::uint64_t dest) {
       if (!err)
         err = caf::make_error(caf::sec::request_receiver_down);
       fail(*i->second.s, err);
-      i = pending_.erase(i);
+      pending_.erase(i); // the last entry moves into i's place
     } else {
       ++i;
     }

@@ -12,12 +12,13 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <unordered_map>
 
 #include <caf/actor.hpp>
 #include <caf/actor_control_block.hpp>
 #include <caf/expected.hpp>
 #include <caf/message.hpp>
+
+#include "kvactor/actors/id_map.hpp"
 
 namespace caf {
 class actor_system;
@@ -121,7 +122,7 @@ private:
 
   caf::strong_actor_ptr companion_;
   std::mutex mtx_;
-  std::unordered_map<std::uint64_t, call_entry> pending_;
+  id_map<call_entry> pending_; ///< by call id (no node per call)
   std::uint64_t next_id_ = 1;
   std::mutex notify_mtx_; ///< held while the handler runs
   notification_handler notify_;
