@@ -2,8 +2,10 @@
 // chunked_vector, whose growth moves nothing - and found through a
 // flat_index: one probe into a compact table and one visit to the entry,
 // where std::unordered_map chases a bucket and two nodes scattered over the
-// heap (at 100,000 live requests, three cache and TLB misses per lookup).
-// The manager's registry uses it. Erase moves the last entry into the gap,
+// heap (at 100,000 live requests, three cache and TLB misses per lookup),
+// and no node is allocated per entry. The manager's registry, the step
+// ledger, the facade's maps, the bridge's calls in flight and the reply
+// book use it. Erase moves the last entry into the gap,
 // invalidating iterators and references to it; insert invalidates none.
 // The order of iteration is unspecified. CAF-free.
 #pragma once
