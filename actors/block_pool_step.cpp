@@ -8,7 +8,8 @@ namespace kvactor::detail {
 
 namespace {
 
-// What run_extends knows of each entry besides a live request's slot.
+// What run_extends knows of each entry besides a live request's slot (a
+// slot is below 2^32 - 3: no pool holds four billion requests at once).
 constexpr std::uint32_t unknown = flat_index::npos - 2; ///< no live request
 constexpr std::uint32_t repeated = flat_index::npos - 1; ///< its id came before
 constexpr std::uint32_t gone = flat_index::npos;         ///< preempted

@@ -122,7 +122,8 @@ private:
 
   caf::strong_actor_ptr companion_;
   std::mutex mtx_;
-  id_map<call_entry> pending_; ///< by call id (no node per call)
+  /// By call id; chunks of 64 (a call in flight per calling thread).
+  id_map<call_entry, 6> pending_;
   std::uint64_t next_id_ = 1;
   std::mutex notify_mtx_; ///< held while the handler runs
   notification_handler notify_;

@@ -1,7 +1,7 @@
 // chunked_vector: a sequence of T in fixed chunks of 2^ChunkBits elements
 // that never move - growth adds a chunk and copies nothing. The pool's
-// sequences (block_pool_core) and the manager's registry (id_map) live in
-// them. In a std::vector each doubling moved every live element inside
+// sequences (block_pool_core) and id_map's entries (the manager's registry
+// among them) live in them. In a std::vector each doubling moved every live element inside
 // one call: the pool's sequences took 76 ms at the 65,537th live request on
 // the 2-core VM, the registry ~50 ms (mostly page faults on the new buffer:
 // ~11 us per 4 KiB page there), each a stall of an actor that every request
@@ -12,7 +12,8 @@
 // built as it is added, so its pages are first touched one at a time.
 // References and indices stay valid until their element is popped.
 //
-// Both users take chunks of 4,096 elements (1 MiB of sequences): with 256
+// The pool and the maps that grow with the live requests take chunks of
+// 4,096 elements (1 MiB of sequences): with 256
 // (64 KiB) each extend at 100,000 live requests cost ~4% more than with the
 // one vector (scale --churn-percent 0, alternated runs), the sequences
 // being scattered in small pieces among the heap's other objects. Untouched

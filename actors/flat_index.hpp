@@ -14,8 +14,8 @@
 // table first, then the old. An entry erased from the retiring table leaves
 // a tombstone there (backward shift could carry a not-yet-moved entry
 // behind the cursor). The retiring table is freed once the cursor has
-// passed its end - well before the new table fills, as it starts at most
-// half full. What remains is the VM's page cost (~10 us a page, faulted in
+// passed its end - well before the new table fills: it starts a quarter
+// full, and half its slots must fill before it grows. What remains is the VM's page cost (~10 us a page, faulted in
 // or given back): the first few hundred operations on a new table fault its
 // pages in, and freeing the retired one returns them: growing to 100,000
 // live requests, the slowest allocate (32 in flight) waits 3-5 ms, where
@@ -52,6 +52,15 @@ public:
     while (cap < expected * 2)
       cap *= 2;
     cur_ = table{cap};
+  }
+
+  flat_index(const flat_index&) = default;
+  flat_index(flat_index&&) noexcept = default;
+  flat_index& operator=(flat_index&&) noexcept = default;
+  /// Copy and swap: a copy that throws leaves this index as it was.
+  flat_index& operator=(const flat_index& other) {
+    flat_index copy{other};
+    return *this = std::move(copy);
   }
 
   std::size_t size() const noexcept {
@@ -255,9 +264,9 @@ private:
   void grow() {
     while (old_.slots != nullptr)
       move_some();
-    auto cap = cur_.capacity() * 2;
+    table fresh{cur_.capacity() * 2}; // first: if it throws, nothing changed
     old_ = std::move(cur_);
-    cur_ = table{cap};
+    cur_ = std::move(fresh);
     cursor_ = 0;
   }
 

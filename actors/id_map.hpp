@@ -5,9 +5,10 @@
 // heap (at 100,000 live requests, three cache and TLB misses per lookup),
 // and no node is allocated per entry. The manager's registry, the step
 // ledger, the facade's maps, the bridge's calls in flight and the reply
-// book use it. Erase moves the last entry into the gap,
-// invalidating iterators and references to it; insert invalidates none.
-// The order of iteration is unspecified. CAF-free.
+// book use it. Erase moves the last entry into the erased one's place:
+// references to those two entries and any end() taken before become
+// invalid, the others stay; insert invalidates only end(). The order of
+// iteration is unspecified. CAF-free.
 #pragma once
 
 #include <cassert>
@@ -21,12 +22,14 @@
 
 namespace kvactor::detail {
 
-template <class T>
+/// ChunkBits: entries per chunk, log 2 - 4,096 for maps that grow with the
+/// live requests, fewer for small ones (a chunk is allocated whole).
+template <class T, unsigned ChunkBits = 12>
 class id_map {
 public:
   using key_type = std::uint64_t;
   using value_type = std::pair<key_type, T>;
-  using entries_type = chunked_vector<value_type, 12>;
+  using entries_type = chunked_vector<value_type, ChunkBits>;
   using iterator = typename entries_type::iterator;
   using const_iterator = typename entries_type::const_iterator;
 
@@ -78,7 +81,12 @@ public:
     entries_.emplace_back(std::piecewise_construct, std::forward_as_tuple(id),
                           std::forward_as_tuple(std::forward<Args>(args)...));
     auto at = entries_.size() - 1;
-    index_.insert(id, static_cast<std::uint32_t>(at));
+    try {
+      index_.insert(id, static_cast<std::uint32_t>(at));
+    } catch (...) {
+      entries_.pop_back(); // all or nothing
+      throw;
+    }
     return {iterator{&entries_, at}, true};
   }
 

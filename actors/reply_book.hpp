@@ -39,7 +39,7 @@ public:
       first_ = std::move(e);
     } else {
       if (!more_)
-        more_ = std::make_unique<id_map<entry>>();
+        more_ = std::make_unique<id_map<entry, 4>>();
       (*more_)[t] = std::move(e);
     }
     ++size_;
@@ -82,11 +82,12 @@ private:
   /// One inline - a handle actor (which books what it passes on to the
   /// pool) is nearly always asked one thing at a time - and the rest in a
   /// map made on first need: a book that never holds two allocates
-  /// nothing. The map is open addressing over a dense vector: booking and
-  /// closing a promise - twice per allocate or free through the manager -
-  /// allocate nothing either (a node per promise in std::unordered_map).
+  /// nothing. The map (id_map, in chunks of 16: one per handle actor that
+  /// ever held two) books and closes a promise - twice per allocate or free
+  /// through the manager - allocating nothing beyond its chunks (a node per
+  /// promise in std::unordered_map).
   entry first_;
-  std::unique_ptr<id_map<entry>> more_;
+  std::unique_ptr<id_map<entry, 4>> more_;
 };
 
 /// A promise booked in a reply_book: delivering or delegating it closes its

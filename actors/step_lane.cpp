@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-
 namespace kvactor::detail {
 
 std::vector<op_failure> reject_foreign(const storage_info& store,
