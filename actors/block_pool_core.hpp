@@ -461,15 +461,12 @@ private:
   std::vector<block_meta> blocks_;
   std::vector<std::uint64_t> parent_;    ///< per block: parent's hash.lo
   std::vector<std::uint64_t> pin_until_; ///< per block: pin deadline (ms)
-  /// Per block: its index in pinned_ while pinned (empty if pins are off).
-  std::vector<std::uint32_t> pin_pos_;
+  std::vector<std::uint32_t> pin_pos_; ///< per block: index in pinned_ (pins)
   free_stack free_;
   lru_lists lru_;
   prefix_index index_; ///< hash.lo -> block
-  /// By slot, 4,096 (1 MiB) per chunk; never moved, so a sequence& survives
-  /// any later growth (chunked_vector.hpp, which says why chunks this big).
-  using sequence_store = chunked_vector<sequence, 12>;
-  sequence_store seqs_;
+  using sequence_store = chunked_vector<sequence, 12>; ///< 1 MiB chunks
+  sequence_store seqs_; ///< by slot; never moved: a sequence& outlives growth
   std::vector<std::uint32_t> free_seq_slots_;
   flat_index seq_index_; ///< request id -> slot in seqs_
   std::shared_ptr<index_hint> hint_; ///< share_index
@@ -492,8 +489,7 @@ private:
   std::uint64_t max_pinned_ = 0;
   std::vector<block_id> pinned_;
   std::vector<pending_cow> pending_cows_;
-  // Host tier (swap): free host blocks; the others belong to swapped
-  // requests.
+  // Host tier (swap): free host blocks; the others are swapped requests'.
   std::uint32_t num_host_blocks_ = 0;
   free_stack host_free_;
   mutable std::vector<block_hash> scratch_;

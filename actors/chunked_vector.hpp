@@ -1,24 +1,24 @@
 // chunked_vector: a sequence of T in fixed chunks of 2^ChunkBits elements
 // that never move - growth adds a chunk and copies nothing. The pool's
 // sequences (block_pool_core) and id_map's entries (the manager's registry
-// among them) live in them. In a std::vector each doubling moved every live element inside
-// one call: the pool's sequences took 76 ms at the 65,537th live request on
-// the 2-core VM, the registry ~50 ms (mostly page faults on the new buffer:
-// ~11 us per 4 KiB page there), each a stall of an actor that every request
-// waits on. Memory freshly written by such a move was also slow to read for
-// a while after (the first extend of each of 100,000 requests cost ~1.5 us,
-// later ones ~0.15 us; a plain program growing a vector the same way shows
-// the same on this VM). A chunk's memory is taken raw and each element
-// built as it is added, so its pages are first touched one at a time.
-// References and indices stay valid until their element is popped.
+// among them) live in them. In a std::vector each doubling moved every live
+// element inside one call: the pool's sequences took 76 ms at the 65,537th
+// live request on the 2-core VM, the registry ~50 ms (mostly page faults on
+// the new buffer: ~11 us per 4 KiB page there), each a stall of an actor
+// that every request waits on. Memory freshly written by such a move was
+// also slow to read for a while after (the first extend of each of 100,000
+// requests cost ~1.5 us, later ones ~0.15 us; a plain program growing a
+// vector the same way shows the same on this VM). A chunk's memory is taken
+// raw and each element built as it is added, so its pages are first touched
+// one at a time. References and indices stay valid until their element is
+// popped.
 //
 // The pool and the maps that grow with the live requests take chunks of
-// 4,096 elements (1 MiB of sequences): with 256
-// (64 KiB) each extend at 100,000 live requests cost ~4% more than with the
-// one vector (scale --churn-percent 0, alternated runs), the sequences
-// being scattered in small pieces among the heap's other objects. Untouched
-// pages of a chunk cost address space only.
-// CAF-free.
+// 4,096 elements (1 MiB of sequences): with 256 (64 KiB) each extend at
+// 100,000 live requests cost ~4% more than with the one vector (scale
+// --churn-percent 0, alternated runs), the sequences being scattered in
+// small pieces among the heap's other objects. Untouched pages of a chunk
+// cost address space only. CAF-free.
 #pragma once
 
 #include <cassert>
@@ -123,10 +123,12 @@ public:
       ++i_;
       return old;
     }
-    friend bool operator==(const basic_iterator& x, const basic_iterator& y) noexcept {
+    friend bool operator==(const basic_iterator& x,
+                           const basic_iterator& y) noexcept {
       return x.i_ == y.i_ && x.v_ == y.v_;
     }
-    friend bool operator!=(const basic_iterator& x, const basic_iterator& y) noexcept {
+    friend bool operator!=(const basic_iterator& x,
+                           const basic_iterator& y) noexcept {
       return !(x == y);
     }
 

@@ -1,8 +1,8 @@
 // flat_index: an open-addressing hash map from 64-bit keys to 32-bit values
 // (linear probing, backward-shift deletion: probe_shift.hpp). The pool's
-// request lookup (request id -> sequence) and the manager's registry use
-// it: O(1) per operation, no allocation per entry. (The prefix index has
-// its own, smaller table: prefix_index.hpp.)
+// request lookup (request id -> sequence) and the manager's registry use it:
+// O(1) per operation, no allocation per entry. (The prefix index has its
+// own, smaller table: prefix_index.hpp.)
 //
 // Growth is spread over later operations. Rehashing the whole table inside
 // one insert cost 13 ms at the 65,537th live request on the 2-core VM
@@ -10,18 +10,18 @@
 // ~11 us). Instead a table comes from calloc - all zeros, which is every
 // slot empty, its pages arriving as they are first used - and growth only
 // starts one: the old table retires while each later insert and erase moves
-// `move_per_op` of its slots across, in order, and lookups try the new
-// table first, then the old. An entry erased from the retiring table leaves
-// a tombstone there (backward shift could carry a not-yet-moved entry
-// behind the cursor). The retiring table is freed once the cursor has
-// passed its end - well before the new table fills: it starts a quarter
-// full, and half its slots must fill before it grows. What remains is the VM's page cost (~10 us a page, faulted in
-// or given back): the first few hundred operations on a new table fault its
-// pages in, and freeing the retired one returns them: growing to 100,000
-// live requests, the slowest allocate (32 in flight) waits 3-5 ms, where
-// the vectors' moves and the one-insert rehash made it 146-188 ms (scale's
-// allocate_max_us). Giving the pages back 64 KiB at a time as the cursor
-// passed them did not shorten it. CAF-free.
+// `move_per_op` of its slots across, in order, and lookups try the new table
+// first, then the old. An entry erased from the retiring table leaves a
+// tombstone there (backward shift could carry a not-yet-moved entry behind
+// the cursor). The retiring table is freed once the cursor has passed its
+// end - well before the new table fills: it starts a quarter full, and half
+// its slots must fill before it grows. What remains is the VM's page cost
+// (~10 us a page, faulted in or given back): the first few hundred
+// operations on a new table fault its pages in, and freeing the retired one
+// returns them: growing to 100,000 live requests, the slowest allocate (32
+// in flight) waits 3-5 ms, where the vectors' moves and the one-insert
+// rehash made it 146-188 ms (scale's allocate_max_us). Giving the pages back
+// 64 KiB at a time as the cursor passed them did not shorten it. CAF-free.
 #pragma once
 
 #include <algorithm>
