@@ -79,11 +79,15 @@ public:
   /// REQUIRES: value <= max_value.
   bool insert(std::uint64_t key, std::uint32_t value) {
     assert(value <= max_value);
-    if (find(key) != npos)
+    if (old_.slots != nullptr && old_.lookup(key) != empty)
       return false;
-    if ((size_ + 1) * 2 > cur_.capacity())
-      grow();
-    cur_.place(key, value + offset);
+    if ((size_ + 1) * 2 > cur_.capacity()) {
+      if (cur_.lookup(key) != empty)
+        return false;
+      grow(); // in neither table: the new one takes it
+    }
+    if (!cur_.place(key, value + offset))
+      return false; // one probe finds it present or places it
     ++size_;
     move_some();
     return true;
@@ -231,12 +235,15 @@ private:
       auto s = slot_of(key);
       return s != nullptr ? s->tag : empty;
     }
-    /// Puts an absent key in (room guaranteed by the caller).
-    void place(std::uint64_t key, std::uint32_t tag) noexcept {
+    /// Puts `key` in unless present - false then - in one probe (room
+    /// guaranteed by the caller; never called on a retiring table).
+    bool place(std::uint64_t key, std::uint32_t tag) noexcept {
       auto i = home(key);
-      while (slots[i].tag != empty)
-        i = (i + 1) & mask;
+      for (; slots[i].tag != empty; i = (i + 1) & mask)
+        if (slots[i].key == key)
+          return false;
       slots[i] = slot{key, tag};
+      return true;
     }
     /// Takes `key` out, closing the gap (never called on a retiring
     /// table, which has tombstones); its tag, or empty if absent.
