@@ -1,10 +1,14 @@
 // caf_scheduler: the CAF scheduler kvactor's systems run on - CAF 0.17's work
-// stealing with two changes, both about the handle actor kvactor ends per
-// request:
+// stealing with these changes:
 //  - workers run the actors they wake in the order they woke. Stock CAF runs
 //    the newest first, which under sustained load starves every actor off
 //    the hot path: ended handle actors piled up by the tens of thousands
 //    until the load paused, and timers' messages waited likewise;
+//  - at most one worker fewer than the process has cores polls for work at
+//    a time (the others sleep until woken), and a job from outside the
+//    workers - a facade call - goes to the worker awake now, unless it runs
+//    a long job; stock CAF's idle workers all spin (at least four, on any
+//    number of cores) and its calls go round robin, to sleepers too;
 //  - the clock thread is woken only by actors that set timeouts. Stock CAF
 //    0.17 wakes it whenever any actor quits (local_actor::cleanup cancels
 //    the actor's timeouts through the clock's queue): on two cores that

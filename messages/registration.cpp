@@ -119,9 +119,8 @@ void tune_for_latency(caf::actor_system_config& cfg) {
   // and at 2000 the one not called last was asleep at the next call
   // (extend p50 15 us instead of 5; allocate 17 instead of 9.4) - while
   // every actor exit woke CAF's clock thread, the VM's CPUs had stayed
-  // awake. That costs the default workers' steps (four: CAF 0.17 starts
-  // at least four) some throughput (step replay
-  // 154-163 against 118-121 ms).
+  // awake. (Since day 19 only one worker fewer than the cores polls at a
+  // time, and calls go to the one awake: see actors/caf_scheduler.cpp.)
   auto workers = caf::get_or(cfg, "scheduler.max-threads",
                              caf::defaults::scheduler::max_threads);
   cfg.set("work-stealing.aggressive-poll-attempts",

@@ -3,7 +3,9 @@
 // that quit without having set a timeout no longer wake the clock thread,
 // while every kind of timer - request timeouts, receive timeouts, delayed
 // messages - still fires, and an actor that quits with a timer pending still
-// has it cancelled. Systems asking for another scheduler keep theirs.
+// has it cancelled. With more workers than may poll, a call from outside
+// does not wait behind a long job, and no job is stranded. Systems asking
+// for another scheduler keep theirs.
 // configure() runs the workers asked for, or CAF's default for 0.
 #include <atomic>
 #include <chrono>
@@ -12,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <caf/actor_registry.hpp>
 #include <caf/actor_system.hpp>
@@ -156,6 +159,96 @@ BOOST_AUTO_TEST_CASE(ended_handle_actors_quit_while_the_load_goes_on) {
   // The cache's own actors, the client, and at most the last few handles.
   BOOST_TEST_MESSAGE("actors running as the load ended: " << running);
   BOOST_TEST(running < 100u);
+}
+
+BOOST_AUTO_TEST_CASE(a_call_from_outside_does_not_wait_behind_a_long_job) {
+  // Four workers whose sleepers steal only every 10 s: a call stranded
+  // behind the long job would wait for it (or for a steal), not 5 s.
+  caf::actor_system_config cfg;
+  kvactor::tune_for_latency(cfg);
+  cfg.set("scheduler.max-threads", 4);
+  cfg.set("work-stealing.relaxed-sleep-duration", caf::timespan{10s});
+  caf::actor_system sys{cfg};
+  auto stop = std::make_shared<std::atomic<bool>>(false);
+  auto started = std::make_shared<std::atomic<bool>>(false);
+  auto hog = sys.spawn([stop, started](caf::event_based_actor*) -> caf::behavior {
+    return {[stop, started](std::int32_t) {
+      started->store(true);
+      auto until = std::chrono::steady_clock::now() + 30s;
+      while (!stop->load() && std::chrono::steady_clock::now() < until)
+        std::this_thread::yield();
+    }};
+  });
+  auto echo = sys.spawn([](caf::event_based_actor*) -> caf::behavior {
+    return {[](std::int32_t x) { return x; }};
+  });
+  caf::scoped_actor self{sys};
+  bool answered = false;
+  auto ask = [&](std::int32_t k) {
+    self->request(echo, 5s, k).receive(
+      [&](std::int32_t x) { answered = x == k; },
+      [&](caf::error&) { answered = false; });
+  };
+  // Both actors started (a start queued behind the hog would strand its
+  // actor, whatever the routing of calls).
+  ask(0);
+  BOOST_REQUIRE(answered);
+  std::this_thread::sleep_for(5ms);
+  caf::anon_send(hog, std::int32_t{0});
+  for (int i = 0; i < 5000 && !started->load(); ++i)
+    std::this_thread::sleep_for(1ms);
+  BOOST_REQUIRE(started->load());
+  std::this_thread::sleep_for(1ms); // the hog's job is no longer short
+  // More calls than workers, each after the worker that ran the last one
+  // stopped polling: round robin alone would queue one behind the hog.
+  for (std::int32_t k = 1; k <= 8 && answered; ++k) {
+    std::this_thread::sleep_for(2ms);
+    ask(k);
+  }
+  stop->store(true);
+  BOOST_TEST(answered);
+  caf::anon_send_exit(hog, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_CASE(calls_from_many_threads_and_actor_chains_all_complete) {
+  // Fewer workers may poll than run (the rest sleep until woken): no job
+  // may be stranded. Eight threads call four echo actors while two
+  // bouncers keep a worker busy; every call gets its answer.
+  caf::actor_system_config cfg;
+  kvactor::tune_for_latency(cfg);
+  cfg.set("scheduler.max-threads", 4);
+  caf::actor_system sys{cfg};
+  auto stop = std::make_shared<std::atomic<bool>>(false);
+  auto a = sys.spawn(bouncer, stop);
+  auto b = sys.spawn(bouncer, stop);
+  caf::anon_send(a, std::int64_t{0}, b);
+  std::vector<caf::actor> echoes;
+  for (int i = 0; i < 4; ++i)
+    echoes.push_back(sys.spawn([](caf::event_based_actor*) -> caf::behavior {
+      return {[](std::int32_t x) { return x + 1; }};
+    }));
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 8; ++t)
+    callers.emplace_back([&, t] {
+      caf::scoped_actor self{sys};
+      for (std::int32_t k = 0; k < 500; ++k)
+        self->request(echoes[(t + k) % 4], 10s, k).receive(
+          [&](std::int32_t x) {
+            if (x != k + 1)
+              ++wrong;
+          },
+          [&](caf::error&) { ++wrong; });
+    });
+  for (auto& c : callers)
+    c.join();
+  stop->store(true);
+  BOOST_TEST(wrong.load() == 0);
+  for (auto& e : echoes)
+    caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+  caf::anon_send_exit(b, caf::exit_reason::user_shutdown);
 }
 
 BOOST_AUTO_TEST_CASE(actors_quitting_without_timeouts_do_not_reach_the_clock) {
