@@ -211,8 +211,9 @@ public:
     // that lock before sleeping, so no job is missed.
     auto& relaxed = own.strategies[2];
     auto& wait = own.waitdata;
-    auto me = self->id() + 1;
-    d(self->parent()).poller.compare_exchange_strong(me, 0,
+    const auto me = self->id() + 1;
+    auto expected = me;
+    d(self->parent()).poller.compare_exchange_strong(expected, 0,
                                                      std::memory_order_acq_rel);
     for (std::size_t i = 1;; ++i) {
       bool woken;
