@@ -127,7 +127,10 @@ void await_gone(caf::actor_system& sys,
     n += h ? 1 : 0;
   if (n == 0)
     return;
-  sys.spawn([&, n](caf::event_based_actor* self) -> caf::behavior {
+  // Held until the last down: a monitor does not keep its observer alive,
+  // and an actor nobody references ends (CAF's `unreachable`) once its
+  // mailbox is empty - with more than one worker, before later downs came.
+  auto watcher = sys.spawn([&, n](caf::event_based_actor* self) -> caf::behavior {
     auto left = std::make_shared<std::size_t>(n);
     self->set_down_handler([=, &gone](caf::down_msg&) {
       if (--*left == 0) {

@@ -431,8 +431,10 @@ sim_outcome simulate(const scenario& s, const std::atomic<bool>& interrupted,
     if (!err) {
       std::promise<void> done;
       auto finished = done.get_future();
-      sys.spawn(scheduler_fun, &s, &out, cache->manager, cache->device, info,
-                &interrupted, &bar, &done);
+      // Held to the end: an actor nobody references ends (`unreachable`)
+      // whenever its mailbox runs empty with no request of its own open.
+      auto driver = sys.spawn(scheduler_fun, &s, &out, cache->manager,
+                              cache->device, info, &interrupted, &bar, &done);
       finished.wait();
     } else if (!out.bad_scenario) {
       out.error = "cannot ask the device actor what it serves: " + render(err);
