@@ -126,6 +126,10 @@ class fifo_stealing : public caf::policy::work_stealing {
 public:
   using super = caf::policy::work_stealing;
 
+  /// The worker this thread is, and its coordinator (null on other threads).
+  static inline thread_local void* this_thread_worker = nullptr;
+  static inline thread_local void* this_thread_coordinator = nullptr;
+
   struct coordinator_data : super::coordinator_data {
     explicit coordinator_data(caf::scheduler::abstract_coordinator* p)
       : super::coordinator_data(p),
@@ -164,6 +168,14 @@ public:
 
   template <class Coordinator>
   void central_enqueue(Coordinator* self, caf::resumable* job) {
+    if (this_thread_coordinator == self) {
+      // A worker's own thread, running an actor that sent without naming
+      // its execution unit: the job is that worker's, as CAF's exec_later
+      // would have made it (it runs once the current job is done).
+      static_cast<typename Coordinator::worker_type*>(this_thread_worker)
+        ->exec_later(job);
+      return;
+    }
     auto n = self->num_workers();
     if (n == 1) {
       self->worker_by_id(0)->external_enqueue(job);
@@ -199,6 +211,10 @@ public:
   template <class Worker>
   caf::resumable* dequeue(Worker* self) {
     auto& own = d(self);
+    if (this_thread_worker != self) {
+      this_thread_worker = self;
+      this_thread_coordinator = self->parent();
+    }
     if (self->parent()->num_workers() > 1)
       own.busy_since.store(0, std::memory_order_relaxed);
     auto* job = poll(self);
