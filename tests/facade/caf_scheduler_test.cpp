@@ -74,6 +74,16 @@ caf::behavior bouncer(caf::event_based_actor* self,
   }};
 }
 
+/// A bouncer whose sends name no execution unit (as a monitor's down
+/// does): from a worker's thread they reach the coordinator's enqueue.
+caf::behavior anon_bouncer(caf::event_based_actor* self,
+                           std::shared_ptr<std::atomic<bool>> stop) {
+  return {[self, stop](std::int64_t x, const caf::actor& other) {
+    if (!stop->load())
+      caf::anon_send(other, x + 1, caf::actor_cast<caf::actor>(self));
+  }};
+}
+
 } // namespace
 
 BOOST_FIXTURE_TEST_SUITE(caf_scheduler_suite, watchdog)
@@ -213,8 +223,9 @@ BOOST_AUTO_TEST_CASE(a_call_from_outside_does_not_wait_behind_a_long_job) {
 
 BOOST_AUTO_TEST_CASE(calls_from_many_threads_and_actor_chains_all_complete) {
   // Fewer workers may poll than run (the rest sleep until woken): no job
-  // may be stranded. Eight threads call four echo actors while two
-  // bouncers keep a worker busy; every call gets its answer.
+  // may be stranded. Eight threads call four echo actors while two pairs
+  // of bouncers keep workers busy - one pair sending through the
+  // coordinator from the workers' threads; every call gets its answer.
   caf::actor_system_config cfg;
   kvactor::tune_for_latency(cfg);
   cfg.set("scheduler.max-threads", 4);
@@ -223,6 +234,9 @@ BOOST_AUTO_TEST_CASE(calls_from_many_threads_and_actor_chains_all_complete) {
   auto a = sys.spawn(bouncer, stop);
   auto b = sys.spawn(bouncer, stop);
   caf::anon_send(a, std::int64_t{0}, b);
+  auto c = sys.spawn(anon_bouncer, stop);
+  auto d = sys.spawn(anon_bouncer, stop);
+  caf::anon_send(c, std::int64_t{0}, d);
   std::vector<caf::actor> echoes;
   for (int i = 0; i < 4; ++i)
     echoes.push_back(sys.spawn([](caf::event_based_actor*) -> caf::behavior {
@@ -247,8 +261,8 @@ BOOST_AUTO_TEST_CASE(calls_from_many_threads_and_actor_chains_all_complete) {
   BOOST_TEST(wrong.load() == 0);
   for (auto& e : echoes)
     caf::anon_send_exit(e, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-  caf::anon_send_exit(b, caf::exit_reason::user_shutdown);
+  for (auto& x : {a, b, c, d})
+    caf::anon_send_exit(x, caf::exit_reason::user_shutdown);
 }
 
 BOOST_AUTO_TEST_CASE(actors_quitting_without_timeouts_do_not_reach_the_clock) {
