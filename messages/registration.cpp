@@ -120,7 +120,7 @@ void tune_for_latency(caf::actor_system_config& cfg) {
   // (extend p50 15 us instead of 5; allocate 17 instead of 9.4) - while
   // every actor exit woke CAF's clock thread, the VM's CPUs had stayed
   // awake. (Since day 19 only one worker fewer than the cores polls at a
-  // time, and calls go to the one awake: see actors/caf_scheduler.cpp.)
+  // time, and calls go to the one awake: see actors/caf_worker_policy.hpp.)
   auto workers = caf::get_or(cfg, "scheduler.max-threads",
                              caf::defaults::scheduler::max_threads);
   cfg.set("work-stealing.aggressive-poll-attempts",
