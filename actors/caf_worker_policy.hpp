@@ -25,15 +25,13 @@ namespace kvactor::detail {
 /// process may run on (at least one), so that a thread calling in from
 /// outside - the facade's caller, spinning for its reply - keeps a core.
 inline std::size_t polling_workers_for_this_machine() {
+  auto n = static_cast<std::size_t>(std::thread::hardware_concurrency());
 #ifdef __linux__
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    auto n = static_cast<std::size_t>(CPU_COUNT(&set));
-    return n > 1 ? n - 1 : 1;
-  }
+  if (sched_getaffinity(0, sizeof(set), &set) == 0)
+    n = static_cast<std::size_t>(CPU_COUNT(&set));
 #endif
-  auto n = static_cast<std::size_t>(std::thread::hardware_concurrency());
   return n > 1 ? n - 1 : 1;
 }
 

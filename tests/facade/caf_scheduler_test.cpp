@@ -38,14 +38,21 @@ using namespace std::chrono_literals;
 
 namespace {
 
-/// A system on kvactor's scheduler; one worker unless told otherwise.
+/// A system on kvactor's scheduler; one worker unless told otherwise, and
+/// sleeping workers that steal at CAF's relaxed timeout unless given one.
 struct quiet_system {
   caf::actor_system_config cfg;
   caf::actor_system sys;
 
-  explicit quiet_system(std::size_t workers = 1)
+  explicit quiet_system(std::size_t workers = 1,
+                        caf::timespan relaxed_sleep = caf::timespan{0})
     : sys{(kvactor::tune_for_latency(cfg),
-           cfg.set("scheduler.max-threads", workers), cfg)} {
+           cfg.set("scheduler.max-threads", workers),
+           relaxed_sleep.count() > 0
+             ? (void) cfg.set("work-stealing.relaxed-sleep-duration",
+                              relaxed_sleep)
+             : (void) 0,
+           cfg)} {
     // nop
   }
 };
@@ -66,21 +73,18 @@ quiet_clock_counts settled_counts(caf::actor_system& sys, Pred done) {
 
 /// Sends `x + 1` on to `other`, naming itself, until `stop` is set: two of
 /// them keep one worker busy for good, always with a freshly woken actor.
-caf::behavior bouncer(caf::event_based_actor* self,
-                      std::shared_ptr<std::atomic<bool>> stop) {
-  return {[self, stop](std::int64_t x, const caf::actor& other) {
-    if (!stop->load())
-      self->send(other, x + 1, caf::actor_cast<caf::actor>(self));
-  }};
-}
-
-/// A bouncer whose sends name no execution unit (as a monitor's down
+/// With `anonymous`, its sends name no execution unit (as a monitor's down
 /// does): from a worker's thread they reach the coordinator's enqueue.
-caf::behavior anon_bouncer(caf::event_based_actor* self,
-                           std::shared_ptr<std::atomic<bool>> stop) {
-  return {[self, stop](std::int64_t x, const caf::actor& other) {
-    if (!stop->load())
+caf::behavior bouncer(caf::event_based_actor* self,
+                      std::shared_ptr<std::atomic<bool>> stop,
+                      bool anonymous = false) {
+  return {[self, stop, anonymous](std::int64_t x, const caf::actor& other) {
+    if (stop->load())
+      return;
+    if (anonymous)
       caf::anon_send(other, x + 1, caf::actor_cast<caf::actor>(self));
+    else
+      self->send(other, x + 1, caf::actor_cast<caf::actor>(self));
   }};
 }
 
@@ -91,8 +95,8 @@ BOOST_FIXTURE_TEST_SUITE(caf_scheduler_suite, watchdog)
 BOOST_AUTO_TEST_CASE(a_timer_fires_while_the_only_worker_is_saturated) {
   quiet_system q;
   auto stop = std::make_shared<std::atomic<bool>>(false);
-  auto a = q.sys.spawn(bouncer, stop);
-  auto b = q.sys.spawn(bouncer, stop);
+  auto a = q.sys.spawn(bouncer, stop, false);
+  auto b = q.sys.spawn(bouncer, stop, false);
   caf::anon_send(a, std::int64_t{0}, b);
   // The stopper's message comes from the clock thread while a and b keep
   // the worker busy; newest-first workers would never run the stopper.
@@ -174,11 +178,8 @@ BOOST_AUTO_TEST_CASE(ended_handle_actors_quit_while_the_load_goes_on) {
 BOOST_AUTO_TEST_CASE(a_call_from_outside_does_not_wait_behind_a_long_job) {
   // Four workers whose sleepers steal only every 10 s: a call stranded
   // behind the long job would wait for it (or for a steal), not 5 s.
-  caf::actor_system_config cfg;
-  kvactor::tune_for_latency(cfg);
-  cfg.set("scheduler.max-threads", 4);
-  cfg.set("work-stealing.relaxed-sleep-duration", caf::timespan{10s});
-  caf::actor_system sys{cfg};
+  quiet_system q{4, caf::timespan{10s}};
+  auto& sys = q.sys;
   auto stop = std::make_shared<std::atomic<bool>>(false);
   auto started = std::make_shared<std::atomic<bool>>(false);
   auto hog = sys.spawn([stop, started](caf::event_based_actor*) -> caf::behavior {
@@ -226,16 +227,14 @@ BOOST_AUTO_TEST_CASE(calls_from_many_threads_and_actor_chains_all_complete) {
   // may be stranded. Eight threads call four echo actors while two pairs
   // of bouncers keep workers busy - one pair sending through the
   // coordinator from the workers' threads; every call gets its answer.
-  caf::actor_system_config cfg;
-  kvactor::tune_for_latency(cfg);
-  cfg.set("scheduler.max-threads", 4);
-  caf::actor_system sys{cfg};
+  quiet_system q{4};
+  auto& sys = q.sys;
   auto stop = std::make_shared<std::atomic<bool>>(false);
-  auto a = sys.spawn(bouncer, stop);
-  auto b = sys.spawn(bouncer, stop);
+  auto a = sys.spawn(bouncer, stop, false);
+  auto b = sys.spawn(bouncer, stop, false);
   caf::anon_send(a, std::int64_t{0}, b);
-  auto c = sys.spawn(anon_bouncer, stop);
-  auto d = sys.spawn(anon_bouncer, stop);
+  auto c = sys.spawn(bouncer, stop, true);
+  auto d = sys.spawn(bouncer, stop, true);
   caf::anon_send(c, std::int64_t{0}, d);
   std::vector<caf::actor> echoes;
   for (int i = 0; i < 4; ++i)
@@ -255,8 +254,8 @@ BOOST_AUTO_TEST_CASE(calls_from_many_threads_and_actor_chains_all_complete) {
           },
           [&](caf::error&) { ++wrong; });
     });
-  for (auto& c : callers)
-    c.join();
+  for (auto& caller : callers)
+    caller.join();
   stop->store(true);
   BOOST_TEST(wrong.load() == 0);
   for (auto& e : echoes)
