@@ -255,6 +255,16 @@ std::string timeseries_csv(const sim_outcome& r) {
   return out.str();
 }
 
+/// The right axis of the pressure panel counts requests: whole-number
+/// tics, about eight of them over its range (preempted per step, and
+/// requests swapped out when the scenario swaps).
+std::uint64_t whole_tic_step(const sim_outcome& r, bool swaps) {
+  std::uint64_t top = 1;
+  for (auto& s : r.samples)
+    top = std::max<std::uint64_t>({top, s.preempted, swaps ? s.swapped : 0});
+  return (top + 7) / 8;
+}
+
 /// Three panels over steps: blocks (in use, cached, per tenant), the
 /// pressure level with preemptions, the cumulative prefix hit rate.
 std::string gnuplot_script(const scenario& s, const sim_outcome& r) {
@@ -279,7 +289,9 @@ std::string gnuplot_script(const scenario& s, const sim_outcome& r) {
         "set autoscale xfixmax\n"
         "set key outside right top\n"
         "set lmargin 12\n"
-        "set rmargin 28\n"
+        // Room for the key and the pressure panel's right axis, the same
+        // in every panel so that their steps line up.
+        "set rmargin 34\n"
         "set title \"blocks in use and cached\"\n"
         "set ylabel \"blocks\"\n"
         "set yrange [0:*]\n"
@@ -297,8 +309,9 @@ std::string gnuplot_script(const scenario& s, const sim_outcome& r) {
         "set ytics (\"low\" 0, \"medium\" 1, \"high\" 2, \"critical\" 3)\n"
         "set y2label \"requests\"\n"
         "set y2range [0:*]\n"
-        "set y2tics\n"
-        "plot f skip 1 using 1:13 with steps lw 2 title \"pressure\", \\\n"
+     << "set y2tics " << whole_tic_step(r, s.preemption == preemption_mode::swap)
+     << " format \"%.0f\"\n"
+     << "plot f skip 1 using 1:13 with steps lw 2 title \"pressure\", \\\n"
         "     f skip 1 using 1:7 axes x1y2 with impulses title \"preempted this step\"";
   if (s.preemption == preemption_mode::swap)
     gp << ", \\\n     f skip 1 using 1:4 axes x1y2 with lines title \"swapped out\"";

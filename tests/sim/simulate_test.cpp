@@ -269,7 +269,17 @@ BOOST_AUTO_TEST_CASE(reports_are_written_and_agree_with_the_outcome) {
     ++rows;
   }
   BOOST_TEST(rows == r.steps);
-  BOOST_TEST(read_file(out / "usage.gp").find("timeseries.csv") != std::string::npos);
+  auto gp = read_file(out / "usage.gp");
+  BOOST_TEST(gp.find("timeseries.csv") != std::string::npos);
+  // The pressure panel's right axis counts requests in whole steps, about
+  // eight over the most preempted in one step.
+  auto at = gp.find("set y2tics ");
+  BOOST_REQUIRE(at != std::string::npos);
+  auto tic = std::stoull(gp.substr(at + 11));
+  std::uint64_t most = 1;
+  for (auto& s : r.samples)
+    most = std::max<std::uint64_t>(most, s.preempted);
+  BOOST_TEST(tic == (most + 7) / 8);
 }
 
 BOOST_AUTO_TEST_CASE(an_interrupted_run_stops_and_still_reports) {
