@@ -48,13 +48,17 @@ inline std::size_t polling_workers_for_this_machine() {
 ///    four, and on two cores four spinning workers and a spinning caller
 ///    took each other's time slices (the facade's allocate p99 ~100 us).
 ///  - A job from outside the workers (a facade call, a timer) goes to the
-///    worker that polled last while it polls, or while it runs a job it
-///    began under `short_job` ago with nothing queued behind it (the
-///    follow-up of the caller's previous call, usually); nobody has to be
-///    woken - a futex call, ~1 us on this project's VMs, then the wake-up's
-///    latency. Otherwise the next idle worker in round robin (CAF's order),
-///    which may mean waking one: a call does not wait behind a long job,
-///    and calls from several threads still spread over the workers.
+///    worker that began polling last while it is idle - polling, or asleep
+///    since - or while it runs a job it began under `short_job` ago with
+///    nothing queued behind it (the follow-up of the caller's previous
+///    call, usually). Polling, nobody has to be woken (a futex call, ~1 us
+///    on this project's VMs, then the wake-up's latency); asleep, it is
+///    the one to wake: it last ran beside the caller, not on the caller's
+///    core (these VMs show no shared cache between their cores, so Linux
+///    wakes a thread on its last core or the waker's, busy or not).
+///    Otherwise the next idle worker in round robin (CAF's order), which
+///    may mean waking one: a call does not wait behind a long job, and
+///    calls from several threads still spread over the workers.
 ///  - A job a worker's own thread hands to the coordinator (CAF does so
 ///    for a monitor's down, among others) stays with that worker, as
 ///    exec_later would have put it, instead of waking another.
@@ -76,10 +80,13 @@ public:
     const std::size_t max_polling;
     /// Idle workers polling now (only workers touch it).
     alignas(64) std::atomic<std::size_t> polling{0};
-    /// 1 + the id of the worker that began polling last (or, when none
-    /// did, that woke last), until it sleeps; 0 when it sleeps. Read by
+    /// 1 + the id of the worker that began polling last, whether it still
+    /// polls, runs a job or sleeps since (0 until one polled). Read by
     /// every enqueue from outside, written only when another worker takes
-    /// over or it sleeps: its own cache line.
+    /// over: its own cache line. (Cleared when that worker slept, as up to
+    /// day 19, the next call woke a sleeper in round robin - often one
+    /// that last ran on the caller's core, where it then waited for the
+    /// spinning caller's time slice.)
     alignas(64) std::atomic<std::size_t> poller{0};
   };
 
@@ -120,7 +127,7 @@ public:
     }
     auto hint = d(self).poller.load(std::memory_order_acquire);
     if (hint != 0 && awake_and_free(d(self->worker_by_id(hint - 1)))) {
-      // Wakes it, should it have just gone to sleep.
+      // Wakes it if it sleeps.
       self->worker_by_id(hint - 1)->external_enqueue(job);
       return;
     }
@@ -129,11 +136,12 @@ public:
     // robin. (A burst of calls within short_job of each other can still
     // queue one behind a job that turns out long: a polling worker steals
     // it, and each sleeping one tries one worker at random per relaxed
-    // timeout, 10 ms. Steals take the newest job, as in CAF, so the one
-    // stranded may go last. Stealing more eagerly - the oldest job, every
-    // worker at a timeout, once more before sleeping - was tried on day 19
-    // and cost scale with default workers 10-25 % per operation: each
-    // steal moves work, and its data, to the other core.)
+    // timeout, 100 ms (see tune_for_latency). Steals take the newest job,
+    // as in CAF, so the one stranded may go last. Stealing more eagerly -
+    // the oldest job, every worker at a timeout, once more before
+    // sleeping - was tried on day 19 and cost scale with default workers
+    // 10-25 % per operation: each steal moves work, and its data, to the
+    // other core.)
     auto first = d(self).next_worker++ % n;
     for (std::size_t k = 0; k < n; ++k) {
       auto* w = self->worker_by_id((first + k) % n);
@@ -169,10 +177,6 @@ public:
     // that lock before sleeping, so no job is missed.
     auto& relaxed = own.strategies[2];
     auto& wait = own.waitdata;
-    const auto me = self->id() + 1;
-    auto expected = me;
-    d(self->parent()).poller.compare_exchange_strong(expected, 0,
-                                                     std::memory_order_acq_rel);
     for (std::size_t i = 1;; ++i) {
       bool woken;
       {
@@ -186,13 +190,8 @@ public:
         job = own.queue.take_head();
       else if (i % relaxed.steal_interval == 0)
         job = try_steal(self);
-      if (job != nullptr) {
-        // Awake again: the hint's worker, unless another polls by now.
-        std::size_t none = 0;
-        d(self->parent()).poller.compare_exchange_strong(
-          none, me, std::memory_order_acq_rel);
+      if (job != nullptr)
         return began(self, job);
-      }
     }
   }
 

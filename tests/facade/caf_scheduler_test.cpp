@@ -4,12 +4,14 @@
 // while every kind of timer - request timeouts, receive timeouts, delayed
 // messages - still fires, and an actor that quits with a timer pending still
 // has it cancelled. With more workers than may poll, a call from outside
-// does not wait behind a long job, and no job is stranded. Systems asking
+// does not wait behind a long job, after a pause wakes the worker that ran
+// the last one, and no job is stranded. Systems asking
 // for another scheduler keep theirs.
 // configure() runs the workers asked for, or CAF's default for 0.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -220,6 +222,37 @@ BOOST_AUTO_TEST_CASE(a_call_from_outside_does_not_wait_behind_a_long_job) {
   BOOST_TEST(answered);
   caf::anon_send_exit(hog, caf::exit_reason::user_shutdown);
   caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_CASE(a_call_after_a_pause_wakes_the_worker_that_served_the_last) {
+  // Four workers, asleep between calls (a pause is far longer than their
+  // polling), whose sleepers never wake on their own within the test: each
+  // call wakes the worker that began polling last - the one that ran the
+  // call before, on the core beside the caller's - not the next sleeper in
+  // round robin (which would pick the same one in 1 of 4 calls).
+  quiet_system q{4, caf::timespan{10s}};
+  auto& sys = q.sys;
+  auto where = sys.spawn([](caf::event_based_actor*) -> caf::behavior {
+    return {[](std::int32_t) {
+      return static_cast<std::uint64_t>(
+        std::hash<std::thread::id>{}(std::this_thread::get_id()));
+    }};
+  });
+  caf::scoped_actor self{sys};
+  auto ask = [&] {
+    std::uint64_t thread = 0;
+    self->request(where, 5s, std::int32_t{0}).receive(
+      [&](std::uint64_t t) { thread = t; }, [&](caf::error&) { thread = 0; });
+    return thread;
+  };
+  std::this_thread::sleep_for(20ms); // every worker asleep
+  auto first = ask();
+  BOOST_REQUIRE(first != 0u);
+  for (int i = 0; i < 6; ++i) {
+    std::this_thread::sleep_for(20ms);
+    BOOST_TEST(ask() == first);
+  }
+  caf::anon_send_exit(where, caf::exit_reason::user_shutdown);
 }
 
 BOOST_AUTO_TEST_CASE(calls_from_many_threads_and_actor_chains_all_complete) {
