@@ -83,10 +83,10 @@ public:
     /// 1 + the id of the worker that began polling last, whether it still
     /// polls, runs a job or sleeps since (0 until one polled). Read by
     /// every enqueue from outside, written only when another worker takes
-    /// over: its own cache line. (Cleared when that worker slept, as up to
-    /// day 19, the next call woke a sleeper in round robin - often one
-    /// that last ran on the caller's core, where it then waited for the
-    /// spinning caller's time slice.)
+    /// over: its own cache line. (Up to day 19 it was cleared when that
+    /// worker slept, and the next call woke a sleeper in round robin -
+    /// often one that last ran on the caller's core, where it then waited
+    /// for the spinning caller's time slice.)
     alignas(64) std::atomic<std::size_t> poller{0};
   };
 

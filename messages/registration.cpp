@@ -130,8 +130,9 @@ void tune_for_latency(caf::actor_system_config& cfg) {
   cfg.set("work-stealing.moderate-poll-attempts", 0);
   // Sleeping workers wake to steal every 100 ms, not CAF's 10: on two
   // cores, three sleepers' 300 wake-ups a second each took a core from
-  // the spinning caller or the worker serving it (facade extend p99 with
-  // default workers 52 us against 10-16 over 10 alternated runs, day 20).
+  // the spinning caller or the worker serving it (with the scheduler's
+  // hint that stays on the last poller, facade extend p99 with default
+  // workers fell from 46-52 us to 9-16 over 10 alternated runs, day 20).
   // A job stranded behind a long one waits for it to end, for a polling
   // worker to steal it, or for a sleeper's steal: 100 ms per random pick.
   cfg.set("work-stealing.relaxed-sleep-duration",
