@@ -59,10 +59,15 @@ line_index::line_index(const std::string& text, std::size_t end) {
     return p;
   };
   auto is_delim = [](char c) {
-    return c == ',' || c == '}' || c == ']' || c == ' ' || c == '\n'
-           || c == '\t' || c == '\r' || c == ':' || c == '"';
+    return c == ',' || c == '{' || c == '}' || c == '[' || c == ']'
+           || c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == ':'
+           || c == '"';
   };
-  for (std::size_t i = 0; i < end; ++i) {
+  // A UTF-8 byte order mark, which the parser skips too (some editors
+  // write one): read as a value, it hid the '{' after it and every field
+  // fell back to line 1.
+  std::size_t first = text.compare(0, 3, "\xEF\xBB\xBF") == 0 ? 3 : 0;
+  for (std::size_t i = first; i < end; ++i) {
     auto c = text[i];
     switch (c) {
       case '\n':

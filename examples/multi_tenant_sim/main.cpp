@@ -13,6 +13,7 @@
 // of what ran is still written).
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "cli/interrupt.hpp"
 #include "kvactor/config/cache_config.hpp"
@@ -170,7 +171,8 @@ int main(int argc, char** argv) {
     s.seed = opt.seed;
 
   // Before the run: a long simulation must not end unable to report.
-  if (auto err = prepare_output_dir(s)) {
+  std::vector<std::string> created_dirs;
+  if (auto err = prepare_output_dir(s, &created_dirs)) {
     std::cerr << "multi_tenant_sim: " << s.output_dir_origin << ": "
               << message_of(err) << '\n';
     return exit_bad_input;
@@ -181,13 +183,11 @@ int main(int argc, char** argv) {
   bar.finish(result.interrupted ? "interrupted: stopping, writing the report of "
                                   "what ran"
                                 : "");
-  if (result.bad_scenario) { // found once the pool's size was known
+  if (result.bad_scenario || !result.started) { // nothing ran: no report
+    remove_created_dirs(created_dirs);
     std::cerr << "multi_tenant_sim: " << result.error << '\n';
-    return exit_bad_input;
-  }
-  if (!result.started) {
-    std::cerr << "multi_tenant_sim: " << result.error << '\n';
-    return exit_failure;
+    // A scenario found wrong once the pool's size was known is bad input.
+    return result.bad_scenario ? exit_bad_input : exit_failure;
   }
   print_summary(std::cout, s, result);
   auto files = write_reports(s, result, std::cerr);

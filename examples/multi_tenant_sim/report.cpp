@@ -438,10 +438,19 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
     out << "warning: " << w << '\n';
 }
 
-caf::error prepare_output_dir(const scenario& s) {
+caf::error prepare_output_dir(const scenario& s,
+                              std::vector<std::string>* created) {
   namespace fs = std::filesystem;
   fs::path dir{s.output_dir};
   std::error_code ec;
+  if (created != nullptr) {
+    std::vector<std::string> missing; // innermost first
+    for (auto p = fs::absolute(dir, ec).lexically_normal();
+         !ec && !p.empty() && !fs::exists(p, ec) && p != p.parent_path();
+         p = p.parent_path())
+      missing.push_back(p.string());
+    created->insert(created->end(), missing.rbegin(), missing.rend());
+  }
   fs::create_directories(dir, ec);
   if (ec)
     return make_error(errc::invalid_config,
@@ -456,6 +465,12 @@ caf::error prepare_output_dir(const scenario& s) {
   }
   fs::remove(probe, ec);
   return caf::none;
+}
+
+void remove_created_dirs(const std::vector<std::string>& created) {
+  std::error_code ec;
+  for (auto i = created.rbegin(); i != created.rend(); ++i)
+    std::filesystem::remove(*i, ec); // only removes an empty directory
 }
 
 caf::expected<std::vector<std::string>>
@@ -489,7 +504,8 @@ write_reports(const scenario& s, const sim_outcome& r, std::ostream& log) {
         << s.output_dir << ")\n";
     return written;
   }
-  auto cmd = "cd " + shell_quote(dir.string())
+  // "--": a directory named "-x" is not an option to cd.
+  auto cmd = "cd -- " + shell_quote(dir.string())
              + " && gnuplot usage.gp > gnuplot.log 2>&1";
   if (std::system(cmd.c_str()) != 0) {
     log << "gnuplot failed: usage.png not drawn (see "

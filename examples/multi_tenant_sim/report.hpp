@@ -17,8 +17,15 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r);
 
 /// Creates s.output_dir and checks that a file can be written there: called
 /// before a run, so that a long simulation never ends unable to report.
-/// Error: invalid_config naming the directory and why.
-caf::error prepare_output_dir(const scenario& s);
+/// The directories it made are added to `created` (outermost first), for
+/// remove_created_dirs should the run not start. Error: invalid_config
+/// naming the directory and why.
+caf::error prepare_output_dir(const scenario& s,
+                              std::vector<std::string>* created = nullptr);
+
+/// Removes the directories prepare_output_dir made, innermost first, each
+/// only if it is still empty: a run refused at start leaves nothing behind.
+void remove_created_dirs(const std::vector<std::string>& created);
 
 /// Writes report.json, timeseries.csv, usage.gp and (when gnuplot is
 /// installed) usage.png into s.output_dir, creating it. Returns the paths

@@ -175,6 +175,14 @@ caf::error read_cache(const json& obj, const error_maker& fail,
               text.substr(colon + 2));
 }
 
+caf::error note_cache_lines(const json& obj, const line_index& lines,
+                            std::map<std::string, int>& out) {
+  out[""] = lines.line_of("cache");
+  for (auto& item : obj.items())
+    out[item.key()] = lines.line_of("cache." + item.key());
+  return caf::none;
+}
+
 caf::error read_scenario(const json& root, const error_maker& fail,
                          scenario& out) {
   if (!root.is_object())
@@ -190,6 +198,7 @@ caf::error read_scenario(const json& root, const error_maker& fail,
                        "verify_every", "workloads"}))
     || (err = r.object("cache", cache, true))
     || (err = read_cache(*cache, fail, out.cache))
+    || (err = note_cache_lines(*cache, fail.lines, out.cache_lines))
     || (err = r.count("steps", out.steps, 1, true))
     || (err = r.boolean("drain", out.drain))
     || (err = r.count("seed", out.seed, 0, false))
@@ -256,6 +265,27 @@ std::uint64_t workload_config::max_sequence_tokens() const {
       sys = std::max<std::uint64_t>(sys, t.size());
   }
   return sys + prompt_len.max + output_len.max;
+}
+
+caf::error cache_start_error(const scenario& s, const caf::error& err) {
+  // Worded as parse_config words its errors: "FIELD: what", where a field
+  // "config" (or none) means the cache as a whole.
+  auto text = context_text(err);
+  std::string field;
+  std::string what = text;
+  if (auto colon = text.find(": "); colon != std::string::npos) {
+    field = text.substr(0, colon);
+    what = text.substr(colon + 2);
+  }
+  auto whole = field.empty() || field == "config";
+  auto at = whole ? s.cache_lines.end()
+                  : s.cache_lines.find(field.substr(0, field.find_first_of(".[")));
+  if (at == s.cache_lines.end())
+    at = s.cache_lines.find("");
+  auto line = at == s.cache_lines.end() ? 1 : at->second;
+  return make_error(errc::invalid_config,
+                    s.source + ":" + std::to_string(line) + ": "
+                      + (whole ? "cache: " : "cache." + field + ": ") + what);
 }
 
 caf::error check_fits(const scenario& s, std::uint64_t num_blocks) {

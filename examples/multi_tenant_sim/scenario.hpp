@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -83,9 +84,9 @@
 //     "<tenant>": {
 //       "rate": 0.2,           (required) mean arrivals per step (Poisson), >= 0.
 //       "burst": {             optional: a higher rate for `duration` steps at
-//         "period": 500,         the start of every `period` steps
-//         "duration": 50,        (period >= 1, duration <= period,
-//         "rate": 1.5            rate >= 0).
+//         "period": 500,         the start of every `period` steps; all
+//         "duration": 50,        three keys required (period >= 1,
+//         "rate": 1.5            duration <= period, rate >= 0).
 //       },
 //       "prompt_len": [32, 256], (required) the request's own prompt tokens,
 //                              uniform in [min, max] (or one number), >= 1;
@@ -93,8 +94,10 @@
 //       "output_len": [16, 128], (required) tokens to generate, uniform in
 //                              [min, max] (or one number), >= 1.
 //       "system_prompts": {    optional shared prefixes, drawn once per run:
-//         "count": 2,            how many distinct system prompts;
-//         "len": [256, 512],     their lengths, uniform in [min, max];
+//         "count": 2,            how many distinct system prompts (required
+//                                without tokens);
+//         "len": [256, 512],     their lengths, uniform in [min, max]
+//                                (required when count > 0);
 //         "tokens": [[1, 2]],    or the prompts' token ids given explicitly
 //                                (instead of count and len; each id in
 //                                [0, vocab_size));
@@ -176,6 +179,9 @@ double admission_limit(const scenario& s) noexcept;
 struct scenario {
   std::string source; ///< file name, for messages ("default.json (embedded)")
   cache_config cache;
+  /// The line of each key of the cache object, and under "" of the object
+  /// itself: for errors only the starting cache finds (cache_start_error).
+  std::map<std::string, int> cache_lines;
   std::uint64_t steps = 0;
   bool drain = true;
   std::uint64_t seed = 1;
@@ -205,6 +211,12 @@ caf::expected<scenario> parse_scenario(const std::string& text,
 /// the pool as started. Errors (invalid_config) read "FILE:LINE:
 /// workloads.TENANT: ...", LINE where that workload starts.
 caf::error check_fits(const scenario& s, std::uint64_t num_blocks);
+
+/// A config error the cache found as it started (storage "auto" without a
+/// block count on a machine without a GPU, say) as a scenario error:
+/// "FILE:LINE: cache.FIELD: ...", LINE where that field is (or the cache
+/// object, if the field was not written).
+caf::error cache_start_error(const scenario& s, const caf::error& err);
 
 /// Reads and parses the file at `path`.
 caf::expected<scenario> load_scenario(const std::string& path);

@@ -402,7 +402,7 @@ sim_outcome simulate(const scenario& s, const std::atomic<bool>& interrupted,
       // count, say) is the scenario's: bad input, named by its file.
       if (cache.error() == errc::invalid_config) {
         out.bad_scenario = true;
-        out.error = s.source + ": cache." + message_of(cache.error());
+        out.error = message_of(cache_start_error(s, cache.error()));
       } else {
         out.error = "cannot start the cache: " + render(cache.error());
       }

@@ -2,7 +2,7 @@
 # cli_test.sh: multi_tenant_sim's command line as a user meets it - --help
 # exits 0; bad arguments, a missing or malformed --config, a request that
 # can never fit exit 2 (the scenario errors naming FILE:LINE: FIELD on
-# stderr); --steps 50 --out DIR
+# stderr, and no output directory left behind); --steps 50 --out DIR
 # writes the reports; SIGINT stops a long run, which exits 130 and still
 # writes report.json marked interrupted.
 # Usage: cli_test.sh PATH/TO/multi_tenant_sim
@@ -83,6 +83,22 @@ expect_exit 2 watermark --config "$dir/watermark.json" --no-progress --out "$dir
 line=$(grep -n '"a": {' "$dir/watermark.json" | cut -d: -f1)
 expect_in "$dir/watermark.err" "$dir/watermark.json:$line: workloads.a: its longest request (608 tokens, 38 blocks of 16) cannot fit the pool (64 blocks, 0 reserved for other tenants, 32 kept free for admissions by cache.admission.watermark 0.5)"
 if grep -q "ran " "$dir/watermark.out"; then fail "watermark: simulated before failing"; fi
+[ ! -e "$dir/wm" ] || fail "watermark: left $dir/wm behind"
+
+# A scenario only the starting cache finds wrong - storage auto without a
+# block count, on a machine without a GPU - names the field's line too, and
+# leaves no output directory behind. (With a GPU it runs: nothing to check.)
+sed -e 's/"storage": "host"/"storage": "auto"/' \
+  -e 's/"num_gpu_blocks": 4096/"num_gpu_blocks": 0/' "$dir/default.out" >"$dir/auto0.json"
+"$sim" --config "$dir/auto0.json" --steps 5 --out "$dir/made/auto0" --no-progress \
+  >"$dir/auto0.out" 2>"$dir/auto0.err"
+rc=$?
+if [ "$rc" -ne 0 ]; then
+  [ "$rc" -eq 2 ] || fail "auto0: exit $rc, expected 2 ($(head -c 300 "$dir/auto0.err"))"
+  line=$(grep -n '"num_gpu_blocks": 0' "$dir/auto0.json" | cut -d: -f1)
+  expect_in "$dir/auto0.err" "$dir/auto0.json:$line: cache.num_gpu_blocks: "
+  [ ! -e "$dir/made" ] || fail "auto0: left $dir/made behind"
+fi
 
 # A short run writes its reports.
 expect_exit 0 short --steps 50 --out "$dir/short" --no-progress

@@ -3,6 +3,8 @@
 // for a missing key, of the object that lacks it) in multi-line JSON.
 #include "sim_support.hpp"
 
+#include "kvactor/messages/error.hpp"
+
 #include <algorithm>
 
 using namespace kvactor;
@@ -101,6 +103,33 @@ BOOST_AUTO_TEST_CASE(a_key_written_with_escapes_is_found_on_its_line) {
   // "r\u0061te" is "rate" to the parser: its line is the key's own.
   auto text = replace_once(base, "\"rate\": 0.5,", "\n\"r\\u0061te\": -1,");
   check_error(text, "\"r\\u0061te\"", "workloads.a.rate", "must be >= 0 (got -1)");
+}
+
+BOOST_AUTO_TEST_CASE(a_byte_order_mark_does_not_move_the_lines) {
+  // Some editors start a UTF-8 file with one; the parser skips it, and so
+  // must the line scanner (it once hid the '{' after it: every field was
+  // on line 1).
+  auto text = "\xEF\xBB\xBF" + replace_once(base, "\"rate\": 0.5,", "\"rate\": -1,");
+  check_error(text, "\"rate\": -1,", "workloads.a.rate", "must be >= 0 (got -1)");
+}
+
+BOOST_AUTO_TEST_CASE(a_cache_error_found_at_start_names_its_line) {
+  // What only the starting cache can tell (storage auto without a block
+  // count, on a machine without a GPU) reads like a parse error: the
+  // field's own line, or the cache object's for a field not written.
+  auto s = parse_ok(base);
+  auto msg = message_of(cache_start_error(
+    s, make_error(errc::invalid_config, "num_gpu_blocks: needs a block count")));
+  BOOST_TEST(msg == "test.json:" + std::to_string(line_of(base, "\"num_gpu_blocks\""))
+                      + ": cache.num_gpu_blocks: needs a block count");
+  msg = message_of(cache_start_error(
+    s, make_error(errc::invalid_config, "gpu_memory_utilization: too small")));
+  BOOST_TEST(msg == "test.json:" + std::to_string(line_of(base, "\"cache\""))
+                      + ": cache.gpu_memory_utilization: too small");
+  msg = message_of(cache_start_error(
+    s, make_error(errc::invalid_config, "config: no device")));
+  BOOST_TEST(msg == "test.json:" + std::to_string(line_of(base, "\"cache\""))
+                      + ": cache: no device");
 }
 
 BOOST_AUTO_TEST_CASE(missing_required_fields_are_reported_where_their_object_starts) {

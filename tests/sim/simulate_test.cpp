@@ -333,7 +333,8 @@ BOOST_AUTO_TEST_CASE(an_unwritable_output_dir_is_named) {
 BOOST_AUTO_TEST_CASE(a_cache_config_the_storage_refuses_at_start_is_bad_input) {
   // storage auto without a block count is valid, and sizes the pool from
   // GPU memory - where there is a GPU. Without one, the cache refuses to
-  // start: the scenario's fault (exit 2), named by its file.
+  // start: the scenario's fault (exit 2), named by its file and the line
+  // of num_gpu_blocks (scenario_errors has the lines' own cases).
   auto s = small("auto", 0);
   s.cache.num_gpu_blocks = 0;
   if (cuda_device_available()) {
@@ -343,9 +344,9 @@ BOOST_AUTO_TEST_CASE(a_cache_config_the_storage_refuses_at_start_is_bad_input) {
   auto r = run(s);
   BOOST_TEST(!r.started);
   BOOST_TEST(r.bad_scenario);
-  BOOST_TEST(r.error.rfind(s.source + ": cache.num_gpu_blocks: storage 'auto' found "
-                           "no CUDA device", 0) == 0,
-             r.error);
+  auto want = s.source + ":" + std::to_string(s.cache_lines.at("num_gpu_blocks"))
+              + ": cache.num_gpu_blocks: storage 'auto' found no CUDA device";
+  BOOST_TEST(r.error.rfind(want, 0) == 0, r.error);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
