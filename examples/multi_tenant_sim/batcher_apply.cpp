@@ -57,6 +57,9 @@ caf::expected<bool> batcher::apply(const step_result& res) {
       if (quota) {
         at_quota.push_back(f.id);
       } else {
+        // Recomputed like a step's victim, and counted as one (the
+        // tenant's figures add up to the time series' column).
+        ++figures_[l.req.workload].preempted_in_step;
         ++step_preempted_;
         warn("extend failed, recomputing: " + what);
         free_and_requeue(f.id);

@@ -8,6 +8,7 @@
 // request_ended) from the manager.
 #include "scheduler.hpp"
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <future>
@@ -66,6 +67,8 @@ struct sched_state {
   progress* bar = nullptr;
   sim_outcome* out = nullptr;
   std::promise<void>* done = nullptr;
+  /// Set as `done` is fulfilled, by deliver or by the actor's exit.
+  std::shared_ptr<std::atomic<bool>> handed_over;
   std::uint64_t verifies = 0;
   bool finishing = false;
 };
@@ -92,6 +95,7 @@ void deliver(sched_actor* self) {
                       b.warnings().end());
   auto done = st.done;
   st.done = nullptr;
+  st.handed_over->store(true);
   self->quit();
   done->set_value(); // last: the caller reads `out` from here on
 }
@@ -361,6 +365,16 @@ caf::behavior scheduler_fun(sched_actor* self, const scenario* sc,
   st.interrupted = interrupted;
   st.bar = bar;
   st.done = done;
+  st.handed_over = std::make_shared<std::atomic<bool>>(false);
+  // An actor that fails (an exception in a handler, a kill) never reaches
+  // deliver: the caller, waiting on `done`, is told and stops waiting.
+  self->attach_functor(
+    [flag = st.handed_over, out, done](const caf::error& reason) {
+      if (flag->exchange(true))
+        return;
+      out->error = "the scheduler actor stopped: " + render(reason);
+      done->set_value();
+    });
   st.b = std::make_unique<batcher>(*sc, out->effective, info.device,
                                    st.write_data);
   self->send(st.mgr, subscribe_atom::value, topic::pressure,
