@@ -53,6 +53,14 @@ using kvactor::cli::interrupted;
 
 namespace {
 
+/// Admissions a step message had the pool try, as facade mode counts its
+/// allocate calls: the admitted and the one that did not fit (none after a
+/// preemption: then it tried none).
+std::size_t admissions_tried(const step_result& res) {
+  return res.admitted.size()
+         + (res.admission_blocked && res.preempted.empty() ? 1 : 0);
+}
+
 // -- facade mode ---------------------------------------------------------------------
 
 using handle_map = std::unordered_map<request_id, std::shared_ptr<kv_cache_handle>>;
@@ -162,7 +170,7 @@ nlohmann::json replay_core(const trace& tr, const replay_options& opt) {
     fig.bookkeeping_ms += dt;
     ++fig.message.calls;
     fig.message.add(dt * 1000.0);
-    fig.alloc.calls += req.admits.size();
+    fig.alloc.calls += admissions_tried(res);
     fig.extend.calls += req.extends.size();
     fig.free.calls += req.frees.size();
     return res;
@@ -197,17 +205,25 @@ nlohmann::json replay_core(const trace& tr, const replay_options& opt) {
 caf::behavior step_driver(caf::event_based_actor* self, replay_scheduler* sched,
                           step_actor lane, run_figures* fig,
                           std::promise<void>* done) {
-  auto issue = std::make_shared<std::function<void(step_request)>>();
-  auto next = std::make_shared<std::function<void()>>();
-  *next = [=] {
+  // The two steps of the loop call each other: they live as long as the
+  // actor (held by a functor attached to it), and refer to each other by
+  // a plain pointer - held by each other, they would never be freed.
+  struct step_loop {
+    std::function<void(step_request)> issue;
+    std::function<void()> next;
+  };
+  auto owned = std::make_shared<step_loop>();
+  self->attach_functor([owned](const caf::error&) {});
+  auto* loop = owned.get();
+  loop->next = [=] {
     if (sched->done() || interrupted()) {
       done->set_value();
       self->quit();
       return;
     }
-    (*issue)(sched->begin_step());
+    loop->issue(sched->begin_step());
   };
-  *issue = [=](step_request req) {
+  loop->issue = [=](step_request req) {
     auto n_ext = req.extends.size();
     auto n_free = req.frees.size();
     auto t0 = clock_type::now();
@@ -215,12 +231,7 @@ caf::behavior step_driver(caf::event_based_actor* self, replay_scheduler* sched,
       .then(
         [=](step_result& res) {
           auto dt = ms(clock_type::now() - t0);
-          // Admissions the pool tried, as facade mode counts its allocate
-          // calls: the admitted and the one that did not fit (none after a
-          // preemption: then it tried none). A refused one fails the run.
-          auto n_alloc = res.admitted.size();
-          if (res.admission_blocked && res.preempted.empty())
-            ++n_alloc;
+          auto n_alloc = admissions_tried(res);
           fig->bookkeeping_ms += dt;
           ++fig->message.calls;
           fig->message.add(dt * 1000.0);
@@ -235,7 +246,7 @@ caf::behavior step_driver(caf::event_based_actor* self, replay_scheduler* sched,
           note(fig->free, n_free);
           try {
             if (sched->apply(res)) {
-              (*issue)(sched->more_admits());
+              loop->issue(sched->more_admits());
               return;
             }
           } catch (...) {
@@ -244,7 +255,7 @@ caf::behavior step_driver(caf::event_based_actor* self, replay_scheduler* sched,
             return;
           }
           sched->end_step();
-          (*next)();
+          loop->next();
         },
         [=](caf::error& err) {
           done->set_exception(
@@ -252,7 +263,7 @@ caf::behavior step_driver(caf::event_based_actor* self, replay_scheduler* sched,
           self->quit();
         });
   };
-  (*next)();
+  loop->next();
   return {[](caf::unit_t) {}};
 }
 

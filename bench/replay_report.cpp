@@ -92,7 +92,7 @@ nlohmann::json report(const std::string& mode, const trace& tr,
       out[key]["p50_us"] = out[key]["p99_us"] = nullptr;
     out["messages"] = fig.message.to_json();
     out["registry_tail_ms"] = fig.registry_tail_ms;
-  } else {
+  } else if (mode == "facade") {
     out["latency"] = "per_call";
     out["preempt"] = fig.preempt.to_json();
   }

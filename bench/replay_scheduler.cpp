@@ -129,8 +129,6 @@ bool replay_scheduler::apply(const step_result& res) {
       throw std::runtime_error("replay: admissions out of order");
     waiting_.pop_front();
     running_.push_back(idx);
-    prompt_tokens_ += a.table.num_tokens;
-    hit_tokens_ += a.hit_tokens;
     ++admitted;
   }
   last_used_ = res.used_blocks;

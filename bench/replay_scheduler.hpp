@@ -58,12 +58,6 @@ public:
   std::uint64_t finished() const noexcept {
     return finished_;
   }
-  std::uint64_t admitted_prompt_tokens() const noexcept {
-    return prompt_tokens_;
-  }
-  std::uint64_t hit_tokens() const noexcept {
-    return hit_tokens_;
-  }
   std::uint64_t peak_blocks_used() const noexcept {
     return peak_used_;
   }
@@ -94,8 +88,6 @@ private:
   bool closing_ = false; ///< this message only frees: the replay's close
   std::uint64_t preemptions_ = 0;
   std::uint64_t finished_ = 0;
-  std::uint64_t prompt_tokens_ = 0;
-  std::uint64_t hit_tokens_ = 0;
   std::uint64_t last_used_ = 0;
   std::uint64_t last_free_ = 0;
   std::uint64_t peak_used_ = 0;

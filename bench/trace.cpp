@@ -75,9 +75,11 @@ std::vector<token_id> tokens(const nlohmann::json& obj, const char* name,
     auto& t = v[i];
     auto limit = vocab != 0 ? std::uint64_t{vocab} : max_token_ids;
     std::uint64_t id = 0;
+    auto where = std::string{name} + "[" + std::to_string(i) + "]: ";
+    if (!t.is_number_integer() && !t.is_number_unsigned())
+      throw line_error{where + "expected an integer token id" + detail::got(t)};
     if (!detail::non_negative_integer(t, id) || id >= limit)
-      throw line_error{std::string{name} + "[" + std::to_string(i)
-                       + "]: token id out of range [0, "
+      throw line_error{where + "token id out of range [0, "
                        + std::to_string(limit) + ")" + detail::got(t)};
     out.push_back(static_cast<token_id>(id));
   }
@@ -233,9 +235,13 @@ caf::expected<trace> load_trace(const std::string& path) {
         throw line_error{"prompt_len: must be > 0"};
       if (olen == 0)
         throw line_error{"output_len: must be > 0"};
-      if (plen + olen > out.max_model_len)
-        throw line_error{"prompt_len + output_len: " + std::to_string(plen + olen)
-                         + " tokens, more than max_model_len "
+      // (Compared without the sum, which two huge lengths would wrap.)
+      if (plen > out.max_model_len || olen > out.max_model_len - plen)
+        throw line_error{"prompt_len + output_len: "
+                         + (plen > out.max_model_len
+                              ? "prompt_len " + std::to_string(plen) + " alone is"
+                              : std::to_string(plen + olen) + " tokens,")
+                         + " more than max_model_len "
                          + std::to_string(out.max_model_len)};
       r.prompt = tokens(obj, "prompt", plen, out.vocab);
       r.output = tokens(obj, "output", olen, out.vocab);
@@ -263,7 +269,8 @@ caf::error check_fits(const trace& tr, std::uint64_t num_blocks) {
     auto need = (tokens + tr.block_size - 1) / tr.block_size;
     if (need > num_blocks)
       return make_error(errc::invalid_request,
-                        tr.path + ":" + std::to_string(r.line) + ": request "
+                        tr.path + ":" + std::to_string(r.line)
+                          + ": prompt_len + output_len: request "
                           + std::to_string(r.id) + " needs " + std::to_string(need)
                           + " blocks of " + std::to_string(tr.block_size)
                           + " tokens, more than the pool's "

@@ -277,7 +277,9 @@ BOOST_AUTO_TEST_CASE(token_ids_outside_the_vocabulary_are_refused) {
   contains(one(req0_with("[4,5]", "[4,-5]")),
            "FILE:2: output[1]: token id out of range [0, 100)");
   contains(one(req0_with("[4,5]", "[4,true]")),
-           "FILE:2: output[1]: token id out of range [0, 100) (got true)");
+           "FILE:2: output[1]: expected an integer token id (got true)");
+  contains(one(req0_with("[4,5]", "[4,5.5]")),
+           "FILE:2: output[1]: expected an integer token id (got 5.5)");
   contains(one(req0_with("[4,5]", "[4,18446744073709551615]")),
            "FILE:2: output[1]: token id out of range [0, 100) "
            "(got 18446744073709551615)");
@@ -313,6 +315,18 @@ BOOST_AUTO_TEST_CASE(order_ids_and_lengths_are_checked_across_lines) {
                          R"("prompt":[1,1,1,1,1,1,1,1,1,1,1,1,1,1],"output":[2,2,2]})";
   contains(load_error(header + "\n" + long_req + "\n"),
            "FILE:2: prompt_len + output_len: 17 tokens, more than max_model_len 16");
+  // Lengths whose sum wraps around 2^64 are too long as well, and named so
+  // (not found later as a prompt of the wrong length).
+  auto wrap = [&](const std::string& plen, const std::string& olen) {
+    auto r = req0_with(R"("prompt_len":3,"output_len":2)",
+                       R"("prompt_len":)" + plen + R"(,"output_len":)" + olen);
+    return load_error(header + "\n" + r + "\n");
+  };
+  contains(wrap("18446744073709551615", "2"),
+           "FILE:2: prompt_len + output_len: prompt_len 18446744073709551615 alone "
+           "is more than max_model_len 16");
+  contains(wrap("3", "18446744073709551614"),
+           "FILE:2: prompt_len + output_len: ");
 }
 
 BOOST_AUTO_TEST_CASE(check_fits_refuses_a_request_larger_than_the_pool) {
@@ -324,8 +338,8 @@ BOOST_AUTO_TEST_CASE(check_fits_refuses_a_request_larger_than_the_pool) {
   auto err = check_fits(*tr, 1);
   BOOST_REQUIRE(err);
   BOOST_TEST(err.code() == static_cast<std::uint8_t>(errc::invalid_request));
-  contains(render(err), f.path + ":3: request 7 needs 2 blocks of 4 tokens, "
-                                 "more than the pool's 1");
+  contains(render(err), f.path + ":3: prompt_len + output_len: request 7 needs 2 "
+                                 "blocks of 4 tokens, more than the pool's 1");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
