@@ -250,13 +250,13 @@ caf::error object_reader::range(const char* key, std::uint32_t& min,
   constexpr std::uint64_t limit = 1u << 24;
   if (lo < least)
     return fail_(field(key), "min must be >= " + std::to_string(least)
-                               + got(*value));
+                               + " (got " + std::to_string(lo) + ")");
   if (lo > hi)
     return fail_(field(key), "min " + std::to_string(lo) + " > max "
                                + std::to_string(hi));
   if (hi > limit)
     return fail_(field(key), "max must be at most " + std::to_string(limit)
-                               + got(*value));
+                               + " (got " + std::to_string(hi) + ")");
   min = static_cast<std::uint32_t>(lo);
   max = static_cast<std::uint32_t>(hi);
   return caf::none;

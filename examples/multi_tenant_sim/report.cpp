@@ -139,8 +139,10 @@ std::vector<std::uint64_t> steps_at_levels(const sim_outcome& r) {
 /// A tenant name fit for a CSV header and a gnuplot string.
 std::string safe_name(const std::string& name) {
   std::string out;
-  for (auto c : name)
-    out += (c == ',' || c == '"' || c == '\\' || c == '\n') ? '_' : c;
+  for (auto c : name) {
+    auto u = static_cast<unsigned char>(c);
+    out += (c == ',' || c == '"' || c == '\\' || u < 0x20 || u == 0x7f) ? '_' : c;
+  }
   return out;
 }
 

@@ -26,7 +26,7 @@ caf::error read_burst(const json& obj, const std::string& path,
   caf::error err;
   (err = r.check_keys({"period", "duration", "rate"}))
     || (err = r.count("period", out.period, 1, true))
-    || (err = r.count("duration", out.duration, 0, true))
+    || (err = r.count("duration", out.duration, 1, true))
     || (err = r.number("rate", out.rate, 0, 1e6, true));
   if (!err && out.duration > out.period)
     err = fail(join_path(path, "duration"),
@@ -252,6 +252,11 @@ caf::error read_scenario(const json& root, const error_maker& fail,
   }
   if (out.workloads.empty())
     return fail("workloads", "names no tenant: nothing would arrive");
+  auto sends = [](const workload_config& w) {
+    return w.rate > 0 || (w.burst.period != 0 && w.burst.rate > 0);
+  };
+  if (std::none_of(out.workloads.begin(), out.workloads.end(), sends))
+    return fail("workloads", "every rate is 0, bursts' too: nothing would arrive");
   return check_fits(out, out.cache.num_gpu_blocks);
 }
 

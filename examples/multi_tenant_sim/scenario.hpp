@@ -86,7 +86,7 @@
 //       "burst": {             optional: a higher rate for `duration` steps at
 //         "period": 500,         the start of every `period` steps; all
 //         "duration": 50,        three keys required (period >= 1,
-//         "rate": 1.5            duration <= period, rate >= 0).
+//         "rate": 1.5            1 <= duration <= period, rate >= 0).
 //       },
 //       "prompt_len": [32, 256], (required) the request's own prompt tokens,
 //                              uniform in [min, max] (or one number), >= 1;
@@ -113,6 +113,13 @@
 //     }
 //   }
 // }
+//
+// Bounds, beyond the minimums above: rates at most 1e6 per step; lengths
+// (prompt_len, output_len, system_prompts.len) at most 2^24 tokens;
+// system_prompts.count at most 65536, count x len.max at most 2^28 tokens;
+// vocab_size at most 2^31. output_dir is relative to the working directory.
+// The run keeps one sample per step (~100-200 bytes with a few tenants)
+// for the time series and the step round trips' percentiles.
 //
 // Every request's longest sequence (system prompt + prompt + output) must fit
 // in its tenant's max_blocks, and in the pool less the other tenants'

@@ -44,7 +44,9 @@ workload_generator::workload_generator(const scenario& s) : scenario_(s) {
                       name >> 32, std::uint64_t{0x6b76}};
     src.rng.seed(seq);
     auto& sp = w.system_prompts;
-    if (!sp.tokens.empty()) {
+    if (sp.share <= 0) {
+      // None is ever chosen: none is made (count x len may be 2^28 tokens).
+    } else if (!sp.tokens.empty()) {
       src.system_prompts = sp.tokens;
     } else {
       for (std::uint32_t k = 0; k < sp.count; ++k)

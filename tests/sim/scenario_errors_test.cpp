@@ -298,6 +298,23 @@ BOOST_AUTO_TEST_CASE(ranges_with_min_above_max_are_refused) {
                            "\"rate\": 0.5,\n\"burst\": {\"period\": 5, \"duration\": 6, "
                            "\"rate\": 1},"),
               "\"burst\"", "workloads.a.burst.duration", "must be <= period (5)");
+  check_error(replace_once(base, "\"output_len\": [2, 6],", "\"output_len\": [0, 6],"),
+              "\"output_len\": [0", "workloads.a.output_len", "min must be >= 1 (got 0)");
+}
+
+BOOST_AUTO_TEST_CASE(a_scenario_where_nothing_can_arrive_is_refused) {
+  // A burst that lasts no step never fires.
+  check_error(replace_once(base, "\"rate\": 0.5,",
+                           "\"rate\": 0.5,\n\"burst\": {\"period\": 5, \"duration\": 0, "
+                           "\"rate\": 1},"),
+              "\"burst\"", "workloads.a.burst.duration", "must be >= 1");
+  // Every rate 0 (a burst with rate 0 too): the run would only count steps.
+  auto idle = replace_once(replace_once(base, "\"rate\": 0.5,", "\"rate\": 0,\n\"burst\": "
+                                              "{\"period\": 5, \"duration\": 1, \"rate\": 0},"),
+                           "\"b\": {\"rate\": 0.25,", "\"b\": {\"rate\": 0,");
+  check_error(idle, "\"workloads\"", "workloads", "nothing would arrive");
+  // One tenant idle beside one that sends is a scenario like any other.
+  parse_ok(replace_once(base, "\"b\": {\"rate\": 0.25,", "\"b\": {\"rate\": 0,"));
 }
 
 BOOST_AUTO_TEST_CASE(a_request_that_could_never_fit_is_refused) {
