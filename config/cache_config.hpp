@@ -164,7 +164,9 @@ caf::expected<cache_config> load_config(const std::string& path);
 /// Validates a config built in code (the same checks as parse_config).
 caf::error validate(const cache_config& cfg);
 
-/// The embedded default config as JSON text (what `make run` uses).
+/// The embedded default config as JSON text: DESIGN.md's config with a
+/// small model, 256 blocks on host storage. examples/lifecycle runs on it;
+/// `make run` uses its scenario's own cache.
 const char* default_config_json() noexcept;
 
 /// `cfg` as JSON, with every key; parse_config(to_json(cfg)) == cfg.
