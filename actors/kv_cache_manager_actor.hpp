@@ -1,7 +1,9 @@
 // The manager actor: kvactor's front door. It validates requests, spawns one
 // request_handle actor per request, keeps the registry request id -> handle,
-// answers the manager-level questions and runs the batched step message. It
-// spawns (and on exit stops) the block pool and the supervisor.
+// answers the manager-level questions and forwards the batched step message
+// to the pool's step lane. It spawns (and on exit stops) the supervisor;
+// spawn_kv_cache spawns the block pool and the device actor beside it, and
+// the manager stops them as it exits.
 #pragma once
 
 #include <memory>

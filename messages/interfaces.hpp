@@ -53,6 +53,7 @@ using supervisor_actor = caf::typed_actor<
   // Subscribe an actor to (pressure_atom, pressure_event) messages; replies
   // with the current level.
   caf::replies_to<subscribe_atom, caf::actor>::with<memory_pressure>,
+  // Stop sending that actor pressure messages.
   caf::reacts_to<unsubscribe_atom, caf::actor>,
   // The current level.
   caf::replies_to<pressure_atom>::with<memory_pressure>,
@@ -73,6 +74,8 @@ using block_pool_actor = caf::typed_actor<
   // step. The manager's to ask (schedulers admit through steps). Errors: as
   // the manager's allocate, and invalid_request from anyone else.
   caf::replies_to<allocate_atom, allocation_request>::with<admission>,
+  // Whether that allocate would succeed now; changes nothing (but drops
+  // pins past their deadline, as allocate would).
   caf::replies_to<can_alloc_atom, allocation_request>::with<bool>,
   // From a handle: grow (request id, cache id, n, token ids - optional,
   // empty = unnamed). The cache id names the incarnation the handle serves:
@@ -124,6 +127,8 @@ using block_pool_actor = caf::typed_actor<
   // handle knows the bytes per block). Error: invalid_handle once that
   // incarnation ended.
   caf::replies_to<stats_atom, request_id, std::uint64_t>::with<cache_handle_stats>,
+  // The pool's occupancy (blocks used, cached, requests live), counters and
+  // per-tenant usage.
   caf::replies_to<stats_atom>::with<pool_stats>,
   // Evict up to n cached blocks; replies with how many.
   caf::replies_to<evict_atom, std::uint32_t>::with<std::uint32_t>,
@@ -135,6 +140,7 @@ using block_pool_actor = caf::typed_actor<
   caf::reacts_to<subscribe_atom, supervisor_actor>,
   // KV events: (kv_event_atom, kv_event_batch) to each subscriber.
   caf::reacts_to<subscribe_atom, topic, caf::actor>,
+  // Stop sending that actor KV events.
   caf::reacts_to<unsubscribe_atom, topic, caf::actor>,
   // Swap, first phase (request id, cache id): reserve the other side's
   // blocks, reply the moves for the device. Errors: unknown_request,
@@ -174,6 +180,8 @@ using device_actor = caf::typed_actor<
   // A request's tokens of one layer, contiguous: (layer, blocks, tokens).
   caf::replies_to<gather_atom, std::uint32_t, std::vector<block_id>,
                   std::uint64_t>::with<gathered_kv>,
+  // What the storage is: kind, device, device and host blocks, bytes per
+  // block.
   caf::replies_to<info_atom>::with<storage_info>,
   // Internal: some submitted work completed (the storage's wake).
   caf::reacts_to<done_atom>,
@@ -217,11 +225,15 @@ using kv_cache_manager_actor = caf::typed_actor<
                                                            block_table>,
   // Whether allocate would succeed now.
   caf::replies_to<can_alloc_atom, allocation_request>::with<bool>,
+  // The cache's counters (KvCacheManager::stats).
   caf::replies_to<stats_atom>::with<cache_manager_stats>,
+  // Runs the supervisor's GC now and replies with what it did.
   caf::replies_to<gc_atom>::with<cache_gc_stats>,
   // A live request's handle. Error: unknown_request.
   caf::replies_to<lookup_atom, request_id>::with<request_handle_actor, request_info>,
+  // Every live request's handle (KvCacheManager::list_handles).
   caf::replies_to<list_atom>::with<std::vector<handle_entry>>,
+  // A live request's block table. Error: unknown_request.
   caf::replies_to<table_atom, request_id>::with<block_table>,
   // One scheduler step in one round trip (messages/step.hpp), forwarded to
   // the pool, which replies. The admits' device must be the cache's unless
