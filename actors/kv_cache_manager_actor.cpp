@@ -1,7 +1,8 @@
 // kv_cache_manager actor: its behavior (request validation, the handlers
 // of the front door; steps go to the pool, which reports their effects on
-// the registry here). The registry helpers - adding a request, and ending
-// one (free, reclaim, preempt: a pool round trip, then end_request) - are in
+// the registry here). The registry helpers - adding a request, ending one
+// (free, reclaim, preempt: a pool round trip, then end_request), GC's sweep
+// for orphans - are in
 // kv_cache_manager_registry.cpp, the swap in kv_cache_manager_swap.cpp, the
 // state they share in kv_cache_manager_state.hpp; spawn_kv_cache, which
 // assembles a cache around it, in kv_cache_spawn.cpp.
@@ -26,6 +27,46 @@
 #include "kvactor/messages/error.hpp"
 
 namespace kvactor::detail {
+
+namespace {
+
+/// The manager's stats: the pool's, in bytes too, with the level heard.
+cache_manager_stats manager_stats(const manager_state& st, pool_stats p) {
+  cache_manager_stats s;
+  auto bpb = st.store.bytes_per_block;
+  s.total_blocks = p.total_blocks;
+  s.free_blocks = p.total_blocks - p.used_blocks;
+  s.cached_blocks = p.cached_blocks;
+  s.total_memory_bytes = p.total_blocks * bpb;
+  s.used_memory_bytes = p.used_blocks * bpb;
+  s.active_caches = p.active_requests;
+  s.cache_hit_rate = p.query_tokens == 0
+                       ? 0.0
+                       : static_cast<double>(p.hit_tokens)
+                           / static_cast<double>(p.query_tokens);
+  s.eviction_count = p.evictions;
+  s.allocation_count = p.allocations;
+  s.allocation_failures = p.allocation_failures;
+  s.pressure = st.pressure;
+  s.preemption_count = p.preemptions;
+  s.block_size = st.cfg.block_size;
+  s.prefix_query_tokens = p.query_tokens;
+  s.prefix_hit_tokens = p.hit_tokens;
+  s.host_total_blocks = p.host_total_blocks;
+  s.host_free_blocks = p.host_free_blocks;
+  s.swap_out_count = p.swap_outs;
+  s.swap_in_count = p.swap_ins;
+  s.swap_in_shared_blocks = p.swap_in_shared;
+  s.tenants = std::move(p.tenants);
+  s.blocks_allocated = p.blocks_allocated;
+  s.prefix_hit_blocks = p.prefix_hit_blocks;
+  s.blocks_freed = p.blocks_freed;
+  s.blocks_cached = p.blocks_cached;
+  s.cow_copies = p.cow_copies;
+  return s;
+}
+
+} // namespace
 
 kv_cache_manager_actor::behavior_type
 manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
@@ -203,45 +244,12 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       return self->delegate(st.pool, can_alloc_atom::value, req);
     },
     [self](stats_atom) -> caf::result<cache_manager_stats> {
-      auto& st = self->state;
       auto rp = owe(self, self->make_response_promise<cache_manager_stats>(),
                     "stats");
-      self->request(st.pool, caf::infinite, stats_atom::value)
+      self->request(self->state.pool, caf::infinite, stats_atom::value)
         .then(
           [self, rp](pool_stats& p) mutable {
-            auto& st = self->state;
-            cache_manager_stats s;
-            auto bpb = st.store.bytes_per_block;
-            s.total_blocks = p.total_blocks;
-            s.free_blocks = p.total_blocks - p.used_blocks;
-            s.cached_blocks = p.cached_blocks;
-            s.total_memory_bytes = p.total_blocks * bpb;
-            s.used_memory_bytes = p.used_blocks * bpb;
-            s.active_caches = p.active_requests;
-            s.cache_hit_rate = p.query_tokens == 0
-                                 ? 0.0
-                                 : static_cast<double>(p.hit_tokens)
-                                     / static_cast<double>(p.query_tokens);
-            s.eviction_count = p.evictions;
-            s.allocation_count = p.allocations;
-            s.allocation_failures = p.allocation_failures;
-            s.pressure = st.pressure;
-            s.preemption_count = p.preemptions;
-            s.block_size = st.cfg.block_size;
-            s.prefix_query_tokens = p.query_tokens;
-            s.prefix_hit_tokens = p.hit_tokens;
-            s.host_total_blocks = p.host_total_blocks;
-            s.host_free_blocks = p.host_free_blocks;
-            s.swap_out_count = p.swap_outs;
-            s.swap_in_count = p.swap_ins;
-            s.swap_in_shared_blocks = p.swap_in_shared;
-            s.tenants = std::move(p.tenants);
-            s.blocks_allocated = p.blocks_allocated;
-            s.prefix_hit_blocks = p.prefix_hit_blocks;
-            s.blocks_freed = p.blocks_freed;
-            s.blocks_cached = p.blocks_cached;
-            s.cow_copies = p.cow_copies;
-            rp.deliver(std::move(s));
+            rp.deliver(manager_stats(self->state, std::move(p)));
           },
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
       return rp.promise();
@@ -385,57 +393,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       reclaim_request(self, id, cache_id);
     },
     [self](reclaim_atom) -> caf::result<cache_gc_stats> {
-      auto& st = self->state;
-
-      auto rp = owe(self, self->make_response_promise<cache_gc_stats>(),
-                    "reclaim");
-      self->request(st.pool, caf::infinite, list_atom::value)
-        .then(
-          [self, rp](std::vector<std::pair<request_id, std::uint64_t>>& live) mutable {
-            // Pool replies arrive in order: every admission the pool made
-            // before this list has already been registered here, so a live
-            // request missing from the registry is a true orphan.
-            auto& st = self->state;
-            auto stats = std::make_shared<cache_gc_stats>();
-            auto pending = std::make_shared<std::size_t>(0);
-            auto failed = std::make_shared<caf::error>(); // the first error
-            auto answer = [stats, failed](auto& p) {
-              if (*failed)
-                p.deliver(*failed);
-              else
-                p.deliver(*stats);
-            };
-            for (auto& [id, cache_id] : live) {
-              auto i = st.registry.find(id);
-              if (i != st.registry.end() && i->second.info.cache_id == cache_id)
-                continue;
-              ++*pending;
-              self->request(st.pool, caf::infinite, reclaim_atom::value, id,
-                            cache_id)
-                .then(
-                  [self, rp, stats, pending, answer](bool found,
-                                                     std::uint32_t released) mutable {
-                    if (found) {
-                      stats->caches_freed += 1;
-                      stats->blocks_reclaimed += released;
-                      stats->memory_freed
-                        += released * self->state.store.bytes_per_block;
-                    }
-                    if (--*pending == 0)
-                      answer(rp);
-                  },
-                  [rp, pending, failed, answer](caf::error& err) mutable {
-                    if (!*failed)
-                      *failed = std::move(err);
-                    if (--*pending == 0)
-                      answer(rp);
-                  });
-            }
-            if (*pending == 0)
-              rp.deliver(*stats);
-          },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
-      return rp.promise();
+      return reclaim_orphans(self);
     },
     [self](pressure_atom, const pressure_event& ev) {
       self->state.pressure = ev.level;

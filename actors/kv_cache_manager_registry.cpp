@@ -1,10 +1,14 @@
 // The manager's registry: request id -> handle actor, its parameters and
 // its owner (monitored once per owner); how a request ends through the
-// manager (free, reclaim, preempt: the pool first, then the registry), and
-// the lifecycle notifications sent when it does.
+// manager (free, reclaim, preempt: the pool first, then the registry), the
+// lifecycle notifications sent when it does, and GC's sweep for requests the
+// pool holds that the registry does not know.
 #include "kvactor/actors/kv_cache_manager_state.hpp"
 
 #include <algorithm>
+#include <memory>
+#include <utility>
+#include <vector>
 
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>
@@ -126,6 +130,57 @@ caf::result<std::uint32_t> preempt_request(mgr_ptr self, request_id id,
       [self, rp, id, by_owner](std::uint32_t released) mutable {
         end_request(self, id, end_reason::preempted, released, !by_owner);
         rp.deliver(released);
+      },
+      [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  return rp.promise();
+}
+
+caf::result<cache_gc_stats> reclaim_orphans(mgr_ptr self) {
+  auto rp = owe(self, self->make_response_promise<cache_gc_stats>(),
+                "reclaim");
+  self->request(self->state.pool, caf::infinite, list_atom::value)
+    .then(
+      [self, rp](std::vector<std::pair<request_id, std::uint64_t>>& live) mutable {
+        // Pool replies arrive in order: every admission the pool made
+        // before this list has already been registered here, so a live
+        // request missing from the registry is a true orphan.
+        auto& st = self->state;
+        auto stats = std::make_shared<cache_gc_stats>();
+        auto pending = std::make_shared<std::size_t>(0);
+        auto failed = std::make_shared<caf::error>(); // the first error
+        auto answer = [stats, failed](auto& p) {
+          if (*failed)
+            p.deliver(*failed);
+          else
+            p.deliver(*stats);
+        };
+        for (auto& [id, cache_id] : live) {
+          auto i = st.registry.find(id);
+          if (i != st.registry.end() && i->second.info.cache_id == cache_id)
+            continue;
+          ++*pending;
+          self->request(st.pool, caf::infinite, reclaim_atom::value, id, cache_id)
+            .then(
+              [self, rp, stats, pending, answer](bool found,
+                                                 std::uint32_t released) mutable {
+                if (found) {
+                  stats->caches_freed += 1;
+                  stats->blocks_reclaimed += released;
+                  stats->memory_freed
+                    += released * self->state.store.bytes_per_block;
+                }
+                if (--*pending == 0)
+                  answer(rp);
+              },
+              [rp, pending, failed, answer](caf::error& err) mutable {
+                if (!*failed)
+                  *failed = std::move(err);
+                if (--*pending == 0)
+                  answer(rp);
+              });
+        }
+        if (*pending == 0)
+          rp.deliver(*stats);
       },
       [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
   return rp.promise();

@@ -90,6 +90,12 @@ caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
 /// its handle went) and ends the registry entry if the pool did.
 void reclaim_request(mgr_ptr self, request_id id, std::uint64_t cache_id);
 
+/// GC's sweep (the supervisor's `reclaim_atom`): ends every request the
+/// pool holds that the registry does not (an allocate whose caller gave up
+/// before its handle was made, say). Reply: what was reclaimed, or the
+/// first error.
+caf::result<cache_gc_stats> reclaim_orphans(mgr_ptr self);
+
 /// Preempts registered request `id` (entry `e`); its owner is told unless
 /// it asked.
 caf::result<std::uint32_t> preempt_request(mgr_ptr self, request_id id,
