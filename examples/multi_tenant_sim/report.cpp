@@ -136,6 +136,22 @@ std::vector<std::uint64_t> steps_at_levels(const sim_outcome& r) {
   return out;
 }
 
+/// A workload's system prompts as the run used them: generated (count,
+/// len) or given (count and the lengths of the token lists, "given": true).
+json system_prompts_json(const system_prompt_config& sp) {
+  if (sp.tokens.empty())
+    return {{"count", sp.count}, {"len", {sp.len.min, sp.len.max}},
+            {"share", sp.share}};
+  std::size_t lo = sp.tokens.front().size();
+  std::size_t hi = lo;
+  for (auto& t : sp.tokens) {
+    lo = std::min(lo, t.size());
+    hi = std::max(hi, t.size());
+  }
+  return {{"count", sp.tokens.size()}, {"len", {lo, hi}}, {"given", true},
+          {"share", sp.share}};
+}
+
 /// A tenant name fit for a CSV header and a gnuplot string.
 std::string safe_name(const std::string& name) {
   std::string out;
@@ -185,9 +201,7 @@ std::string report_json(const scenario& s, const sim_outcome& r) {
                  {"rate", w.burst.rate}}},
       {"prompt_len", {w.prompt_len.min, w.prompt_len.max}},
       {"output_len", {w.output_len.min, w.output_len.max}},
-      {"system_prompts", {{"count", w.system_prompts.count},
-                          {"len", {w.system_prompts.len.min, w.system_prompts.len.max}},
-                          {"share", w.system_prompts.share}}},
+      {"system_prompts", system_prompts_json(w.system_prompts)},
       {"priority", to_string(w.priority)},
       {"vocab_size", w.vocab_size}});
   json out{

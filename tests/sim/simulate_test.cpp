@@ -211,6 +211,8 @@ BOOST_AUTO_TEST_CASE(reports_are_written_and_agree_with_the_outcome) {
   temp_dir dir;
   auto s = small("host", 4);
   s.output_dir = (dir.path / "nested" / "out").string(); // created if missing
+  s.workloads[1].system_prompts.tokens = {{1, 2, 3}, {4}}; // given, not made
+  s.workloads[1].system_prompts.share = 0.5;
   auto r = run(s);
   check_completed(s, r);
   std::ostringstream log;
@@ -232,6 +234,11 @@ BOOST_AUTO_TEST_CASE(reports_are_written_and_agree_with_the_outcome) {
   BOOST_TEST(rep["run"]["storage"].get<std::string>() == "host");
   BOOST_TEST(rep["scenario"]["seed"].get<std::uint64_t>() == s.seed);
   BOOST_TEST(rep["scenario"]["steps"].get<std::uint64_t>() == s.steps);
+  // System prompts as the run used them: made (count, len), or given.
+  auto& made = rep["scenario"]["workloads"][0]["system_prompts"];
+  BOOST_TEST(made.dump() == R"({"count":2,"len":[8,16],"share":0.5})");
+  auto& given = rep["scenario"]["workloads"][1]["system_prompts"];
+  BOOST_TEST(given.dump() == R"({"count":2,"given":true,"len":[1,3],"share":0.5})");
   BOOST_REQUIRE_EQUAL(rep["tenants"].size(), r.tenants.size());
   std::uint64_t arrived = 0;
   for (std::size_t i = 0; i < r.tenants.size(); ++i) {
