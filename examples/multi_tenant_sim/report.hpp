@@ -1,6 +1,6 @@
 // report: what a run did, for people and for programs - the summary table
 // (stdout), report.json, timeseries.csv and usage.png (drawn by gnuplot from
-// usage.gp, which is kept so the plot can be redrawn or edited).
+// usage.gp, which is kept so the plot can be redrawn or edited; plot.hpp).
 #pragma once
 
 #include <ostream>

@@ -1,0 +1,126 @@
+// plot: the gnuplot script of a run (usage.gp) and its drawing (usage.png).
+#include "plot.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+#include <system_error>
+
+namespace kvactor::sim {
+
+namespace {
+
+/// `x` as one word for /bin/sh.
+std::string shell_quote(const std::string& x) {
+  std::string out = "'";
+  for (auto c : x)
+    out += c == '\'' ? std::string{"'\\''"} : std::string(1, c);
+  return out + "'";
+}
+
+/// The right axis of the pressure panel counts requests: whole-number
+/// tics, about eight of them over its range (preempted per step, and
+/// requests swapped out when the scenario swaps).
+std::uint64_t whole_tic_step(const sim_outcome& r, bool swaps) {
+  std::uint64_t top = 1;
+  for (auto& s : r.samples)
+    top = std::max<std::uint64_t>({top, s.preempted, swaps ? s.swapped : 0});
+  return (top + 7) / 8;
+}
+
+} // namespace
+
+/// Three panels over steps: blocks (in use, cached, per tenant), the
+/// pressure level with preemptions, the cumulative prefix hit rate.
+std::string gnuplot_script(const scenario& s, const sim_outcome& r) {
+  constexpr int tenant_col = 15; // first per-tenant column of the CSV
+  std::ostringstream gp;
+  gp << "# usage.gp: draws usage.png from timeseries.csv; rerun with\n"
+        "#   gnuplot usage.gp\n"
+        "# in this directory.\n"
+        "set datafile separator \",\"\n"
+        "if (strstrt(GPVAL_TERMINALS, \"pngcairo\") > 0) {\n"
+        "  set terminal pngcairo size 1280,1100 font \"sans,10\"\n"
+        "} else {\n"
+        "  set terminal png size 1280,1100\n"
+        "}\n"
+        "set termoption noenhanced\n"
+        "set output \"usage.png\"\n"
+        "f = \"timeseries.csv\"\n"
+        "set multiplot layout 3,1 title \"kvactor multi_tenant_sim: "
+     << safe_name(s.source) << " (" << r.effective.num_gpu_blocks
+     << " blocks, storage " << r.storage << ")\"\n"
+     << "set grid\n"
+        "set autoscale xfixmax\n"
+        "set key outside right top\n"
+        "set lmargin 12\n"
+        // Room for the key and the pressure panel's right axis, the same
+        // in every panel so that their steps line up.
+        "set rmargin 34\n"
+        "set title \"blocks in use and cached\"\n"
+        "set ylabel \"blocks\"\n"
+        "set yrange [0:*]\n"
+        "plot f skip 1 using 1:8 with lines lw 2 title \"in use\", \\\n"
+        "     f skip 1 using 1:9 with lines lw 1 title \"cached (free)\", \\\n"
+        "     f skip 1 using 1:10 with lines dt 2 lc rgb \"black\" title \"total\"";
+  for (std::size_t w = 0; w < r.tenants.size(); ++w)
+    gp << ", \\\n     f skip 1 using 1:" << tenant_col + 3 * w + 2
+       << " with lines lw 1.5 dt 2 title \"" << safe_name(r.tenants[w].name)
+       << "\"";
+  gp << "\n"
+        "set title \"pressure level (as the scheduler heard it) and preemptions\"\n"
+        "set ylabel \"level\"\n"
+        "set yrange [-0.3:3.3]\n"
+        "set ytics (\"low\" 0, \"medium\" 1, \"high\" 2, \"critical\" 3)\n"
+        "set y2label \"requests\"\n"
+        "set y2range [0:*]\n"
+     << "set y2tics " << whole_tic_step(r, s.preemption == preemption_mode::swap)
+     << " format \"%.0f\"\n"
+     << "plot f skip 1 using 1:13 with steps lw 2 title \"pressure\", \\\n"
+        "     f skip 1 using 1:7 axes x1y2 with impulses title \"preempted this step\"";
+  if (s.preemption == preemption_mode::swap)
+    gp << ", \\\n     f skip 1 using 1:4 axes x1y2 with lines title \"swapped out\"";
+  gp << "\n"
+        "unset y2tics\n"
+        "unset y2label\n"
+        "set title \"cumulative prefix hit rate\"\n"
+        "set ylabel \"% of prefilled prompt tokens\"\n"
+        "set yrange [0:100]\n"
+        "set ytics auto\n"
+        "set xlabel \"step\"\n"
+        "plot f skip 1 using 1:($14*100) with lines lw 2 title \"hit rate\"\n"
+        "unset multiplot\n";
+  return gp.str();
+}
+
+std::string safe_name(const std::string& name) {
+  std::string out;
+  for (auto c : name) {
+    auto u = static_cast<unsigned char>(c);
+    out += (c == ',' || c == '"' || c == '\\' || u < 0x20 || u == 0x7f) ? '_' : c;
+  }
+  return out;
+}
+
+
+bool draw_plot(const std::filesystem::path& dir, std::ostream& log) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    log << "gnuplot is not installed: usage.png not drawn (apt-get install "
+           "gnuplot-nox, then run gnuplot usage.gp in "
+        << dir.string() << ")\n";
+    return false;
+  }
+  // "--": a directory named "-x" is not an option to cd.
+  auto cmd = "cd -- " + shell_quote(dir.string())
+             + " && gnuplot usage.gp > gnuplot.log 2>&1";
+  if (std::system(cmd.c_str()) != 0) {
+    log << "gnuplot failed: usage.png not drawn (see "
+        << (dir / "gnuplot.log").string() << ")\n";
+    return false;
+  }
+  std::error_code ec;
+  std::filesystem::remove(dir / "gnuplot.log", ec);
+  return true;
+}
+
+} // namespace kvactor::sim
