@@ -94,11 +94,11 @@ blocking_bridge::call(const caf::strong_actor_ptr& dest, caf::message msg,
   // The caller keeps a reference to the request's content until the reply
   // is in: its memory - a 2 KB prompt, say - is then mostly freed here, on
   // the thread that allocated it (unless the worker drops its reference
-  // after the reply: then by the worker, as before). Freed by the worker, a chunk past glibc's
-  // per-thread cache went back to this thread's arena under its lock,
-  // which this thread was taking at the same moment for its next call's
-  // allocation: a futex wake or wait (~1-2 us here) on most prompted
-  // allocates. A handler that takes the content by mutable reference
+  // after the reply: then by the worker, as before). Freed by the worker,
+  // a chunk past glibc's per-thread cache went back to this thread's arena
+  // under its lock, which this thread was taking at the same moment for its
+  // next call's allocation: a futex wake or wait (~1-2 us here) on most
+  // prompted allocates. A handler that takes the content by mutable reference
   // copies it (CAF's copy on write), on its own thread and arena.
   caf::message keep = msg;
   dest->enqueue(caf::make_mailbox_element(companion_, caf::make_message_id(id),

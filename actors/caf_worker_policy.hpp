@@ -211,7 +211,7 @@ private:
   static bool awake_and_free(worker_data& w) {
     auto since = w.busy_since.load(std::memory_order_relaxed);
     if (since == 0)
-      return true; // polling, or going to sleep: the enqueue wakes it
+      return true; // polling, or asleep: the enqueue wakes it
     if (!w.queue.empty())
       return false;
     auto now = std::chrono::steady_clock::now().time_since_epoch().count();

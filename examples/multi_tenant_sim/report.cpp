@@ -369,14 +369,11 @@ caf::error prepare_output_dir(const scenario& s,
   namespace fs = std::filesystem;
   fs::path dir{s.output_dir};
   std::error_code ec;
-  if (created != nullptr) {
-    std::vector<std::string> missing; // innermost first
+  if (created != nullptr) // the ones missing now, innermost first
     for (auto p = fs::absolute(dir, ec).lexically_normal();
          !ec && !p.empty() && !fs::exists(p, ec) && p != p.parent_path();
          p = p.parent_path())
-      missing.push_back(p.string());
-    created->insert(created->end(), missing.rbegin(), missing.rend());
-  }
+      created->push_back(p.string());
   fs::create_directories(dir, ec);
   if (ec)
     return make_error(errc::invalid_config,
@@ -395,8 +392,8 @@ caf::error prepare_output_dir(const scenario& s,
 
 void remove_created_dirs(const std::vector<std::string>& created) {
   std::error_code ec;
-  for (auto i = created.rbegin(); i != created.rend(); ++i)
-    std::filesystem::remove(*i, ec); // only removes an empty directory
+  for (auto& dir : created)
+    std::filesystem::remove(dir, ec); // only removes an empty directory
 }
 
 caf::expected<std::vector<std::string>>

@@ -17,7 +17,7 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r);
 
 /// Creates s.output_dir and checks that a file can be written there: called
 /// before a run, so that a long simulation never ends unable to report.
-/// The directories it made are added to `created` (outermost first), for
+/// The directories it made are added to `created` (innermost first), for
 /// remove_created_dirs should the run not start. Error: invalid_config
 /// naming the directory and why.
 caf::error prepare_output_dir(const scenario& s,

@@ -175,12 +175,13 @@ caf::error read_cache(const json& obj, const error_maker& fail,
               text.substr(colon + 2));
 }
 
-caf::error note_cache_lines(const json& obj, const line_index& lines,
-                            std::map<std::string, int>& out) {
-  out[""] = lines.line_of("cache");
+/// The line of each key of the cache object, and under "" its own.
+std::map<std::string, int> cache_lines_of(const json& obj,
+                                          const line_index& lines) {
+  std::map<std::string, int> out{{"", lines.line_of("cache")}};
   for (auto& item : obj.items())
     out[item.key()] = lines.line_of("cache." + item.key());
-  return caf::none;
+  return out;
 }
 
 caf::error read_scenario(const json& root, const error_maker& fail,
@@ -198,7 +199,6 @@ caf::error read_scenario(const json& root, const error_maker& fail,
                        "verify_every", "workloads"}))
     || (err = r.object("cache", cache, true))
     || (err = read_cache(*cache, fail, out.cache))
-    || (err = note_cache_lines(*cache, fail.lines, out.cache_lines))
     || (err = r.count("steps", out.steps, 1, true))
     || (err = r.boolean("drain", out.drain))
     || (err = r.count("seed", out.seed, 0, false))
@@ -211,6 +211,7 @@ caf::error read_scenario(const json& root, const error_maker& fail,
     || (err = r.object("workloads", workloads, true));
   if (err)
     return err;
+  out.cache_lines = cache_lines_of(*cache, fail.lines);
   if (out.output_dir.empty())
     return fail("output_dir", "must not be empty");
   out.output_dir_origin =
