@@ -5,7 +5,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <unordered_set>
 #include <vector>
 
@@ -24,16 +23,27 @@ caf::expected<std::ifstream> open_text_file(const std::string& path,
   return in;
 }
 
-caf::expected<std::string> read_text_file(const std::string& path) {
+caf::expected<std::string> read_text_file(const std::string& path,
+                                          std::size_t max_bytes) {
   auto opened = open_text_file(path);
   if (!opened)
     return std::move(opened.error());
   auto& in = *opened;
-  std::string text{std::istreambuf_iterator<char>{in},
-                   std::istreambuf_iterator<char>{}};
+  // In chunks, so a device or a huge file stops at the limit instead of
+  // growing the string until the allocation throws.
+  std::string text;
+  char chunk[1 << 16];
+  while (in && text.size() <= max_bytes) {
+    in.read(chunk, sizeof chunk);
+    text.append(chunk, static_cast<std::size_t>(in.gcount()));
+  }
   if (in.bad())
     return make_error(errc::invalid_config,
                       path + ": cannot read (" + std::strerror(errno) + ")");
+  if (text.size() > max_bytes)
+    return make_error(errc::invalid_config,
+                      path + ": larger than " + std::to_string(max_bytes)
+                        + " bytes, not a config or scenario file");
   return text;
 }
 

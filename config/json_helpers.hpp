@@ -21,9 +21,17 @@ namespace kvactor::detail {
 caf::expected<std::ifstream> open_text_file(const std::string& path,
                                             errc code = errc::invalid_config);
 
+/// Largest file read_text_file reads: far more than any config or
+/// scenario (a scenario's given system prompts included), and a bound on
+/// the memory a wrong path costs (`/dev/zero` or a log file).
+constexpr std::size_t max_text_file_bytes = std::size_t{64} << 20;
+
 /// The whole file at `path`; invalid_config naming the path if it is a
-/// directory or cannot be opened or read.
-caf::expected<std::string> read_text_file(const std::string& path);
+/// directory, cannot be opened or read, or holds more than `max_bytes`
+/// (read up to one byte past the limit, never the whole of it).
+caf::expected<std::string>
+read_text_file(const std::string& path,
+               std::size_t max_bytes = max_text_file_bytes);
 
 /// Deepest nesting of objects and arrays parse_json reads: far more than
 /// any config, scenario or trace line has, and a bound on the parser's
