@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <memory>
+#include <new>
+#include <string>
 
 #include <caf/actor_system.hpp>
 
@@ -20,11 +22,12 @@ namespace {
 using namespace detail;
 
 block_pool_actor::behavior_type
-block_pool_fun(pool_ptr self, cache_config cfg, std::uint32_t num_blocks,
-               device_actor device, std::shared_ptr<index_hint> hint) {
+block_pool_fun(pool_ptr self, cache_config cfg,
+               std::shared_ptr<block_pool_core> core, device_actor device,
+               std::shared_ptr<index_hint> hint) {
   detail::handle_stray_messages(self);
   auto& st = self->state;
-  st.init(cfg, num_blocks);
+  st.init(cfg, std::move(core));
   st.core().share_index(std::move(hint));
   st.device = std::move(device);
   self->set_down_handler([self](const caf::down_msg& dm) {
@@ -349,11 +352,25 @@ block_pool_fun(pool_ptr self, cache_config cfg, std::uint32_t num_blocks,
 
 } // namespace
 
-block_pool_actor spawn_block_pool(caf::actor_system& sys,
-                                  const cache_config& cfg,
-                                  std::uint32_t num_blocks, device_actor device,
-                                  std::shared_ptr<detail::index_hint> hint) {
-  return sys.spawn(block_pool_fun, cfg, num_blocks, std::move(device),
+caf::expected<block_pool_actor>
+spawn_block_pool(caf::actor_system& sys, const cache_config& cfg,
+                 std::uint32_t num_blocks, device_actor device,
+                 std::shared_ptr<detail::index_hint> hint) {
+  // The pool's bookkeeping (some 70 bytes a block) is allocated here, not
+  // in the actor: a block count this machine cannot hold fails as an error
+  // naming it, not as an actor dead of bad_alloc behind a spawn that
+  // answered.
+  std::shared_ptr<block_pool_core> core;
+  try {
+    core = std::make_shared<block_pool_core>(cfg, num_blocks);
+  } catch (const std::bad_alloc&) {
+    return make_error(errc::invalid_config,
+                      "num_gpu_blocks: no host memory for the block pool's "
+                      "bookkeeping of "
+                        + std::to_string(num_blocks) + " device and "
+                        + std::to_string(cfg.num_host_blocks) + " host blocks");
+  }
+  return sys.spawn(block_pool_fun, cfg, std::move(core), std::move(device),
                    std::move(hint));
 }
 

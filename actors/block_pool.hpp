@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <memory>
 
+#include <caf/expected.hpp>
+
 #include "kvactor/config/cache_config.hpp"
 #include "kvactor/messages/interfaces.hpp"
 
@@ -26,9 +28,12 @@ class index_hint;
 /// for copy-on-write (the pool replies to an extend or step that copied only
 /// once the device has). `hint`, if any, gets the pool's id index for the
 /// actor in front of the pool to prefetch from (index_hint.hpp).
-/// REQUIRES: validate(cfg) passed.
-block_pool_actor spawn_block_pool(caf::actor_system& sys, const cache_config& cfg,
-                                  std::uint32_t num_blocks, device_actor device,
-                                  std::shared_ptr<detail::index_hint> hint = {});
+/// invalid_config naming the block counts, and nothing spawned, when the
+/// host lacks the memory for the pool's bookkeeping.
+/// REQUIRES: validate(cfg) passed; num_blocks <= max_num_blocks.
+caf::expected<block_pool_actor>
+spawn_block_pool(caf::actor_system& sys, const cache_config& cfg,
+                 std::uint32_t num_blocks, device_actor device,
+                 std::shared_ptr<detail::index_hint> hint = {});
 
 } // namespace kvactor

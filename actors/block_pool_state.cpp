@@ -13,10 +13,12 @@
 
 namespace kvactor::detail {
 
-void block_pool_state::init(const cache_config& cfg, std::uint32_t num_blocks) {
+void block_pool_state::init(const cache_config& cfg,
+                            std::shared_ptr<block_pool_core> core) {
   block_size = cfg.block_size;
-  core_ptr = std::make_unique<block_pool_core>(cfg, num_blocks);
-  marks = std::make_unique<pressure_tracker>(cfg.pressure, num_blocks);
+  core_ptr = std::move(core);
+  marks = std::make_unique<pressure_tracker>(cfg.pressure,
+                                             core_ptr->num_blocks());
 }
 
 void block_pool_state::report(block_pool_actor::pointer self) {

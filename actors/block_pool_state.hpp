@@ -21,9 +21,11 @@ namespace kvactor::detail {
 struct block_pool_state {
   static inline const char* name = "kvactor.block_pool";
 
-  // Built in init(): CAF default-constructs the state before the spawn
-  // function sees its arguments.
-  std::unique_ptr<block_pool_core> core_ptr;
+  // Built by spawn_block_pool before the spawn (its allocations, which
+  // grow with the pool, fail there as an error) and handed over in init():
+  // CAF default-constructs the state before the spawn function sees its
+  // arguments.
+  std::shared_ptr<block_pool_core> core_ptr;
   std::unique_ptr<pressure_tracker> marks;
   std::size_t band = 0;
   supervisor_actor supervisor;
@@ -39,7 +41,7 @@ struct block_pool_state {
   lane_ledger lanes; ///< who admitted what through a step
   std::uint32_t block_size = 0;
 
-  void init(const cache_config& cfg, std::uint32_t num_blocks);
+  void init(const cache_config& cfg, std::shared_ptr<block_pool_core> core);
 
   block_pool_core& core() {
     return *core_ptr;

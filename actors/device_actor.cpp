@@ -11,6 +11,7 @@
 #include <cstring>
 #include <deque>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <caf/actor_system.hpp>
@@ -36,11 +37,13 @@ struct device_state {
     std::function<void(caf::error)> finish;
   };
   std::deque<pending> queue;
-  /// Per device block: swap-outs in flight that read it. A slot write
-  /// into such a block is refused - ordered after the read, it would miss
-  /// the host copy and be lost at swap-in.
-  std::vector<std::uint32_t> swapping_out;
-  std::uint64_t swapping_out_total = 0; ///< the sum of swapping_out
+  /// Device blocks that swap-outs in flight read, with how many read
+  /// each. A slot write into such a block is refused - ordered after the
+  /// read, it would miss the host copy and be lost at swap-in. A map, not a
+  /// counter per block: few blocks are in flight at once, and the actor's
+  /// start allocates nothing that grows with the pool (a failure there
+  /// would come after spawn_kv_cache had answered).
+  std::unordered_map<std::uint32_t, std::uint32_t> swapping_out;
   /// A watchdog poll (delayed done_atom) is on its way.
   bool watchdog_armed = false;
   /// Staging for bytes that arrive in or leave in messages (pinned on cuda);
@@ -163,7 +166,6 @@ device_actor::behavior_type device_fun(device_ptr self,
   detail::handle_stray_messages(self);
   auto& st = self->state;
   st.store = std::move(store);
-  st.swapping_out.assign(st.store->layout().num_blocks, 0);
   // Completion callbacks come from a CUDA thread: only post a message.
   st.store->set_wake([addr = self->address()] {
     if (auto strong = caf::actor_cast<caf::strong_actor_ptr>(addr))
@@ -205,19 +207,19 @@ device_actor::behavior_type device_fun(device_ptr self,
         self,
         [&] {
           auto t = self->state.store->swap_out(moves);
-          if (t) {
+          if (t)
             for (auto& m : moves)
               ++self->state.swapping_out[m.device_block];
-            self->state.swapping_out_total += moves.size();
-          }
           return t;
         },
         static_cast<std::uint32_t>(moves.size()),
         [self, moves] {
           auto& out = self->state.swapping_out;
-          for (auto& m : moves)
-            --out[m.device_block];
-          self->state.swapping_out_total -= moves.size();
+          for (auto& m : moves) {
+            auto i = out.find(m.device_block);
+            if (--i->second == 0)
+              out.erase(i);
+          }
         });
     },
     [self](swap_in_atom, const std::vector<block_move>& moves) {
@@ -237,13 +239,15 @@ device_actor::behavior_type device_fun(device_ptr self,
                             + std::to_string(w.keys.size()) + " and "
                             + std::to_string(w.values.size()));
       auto& st = self->state;
-      if (st.swapping_out_total > 0)
+      if (!st.swapping_out.empty())
         drain(self); // swaps that ended but are not answered yet
-      for (std::size_t i = 0; st.swapping_out_total > 0 && i < n; ++i) {
+      for (std::size_t i = 0; !st.swapping_out.empty() && i < n; ++i) {
         auto slot = w.slots[i];
-        auto b = slot < 0 ? st.swapping_out.size()
-                          : static_cast<std::size_t>(slot) / lay.block_size;
-        if (b < st.swapping_out.size() && st.swapping_out[b] > 0)
+        if (slot < 0 || static_cast<std::uint64_t>(slot) / lay.block_size
+                          >= lay.num_blocks)
+          continue; // skipped, or refused by the storage's range check
+        auto b = static_cast<std::uint32_t>(slot / lay.block_size);
+        if (st.swapping_out.count(b) > 0)
           return make_error(errc::invalid_request,
                             "slot_write: slot " + std::to_string(slot)
                               + " is in block " + std::to_string(b)

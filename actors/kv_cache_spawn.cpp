@@ -93,7 +93,12 @@ caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
                     lay.num_blocks, lay.num_host_blocks, lay.bytes_per_block()};
   out.device = spawn_device_actor(sys, out.store, spawn_opts.detached_device);
   auto pool_index = std::make_shared<detail::index_hint>();
-  out.pool = spawn_block_pool(sys, cfg, lay.num_blocks, out.device, pool_index);
+  auto pool = spawn_block_pool(sys, cfg, lay.num_blocks, out.device, pool_index);
+  if (!pool) {
+    caf::anon_send_exit(out.device, caf::exit_reason::user_shutdown);
+    return std::move(pool.error());
+  }
+  out.pool = std::move(*pool);
   out.manager = sys.spawn(detail::manager_fun, cfg, info, out.device, out.pool,
                           std::move(pool_index));
   // Before anyone can step the pool: its steps' effects reach the registry.

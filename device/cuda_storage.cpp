@@ -11,6 +11,7 @@
 #include <caf/error.hpp>
 #include <cuda_runtime_api.h>
 
+#include "kvactor/config/cache_limits.hpp"
 #include "kvactor/device/cuda_device_guard.hpp"
 #include "kvactor/device/validate.hpp"
 #include "kvactor/messages/error.hpp"
@@ -87,7 +88,9 @@ cuda_storage::make(const storage_options& opts) {
                              - static_cast<double>(kv_headroom));
     auto blocks = std::floor(std::max(usable, 0.0)
                              / static_cast<double>(layout.bytes_per_block()));
-    blocks = std::min(blocks, static_cast<double>(no_block - 1));
+    // No more than a config may name (validate() checks the sized
+    // config again, after the bookkeeping below was allocated).
+    blocks = std::min(blocks, static_cast<double>(max_num_blocks));
     if (blocks < 1)
       return device_failure("storage cuda: " + std::to_string(util) + " of "
                             + std::to_string(free_bytes)
