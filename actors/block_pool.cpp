@@ -248,7 +248,7 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       st.report(self);
     },
     [self, &st](subscribe_atom, topic t, const caf::actor& sub) {
-      if (t != topic::kv_events)
+      if (t != topic::kv_events || !sub) // null: CAF's monitor would crash
         return;
       auto& subs = st.kv_subscribers;
       if (std::find(subs.begin(), subs.end(), sub) == subs.end()) {

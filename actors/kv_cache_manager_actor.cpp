@@ -122,6 +122,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
   // this manager spawned. The state is gone by the time attached functors
   // run, so those only hold copies of the fixed handles (for a kill).
   self->set_exit_handler([self](const caf::exit_msg& msg) {
+    if (!msg.reason)
+      return; // a linked actor ended normally: CAF ignores those too
     auto& st = self->state;
     for (auto& kvp : st.registry) {
       request_ended ev{kvp.first, kvp.second.info.cache_id,
@@ -331,6 +333,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       return preempt_request(self, id, i->second);
     },
     [self](subscribe_atom, topic t, const caf::actor& sub) {
+      if (!sub)
+        return; // a null handle: nobody to tell (CAF's monitor would crash)
       auto& st = self->state;
       switch (t) {
         case topic::pressure:
@@ -352,6 +356,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       }
     },
     [self](unsubscribe_atom, topic t, const caf::actor& sub) {
+      if (!sub)
+        return; // never subscribed (and hashing its address would crash)
       auto& st = self->state;
       switch (t) {
         case topic::pressure:

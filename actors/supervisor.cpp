@@ -215,7 +215,11 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
       });
       return rp.promise();
     },
-    [self](subscribe_atom, const caf::actor& sub) {
+    [self](subscribe_atom,
+           const caf::actor& sub) -> caf::result<memory_pressure> {
+      if (!sub) // CAF's monitor would crash on it
+        return make_error(errc::invalid_request,
+                          "subscribe: the subscriber is a null actor handle");
       auto& st = self->state;
       if (std::find(st.subscribers.begin(), st.subscribers.end(), sub)
           == st.subscribers.end()) {

@@ -51,7 +51,7 @@ using supervisor_actor = caf::typed_actor<
   // under high pressure, checks the invariant. Error: invariant_violation.
   caf::replies_to<gc_atom>::with<cache_gc_stats>,
   // Subscribe an actor to (pressure_atom, pressure_event) messages; replies
-  // with the current level.
+  // with the current level. Error: invalid_request for a null handle.
   caf::replies_to<subscribe_atom, caf::actor>::with<memory_pressure>,
   // Stop sending that actor pressure messages.
   caf::reacts_to<unsubscribe_atom, caf::actor>,
@@ -138,7 +138,8 @@ using block_pool_actor = caf::typed_actor<
   caf::replies_to<list_atom>::with<std::vector<std::pair<request_id, std::uint64_t>>>,
   // Where usage samples go.
   caf::reacts_to<subscribe_atom, supervisor_actor>,
-  // KV events: (kv_event_atom, kv_event_batch) to each subscriber.
+  // KV events: (kv_event_atom, kv_event_batch) to each subscriber (a null
+  // handle is ignored).
   caf::reacts_to<subscribe_atom, topic, caf::actor>,
   // Stop sending that actor KV events.
   caf::reacts_to<unsubscribe_atom, topic, caf::actor>,
@@ -264,7 +265,8 @@ using kv_cache_manager_actor = caf::typed_actor<
   // Pins (tenant, prompt)'s cached full blocks for ttl_ms.
   caf::replies_to<pin_atom, std::string, std::vector<token_id>,
                   std::uint64_t>::with<std::uint32_t>,
-  // Subscribe / unsubscribe an actor to a topic.
+  // Subscribe / unsubscribe an actor to a topic (a null handle is ignored:
+  // no reply carries an error).
   caf::reacts_to<subscribe_atom, topic, caf::actor>,
   caf::reacts_to<unsubscribe_atom, topic, caf::actor>,
   // From the supervisor: a handle actor died with an error.

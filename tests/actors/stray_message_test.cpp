@@ -86,4 +86,26 @@ BOOST_AUTO_TEST_CASE(an_unknown_message_is_answered_with_unexpected_message) {
   BOOST_TEST(outcome(handle_table(a->handle)) == "ok");
 }
 
+BOOST_AUTO_TEST_CASE(a_null_subscriber_is_refused_or_ignored_not_monitored) {
+  // CAF 0.17's monitor dereferences a null handle: a subscribe naming one
+  // (any peer can send it, the middleman carries it) crashed the process.
+  auto a = allocate(1, 5);
+  BOOST_REQUIRE(a);
+  caf::actor none;
+  for (auto t : {topic::pressure, topic::lifecycle, topic::kv_events}) {
+    self->send(mgr, subscribe_atom::value, t, none);
+    self->send(pool, subscribe_atom::value, t, none);
+    self->send(mgr, unsubscribe_atom::value, t, none);
+  }
+  run();
+  auto level = ask<memory_pressure>(sup, subscribe_atom::value, none);
+  BOOST_REQUIRE(!level);
+  BOOST_TEST(outcome(level) == "invalid_request");
+  BOOST_TEST(render(level.error()).find("null actor handle") != std::string::npos);
+  // Everything still answers, and the request's end tells nobody.
+  BOOST_TEST(outcome(stats()) == "ok");
+  BOOST_TEST(outcome(free(1)) == "ok");
+  BOOST_TEST(outcome(allocate(2, 5)) == "ok");
+}
+
 BOOST_AUTO_TEST_SUITE_END()
