@@ -51,7 +51,9 @@ storage_options storage_options_for(const cache_config& cfg);
 /// Validates `cfg`, allocates the storage (a shortage fails here, at start,
 /// not later), spawns the device actor, the block pool and the manager (which
 /// spawns the supervisor). The manager stops all of them when it exits; send
-/// it an exit message (or drop the facade) to shut down.
+/// it an exit message with a reason (`exit_reason::user_shutdown`), or drop
+/// the facade, to shut down. An exit message without one - what a linked
+/// actor sends when it ends normally - is ignored, as CAF's default does.
 caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
                                            const cache_config& cfg,
                                            spawn_options opts = {});

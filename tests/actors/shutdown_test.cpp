@@ -275,3 +275,22 @@ BOOST_AUTO_TEST_CASE(every_call_to_a_killed_handle_is_answered) {
   BOOST_TEST(answer(late, cache_handle_stats{}) == "request_receiver_down");
   BOOST_TEST(f.used_blocks() == 0u); // and the request was reclaimed
 }
+
+// An exit message without a reason is what a linked actor sends when it
+// ends normally; CAF's default ignores it, and so does the manager now (it
+// shut the whole cache down on one before).
+BOOST_AUTO_TEST_CASE(a_linked_actor_ending_normally_stops_nothing) {
+  cache_fixture f;
+  auto a = f.allocate(1, 9);
+  BOOST_REQUIRE(a);
+  auto mgr = caf::actor_cast<caf::actor>(f.mgr);
+  f.sys.spawn([mgr](caf::event_based_actor* linked) {
+    linked->link_to(mgr);
+    linked->quit();
+  });
+  caf::anon_send_exit(f.mgr, caf::exit_reason::normal);
+  f.run();
+  BOOST_TEST(outcome(f.stats()) == "ok");
+  BOOST_TEST(outcome(f.handle_table(a->handle)) == "ok");
+  BOOST_TEST(f.used_blocks() == 3u);
+}
