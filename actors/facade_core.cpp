@@ -8,6 +8,8 @@
 #include <caf/system_messages.hpp>
 
 #include <fstream>
+#include <unordered_set>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -129,6 +131,23 @@ facade_core::slot_for(const request_handle_actor& h, const request_info& info) {
   return s;
 }
 
+std::uint64_t facade_core::ends_taken() {
+  return ends_taken_.load();
+}
+
+void facade_core::confirm_slots(
+  std::uint64_t since, const std::vector<std::shared_ptr<request_slot>>& slots) {
+  if (slots.empty() || ends_taken() - since <= recent_ends_cap)
+    return; // every end since the ask is remembered: slot_for saw it
+  std::unordered_set<std::uint64_t> live;
+  if (auto res = ask<std::vector<handle_entry>>(cache_.manager, list_atom::value))
+    for (auto& e : std::get<0>(*res))
+      live.insert(e.handle.id());
+  for (auto& s : slots)
+    if (live.count(s->handle_id) == 0)
+      invalidate(s->handle_id, true);
+}
+
 std::shared_ptr<kv_cache_handle>
 facade_core::make_handle(std::shared_ptr<request_slot> slot) {
   if (cfg_.layout == "contiguous")
@@ -142,8 +161,10 @@ void facade_core::invalidate(std::uint64_t handle_id, bool ended) {
   std::lock_guard<std::mutex> guard{mtx_};
   // Remembered whether or not it has a slot now: a reply on its way may
   // make one (again) later.
-  if (ended)
+  if (ended) {
     recent_ends_.insert(handle_id);
+    ++ends_taken_;
+  }
   auto i = slots_.find(handle_id);
   if (i == slots_.end())
     return;

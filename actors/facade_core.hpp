@@ -92,6 +92,24 @@ public:
   std::shared_ptr<request_slot> slot_for(const request_handle_actor& h,
                                          const request_info& info);
 
+  /// How many ends of handle actors the facade has taken in so far. A
+  /// caller that makes slots from a reply notes it before asking, and hands
+  /// it to confirm_slots once the slots are made.
+  std::uint64_t ends_taken();
+
+  /// For `slots`, made from replies asked for when ends_taken() was
+  /// `since`: if more ends came in since than the facade remembers
+  /// (recent_ends_cap), a slot's own end may have been forgotten before the
+  /// slot was made, and the slot would read valid for ever. Then the
+  /// manager is asked for its live requests once more, and each slot whose
+  /// handle actor is not among them is marked ended (all of them if the
+  /// list fails). A slot still live then was tracked before the list was
+  /// made: its end, whenever it comes, finds it. Rare: more than 4096 ends
+  /// between a reply and its slots (a list of thousands racing a step that
+  /// frees as many).
+  void confirm_slots(std::uint64_t since,
+                     const std::vector<std::shared_ptr<request_slot>>& slots);
+
   /// A handle of the configured layout for `slot`.
   std::shared_ptr<kv_cache_handle> make_handle(std::shared_ptr<request_slot> slot);
 
@@ -213,6 +231,9 @@ private:
   id_map<slot_entry> slots_;         ///< by handle id
   id_map<std::uint64_t> by_request_; ///< request id -> handle id
   recent_ids recent_ends_{recent_ends_cap}; ///< handle ids
+  /// Ends put into recent_ends_, ever (changed under mtx_; read without:
+  /// allocate's hot path reads it).
+  std::atomic<std::uint64_t> ends_taken_{0};
   bool stopped_ = false; ///< guarded by mtx_
   /// The manager went (its down message came): no end event will come for
   /// any request, so a slot made from now on is born invalid. Not stopped_,

@@ -84,6 +84,7 @@ kv_cache_manager::allocate(const allocation_request& req) {
     return err;
   // The handle serves the table on demand: only the handle actor comes
   // back (the reply's table is dropped on the replier's thread).
+  auto since = core_->ends_taken();
   auto res = core_->ask_first<request_handle_actor, block_table>(
     end_unclaimed, core_->cache().manager, allocate_atom::value, req);
   if (!res)
@@ -91,6 +92,7 @@ kv_cache_manager::allocate(const allocation_request& req) {
   request_info info;
   info.request = without_prompt(req); // not a copy of the prompt
   auto slot = core_->slot_for(*res, info);
+  core_->confirm_slots(since, {slot});
   return core_->make_handle(std::move(slot));
 }
 
@@ -128,6 +130,7 @@ caf::error kv_cache_manager::deallocate(request_id id) {
 
 caf::expected<std::shared_ptr<kv_cache_handle>>
 kv_cache_manager::fork(request_id parent, request_id child) {
+  auto since = core_->ends_taken();
   auto res = core_->ask_first<request_handle_actor, block_table>(
     end_unclaimed, core_->cache().manager, fork_atom::value, parent, child);
   if (!res)
@@ -148,7 +151,9 @@ kv_cache_manager::fork(request_id parent, request_id child) {
                       "fork: child request " + std::to_string(child)
                         + " ended before its handle was made");
   }
-  return core_->make_handle(core_->slot_for(made, std::get<1>(*info)));
+  auto slot = core_->slot_for(made, std::get<1>(*info));
+  core_->confirm_slots(since, {slot});
+  return core_->make_handle(std::move(slot));
 }
 
 bool kv_cache_manager::can_allocate(const allocation_request& req) const {
@@ -177,23 +182,32 @@ void kv_cache_manager::set_pressure_callback(
 }
 
 std::shared_ptr<kv_cache_handle> kv_cache_manager::get_handle(request_id id) const {
+  auto since = core_->ends_taken();
   auto res = core_->ask<request_handle_actor, request_info>(
     core_->cache().manager, lookup_atom::value, id);
   if (!res)
     return nullptr;
-  return core_->make_handle(core_->slot_for(std::get<0>(*res),
-                                            std::get<1>(*res)));
+  auto slot = core_->slot_for(std::get<0>(*res), std::get<1>(*res));
+  core_->confirm_slots(since, {slot});
+  return core_->make_handle(std::move(slot));
 }
 
 std::vector<std::pair<request_id, std::shared_ptr<kv_cache_handle>>>
 kv_cache_manager::list_handles() const {
   std::vector<std::pair<request_id, std::shared_ptr<kv_cache_handle>>> out;
+  auto since = core_->ends_taken();
   auto res = core_->ask<std::vector<handle_entry>>(core_->cache().manager,
                                                    list_atom::value);
   if (!res)
     return out;
+  std::vector<std::shared_ptr<detail::request_slot>> slots;
+  slots.reserve(std::get<0>(*res).size());
   for (auto& e : std::get<0>(*res))
-    out.emplace_back(e.id, core_->make_handle(core_->slot_for(e.handle, e.info)));
+    slots.push_back(core_->slot_for(e.handle, e.info));
+  core_->confirm_slots(since, slots);
+  out.reserve(slots.size());
+  for (std::size_t i = 0; i < slots.size(); ++i)
+    out.emplace_back(std::get<0>(*res)[i].id, core_->make_handle(slots[i]));
   return out;
 }
 

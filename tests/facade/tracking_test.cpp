@@ -95,6 +95,37 @@ BOOST_AUTO_TEST_CASE(a_slot_made_after_its_request_ended_is_born_invalid) {
   BOOST_TEST(fresh->is_valid());
 }
 
+BOOST_AUTO_TEST_CASE(a_slot_whose_end_was_forgotten_is_confirmed_with_the_manager) {
+  // The facade remembers the last 4096 ended handle actors; a list of
+  // thousands racing a step that frees as many made slots after their
+  // ends had been forgotten, valid for ever. Past that many ends, the
+  // slots are checked against the manager's live requests.
+  one_request r;
+  auto& [f, h, core, actor, info] = r;
+  auto live = f.alloc(f.req(2, 4));
+  auto live_slot = core->slot_for(live->actor(), [&] {
+    request_info i;
+    i.request = f.req(2, 4);
+    return i;
+  }());
+  auto since = core->ends_taken();
+  h.reset();
+  BOOST_REQUIRE(!f.m().deallocate(1));
+  // Ends of other handle actors push request 1's out of memory.
+  for (std::uint64_t i = 0; i <= 4096; ++i)
+    core->invalidate((std::uint64_t{1} << 40) + i, true);
+  auto late = core->slot_for(actor, info);
+  BOOST_TEST(late->valid.load()); // what the end alone cannot tell
+  core->confirm_slots(since, {late, live_slot});
+  BOOST_TEST(!late->valid.load());
+  BOOST_TEST(live_slot->valid.load());
+  BOOST_TEST(live->is_valid());
+  BOOST_TEST(core->tracked().slots == 1u);
+  BOOST_TEST(core->tracked().requests == 1u);
+  // Marked ended, it is remembered again: a slot made now is born invalid.
+  BOOST_TEST(!core->slot_for(actor, info)->valid.load());
+}
+
 BOOST_AUTO_TEST_CASE(a_slot_made_after_the_manager_went_is_born_invalid) {
   // A lookup or allocate reply delivered just before the manager died
   // (killed: no exit handler, no end events) makes its slot after the
