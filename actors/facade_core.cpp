@@ -306,7 +306,12 @@ void facade_core::set_pressure_callback(std::function<void(memory_pressure)> f) 
               cb.idle.notify_all();
             }
           } done{*cb, f};
-          (*f)(ev.level);
+          // Not out of the handler: CAF would stop the relay, and no
+          // later level would reach any callback.
+          try {
+            (*f)(ev.level);
+          } catch (...) {
+          }
         },
       };
     });

@@ -78,7 +78,11 @@ public:
   /// thread of its own. Replaces the previous callback (from inside the
   /// callback too). Once the last copy of the facade is gone, none runs:
   /// its destruction waits for a call in progress, unless that call is the
-  /// one destroying it.
+  /// one destroying it. An exception the callback throws is caught and
+  /// dropped: the next level still reaches the callback. A callback that
+  /// captures a copy of this facade keeps the cache running until the
+  /// callback is replaced (by an empty one, say): the actor system's
+  /// destructor then waits for good - capture a reference, or a weak one.
   void set_pressure_callback(std::function<void(memory_pressure)> f);
 
   /// The live request's handle, or null.

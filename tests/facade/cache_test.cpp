@@ -3,9 +3,11 @@
 // batched step, and actor() reaching the same cache (swapping:
 // swap_test.cpp).
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -105,6 +107,30 @@ BOOST_AUTO_TEST_CASE(a_pressure_callback_may_replace_itself) {
   BOOST_TEST((log.get() == std::vector<memory_pressure>{memory_pressure::medium,
                                                         memory_pressure::high}),
              boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_throwing_pressure_callback_stops_no_later_level) {
+  // The exception once left the relay's handler: CAF stopped the relay,
+  // and no callback, however often replaced, heard of pressure again.
+  cache_fixture f;
+  pressure_log log;
+  auto& m = f.m();
+  auto thrown = std::make_shared<std::atomic<int>>(0);
+  m.set_pressure_callback([&log, thrown](memory_pressure lvl) {
+    log.callback()(lvl);
+    ++*thrown;
+    throw std::runtime_error("a throwing pressure callback");
+  });
+  for (request_id id = 1; id <= 52; ++id) // medium, then high: both heard
+    f.alloc(f.req(id, 4));
+  BOOST_TEST(eventually([&] { return log.size() >= 2; }));
+  BOOST_TEST(thrown->load() == 2);
+  pressure_log second;
+  m.set_pressure_callback(second.callback());
+  for (request_id id = 53; id <= 61; ++id) // critical
+    f.alloc(f.req(id, 4));
+  BOOST_TEST(eventually([&] { return second.size() >= 1; }));
+  BOOST_TEST(second.get().front() == memory_pressure::critical);
 }
 
 BOOST_AUTO_TEST_CASE(pressure_callback_gets_each_level_once_in_order) {
