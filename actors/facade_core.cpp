@@ -131,14 +131,8 @@ facade_core::slot_for(const request_handle_actor& h, const request_info& info) {
   return s;
 }
 
-std::uint64_t facade_core::ends_taken() {
-  return ends_taken_.load();
-}
-
 void facade_core::confirm_slots(
-  std::uint64_t since, const std::vector<std::shared_ptr<request_slot>>& slots) {
-  if (slots.empty() || ends_taken() - since <= recent_ends_cap)
-    return; // every end since the ask is remembered: slot_for saw it
+  const std::vector<std::shared_ptr<request_slot>>& slots) {
   std::unordered_set<std::uint64_t> live;
   if (auto res = ask<std::vector<handle_entry>>(cache_.manager, list_atom::value))
     for (auto& e : std::get<0>(*res))

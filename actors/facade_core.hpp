@@ -93,22 +93,26 @@ public:
                                          const request_info& info);
 
   /// How many ends of handle actors the facade has taken in so far. A
-  /// caller that makes slots from a reply notes it before asking, and hands
-  /// it to confirm_slots once the slots are made.
-  std::uint64_t ends_taken();
+  /// caller that makes slots from a reply notes it before asking.
+  std::uint64_t ends_taken() const noexcept {
+    return ends_taken_.load();
+  }
 
-  /// For `slots`, made from replies asked for when ends_taken() was
-  /// `since`: if more ends came in since than the facade remembers
-  /// (recent_ends_cap), a slot's own end may have been forgotten before the
-  /// slot was made, and the slot would read valid for ever. Then the
-  /// manager is asked for its live requests once more, and each slot whose
-  /// handle actor is not among them is marked ended (all of them if the
-  /// list fails). A slot still live then was tracked before the list was
-  /// made: its end, whenever it comes, finds it. Rare: more than 4096 ends
-  /// between a reply and its slots (a list of thousands racing a step that
-  /// frees as many).
-  void confirm_slots(std::uint64_t since,
-                     const std::vector<std::shared_ptr<request_slot>>& slots);
+  /// Whether more ends came in since ends_taken() was `since` than the
+  /// facade remembers (recent_ends_cap): then a slot made from a reply
+  /// asked for at `since` may have missed its own end, forgotten before
+  /// the slot was made - and would read valid for ever. Rare: more than
+  /// 4096 ends between a reply and its slots (a list of thousands racing a
+  /// step that frees as many).
+  bool may_have_forgotten(std::uint64_t since) const noexcept {
+    return ends_taken() - since > recent_ends_cap;
+  }
+
+  /// Asks the manager for its live requests and marks each of `slots`
+  /// whose handle actor is not among them ended (all of them if the list
+  /// fails). A slot still live then was tracked before the list was made:
+  /// its end, whenever it comes, finds it. For slots may_have_forgotten.
+  void confirm_slots(const std::vector<std::shared_ptr<request_slot>>& slots);
 
   /// A handle of the configured layout for `slot`.
   std::shared_ptr<kv_cache_handle> make_handle(std::shared_ptr<request_slot> slot);

@@ -92,7 +92,8 @@ kv_cache_manager::allocate(const allocation_request& req) {
   request_info info;
   info.request = without_prompt(req); // not a copy of the prompt
   auto slot = core_->slot_for(*res, info);
-  core_->confirm_slots(since, {slot});
+  if (core_->may_have_forgotten(since))
+    core_->confirm_slots({slot});
   return core_->make_handle(std::move(slot));
 }
 
@@ -152,7 +153,8 @@ kv_cache_manager::fork(request_id parent, request_id child) {
                         + " ended before its handle was made");
   }
   auto slot = core_->slot_for(made, std::get<1>(*info));
-  core_->confirm_slots(since, {slot});
+  if (core_->may_have_forgotten(since))
+    core_->confirm_slots({slot});
   return core_->make_handle(std::move(slot));
 }
 
@@ -188,7 +190,8 @@ std::shared_ptr<kv_cache_handle> kv_cache_manager::get_handle(request_id id) con
   if (!res)
     return nullptr;
   auto slot = core_->slot_for(std::get<0>(*res), std::get<1>(*res));
-  core_->confirm_slots(since, {slot});
+  if (core_->may_have_forgotten(since))
+    core_->confirm_slots({slot});
   return core_->make_handle(std::move(slot));
 }
 
@@ -204,7 +207,8 @@ kv_cache_manager::list_handles() const {
   slots.reserve(std::get<0>(*res).size());
   for (auto& e : std::get<0>(*res))
     slots.push_back(core_->slot_for(e.handle, e.info));
-  core_->confirm_slots(since, slots);
+  if (core_->may_have_forgotten(since))
+    core_->confirm_slots(slots);
   out.reserve(slots.size());
   for (std::size_t i = 0; i < slots.size(); ++i)
     out.emplace_back(std::get<0>(*res)[i].id, core_->make_handle(slots[i]));

@@ -111,12 +111,14 @@ BOOST_AUTO_TEST_CASE(a_slot_whose_end_was_forgotten_is_confirmed_with_the_manage
   auto since = core->ends_taken();
   h.reset();
   BOOST_REQUIRE(!f.m().deallocate(1));
+  BOOST_TEST(!core->may_have_forgotten(since));
   // Ends of other handle actors push request 1's out of memory.
   for (std::uint64_t i = 0; i <= 4096; ++i)
     core->invalidate((std::uint64_t{1} << 40) + i, true);
   auto late = core->slot_for(actor, info);
   BOOST_TEST(late->valid.load()); // what the end alone cannot tell
-  core->confirm_slots(since, {late, live_slot});
+  BOOST_TEST(core->may_have_forgotten(since));
+  core->confirm_slots({late, live_slot});
   BOOST_TEST(!late->valid.load());
   BOOST_TEST(live_slot->valid.load());
   BOOST_TEST(live->is_valid());
