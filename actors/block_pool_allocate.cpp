@@ -170,7 +170,7 @@ block_pool_core::allocate(const allocation_request& req) {
       ts.hit_tokens += hit_tokens;
     }
   }
-  promised_ += growth(seq);
+  count_promise(seq, true);
   ++counters_.allocations;
   ++tenants_[t].active;
   return allocation_outcome{seq.cache_id, std::uint64_t{p.hits} * block_size_};

@@ -99,7 +99,7 @@ caf::error block_pool_core::check_invariant() const {
   // one table (1) or several (2) have that many - for the tail_shared rule.
   std::vector<std::uint32_t> top_fill(n, 0);
   std::vector<std::uint8_t> top_holders(n, 0);
-  std::uint64_t promised = 0;
+  std::vector<std::uint64_t> promised(tenants_.size(), 0);
   // Tokens in a table's last block.
   auto partial_fill = [this](const sequence& s) -> std::uint32_t {
     auto r = static_cast<std::uint32_t>(s.num_tokens % block_size_);
@@ -118,7 +118,7 @@ caf::error block_pool_core::check_invariant() const {
     }
     if (!s.release_pending)
       ++active[s.tenant];
-    promised += growth(s);
+    promised[s.tenant] += growth(s);
     auto want = s.num_tokens / block_size_ + (s.num_tokens % block_size_ != 0);
     auto name = "request " + std::to_string(s.id);
     // Where its table lives: on the device (resident, swapping_out), on the
@@ -327,9 +327,11 @@ caf::error block_pool_core::check_invariant() const {
     if (up == no_block || !blocks_[up].pinned)
       return broken(blk(b) + " is pinned but its parent is not");
   }
-  if (promised != promised_)
-    return broken("promised growth " + std::to_string(promised_) + " != "
-                  + std::to_string(promised));
+  for (std::size_t t = 0; t < tenants_.size(); ++t)
+    if (promised[t] != tenants_[t].promised)
+      return broken("tenant '" + tenants_[t].config.name + "': promised growth "
+                    + std::to_string(tenants_[t].promised) + " != "
+                    + std::to_string(promised[t]));
   if (indexed != index_.size())
     return broken("the prefix index holds " + std::to_string(index_.size())
                   + " entries for " + std::to_string(indexed)

@@ -158,20 +158,58 @@ caf::error block_pool_core::admit_headroom(std::uint16_t t, std::uint64_t n,
   bool reserve = admission_.policy == "reserve_expected";
   if (watermark_blocks_ == 0 && !reserve)
     return caf::none;
-  auto left = takeable(t) - n; // admit_blocks checked n <= takeable(t)
-  auto want = watermark_blocks_ + (reserve ? promised_ + own_growth : 0);
-  if (left >= want)
+  // What the watermark and the promises (reserve_expected) lack: they are
+  // covered by the free blocks no reservation holds ("shared"), and each
+  // tenant's promises first by its own reservation's shortfall - blocks
+  // nobody else may take. Without reservations: the watermark and every
+  // promise, less the free blocks (vLLM v0's check).
+  using i64 = std::int64_t;
+  auto avail = static_cast<i64>(free_.size() + lru_.size());
+  auto shared = avail - static_cast<i64>(shortfall_total_);
+  auto beyond = [](i64 promised, i64 own_reserve) {
+    return std::max<i64>(promised - own_reserve, 0);
+  };
+  i64 promised_all = 0;
+  i64 others = 0; // other tenants' promises beyond their own reservations
+  if (reserve)
+    for (std::size_t u = 0; u < tenants_.size(); ++u) {
+      promised_all += static_cast<i64>(tenants_[u].promised);
+      if (u != t)
+        others += beyond(static_cast<i64>(tenants_[u].promised),
+                         static_cast<i64>(shortfall(static_cast<std::uint16_t>(u))));
+    }
+  auto mine = reserve ? static_cast<i64>(tenants_[t].promised) : 0;
+  auto own = static_cast<i64>(shortfall(t));
+  // admit_blocks checked n <= takeable(t) = shared + own: what t's own
+  // reservation cannot give comes from the shared blocks.
+  auto from_own = std::min(static_cast<i64>(n), own);
+  auto from_shared = static_cast<i64>(n) - from_own;
+  auto lack = [&](i64 shared_left, i64 own_left, i64 promised) {
+    return static_cast<i64>(watermark_blocks_) + others
+           + beyond(promised, own_left) - shared_left;
+  };
+  auto before = lack(shared, own, mine);
+  auto after = lack(shared - from_shared, own - from_own,
+                    mine + (reserve ? static_cast<i64>(own_growth) : 0));
+  // An admission may leave a lack there was before - taking only from its
+  // tenant's reservation, for no more growth than that still holds - but
+  // not deepen it.
+  if (after <= std::max<i64>(before, 0))
     return caf::none;
   return make_error(errc::out_of_blocks,
-                    "admission headroom: " + std::to_string(left)
-                      + " blocks would stay free, " + std::to_string(want)
-                      + " wanted (watermark " + std::to_string(watermark_blocks_)
+                    "admission headroom: "
+                      + std::to_string(avail - static_cast<i64>(n))
+                      + " blocks would stay free, "
+                      + std::to_string(after - std::max<i64>(before, 0))
+                      + " too few (watermark "
+                      + std::to_string(watermark_blocks_)
                       + (reserve ? ", expected growth of live requests "
-                                     + std::to_string(promised_)
+                                     + std::to_string(promised_all)
                                      + " and of this one "
                                      + std::to_string(own_growth)
                                  : std::string{})
-                      + ")");
+                      + "; blocks a reservation holds count for its own "
+                        "tenant only)");
 }
 
 // -- block movement -------------------------------------------------------------------

@@ -346,8 +346,9 @@ private:
   /// count toward the quota but come off neither the free nor the LRU list.
   caf::error admit_blocks(std::uint16_t t, std::uint64_t n,
                           std::uint64_t unlisted = 0) const;
-  /// Admission headroom: after taking `n` blocks, does the pool still hold
-  /// the watermark and (reserve_expected) the promised growth plus `growth`?
+  /// Admission headroom: after tenant `t` takes `n` blocks, does the pool
+  /// still hold the watermark and (reserve_expected) the promised growth
+  /// plus `growth` - or, where it already did not, no less of it?
   caf::error admit_headroom(std::uint16_t t, std::uint64_t n,
                             std::uint64_t growth) const;
   /// Blocks `seq` is expected to grow by (0 without a promise).
@@ -358,11 +359,18 @@ private:
                 + (seq.expected_tokens % block_size_ != 0);
     return want > seq.blocks.size() ? want - seq.blocks.size() : 0;
   }
-  /// Keeps promised_ right around a change of `seq`: call with the growth
-  /// before the change, after it.
+  /// Counts `seq`'s growth in its tenant's promises (`in`) or out.
+  void count_promise(const sequence& seq, bool in) noexcept {
+    auto& p = tenants_[seq.tenant].promised;
+    p = in ? p + growth(seq) : p - growth(seq);
+  }
+  /// Keeps the promises right around a change of `seq`: call with the
+  /// growth before the change, after it.
   void repromise(const sequence& seq, std::uint64_t before) noexcept {
-    if (seq.expected_tokens != 0)
-      promised_ = promised_ - before + growth(seq);
+    if (seq.expected_tokens != 0) {
+      auto& p = tenants_[seq.tenant].promised;
+      p = p - before + growth(seq);
+    }
   }
   void release_now(sequence& seq);
   sequence* find_resident(request_id id, caf::error& err);
@@ -485,7 +493,6 @@ private:
   // Policy state.
   admission_config admission_;
   std::uint64_t watermark_blocks_ = 0;
-  std::uint64_t promised_ = 0; ///< sum of growth() over live requests
   std::uint64_t max_pinned_ = 0;
   std::vector<block_id> pinned_;
   std::vector<pending_cow> pending_cows_;

@@ -121,7 +121,7 @@ block_table block_pool_core::table(const sequence& seq) const {
 // -- release, reclaim, preempt, fork --------------------------------------------------
 
 void block_pool_core::release_now(sequence& seq) {
-  promised_ -= growth(seq);
+  count_promise(seq, false);
   auto level = retention_level(seq);
   // Last block first: among blocks released together, the tail of a
   // sequence is the least likely to be shared again, so it is evicted first.
@@ -239,7 +239,7 @@ caf::expected<allocation_outcome> block_pool_core::fork(request_id parent,
   p.tail_shared = c.tail_shared = p.num_tokens % block_size_ != 0;
   for (auto b : c.blocks)
     hold(b, c);
-  promised_ += growth(c);
+  count_promise(c, true);
   ++counters_.allocations;
   ++tenants_[c.tenant].active;
   return allocation_outcome{c.cache_id, 0};

@@ -23,7 +23,7 @@ block_pool_core::swap_out_begin(request_id id) {
                       req_name(id) + ": swap out needs " + std::to_string(n)
                         + " host blocks, " + std::to_string(host_free_.size())
                         + " of " + std::to_string(num_host_blocks_) + " free");
-  promised_ -= growth(*seq);
+  count_promise(*seq, false);
   std::vector<block_move> moves;
   moves.reserve(n);
   for (auto b : seq->blocks) {
@@ -61,7 +61,7 @@ block_pool_core::swap_out_done(request_id id, std::uint64_t cache_id, bool ok) {
     seq->host_blocks.clear();
     seq->host_hashes.clear();
     seq->where = residency::resident;
-    promised_ += growth(*seq);
+    count_promise(*seq, true);
   }
   if (seq->release_pending)
     release_now(*seq);
@@ -155,7 +155,7 @@ block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
     seq->host_blocks.clear();
     seq->host_hashes.clear();
     seq->where = residency::resident;
-    promised_ += growth(*seq);
+    count_promise(*seq, true);
     ++counters_.swap_ins;
   } else {
     auto level = retention_level(*seq);

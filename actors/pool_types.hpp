@@ -62,6 +62,9 @@ struct tenant_state {
   block_hash seed;
   std::uint64_t used = 0;
   std::uint64_t active = 0;
+  /// Sum of growth() over the tenant's live resident requests: blocks its
+  /// promises may still take (reserve_expected).
+  std::uint64_t promised = 0;
   std::uint64_t query_tokens = 0;
   std::uint64_t hit_tokens = 0;
   std::uint64_t preemptions = 0; ///< as pool_counters::preemptions

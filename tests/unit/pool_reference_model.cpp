@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <stdexcept>
 
 namespace kvactor::test {
@@ -150,11 +151,36 @@ maybe_errc pool_model::headroom(std::uint16_t t, std::uint64_t n,
   bool reserve = admission_.policy == "reserve_expected";
   if (watermark_blocks_ == 0 && !reserve)
     return std::nullopt;
-  std::uint64_t promised = 0;
-  for (auto& [id, seq] : seqs_)
-    promised += growth(seq);
-  auto want = watermark_blocks_ + (reserve ? promised + own_growth : 0);
-  if (takeable(t) - n < want)
+  // Per tenant: its promised growth and its reservation's shortfall (free
+  // blocks only it may take). The watermark and what each tenant's
+  // promises exceed its shortfall by must fit in the free blocks no
+  // reservation holds - or, where they did not before, fit no worse.
+  using i64 = std::int64_t;
+  std::vector<i64> promised(tenants_.size(), 0);
+  std::vector<i64> short_of(tenants_.size(), 0);
+  if (reserve)
+    for (auto& [id, seq] : seqs_)
+      promised[seq.tenant] += static_cast<i64>(growth(seq));
+  i64 held = 0;
+  for (std::size_t u = 0; u < tenants_.size(); ++u) {
+    auto& ts = tenants_[u];
+    if (ts.used < ts.config.reserved_blocks)
+      short_of[u] = static_cast<i64>(ts.config.reserved_blocks - ts.used);
+    held += short_of[u];
+  }
+  auto lack = [&](i64 shared) {
+    i64 out = static_cast<i64>(watermark_blocks_) - shared;
+    for (std::size_t u = 0; u < tenants_.size(); ++u)
+      out += std::max<i64>(promised[u] - short_of[u], 0);
+    return out;
+  };
+  auto shared = static_cast<i64>(takeable_blocks()) - held;
+  auto before = lack(shared);
+  auto from_own = std::min(static_cast<i64>(n), short_of[t]);
+  short_of[t] -= from_own;
+  promised[t] += reserve ? static_cast<i64>(own_growth) : 0;
+  auto after = lack(shared - (static_cast<i64>(n) - from_own));
+  if (after > std::max<i64>(before, 0))
     return errc::out_of_blocks;
   return std::nullopt;
 }

@@ -83,8 +83,9 @@ struct block_pool_test_access {
   static std::uint64_t& shortfall(core& p) {
     return p.shortfall_total_;
   }
+  /// The default tenant's promised growth.
   static std::uint64_t& promised(core& p) {
-    return p.promised_;
+    return p.tenants_[p.default_tenant_].promised;
   }
 };
 

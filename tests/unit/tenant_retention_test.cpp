@@ -288,6 +288,57 @@ BOOST_AUTO_TEST_CASE(growth_within_the_promise_leaves_admissions_unchanged) {
   BOOST_TEST(try_alloc(req(3, 8)) == "ok");
 }
 
+// A reservation's free blocks are its tenant's alone: other tenants'
+// promised growth cannot land there, so it is not charged against them -
+// an admission the tenant makes from its own reservation passed the check
+// only if the shared blocks covered every other tenant's promises too.
+BOOST_AUTO_TEST_CASE(headroom_charges_a_reservation_only_its_own_tenants_growth) {
+  cfg.admission.policy = "reserve_expected";
+  cfg.tenants = {tenant_config{}, tenant("r", 0, 8)};
+  make(20);
+  auto req = [](request_id id, std::uint64_t tokens, std::uint64_t out,
+                std::string who = "") {
+    auto r = tokens_req(id, tokens, std::move(who));
+    r.expected_output_tokens = out;
+    r.max_sequence_length = tokens + out;
+    return r;
+  };
+  alloc(req(1, 4, 28));  // 1 block, 7 promised
+  auto second = req(2, 4, 4); // 1 block, 1 promised: 10 free for the others
+  second.max_sequence_length = 100;
+  alloc(second);
+  BOOST_REQUIRE(pool().extend(2, 40, nullptr)); // 11 blocks, past its promise
+  // 12 used, 8 free - all of them r's; the default tenant's 7 promised
+  // cannot be covered, and r's admissions change nothing about that.
+  BOOST_TEST(try_alloc(req(3, 32, 0, "r")) == "ok");
+  BOOST_TEST(pool().free_blocks() == 0u);
+  release(3);
+  // With growth r's reservation holds, and past it (from no shared block).
+  BOOST_TEST(pool().can_allocate(req(3, 16, 16, "r")));
+  BOOST_TEST(!pool().can_allocate(req(3, 16, 20, "r")));
+  // The default tenant may take none of them, admitted or grown.
+  BOOST_TEST(try_alloc(req(4, 4, 0)) == "out_of_blocks");
+  BOOST_TEST(code(pool().extend(1, 4, nullptr)) == "out_of_blocks");
+}
+
+BOOST_AUTO_TEST_CASE(the_watermark_gives_way_to_a_reservation) {
+  cfg.admission.watermark = 0.1; // 2 of 20
+  cfg.tenants = {tenant_config{}, tenant("r", 0, 8)};
+  make(20);
+  alloc(tokens_req(1, 4));
+  BOOST_REQUIRE(pool().extend(1, 44, nullptr)); // 12 blocks: no shared left
+  // r's reservation is r's, watermark or not.
+  BOOST_TEST(try_alloc(tokens_req(2, 32, "r")) == "ok");
+  BOOST_TEST(pool().free_blocks() == 0u);
+  release(2);
+  release(1);
+  // The watermark still binds the blocks no reservation holds: r's
+  // admission past its reservation would leave 1 of them.
+  alloc(tokens_req(3, 40)); // 10 blocks: 2 shared left
+  BOOST_TEST(try_alloc(tokens_req(4, 36, "r")) == "out_of_blocks");
+  BOOST_TEST(try_alloc(tokens_req(4, 32, "r")) == "ok");
+}
+
 BOOST_AUTO_TEST_CASE(the_watermark_holds_blocks_back_from_admissions_only) {
   cfg.admission.watermark = 0.25; // 4 of 16
   make(16);
