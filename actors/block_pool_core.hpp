@@ -322,16 +322,6 @@ private:
   };
   caf::expected<alloc_plan> plan_allocation(const allocation_request& req) const;
 
-  /// The last admission that did not fit: its prompt (validated) and block
-  /// hashes. Retrying it (the waiting head, every step under pressure) costs
-  /// a comparison, not a validation and a rehash (vLLM keeps the hashes on
-  /// its request object for the same reason).
-  struct admission_memo {
-    bool valid = false;
-    std::uint16_t tenant = 0;
-    std::vector<token_id> prompt;
-    std::vector<block_hash> hashes;
-  };
   /// Whether `req`'s prompt is the memo's.
   bool memo_matches(const allocation_request& req) const noexcept {
     return memo_.valid && !req.prompt.empty() && memo_.prompt == req.prompt;
@@ -500,7 +490,7 @@ private:
   std::uint32_t num_host_blocks_ = 0;
   free_stack host_free_;
   mutable std::vector<block_hash> scratch_;
-  mutable admission_memo memo_;
+  mutable admission_memo memo_; ///< the last admission that did not fit
 };
 
 } // namespace kvactor::detail

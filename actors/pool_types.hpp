@@ -71,6 +71,17 @@ struct tenant_state {
   std::uint64_t failures = 0;
 };
 
+/// The last admission that did not fit: its prompt (validated) and block
+/// hashes. Retrying it (the waiting head, every step under pressure) costs
+/// a comparison, not a validation and a rehash (vLLM keeps the hashes on
+/// its request object for the same reason).
+struct admission_memo {
+  bool valid = false;
+  std::uint16_t tenant = 0;
+  std::vector<token_id> prompt;
+  std::vector<block_hash> hashes;
+};
+
 /// What an allocation did.
 struct allocation_outcome {
   std::uint64_t cache_id = 0;

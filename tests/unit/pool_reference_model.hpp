@@ -26,6 +26,11 @@
 
 namespace kvactor::test {
 
+/// Blocks that hold `tokens` tokens.
+inline std::uint64_t blocks_for(std::uint64_t tokens, std::uint32_t block_size) {
+  return (tokens + block_size - 1) / block_size;
+}
+
 /// No value: success.
 using maybe_errc = std::optional<errc>;
 

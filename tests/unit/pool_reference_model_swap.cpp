@@ -7,15 +7,7 @@
 
 namespace kvactor::test {
 
-namespace {
-
 using detail::residency;
-
-std::uint64_t blocks_for(std::uint64_t tokens, std::uint32_t block_size) {
-  return (tokens + block_size - 1) / block_size;
-}
-
-} // namespace
 
 // -- swapping --------------------------------------------------------------------------
 
