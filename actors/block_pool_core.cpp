@@ -64,6 +64,13 @@ block_pool_core::check(const allocation_request& req,
     return make_error(errc::unknown_tenant,
                       req_name(req.id) + ": " + render(ti.error()));
   auto t = *ti;
+  // An enum off the wire is whatever integer the peer sent: the priority
+  // picks an LRU level, an index into the pool's lists.
+  if (req.priority > priority::critical)
+    return make_error(errc::invalid_request,
+                      req_name(req.id) + ": priority "
+                        + std::to_string(static_cast<int>(req.priority))
+                        + " is not one of low, normal, high, critical (0-3)");
   auto shape_err = [&](const char* field, std::uint64_t got,
                        std::uint64_t want) {
     return make_error(errc::invalid_request,

@@ -209,6 +209,15 @@ BOOST_FIXTURE_TEST_CASE(shape_mismatch_and_unknown_tenant_are_rejected,
   expect(tokens_req(1, 11, "", 10), "exceeds_max_sequence_length");
   expect(prompt_req(1, run(0, 11), "", 10), "exceeds_max_sequence_length");
   expect(tokens_req(1, 4, "nobody"), "unknown_tenant");
+  // A priority off the wire is any integer: it once picked an LRU level
+  // past the pool's lists (written out of bounds at the request's end).
+  req = prompt_req(1, run(0, 9));
+  req.priority = static_cast<priority>(4);
+  expect(req, "invalid_request");
+  BOOST_TEST(render(pool().allocate(req).error()).find("priority 4")
+             != std::string::npos);
+  req.priority = static_cast<priority>(200);
+  expect(req, "invalid_request");
   // The tenant is checked first: "nobody" wins over a bad shape.
   req = tokens_req(1, 4, "nobody");
   req.num_layers = 1;
