@@ -253,15 +253,23 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       auto& subs = st.kv_subscribers;
       if (std::find(subs.begin(), subs.end(), sub) == subs.end()) {
         subs.push_back(sub);
-        self->monitor(sub); // a subscriber that dies is dropped
+        if (!st.lanes.knows(sub.address())) // a stepper is watched already
+          self->monitor(sub); // a subscriber that dies is dropped
       }
       st.core().record_events(true);
     },
-    [&st](unsubscribe_atom, topic t, const caf::actor& sub) {
+    [self, &st](unsubscribe_atom, topic t, const caf::actor& sub) {
       if (t != topic::kv_events)
         return;
       auto& subs = st.kv_subscribers;
-      subs.erase(std::remove(subs.begin(), subs.end(), sub), subs.end());
+      auto i = std::find(subs.begin(), subs.end(), sub);
+      if (i == subs.end())
+        return;
+      subs.erase(i);
+      // Its subscribe's monitor, or one per cycle would pile up - unless it
+      // steps here too: CAF's demonitor drops every monitor of the pair.
+      if (!st.lanes.knows(sub.address()))
+        self->demonitor(sub);
       if (subs.empty()) {
         st.core().record_events(false);
         st.core().take_events();

@@ -58,6 +58,11 @@ public:
   /// The ends `stepper` has not been told of, oldest first; forgets them.
   std::vector<request_ended> take(const caf::actor_addr& stepper);
 
+  /// Whether `addr` has stepped here (and is watched for it).
+  bool knows(const caf::actor_addr& addr) const {
+    return steppers_.count(addr) != 0;
+  }
+
   /// Live requests admitted through steps, steppers known, ends not yet
   /// told (for tests and diagnostics).
   std::size_t size() const noexcept {

@@ -230,7 +230,11 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
     },
     [self](unsubscribe_atom, const caf::actor& sub) {
       auto& subs = self->state.subscribers;
-      subs.erase(std::remove(subs.begin(), subs.end(), sub), subs.end());
+      auto i = std::find(subs.begin(), subs.end(), sub);
+      if (i == subs.end())
+        return;
+      subs.erase(i);
+      self->demonitor(sub); // its subscribe's: one per cycle would pile up
     },
     [self](pressure_atom) {
       return self->state.tracker->level();

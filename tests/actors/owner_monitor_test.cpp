@@ -155,4 +155,32 @@ BOOST_AUTO_TEST_CASE(an_owner_dying_with_an_allocate_in_flight_leaves_nothing) {
   BOOST_TEST(used_blocks() == 0u);
 }
 
+BOOST_AUTO_TEST_CASE(subscribing_and_unsubscribing_leaves_no_monitor_behind) {
+  // Unsubscribing from pressure or KV events left the subscribe's monitor
+  // on the subscriber: one more per cycle, until it went.
+  run();
+  for (int i = 0; i < 10; ++i)
+    for (auto t : {topic::pressure, topic::lifecycle, topic::kv_events}) {
+      as_owner(subscribe_atom::value, t, owner);
+      as_owner(unsubscribe_atom::value, t, owner);
+    }
+  BOOST_TEST(monitors() == 0);
+  // A stepper stays watched through its subscription's end: CAF's
+  // demonitor would drop the step lane's monitor too.
+  caf::send_as(owner, pool, step_atom::value, step_request{});
+  step_request admit;
+  admit.admits.push_back(make_request(cfg, 1, 5));
+  caf::send_as(owner, pool, step_atom::value, admit);
+  run();
+  BOOST_REQUIRE(active() == 1u);
+  auto watched = monitors();
+  BOOST_TEST(watched >= 1);
+  for (int i = 0; i < 10; ++i) {
+    as_owner(subscribe_atom::value, topic::kv_events, owner);
+    as_owner(unsubscribe_atom::value, topic::kv_events, owner);
+  }
+  BOOST_TEST(monitors() == watched);
+  kill_owner(); // and its request goes with it
+}
+
 BOOST_AUTO_TEST_SUITE_END()
