@@ -402,7 +402,10 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       return reclaim_orphans(self);
     },
     [self](pressure_atom, const pressure_event& ev) {
-      self->state.pressure = ev.level;
+      // Only the supervisor says what the level is (stats, metrics).
+      if (self->current_sender()
+          == caf::actor_cast<caf::strong_actor_ptr>(self->state.supervisor))
+        self->state.pressure = ev.level;
     },
     [self](swap_out_atom, request_id id) -> caf::result<std::uint32_t> {
       return swap_out_request(self, id);

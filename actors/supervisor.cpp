@@ -191,8 +191,12 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
       if (st.tracker->update(u.used_blocks)) {
         pressure_event ev{st.tracker->level(), prev, u.used_blocks,
                           u.total_blocks};
+        // Named as the sender (a typed actor cannot send() to an untyped
+        // one): the manager takes its level from the supervisor only.
+        auto me = caf::actor_cast<caf::strong_actor_ptr>(self);
+        auto msg = caf::make_message(pressure_atom::value, ev);
         for (auto& sub : st.subscribers)
-          caf::anon_send(sub, pressure_atom::value, ev);
+          sub->enqueue(me, caf::make_message_id(), msg, self->context());
         if (auto n = st.eviction_target())
           caf::anon_send(st.pool, evict_atom::value, n);
       }

@@ -271,7 +271,8 @@ using kv_cache_manager_actor = caf::typed_actor<
   caf::reacts_to<unsubscribe_atom, topic, caf::actor>,
   // From the supervisor: a handle actor died with an error.
   caf::reacts_to<reclaim_atom, request_id, std::uint64_t>,
-  // From the supervisor: the pressure level changed (kept for stats).
+  // From the supervisor: the pressure level changed (kept for stats; from
+  // anyone else, ignored).
   caf::reacts_to<pressure_atom, pressure_event>,
   // From the supervisor's GC: reclaim requests the pool holds that have no
   // live handle (orphans); replies with what was reclaimed.

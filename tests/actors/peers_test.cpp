@@ -98,6 +98,16 @@ BOOST_AUTO_TEST_CASE(the_supervisor_and_the_pool_act_only_on_their_own_peers) {
   stranger->send(sup, usage_atom::value, pool_usage{0, 0, 64});
   run();
   BOOST_TEST(level() == memory_pressure::critical);
+  // Nor does a forged level sent to the manager change what its stats say
+  // (it took any sender's word, out-of-range levels too).
+  BOOST_TEST(value_or(stats(), cache_manager_stats{}).pressure
+             == memory_pressure::critical);
+  stranger->send(mgr, pressure_atom::value,
+                 pressure_event{static_cast<memory_pressure>(77),
+                                memory_pressure::low, 0, 64});
+  run();
+  BOOST_TEST(value_or(stats(), cache_manager_stats{}).pressure
+             == memory_pressure::critical);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
