@@ -434,17 +434,14 @@ private:
     return index_.find(lo, [this](block_id b) { return blocks_[b].hash.lo; });
   }
   sequence* find_mut(request_id id) noexcept;
-  /// Blocks only `s` holds: what preempting it frees.
-  std::uint64_t exclusive_blocks(const sequence& s) const noexcept;
-  /// Whether tenant `v`, which uses `used` (an estimate, in
-  /// choose_victims), is at or below its reservation, or would be taken
-  /// below it by losing `exclusive` blocks - judged by tenant: a shared
-  /// block is charged to its first holder's. Preemption never takes such a
-  /// victim: its blocks would go back to that reservation, not to whoever
-  /// needs them.
-  bool leaves_reservation(std::uint16_t v, std::uint64_t used,
-                          std::uint64_t exclusive) const noexcept;
   /// Whether `id` is allocated and resident: preempting it frees blocks now.
+  /// Would preempting a request of tenant `v` free blocks tenant `t` may
+  /// take? Not if `v` is another tenant at or below its reservation (judged
+  /// by tenant: a shared block is charged to its first holder's).
+  bool frees_for(std::uint16_t t, std::uint16_t v) const noexcept {
+    auto reserved = tenants_[v].config.reserved_blocks;
+    return v == t || reserved == 0 || tenants_[v].used > reserved;
+  }
   bool holds_device_blocks(request_id id) const noexcept {
     auto seq = find(id);
     return seq != nullptr && seq->where == residency::resident;

@@ -19,19 +19,6 @@ block_pool_core::tenant_index(const std::string& name) const {
                     "tenant '" + name + "' is not configured");
 }
 
-std::uint64_t block_pool_core::exclusive_blocks(const sequence& s) const noexcept {
-  std::uint64_t n = 0;
-  for (auto b : s.blocks)
-    n += blocks_[b].ref_count - blocks_[b].holds == 1;
-  return n;
-}
-
-bool block_pool_core::leaves_reservation(std::uint16_t v, std::uint64_t used,
-                                         std::uint64_t exclusive) const noexcept {
-  auto reserved = tenants_[v].config.reserved_blocks;
-  return reserved != 0 && (used <= reserved || used - reserved < exclusive);
-}
-
 std::vector<request_id> block_pool_core::choose_victims(std::uint64_t blocks) const {
   // A tenant's fair share: its reservation, or an equal split of the pool
   // if that is more.
@@ -45,7 +32,9 @@ std::vector<request_id> block_pool_core::choose_victims(std::uint64_t blocks) co
   for_each_sequence([&](const sequence& s) {
     if (s.where != residency::resident)
       return;
-    auto mine = exclusive_blocks(s);
+    std::uint64_t mine = 0;
+    for (auto b : s.blocks)
+      mine += blocks_[b].ref_count - blocks_[b].holds == 1;
     if (mine > 0)
       cands.push_back(candidate{&s, mine});
   });
@@ -64,11 +53,12 @@ std::vector<request_id> block_pool_core::choose_victims(std::uint64_t blocks) co
     auto best = cands.end();
     for (auto i = cands.begin(); i != cands.end(); ++i) {
       auto t = i->seq->tenant;
-      // Never below its reservation, if it has one: `used` is an estimate,
-      // and a tenant without one whose estimate reached 0 (a victim's
-      // exclusive blocks may be charged to another tenant, the first
-      // toucher) still has requests to offer.
-      if (leaves_reservation(t, used[t], i->exclusive))
+      // Never at or below its reservation - if it has one (as frees_for
+      // judges): `used` is an estimate, and a tenant without one whose
+      // estimate reached 0 (a victim's exclusive blocks may be charged to
+      // another tenant, the first toucher) still has requests to offer.
+      auto reserved = tenants_[t].config.reserved_blocks;
+      if (reserved != 0 && used[t] <= reserved)
         continue;
       if (best == cands.end()) {
         best = i;

@@ -89,21 +89,16 @@ void block_pool_core::run_extends(const step_request& step, bool named,
       // Preempt the newest request of the step that still holds its device
       // blocks and that the step has yet to extend. One being swapped or
       // swapped out, or unknown, would free nothing now; it fails on its
-      // own extend when its turn comes. Nor is one of another tenant that
-      // its preemption would leave below its reservation: its blocks go
-      // back to that reservation, not to ops[i]. Failing all, ops[i] itself
-      // (resident: its extend ran short).
+      // own extend when its turn comes. Nor would one of another tenant at
+      // or below its reservation: its blocks go back to that reservation,
+      // not to ops[i]. Failing all, ops[i] itself (resident: its extend
+      // ran short).
       while (last > i + 1 && !resident(last - 1))
         --last;
       auto t = seqs_[slot[i]].tenant;
-      auto helps = [&](const sequence& s) { // its blocks would go to t
-        return s.tenant == t
-               || !leaves_reservation(s.tenant, tenants_[s.tenant].used,
-                                      exclusive_blocks(s));
-      };
       auto victim = i;
       for (auto v = last; v-- > i + 1;)
-        if (resident(v) && helps(seqs_[slot[v]])) {
+        if (resident(v) && frees_for(t, seqs_[slot[v]].tenant)) {
           victim = v;
           break;
         }

@@ -175,8 +175,7 @@ BOOST_FIXTURE_TEST_CASE(run_step_passes_over_victims_whose_blocks_go_to_their_re
                         pool_fixture) {
   // 3's tenant holds just its reservation: preempting 3 would hand its
   // blocks back to that reservation, nothing to 1. It used to be preempted
-  // first, for nothing, and 2 after it. (And past it: a victim may not take
-  // its tenant below it, below.)
+  // first, for nothing, and 2 after it.
   cfg.tenants = {tenant_config{}, tenant("r", 0, 4)};
   make(8);
   alloc(tokens_req(1, 8));       // 0 1
@@ -189,20 +188,12 @@ BOOST_FIXTURE_TEST_CASE(run_step_passes_over_victims_whose_blocks_go_to_their_re
   BOOST_TEST(r.failed.empty());
   BOOST_TEST(blocks(1).size() == 3u);
   BOOST_TEST(blocks(3).size() == 5u); // r past its reservation now
-  // One block past it, r's 5-block request is still passed over - its
-  // loss would leave r 4 short - and 4 itself goes...
+  // Past it, r's request is a victim like any other.
   release(1);
   alloc(tokens_req(4, 8)); // 2 of the 3 free
   step.extends = {grow(4, 8), grow(3, 1)};
   r = pool().run_step(step);
-  BOOST_TEST(r.preempted == std::vector<request_id>{4});
-  // ...but a request whose loss keeps r at its reservation is a victim like
-  // any other.
-  alloc(tokens_req(5, 4, "r")); // r holds 6
-  alloc(tokens_req(6, 8));      // the pool is full
-  step.extends = {grow(6, 1), grow(3, 1), grow(5, 1)};
-  r = pool().run_step(step);
-  BOOST_TEST(r.preempted == std::vector<request_id>{5});
+  BOOST_TEST(r.preempted == std::vector<request_id>{3});
 }
 
 BOOST_FIXTURE_TEST_CASE(run_step_frees_first_and_reports_copies_and_bad_ops,

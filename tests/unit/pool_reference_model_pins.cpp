@@ -154,8 +154,8 @@ std::vector<request_id> pool_model::choose_victims(std::uint64_t blocks) const {
     for (auto& c : cands) {
       auto t = c.seq->tenant;
       auto reserved = tenants_[t].config.reserved_blocks;
-      if (reserved != 0 && (used[t] <= reserved || used[t] - reserved < c.own))
-        continue; // never leaving its reservation, if it has one
+      if (reserved != 0 && used[t] <= reserved)
+        continue; // never at or below its reservation, if it has one
       if (std::find(out.begin(), out.end(), c.seq->id) != out.end())
         continue;
       if (best == nullptr || rank(c) < rank(*best))

@@ -83,16 +83,9 @@ model_step_result pool_model::run_step(const step_request& step) {
       };
       auto t = seqs_.at(op.id).tenant;
       auto helps = [&](request_id id) {
-        auto& s = seqs_.at(id);
-        auto reserved = tenants_[s.tenant].config.reserved_blocks;
-        if (s.tenant == t || reserved == 0)
-          return true;
-        // Not if it would leave its tenant at or below its reservation.
-        std::uint64_t own = 0;
-        for (auto b : s.blocks)
-          own += blocks_[b].refs == 1;
-        auto used = tenants_[s.tenant].used;
-        return used > reserved && used - reserved >= own;
+        auto v = seqs_.at(id).tenant;
+        auto reserved = tenants_[v].config.reserved_blocks;
+        return v == t || reserved == 0 || tenants_[v].used > reserved;
       };
       auto victim = i;
       for (auto v = ops.size(); v-- > i + 1;)

@@ -191,20 +191,6 @@ BOOST_AUTO_TEST_CASE(a_tenant_at_or_below_its_reservation_is_never_a_victim) {
   BOOST_TEST((pool().choose_victims(100) == reqs{2}));
 }
 
-BOOST_AUTO_TEST_CASE(a_victim_never_takes_its_tenant_below_its_reservation) {
-  // c is one over its 12, in a 12-block request and a 1-block one: the
-  // big one's loss would leave it 11 short - its blocks going back to its
-  // reservation, not to the pool - so only the small one is a victim. It
-  // used to go first, as the newest of the tenant furthest over.
-  cfg.tenants = {tenant_config{}, tenant("a"), tenant("c", 0, 12)};
-  make(40);
-  alloc(tokens_req(6, 4, "c"));  // 1
-  alloc(tokens_req(7, 48, "c")); // 12: c holds 13
-  alloc(tokens_req(1, 8, "a"));  // 2
-  BOOST_TEST((pool().choose_victims(100) == reqs{6, 1}));
-  BOOST_TEST((pool().choose_victims(1) == reqs{6}));
-}
-
 BOOST_AUTO_TEST_CASE(a_tenant_without_a_reservation_still_offers_victims_at_zero_estimated_use) {
   // x and y share a namespace: y's prompt blocks end up held by x's request
   // 3 alone, still charged to y (the first toucher). Choosing 3 takes its 4
