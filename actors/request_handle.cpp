@@ -293,6 +293,9 @@ request_handle_actor spawn_request_handle(caf::actor_system& sys,
   // Lazily: the actor starts on its first message - a call, its end, or
   // an exit (a kill too: the supervisor still hears of it) - instead of as
   // a job of its own at spawn, which the workers then took turns stealing.
+  // Its state (what its destructor reads to have the supervisor reclaim)
+  // is set up at that start: every path that lets a handle go sends it a
+  // message first (end_atom, or an exit from the manager).
   // A step admitting 20,000 requests had the manager register them in 445
   // ms with two workers, 135 ms so.
   return sys.spawn<caf::lazy_init>(handle_fun, std::move(args), supervisor);

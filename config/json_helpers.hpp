@@ -28,7 +28,7 @@ constexpr std::size_t max_text_file_bytes = std::size_t{64} << 20;
 
 /// The whole file at `path`; invalid_config naming the path if it is a
 /// directory, cannot be opened or read, or holds more than `max_bytes`
-/// (read up to one byte past the limit, never the whole of it).
+/// (reading stops within 64 KiB past the limit, never at the file's end).
 caf::expected<std::string>
 read_text_file(const std::string& path,
                std::size_t max_bytes = max_text_file_bytes);

@@ -445,7 +445,7 @@ BOOST_AUTO_TEST_CASE(read_text_file_names_a_directory_or_a_missing_file) {
 
 BOOST_AUTO_TEST_CASE(read_text_file_stops_at_its_limit) {
   // A config path naming a device or a huge file once read until the
-  // allocation threw, an abort: now it reads one byte past the limit.
+  // allocation threw, an abort: now it stops reading past the limit.
   auto zero = kvactor::detail::read_text_file("/dev/zero", 1000);
   BOOST_REQUIRE(!zero);
   BOOST_TEST(has_code(zero.error(), errc::invalid_config));
