@@ -430,37 +430,6 @@ BOOST_AUTO_TEST_CASE(load_config_reads_a_file) {
   BOOST_TEST((*cfg == *parse_config(base())));
 }
 
-BOOST_AUTO_TEST_CASE(read_text_file_names_a_directory_or_a_missing_file) {
-  // Shared with the simulator's scenario loader, which read a directory
-  // into an uncaught exception before.
-  auto dir = kvactor::detail::read_text_file("/tmp");
-  BOOST_REQUIRE(!dir);
-  BOOST_TEST(has_code(dir.error(), errc::invalid_config));
-  BOOST_TEST(render(dir.error()).find("/tmp: is a directory") != std::string::npos);
-  auto missing = kvactor::detail::read_text_file("/tmp/kvactor_no_such_file");
-  BOOST_REQUIRE(!missing);
-  BOOST_TEST(render(missing.error()).find("/tmp/kvactor_no_such_file: cannot open")
-             != std::string::npos);
-}
-
-BOOST_AUTO_TEST_CASE(read_text_file_stops_at_its_limit) {
-  // A config path naming a device or a huge file once read until the
-  // allocation threw, an abort: now it stops reading past the limit.
-  auto zero = kvactor::detail::read_text_file("/dev/zero", 1000);
-  BOOST_REQUIRE(!zero);
-  BOOST_TEST(has_code(zero.error(), errc::invalid_config));
-  BOOST_TEST(render(zero.error()).find("/dev/zero: larger than 1000 bytes")
-             != std::string::npos);
-  auto path = temp_file(std::string(1000, ' '));
-  auto at_limit = kvactor::detail::read_text_file(path, 1000);
-  auto past = kvactor::detail::read_text_file(path, 999);
-  std::remove(path.c_str());
-  BOOST_REQUIRE(at_limit);
-  BOOST_TEST(at_limit->size() == 1000u);
-  BOOST_REQUIRE(!past);
-  BOOST_TEST(render(past.error()).find("larger than 999 bytes") != std::string::npos);
-}
-
 BOOST_AUTO_TEST_CASE(load_config_of_a_missing_file_names_it) {
   auto cfg = load_config("/tmp/kvactor_no_such_config.json");
   BOOST_REQUIRE(!cfg);
