@@ -102,7 +102,6 @@ std::string safe_name(const std::string& name) {
   return out;
 }
 
-
 bool draw_plot(const std::filesystem::path& dir, std::ostream& log) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
     log << "gnuplot is not installed: usage.png not drawn (apt-get install "
