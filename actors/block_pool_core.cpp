@@ -62,7 +62,7 @@ block_pool_core::check(const allocation_request& req,
   auto ti = tenant_index(req.tenant);
   if (!ti)
     return make_error(errc::unknown_tenant,
-                      req_name(req.id) + ": " + render(ti.error()));
+                      req_name(req.id) + ": " + context_of(ti.error()));
   auto t = *ti;
   // An enum off the wire is whatever integer the peer sent: the priority
   // picks an LRU level, an index into the pool's lists.

@@ -207,7 +207,7 @@ caf::expected<allocation_outcome> block_pool_core::fork(request_id parent,
   auto* par = find_resident(parent, err);
   if (par == nullptr)
     return make_error(static_cast<errc>(err.code()),
-                      "fork parent: " + render(err));
+                      "fork parent: " + context_of(err));
   if (find(child) != nullptr)
     return make_error(errc::duplicate_request,
                       req_name(child) + " is already allocated");
@@ -222,7 +222,7 @@ caf::expected<allocation_outcome> block_pool_core::fork(request_id parent,
                                        + (par->num_tokens % block_size_ != 0)))
     return make_error(errc::out_of_blocks,
                       "fork of " + req_name(parent) + ": "
-                        + render(err2));
+                        + context_of(err2));
   auto& c = new_sequence(child); // sequences never move: par stays valid
   auto& p = *par;
   c.tenant = p.tenant;

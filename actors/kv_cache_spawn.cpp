@@ -87,7 +87,7 @@ caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
     if (auto err = validate(sized))
       return make_error(errc::invalid_config,
                         "with the pool sized to " + std::to_string(lay.num_blocks)
-                          + " blocks from device memory: " + render(err));
+                          + " blocks from device memory: " + context_of(err));
   }
   storage_info info{to_string(out.store->kind()), out.store->where(),
                     lay.num_blocks, lay.num_host_blocks, lay.bytes_per_block()};

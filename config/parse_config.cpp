@@ -260,14 +260,6 @@ caf::error read_config(const json& obj, cache_config& out) {
   return err;
 }
 
-/// The context text of an error made by make_error.
-std::string context_of(const caf::error& err) {
-  auto& ctx = err.context();
-  if (ctx.size() == 1 && ctx.match_element<std::string>(0))
-    return ctx.get_as<std::string>(0);
-  return render(err);
-}
-
 } // namespace
 
 caf::expected<cache_config> parse_config(const nlohmann::json& json) {

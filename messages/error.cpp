@@ -5,6 +5,14 @@
 
 namespace kvactor {
 
+namespace {
+
+bool has_text(const caf::message& ctx) {
+  return ctx.size() == 1 && ctx.match_element<std::string>(0);
+}
+
+} // namespace
+
 std::string render(const caf::error& err) {
   if (!err)
     return "none";
@@ -13,7 +21,7 @@ std::string render(const caf::error& err) {
   std::string result = "kvactor: ";
   result += to_string(static_cast<errc>(err.code()));
   auto& ctx = err.context();
-  if (ctx.size() == 1 && ctx.match_element<std::string>(0)) {
+  if (has_text(ctx)) {
     result += " (";
     result += ctx.get_as<std::string>(0);
     result += ')';
@@ -22,6 +30,12 @@ std::string render(const caf::error& err) {
     result += to_string(ctx);
   }
   return result;
+}
+
+std::string context_of(const caf::error& err) {
+  if (err && err.category() == error_category && has_text(err.context()))
+    return err.context().get_as<std::string>(0);
+  return render(err);
 }
 
 } // namespace kvactor

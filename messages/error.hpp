@@ -33,4 +33,8 @@ inline bool has_code(const caf::error& err, errc code) noexcept {
 /// actor system (the registered renderer prints the same).
 std::string render(const caf::error& err);
 
+/// What render(err) puts in parentheses - "need 4 blocks, 2 free" - for
+/// an error wrapped in another of the same code (render(err) otherwise).
+std::string context_of(const caf::error& err);
+
 } // namespace kvactor

@@ -150,15 +150,6 @@ struct failure_position : nlohmann::json_sax<json> {
   }
 };
 
-/// The message of a parse_config error, which names a field of the cache
-/// object ("pressure.high: must be in (0, 1]").
-std::string context_text(const caf::error& err) {
-  auto& ctx = err.context();
-  if (ctx.size() == 1 && ctx.match_element<std::string>(0))
-    return ctx.get_as<std::string>(0);
-  return render(err);
-}
-
 caf::error read_cache(const json& obj, const error_maker& fail,
                       cache_config& out) {
   auto cfg = parse_config(obj);
@@ -166,7 +157,7 @@ caf::error read_cache(const json& obj, const error_maker& fail,
     out = std::move(*cfg);
     return caf::none;
   }
-  auto text = context_text(cfg.error());
+  auto text = context_of(cfg.error());
   auto colon = text.find(": ");
   if (colon == std::string::npos)
     return fail("cache", text);
@@ -276,7 +267,7 @@ std::uint64_t workload_config::max_sequence_tokens() const {
 caf::error cache_start_error(const scenario& s, const caf::error& err) {
   // Worded as parse_config words its errors: "FIELD: what", where a field
   // "config" (or none) means the cache as a whole.
-  auto text = context_text(err);
+  auto text = context_of(err);
   std::string field;
   std::string what = text;
   if (auto colon = text.find(": "); colon != std::string::npos) {
@@ -427,7 +418,7 @@ caf::expected<scenario> load_scenario(const std::string& path) {
 }
 
 std::string message_of(const caf::error& err) {
-  return context_text(err);
+  return context_of(err);
 }
 
 } // namespace kvactor::sim

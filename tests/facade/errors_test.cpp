@@ -242,6 +242,27 @@ BOOST_AUTO_TEST_CASE(errors_render_with_code_and_context) {
   BOOST_TEST(!has_code(caf::make_error(caf::sec::unexpected_message),
                        errc::out_of_blocks));
   BOOST_TEST(render(caf::error{}) == "none");
+  BOOST_TEST(context_of(err) == "need 4 blocks, 2 free");
+  BOOST_TEST(context_of(caf::error{}) == "none");
+}
+
+BOOST_AUTO_TEST_CASE(a_wrapped_error_of_the_same_code_is_not_rendered_twice) {
+  cache_config cfg = small_config();
+  cfg.num_host_blocks = 8;
+  cache_fixture f{cfg};
+  auto r = f.req(1, 4);
+  r.tenant = "nobody";
+  auto h = f.m().allocate(r);
+  BOOST_REQUIRE(!h);
+  auto text = render(h.error());
+  BOOST_TEST(text.find("kvactor:") == text.rfind("kvactor:"), text);
+  f.alloc(f.req(2, 4));
+  BOOST_REQUIRE(f.m().swap_out(2) == caf::none);
+  auto forked = f.m().fork(2, 3);
+  BOOST_REQUIRE(!forked);
+  text = render(forked.error());
+  BOOST_TEST(text.find("kvactor:") == text.rfind("kvactor:"), text);
+  BOOST_TEST(text.find("fork parent: request 2") != std::string::npos, text);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
