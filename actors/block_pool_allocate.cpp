@@ -88,6 +88,8 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
   }
   // Revived blocks are charged like fresh ones; pinned ones among them are
   // on no list, so they take nothing from what others may take.
+  if (auto err = fits_alone(req_name(req.id), p.tenant, p.need))
+    return err;
   auto take = p.need - p.hits + p.revived;
   if (auto err = admit_blocks(p.tenant, take, p.pinned))
     return err;
@@ -103,12 +105,15 @@ block_pool_core::allocate(const allocation_request& req) {
   auto planned = plan_allocation(req);
   if (!planned) {
     auto& err = planned.error();
-    if (has_code(err, errc::out_of_blocks) || has_code(err, errc::quota_exceeded)) {
+    bool waits = has_code(err, errc::out_of_blocks)
+                 || has_code(err, errc::quota_exceeded);
+    if (waits || has_code(err, errc::exceeds_capacity)) {
       ++counters_.allocation_failures;
       if (auto t = tenant_index(req.tenant)) {
         ++tenants_[*t].failures;
         // It will be retried: keep what was learned about its prompt.
-        if (prefix_caching_ && !req.prompt.empty() && !memo_matches(req)) {
+        if (waits && prefix_caching_ && !req.prompt.empty()
+            && !memo_matches(req)) {
           hash_all(*t, req.prompt);
           memo_.valid = true;
           memo_.tenant = *t;

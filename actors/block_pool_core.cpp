@@ -38,6 +38,7 @@ block_pool_core::block_pool_core(const cache_config& cfg,
   for (auto& tc : cfg.tenants) {
     tenant_state ts;
     ts.config = tc;
+    ts.lone_cap = lone_request_cap(cfg, tc, num_blocks);
     ts.seed = namespace_seed(tc.prefix_namespace.empty()
                                ? "tenant:" + tc.name
                                : "namespace:" + tc.prefix_namespace);
@@ -125,6 +126,27 @@ std::uint64_t block_pool_core::shortfall(std::uint16_t t) const noexcept {
   auto& ts = tenants_[t];
   auto reserved = ts.config.reserved_blocks;
   return ts.used < reserved ? reserved - ts.used : 0;
+}
+
+caf::error block_pool_core::fits_alone(const std::string& who,
+                                       std::uint16_t t,
+                                       std::uint64_t blocks) const {
+  auto& ts = tenants_[t];
+  if (blocks <= ts.lone_cap)
+    return caf::none;
+  auto n = num_blocks();
+  auto what = who + " needs " + std::to_string(blocks) + " blocks, more than ";
+  if (ts.lone_cap == n)
+    what += "the pool's " + std::to_string(n);
+  else
+    what += "the " + std::to_string(ts.lone_cap) + " one request of tenant '"
+            + ts.config.name
+            + "' can hold and stay live: alone it would reach critical "
+              "pressure, where the supervisor preempts "
+              "(pressure.preempt_at_critical), beyond the tenant's "
+              "reserved_blocks "
+            + std::to_string(ts.config.reserved_blocks);
+  return make_error(errc::exceeds_capacity, std::move(what));
 }
 
 std::uint64_t block_pool_core::takeable(std::uint16_t t) const noexcept {

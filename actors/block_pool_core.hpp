@@ -452,6 +452,10 @@ private:
   /// The swap in flight of incarnation `cache_id` of `id`: live or a ghost.
   sequence* find_swapping(request_id id, std::uint64_t cache_id) noexcept;
   std::uint64_t shortfall(std::uint16_t t) const noexcept;
+  /// exceeds_capacity if a table of `blocks` is more than one request of
+  /// tenant `t` may hold (tenant_state::lone_cap); `who` names it.
+  caf::error fits_alone(const std::string& who, std::uint16_t t,
+                        std::uint64_t blocks) const;
 
   std::uint32_t block_size_;
   bool prefix_caching_;

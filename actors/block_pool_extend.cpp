@@ -112,6 +112,9 @@ block_pool_core::extend(request_id id, std::uint64_t n,
   auto total = seq->num_tokens + n;
   auto new_blocks = total / block_size_ + (total % block_size_ != 0);
   auto add = new_blocks - old_blocks;
+  if (add > 0)
+    if (auto err = fits_alone(req_name(id), seq->tenant, new_blocks))
+      return err;
   // Copy on write only if another table holds the block: a copy in flight
   // (holds) only reads the tokens before ours, which we never change. Or if
   // the block entered the prefix index meanwhile: a copy that failed gave

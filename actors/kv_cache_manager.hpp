@@ -50,7 +50,9 @@ public:
 
   /// Grows the handle's request by `additional_tokens` (copy-on-write done
   /// before it returns). Errors: invalid_handle, exceeds_max_sequence_length,
-  /// out_of_blocks, quota_exceeded; on error nothing changed.
+  /// exceeds_capacity, out_of_blocks, quota_exceeded, invalid_request
+  /// (swapped out: swap it in first), device_failure or shutting_down (the
+  /// copy-on-write copy failed); on error nothing changed.
   caf::error extend(kv_cache_handle& handle, std::size_t additional_tokens);
 
   /// Grows the handle's request by these tokens (full blocks become findable

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -68,7 +67,7 @@ public:
 
 private:
   std::uint64_t mark(double fraction) const noexcept {
-    return static_cast<std::uint64_t>(std::ceil(fraction * total_ - 1e-9));
+    return pressure_mark(fraction, total_);
   }
 
   std::uint64_t total_;

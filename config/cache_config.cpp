@@ -1,8 +1,10 @@
 // cache_config: range checks (validate), the embedded default, the JSON
-// writer and tenant lookup. The JSON reader lives in parse_config.cpp.
+// writer, tenant lookup and the block counts pressure implies. The JSON
+// reader lives in parse_config.cpp.
 #include "kvactor/config/cache_config.hpp"
 #include "kvactor/config/cache_limits.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -349,6 +351,22 @@ nlohmann::json to_json(const cache_config& cfg) {
     {"scheduler_threads", cfg.scheduler_threads},
     {"device_index", cfg.device_index},
   };
+}
+
+std::uint64_t pressure_mark(double fraction, std::uint64_t num_blocks) noexcept {
+  // Less a hair, so 0.95 of 100 blocks is 95 whatever the rounding of 0.95.
+  return static_cast<std::uint64_t>(
+    std::ceil(fraction * static_cast<double>(num_blocks) - 1e-9));
+}
+
+std::uint64_t lone_request_cap(const cache_config& cfg,
+                               const tenant_config& tenant,
+                               std::uint64_t num_blocks) noexcept {
+  if (!cfg.pressure.preempt_at_critical)
+    return num_blocks;
+  auto critical = pressure_mark(cfg.pressure.critical, num_blocks);
+  auto below = critical > 0 ? critical - 1 : 0;
+  return std::min(std::max(below, tenant.reserved_blocks), num_blocks);
 }
 
 } // namespace kvactor

@@ -164,6 +164,23 @@ caf::expected<cache_config> load_config(const std::string& path);
 /// Validates a config built in code (the same checks as parse_config).
 caf::error validate(const cache_config& cfg);
 
+/// Blocks in use at which a pressure fraction is reached in a pool of
+/// `num_blocks`: ceil(fraction * num_blocks).
+std::uint64_t pressure_mark(double fraction, std::uint64_t num_blocks) noexcept;
+
+/// The most blocks one request of `tenant` can hold in a pool of
+/// `num_blocks` and stay live: the pool; with pressure.preempt_at_critical,
+/// fewer than the critical mark (the supervisor would preempt a request
+/// that reaches it on its own, until usage is under the high mark) unless
+/// the tenant's reservation covers them (a tenant at or below its
+/// reservation is never preempted). The cache's allocate and extend refuse
+/// more with exceeds_capacity: unlike out_of_blocks, waiting cannot help.
+/// (Not the tenant's max_blocks: blocks a request shares with another
+/// tenant's in a common prefix namespace are charged to that tenant.)
+std::uint64_t lone_request_cap(const cache_config& cfg,
+                               const tenant_config& tenant,
+                               std::uint64_t num_blocks) noexcept;
+
 /// The embedded default config as JSON text: DESIGN.md's config with a
 /// small model, 256 blocks on host storage. examples/lifecycle runs on it;
 /// `make run` uses its scenario's own cache.

@@ -17,6 +17,7 @@ const char* to_string(errc x) noexcept {
     case errc::shutting_down: return "shutting_down";
     case errc::unknown_tenant: return "unknown_tenant";
     case errc::invariant_violation: return "invariant_violation";
+    case errc::exceeds_capacity: return "exceeds_capacity";
   }
   return "unknown_errc";
 }

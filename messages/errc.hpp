@@ -21,6 +21,7 @@ enum class errc : std::uint8_t {
   shutting_down,                ///< the manager is stopping
   unknown_tenant,               ///< the tenant is not configured
   invariant_violation,          ///< the accounting check failed (a bug)
+  exceeds_capacity,             ///< more blocks than one request can ever hold
 };
 
 /// Returns the enumerator's name, e.g. "out_of_blocks".

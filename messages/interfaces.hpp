@@ -23,10 +23,10 @@ using request_handle_actor = caf::typed_actor<
   // Its current block table.
   caf::replies_to<table_atom>::with<block_table>,
   // Grow by n tokens (copy-on-write done before the reply); replies with the
-  // table. Errors: exceeds_max_sequence_length, out_of_blocks,
-  // quota_exceeded, invalid_request (while swapped out), device_failure or
-  // shutting_down (the copy-on-write copy failed, or the device stopped
-  // first: the extend was undone, the table is as before).
+  // table. Errors: exceeds_max_sequence_length, exceeds_capacity,
+  // out_of_blocks, quota_exceeded, invalid_request (while swapped out),
+  // device_failure or shutting_down (the copy-on-write copy failed, or the
+  // device stopped first: the extend was undone, the table is as before).
   caf::replies_to<extend_atom, std::uint64_t>::with<block_table>,
   // Grow by these tokens; full blocks enter the prefix index.
   caf::replies_to<append_atom, std::vector<token_id>>::with<block_table>,
@@ -81,9 +81,10 @@ using block_pool_actor = caf::typed_actor<
   // empty = unnamed). The cache id names the incarnation the handle serves:
   // a handle whose request ended (its id perhaps allocated again since)
   // gets invalid_handle. Other errors: exceeds_max_sequence_length,
-  // out_of_blocks, quota_exceeded, invalid_request, device_failure or
-  // shutting_down (its copy-on-write copy was not made: the extend was
-  // undone). The pool handles no other message while such a copy runs.
+  // exceeds_capacity (more blocks than one request may hold: see
+  // lone_request_cap), out_of_blocks, quota_exceeded, invalid_request
+  // (swapped out), device_failure or shutting_down (its copy-on-write
+  // copy was not made: the extend was undone). The pool handles no other message while such a copy runs.
   caf::replies_to<extend_atom, request_id, std::uint64_t, std::uint64_t,
                   std::vector<token_id>>::with<extension>,
   // From the manager, for its extend and append by id (request id, a cache
@@ -204,8 +205,9 @@ typename Inspector::result_type inspect(Inspector& f, handle_entry& x) {
 /// The front door.
 using kv_cache_manager_actor = caf::typed_actor<
   // Start a request. Errors: invalid_request, duplicate_request,
-  // unknown_tenant, exceeds_max_sequence_length, out_of_blocks,
-  // quota_exceeded, shutting_down. The sender (if an actor) owns it: the
+  // unknown_tenant, exceeds_max_sequence_length, exceeds_capacity (it
+  // needs more blocks than one request may ever hold: retrying cannot
+  // help), out_of_blocks, quota_exceeded, shutting_down. The sender (if an actor) owns it: the
   // request is reclaimed when its owner dies.
   caf::replies_to<allocate_atom, allocation_request>::with<request_handle_actor,
                                                            block_table>,

@@ -90,7 +90,9 @@ typename Inspector::result_type inspect(Inspector& f, admission& x) {
 
 /// An operation of the step that failed (and changed nothing: an extend
 /// whose copy-on-write copy the device did not make is undone, and fails
-/// with the device's error).
+/// with the device's error). An admit or extend past what one request may
+/// hold fails with exceeds_capacity: it neither blocks admission nor
+/// preempts anything.
 struct op_failure {
   request_id id = 0;
   caf::error error;

@@ -201,6 +201,8 @@ struct cache_manager_stats {
   double cache_hit_rate = 0;       ///< prefix hit tokens / looked-up tokens
   std::uint64_t eviction_count = 0;     ///< cached blocks evicted
   std::uint64_t allocation_count = 0;   ///< successful allocations
+  /// Allocations refused for want of blocks: out_of_blocks,
+  /// quota_exceeded, exceeds_capacity.
   std::uint64_t allocation_failures = 0;
   std::uint64_t cached_blocks = 0; ///< free blocks still holding a prefix
   memory_pressure pressure = memory_pressure::low;

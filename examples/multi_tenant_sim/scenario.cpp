@@ -330,6 +330,14 @@ caf::error check_fits(const scenario& s, std::uint64_t num_blocks) {
                              "cache.admission.watermark "
                            + json(cache.admission.watermark).dump())
                   + ")");
+    if (blocks > lone_request_cap(cache, *tenant, num_blocks))
+      return fail(why + "below critical pressure ("
+                  + json(cache.pressure.critical).dump() + " of "
+                  + std::to_string(num_blocks)
+                  + " blocks), where cache.pressure.preempt_at_critical "
+                    "would preempt it alone, nor within the tenant's "
+                    "reserved_blocks ("
+                  + std::to_string(tenant->reserved_blocks) + ")");
   }
   return caf::none;
 }

@@ -122,10 +122,13 @@
 // for the time series and the step round trips' percentiles.
 //
 // Every request's longest sequence (system prompt + prompt + output) must fit
-// in its tenant's max_blocks, and in the pool less the other tenants'
+// in its tenant's max_blocks, in the pool less the other tenants'
 // reservations and the blocks cache.admission.watermark keeps free (a
-// request preempted late is admitted again with nearly all its tokens):
-// a request that could never fit is a scenario error, not a stall. With
+// request preempted late is admitted again with nearly all its tokens),
+// and in what the cache lets one request hold (lone_request_cap: with
+// preempt_at_critical, below the critical mark unless within the tenant's
+// reservation): a request that could never fit is a scenario error, not a
+// stall. With
 // cache.num_gpu_blocks 0 the pool is sized from device memory at start,
 // and the check is made again then, before the first step.
 //

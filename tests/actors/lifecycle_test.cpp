@@ -109,8 +109,9 @@ BOOST_AUTO_TEST_CASE(extend_of_an_unknown_request_fails_with_unknown_request) {
 }
 
 BOOST_AUTO_TEST_CASE(extend_without_free_blocks_fails_and_changes_nothing) {
-  auto a = allocate(1, 250, 1000); // 63 blocks, 2 tokens of room
+  auto a = allocate(1, 246, 1000); // 62 blocks, 2 tokens of room
   BOOST_REQUIRE(a);
+  BOOST_REQUIRE(allocate(2, 4, 1000)); // 1 block: 1 left
   auto before = stats();
   BOOST_TEST(outcome(extend(1, 7)) == "out_of_blocks"); // needs 2 blocks
   auto after = stats();
@@ -119,8 +120,12 @@ BOOST_AUTO_TEST_CASE(extend_without_free_blocks_fails_and_changes_nothing) {
   BOOST_TEST(value_or(table(1), block_table{}) == a->table);
   auto t = extend(1, 6); // one block: fits
   BOOST_REQUIRE(t);
-  BOOST_TEST(t->num_blocks() == 64u);
+  BOOST_TEST(t->num_blocks() == 63u);
   BOOST_TEST(outcome(extend(1, 1)) == "out_of_blocks");
+  // Past the pool on its own: no wait would help.
+  BOOST_REQUIRE(free(2));
+  BOOST_TEST(outcome(extend(1, 9)) == "exceeds_capacity");
+  BOOST_TEST(value_or(table(1), block_table{}).num_blocks() == 63u);
 }
 
 BOOST_AUTO_TEST_CASE(append_fills_blocks_that_a_later_prompt_hits) {

@@ -204,7 +204,7 @@ BOOST_AUTO_TEST_CASE(step_without_preemption_fails_the_short_extend_alone) {
   BOOST_REQUIRE(allocate(1, 4 * 63, 1000));
   BOOST_REQUIRE(allocate(2, 3, 1000));
   step_request req;
-  req.extends = {grow(1, 5), grow(2, 1), grow(1, 4)};
+  req.extends = {grow(1, 4), grow(2, 1), grow(1, 4)};
   req.preempt_on_shortage = false;
   auto res = step(req);
   BOOST_REQUIRE(res);

@@ -346,7 +346,9 @@ BOOST_AUTO_TEST_CASE(step_runs_frees_extends_and_admits_in_one_round_trip) {
 }
 
 BOOST_AUTO_TEST_CASE(step_preempts_the_newest_request_on_shortage) {
-  cache_fixture f{small_config(8)};
+  auto cfg = small_config(8);
+  cfg.pressure.preempt_at_critical = false; // steps preempt here, alone
+  cache_fixture f{cfg};
   auto h1 = f.alloc(f.req(1, 16)); // 4 blocks
   auto h2 = f.alloc(f.req(2, 12)); // 3 blocks; 1 left
   step_request step;
@@ -367,15 +369,25 @@ BOOST_AUTO_TEST_CASE(step_preempts_the_newest_request_on_shortage) {
   BOOST_TEST(r->blocked == 20u);
   BOOST_TEST(!f.m().get_handle(20));
   BOOST_TEST(f.m().stats().preemption_count == 1u);
-  // Without preemption, the shortage fails the extend alone.
+  // Without preemption, the shortage fails the extend alone. (With 7 of
+  // 8 blocks in use after this one, 1 can grow to 8 blocks - all of them,
+  // no supervisor preempting at critical pressure here.)
+  auto h30 = f.alloc(f.req(30, 4));
   step_request strict;
-  strict.extends = {extend_op{1, 16}};
+  strict.extends = {extend_op{1, 8}};
   strict.preempt_on_shortage = false;
   auto r2 = f.m().step(strict);
   BOOST_REQUIRE_MESSAGE(r2, why(r2));
   BOOST_REQUIRE_EQUAL(r2->failed.size(), 1u);
   KV_CHECK_ERROR(r2->failed[0].error, errc::out_of_blocks);
   BOOST_TEST(h1->num_tokens() == 24u);
+  BOOST_TEST(h30->is_valid());
+  // Past the pool, it could never fit.
+  strict.extends = {extend_op{1, 16}};
+  r2 = f.m().step(strict);
+  BOOST_REQUIRE_MESSAGE(r2, why(r2));
+  BOOST_REQUIRE_EQUAL(r2->failed.size(), 1u);
+  KV_CHECK_ERROR(r2->failed[0].error, errc::exceeds_capacity, "the pool's 8");
   BOOST_TEST(h1->is_valid());
 }
 

@@ -67,7 +67,8 @@ BOOST_AUTO_TEST_CASE(bad_allocations_are_refused_with_their_own_code) {
   batch.max_blocks = 4;
   cfg.tenants.push_back(batch);
   cache_fixture f{cfg};
-  auto live = f.alloc(f.req(1, 9));
+  auto live = f.alloc(f.req(1, 9));   // 3 blocks
+  auto more = f.alloc(f.req(16, 40)); // 10: 51 left
   BOOST_REQUIRE(!f.m().append(*live, {}));
   auto before = snapshot::of(f.m());
   auto refuse = [&](allocation_request r, errc code,
@@ -110,9 +111,11 @@ BOOST_AUTO_TEST_CASE(bad_allocations_are_refused_with_their_own_code) {
   // initial_tokens > max_sequence_length.
   refuse(f.req(10, 33, 32), errc::exceeds_max_sequence_length,
          {"request 10", "33", "max_sequence_length 32"});
-  // More blocks than the pool has: nothing half-taken.
-  refuse(f.req(11, 64 * 4, 1000), errc::out_of_blocks, {"need 64 blocks"});
-  refuse(f.req(12, 62 * 4, 1000), errc::out_of_blocks, {"need 62 blocks"});
+  // More blocks than are free, or than one request may ever hold (64
+  // blocks, critical pressure at 61): nothing half-taken.
+  refuse(f.req(11, 52 * 4, 1000), errc::out_of_blocks, {"need 52 blocks"});
+  refuse(f.req(12, 61 * 4, 1000), errc::exceeds_capacity,
+         {"request 12 needs 61 blocks", "the 60 one request", "critical"});
   // Unknown tenant; over a tenant's quota.
   r = f.req(13, 4);
   r.tenant = "nobody";
@@ -123,7 +126,8 @@ BOOST_AUTO_TEST_CASE(bad_allocations_are_refused_with_their_own_code) {
   // The failures counted, nothing else did.
   auto s = f.m().stats();
   BOOST_TEST(s.allocation_failures == 3u);
-  BOOST_TEST(static_cast<bool>(f.m().allocate(f.req(15, 62 * 4 - 4, 1000))));
+  BOOST_TEST(static_cast<bool>(f.m().allocate(f.req(15, 51 * 4, 1000))));
+  BOOST_TEST(more->is_valid());
 }
 
 BOOST_AUTO_TEST_CASE(unknown_ids_are_refused_by_every_operation) {

@@ -335,6 +335,24 @@ BOOST_AUTO_TEST_CASE(a_request_that_could_never_fit_is_refused) {
   BOOST_TEST(parse_ok(just_fits).workloads[0].max_sequence_tokens() == 224u);
 }
 
+BOOST_AUTO_TEST_CASE(a_request_the_supervisor_would_preempt_alone_is_refused) {
+  // Critical pressure starts at 61 of the 64 blocks: one request of b may
+  // hold 60 (its reservation of 8 covers fewer); 4 + 240 tokens need 61.
+  auto long_b = replace_once(base, "\"prompt_len\": 4, \"output_len\": 4",
+                             "\"prompt_len\": 4, \"output_len\": 240");
+  check_error(long_b, "\"b\": {", "workloads.b",
+              "its longest request (244 tokens, 61 blocks of 4) cannot fit "
+              "below critical pressure (0.95 of 64 blocks), where "
+              "cache.pressure.preempt_at_critical would preempt it alone, nor "
+              "within the tenant's reserved_blocks (8)");
+  // 60 blocks fit; so do 61 when the supervisor does not preempt.
+  parse_ok(replace_once(base, "\"prompt_len\": 4, \"output_len\": 4",
+                        "\"prompt_len\": 4, \"output_len\": 236"));
+  parse_ok(replace_once(long_b, "\"num_gpu_blocks\": 64,",
+                        "\"num_gpu_blocks\": 64,\n"
+                        "    \"pressure\": {\"preempt_at_critical\": false},"));
+}
+
 BOOST_AUTO_TEST_CASE(the_admission_watermark_counts_against_the_room) {
   // Watermark 0.5 keeps 32 of the 64 blocks free at every admission, b
   // reserves 8: 24 blocks (96 tokens) are left to a; 8 + 8 + 90 = 106

@@ -136,6 +136,8 @@ BOOST_AUTO_TEST_CASE(admission_limit_follows_admit_up_to) {
 // exactly 40 (a) or 64 (b) blocks fits, one token more does not.
 BOOST_AUTO_TEST_CASE(a_request_of_exactly_the_limit_fits) {
   auto j = small_scenario();
+  // The whole pool: no supervisor preempting at critical pressure.
+  j["cache"]["pressure"]["preempt_at_critical"] = false;
   j["workloads"]["a"].erase("system_prompts");
   j["workloads"]["a"]["prompt_len"] = {1, 150};
   j["workloads"]["a"]["output_len"] = {1, 10}; // 160 tokens = 40 blocks

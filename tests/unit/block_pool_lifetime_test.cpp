@@ -57,12 +57,13 @@ BOOST_FIXTURE_TEST_CASE(token_counts_near_the_integer_limit_fail_cleanly,
   BOOST_TEST(code(pool().extend(5, u64_max - 3, nullptr)) == "exceeds_max_sequence_length");
   BOOST_TEST(describe(pool(), true) == before);
   // A limit near 2^64 and a count whose block count overflows a naive
-  // ceil(n / block_size): too many blocks, not zero blocks.
+  // ceil(n / block_size): too many blocks - more than the pool has -
+  // not zero blocks.
   for (auto n : {u64_max, u64_max - 1, u64_max - 2})
-    BOOST_TEST(code(pool().allocate(tokens_req(2, n, "", u64_max))) == "out_of_blocks");
+    BOOST_TEST(code(pool().allocate(tokens_req(2, n, "", u64_max))) == "exceeds_capacity");
   alloc(tokens_req(3, 0, "", u64_max));
   for (auto n : {u64_max, u64_max - 1, u64_max - 2})
-    BOOST_TEST(code(pool().extend(3, n, nullptr)) == "out_of_blocks");
+    BOOST_TEST(code(pool().extend(3, n, nullptr)) == "exceeds_capacity");
   BOOST_TEST(blocks(3).empty());
   BOOST_TEST(tokens(3) == 0u);
 }
@@ -72,8 +73,9 @@ BOOST_FIXTURE_TEST_CASE(quota_is_checked_without_overflow, pool_fixture) {
   cfg.tenants = {tenant_config{}, tenant("q", 5)};
   make(16);
   alloc(tokens_req(1, 2, "q"));
-  // 2 used + (2^64 - 1) needed wraps to 1, which must not pass the quota.
-  BOOST_TEST(code(pool().allocate(tokens_req(2, u64_max, "q", u64_max))) == "quota_exceeded");
+  // 2 used + (2^64 - 1) needed wraps to 1, which must not pass: more than
+  // the pool, it never fits.
+  BOOST_TEST(code(pool().allocate(tokens_req(2, u64_max, "q", u64_max))) == "exceeds_capacity");
   BOOST_TEST(code(pool().allocate(tokens_req(2, 4, "q"))) == "quota_exceeded");
   alloc(tokens_req(2, 3, "q"));
 }

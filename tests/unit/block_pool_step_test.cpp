@@ -62,21 +62,35 @@ BOOST_FIXTURE_TEST_CASE(run_step_preempts_newest_first_like_vllm, pool_fixture) 
   BOOST_TEST(r.changed[0].id == 1u);
   BOOST_TEST(tokens(1) == 32u);
   BOOST_TEST(pool().num_sequences() == 1u);
-  // Last in line and nothing to take: a request preempts itself.
-  step.extends = {grow(1, 9)};
+  // Growth past the whole pool could never fit: it fails alone, and
+  // preempts nobody (not even itself).
+  alloc(tokens_req(2, 0));
+  step.extends = {grow(1, 1), grow(2, 0)};
+  r = pool().run_step(step);
+  BOOST_TEST(r.preempted.empty());
+  BOOST_REQUIRE(r.failed.size() == 1u);
+  BOOST_TEST(code(r.failed[0].error) == "exceeds_capacity");
+  BOOST_TEST(tokens(1) == 32u);
+  release(1);
+  release(2);
+  // Last in line and nothing to take from the step: a request preempts
+  // itself (the blocks are held by one the step does not extend).
+  alloc(tokens_req(1, 8));
+  alloc(tokens_req(2, 24));
+  step.extends = {grow(1, 1)};
   r = pool().run_step(step);
   BOOST_TEST(r.preempted == std::vector<request_id>{1});
   BOOST_TEST(r.failed.empty());
-  BOOST_TEST(pool().num_sequences() == 0u);
+  BOOST_TEST(pool().num_sequences() == 1u);
   // Without preempt_on_shortage the extend fails alone.
-  alloc(tokens_req(1, 32));
+  alloc(tokens_req(1, 8));
   step.preempt_on_shortage = false;
   step.extends = {grow(1, 1)};
   r = pool().run_step(step);
   BOOST_TEST(r.preempted.empty());
   BOOST_REQUIRE(r.failed.size() == 1u);
   BOOST_TEST(code(r.failed[0].error) == "out_of_blocks");
-  BOOST_TEST(tokens(1) == 32u);
+  BOOST_TEST(tokens(1) == 8u);
   // Other failures never preempt.
   step.preempt_on_shortage = true;
   step.extends = {grow(1, 2000), grow(7, 1)};
@@ -238,23 +252,27 @@ BOOST_FIXTURE_TEST_CASE(run_step_admits_fcfs_and_stops_at_first_that_does_not_fi
                         pool_fixture) {
   make(8);
   step_request step;
-  step.admits = {tokens_req(1, 8), tokens_req(2, 4, "nobody"), tokens_req(3, 40),
-                 tokens_req(4, 4)};
+  // 3 needs 7 blocks of the 6 left; 4 more than the pool: it never fits.
+  step.admits = {tokens_req(1, 8), tokens_req(2, 4, "nobody"),
+                 tokens_req(4, 40), tokens_req(3, 28), tokens_req(5, 4)};
   auto r = pool().run_step(step);
   BOOST_REQUIRE(r.admitted.size() == 1u);
   BOOST_TEST(r.admitted[0].id == 1u);
   BOOST_TEST((r.admitted[0].table.blocks == ids{0, 1}));
   BOOST_TEST(r.admitted[0].table.num_tokens == 8u);
   BOOST_TEST(r.admitted[0].cache_id == pool().find(1)->cache_id);
-  BOOST_REQUIRE(r.failed.size() == 1u); // a bad request does not stop the line
+  // A bad request, or one that can never fit, does not stop the line.
+  BOOST_REQUIRE(r.failed.size() == 2u);
   BOOST_TEST(r.failed[0].id == 2u);
   BOOST_TEST(code(r.failed[0].error) == "unknown_tenant");
+  BOOST_TEST(r.failed[1].id == 4u);
+  BOOST_TEST(code(r.failed[1].error) == "exceeds_capacity");
   BOOST_TEST(r.admission_blocked);
   BOOST_TEST(r.blocked == 3u);
-  BOOST_TEST(!pool().find(4)); // would fit, but waits behind 3
+  BOOST_TEST(!pool().find(5)); // would fit, but waits behind 3
   BOOST_TEST(r.used_blocks == 2u);
   BOOST_TEST(r.free_blocks == 6u);
-  BOOST_TEST(pool().counters().allocation_failures == 1u);
+  BOOST_TEST(pool().counters().allocation_failures == 2u);
   // Hits are reported per admission.
   step.admits = {prompt_req(5, run(0, 9)), prompt_req(6, run(0, 9))};
   r = pool().run_step(step);
@@ -267,7 +285,8 @@ BOOST_FIXTURE_TEST_CASE(run_step_admits_fcfs_and_stops_at_first_that_does_not_fi
 
 BOOST_FIXTURE_TEST_CASE(run_step_skips_admission_after_preemption, pool_fixture) {
   make(4);
-  alloc(tokens_req(1, 16)); // the whole pool
+  alloc(tokens_req(1, 12));
+  alloc(tokens_req(9, 4)); // the rest of the pool, not in the step
   step_request step;
   step.extends = {grow(1, 1)};
   step.admits = {tokens_req(2, 4), tokens_req(3, 4)};
@@ -277,9 +296,9 @@ BOOST_FIXTURE_TEST_CASE(run_step_skips_admission_after_preemption, pool_fixture)
   BOOST_TEST(r.admission_blocked);
   BOOST_TEST(r.blocked == 2u);
   BOOST_TEST(!pool().find(2));
-  BOOST_TEST(pool().used_blocks() == 0u);
+  BOOST_TEST(pool().used_blocks() == 1u);
   // Unless asked to admit anyway.
-  alloc(tokens_req(1, 16));
+  alloc(tokens_req(1, 12));
   step.admit_after_preemption = true;
   r = pool().run_step(step);
   BOOST_TEST(r.preempted == std::vector<request_id>{1});
@@ -288,7 +307,7 @@ BOOST_FIXTURE_TEST_CASE(run_step_skips_admission_after_preemption, pool_fixture)
   // Frees are not preemptions: admission goes ahead after them.
   step = step_request{};
   step.frees = {2, 3};
-  step.admits = {tokens_req(4, 16)};
+  step.admits = {tokens_req(4, 12)};
   r = pool().run_step(step);
   BOOST_TEST(r.admitted.size() == 1u);
 }

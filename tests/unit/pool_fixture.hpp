@@ -24,12 +24,14 @@ using detail::block_pool_core;
 
 inline constexpr std::uint64_t u64_max = std::numeric_limits<std::uint64_t>::max();
 
-/// block_size 4, a tiny model, one default tenant.
+/// block_size 4, a tiny model, one default tenant. No supervisor preempts
+/// at critical pressure here, so one request may fill the pool.
 inline cache_config small_config() {
   cache_config cfg;
   cfg.block_size = 4;
   cfg.model = model_config{2, 2, 8, dtype::fp16};
   cfg.storage = "none";
+  cfg.pressure.preempt_at_critical = false;
   cfg.tenants = {tenant_config{}};
   return cfg;
 }

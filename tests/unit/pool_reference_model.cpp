@@ -43,6 +43,15 @@ pool_model::pool_model(const cache_config& cfg, std::uint32_t num_blocks)
     mt.config = tc;
     mt.ns = tc.prefix_namespace.empty() ? "tenant:" + tc.name
                                         : "namespace:" + tc.prefix_namespace;
+    mt.lone_cap = num_blocks;
+    if (cfg.pressure.preempt_at_critical) {
+      // Critical pressure starts at ceil(critical * blocks) in use.
+      auto mark = static_cast<std::uint64_t>(
+        std::ceil(cfg.pressure.critical * num_blocks - 1e-9));
+      auto alone = std::max<std::uint64_t>(mark == 0 ? 0 : mark - 1,
+                                           tc.reserved_blocks);
+      mt.lone_cap = std::min(mt.lone_cap, alone);
+    }
     tenants_.push_back(mt);
   }
 }
@@ -198,6 +207,10 @@ pool_model::plan pool_model::plan_allocation(const allocation_request& req) cons
                  : admission_.default_expected_output;
     p.expected = p.n + std::min(out, req.max_sequence_length - p.n);
   }
+  if (p.need > tenants_[p.t].lone_cap) {
+    p.err = errc::exceeds_capacity;
+    return p;
+  }
   // Revived blocks are charged like fresh ones; pinned ones are on no list.
   auto take = p.need - p.hits + revived;
   if ((p.err = admit(p.t, take, pinned)))
@@ -223,7 +236,8 @@ void pool_model::share(block_id b, const model_sequence& seq) {
 model_allocation pool_model::allocate(const allocation_request& req) {
   auto p = plan_allocation(req);
   if (p.err) {
-    if (*p.err == errc::out_of_blocks || *p.err == errc::quota_exceeded) {
+    if (*p.err == errc::out_of_blocks || *p.err == errc::quota_exceeded
+        || *p.err == errc::exceeds_capacity) {
       ++counters_.allocation_failures;
       ++tenants_[p.t].failures;
     }
@@ -293,6 +307,8 @@ model_extension pool_model::extend(request_id id, std::uint64_t n,
         return failed_extension(errc::invalid_request);
   auto old_size = seq.blocks.size();
   auto add = (seq.num_tokens + n + block_size_ - 1) / block_size_ - old_size;
+  if (add > 0 && old_size + add > tenants_[seq.tenant].lone_cap)
+    return failed_extension(errc::exceeds_capacity);
   // Appending into a partly filled block that others share: copy it first.
   bool cow = seq.num_tokens % block_size_ != 0
              && blocks_[seq.blocks.back()].refs > 1;

@@ -64,6 +64,10 @@ struct model_sequence {
 struct model_tenant {
   tenant_config config;
   std::string ns;
+  /// The most blocks one of its requests may hold: the pool, and (the
+  /// supervisor preempting at critical) below the critical mark unless its
+  /// reservation covers them.
+  std::uint64_t lone_cap = 0;
   std::uint64_t used = 0;
   std::uint64_t active = 0;
   std::uint64_t query_tokens = 0;

@@ -25,13 +25,15 @@ using kvactor::detail::residency;
 
 namespace {
 
-/// block_size 4, a tiny model, 8 host blocks, one default tenant.
+/// block_size 4, a tiny model, 8 host blocks, one default tenant. No
+/// supervisor preempts at critical pressure: one request may fill the pool.
 cache_config swap_config() {
   cache_config cfg;
   cfg.block_size = 4;
   cfg.model = model_config{2, 2, 8, dtype::fp16};
   cfg.storage = "none";
   cfg.num_host_blocks = 8;
+  cfg.pressure.preempt_at_critical = false;
   cfg.tenants = {tenant_config{}};
   return cfg;
 }

@@ -104,6 +104,7 @@ struct policy_fixture {
     cfg.block_size = 4;
     cfg.model = model_config{2, 2, 8, dtype::fp16};
     cfg.storage = "none";
+    cfg.pressure.preempt_at_critical = false; // a request may fill the pool
     cfg.tenants = {tenant_config{}};
     make(16);
   }

@@ -1,0 +1,127 @@
+// exceeds_capacity: a request that could never stay live - more blocks than
+// the pool or (the supervisor preempting at critical pressure) enough to
+// reach the critical mark on its own, beyond its tenant's reservation - is
+// refused up front, by allocate, extend, can_allocate and steps alike,
+// instead of waiting for ever or being preempted the moment it is admitted.
+// Refusals change nothing (the fixture checks the invariant).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "kvactor/actors/block_pool_core.hpp"
+#include "kvactor/messages/error.hpp"
+#include "pool_fixture.hpp"
+
+using namespace kvactor;
+using namespace kvactor::test;
+
+namespace {
+
+/// A pool of 20 blocks of 4 tokens where the supervisor preempts at
+/// critical pressure (0.95: 19 blocks in use): one request may hold 18,
+/// one of tenant "reserved" (as make(reserved) says) that many.
+struct capacity_fixture : pool_fixture {
+  capacity_fixture() {
+    cfg.pressure.preempt_at_critical = true;
+    make(0);
+  }
+  void make(std::uint64_t reserved) {
+    cfg.tenants = {tenant_config{}, tenant("quota", 6),
+                   tenant("reserved", 0, reserved)};
+    pool_fixture::make(20);
+  }
+};
+
+bool says(const caf::error& err, const std::string& what) {
+  return render(err).find(what) != std::string::npos;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(capacity_suite)
+
+BOOST_AUTO_TEST_CASE(the_cap_is_the_pool_the_quota_or_below_the_critical_mark) {
+  cache_config cfg;
+  tenant_config plain;
+  auto quota = tenant("q", 6); // shared prefixes may take it past
+  auto reserved = tenant("r", 0, 19);
+  BOOST_TEST(pressure_mark(0.95, 20) == 19u);
+  BOOST_TEST(pressure_mark(0.95, 100) == 95u); // not 96 for 0.95 * 100 rounding up
+  BOOST_TEST(lone_request_cap(cfg, plain, 20) == 18u);
+  BOOST_TEST(lone_request_cap(cfg, quota, 20) == 18u);
+  BOOST_TEST(lone_request_cap(cfg, reserved, 20) == 19u);
+  BOOST_TEST(lone_request_cap(cfg, reserved, 10) == 10u);
+  BOOST_TEST(lone_request_cap(cfg, plain, 1) == 0u); // critical at 1 block
+  cfg.pressure.critical = 1.0;
+  BOOST_TEST(lone_request_cap(cfg, plain, 20) == 19u);
+  cfg.pressure.preempt_at_critical = false;
+  BOOST_TEST(lone_request_cap(cfg, plain, 20) == 20u);
+  BOOST_TEST(lone_request_cap(cfg, reserved, 20) == 20u);
+}
+
+BOOST_FIXTURE_TEST_CASE(allocate_refuses_a_request_the_supervisor_would_preempt_at_once,
+                        capacity_fixture) {
+  auto res = pool().allocate(tokens_req(1, 73)); // 19 blocks
+  BOOST_REQUIRE(!res);
+  BOOST_TEST(code(res.error()) == "exceeds_capacity");
+  BOOST_TEST(says(res.error(), "needs 19 blocks, more than the 18 one request"));
+  BOOST_TEST(says(res.error(), "critical pressure"));
+  BOOST_TEST(!pool().can_allocate(tokens_req(1, 73)));
+  BOOST_TEST(pool().counters().allocation_failures == 1u);
+  // Nothing else was changed (the failure counters aside).
+  BOOST_TEST(pool().find(1) == nullptr);
+  BOOST_TEST(pool().used_blocks() == 0u);
+  alloc(tokens_req(1, 72)); // 18 blocks: stays below the mark
+  release(1);
+  // A reservation the request stays within protects it from the supervisor.
+  make(19);
+  alloc(tokens_req(2, 76, "reserved")); // 19 blocks
+  BOOST_TEST(pool().used_blocks() == 19u);
+}
+
+BOOST_FIXTURE_TEST_CASE(past_the_pool_never_fits_and_a_quota_may_wait, capacity_fixture) {
+  make(20);
+  auto res = pool().allocate(tokens_req(1, 81, "reserved")); // 21 blocks
+  BOOST_REQUIRE(!res);
+  BOOST_TEST(code(res.error()) == "exceeds_capacity");
+  BOOST_TEST(says(res.error(), "more than the pool's 20"));
+  // Past the quota: blocks shared with another tenant would not count, so
+  // this is the quota's own error, as before.
+  make(0);
+  BOOST_TEST(code(pool().allocate(tokens_req(2, 28, "quota"))) == "quota_exceeded");
+}
+
+BOOST_FIXTURE_TEST_CASE(extend_stops_at_the_cap_and_changes_nothing, capacity_fixture) {
+  alloc(tokens_req(1, 70)); // 18 blocks, 2 tokens of room in the last
+  BOOST_TEST(static_cast<bool>(pool().extend(1, 2, nullptr)));
+  auto before = describe(pool(), true);
+  auto res = pool().extend(1, 1, nullptr);
+  BOOST_REQUIRE(!res);
+  BOOST_TEST(code(res.error()) == "exceeds_capacity");
+  BOOST_TEST(describe(pool(), true) == before);
+  BOOST_TEST(tokens(1) == 72u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_step_fails_such_requests_without_blocking_or_preempting,
+                        capacity_fixture) {
+  alloc(tokens_req(1, 72)); // 18 blocks, full
+  step_request step;
+  step.extends = {extend_op{1, 1}};
+  step.admits = {tokens_req(2, 73), tokens_req(3, 4)};
+  auto r = pool().run_step(step);
+  BOOST_TEST(r.preempted.empty());
+  BOOST_REQUIRE(r.failed.size() == 2u);
+  BOOST_TEST(r.failed[0].id == 1u);
+  BOOST_TEST(code(r.failed[0].error) == "exceeds_capacity");
+  BOOST_TEST(r.failed[1].id == 2u);
+  BOOST_TEST(code(r.failed[1].error) == "exceeds_capacity");
+  // 3 was not held up behind 2.
+  BOOST_REQUIRE(r.admitted.size() == 1u);
+  BOOST_TEST(r.admitted[0].id == 3u);
+  BOOST_TEST(!r.admission_blocked);
+  BOOST_TEST(tokens(1) == 72u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
