@@ -202,7 +202,12 @@ void batcher::start_step() {
   swap_in_used_ = 0;
   swap_ins_ = 0;
   process_external();
-  for (auto& r : gen_.arrivals(step_)) {
+  room_.resize(waiting_.size());
+  for (std::size_t w = 0; w < waiting_.size(); ++w)
+    room_[w] = scenario_.max_waiting > waiting_[w].size()
+                 ? scenario_.max_waiting - waiting_[w].size()
+                 : 0;
+  for (auto& r : gen_.arrivals(step_, room_, turned_away_)) {
     auto id = r.id;
     auto w = r.workload;
     ++figures_[w].arrived;
@@ -210,6 +215,10 @@ void batcher::start_step() {
     l.req = std::move(r);
     live_.emplace(id, std::move(l));
     waiting_[w].push_back(id);
+  }
+  for (std::size_t w = 0; w < turned_away_.size(); ++w) {
+    figures_[w].arrived += turned_away_[w];
+    figures_[w].turned_away += turned_away_[w];
   }
 }
 

@@ -40,6 +40,7 @@ struct tenant_figures {
   std::uint64_t readmitted = 0; ///< admissions after a preemption
   std::uint64_t finished = 0;
   std::uint64_t rejected = 0;         ///< refused by the cache for good
+  std::uint64_t turned_away = 0;      ///< arrived to a full queue (max_waiting)
   std::uint64_t prompt_tokens = 0;    ///< prompts of first admissions
   std::uint64_t generated_tokens = 0; ///< output tokens decoded
   std::uint64_t prefill_tokens = 0;   ///< prompts of every admission
@@ -266,6 +267,8 @@ private:
   std::uint64_t seq_ = 0;
   std::unordered_map<request_id, live> live_;
   std::vector<std::deque<request_id>> waiting_; ///< per workload
+  std::vector<std::uint64_t> room_;        ///< in each queue, this step
+  std::vector<std::uint64_t> turned_away_; ///< this step's, per workload
   std::vector<request_id> running_;             ///< extend order
   std::vector<request_id> swapped_;             ///< same order
   std::vector<request_id> swapping_out_;        ///< this step's victims

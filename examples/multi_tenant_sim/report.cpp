@@ -74,6 +74,7 @@ tenant_figures overall_of(const sim_outcome& r) {
     all.readmitted += f.readmitted;
     all.finished += f.finished;
     all.rejected += f.rejected;
+    all.turned_away += f.turned_away;
     all.prompt_tokens += f.prompt_tokens;
     all.generated_tokens += f.generated_tokens;
     all.prefill_tokens += f.prefill_tokens;
@@ -109,11 +110,13 @@ json tenant_json(const tenant_figures& f, const sim_outcome& r) {
     {"readmitted", f.readmitted},
     {"finished", f.finished},
     {"rejected", f.rejected},
+    {"turned_away", f.turned_away},
     {"prompt_tokens", f.prompt_tokens},
     {"generated_tokens", f.generated_tokens},
     {"prefill_tokens", f.prefill_tokens},
     {"prefix_hit_tokens", f.hit_tokens},
-    {"prefix_hit_rate", f.hit_rate()},
+    // null, not a 0 that reads as measured, when nothing was prefilled.
+    {"prefix_hit_rate", f.prefill_tokens == 0 ? json(nullptr) : json(f.hit_rate())},
     {"preemptions", f.preemptions()},
     {"preempted_in_step", f.preempted_in_step},
     {"preempted_by_supervisor", f.preempted_by_cache},
@@ -197,6 +200,7 @@ std::string report_json(const scenario& s, const sim_outcome& r) {
       {"admit_up_to", s.admit_up_to},
       {"max_running", s.max_running},
       {"max_admits_per_step", s.max_admits_per_step},
+      {"max_waiting", s.max_waiting},
       {"verify_every", s.verify_every},
       {"cache", ordered(to_json(r.effective))},
       {"workloads", std::move(workloads)}}},
@@ -292,7 +296,8 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
                   "%-14s %-8s %8llu %6llu %4llu %11llu %11llu %9s %8llu %6llu "
                   "%10s %10s %11.1f %12llu\n",
                   f.name.c_str(), prio, (unsigned long long) f.arrived,
-                  (unsigned long long) f.finished, (unsigned long long) f.rejected,
+                  (unsigned long long) f.finished,
+                  (unsigned long long) (f.rejected + f.turned_away),
                   (unsigned long long) f.prompt_tokens,
                   (unsigned long long) f.generated_tokens, hit.c_str(),
                   (unsigned long long) f.preemptions(), (unsigned long long) f.swaps,
@@ -305,9 +310,10 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
   out << rule << '\n';
   auto all = overall_of(r);
   row(all, "", mean_blocks(all, r));
-  out << "(preempt: recomputed; swaps: swapped out. Hit rate: of every "
-         "admission's tokens, re-admissions after a\n preemption included, as the "
-         "cache counts. Queue delays in steps from arrival to first admission.\n"
+  out << "(rej: refused by the cache, or turned away at a full queue; "
+         "preempt: recomputed; swaps: swapped out.\n Hit rate: of every "
+         "admission's tokens, re-admissions after a preemption included, as the "
+         "cache counts.\n Queue delays in steps from arrival to first admission.\n"
          " Blocks: charged to the tenant, per step; overall: the pool's blocks in "
          "use)\n";
   if (all.unadmitted > 0) {
@@ -318,6 +324,17 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
       if (f.unadmitted > 0) {
         out << sep << f.name << ' ' << f.unadmitted << " (waiting up to "
             << f.unadmitted_wait << " steps)";
+        sep = ", ";
+      }
+    out << '\n';
+  }
+  if (all.turned_away > 0) {
+    out << "turned away, the queue full (max_waiting " << s.max_waiting
+        << "; counted in rej):";
+    const char* sep = " ";
+    for (auto& f : r.tenants)
+      if (f.turned_away > 0) {
+        out << sep << f.name << ' ' << f.turned_away;
         sep = ", ";
       }
     out << '\n';

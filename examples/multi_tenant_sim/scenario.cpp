@@ -186,7 +186,7 @@ caf::error read_scenario(const json& root, const error_maker& fail,
   caf::error err;
   (err = r.check_keys({"cache", "steps", "drain", "seed", "output_dir",
                        "preemption", "admit_up_to", "max_running",
-                       "max_admits_per_step",
+                       "max_admits_per_step", "max_waiting",
                        "verify_every", "workloads"}))
     || (err = r.object("cache", cache, true))
     || (err = read_cache(*cache, fail, out.cache))
@@ -198,6 +198,7 @@ caf::error read_scenario(const json& root, const error_maker& fail,
     || (err = r.string("admit_up_to", out.admit_up_to))
     || (err = r.count("max_running", out.max_running, 1, false))
     || (err = r.count("max_admits_per_step", out.max_admits_per_step, 1, false))
+    || (err = r.count("max_waiting", out.max_waiting, 1, false))
     || (err = r.count("verify_every", out.verify_every, 0, false))
     || (err = r.object("workloads", workloads, true));
   if (err)

@@ -72,6 +72,14 @@
 //   "max_admits_per_step": 16, most admissions sent in one step message (more
 //                              follow in the same step while all fit), and
 //                              most swap-ins per step, >= 1.
+//   "max_waiting": 65536,      most requests of one tenant waiting for
+//                              admission (preempted ones included), >= 1:
+//                              its arrivals beyond it are turned away, as a
+//                              server's bounded queue answers 503, and
+//                              counted (turned_away) - never generated, so
+//                              an arrival rate past what the cache serves
+//                              costs neither memory nor time, and one
+//                              tenant's flood turns none of another's away.
 //   "verify_every": 0,         with storage host or cuda (which hold bytes),
 //                              every computed token's K/V - a pattern made
 //                              from the token and its position - is written
@@ -204,6 +212,7 @@ struct scenario {
   std::string admit_up_to = "auto";
   std::uint32_t max_running = 256;
   std::uint32_t max_admits_per_step = 16;
+  std::uint64_t max_waiting = 65536;
   std::uint64_t verify_every = 0;
   /// In cache.tenants order; tenants without traffic have none.
   std::vector<workload_config> workloads;

@@ -3,6 +3,8 @@
 // others' requests.
 #include "workload.hpp"
 
+#include <limits>
+
 namespace kvactor::sim {
 
 namespace {
@@ -57,7 +59,19 @@ workload_generator::workload_generator(const scenario& s) : scenario_(s) {
 }
 
 std::vector<sim_request> workload_generator::arrivals(std::uint64_t step) {
+  std::vector<std::uint64_t> turned_away;
+  return arrivals(step,
+                  std::vector<std::uint64_t>(
+                    sources_.size(), std::numeric_limits<std::uint64_t>::max()),
+                  turned_away);
+}
+
+std::vector<sim_request>
+workload_generator::arrivals(std::uint64_t step,
+                             const std::vector<std::uint64_t>& room,
+                             std::vector<std::uint64_t>& turned_away) {
   std::vector<sim_request> out;
+  turned_away.assign(sources_.size(), 0);
   if (step >= scenario_.steps)
     return out;
   for (std::size_t i = 0; i < sources_.size(); ++i) {
@@ -69,6 +83,10 @@ std::vector<sim_request> workload_generator::arrivals(std::uint64_t step) {
     if (rate <= 0)
       continue;
     auto n = std::poisson_distribution<std::uint32_t>{rate}(src.rng);
+    if (n > room[i]) {
+      turned_away[i] = n - room[i];
+      n = static_cast<std::uint32_t>(room[i]);
+    }
     for (std::uint32_t k = 0; k < n; ++k) {
       sim_request r;
       r.id = next_id_++;

@@ -31,6 +31,14 @@ public:
   /// REQUIRES: called once per step, steps increasing.
   std::vector<sim_request> arrivals(std::uint64_t step);
 
+  /// As arrivals(step), but at most room[w] of workload w's: the rest are
+  /// drawn but never generated (no tokens, no id) and counted in
+  /// turned_away[w] (resized to the workloads). REQUIRES: one room per
+  /// workload.
+  std::vector<sim_request> arrivals(std::uint64_t step,
+                                    const std::vector<std::uint64_t>& room,
+                                    std::vector<std::uint64_t>& turned_away);
+
   /// Requests generated so far.
   std::uint64_t generated() const noexcept {
     return next_id_ - 1;

@@ -193,7 +193,7 @@ BOOST_AUTO_TEST_CASE(requests_never_admitted_are_counted_not_dropped) {
   std::uint64_t waiting = 0;
   for (auto& f : r.tenants) {
     BOOST_TEST_CONTEXT("tenant " << f.name) {
-      BOOST_TEST(f.unadmitted == f.arrived - f.admitted - f.rejected);
+      BOOST_TEST(f.unadmitted == f.arrived - f.admitted - f.rejected - f.turned_away);
       if (f.unadmitted > 0)
         BOOST_TEST(f.unadmitted_wait > 0u);
       BOOST_TEST(f.unadmitted_wait < r.steps);
@@ -204,6 +204,33 @@ BOOST_AUTO_TEST_CASE(requests_never_admitted_are_counted_not_dropped) {
   std::ostringstream table;
   print_summary(table, s, r);
   BOOST_TEST(table.str().find("not admitted by the end: a ") != std::string::npos,
+             table.str());
+}
+
+BOOST_AUTO_TEST_CASE(a_full_queue_turns_arrivals_away_per_tenant) {
+  // a floods (10^6 a step, a rate the cache could never serve) a queue of
+  // at most 50; b's arrivals still all get in.
+  auto j = small_scenario();
+  j["steps"] = 20;
+  j["drain"] = false;
+  j["max_waiting"] = 50;
+  j["workloads"]["a"]["rate"] = 1e6;
+  auto s = parse_json(j);
+  auto r = run(s);
+  BOOST_TEST(r.error.empty(), r.error);
+  BOOST_REQUIRE_EQUAL(r.tenants.size(), 2u);
+  auto& a = r.tenants[0];
+  auto& b = r.tenants[1];
+  BOOST_TEST(a.arrived > 19000000u); // counted, never generated
+  BOOST_TEST(a.turned_away > a.arrived - 2000);
+  BOOST_TEST(a.unadmitted <= 50u);
+  BOOST_TEST(a.unadmitted == a.arrived - a.admitted - a.rejected - a.turned_away);
+  BOOST_TEST(b.turned_away == 0u);
+  std::ostringstream table;
+  print_summary(table, s, r);
+  BOOST_TEST(table.str().find("turned away, the queue full (max_waiting 50; "
+                              "counted in rej): a ")
+               != std::string::npos,
              table.str());
 }
 
