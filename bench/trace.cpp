@@ -2,8 +2,10 @@
 #include "bench/trace.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <unordered_map>
 
@@ -19,6 +21,54 @@ namespace {
 
 struct line_error {
   std::string what;
+};
+
+/// The lines of a stream, each at most max_text_file_bytes long: a path
+/// to something that is no trace (`/dev/zero`, a binary) costs a bounded
+/// read, not all memory, and a read error is not taken for the end.
+class line_reader {
+public:
+  explicit line_reader(std::istream& in) : in_(in) {
+  }
+
+  /// The next line (without its '\n') into `line`; false at the end.
+  bool next(std::string& line) {
+    line.clear();
+    bool any = false;
+    for (;;) {
+      if (pos_ == len_ && !fill())
+        return any;
+      any = true;
+      auto* at = buf_ + pos_;
+      auto* nl = static_cast<const char*>(std::memchr(at, '\n', len_ - pos_));
+      auto n = nl != nullptr ? static_cast<std::size_t>(nl - at) : len_ - pos_;
+      if (line.size() + n > detail::max_text_file_bytes)
+        throw line_error{"longer than "
+                         + std::to_string(detail::max_text_file_bytes >> 20)
+                         + " MiB: not a trace line"};
+      line.append(at, n);
+      pos_ += n;
+      if (nl != nullptr) {
+        ++pos_;
+        return true;
+      }
+    }
+  }
+
+private:
+  bool fill() {
+    in_.read(buf_, sizeof(buf_));
+    if (in_.bad())
+      throw line_error{"the file could not be read"};
+    len_ = static_cast<std::size_t>(in_.gcount());
+    pos_ = 0;
+    return len_ > 0;
+  }
+
+  std::istream& in_;
+  char buf_[64 * 1024];
+  std::size_t pos_ = 0;
+  std::size_t len_ = 0;
 };
 
 const nlohmann::json& field(const nlohmann::json& obj, const char* name) {
@@ -142,8 +192,9 @@ caf::expected<trace> load_trace(const std::string& path) {
   std::optional<std::uint64_t> num_requests;
   std::optional<std::uint64_t> num_sys_prompts;
   try {
-    while (std::getline(in, text)) {
-      ++line;
+    auto reader = std::make_unique<line_reader>(in);
+    // The line a read fails on is the one after the last read.
+    while ((++line, reader->next(text))) {
       if (blank(text))
         continue;
       auto obj = parse_line(text, duplicate);

@@ -110,6 +110,11 @@ BOOST_AUTO_TEST_CASE(a_missing_or_empty_file_is_named) {
   BOOST_REQUIRE(!tr);
   contains(render(tr.error()), "/tmp: is a directory");
   contains(load_error(""), "FILE: empty trace");
+  // Not a trace at all, and no end to it: a bounded read, then an error
+  // naming the line (before, all memory went, then "empty trace").
+  tr = load_trace("/dev/zero");
+  BOOST_REQUIRE(!tr);
+  contains(render(tr.error()), "/dev/zero:1: longer than 64 MiB: not a trace line");
 }
 
 BOOST_AUTO_TEST_CASE(the_headers_own_account_is_checked_when_given) {
