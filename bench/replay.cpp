@@ -19,9 +19,10 @@
 // once) and prints the median run's line, with every run's bookkeeping
 // time beside it: on a noisy machine one run says little.
 //
-// Ctrl-C (SIGINT) stops the run at its next step and prints its line for
-// the steps that ran, with "interrupted": true (false on every complete
-// run); no further mode or repetition runs, and the exit status is 130.
+// Ctrl-C (SIGINT) or SIGTERM stops the run at its next step and prints its
+// line for the steps that ran, with "interrupted": true (false on every
+// complete run); no further mode or repetition runs, and the exit status
+// is 130 (143 for SIGTERM).
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -302,7 +303,6 @@ nlohmann::json replay_step(caf::actor_system& sys, const trace& tr,
 }
 
 /// Exit status after Ctrl-C (128 + SIGINT, as a shell reports it).
-constexpr int exit_interrupted = 130;
 
 int usage() {
   std::cerr << "usage: replay --trace FILE [--mode facade|step|core|both] "
@@ -429,5 +429,5 @@ int main(int argc, char** argv) {
     std::cerr << "replay: " << e.what() << '\n';
     return 1;
   }
-  return interrupted() ? exit_interrupted : 0;
+  return interrupted() ? cli::interrupted_exit_status() : 0;
 }

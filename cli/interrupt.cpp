@@ -1,4 +1,4 @@
-// interrupt: the SIGINT handler and its flag (interrupt.hpp).
+// interrupt: the SIGINT / SIGTERM handler and its flag (interrupt.hpp).
 #include "cli/interrupt.hpp"
 
 #include <atomic>
@@ -11,10 +11,12 @@ namespace kvactor::cli {
 namespace {
 
 std::atomic<bool> flag{false};
+std::atomic<int> first_signal{0};
 std::atomic<long long> first_at_ns{0};
 static_assert(std::atomic<bool>::is_always_lock_free
+                && std::atomic<int>::is_always_lock_free
                 && std::atomic<long long>::is_always_lock_free,
-              "the SIGINT handler needs lock-free atomics");
+              "the signal handler needs lock-free atomics");
 
 long long monotonic_ns() {
   timespec ts; // clock_gettime is async-signal-safe
@@ -22,15 +24,16 @@ long long monotonic_ns() {
   return static_cast<long long>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
 }
 
-extern "C" void on_sigint(int) {
+extern "C" void on_signal(int sig) {
   auto now = monotonic_ns();
   if (!flag.exchange(true)) {
+    first_signal.store(sig);
     first_at_ns.store(now);
     return;
   }
   if (now - first_at_ns.load() >= 2000000000LL) {
-    std::signal(SIGINT, SIG_DFL);
-    std::raise(SIGINT);
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
   }
 }
 
@@ -39,10 +42,16 @@ extern "C" void on_sigint(int) {
 void install_interrupt_handler() {
   struct sigaction sa;
   std::memset(&sa, 0, sizeof(sa));
-  sa.sa_handler = on_sigint;
+  sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+int interrupted_exit_status() noexcept {
+  auto sig = first_signal.load();
+  return 128 + (sig != 0 ? sig : SIGINT);
 }
 
 const std::atomic<bool>& interrupt_flag() noexcept {

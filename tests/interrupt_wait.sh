@@ -2,11 +2,15 @@
 # (cli/interrupt.cpp: the simulator, the replay). Needs a fail() of the
 # sourcing script.
 #
-# interrupt_and_wait NAME PID ERRFILE: sends SIGINT to PID (a background job
-# of the caller), waits for it to exit (20 s at most, then kills it) and
-# checks that it exited 130, quoting ERRFILE otherwise.
+# interrupt_and_wait NAME PID ERRFILE [TERM]: sends SIGINT (SIGTERM) to PID
+# (a background job of the caller), waits for it to exit (20 s at most,
+# then kills it) and checks that it exited 130 (143), quoting ERRFILE
+# otherwise.
 interrupt_and_wait() {
-  kill -INT "$2" 2>/dev/null
+  _sig=${4:-INT}
+  _want=130
+  [ "$_sig" = TERM ] && _want=143
+  kill -"$_sig" "$2" 2>/dev/null
   _waited=0
   while kill -0 "$2" 2>/dev/null && [ "$_waited" -lt 200 ]; do
     sleep 0.1
@@ -14,9 +18,9 @@ interrupt_and_wait() {
   done
   if kill -0 "$2" 2>/dev/null; then
     kill -KILL "$2"
-    fail "$1: still running 20 s after SIGINT"
+    fail "$1: still running 20 s after SIG$_sig"
   fi
   wait "$2"
   _rc=$?
-  [ "$_rc" -eq 130 ] || fail "$1: exit $_rc, expected 130 ($(head -c 300 "$3"))"
+  [ "$_rc" -eq "$_want" ] || fail "$1: exit $_rc, expected $_want ($(head -c 300 "$3"))"
 }

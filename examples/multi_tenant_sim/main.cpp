@@ -9,8 +9,8 @@
 //
 // Without --config it runs the embedded default scenario
 // (examples/scenarios/default.json). Exit status: 0 done, 1 the run failed,
-// 2 bad input (arguments or scenario), 130 interrupted by Ctrl-C (the report
-// of what ran is still written).
+// 2 bad input (arguments or scenario), 130 interrupted by Ctrl-C, 143 by
+// SIGTERM (the report of what ran is still written).
 #include <iostream>
 #include <string>
 #include <vector>
@@ -29,7 +29,6 @@ namespace {
 constexpr int exit_ok = 0;
 constexpr int exit_failure = 1;
 constexpr int exit_bad_input = 2;
-constexpr int exit_interrupted = 130;
 
 constexpr const char* usage_text =
   "usage: multi_tenant_sim [--config FILE] [--storage none|host|cuda|auto]\n"
@@ -203,5 +202,5 @@ int main(int argc, char** argv) {
     std::cerr << "multi_tenant_sim: " << result.error << '\n';
     return exit_failure;
   }
-  return result.interrupted ? exit_interrupted : exit_ok;
+  return result.interrupted ? cli::interrupted_exit_status() : exit_ok;
 }

@@ -3,8 +3,8 @@
 # exits 0; bad arguments, a missing or malformed --config, a request that
 # can never fit exit 2 (the scenario errors naming FILE:LINE: FIELD on
 # stderr, and no output directory left behind); --steps 50 --out DIR
-# writes the reports; SIGINT stops a long run, which exits 130 and still
-# writes report.json marked interrupted.
+# writes the reports; SIGINT (SIGTERM) stops a long run, which exits 130
+# (143) and still writes report.json marked interrupted.
 # Usage: cli_test.sh PATH/TO/multi_tenant_sim
 set -u
 sim=$1
@@ -120,33 +120,38 @@ expect_exit 2 badout_scenario --config "$dir/badout.json" --steps 50 --no-progre
 expect_in "$dir/badout_scenario.err" "$dir/badout.json:$line: output_dir: $dir/short/report.json/x: cannot create"
 if grep -q "ran " "$dir/badout.out"; then fail "badout: simulated before failing"; fi
 
-# SIGINT during a long run: it stops at the next step, reports, exits 130.
-# The signal goes once the first step is logged (stderr is no terminal, so
-# progress prints lines): sent earlier, before the handler is installed, it
-# would kill the process outright - a fixed sleep did on a loaded machine.
-"$sim" --steps 100000000 --storage none --out "$dir/int" \
-  >"$dir/int.out" 2>"$dir/int.err" &
-pid=$!
-waited=0
-until grep -q "^progress: started:" "$dir/int.err" 2>/dev/null; do
-  if ! kill -0 "$pid" 2>/dev/null; then
-    fail "sigint: exited before its first step"
-    break
-  fi
-  if [ "$waited" -ge 600 ]; then
-    fail "sigint: no step within 60 s"
-    break
-  fi
-  sleep 0.1
-  waited=$((waited + 1))
-done
-interrupt_and_wait sigint "$pid" "$dir/int.err"
-[ -s "$dir/int/report.json" ] || fail "sigint: no report.json"
-expect_in "$dir/int/report.json" '"interrupted": true'
-expect_in "$dir/int/report.json" '"completed": false'
-expect_in "$dir/int.out" "INTERRUPTED"
-rows=$(($(wc -l <"$dir/int/timeseries.csv") - 1))
-[ "$rows" -gt 0 ] || fail "sigint: no step ran before the interrupt"
+# SIGINT (or SIGTERM) during a long run: it stops at the next step,
+# reports, exits 130 (143). The signal goes once the first step is logged
+# (stderr is no terminal, so progress prints lines): sent earlier, before
+# the handler is installed, it would kill the process outright - a fixed
+# sleep did on a loaded machine.
+interrupt_run() { # NAME SIGNAL
+  "$sim" --steps 100000000 --storage none --out "$dir/$1" \
+    >"$dir/$1.out" 2>"$dir/$1.err" &
+  pid=$!
+  waited=0
+  until grep -q "^progress: started:" "$dir/$1.err" 2>/dev/null; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      fail "$1: exited before its first step"
+      break
+    fi
+    if [ "$waited" -ge 600 ]; then
+      fail "$1: no step within 60 s"
+      break
+    fi
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  interrupt_and_wait "$1" "$pid" "$dir/$1.err" "$2"
+  [ -s "$dir/$1/report.json" ] || fail "$1: no report.json"
+  expect_in "$dir/$1/report.json" '"interrupted": true'
+  expect_in "$dir/$1/report.json" '"completed": false'
+  expect_in "$dir/$1.out" "INTERRUPTED"
+  rows=$(($(wc -l <"$dir/$1/timeseries.csv") - 1))
+  [ "$rows" -gt 0 ] || fail "$1: no step ran before the interrupt"
+}
+interrupt_run int INT
+interrupt_run term TERM
 
 if [ "$failures" -ne 0 ]; then
   echo "$failures check(s) failed"
