@@ -82,6 +82,8 @@ struct step_sample {
   std::uint32_t swapped = 0; ///< requests in the host tier
   std::uint32_t admitted = 0;
   std::uint32_t finished = 0;
+  /// Recomputed or swapped out this step (report.json counts the two
+  /// apart: preemptions, swaps).
   std::uint32_t preempted = 0;
   std::uint64_t used_blocks = 0;
   std::uint64_t cached_blocks = 0;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -234,8 +235,15 @@ std::string timeseries_csv(const sim_outcome& r) {
   std::ostringstream out;
   out << "step,waiting,running,swapped,admitted,finished,preempted,blocks_used,"
          "blocks_cached,blocks_total,usage,pressure,pressure_level,hit_rate";
-  for (auto& f : r.tenants) {
-    auto n = safe_name(f.name);
+  // Names that differ only where safe_name changes them ("x,y", "x_y")
+  // would make two columns of one name: the later gets its place.
+  std::unordered_set<std::string> taken;
+  for (std::size_t w = 0; w < r.tenants.size(); ++w) {
+    auto n = safe_name(r.tenants[w].name);
+    if (!taken.insert(n).second) {
+      n += "~" + std::to_string(w);
+      taken.insert(n);
+    }
     out << ',' << n << "_waiting," << n << "_running," << n << "_blocks";
   }
   out << '\n';
@@ -434,6 +442,9 @@ write_reports(const scenario& s, const sim_outcome& r, std::ostream& log) {
     return err;
   if (auto err = put("usage.gp", gnuplot_script(s, r)))
     return err;
+  // An earlier run's drawing must not pass for this one's.
+  std::error_code ec;
+  std::filesystem::remove(dir / "usage.png", ec);
   if (r.samples.empty()) {
     log << "no step completed: no plot drawn\n";
     return written;

@@ -27,8 +27,12 @@ caf::error prepare_output_dir(const scenario& s,
 /// only if it is still empty: a run refused at start leaves nothing behind.
 void remove_created_dirs(const std::vector<std::string>& created);
 
-/// Writes report.json, timeseries.csv, usage.gp and (when gnuplot is
-/// installed) usage.png into s.output_dir, creating it. Returns the paths
+/// Writes report.json, timeseries.csv (a row per step_sample: its
+/// `preempted` counts swap-outs too; then each tenant's columns, named
+/// after it - a suffix "~N" (N its place among the tenants) where two
+/// names would read alike) and usage.gp into s.output_dir, creating it,
+/// and draws usage.png when gnuplot is installed (a usage.png of an
+/// earlier run is removed first). Returns the paths
 /// written; notes (gnuplot missing or failing) go to `log`. Error: a file
 /// could not be written (the message names it).
 caf::expected<std::vector<std::string>>

@@ -326,10 +326,14 @@ BOOST_AUTO_TEST_CASE(an_interrupted_run_stops_and_still_reports) {
   BOOST_TEST(r.error.empty());
   BOOST_TEST(r.steps == 0u); // the flag is read before each step
   BOOST_TEST(r.samples.empty());
+  // An earlier run's drawing, which must not pass for this one's.
+  fs::create_directories(dir.path);
+  std::ofstream{dir.path / "usage.png"} << "an earlier run";
   std::ostringstream log;
   auto files = write_reports(s, r, log);
   if (!files)
     BOOST_FAIL(message_of(files.error()));
+  BOOST_TEST(!fs::exists(dir.path / "usage.png"));
   auto rep = nlohmann::json::parse(read_file(dir.path / "report.json"));
   BOOST_TEST(rep["run"]["interrupted"].get<bool>());
   BOOST_TEST(!rep["run"]["completed"].get<bool>());
@@ -338,6 +342,28 @@ BOOST_AUTO_TEST_CASE(an_interrupted_run_stops_and_still_reports) {
   auto csv = read_file(dir.path / "timeseries.csv");
   BOOST_TEST(std::count(csv.begin(), csv.end(), '\n') == 1);
   BOOST_TEST(log.str().find("no step completed") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(tenant_columns_are_named_apart_when_names_read_alike) {
+  auto j = small_scenario();
+  j["steps"] = 5;
+  j["cache"]["tenants"][0]["name"] = "x,y";
+  j["cache"]["tenants"][1]["name"] = "x_y";
+  j["workloads"] = {{"x,y", j["workloads"]["a"]}, {"x_y", j["workloads"]["b"]}};
+  temp_dir dir;
+  auto s = parse_json(j);
+  s.output_dir = dir.path.string();
+  auto r = run(s);
+  std::ostringstream log;
+  auto files = write_reports(s, r, log);
+  if (!files)
+    BOOST_FAIL(message_of(files.error()));
+  auto csv = read_file(dir.path / "timeseries.csv");
+  auto header = csv.substr(0, csv.find('\n'));
+  BOOST_TEST(header.find(",x_y_waiting,x_y_running,x_y_blocks,x_y~1_waiting,"
+                         "x_y~1_running,x_y~1_blocks")
+               != std::string::npos,
+             header);
 }
 
 BOOST_AUTO_TEST_CASE(an_unwritable_output_dir_is_named) {
