@@ -362,6 +362,21 @@ const char* to_string(preemption_mode x) noexcept {
 
 caf::expected<scenario> parse_scenario(const std::string& text,
                                        const std::string& source) {
+  // A lone CR (old Mac line ends) breaks a line as LF does, so errors
+  // name the right line; CR LF counts once already. Outside strings a CR
+  // is whitespace, inside one it is an error either way.
+  auto lone_cr = [&](std::size_t i) {
+    return text[i] == '\r' && (i + 1 == text.size() || text[i + 1] != '\n');
+  };
+  for (std::size_t i = text.find('\r'); i != std::string::npos;
+       i = text.find('\r', i + 1))
+    if (lone_cr(i)) {
+      auto lf = text;
+      for (std::size_t k = i; k < lf.size(); ++k)
+        if (lone_cr(k))
+          lf[k] = '\n';
+      return parse_scenario(lf, source);
+    }
   json root;
   std::string duplicate;
   try {

@@ -69,6 +69,23 @@ BOOST_AUTO_TEST_CASE(the_base_text_is_valid) {
   BOOST_TEST(s.workloads.size() == 2u);
 }
 
+BOOST_AUTO_TEST_CASE(errors_name_the_line_whatever_the_line_ends) {
+  auto lf = replace_once(base, "\"rate\": 0.5,", "\"rate\": -1,");
+  auto line = line_of(lf, "\"rate\": -1");
+  auto with_ends = [&](const std::string& text, const std::string& end) {
+    std::string out;
+    for (auto c : text)
+      out += c == '\n' ? end : std::string(1, c);
+    return out;
+  };
+  for (auto end : {"\r\n", "\r"}) {
+    auto msg = parse_error(with_ends(lf, end));
+    auto want = "test.json:" + std::to_string(line) + ": workloads.a.rate: ";
+    BOOST_TEST(msg.compare(0, want.size(), want) == 0, msg);
+  }
+  parse_ok(with_ends(base, "\r"));
+}
+
 BOOST_AUTO_TEST_CASE(malformed_json_names_the_line_and_what_was_read_last) {
   // A missing comma: the parser stops at the next key, a line further.
   auto text = replace_once(base, "\"prompt_len\": [4, 8],", "\"prompt_len\": [4, 8]");
