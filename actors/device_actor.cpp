@@ -276,7 +276,8 @@ device_actor::behavior_type device_fun(device_ptr self,
       drain(self); // what finished meanwhile, or everything after a fault
       if (err)
         return err;
-      return static_cast<std::uint32_t>(n);
+      auto skipped = std::count(w.slots.begin(), w.slots.end(), std::int64_t{-1});
+      return static_cast<std::uint32_t>(n - static_cast<std::size_t>(skipped));
     },
     [self](gather_atom, std::uint32_t layer, const std::vector<block_id>& blocks,
            std::uint64_t num_tokens) -> caf::result<gathered_kv> {

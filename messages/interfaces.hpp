@@ -177,7 +177,8 @@ using device_actor = caf::typed_actor<
   // Device -> host tier, and back.
   caf::replies_to<swap_out_atom, std::vector<block_move>>::with<std::uint32_t>,
   caf::replies_to<swap_in_atom, std::vector<block_move>>::with<std::uint32_t>,
-  // Scatter tokens' K/V into slots; replies with tokens written.
+  // Scatter tokens' K/V into slots; replies with tokens written (slots of
+  // -1 are skipped, and not counted).
   caf::replies_to<write_atom, slot_write>::with<std::uint32_t>,
   // A request's tokens of one layer, contiguous: (layer, blocks, tokens).
   caf::replies_to<gather_atom, std::uint32_t, std::vector<block_id>,

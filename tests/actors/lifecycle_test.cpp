@@ -406,6 +406,15 @@ BOOST_AUTO_TEST_CASE(device_actor_writes_gathers_copies_and_rejects_bad_batches)
   BOOST_TEST(ga->values == gb->values);
   BOOST_TEST(ga->num_tokens == 8u);
   BOOST_TEST(ga->layer == 1u);
+  // Slots of -1 are skipped, and the reply counts what was written.
+  slot_write skip;
+  skip.layer = 1;
+  skip.slots = {-1, static_cast<std::int64_t>(b->table.slot(0)), -1};
+  skip.keys.assign(3 * row_bytes(), 9);
+  skip.values.assign(3 * row_bytes(), 9);
+  BOOST_TEST(value_or(ask<std::uint32_t>(cache.device, write_atom::value, skip), 9u) == 1u);
+  skip.slots = {-1, -1, -1};
+  BOOST_TEST(value_or(ask<std::uint32_t>(cache.device, write_atom::value, skip), 9u) == 0u);
   // Bad batches: out-of-range ids, a destination that is also a source,
   // sizes that do not match, too many tokens to gather, a bad layer.
   std::vector<block_copy> bad_ids{{0, 64}};
