@@ -135,6 +135,11 @@ contiguous_kv_cache_handle::view(std::uint32_t layer, view_part part) const {
   if (!tbl)
     return as_handle_error(std::move(tbl.error()), id());
   auto& t = std::get<0>(*tbl);
+  // Swapped out, its table keeps its tokens but no device blocks.
+  if (!t.holds_tokens())
+    return make_error(errc::invalid_request,
+                      "request " + std::to_string(id())
+                        + " is swapped out: swap it in first");
   auto got = core->ask<gathered_kv>(core->cache().device, gather_atom::value,
                                     layer, t.blocks, t.num_tokens);
   if (!got) {

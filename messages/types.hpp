@@ -107,7 +107,9 @@ typename Inspector::result_type inspect(Inspector& f, allocation_request& x) {
 // -- block_table ---------------------------------------------------------------
 
 /// A request's blocks in token order: token i lives in blocks[i / block_size]
-/// at offset i % block_size.
+/// at offset i % block_size. A swapped-out request's table keeps its
+/// num_tokens but has no blocks (its K/V are in the host tier): slot() is
+/// for tables that hold their tokens (holds_tokens()).
 struct block_table {
   std::vector<block_id> blocks;
   std::uint64_t num_tokens = 0;
@@ -117,8 +119,13 @@ struct block_table {
     return blocks.size();
   }
 
+  /// Whether the blocks hold every token (false while swapped out).
+  bool holds_tokens() const noexcept {
+    return std::uint64_t{blocks.size()} * block_size >= num_tokens;
+  }
+
   /// The global slot of token `i`: blocks[i / block_size] * block_size + i %
-  /// block_size. REQUIRES: i < num_tokens.
+  /// block_size. REQUIRES: i < num_tokens, holds_tokens().
   std::uint64_t slot(std::uint64_t i) const noexcept {
     return std::uint64_t{blocks[i / block_size]} * block_size + i % block_size;
   }

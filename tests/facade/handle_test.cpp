@@ -274,6 +274,7 @@ BOOST_AUTO_TEST_CASE(contiguous_layout_serves_what_was_written_into_the_blocks) 
   auto cfg = small_config();
   cfg.layout = "contiguous";
   cfg.prefix_caching = false;
+  cfg.num_host_blocks = 8;
   cache_fixture f{cfg};
   auto h = f.alloc(f.req(1, 6, 10));
   BOOST_REQUIRE(dynamic_cast<contiguous_kv_cache_handle*>(h.get()) != nullptr);
@@ -317,6 +318,13 @@ BOOST_AUTO_TEST_CASE(contiguous_layout_serves_what_was_written_into_the_blocks) 
   check_layer(0, 9);
   check_layer(1, 9);
   KV_CHECK_ERROR(error_of(h->key_cache(2)), errc::invalid_request, "layer 2");
+  // Swapped out, its K/V are in the host tier: said so, then served again.
+  BOOST_REQUIRE(!f.m().swap_out(1));
+  BOOST_TEST(!h->table().holds_tokens());
+  KV_CHECK_ERROR(error_of(h->key_cache(0)), errc::invalid_request,
+                 "request 1 is swapped out");
+  BOOST_REQUIRE(!f.m().swap_in(1));
+  check_layer(0, 9);
   auto c = h->clone_handle();
   BOOST_TEST(dynamic_cast<contiguous_kv_cache_handle*>(c.get()) != nullptr);
   BOOST_REQUIRE(!f.m().deallocate(1));
