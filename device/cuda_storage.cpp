@@ -396,8 +396,16 @@ std::shared_ptr<std::uint8_t> cuda_storage::host_buffer(std::size_t bytes) {
     cudaGetLastError(); // a failed allocation is not a sticky device error
     return nullptr;
   }
+  // Freed on whichever thread drops the last reference (a fresh one, when
+  // the device actor dies in a wake): on the storage's device too, or a
+  // thread that never named one would start device 0's context.
+  auto dev = device_;
   return std::shared_ptr<std::uint8_t>(static_cast<std::uint8_t*>(p),
-                                       [](std::uint8_t* x) { cudaFreeHost(x); });
+                                       [dev](std::uint8_t* x) {
+                                         detail::cuda_device_guard guard;
+                                         guard.enter(dev);
+                                         cudaFreeHost(x);
+                                       });
 }
 
 } // namespace kvactor
