@@ -67,7 +67,14 @@ public:
   /// Views of layer `layer`'s keys, values, or both (leading dimension 2:
   /// K then V). nullopt when the storage is `none` (bookkeeping only).
   /// Errors: invalid_handle (request ended), invalid_request (layer out of
-  /// range).
+  /// range; a contiguous view of a swapped-out request).
+  /// With storage cuda a paged view points into the device pools, which
+  /// kvactor's own copies (copy-on-write, swaps, gathers) use on streams of
+  /// their own: work the caller queued on its streams into these blocks
+  /// must have finished (cudaStreamSynchronize, or an event it waited on)
+  /// before it asks kvactor for anything that reads or moves them - a
+  /// swap-out, a preemption, a fork's first append - or the copy may take
+  /// stale bytes.
   caf::expected<std::optional<tensor_view>> key_cache(std::uint32_t layer) const {
     return view(layer, view_part::keys);
   }
