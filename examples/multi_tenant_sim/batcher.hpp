@@ -215,6 +215,12 @@ public:
   std::vector<step_sample>& samples() noexcept {
     return samples_;
   }
+  /// Finished requests whose free found them ended already: the cache
+  /// preempted them after their last token (it counts those preemptions;
+  /// the figures count them finished).
+  std::uint64_t ended_before_free() const noexcept {
+    return ended_before_free_;
+  }
   const std::vector<std::string>& warnings() const noexcept {
     return warnings_;
   }
@@ -301,6 +307,7 @@ private:
   std::uint32_t step_admitted_ = 0;
   std::uint32_t step_finished_ = 0;
   std::uint32_t step_preempted_ = 0;
+  std::uint64_t ended_before_free_ = 0;
   std::uint64_t stalled_ = 0;
   std::vector<computed_token> computed_;
   std::vector<tenant_figures> figures_;

@@ -31,9 +31,12 @@ caf::expected<bool> batcher::apply(const step_result& res) {
     if (fatal(f.error))
       return make_error(errc::device_failure, "the cache failed: " + what);
     if (frees.count(f.id)) {
-      // Finished (or freed by us) but already preempted by the cache.
+      // Finished (or freed by us to recompute) but already preempted by
+      // the cache. A finished one has left live_.
       if (!has_code(f.error, errc::unknown_request))
         warn("free failed: " + what);
+      else if (live_.count(f.id) == 0)
+        ++ended_before_free_;
     } else if (extends.count(f.id)) {
       auto i = live_.find(f.id);
       if (i == live_.end() || !i->second.running)

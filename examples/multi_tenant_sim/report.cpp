@@ -215,6 +215,7 @@ std::string report_json(const scenario& s, const sim_outcome& r) {
       {"device", r.device},
       {"bytes_per_block", r.bytes_per_block},
       {"step_messages", r.step_round_trip_us.size()},
+      {"ended_before_free", r.ended_before_free},
       {"step_round_trip_us", distribution(r.step_round_trip_us)}}},
     {"tenants", std::move(tenants)},
     {"overall", std::move(overall)},
@@ -366,8 +367,12 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
     out << "cache: " << st.allocation_count << " allocations ("
         << st.allocation_failures << " failed), " << st.eviction_count
         << " evictions, " << st.cow_copies << " copy-on-write copies, "
-        << st.preemption_count << " preemptions, " << st.swap_out_count
-        << " swaps";
+        << st.preemption_count << " preemptions";
+    if (r.ended_before_free > 0)
+      out << " (" << r.ended_before_free
+          << " after a request's last token, before its free: counted finished "
+             "above)";
+    out << ", " << st.swap_out_count << " swaps";
     if (st.swap_in_count > 0)
       out << " (" << st.swap_in_shared_blocks
           << " blocks shared back in from the prefix cache)";

@@ -91,6 +91,7 @@ void deliver(sched_actor* self) {
   out.steps = b.step();
   out.tenants = b.final_figures();
   out.samples = std::move(b.samples());
+  out.ended_before_free = b.ended_before_free();
   out.warnings.insert(out.warnings.begin(), b.warnings().begin(),
                       b.warnings().end());
   auto done = st.done;

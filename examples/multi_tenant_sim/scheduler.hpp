@@ -38,6 +38,7 @@ struct sim_outcome {
   bool have_final_stats = false;
   cache_manager_stats final_stats;
   std::uint64_t pressure_entered[4] = {}; ///< changes into each level
+  std::uint64_t ended_before_free = 0;    ///< batcher::ended_before_free
   std::vector<double> step_round_trip_us; ///< per step message
   std::uint64_t tokens_written = 0;       ///< K/V rows written (all layers)
   std::uint64_t bytes_written = 0;
