@@ -30,8 +30,36 @@ std::string decode_string(const std::string& body) {
 } // namespace
 
 std::string join_path(const std::string& path, const std::string& key) {
+  // A key that would read as more than one step is quoted as JSON writes it.
+  if (key.empty() || key.find_first_of(".[]\"") != std::string::npos)
+    return path + "[" + nlohmann::json(key).dump() + "]";
   return path.empty() ? key : path + "." + key;
 }
+
+namespace {
+
+/// `path` less its last step ("a.b[2]" -> "a.b", "a[\"x.y\"]" -> "a"); ""
+/// for a single step.
+std::string parent_of(const std::string& path) {
+  std::size_t cut = 0;
+  bool quoted = false;
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    auto c = path[i];
+    if (quoted) {
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        quoted = false;
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == '.' || c == '[') {
+      cut = i;
+    }
+  }
+  return path.substr(0, cut);
+}
+
+} // namespace
 
 // -- line_index -----------------------------------------------------------------
 
@@ -136,8 +164,7 @@ int line_index::line_of(std::string path) const {
       return i->second;
     if (path.empty())
       return 1;
-    auto cut = path.find_last_of(".[");
-    path.resize(cut == std::string::npos ? 0 : cut);
+    path = parent_of(path);
   }
 }
 

@@ -86,6 +86,16 @@ BOOST_AUTO_TEST_CASE(errors_name_the_line_whatever_the_line_ends) {
   parse_ok(with_ends(base, "\r"));
 }
 
+BOOST_AUTO_TEST_CASE(a_tenant_name_with_dots_is_quoted_in_paths) {
+  // Tenants "a" and "a.rate": b's workload, renamed "a.rate", lacks
+  // prompt_len; its path must not read as a's rate.
+  auto text = replace_once(replace_once(base, "{\"name\": \"b\", \"reserved_blocks\": 8}",
+                                        "{\"name\": \"a.rate\", \"reserved_blocks\": 8}"),
+                           "\"b\": {\"rate\": 0.25, \"prompt_len\": 4, ",
+                           "\"a.rate\": {\"rate\": 0.25, ");
+  check_error(text, "\"a.rate\": {", "workloads[\"a.rate\"].prompt_len", "missing");
+}
+
 BOOST_AUTO_TEST_CASE(malformed_json_names_the_line_and_what_was_read_last) {
   // A missing comma: the parser stops at the next key, a line further.
   auto text = replace_once(base, "\"prompt_len\": [4, 8],", "\"prompt_len\": [4, 8]");
@@ -255,7 +265,7 @@ BOOST_AUTO_TEST_CASE(a_workload_for_an_unknown_tenant_is_refused) {
   check_error(text, "\"c\": {", "workloads.c", "unknown tenant 'c'");
   BOOST_TEST(parse_error(text).find("cache.tenants: a, b") != std::string::npos);
   check_error(replace_once(base, "\"workloads\": {", "\"workloads\": {\"\": {},"),
-              "\"workloads\"", "workloads.", "unknown tenant ''");
+              "\"workloads\"", "workloads[\"\"]", "unknown tenant ''");
   // An empty workloads object: nothing would ever arrive.
   auto none = base.substr(0, base.find("\"workloads\": {")) + "\"workloads\": {}}";
   check_error(none, "\"workloads\"", "workloads", "nothing would arrive");
