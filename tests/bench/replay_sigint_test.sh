@@ -33,6 +33,12 @@ awk -v n="$n" 'BEGIN {
   printf "]}\n"
 }' >"$dir/trace.jsonl"
 
+# catches_sigint PID: whether PID catches SIGINT (bit 1 of SigCgt).
+catches_sigint() {
+  mask=$(sed -n 's/^SigCgt:[[:space:]]*//p' "/proc/$1/status" 2>/dev/null)
+  [ -n "$mask" ] && [ $((0x$mask & 2)) -ne 0 ]
+}
+
 # run NAME ARGS...: starts replay on the trace, sends SIGINT once its
 # handler is installed and some steps ran, and waits (20 s at most).
 run() {
@@ -40,24 +46,8 @@ run() {
   shift
   "$replay" --trace "$dir/trace.jsonl" "$@" >"$dir/$name.json" 2>"$dir/$name.err" &
   pid=$!
-  # Until SIGINT is caught (bit 1 of SigCgt), at most 60 s.
-  waited=0
-  while :; do
-    mask=$(sed -n 's/^SigCgt:[[:space:]]*//p' "/proc/$pid/status" 2>/dev/null)
-    if [ -n "$mask" ] && [ $((0x$mask & 2)) -ne 0 ]; then
-      break
-    fi
-    if ! kill -0 "$pid" 2>/dev/null; then
-      fail "$name: exited before its handler was installed ($(head -c 300 "$dir/$name.err"))"
-      break
-    fi
-    if [ "$waited" -ge 600 ]; then
-      fail "$name: no SIGINT handler within 60 s"
-      break
-    fi
-    sleep 0.1
-    waited=$((waited + 1))
-  done
+  wait_until "$name" "$pid" "its SIGINT handler was installed" catches_sigint "$pid" \
+    || head -c 300 "$dir/$name.err"
   sleep 0.5
   interrupt_and_wait "$name" "$pid" "$dir/$name.err"
 }

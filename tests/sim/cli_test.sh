@@ -129,19 +129,8 @@ interrupt_run() { # NAME SIGNAL
   "$sim" --steps 100000000 --storage none --out "$dir/$1" \
     >"$dir/$1.out" 2>"$dir/$1.err" &
   pid=$!
-  waited=0
-  until grep -q "^progress: started:" "$dir/$1.err" 2>/dev/null; do
-    if ! kill -0 "$pid" 2>/dev/null; then
-      fail "$1: exited before its first step"
-      break
-    fi
-    if [ "$waited" -ge 600 ]; then
-      fail "$1: no step within 60 s"
-      break
-    fi
-    sleep 0.1
-    waited=$((waited + 1))
-  done
+  wait_until "$1" "$pid" "its first step" \
+    grep -q "^progress: started:" "$dir/$1.err"
   interrupt_and_wait "$1" "$pid" "$dir/$1.err" "$2"
   [ -s "$dir/$1/report.json" ] || fail "$1: no report.json"
   expect_in "$dir/$1/report.json" '"interrupted": true'
