@@ -196,6 +196,9 @@ int run(caf::actor_system& sys, const cache_config& cfg) {
   auto after = mgr.stats();
   std::cout << "\n   now " << (after.total_blocks - after.free_blocks)
             << " blocks in use, pressure " << to_string(after.pressure) << '\n';
+  // A request that could never stay live - its blocks alone would reach
+  // critical pressure - is refused up front (exceeds_capacity), not
+  // admitted and preempted at once, nor left waiting for ever.
   auto refused = request_for(eff, 99, {});
   refused.initial_tokens = 4096;
   auto r = mgr.allocate(refused);
