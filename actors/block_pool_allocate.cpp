@@ -66,6 +66,8 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
   auto& prompt = req.prompt;
   p.tokens = prompt.empty() ? req.initial_tokens : prompt.size();
   p.need = p.tokens / block_size_ + (p.tokens % block_size_ != 0);
+  if (auto err = fits_alone(req_name(req.id), p.tenant, p.need))
+    return err;
   p.hashing = prefix_caching_ && (!prompt.empty() || p.tokens == 0);
   if (p.hashing && !prompt.empty()) {
     p.hits = lookup(p.tenant, prompt,
@@ -88,8 +90,6 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
   }
   // Revived blocks are charged like fresh ones; pinned ones among them are
   // on no list, so they take nothing from what others may take.
-  if (auto err = fits_alone(req_name(req.id), p.tenant, p.need))
-    return err;
   auto take = p.need - p.hits + p.revived;
   if (auto err = admit_blocks(p.tenant, take, p.pinned))
     return err;

@@ -139,7 +139,8 @@ caf::error block_pool_core::fits_alone(const std::string& who,
   if (ts.lone_cap == n)
     what += "the pool's " + std::to_string(n);
   else
-    what += "the " + std::to_string(ts.lone_cap) + " one request of tenant '"
+    what += "the " + std::to_string(ts.lone_cap)
+            + " blocks one request of tenant '"
             + ts.config.name
             + "' can hold and stay live: alone it would reach critical "
               "pressure, where the supervisor preempts "

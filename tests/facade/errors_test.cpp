@@ -115,7 +115,7 @@ BOOST_AUTO_TEST_CASE(bad_allocations_are_refused_with_their_own_code) {
   // blocks, critical pressure at 61): nothing half-taken.
   refuse(f.req(11, 52 * 4, 1000), errc::out_of_blocks, {"need 52 blocks"});
   refuse(f.req(12, 61 * 4, 1000), errc::exceeds_capacity,
-         {"request 12 needs 61 blocks", "the 60 one request", "critical"});
+         {"request 12 needs 61 blocks", "the 60 blocks one request", "critical"});
   // Unknown tenant; over a tenant's quota.
   r = f.req(13, 4);
   r.tenant = "nobody";

@@ -66,7 +66,7 @@ BOOST_FIXTURE_TEST_CASE(allocate_refuses_a_request_the_supervisor_would_preempt_
   auto res = pool().allocate(tokens_req(1, 73)); // 19 blocks
   BOOST_REQUIRE(!res);
   BOOST_TEST(code(res.error()) == "exceeds_capacity");
-  BOOST_TEST(says(res.error(), "needs 19 blocks, more than the 18 one request"));
+  BOOST_TEST(says(res.error(), "needs 19 blocks, more than the 18 blocks one request"));
   BOOST_TEST(says(res.error(), "critical pressure"));
   BOOST_TEST(!pool().can_allocate(tokens_req(1, 73)));
   BOOST_TEST(pool().counters().allocation_failures == 1u);
