@@ -144,9 +144,11 @@ caf::error block_pool_core::fits_alone(const std::string& who,
             + ts.config.name
             + "' can hold and stay live: alone it would reach critical "
               "pressure, where the supervisor preempts "
-              "(pressure.preempt_at_critical), beyond the tenant's "
-              "reserved_blocks "
-            + std::to_string(ts.config.reserved_blocks);
+              "(pressure.preempt_at_critical)"
+            + (ts.config.reserved_blocks == 0
+                 ? std::string{}
+                 : ", beyond the tenant's reserved_blocks "
+                     + std::to_string(ts.config.reserved_blocks));
   return make_error(errc::exceeds_capacity, std::move(what));
 }
 

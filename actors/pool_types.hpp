@@ -62,7 +62,8 @@ struct tenant_state {
   block_hash seed;
   std::uint64_t used = 0;
   std::uint64_t active = 0;
-  /// The most blocks one of its requests may hold (lone_request_cap).
+  /// Past this many blocks one of its requests never stays live
+  /// (lone_request_cap).
   std::uint64_t lone_cap = 0;
   /// Sum of growth() over the tenant's live resident requests: blocks its
   /// promises may still take (reserve_expected).

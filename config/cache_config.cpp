@@ -364,6 +364,14 @@ std::uint64_t lone_request_cap(const cache_config& cfg,
                                std::uint64_t num_blocks) noexcept {
   if (!cfg.pressure.preempt_at_critical)
     return num_blocks;
+  // Sharing its namespace, a tenant may hold blocks charged to another: its
+  // own charge - what its reservation protects - can stay within the
+  // reservation however long its table, so only the pool bounds it.
+  if (tenant.reserved_blocks > 0 && !tenant.prefix_namespace.empty())
+    for (auto& other : cfg.tenants)
+      if (other.name != tenant.name
+          && other.prefix_namespace == tenant.prefix_namespace)
+        return num_blocks;
   auto critical = pressure_mark(cfg.pressure.critical, num_blocks);
   auto below = critical > 0 ? critical - 1 : 0;
   return std::min(std::max(below, tenant.reserved_blocks), num_blocks);

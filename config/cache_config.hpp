@@ -168,15 +168,20 @@ caf::error validate(const cache_config& cfg);
 /// `num_blocks`: ceil(fraction * num_blocks).
 std::uint64_t pressure_mark(double fraction, std::uint64_t num_blocks) noexcept;
 
-/// The most blocks one request of `tenant` can hold in a pool of
-/// `num_blocks` and stay live: the pool; with pressure.preempt_at_critical,
-/// fewer than the critical mark (the supervisor would preempt a request
-/// that reaches it on its own, until usage is under the high mark) unless
-/// the tenant's reservation covers them (a tenant at or below its
-/// reservation is never preempted). The cache's allocate and extend refuse
-/// more with exceeds_capacity: unlike out_of_blocks, waiting cannot help.
-/// (Not the tenant's max_blocks: blocks a request shares with another
-/// tenant's in a common prefix namespace are charged to that tenant.)
+/// Past how many blocks one request of `tenant` can never stay live in a
+/// pool of `num_blocks`: the pool; with pressure.preempt_at_critical, the
+/// critical mark less one (the supervisor would preempt a request that
+/// reaches it on its own, until usage is under the high mark) unless the
+/// tenant's reservation covers more (a tenant at or below its reservation
+/// is never preempted) or the tenant shares its prefix namespace and has a
+/// reservation (blocks it shares are charged to their first holder, so its
+/// own charge may stay within the reservation). A bound, not a promise: a
+/// request within it can still be preempted beside others. The cache's
+/// allocate and extend refuse more with exceeds_capacity. Not counted here,
+/// though they can refuse a request for good as well (with out_of_blocks or
+/// quota_exceeded): the tenant's max_blocks, other tenants' reservations
+/// and, for admissions, the watermark and expected growth - blocks shared
+/// with another tenant's prompts do not count against the first two.
 std::uint64_t lone_request_cap(const cache_config& cfg,
                                const tenant_config& tenant,
                                std::uint64_t num_blocks) noexcept;

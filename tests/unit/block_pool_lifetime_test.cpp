@@ -68,7 +68,7 @@ BOOST_FIXTURE_TEST_CASE(token_counts_near_the_integer_limit_fail_cleanly,
   BOOST_TEST(tokens(3) == 0u);
 }
 
-BOOST_FIXTURE_TEST_CASE(quota_is_checked_without_overflow, pool_fixture) {
+BOOST_FIXTURE_TEST_CASE(huge_counts_pass_neither_the_quota_nor_the_pool, pool_fixture) {
   cfg.block_size = 1;
   cfg.tenants = {tenant_config{}, tenant("q", 5)};
   make(16);

@@ -42,11 +42,12 @@ bool says(const caf::error& err, const std::string& what) {
 
 BOOST_AUTO_TEST_SUITE(capacity_suite)
 
-BOOST_AUTO_TEST_CASE(the_cap_is_the_pool_the_quota_or_below_the_critical_mark) {
+BOOST_AUTO_TEST_CASE(the_cap_is_the_pool_or_below_the_critical_mark) {
   cache_config cfg;
   tenant_config plain;
   auto quota = tenant("q", 6); // shared prefixes may take it past
   auto reserved = tenant("r", 0, 19);
+  cfg.tenants = {plain, quota, reserved};
   BOOST_TEST(pressure_mark(0.95, 20) == 19u);
   BOOST_TEST(pressure_mark(0.95, 100) == 95u); // not 96 for 0.95 * 100 rounding up
   BOOST_TEST(lone_request_cap(cfg, plain, 20) == 18u);
@@ -54,6 +55,16 @@ BOOST_AUTO_TEST_CASE(the_cap_is_the_pool_the_quota_or_below_the_critical_mark) {
   BOOST_TEST(lone_request_cap(cfg, reserved, 20) == 19u);
   BOOST_TEST(lone_request_cap(cfg, reserved, 10) == 10u);
   BOOST_TEST(lone_request_cap(cfg, plain, 1) == 0u); // critical at 1 block
+  // Sharing a namespace, a tenant with a reservation may hold blocks
+  // charged to another, its own charge within the reservation: only the
+  // pool bounds it. Without a reservation the mark still does.
+  auto shared_r = tenant("sr", 0, 4, "ns");
+  auto shared_plain = tenant("sp", 0, 0, "ns");
+  cfg.tenants = {plain, shared_r, shared_plain};
+  BOOST_TEST(lone_request_cap(cfg, shared_r, 20) == 20u);
+  BOOST_TEST(lone_request_cap(cfg, shared_plain, 20) == 18u);
+  cfg.tenants = {plain, shared_r}; // the namespace alone: not shared
+  BOOST_TEST(lone_request_cap(cfg, shared_r, 20) == 18u);
   cfg.pressure.critical = 1.0;
   BOOST_TEST(lone_request_cap(cfg, plain, 20) == 19u);
   cfg.pressure.preempt_at_critical = false;
@@ -107,9 +118,12 @@ BOOST_FIXTURE_TEST_CASE(extend_stops_at_the_cap_and_changes_nothing, capacity_fi
 BOOST_FIXTURE_TEST_CASE(a_step_fails_such_requests_without_blocking_or_preempting,
                         capacity_fixture) {
   alloc(tokens_req(1, 72)); // 18 blocks, full
+  alloc(tokens_req(4, 8));  // the other 2: the pool is full
   step_request step;
-  step.extends = {extend_op{1, 1}};
-  step.admits = {tokens_req(2, 73), tokens_req(3, 4)};
+  // 1's growth could only come from 4, which the step would preempt for
+  // it (out_of_blocks); past the cap it fails instead and 4 stays.
+  step.extends = {extend_op{1, 1}, extend_op{4, 0}};
+  step.admits = {tokens_req(2, 73), tokens_req(3, 0)};
   auto r = pool().run_step(step);
   BOOST_TEST(r.preempted.empty());
   BOOST_REQUIRE(r.failed.size() == 2u);
@@ -122,6 +136,7 @@ BOOST_FIXTURE_TEST_CASE(a_step_fails_such_requests_without_blocking_or_preemptin
   BOOST_TEST(r.admitted[0].id == 3u);
   BOOST_TEST(!r.admission_blocked);
   BOOST_TEST(tokens(1) == 72u);
+  BOOST_TEST(pool().find(4) != nullptr);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -44,7 +44,14 @@ pool_model::pool_model(const cache_config& cfg, std::uint32_t num_blocks)
     mt.ns = tc.prefix_namespace.empty() ? "tenant:" + tc.name
                                         : "namespace:" + tc.prefix_namespace;
     mt.lone_cap = num_blocks;
-    if (cfg.pressure.preempt_at_critical) {
+    // A tenant with a reservation that shares its namespace may hold
+    // blocks charged to others, protected by its own small charge.
+    bool shares = false;
+    for (auto& other : cfg.tenants)
+      shares = shares
+               || (other.name != tc.name && !tc.prefix_namespace.empty()
+                   && other.prefix_namespace == tc.prefix_namespace);
+    if (cfg.pressure.preempt_at_critical && !(shares && tc.reserved_blocks > 0)) {
       // Critical pressure starts at ceil(critical * blocks) in use.
       auto mark = static_cast<std::uint64_t>(
         std::ceil(cfg.pressure.critical * num_blocks - 1e-9));
