@@ -79,6 +79,15 @@ void check_json_text(const std::string& text) {
 
 } // namespace
 
+std::string join_path(const std::string& path, const std::string& key) {
+  if (key.empty() || key.find_first_of(".[]\"") != std::string::npos)
+    return path + "["
+           + nlohmann::json(key).dump(-1, ' ', false,
+                                      nlohmann::json::error_handler_t::replace)
+           + "]";
+  return path.empty() ? key : path + "." + key;
+}
+
 nlohmann::json parse_json(const std::string& text, std::string& duplicate,
                           bool allow_exceptions) {
   duplicate.clear();
@@ -100,15 +109,12 @@ nlohmann::json parse_json(const std::string& text, std::string& duplicate,
     std::unordered_set<std::string> keys;
   };
   std::vector<frame> stack;
-  auto member = [](const std::string& path, const std::string& key) {
-    return path.empty() ? key : path + "." + key;
-  };
   auto value_path = [&] {
     if (stack.empty())
       return std::string{};
     auto& top = stack.back();
     return top.array ? top.path + "[" + std::to_string(top.index) + "]"
-                     : member(top.path, top.key);
+                     : join_path(top.path, top.key);
   };
   auto element_done = [&] {
     if (!stack.empty() && stack.back().array)
@@ -128,7 +134,7 @@ nlohmann::json parse_json(const std::string& text, std::string& duplicate,
         auto& top = stack.back();
         top.key = parsed.get<std::string>();
         if (!top.keys.insert(top.key).second && duplicate.empty())
-          duplicate = member(top.path, top.key);
+          duplicate = join_path(top.path, top.key);
         break;
       }
       case event::object_end:

@@ -48,6 +48,11 @@ struct json_text_error : std::runtime_error {
   std::size_t offset;
 };
 
+/// The path of member `key` of the value at `path`: "a.b" from ("a", "b"),
+/// "b" from ("", "b"); a key with '.', '[', ']' or '"' in it, or none,
+/// quoted as JSON writes it, so the path reads one way: a["x.y"].
+std::string join_path(const std::string& path, const std::string& key);
+
 /// nlohmann::json::parse(text), also finding the first key given twice in
 /// one object - which nlohmann would let the last one win, silently. Its
 /// path ("tenants[1].name", "" for none) goes to `duplicate`. Throws

@@ -30,10 +30,7 @@ std::string decode_string(const std::string& body) {
 } // namespace
 
 std::string join_path(const std::string& path, const std::string& key) {
-  // A key that would read as more than one step is quoted as JSON writes it.
-  if (key.empty() || key.find_first_of(".[]\"") != std::string::npos)
-    return path + "[" + nlohmann::json(key).dump() + "]";
-  return path.empty() ? key : path + "." + key;
+  return detail::join_path(path, key);
 }
 
 namespace {

@@ -19,8 +19,7 @@
 
 namespace kvactor::sim {
 
-/// "a.b" from ("a", "b"); "b" from ("", "b"); a key with '.', '[', ']' or
-/// '"' in it, or none, quoted as JSON writes it: a["x.y"] from ("a", "x.y").
+/// detail::join_path: "a.b" from ("a", "b"), a["x.y"] from ("a", "x.y").
 std::string join_path(const std::string& path, const std::string& key);
 
 /// The line each key and array element of a JSON text starts on, by path

@@ -94,6 +94,14 @@ BOOST_AUTO_TEST_CASE(a_tenant_name_with_dots_is_quoted_in_paths) {
                            "\"b\": {\"rate\": 0.25, \"prompt_len\": 4, ",
                            "\"a.rate\": {\"rate\": 0.25, ");
   check_error(text, "\"a.rate\": {", "workloads[\"a.rate\"].prompt_len", "missing");
+  // Named the plain way too (a key given twice is found by its line).
+  auto twice = replace_once(text, "\"a.rate\": {\"rate\": 0.25, ",
+                            "\"a.rate\": {\"rate\": 0.25, \"rate\": 1, ");
+  BOOST_TEST(parse_error(twice).find("test.json:" + std::to_string(line_of(text, "\"a.rate\": {")))
+               == 0u,
+             parse_error(twice));
+  // A key cut inside a UTF-8 sequence, with a dot: an error, not a crash.
+  BOOST_TEST(!parse_error("{\"a.b\xC3(").empty());
 }
 
 BOOST_AUTO_TEST_CASE(malformed_json_names_the_line_and_what_was_read_last) {
