@@ -302,8 +302,6 @@ nlohmann::json replay_step(caf::actor_system& sys, const trace& tr,
   return report("step", tr, opt, sched, stats, fig);
 }
 
-/// Exit status after Ctrl-C (128 + SIGINT, as a shell reports it).
-
 int usage() {
   std::cerr << "usage: replay --trace FILE [--mode facade|step|core|both] "
                "[--num-blocks N] [--all-blocks] [--max-admits K]\n"

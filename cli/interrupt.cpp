@@ -26,9 +26,11 @@ long long monotonic_ns() {
 
 extern "C" void on_signal(int sig) {
   auto now = monotonic_ns();
-  if (!flag.exchange(true)) {
-    first_signal.store(sig);
+  // The signal before the flag: who sees the flag reads the signal.
+  int none = 0;
+  if (first_signal.compare_exchange_strong(none, sig)) {
     first_at_ns.store(now);
+    flag.store(true);
     return;
   }
   if (now - first_at_ns.load() >= 2000000000LL) {
