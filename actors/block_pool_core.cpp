@@ -35,10 +35,11 @@ block_pool_core::block_pool_core(const cache_config& cfg,
   host_free_.reserve(num_host_blocks_);
   for (auto b = num_host_blocks_; b > 0; --b)
     host_free_.push(b - 1);
+  auto caps = lone_request_caps(cfg, num_blocks);
   for (auto& tc : cfg.tenants) {
     tenant_state ts;
     ts.config = tc;
-    ts.lone_cap = lone_request_cap(cfg, tc, num_blocks);
+    ts.lone_cap = caps[tenants_.size()];
     ts.seed = namespace_seed(tc.prefix_namespace.empty()
                                ? "tenant:" + tc.name
                                : "namespace:" + tc.prefix_namespace);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <sstream>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <nlohmann/json.hpp>
@@ -359,22 +360,52 @@ std::uint64_t pressure_mark(double fraction, std::uint64_t num_blocks) noexcept 
     std::ceil(fraction * static_cast<double>(num_blocks) - 1e-9));
 }
 
-std::uint64_t lone_request_cap(const cache_config& cfg,
-                               const tenant_config& tenant,
-                               std::uint64_t num_blocks) noexcept {
+namespace {
+
+/// lone_request_cap, given whether `tenant` shares its prefix namespace
+/// with another tenant.
+std::uint64_t lone_cap(const cache_config& cfg, const tenant_config& tenant,
+                       std::uint64_t num_blocks, bool shares) noexcept {
   if (!cfg.pressure.preempt_at_critical)
     return num_blocks;
   // Sharing its namespace, a tenant may hold blocks charged to another: its
   // own charge - what its reservation protects - can stay within the
   // reservation however long its table, so only the pool bounds it.
-  if (tenant.reserved_blocks > 0 && !tenant.prefix_namespace.empty())
-    for (auto& other : cfg.tenants)
-      if (other.name != tenant.name
-          && other.prefix_namespace == tenant.prefix_namespace)
-        return num_blocks;
+  if (tenant.reserved_blocks > 0 && shares)
+    return num_blocks;
   auto critical = pressure_mark(cfg.pressure.critical, num_blocks);
   auto below = critical > 0 ? critical - 1 : 0;
   return std::min(std::max(below, tenant.reserved_blocks), num_blocks);
+}
+
+} // namespace
+
+std::uint64_t lone_request_cap(const cache_config& cfg,
+                               const tenant_config& tenant,
+                               std::uint64_t num_blocks) noexcept {
+  bool shares = false;
+  if (!tenant.prefix_namespace.empty())
+    for (auto& other : cfg.tenants)
+      shares = shares
+               || (other.name != tenant.name
+                   && other.prefix_namespace == tenant.prefix_namespace);
+  return lone_cap(cfg, tenant, num_blocks, shares);
+}
+
+std::vector<std::uint64_t> lone_request_caps(const cache_config& cfg,
+                                             std::uint64_t num_blocks) {
+  // One pass over the names, not one per tenant (up to 65535 of them).
+  std::unordered_map<std::string, std::size_t> holders;
+  for (auto& t : cfg.tenants)
+    if (!t.prefix_namespace.empty())
+      ++holders[t.prefix_namespace];
+  std::vector<std::uint64_t> out;
+  out.reserve(cfg.tenants.size());
+  for (auto& t : cfg.tenants) {
+    bool shares = !t.prefix_namespace.empty() && holders[t.prefix_namespace] > 1;
+    out.push_back(lone_cap(cfg, t, num_blocks, shares));
+  }
+  return out;
 }
 
 } // namespace kvactor

@@ -186,6 +186,11 @@ std::uint64_t lone_request_cap(const cache_config& cfg,
                                const tenant_config& tenant,
                                std::uint64_t num_blocks) noexcept;
 
+/// lone_request_cap of every tenant of cfg.tenants, in their order, in one
+/// pass (the one above scans the tenants for a shared namespace).
+std::vector<std::uint64_t> lone_request_caps(const cache_config& cfg,
+                                             std::uint64_t num_blocks);
+
 /// The embedded default config as JSON text: DESIGN.md's config with a
 /// small model, 256 blocks on host storage. examples/lifecycle runs on it;
 /// `make run` uses its scenario's own cache.
