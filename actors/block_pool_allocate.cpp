@@ -43,8 +43,8 @@ std::uint32_t block_pool_core::lookup(std::uint16_t t,
 }
 
 void block_pool_core::hash_all(std::uint16_t t,
-                               const std::vector<token_id>& prompt) const {
-  auto full = prompt.size() / block_size_;
+                               const std::vector<token_id>& prompt,
+                               std::size_t full) const {
   auto h = scratch_.empty() ? tenants_[t].seed : scratch_.back();
   for (auto i = scratch_.size(); i < full; ++i) {
     h = hash_block(h, prompt.data() + i * block_size_, block_size_);
@@ -64,14 +64,17 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
   alloc_plan p;
   p.tenant = *t;
   auto& prompt = req.prompt;
-  p.tokens = prompt.empty() ? req.initial_tokens : prompt.size();
-  p.need = p.tokens / block_size_ + (p.tokens % block_size_ != 0);
+  // The whole request: what it holds once every prefill chunk is in.
+  auto whole = prompt.empty() ? req.initial_tokens : prompt.size();
+  p.tokens = whole;
+  p.need = whole / block_size_ + (whole % block_size_ != 0);
   if (auto err = fits_alone(req_name(req.id), p.tenant, p.need))
     return err;
   p.hashing = prefix_caching_ && (!prompt.empty() || p.tokens == 0);
   if (p.hashing && !prompt.empty()) {
+    // The last prompt token is always computed: at most (len - 1) / bs hits.
     p.hits = lookup(p.tenant, prompt,
-                    static_cast<std::uint32_t>((p.tokens - 1) / block_size_),
+                    static_cast<std::uint32_t>((whole - 1) / block_size_),
                     known);
     for (std::uint32_t i = 0; i < p.hits; ++i) {
       auto& m = blocks_[find_indexed(scratch_[i].lo)];
@@ -81,12 +84,20 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
       }
     }
   }
+  if (req.prefill_chunk != 0) { // check() made sure of a prompt
+    // hits * bs < whole, so at least one token past the hits is admitted.
+    auto cut = std::uint64_t{p.hits} * block_size_ + req.prefill_chunk;
+    if (cut < whole) {
+      p.tokens = cut;
+      p.need = cut / block_size_ + (cut % block_size_ != 0);
+    }
+  }
   if (admission_.policy == "reserve_expected") {
     auto out = req.expected_output_tokens != 0
                  ? req.expected_output_tokens
                  : admission_.default_expected_output;
-    auto room = req.max_sequence_length - p.tokens; // check() made it >= 0
-    p.expected = p.tokens + std::min(out, room);
+    auto room = req.max_sequence_length - whole; // check() made it >= 0
+    p.expected = whole + std::min(out, room);
   }
   // Revived blocks are charged like fresh ones; pinned ones among them are
   // on no list, so they take nothing from what others may take.
@@ -114,7 +125,7 @@ block_pool_core::allocate(const allocation_request& req) {
         // It will be retried: keep what was learned about its prompt.
         if (waits && prefix_caching_ && !req.prompt.empty()
             && !memo_matches(req)) {
-          hash_all(*t, req.prompt);
+          hash_all(*t, req.prompt, req.prompt.size() / block_size_);
           memo_.valid = true;
           memo_.tenant = *t;
           memo_.prompt = req.prompt;
@@ -141,11 +152,15 @@ block_pool_core::allocate(const allocation_request& req) {
     share_indexed(b, seq);
     seq.blocks.push_back(b);
   }
+  // The admitted prompt tokens' full blocks (all of the prompt's, unless a
+  // prefill chunk stops short of it).
+  auto full = static_cast<std::uint32_t>(
+    std::min<std::uint64_t>(prompt.size(), p.tokens) / block_size_);
   if (p.hashing) {
     // The new full blocks' index slots are scattered: asked for now, they
     // arrive while the fresh blocks are taken.
-    hash_all(t, prompt);
-    for (auto i = p.hits; i < scratch_.size(); ++i)
+    hash_all(t, prompt, full);
+    for (auto i = p.hits; i < full; ++i)
       index_.prefetch(scratch_[i].lo);
   }
   for (auto i = p.hits; i < p.need; ++i) {
@@ -156,7 +171,6 @@ block_pool_core::allocate(const allocation_request& req) {
     seq.hashable = true;
     auto& ts = tenants_[t];
     seq.chain = ts.seed;
-    auto full = static_cast<std::uint32_t>(prompt.size() / block_size_);
     for (std::uint32_t i = 0; i < full; ++i) {
       if (i >= p.hits)
         index_block(seq.blocks[i], scratch_[i], i > 0 ? scratch_[i - 1].lo : 0,
@@ -164,14 +178,16 @@ block_pool_core::allocate(const allocation_request& req) {
       seq.chain = scratch_[i];
     }
     seq.num_hashed = full;
-    seq.tail.assign(prompt.begin() + std::size_t{full} * block_size_,
-                    prompt.end());
     if (!prompt.empty()) {
+      seq.tail.assign(prompt.begin() + std::size_t{full} * block_size_,
+                      prompt.begin() + p.tokens);
+      // The lookup covered the whole prompt, chunked or not: its later
+      // chunks are computed, never looked up.
       auto hit_tokens = std::uint64_t{p.hits} * block_size_;
-      counters_.query_tokens += p.tokens;
+      counters_.query_tokens += prompt.size();
       counters_.hit_tokens += hit_tokens;
       counters_.prefix_hit_blocks += p.hits;
-      ts.query_tokens += p.tokens;
+      ts.query_tokens += prompt.size();
       ts.hit_tokens += hit_tokens;
     }
   }

@@ -100,6 +100,11 @@ block_pool_core::check(const allocation_request& req,
                         + std::to_string(req.initial_tokens)
                         + " differs from the prompt's length "
                         + std::to_string(req.prompt.size()));
+  if (req.prefill_chunk != 0 && req.prompt.empty())
+    return make_error(errc::invalid_request,
+                      req_name(req.id) + ": prefill_chunk "
+                        + std::to_string(req.prefill_chunk)
+                        + " needs a prompt (a chunk of what?)");
   // One vectorizable pass; the position only if it failed.
   token_id lowest = 0;
   if (!prompt_validated)

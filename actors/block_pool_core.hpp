@@ -312,7 +312,7 @@ private:
   /// limit; changes nothing. Hit hashes are left in scratch_.
   struct alloc_plan {
     std::uint16_t tenant = 0;
-    std::uint64_t tokens = 0;   ///< tokens now
+    std::uint64_t tokens = 0;   ///< tokens now (a prefill chunk's: fewer)
     std::uint64_t need = 0;     ///< blocks for them
     std::uint32_t hits = 0;     ///< of which shared from the index
     std::uint64_t revived = 0;  ///< hits on cached (unheld) blocks
@@ -398,8 +398,9 @@ private:
   /// the index; their hashes (and the first miss's) are left in scratch_.
   std::uint32_t lookup(std::uint16_t t, const std::vector<token_id>& prompt,
                        std::uint32_t max_hits, bool memo = false) const;
-  /// Extends scratch_ to the hashes of every full block of the prompt.
-  void hash_all(std::uint16_t t, const std::vector<token_id>& prompt) const;
+  /// Extends scratch_ to the hashes of the prompt's first `full` blocks.
+  void hash_all(std::uint16_t t, const std::vector<token_id>& prompt,
+                std::size_t full) const;
   /// An extend whose copy-on-write copy is in flight: the state to restore
   /// if the copy fails, and the index entries its request's blocks earn
   /// meanwhile (deferred until the copy is made).

@@ -88,7 +88,8 @@ bool operator==(const allocation_request& x, const allocation_request& y) {
          && x.head_dim == y.head_dim && x.device == y.device
          && x.dtype == y.dtype && x.priority == y.priority
          && x.tenant == y.tenant && x.prompt == y.prompt
-         && x.expected_output_tokens == y.expected_output_tokens;
+         && x.expected_output_tokens == y.expected_output_tokens
+         && x.prefill_chunk == y.prefill_chunk;
 }
 
 allocation_request without_prompt(const allocation_request& req) {
@@ -104,6 +105,7 @@ allocation_request without_prompt(const allocation_request& req) {
   out.priority = req.priority;
   out.tenant = req.tenant;
   out.expected_output_tokens = req.expected_output_tokens;
+  out.prefill_chunk = req.prefill_chunk;
   return out;
 }
 

@@ -88,6 +88,18 @@ struct allocation_request {
   /// Tokens the request is expected to generate (0 = unknown), for
   /// admission headroom (config admission.policy "reserve_expected").
   std::uint64_t expected_output_tokens = 0;
+  /// Chunked prefill (needs a prompt; 0 = the whole prompt now): admit the
+  /// prompt's cached prefix and at most this many more of its tokens. The
+  /// whole prompt is looked up in the prefix cache, so a long prompt finds
+  /// all of its cached blocks however small the chunk; the table holds
+  /// min(prompt length, hit tokens + prefill_chunk) tokens, and their full
+  /// blocks enter the index. The rest of the prompt comes later, chunk by
+  /// chunk, with its token ids (the facade's append, a step extend's
+  /// tokens), in the steps that compute it - so no block enters the index
+  /// before the step that writes its K/V. Blocks are taken for the admitted
+  /// part only; the capacity check (exceeds_capacity) and reserve_expected's
+  /// headroom count the whole prompt.
+  std::uint64_t prefill_chunk = 0;
 };
 
 bool operator==(const allocation_request& x, const allocation_request& y);
@@ -101,7 +113,7 @@ typename Inspector::result_type inspect(Inspector& f, allocation_request& x) {
   return f(caf::meta::type_name("allocation_request"), x.id, x.initial_tokens,
            x.max_sequence_length, x.num_layers, x.num_heads, x.head_dim,
            x.device, x.dtype, x.priority, x.tenant, x.prompt,
-           x.expected_output_tokens);
+           x.expected_output_tokens, x.prefill_chunk);
 }
 
 // -- block_table ---------------------------------------------------------------

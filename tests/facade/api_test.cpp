@@ -201,6 +201,44 @@ BOOST_AUTO_TEST_CASE(append_grows_and_makes_full_blocks_findable) {
   BOOST_TEST(a->table() == ta);
 }
 
+BOOST_AUTO_TEST_CASE(a_prefill_chunk_admits_the_cached_prefix_and_one_chunk) {
+  cache_fixture f;
+  auto prompt = iota_tokens(1, 30); // 7 full blocks of 4, and 2 tokens
+  f.alloc(f.req(1, 0, 256, prompt)); // indexes the 7
+  auto req = f.req(2, 0, 256, prompt);
+  req.prefill_chunk = 1;
+  auto b = f.alloc(req);
+  BOOST_TEST(b->table().num_tokens == 29u); // 28 cached, 1 computed
+  // A new prompt in chunks of 5: only what was admitted is findable...
+  auto fresh = iota_tokens(100, 14);
+  req = f.req(3, 0, 256, fresh);
+  req.prefill_chunk = 5;
+  auto c = f.alloc(req);
+  auto tc = c->table();
+  BOOST_TEST(tc.num_tokens == 5u);
+  auto other = f.alloc(f.req(4, 0, 256, fresh))->table();
+  BOOST_TEST(other.blocks[0] == tc.blocks[0]);
+  BOOST_TEST(other.blocks[1] != tc.blocks[1]);
+  // ...and the rest once its chunks come, with their token ids.
+  auto later = iota_tokens(500, 14);
+  req = f.req(5, 0, 256, later);
+  req.prefill_chunk = 5;
+  auto e = f.alloc(req);
+  BOOST_TEST(!f.m().append(*e, {later.begin() + 5, later.begin() + 10}));
+  BOOST_TEST(!f.m().append(*e, {later.begin() + 10, later.end()}));
+  auto te = e->table();
+  BOOST_TEST(te.num_tokens == 14u);
+  auto g = f.alloc(f.req(6, 0, 256, later))->table();
+  BOOST_TEST(g.blocks[1] == te.blocks[1]);
+  BOOST_TEST(g.blocks[2] == te.blocks[2]);
+  BOOST_TEST(g.blocks[3] != te.blocks[3]);
+  // Without a prompt a chunk means nothing: refused.
+  req = f.req(7, 8);
+  req.prefill_chunk = 4;
+  KV_CHECK_ERROR(error_of(f.m().allocate(req)), errc::invalid_request,
+                 "prefill_chunk 4 needs a prompt");
+}
+
 BOOST_AUTO_TEST_CASE(deallocate_invalidates_every_reference_and_returns_blocks) {
   cache_fixture f;
   auto h = f.alloc(f.req(7, 9));

@@ -193,9 +193,13 @@ private:
       req.initial_tokens = chance(50) ? n : 0;
       if (chance(2))
         req.initial_tokens = n + 1;
+      if (chance(25))
+        req.prefill_chunk = 1 + below(20); // chunked prefill
     } else {
       n = below(25);
       req.initial_tokens = n;
+      if (chance(1))
+        req.prefill_chunk = 1 + below(8); // without a prompt: refused
     }
     req.max_sequence_length = n + below(33);
     if (chance(3) && n > 0)
@@ -233,6 +237,12 @@ private:
                                     << want.hit_tokens);
       if (got->hit_tokens > 0)
         cov_("prefix hit");
+      auto seq = core_.find(req.id);
+      MODEL_REQUIRE(seq != nullptr
+                      && seq->num_tokens == model_.sequences().at(req.id).num_tokens,
+                    where() << "tokens admitted");
+      if (seq->num_tokens < req.prompt.size())
+        cov_(got->hit_tokens > 0 ? "chunk admitted after a hit" : "chunk admitted");
     }
   }
 
@@ -453,12 +463,13 @@ void run_and_check_coverage(const run_params& p) {
                  "reclaim:live", "reclaim:stale", "preempt:ok",
                  "step preempted", "step admitted", "step admission blocked",
                  "step repeats an id",
-                 "can_allocate:yes", "can_allocate:no"})
+                 "can_allocate:yes", "can_allocate:no", "chunk admitted"})
     BOOST_TEST(has(k), "seed " << p.seed << " never reached " << k);
   if (p.block_size > 1) // with one token per block, no block is partly full
     BOOST_TEST(has("copy on write"), "seed " << p.seed << " never copied on write");
   if (p.prefix_caching)
-    for (auto k : {"prefix hit", "event:stored", "event:removed"})
+    for (auto k : {"prefix hit", "event:stored", "event:removed",
+                   "chunk admitted after a hit"})
       BOOST_TEST(has(k), "seed " << p.seed << " never reached " << k);
 }
 

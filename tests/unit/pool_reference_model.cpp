@@ -97,6 +97,8 @@ maybe_errc pool_model::check(const allocation_request& req,
   if (!req.prompt.empty() && req.initial_tokens != 0
       && req.initial_tokens != req.prompt.size())
     return errc::invalid_request;
+  if (req.prefill_chunk != 0 && req.prompt.empty())
+    return errc::invalid_request;
   for (auto tok : req.prompt)
     if (tok < 0)
       return errc::invalid_request;
@@ -214,9 +216,17 @@ pool_model::plan pool_model::plan_allocation(const allocation_request& req) cons
                  : admission_.default_expected_output;
     p.expected = p.n + std::min(out, req.max_sequence_length - p.n);
   }
+  // The cap and the headroom count the whole prompt; a prefill chunk takes
+  // the hits and at most prefill_chunk tokens more.
   if (p.need > tenants_[p.t].lone_cap) {
     p.err = errc::exceeds_capacity;
     return p;
+  }
+  p.whole = p.n;
+  if (req.prefill_chunk != 0) {
+    p.n = std::min<std::uint64_t>(p.n, std::uint64_t{p.hits} * block_size_
+                                         + req.prefill_chunk);
+    p.need = blocks_for(p.n, block_size_);
   }
   // Revived blocks are charged like fresh ones; pinned ones are on no list.
   auto take = p.need - p.hits + revived;
@@ -273,14 +283,14 @@ model_allocation pool_model::allocate(const allocation_request& req) {
   auto h = p.hits;
   if (p.hashing) {
     seq.hashable = true;
-    seq.tokens = prompt;
-    for (auto i = h; i < prompt.size() / block_size_; ++i)
+    seq.tokens.assign(prompt.begin(), prompt.begin() + (prompt.empty() ? 0 : p.n));
+    for (auto i = h; i < seq.tokens.size() / block_size_; ++i)
       index(seq.blocks[i], key_of(t, prompt, (i + 1) * block_size_), t);
     if (!prompt.empty()) {
-      counters_.query_tokens += p.n;
+      counters_.query_tokens += p.whole;
       counters_.hit_tokens += std::uint64_t{h} * block_size_;
       counters_.prefix_hit_blocks += h;
-      tenants_[t].query_tokens += p.n;
+      tenants_[t].query_tokens += p.whole;
       tenants_[t].hit_tokens += std::uint64_t{h} * block_size_;
     }
   }

@@ -220,7 +220,8 @@ private:
   struct plan {
     maybe_errc err;
     std::uint16_t t = 0;
-    std::uint64_t n = 0;
+    std::uint64_t n = 0;     ///< tokens now (a prefill chunk's: fewer)
+    std::uint64_t whole = 0; ///< the prompt's (or initial) tokens
     std::uint64_t need = 0;
     std::uint32_t hits = 0;
     bool hashing = false;
