@@ -97,7 +97,11 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
                  ? req.expected_output_tokens
                  : admission_.default_expected_output;
     auto room = req.max_sequence_length - whole; // check() made it >= 0
-    p.expected = whole + std::min(out, room);
+    // Never more than one request may hold (fits_alone made whole fit):
+    // a promise past the cap could not be kept on an empty pool, and
+    // would hold the request back for good as out_of_blocks.
+    auto cap = tenants_[p.tenant].lone_cap * block_size_;
+    p.expected = std::min(whole + std::min(out, room), cap);
   }
   // Revived blocks are charged like fresh ones; pinned ones among them are
   // on no list, so they take nothing from what others may take.

@@ -139,4 +139,24 @@ BOOST_FIXTURE_TEST_CASE(a_step_fails_such_requests_without_blocking_or_preemptin
   BOOST_TEST(pool().find(4) != nullptr);
 }
 
+BOOST_FIXTURE_TEST_CASE(reserve_expected_promises_no_more_than_the_cap,
+                        capacity_fixture) {
+  cfg.admission.policy = "reserve_expected";
+  make(0);
+  // 8 tokens now, 400 expected (100 blocks): no empty pool could keep that
+  // promise. It is cut to the cap (18 blocks), so the request is admitted
+  // on the empty pool instead of waiting as out_of_blocks for ever.
+  auto big = tokens_req(1, 8);
+  big.expected_output_tokens = 400;
+  BOOST_TEST(pool().can_allocate(big));
+  alloc(big);
+  // Its promise holds 16 more blocks back from admissions: 3 blocks and 1
+  // of growth do not fit beside it, and do once it is gone.
+  auto small = tokens_req(2, 12);
+  small.expected_output_tokens = 1;
+  BOOST_TEST(code(pool().allocate(small)) == "out_of_blocks");
+  release(1);
+  alloc(small);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

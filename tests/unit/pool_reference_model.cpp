@@ -214,7 +214,8 @@ pool_model::plan pool_model::plan_allocation(const allocation_request& req) cons
     auto out = req.expected_output_tokens != 0
                  ? req.expected_output_tokens
                  : admission_.default_expected_output;
-    p.expected = p.n + std::min(out, req.max_sequence_length - p.n);
+    p.expected = std::min(p.n + std::min(out, req.max_sequence_length - p.n),
+                          tenants_[p.t].lone_cap * block_size_);
   }
   // The cap and the headroom count the whole prompt; a prefill chunk takes
   // the hits and at most prefill_chunk tokens more.
