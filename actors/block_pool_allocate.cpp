@@ -85,11 +85,12 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
     }
   }
   if (req.prefill_chunk != 0) { // check() made sure of a prompt
-    // hits * bs < whole, so at least one token past the hits is admitted.
-    auto cut = std::uint64_t{p.hits} * block_size_ + req.prefill_chunk;
-    if (cut < whole) {
-      p.tokens = cut;
-      p.need = cut / block_size_ + (cut % block_size_ != 0);
+    // hits * bs < whole, so at least one token past the hits is admitted
+    // (compared as a difference: a chunk near 2^64 must not wrap).
+    auto hit_tokens = std::uint64_t{p.hits} * block_size_;
+    if (req.prefill_chunk < whole - hit_tokens) {
+      p.tokens = hit_tokens + req.prefill_chunk;
+      p.need = p.tokens / block_size_ + (p.tokens % block_size_ != 0);
     }
   }
   if (admission_.policy == "reserve_expected") {

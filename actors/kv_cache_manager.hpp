@@ -56,7 +56,9 @@ public:
   caf::error extend(kv_cache_handle& handle, std::size_t additional_tokens);
 
   /// Grows the handle's request by these tokens (full blocks become findable
-  /// by later prompts).
+  /// by later prompts): decoded tokens, or the next chunk of a prompt
+  /// admitted with allocation_request::prefill_chunk. Errors: as extend's,
+  /// and invalid_request for a negative token id.
   caf::error append(kv_cache_handle& handle, const std::vector<token_id>& tokens);
 
   /// Ends the request: every reference turns invalid, blocks return (full
@@ -111,7 +113,8 @@ public:
   /// blocks: a full block whose prefix is still in the cache (or in use by
   /// another request) is shared again instead of copied - its bytes are the
   /// prefix's, provided the serving system writes a prompt's K/V in the step
-  /// that admits it, as for any prefix hit. Errors: unknown_request,
+  /// that admits it (or a chunk's in the step that extends by it), as for
+  /// any prefix hit. Errors: unknown_request,
   /// invalid_request (not swapped), out_of_blocks, quota_exceeded,
   /// device_failure.
   caf::error swap_in(request_id id);

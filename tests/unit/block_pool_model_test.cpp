@@ -194,7 +194,8 @@ private:
       if (chance(2))
         req.initial_tokens = n + 1;
       if (chance(25))
-        req.prefill_chunk = 1 + below(20); // chunked prefill
+        req.prefill_chunk = chance(5) ? ~std::uint64_t{0} - below(40)
+                                      : 1 + below(20); // chunked prefill
     } else {
       n = below(25);
       req.initial_tokens = n;

@@ -225,8 +225,8 @@ pool_model::plan pool_model::plan_allocation(const allocation_request& req) cons
   }
   p.whole = p.n;
   if (req.prefill_chunk != 0) {
-    p.n = std::min<std::uint64_t>(p.n, std::uint64_t{p.hits} * block_size_
-                                         + req.prefill_chunk);
+    auto rest = p.n - std::uint64_t{p.hits} * block_size_;
+    p.n -= rest - std::min(rest, req.prefill_chunk);
     p.need = blocks_for(p.n, block_size_);
   }
   // Revived blocks are charged like fresh ones; pinned ones are on no list.

@@ -95,6 +95,17 @@ BOOST_FIXTURE_TEST_CASE(a_chunk_as_long_as_the_prompt_admits_it_all, pool_fixtur
   BOOST_TEST(describe(pool(), true).find("hashed 1/2") != std::string::npos);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_chunk_near_two_to_the_64_admits_the_whole_prompt,
+                        pool_fixture) {
+  auto prompt = run(100, 10);
+  alloc(prompt_req(1, prompt));
+  // One hit block: 4 + (2^64 - 1) must not wrap around to 3 tokens.
+  BOOST_TEST(alloc(chunked(2, prompt, u64_max)) == 8u);
+  BOOST_TEST(tokens(2) == 10u);
+  alloc(chunked(3, run(300, 5), u64_max - 2));
+  BOOST_TEST(tokens(3) == 5u);
+}
+
 BOOST_FIXTURE_TEST_CASE(a_chunk_without_a_prompt_is_refused_and_changes_nothing,
                         pool_fixture) {
   auto before = describe(pool(), true);
