@@ -1,8 +1,10 @@
 // lifecycle: a guided tour of kvactor through its blocking facade -
-// allocation, prefix reuse, extension with copy-on-write, pressure changes,
-// GC and deallocation - printing what the cache did at each step.
+// allocation, prefix reuse, chunked prefill, extension with copy-on-write,
+// pressure changes, GC and deallocation - printing what the cache did at each
+// step.
 //
 //   lifecycle [--config FILE]     (default: the embedded config)
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <iostream>
@@ -112,6 +114,31 @@ int run(caf::actor_system& sys, const cache_config& cfg) {
     return fail("allocate 2", b.error());
   std::cout << "2. allocate request 2 (same system prompt):    "
             << blocks_of((*b)->table()) << "  <- first 4 blocks shared\n";
+
+  // 2b. Chunked prefill: the whole 120-token prompt is looked up (its 64
+  //     system tokens are cached), but only the hits and one 16-token chunk
+  //     are admitted; each later chunk comes with its token ids, as the
+  //     step that computes it would send them, and only then can another
+  //     prompt find its blocks.
+  auto prompt_d = system_prompt;
+  auto own_d = tokens(9000, 56);
+  prompt_d.insert(prompt_d.end(), own_d.begin(), own_d.end());
+  auto chunked = request_for(eff, 5, prompt_d);
+  chunked.prefill_chunk = 16;
+  auto d = mgr.allocate(chunked);
+  if (!d)
+    return fail("allocate 5", d.error());
+  std::cout << "   allocate request 5 in chunks of 16 tokens:  "
+            << blocks_of((*d)->table()) << "  <- 64 cached + 16\n";
+  for (auto at = (*d)->table().num_tokens; at < prompt_d.size(); at += 16) {
+    auto end = std::min<std::size_t>(at + 16, prompt_d.size());
+    if (auto err = mgr.append(**d, {prompt_d.begin() + at, prompt_d.begin() + end}))
+      return fail("append 5", err);
+  }
+  std::cout << "   its next chunks appended:                   "
+            << blocks_of((*d)->table()) << '\n';
+  if (auto err = mgr.deallocate(5))
+    return fail("deallocate 5", err);
 
   // 3. Fork request 1; the child appends into the shared last block, which
   //    is copied first (copy-on-write) - bytes included.
