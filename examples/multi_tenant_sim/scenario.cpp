@@ -187,7 +187,7 @@ caf::error read_scenario(const json& root, const error_maker& fail,
   (err = r.check_keys({"cache", "steps", "drain", "seed", "output_dir",
                        "preemption", "admit_up_to", "max_running",
                        "max_admits_per_step", "max_waiting",
-                       "verify_every", "workloads"}))
+                       "prefill_chunk", "verify_every", "workloads"}))
     || (err = r.object("cache", cache, true))
     || (err = read_cache(*cache, fail, out.cache))
     || (err = r.count("steps", out.steps, 1, true))
@@ -199,6 +199,9 @@ caf::error read_scenario(const json& root, const error_maker& fail,
     || (err = r.count("max_running", out.max_running, 1, false))
     || (err = r.count("max_admits_per_step", out.max_admits_per_step, 1, false))
     || (err = r.count("max_waiting", out.max_waiting, 1, false))
+    // As long as the longest prompt can be (lengths are at most 2^24).
+    || (err = r.count("prefill_chunk", out.prefill_chunk, 0, false,
+                      std::uint64_t{1} << 24))
     || (err = r.count("verify_every", out.verify_every, 0, false))
     || (err = r.object("workloads", workloads, true));
   if (err)

@@ -72,6 +72,22 @@
 //   "max_admits_per_step": 16, most admissions sent in one step message (more
 //                              follow in the same step while all fit), and
 //                              most swap-ins per step, >= 1.
+//   "prefill_chunk": 0,        chunked prefill (vLLM v1's), in tokens; 0 =
+//                              off: an admission computes its whole prompt
+//                              in its step. N > 0: an admission looks the
+//                              whole prompt up in the prefix cache but
+//                              computes only its first N tokens past the
+//                              hits (allocation_request::prefill_chunk);
+//                              each later step extends it by its next N
+//                              prompt tokens (fewer at the end), with their
+//                              token ids, instead of decoding, and it
+//                              samples its first output token in the step
+//                              that computes its last prompt token: a
+//                              prompt of P tokens with H cached takes
+//                              ceil((P - H) / N) steps. A request preempted
+//                              mid-prefill prefills again (finding the
+//                              chunks it computed cached); swapped out and
+//                              back in, it carries on.
 //   "max_waiting": 65536,      most requests of one tenant waiting for
 //                              admission (preempted ones included), >= 1:
 //                              its arrivals beyond it are turned away, as a
@@ -123,7 +139,8 @@
 // }
 //
 // Bounds, beyond the minimums above: rates at most 1e6 per step; lengths
-// (prompt_len, output_len, system_prompts.len) at most 2^24 tokens;
+// (prompt_len, output_len, system_prompts.len) and prefill_chunk at most
+// 2^24 tokens;
 // system_prompts.count at most 65536, count x len.max at most 2^28 tokens;
 // vocab_size at most 2^31. output_dir is relative to the working directory.
 // The run keeps one sample per step (~100-200 bytes with a few tenants)
@@ -213,6 +230,9 @@ struct scenario {
   std::uint32_t max_running = 256;
   std::uint32_t max_admits_per_step = 16;
   std::uint64_t max_waiting = 65536;
+  /// Tokens an admission or a prefill step computes past the cached prefix
+  /// (0 = the whole prompt at admission).
+  std::uint32_t prefill_chunk = 0;
   std::uint64_t verify_every = 0;
   /// In cache.tenants order; tenants without traffic have none.
   std::vector<workload_config> workloads;

@@ -207,6 +207,20 @@ BOOST_AUTO_TEST_CASE(out_of_range_numbers_name_their_field) {
   check_error(replace_once(base, "\"steps\": 20,",
                            "\"steps\": 20, \"max_running\": 0,"),
               "\"steps\": 20", "max_running", "must be >= 1");
+  // prefill_chunk: 0 (off) or a chunk no longer than a prompt may be.
+  check_error(replace_once(base, "\"steps\": 20,",
+                           "\"steps\": 20,\n  \"prefill_chunk\": -16,"),
+              "\"prefill_chunk\"", "prefill_chunk",
+              "expected a non-negative integer (got -16)");
+  check_error(replace_once(base, "\"steps\": 20,",
+                           "\"steps\": 20,\n  \"prefill_chunk\": 16.5,"),
+              "\"prefill_chunk\"", "prefill_chunk", "expected a non-negative integer");
+  check_error(replace_once(base, "\"steps\": 20,",
+                           "\"steps\": 20,\n  \"prefill_chunk\": \"32\","),
+              "\"prefill_chunk\"", "prefill_chunk", "expected a non-negative integer");
+  check_error(replace_once(base, "\"steps\": 20,",
+                           "\"steps\": 20,\n  \"prefill_chunk\": 16777217,"),
+              "\"prefill_chunk\"", "prefill_chunk", "must be at most 16777216");
   // Token ids are int32; system prompts are made up front.
   check_error(replace_once(base, "\"b\": {\"rate\": 0.25,",
                            "\"b\": {\"vocab_size\": 2147483649, \"rate\": 0.25,"),

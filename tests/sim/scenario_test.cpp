@@ -63,6 +63,7 @@ BOOST_AUTO_TEST_CASE(defaults_apply_and_workloads_follow_tenant_order) {
   BOOST_TEST(s.admit_up_to == "auto");
   BOOST_TEST(s.max_running == 256u);
   BOOST_TEST(s.max_admits_per_step == 16u);
+  BOOST_TEST(s.prefill_chunk == 0u); // off: whole prompts at admission
   BOOST_TEST(s.verify_every == 0u);
   BOOST_REQUIRE_EQUAL(s.workloads.size(), 2u);
   BOOST_TEST(s.workloads[0].tenant == "a");
@@ -89,6 +90,7 @@ BOOST_AUTO_TEST_CASE(overrides_are_read) {
   j["admit_up_to"] = "critical";
   j["max_running"] = 3;
   j["max_admits_per_step"] = 2;
+  j["prefill_chunk"] = 16;
   j["verify_every"] = 5;
   j["workloads"]["b"]["priority"] = "critical";
   j["workloads"]["b"]["vocab_size"] = 50;
@@ -104,6 +106,7 @@ BOOST_AUTO_TEST_CASE(overrides_are_read) {
   BOOST_TEST(admission_limit(s) == s.cache.pressure.critical);
   BOOST_TEST(s.max_running == 3u);
   BOOST_TEST(s.max_admits_per_step == 2u);
+  BOOST_TEST(s.prefill_chunk == 16u);
   BOOST_TEST(s.verify_every == 5u);
   auto& b = s.workloads[1];
   BOOST_TEST((b.priority == priority::critical));
