@@ -6,7 +6,10 @@
 // front of its queue and is admitted again with its prompt and the output
 // sampled so far; swapped out it waits in the host tier and runs again once
 // swapped in. While running, the cache holds its prompt and every sampled
-// token but the last, which the next step's extend appends.
+// token but the last, which the next step's extend appends. With
+// prefill_chunk the prompt comes in chunks: the admission holds the cached
+// prefix and the first chunk, each later step's extend adds the next one,
+// and the step that adds the last samples the first output token.
 #include "batcher.hpp"
 
 #include <algorithm>
@@ -124,19 +127,37 @@ allocation_request batcher::admission_for(const live& l) const {
                     l.req.output.begin() + l.generated);
   req.initial_tokens = req.prompt.size();
   req.expected_output_tokens = l.req.output.size() - l.generated;
+  req.prefill_chunk = scenario_.prefill_chunk;
   return req;
+}
+
+std::uint64_t batcher::admitted_tokens(std::uint64_t len,
+                                       std::uint64_t hit_tokens) const noexcept {
+  auto chunk = scenario_.prefill_chunk;
+  return chunk == 0 || len - hit_tokens <= chunk ? len : hit_tokens + chunk;
+}
+
+bool batcher::finishes_now(const live& l) const noexcept {
+  return l.computed_at == step_ && !l.prefilling()
+         && l.generated + 1 == l.req.output.size();
 }
 
 void batcher::admit(step_request& out, std::uint64_t budget) {
   // The waiting heads in order of priority, then arrival, as long as they
-  // fit in `budget` (the free blocks) less the blocks above the admit_up_to
-  // mark, counting no prefix hits. Without such a mark ("full") the first
-  // is sent even if it seems too big (hits may make it fit), unless it was
-  // refused at a budget at least as large; after it only what fits
-  // (admission stops at the first that does not fit, so sending more would
-  // only copy prompts). With nothing running the first always goes. A
-  // tenant near its quota is passed over (its allocation would fail alone)
-  // unless it runs nothing, so that it still makes progress.
+  // fit in `budget` (the free blocks, less what running prefills still
+  // owe, see prefill_owed) less the blocks above the admit_up_to mark,
+  // counting no prefix hits. A chunked admission takes its first chunk's
+  // blocks now but is counted whole: the rest of its prompt comes within
+  // a few steps, a chunk a step, not a token. Without a mark ("full") and
+  // without chunks the first is sent even if it seems too big (hits may
+  // make it fit), unless it was refused at a budget at least as large;
+  // after it only what fits (admission stops at the first that does not
+  // fit, so sending more would only copy prompts). Chunked, the cache
+  // refuses only a first chunk that does not fit, which says nothing about
+  // the prompt: the first goes only if it fits. With nothing running the
+  // first always goes. A tenant near its quota is passed over (its
+  // allocation would fail alone) unless it runs nothing, so that it still
+  // makes progress.
   sent_admits_.clear();
   budget = budget > above_limit_ ? budget - above_limit_ : 0;
   budget_ = budget;
@@ -147,6 +168,8 @@ void batcher::admit(step_request& out, std::uint64_t budget) {
   for (auto id : running_)
     ++running_of[live_.at(id).req.workload];
   auto est = tenant_blocks_;
+  if (chunked())
+    prefill_owed(&est); // the tenant's running prefills grow into its quota
   std::uint64_t need_total = 0;
   auto bs = cfg_.block_size;
   while (sent_admits_.size() < scenario_.max_admits_per_step
@@ -182,7 +205,7 @@ void batcher::admit(step_request& out, std::uint64_t budget) {
     }
     if (sent_admits_.empty()) {
       if (need > budget && !running_.empty()
-          && (above_limit_ > 0
+          && (above_limit_ > 0 || chunked()
               || (best->req.id == blocked_id_ && budget <= blocked_budget_)))
         break;
     } else if (need_total + need > budget) {
@@ -195,6 +218,18 @@ void batcher::admit(step_request& out, std::uint64_t budget) {
     sent_admits_.push_back(best->req.id);
     out.admits.push_back(admission_for(*best));
   }
+}
+
+std::uint64_t batcher::prefill_owed(std::vector<std::uint64_t>* per_workload) const {
+  std::uint64_t owed = 0;
+  for (auto id : running_) {
+    auto& l = live_.at(id);
+    auto n = l.owed_blocks(cfg_.block_size);
+    owed += n;
+    if (per_workload != nullptr)
+      (*per_workload)[l.req.workload] += n;
+  }
+  return owed;
 }
 
 void batcher::start_step() {
@@ -233,14 +268,22 @@ step_request batcher::begin_step() {
   out.extends.reserve(running_.size());
   out.tokens.reserve(running_.size());
   std::uint64_t new_blocks = 0;
+  auto bs = cfg_.block_size;
   for (auto id : running_) {
     auto& l = live_.at(id);
-    // Room for the token sampled last step, whose K/V this step computes.
-    out.extends.push_back(extend_op{id, 1});
-    out.tokens.push_back(l.req.output[l.generated - 1]);
-    if (l.in_cache() % cfg_.block_size == 0)
-      ++new_blocks;
+    // Room for the token sampled last step, whose K/V this step computes,
+    // or for the prompt's next chunk; named, so that full blocks enter the
+    // prefix index in the step that writes them.
+    auto held = l.in_cache();
+    auto n = l.next_extend(scenario_.prefill_chunk);
+    out.extends.push_back(extend_op{id, static_cast<std::uint32_t>(n)});
+    for (auto pos = held; pos < held + n; ++pos)
+      out.tokens.push_back(l.token_at(pos));
+    // A prefill's chunk is part of what it owes (counted below).
+    if (!l.prefilling())
+      new_blocks += blocks_for(held + n, bs) - blocks_for(held, bs);
   }
+  new_blocks += prefill_owed();
   // Recompute: the cache preempts the newest when an extend lacks a block
   // and then admits nothing. Swap: an extend that lacks a block fails alone,
   // the scheduler swaps out a victim, and admissions wait for a follow-up
@@ -262,7 +305,8 @@ step_request batcher::more_admits() {
   step_request out;
   sent_frees_.clear();
   sent_extends_.clear();
-  admit(out, last_free_);
+  auto owed = prefill_owed();
+  admit(out, last_free_ > owed ? last_free_ - owed : 0);
   return out;
 }
 
@@ -294,7 +338,7 @@ request_id batcher::newest_of(std::int64_t workload) const {
     auto& l = live_.at(*i);
     if (workload >= 0 && l.req.workload != workload)
       continue;
-    if (l.computed_at == step_ && l.generated + 1 == l.req.output.size())
+    if (finishes_now(l))
       continue;
     return *i;
   }
@@ -311,8 +355,9 @@ void batcher::end_step() {
     auto i = live_.find(id);
     auto& l = i->second;
     auto& f = figures_[l.req.workload];
-    if (l.computed_at != step_) {
-      running_[kept++] = id; // its extend failed: no new token this step
+    if (l.computed_at != step_ || l.prefilling()) {
+      // Its extend failed, or its prompt is not all in yet: no new token.
+      running_[kept++] = id;
       continue;
     }
     sample(l);
@@ -328,11 +373,12 @@ void batcher::end_step() {
     }
   }
   running_.resize(kept);
-  // Swapped out after computing this step's token: it samples the next one
-  // too (victims never finish this step, see newest_of).
+  // Swapped out after computing this step's token (or its prompt's last
+  // chunk): it samples the next one too (victims never finish this step,
+  // see newest_of).
   for (auto id : swapping_out_) {
     auto& l = live_.at(id);
-    if (l.swapped && l.computed_at == step_)
+    if (l.swapped && l.computed_at == step_ && !l.prefilling())
       sample(l);
   }
   swapping_out_.clear();
@@ -352,11 +398,9 @@ void batcher::record(const cache_manager_stats& st, memory_pressure level) {
   s.swapped = static_cast<std::uint32_t>(swapped_.size());
   s.admitted = step_admitted_;
   s.finished = 0;
-  for (auto id : running_) {
-    auto& l = live_.at(id);
-    if (l.computed_at == step_ && l.generated + 1 == l.req.output.size())
+  for (auto id : running_)
+    if (finishes_now(live_.at(id)))
       ++s.finished; // finishes in end_step
-  }
   s.preempted = step_preempted_;
   s.used_blocks = st.total_blocks - st.free_blocks;
   s.cached_blocks = st.cached_blocks;
@@ -401,9 +445,7 @@ std::optional<verify_target> batcher::pick_verify(std::uint64_t k) {
   auto n = l.table.num_tokens;
   out.tokens.reserve(n);
   for (std::uint64_t pos = 0; pos < n; ++pos)
-    out.tokens.push_back(pos < l.req.prompt.size()
-                           ? l.req.prompt[pos]
-                           : l.req.output[pos - l.req.prompt.size()]);
+    out.tokens.push_back(l.token_at(pos));
   return out;
 }
 

@@ -7,6 +7,7 @@
 // owns it).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <optional>
@@ -125,8 +126,10 @@ public:
   void start_step();
 
   /// The step's message: frees (requests finished last step), extends
-  /// (every running request by its pending token, highest priority and
-  /// oldest first: the cache preempts from the back) and admissions (with
+  /// (every running request by its pending token - or, while it prefills
+  /// in chunks, by its next prompt chunk - with their token ids, highest
+  /// priority and oldest first: the cache preempts from the back) and
+  /// admissions (with
   /// preemption "swap", in follow-ups only, once no extend lacked a block,
   /// and only of a priority above every swapped request's).
   step_request begin_step();
@@ -166,8 +169,8 @@ public:
 
   // -- end of step -------------------------------------------------------------
 
-  /// Each request that computed a token this step samples its next one;
-  /// complete ones finish.
+  /// Each request that computed its pending token (or its prompt's last
+  /// chunk) this step samples its next one; complete ones finish.
   void end_step();
 
   /// The supervisor preempted a request outside a step (applied at the next
@@ -224,6 +227,11 @@ public:
   const std::vector<std::string>& warnings() const noexcept {
     return warnings_;
   }
+  /// Extends that computed a prompt chunk (prefill_chunk; admissions'
+  /// first chunks not counted).
+  std::uint64_t chunk_extends() const noexcept {
+    return chunk_extends_;
+  }
 
 private:
   struct live {
@@ -235,13 +243,43 @@ private:
     bool running = false;
     bool swapped = false; ///< in the host tier (or on its way there)
     /// The last step in which it computed a token (admission or extend);
-    /// only those sample a new one.
+    /// only those sample a new one, once the prefill is done.
     std::uint64_t computed_at = ~std::uint64_t{0};
+    /// What its last admission prefills: the prompt, and after a recompute
+    /// the output sampled before it (prompt.size() + generated then).
+    std::uint64_t prefill_len = 0;
+    /// Of those, in the cache: all of them at once without prefill_chunk;
+    /// with it, the hits and the chunks computed so far.
+    std::uint64_t prefilled = 0;
     block_table table;
 
-    /// Tokens the cache holds while running (the last sampled is pending).
+    /// Whether the cache lacks part of its prompt (chunked prefill): it
+    /// extends by prompt chunks, and samples nothing, until it has it all.
+    bool prefilling() const noexcept {
+      return prefilled < prefill_len;
+    }
+    /// Tokens the cache holds while running, as of the start of a step:
+    /// its prefill so far, or, decoding, its prompt and every sampled token
+    /// but the last (pending).
     std::uint64_t in_cache() const noexcept {
-      return req.prompt.size() + generated - 1;
+      return prefilling() ? prefilled : req.prompt.size() + generated - 1;
+    }
+    /// The token at `pos` of its sequence (prompt, then output).
+    token_id token_at(std::uint64_t pos) const noexcept {
+      return pos < req.prompt.size() ? req.prompt[pos]
+                                     : req.output[pos - req.prompt.size()];
+    }
+    /// Blocks the rest of its prompt will take (0 unless prefilling).
+    std::uint64_t owed_blocks(std::uint32_t block_size) const noexcept {
+      auto blocks = [&](std::uint64_t t) {
+        return (t + block_size - 1) / block_size;
+      };
+      return blocks(prefill_len) - blocks(prefilled);
+    }
+    /// Tokens its next extend computes: the next chunk of its prompt (at
+    /// most `chunk`) while it prefills, else its pending token.
+    std::uint64_t next_extend(std::uint64_t chunk) const noexcept {
+      return prefilling() ? std::min(chunk, prefill_len - prefilled) : 1;
     }
   };
 
@@ -251,6 +289,20 @@ private:
   static bool fatal(const caf::error& err) noexcept;
 
   allocation_request admission_for(const live& l) const;
+  /// Prompt tokens an admission of `len` holds with `hit_tokens` found in
+  /// the prefix cache: all of them, or with prefill_chunk its first chunk.
+  std::uint64_t admitted_tokens(std::uint64_t len,
+                                std::uint64_t hit_tokens) const noexcept;
+  /// Blocks the running requests' prefills still take for the rest of
+  /// their prompts (0 without prefill_chunk), added per workload to
+  /// `per_workload` if given: admissions and swap-ins leave them free.
+  std::uint64_t prefill_owed(std::vector<std::uint64_t>* per_workload
+                             = nullptr) const;
+  bool chunked() const noexcept {
+    return scenario_.prefill_chunk != 0;
+  }
+  /// Whether `l` computed its last token this step (end_step finishes it).
+  bool finishes_now(const live& l) const noexcept;
   void admit(step_request& out, std::uint64_t reserved);
   void requeue_front(live& l);
   void stop_running(request_id id);
@@ -304,6 +356,7 @@ private:
   std::uint64_t blocked_budget_ = 0;  ///< ...when this many blocks were free
   std::uint64_t total_prefill_ = 0;
   std::uint64_t total_hits_ = 0;
+  std::uint64_t chunk_extends_ = 0;
   std::uint32_t step_admitted_ = 0;
   std::uint32_t step_finished_ = 0;
   std::uint32_t step_preempted_ = 0;

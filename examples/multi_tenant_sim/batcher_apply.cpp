@@ -101,9 +101,10 @@ caf::expected<bool> batcher::apply(const step_result& res) {
     t.blocks.insert(t.blocks.end(), d.blocks.begin(), d.blocks.end());
     t.num_tokens = d.num_tokens;
   }
-  // Every extend that went through computed its request's pending token
-  // (also in a request picked just now to make room at its quota: the
-  // blocks it filled stay cached once freed, so their bytes must be right).
+  // Every extend that went through computed its request's pending token,
+  // or its prompt's next chunk (also in a request picked just now to make
+  // room at its quota: the blocks it filled stay cached once freed, so
+  // their bytes must be right). begin_step sized each from the same state.
   std::unordered_set<request_id> preempted(res.preempted.begin(),
                                            res.preempted.end());
   for (auto id : sent_extends_) {
@@ -112,17 +113,24 @@ caf::expected<bool> batcher::apply(const step_result& res) {
       continue;
     auto& l = i->second;
     auto pos = l.in_cache();
-    if (l.table.num_tokens != pos + 1 && l.table.num_tokens != pos) {
+    auto n = l.next_extend(scenario_.prefill_chunk);
+    // A table without a delta (no new block) still shows the old count.
+    if (l.table.num_tokens != pos + n && l.table.num_tokens != pos) {
       warn("request " + std::to_string(id) + ": table holds "
            + std::to_string(l.table.num_tokens) + " tokens, expected "
-           + std::to_string(pos + 1));
+           + std::to_string(pos + n));
     }
-    l.table.num_tokens = pos + 1;
+    l.table.num_tokens = pos + n;
     l.computed_at = step_;
+    if (l.prefilling()) {
+      l.prefilled += n;
+      ++chunk_extends_;
+    }
     if (track_data_)
-      computed_.push_back(computed_token{
-        id, static_cast<std::int64_t>(l.table.slot(pos)),
-        l.req.output[l.generated - 1], static_cast<std::uint32_t>(pos)});
+      for (auto k = pos; k < pos + n; ++k)
+        computed_.push_back(computed_token{
+          id, static_cast<std::int64_t>(l.table.slot(k)), l.token_at(k),
+          static_cast<std::uint32_t>(k)});
   }
   sent_extends_.clear();
   // The step preempts only for a pool shortage: at its tenant's quota the
@@ -173,23 +181,23 @@ caf::expected<bool> batcher::apply(const step_result& res) {
     l.running = true;
     l.computed_at = step_;
     l.seq = ++seq_;
+    // Chunked, the rest of the prompt follows in later steps' extends.
+    l.prefill_len = len;
+    l.prefilled = admitted_tokens(len, a.hit_tokens);
     insert_sorted(running_, a.id);
     ++admitted;
     ++step_admitted_;
-    if (a.table.num_tokens != len)
+    if (a.table.num_tokens != l.prefilled)
       warn("request " + std::to_string(a.id) + ": admitted with "
            + std::to_string(a.table.num_tokens) + " tokens, expected "
-           + std::to_string(len));
+           + std::to_string(l.prefilled));
     if (track_data_) {
       // Prefill computes what the prefix cache did not have.
-      for (auto pos = a.hit_tokens; pos < len && pos < l.table.num_tokens; ++pos) {
-        auto tok = pos < l.req.prompt.size()
-                     ? l.req.prompt[pos]
-                     : l.req.output[pos - l.req.prompt.size()];
+      for (auto pos = a.hit_tokens; pos < l.prefilled && pos < l.table.num_tokens;
+           ++pos)
         computed_.push_back(computed_token{
-          a.id, static_cast<std::int64_t>(l.table.slot(pos)), tok,
+          a.id, static_cast<std::int64_t>(l.table.slot(pos)), l.token_at(pos),
           static_cast<std::uint32_t>(pos)});
-      }
     }
   }
   // Requests we freed ourselves may be admitted again from now on.

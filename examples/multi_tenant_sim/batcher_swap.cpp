@@ -69,8 +69,12 @@ std::optional<request_id> batcher::next_swap_in() {
       || running_.size() >= scenario_.max_running)
     return std::nullopt;
   auto id = swapped_.front();
-  auto need = live_.at(id).table.num_blocks();
-  auto headroom = 2 * blocks_for(running_.size(), cfg_.block_size);
+  auto& l = live_.at(id);
+  auto need = l.table.num_blocks();
+  // Room for the running requests' growth: a block or two each, and the
+  // rest of the prompts still prefilling (this one's too).
+  auto headroom = 2 * blocks_for(running_.size(), cfg_.block_size)
+                  + prefill_owed() + l.owed_blocks(cfg_.block_size);
   // With nothing running (nor coming in) the first always tries, as the
   // first admission does: it may hold more than the admission mark allows,
   // and waiting would never make room - the cache says whether it fits.

@@ -202,6 +202,7 @@ std::string report_json(const scenario& s, const sim_outcome& r) {
       {"max_running", s.max_running},
       {"max_admits_per_step", s.max_admits_per_step},
       {"max_waiting", s.max_waiting},
+      {"prefill_chunk", s.prefill_chunk},
       {"verify_every", s.verify_every},
       {"cache", ordered(to_json(r.effective))},
       {"workloads", std::move(workloads)}}},
@@ -216,6 +217,7 @@ std::string report_json(const scenario& s, const sim_outcome& r) {
       {"bytes_per_block", r.bytes_per_block},
       {"step_messages", r.step_round_trip_us.size()},
       {"ended_before_free", r.ended_before_free},
+      {"chunk_extends", r.chunk_extends},
       {"step_round_trip_us", distribution(r.step_round_trip_us)}}},
     {"tenants", std::move(tenants)},
     {"overall", std::move(overall)},
@@ -362,6 +364,10 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
       << all.preempted_by_cache << " by the supervisor, " << all.preempted_by_quota
       << " at a tenant quota, " << all.swaps << " swapped out, " << all.swap_ins
       << " swapped in; " << all.readmitted << " re-admissions\n";
+  if (s.prefill_chunk > 0)
+    out << "chunked prefill: " << s.prefill_chunk << " tokens past the cached "
+        << "prefix at admission and per step after; " << r.chunk_extends
+        << " extends computed a later chunk of a prompt\n";
   if (r.have_final_stats) {
     auto& st = r.final_stats;
     out << "cache: " << st.allocation_count << " allocations ("

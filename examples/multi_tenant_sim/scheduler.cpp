@@ -92,6 +92,7 @@ void deliver(sched_actor* self) {
   out.tenants = b.final_figures();
   out.samples = std::move(b.samples());
   out.ended_before_free = b.ended_before_free();
+  out.chunk_extends = b.chunk_extends();
   out.warnings.insert(out.warnings.begin(), b.warnings().begin(),
                       b.warnings().end());
   auto done = st.done;

@@ -65,7 +65,15 @@ void core_driver::check_request(const step_request& req) {
                 || supervisor_victims_.count(op.id) > 0),
                "extend of request " << op.id << ", which the pool does not run");
   }
-  BOOST_TEST((req.tokens.empty() || req.tokens.size() == req.extends.size()));
+  // Token ids for every extend (a prompt chunk's or a decoded token), so
+  // that full blocks enter the prefix index as they are computed.
+  std::uint64_t extended = 0;
+  for (auto& op : req.extends) {
+    extended += op.num_tokens;
+    BOOST_TEST(op.num_tokens >= 1u);
+    BOOST_TEST(op.num_tokens <= std::max<std::uint64_t>(1, s_.prefill_chunk));
+  }
+  BOOST_TEST(req.tokens.size() == extended);
   std::unordered_set<request_id> admits;
   for (auto& a : req.admits) {
     BOOST_TEST(admits.insert(a.id).second, "request " << a.id << " admitted twice");
@@ -76,6 +84,7 @@ void core_driver::check_request(const step_request& req) {
     BOOST_TEST(frees.count(a.id) == 0u);
     BOOST_TEST(extends.count(a.id) == 0u);
     BOOST_TEST(a.initial_tokens == a.prompt.size());
+    BOOST_TEST(a.prefill_chunk == s_.prefill_chunk);
   }
 }
 
