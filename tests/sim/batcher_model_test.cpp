@@ -1,9 +1,10 @@
 // The batcher as a seeded random model test: random small scenarios
 // (tenants with quotas, reservations and priorities, system prompts, both
-// preemption modes, pools tight enough to preempt), run against the pool
-// core by core_driver, which checks the pool invariant and every message
-// after each step; at the end every request finished, the figures add up
-// and the pool is empty again.
+// preemption modes, pools tight enough to preempt, chunked prefill or
+// not), run against the pool core by core_driver, which checks the pool
+// invariant, every message and every running request's K/V slots after
+// each step; at the end every request finished, the figures add up and
+// the pool is empty again.
 #include <algorithm>
 
 #include "core_driver.hpp"
@@ -24,8 +25,10 @@ std::uint32_t uniform(std::mt19937_64& rng, std::uint32_t lo, std::uint32_t hi) 
 }
 
 /// A random scenario of 2-3 tenants on a pool of 32-96 blocks: tight, so
-/// that requests preempt each other; every request fits on its own.
-json random_scenario(std::uint64_t seed, bool swap) {
+/// that requests preempt each other; every request fits on its own. With
+/// `chunked`, a prefill chunk of 1 to 2 blocks and a bit (any size, prompts
+/// being up to 9 blocks).
+json random_scenario(std::uint64_t seed, bool swap, bool chunked = false) {
   std::mt19937_64 rng{seed};
   auto bs = uniform(rng, 0, 1) == 0 ? 4u : 8u;
   auto blocks = uniform(rng, 32, 96);
@@ -76,14 +79,17 @@ json random_scenario(std::uint64_t seed, bool swap) {
   if (swap)
     cache["num_host_blocks"] = uniform(rng, 0, 1) == 0 ? 6 : 256; // 6: often full
   const char* up_to[] = {"auto", "high", "critical", "full"};
-  return json{{"cache", cache},
-              {"steps", uniform(rng, 60, 150)},
-              {"seed", seed},
-              {"preemption", swap ? "swap" : "recompute"},
-              {"admit_up_to", up_to[uniform(rng, 0, 3)]},
-              {"max_running", uniform(rng, 4, 40)},
-              {"max_admits_per_step", uniform(rng, 1, 8)},
-              {"workloads", workloads}};
+  json out{{"cache", cache},
+           {"steps", uniform(rng, 60, 150)},
+           {"seed", seed},
+           {"preemption", swap ? "swap" : "recompute"},
+           {"admit_up_to", up_to[uniform(rng, 0, 3)]},
+           {"max_running", uniform(rng, 4, 40)},
+           {"max_admits_per_step", uniform(rng, 1, 8)},
+           {"workloads", workloads}};
+  if (chunked) // drawn last: the scenario is otherwise the unchunked one
+    out["prefill_chunk"] = uniform(rng, 1, 2 * bs + 3);
+  return out;
 }
 
 /// Parses `j`; when a request could not fit (a random quota too small after
@@ -125,7 +131,9 @@ totals expected_totals(const scenario& s) {
 
 struct run_summary {
   std::uint64_t preempted_in_step = 0, by_quota = 0, by_cache = 0, swaps = 0,
-                swap_ins = 0, swap_out_failures = 0, readmitted = 0, hits = 0;
+                swap_ins = 0, swap_out_failures = 0, readmitted = 0, hits = 0,
+                chunk_extends = 0, preempted_mid_prefill = 0,
+                swapped_mid_prefill = 0, kv_checked = 0;
 };
 
 /// Runs `s` to the end of its drain and checks what must hold then.
@@ -191,6 +199,13 @@ void run_and_check(const scenario& s, std::uint64_t chaos_seed,
     BOOST_TEST(x.running <= s.max_running);
   }
   sum.swap_out_failures += d.swap_out_failures();
+  sum.chunk_extends += b.chunk_extends();
+  sum.preempted_mid_prefill += d.preempted_mid_prefill();
+  sum.swapped_mid_prefill += d.swapped_mid_prefill();
+  sum.kv_checked += d.kv_checked();
+  BOOST_TEST(d.kv_wrong() == 0u);
+  if (s.prefill_chunk == 0)
+    BOOST_TEST(b.chunk_extends() == 0u);
 }
 
 } // namespace
@@ -236,6 +251,50 @@ BOOST_AUTO_TEST_CASE(supervisor_preemptions_at_any_point_are_absorbed) {
     }
   }
   BOOST_TEST(sum.by_cache > 0u);
+}
+
+BOOST_AUTO_TEST_CASE(random_scenarios_with_chunked_prefill_and_recompute_keep_the_pool_sound) {
+  run_summary sum;
+  for (std::uint64_t seed = 301; seed <= 316; ++seed) {
+    BOOST_TEST_CONTEXT("seed " << seed) {
+      auto s = fitting(random_scenario(seed, false, true));
+      run_and_check(s, seed, 0.0, sum);
+    }
+  }
+  BOOST_TEST_MESSAGE("chunked, recompute: " << sum.chunk_extends
+                     << " chunk extends, " << sum.preempted_mid_prefill
+                     << " preempted mid-prefill, " << sum.kv_checked
+                     << " K/V slots checked");
+  BOOST_TEST(sum.chunk_extends > 0u);
+  // Requests preempted with half a prompt in prefilled it again, and the
+  // K/V of every running request's tokens were where its table says.
+  BOOST_TEST(sum.preempted_mid_prefill > 0u);
+  BOOST_TEST(sum.preempted_in_step > 0u);
+  BOOST_TEST(sum.by_quota > 0u);
+  BOOST_TEST(sum.readmitted > 0u);
+  BOOST_TEST(sum.hits > 0u);
+  BOOST_TEST(sum.kv_checked > 0u);
+}
+
+BOOST_AUTO_TEST_CASE(random_scenarios_with_chunked_prefill_and_swap_keep_the_pool_sound) {
+  run_summary sum;
+  for (std::uint64_t seed = 401; seed <= 416; ++seed) {
+    BOOST_TEST_CONTEXT("seed " << seed) {
+      auto s = fitting(random_scenario(seed, true, true));
+      run_and_check(s, seed, seed % 3 == 0 ? 0.08 : 0.0, sum);
+    }
+  }
+  BOOST_TEST_MESSAGE("chunked, swap: " << sum.chunk_extends
+                     << " chunk extends, " << sum.swapped_mid_prefill
+                     << " swapped out mid-prefill, " << sum.swap_ins
+                     << " swap-ins, " << sum.kv_checked << " K/V slots checked");
+  BOOST_TEST(sum.chunk_extends > 0u);
+  // Swapped out with half a prompt in, and back in to carry on.
+  BOOST_TEST(sum.swapped_mid_prefill > 0u);
+  BOOST_TEST(sum.swap_ins > 0u);
+  BOOST_TEST(sum.swap_out_failures > 0u);
+  BOOST_TEST(sum.by_cache > 0u);
+  BOOST_TEST(sum.kv_checked > 0u);
 }
 
 BOOST_AUTO_TEST_CASE(without_drain_the_run_stops_at_steps) {

@@ -18,9 +18,33 @@ core_driver::core_driver(const scenario& s, std::uint64_t chaos_seed,
   : s_(s),
     cfg_(s.cache),
     core_(cfg_, static_cast<std::uint32_t>(cfg_.num_gpu_blocks)),
-    b_(s, cfg_, kvactor::device{}, false),
+    b_(s, cfg_, kvactor::device{}, true),
     rng_(chaos_seed),
-    supervisor_rate_(supervisor_rate) {
+    supervisor_rate_(supervisor_rate),
+    device_kv_(cfg_.num_gpu_blocks * cfg_.block_size),
+    host_kv_(cfg_.num_host_blocks * cfg_.block_size) {
+}
+
+void core_driver::copy_block(const std::vector<kv_row>& from, block_id src,
+                             std::vector<kv_row>& to, block_id dst) {
+  auto bs = cfg_.block_size;
+  std::copy_n(from.begin() + std::uint64_t{src} * bs, bs,
+              to.begin() + std::uint64_t{dst} * bs);
+}
+
+bool core_driver::mid_prefill(request_id id) const {
+  auto seq = core_.find(id);
+  auto len = prompt_len_.find(id);
+  return seq != nullptr && len != prompt_len_.end()
+         && seq->num_tokens < len->second;
+}
+
+void core_driver::write_computed() {
+  for (auto& t : b_.computed()) {
+    BOOST_REQUIRE(t.slot >= 0 && std::uint64_t(t.slot) < device_kv_.size());
+    device_kv_[t.slot] = kv_row{t.token, t.position, true};
+  }
+  b_.clear_computed();
 }
 
 void core_driver::check_invariant(const char* where) {
@@ -92,11 +116,21 @@ bool core_driver::send(const step_request& req, bool first) {
   check_request(req);
   if (first)
     maybe_supervise(); // while the message is on its way
+  std::unordered_set<request_id> prefilling;
+  for (auto& op : req.extends)
+    if (mid_prefill(op.id))
+      prefilling.insert(op.id);
   auto res = core_.run_step(req, false);
+  for (auto id : res.preempted)
+    preempted_mid_prefill_ += prefilling.count(id);
+  for (auto& a : req.admits)
+    prompt_len_[a.id] = a.prompt.size();
   res.ended = std::move(owed_); // as the pool's ledger reports them
   owed_.clear();
   ++messages_;
   check_invariant("step message");
+  for (auto& c : res.copies) // made before the reply, before the writes
+    copy_block(device_kv_, c.src, device_kv_, c.dst);
   BOOST_TEST(res.free_blocks == core_.free_blocks());
   auto more = b_.apply(res);
   if (!more)
@@ -118,6 +152,7 @@ void core_driver::swap_phase() {
                 || supervisor_victims_.count(id) > 0),
                "swap out of request " << id << ", which the pool does not run");
     // The manager: reserve host blocks, the device copies, commit.
+    auto prefilling = mid_prefill(id);
     auto moves = core_.swap_out_begin(id);
     if (!moves) {
       ++swap_out_failures_;
@@ -126,7 +161,10 @@ void core_driver::swap_phase() {
         BOOST_FAIL("swap_out_failed: " << render(err));
       continue;
     }
+    for (auto& m : *moves)
+      copy_block(device_kv_, m.device_block, host_kv_, m.host_block);
     BOOST_REQUIRE(core_.swap_out_done(id, core_.find(id)->cache_id, true));
+    swapped_mid_prefill_ += prefilling;
     check_invariant("swap out");
     b_.swapped_out(id);
   }
@@ -146,6 +184,8 @@ void core_driver::swap_phase() {
         break;
       continue;
     }
+    for (auto& m : *moves)
+      copy_block(host_kv_, m.host_block, device_kv_, m.device_block);
     BOOST_REQUIRE(core_.swap_in_done(*id, core_.find(*id)->cache_id, true));
     check_invariant("swap in");
     b_.swapped_in(*id, core_.table(*core_.find(*id)));
@@ -176,6 +216,22 @@ void core_driver::check_running() {
     BOOST_TEST(t->table.blocks == want.blocks, "request " << t->id);
     BOOST_TEST(t->table.num_tokens == want.num_tokens, "request " << t->id);
     BOOST_TEST(t->tokens.size() == t->table.num_tokens);
+    // What the read-back of a run that holds bytes compares.
+    std::uint64_t wrong = 0;
+    std::uint64_t first = 0;
+    for (std::uint64_t pos = 0; pos < t->tokens.size(); ++pos) {
+      auto& row = device_kv_[t->table.slot(pos)];
+      if (!row.written || row.token != t->tokens[pos] || row.pos != pos)
+        if (wrong++ == 0)
+          first = pos;
+    }
+    kv_checked_ += t->tokens.size();
+    kv_wrong_ += wrong;
+    BOOST_TEST(wrong == 0u, "step " << b_.step() << ": request " << t->id
+                                    << ": " << wrong << " of "
+                                    << t->tokens.size()
+                                    << " slots hold other K/V, the first at "
+                                    << first);
   }
 }
 
@@ -202,6 +258,7 @@ void core_driver::step() {
     if (req.admits.empty())
       break;
   }
+  write_computed(); // before a swap out moves the bytes
   swap_phase();
   check_running();
   b_.record(stats(), memory_pressure::low);

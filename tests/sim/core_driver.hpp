@@ -3,13 +3,19 @@
 // step at a time (start_step, the step message and its follow-ups, swaps,
 // the read-back pick, record, end_step) - and checks the pool and the
 // batcher's messages as it goes. A "supervisor" may preempt requests at the
-// points where the real one's notices can arrive. CAF-free.
+// points where the real one's notices can arrive. It keeps what each K/V
+// slot would hold - the batcher's computed tokens written, copy-on-write
+// copies and swaps applied - and checks every running request's slots
+// after each step: the read-back of a run on host storage, for every
+// request and step. CAF-free.
 #pragma once
 
 #include <cstdint>
 #include <random>
 #include <set>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "batcher.hpp"
 #include "kvactor/actors/block_pool_core.hpp"
@@ -51,6 +57,21 @@ public:
   std::uint64_t peak_running() const noexcept {
     return peak_running_;
   }
+  /// Requests preempted by a step, or swapped out, while the pool held
+  /// only part of their prompt (chunked prefill).
+  std::uint64_t preempted_mid_prefill() const noexcept {
+    return preempted_mid_prefill_;
+  }
+  std::uint64_t swapped_mid_prefill() const noexcept {
+    return swapped_mid_prefill_;
+  }
+  /// Tokens whose K/V slot was checked, and of those found wrong.
+  std::uint64_t kv_checked() const noexcept {
+    return kv_checked_;
+  }
+  std::uint64_t kv_wrong() const noexcept {
+    return kv_wrong_;
+  }
 
 private:
   /// Checks a step message before it is sent.
@@ -68,6 +89,21 @@ private:
   /// reports it) and by the manager's notice, before or after that reply.
   void maybe_supervise();
 
+  /// What one slot holds: the K/V of `token` at `pos`, if ever written.
+  struct kv_row {
+    token_id token = 0;
+    std::uint32_t pos = 0;
+    bool written = false;
+  };
+  /// Whether the pool holds `id` with part of its admission's prompt.
+  bool mid_prefill(request_id id) const;
+  /// Copies block `src` of `from` over block `dst` of `to`.
+  void copy_block(const std::vector<kv_row>& from, block_id src,
+                  std::vector<kv_row>& to, block_id dst);
+  /// The step's computed tokens land in their slots (the batcher's order:
+  /// the last named for a slot wins).
+  void write_computed();
+
   const scenario& s_;
   cache_config cfg_;
   detail::block_pool_core core_;
@@ -80,6 +116,13 @@ private:
   std::uint64_t messages_ = 0;
   std::uint64_t swap_out_failures_ = 0;
   std::uint64_t peak_running_ = 0;
+  std::unordered_map<request_id, std::uint64_t> prompt_len_; ///< as admitted
+  std::uint64_t preempted_mid_prefill_ = 0;
+  std::uint64_t swapped_mid_prefill_ = 0;
+  std::vector<kv_row> device_kv_; ///< [num_gpu_blocks * block_size]
+  std::vector<kv_row> host_kv_;   ///< [num_host_blocks * block_size]
+  std::uint64_t kv_checked_ = 0;
+  std::uint64_t kv_wrong_ = 0;
 };
 
 } // namespace kvactor::sim::test
