@@ -195,7 +195,10 @@ void batcher::stop_running(request_id id) {
   auto i = std::find(running_.begin(), running_.end(), id);
   if (i != running_.end())
     running_.erase(i);
-  live_.at(id).running = false;
+  auto& l = live_.at(id);
+  if (l.running && l.prefilling())
+    ++preempted_mid_prefill_;
+  l.running = false;
 }
 
 void batcher::requeue_front(live& l) {

@@ -232,6 +232,11 @@ public:
   std::uint64_t chunk_extends() const noexcept {
     return chunk_extends_;
   }
+  /// Running requests preempted (any way) or swapped out with part of their
+  /// prompt still to prefill.
+  std::uint64_t preempted_mid_prefill() const noexcept {
+    return preempted_mid_prefill_;
+  }
 
 private:
   struct live {
@@ -357,6 +362,7 @@ private:
   std::uint64_t total_prefill_ = 0;
   std::uint64_t total_hits_ = 0;
   std::uint64_t chunk_extends_ = 0;
+  std::uint64_t preempted_mid_prefill_ = 0;
   std::uint32_t step_admitted_ = 0;
   std::uint32_t step_finished_ = 0;
   std::uint32_t step_preempted_ = 0;

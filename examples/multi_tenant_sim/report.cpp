@@ -218,6 +218,7 @@ std::string report_json(const scenario& s, const sim_outcome& r) {
       {"step_messages", r.step_round_trip_us.size()},
       {"ended_before_free", r.ended_before_free},
       {"chunk_extends", r.chunk_extends},
+      {"preempted_mid_prefill", r.preempted_mid_prefill},
       {"step_round_trip_us", distribution(r.step_round_trip_us)}}},
     {"tenants", std::move(tenants)},
     {"overall", std::move(overall)},
@@ -367,7 +368,9 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
   if (s.prefill_chunk > 0)
     out << "chunked prefill: " << s.prefill_chunk << " tokens past the cached "
         << "prefix at admission and per step after; " << r.chunk_extends
-        << " extends computed a later chunk of a prompt\n";
+        << " extends computed a later chunk of a prompt; "
+        << r.preempted_mid_prefill
+        << " requests preempted or swapped out mid-prefill\n";
   if (r.have_final_stats) {
     auto& st = r.final_stats;
     out << "cache: " << st.allocation_count << " allocations ("

@@ -93,6 +93,7 @@ void deliver(sched_actor* self) {
   out.samples = std::move(b.samples());
   out.ended_before_free = b.ended_before_free();
   out.chunk_extends = b.chunk_extends();
+  out.preempted_mid_prefill = b.preempted_mid_prefill();
   out.warnings.insert(out.warnings.begin(), b.warnings().begin(),
                       b.warnings().end());
   auto done = st.done;

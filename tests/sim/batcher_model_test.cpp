@@ -204,8 +204,13 @@ void run_and_check(const scenario& s, std::uint64_t chaos_seed,
   sum.swapped_mid_prefill += d.swapped_mid_prefill();
   sum.kv_checked += d.kv_checked();
   BOOST_TEST(d.kv_wrong() == 0u);
-  if (s.prefill_chunk == 0)
+  // The batcher's count takes in quota and supervisor preemptions too.
+  BOOST_TEST(b.preempted_mid_prefill()
+             >= d.preempted_mid_prefill() + d.swapped_mid_prefill());
+  if (s.prefill_chunk == 0) {
     BOOST_TEST(b.chunk_extends() == 0u);
+    BOOST_TEST(b.preempted_mid_prefill() == 0u);
+  }
 }
 
 } // namespace
