@@ -84,10 +84,13 @@
 //                              samples its first output token in the step
 //                              that computes its last prompt token: a
 //                              prompt of P tokens with H cached takes
-//                              ceil((P - H) / N) steps. A request preempted
-//                              mid-prefill prefills again (finding the
-//                              chunks it computed cached); swapped out and
-//                              back in, it carries on.
+//                              ceil((P - H) / N) steps. Admissions count
+//                              a prompt whole, and leave free what running
+//                              prefills still need for the rest of theirs.
+//                              A request preempted mid-prefill prefills
+//                              again (finding the chunks it computed
+//                              cached); swapped out and back in, it
+//                              carries on.
 //   "max_waiting": 65536,      most requests of one tenant waiting for
 //                              admission (preempted ones included), >= 1:
 //                              its arrivals beyond it are turned away, as a

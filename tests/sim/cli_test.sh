@@ -1,9 +1,10 @@
 #!/bin/sh
 # cli_test.sh: multi_tenant_sim's command line as a user meets it - --help
 # exits 0; bad arguments, a missing or malformed --config, a request that
-# can never fit exit 2 (the scenario errors naming FILE:LINE: FIELD on
-# stderr, and no output directory left behind); --steps 50 --out DIR
-# writes the reports; SIGINT (SIGTERM) stops a long run, which exits 130
+# can never fit, a negative prefill_chunk exit 2 (the scenario errors
+# naming FILE:LINE: FIELD on stderr, and no output directory left behind);
+# --steps 50 --out DIR writes the reports, the shipped chunked scenario
+# prefills in chunks and reads back what it wrote; SIGINT (SIGTERM) stops a long run, which exits 130
 # (143) and still writes report.json marked interrupted.
 # Usage: cli_test.sh PATH/TO/multi_tenant_sim
 set -u
@@ -99,6 +100,23 @@ if [ "$rc" -ne 0 ]; then
   expect_in "$dir/auto0.err" "$dir/auto0.json:$line: cache.num_gpu_blocks: "
   [ ! -e "$dir/made" ] || fail "auto0: left $dir/made behind"
 fi
+
+# prefill_chunk is checked like the other keys: file, line, field.
+sed 's/"max_running": 256,/"max_running": 256, "prefill_chunk": -1,/' \
+  "$dir/default.out" >"$dir/chunk_neg.json"
+line=$(grep -n '"prefill_chunk": -1' "$dir/chunk_neg.json" | cut -d: -f1)
+[ -n "$line" ] || fail "no max_running in the default scenario"
+expect_exit 2 chunk_neg --config "$dir/chunk_neg.json" --no-progress
+expect_in "$dir/chunk_neg.err" "$dir/chunk_neg.json:$line: prefill_chunk: expected a non-negative integer (got -1)"
+
+# The shipped chunked scenario runs, prefills in chunks, and reads back
+# what it wrote (host storage).
+scenarios="$(dirname "$0")/../../examples/scenarios"
+expect_exit 0 chunked --config "$scenarios/chunked.json" --steps 60 \
+  --out "$dir/chunked" --no-progress
+expect_in "$dir/chunked.out" "chunked prefill: 256 tokens past the cached prefix"
+expect_in "$dir/chunked.out" " 0 mismatched"
+expect_in "$dir/chunked/report.json" '"prefill_chunk": 256'
 
 # A short run writes its reports.
 expect_exit 0 short --steps 50 --out "$dir/short" --no-progress
