@@ -129,9 +129,9 @@ public:
   /// (every running request by its pending token - or, while it prefills
   /// in chunks, by its next prompt chunk - with their token ids, highest
   /// priority and oldest first: the cache preempts from the back) and
-  /// admissions (with
-  /// preemption "swap", in follow-ups only, once no extend lacked a block,
-  /// and only of a priority above every swapped request's).
+  /// admissions (with preemption "swap", in follow-ups only, once no
+  /// extend lacked a block, and only of a priority above every swapped
+  /// request's).
   step_request begin_step();
 
   /// Applies a reply. Returns whether an admissions-only follow-up message
