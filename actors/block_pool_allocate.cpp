@@ -101,7 +101,13 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
     // Never more than one request may hold (fits_alone made whole fit):
     // a promise past the cap could not be kept on an empty pool, and
     // would hold the request back for good as out_of_blocks.
-    auto cap = tenants_[p.tenant].lone_cap * block_size_;
+    // Nor more than an empty pool leaves it past the watermark and the
+    // other tenants' reservations (admit_headroom's own bound), though
+    // never less than the request itself.
+    auto cap_blocks = std::max<std::uint64_t>(
+      whole / block_size_ + (whole % block_size_ != 0),
+      std::min(tenants_[p.tenant].lone_cap, tenants_[p.tenant].promise_room));
+    auto cap = cap_blocks * block_size_;
     p.expected = std::min(whole + std::min(out, room), cap);
   }
   // Revived blocks are charged like fresh ones; pinned ones among them are

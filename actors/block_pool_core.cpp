@@ -46,6 +46,13 @@ block_pool_core::block_pool_core(const cache_config& cfg,
     shortfall_total_ += tc.reserved_blocks;
     tenants_.push_back(std::move(ts));
   }
+  std::uint64_t reserved_all = 0;
+  for (auto& tc : cfg.tenants)
+    reserved_all += tc.reserved_blocks;
+  for (auto& ts : tenants_) {
+    auto held = watermark_blocks_ + reserved_all - ts.config.reserved_blocks;
+    ts.promise_room = num_blocks > held ? num_blocks - held : 0;
+  }
   // "" names the default tenant: cache_config decides which, once.
   if (auto* d = cfg.find_tenant(""))
     default_tenant_ = static_cast<std::uint16_t>(d - cfg.tenants.data());

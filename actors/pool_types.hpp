@@ -65,6 +65,9 @@ struct tenant_state {
   /// Past this many blocks one of its requests never stays live
   /// (lone_request_cap).
   std::uint64_t lone_cap = 0;
+  /// Blocks an empty pool leaves one of its requests past the watermark
+  /// and the other tenants' reservations (a promise's bound).
+  std::uint64_t promise_room = 0;
   /// Sum of growth() over the tenant's live resident requests: blocks its
   /// promises may still take (reserve_expected).
   std::uint64_t promised = 0;

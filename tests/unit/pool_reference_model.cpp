@@ -214,8 +214,16 @@ pool_model::plan pool_model::plan_allocation(const allocation_request& req) cons
     auto out = req.expected_output_tokens != 0
                  ? req.expected_output_tokens
                  : admission_.default_expected_output;
+    std::uint64_t others = 0;
+    for (std::size_t u = 0; u < tenants_.size(); ++u)
+      if (u != p.t)
+        others += tenants_[u].config.reserved_blocks;
+    auto held = watermark_blocks_ + others;
+    std::uint64_t room = blocks_.size() > held ? blocks_.size() - held : 0;
+    auto cap = std::max(blocks_for(p.n, block_size_),
+                        std::min(tenants_[p.t].lone_cap, room));
     p.expected = std::min(p.n + std::min(out, req.max_sequence_length - p.n),
-                          tenants_[p.t].lone_cap * block_size_);
+                          cap * block_size_);
   }
   // The cap and the headroom count the whole prompt; a prefill chunk takes
   // the hits and at most prefill_chunk tokens more.
