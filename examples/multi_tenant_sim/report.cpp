@@ -240,14 +240,13 @@ std::string timeseries_csv(const sim_outcome& r) {
   out << "step,waiting,running,swapped,admitted,finished,preempted,blocks_used,"
          "blocks_cached,blocks_total,usage,pressure,pressure_level,hit_rate";
   // Names that differ only where safe_name changes them ("x,y", "x_y")
-  // would make two columns of one name: the later gets its place.
+  // would make two columns of one name: the later gets its place, and a
+  // further number should a tenant be named so already ("x_y~1").
   std::unordered_set<std::string> taken;
   for (std::size_t w = 0; w < r.tenants.size(); ++w) {
     auto n = safe_name(r.tenants[w].name);
-    if (!taken.insert(n).second) {
-      n += "~" + std::to_string(w);
-      taken.insert(n);
-    }
+    for (auto k = w; !taken.insert(n).second; ++k)
+      n = safe_name(r.tenants[w].name) + "~" + std::to_string(k);
     out << ',' << n << "_waiting," << n << "_running," << n << "_blocks";
   }
   out << '\n';

@@ -364,6 +364,25 @@ BOOST_AUTO_TEST_CASE(tenant_columns_are_named_apart_when_names_read_alike) {
                          "x_y~1_running,x_y~1_blocks")
                != std::string::npos,
              header);
+  // A tenant already named like a renamed column pushes it one further.
+  j["cache"]["tenants"][0]["name"] = "x_y";
+  j["cache"]["tenants"][1]["name"] = "x_y~2";
+  j["cache"]["tenants"].push_back({{"name", "x,y"}});
+  j["workloads"] = {{"x_y", j["workloads"]["x,y"]},
+                    {"x_y~2", j["workloads"]["x_y"]},
+                    {"x,y", j["workloads"]["x,y"]}};
+  s = parse_json(j);
+  s.output_dir = dir.path.string();
+  r = run(s);
+  files = write_reports(s, r, log);
+  if (!files)
+    BOOST_FAIL(message_of(files.error()));
+  csv = read_file(dir.path / "timeseries.csv");
+  header = csv.substr(0, csv.find('\n'));
+  BOOST_TEST(header.find(",x_y_waiting,x_y_running,x_y_blocks,x_y~2_waiting,"
+                         "x_y~2_running,x_y~2_blocks,x_y~3_waiting,")
+               != std::string::npos,
+             header);
 }
 
 BOOST_AUTO_TEST_CASE(an_unwritable_output_dir_is_named) {
