@@ -65,6 +65,33 @@ std::string pct(double x) {
   return fmt("%.1f %%", 100.0 * x);
 }
 
+/// A tenant's name for the summary's text: control characters (a newline
+/// would break the table) shown as '?'.
+std::string printable(const std::string& name) {
+  std::string out = name;
+  for (auto& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      c = '?';
+  return out;
+}
+
+/// printable(name) in a column `width` characters wide (UTF-8 sequences
+/// counted as one): padded, or cut to width - 1 and an ellipsis, so a
+/// long name neither shifts its row nor overflows it.
+std::string name_cell(const std::string& name, std::size_t width) {
+  auto text = printable(name);
+  auto starts = [&](std::size_t i) {
+    return (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80;
+  };
+  std::size_t chars = 0, cut = text.size();
+  for (std::size_t i = 0; i < text.size(); ++i)
+    if (starts(i) && ++chars == width)
+      cut = i; // where the last column's character begins
+  if (chars > width)
+    return text.substr(0, cut) + "\xE2\x80\xA6"; // U+2026, an ellipsis
+  return text + std::string(width - chars, ' ');
+}
+
 /// The figures of all tenants together (queue delays and latencies merged).
 tenant_figures overall_of(const sim_outcome& r) {
   tenant_figures all;
@@ -304,9 +331,9 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
   auto row = [&](const tenant_figures& f, const char* prio, double blocks_avg) {
     auto hit = f.prefill_tokens == 0 ? std::string{"-"} : pct(f.hit_rate());
     std::snprintf(buf, sizeof(buf),
-                  "%-14s %-8s %8llu %6llu %4llu %11llu %11llu %9s %8llu %6llu "
+                  "%s %-8s %8llu %6llu %4llu %11llu %11llu %9s %8llu %6llu "
                   "%10s %10s %11.1f %12llu\n",
-                  f.name.c_str(), prio, (unsigned long long) f.arrived,
+                  name_cell(f.name, 14).c_str(), prio, (unsigned long long) f.arrived,
                   (unsigned long long) f.finished,
                   (unsigned long long) (f.rejected + f.turned_away),
                   (unsigned long long) f.prompt_tokens,
@@ -333,7 +360,7 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
     const char* sep = " ";
     for (auto& f : r.tenants)
       if (f.unadmitted > 0) {
-        out << sep << f.name << ' ' << f.unadmitted << " (waiting up to "
+        out << sep << printable(f.name) << ' ' << f.unadmitted << " (waiting up to "
             << f.unadmitted_wait << " steps)";
         sep = ", ";
       }
@@ -345,7 +372,7 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
     const char* sep = " ";
     for (auto& f : r.tenants)
       if (f.turned_away > 0) {
-        out << sep << f.name << ' ' << f.turned_away;
+        out << sep << printable(f.name) << ' ' << f.turned_away;
         sep = ", ";
       }
     out << '\n';

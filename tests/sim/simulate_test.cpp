@@ -234,6 +234,42 @@ BOOST_AUTO_TEST_CASE(a_full_queue_turns_arrivals_away_per_tenant) {
              table.str());
 }
 
+BOOST_AUTO_TEST_CASE(odd_tenant_names_keep_the_summary_table_in_shape) {
+  // A newline would start a new row; a long name shifted its row (and one
+  // past the row buffer cut off the row's end, newline included).
+  std::string lines = "a\nb";
+  std::string longer(300, 'x');
+  longer += "\xC3\xA9"; // and a UTF-8 character at the end
+  auto j = small_scenario();
+  j["steps"] = 5;
+  j["cache"]["tenants"][0]["name"] = lines;
+  j["cache"]["tenants"][1]["name"] = longer;
+  j["workloads"] = {{lines, j["workloads"]["a"]}, {longer, j["workloads"]["b"]}};
+  auto s = parse_json(j);
+  auto r = run(s);
+  BOOST_TEST(r.error.empty(), r.error);
+  std::ostringstream table;
+  print_summary(table, s, r);
+  auto text = table.str();
+  // The header, its rule, two tenants, a rule, overall: all as wide.
+  auto at = text.find("tenant ");
+  BOOST_REQUIRE(at != std::string::npos);
+  std::vector<std::size_t> widths; // in characters, UTF-8 sequences as one
+  std::istringstream in{text.substr(at)};
+  std::string line;
+  for (int i = 0; i < 6 && std::getline(in, line); ++i)
+    widths.push_back(static_cast<std::size_t>(
+      std::count_if(line.begin(), line.end(), [](char c) {
+        return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+      })));
+  BOOST_REQUIRE_EQUAL(widths.size(), 6u);
+  for (auto w : widths)
+    BOOST_TEST(w == widths[0], text);
+  BOOST_TEST(text.find("a?b           ") != std::string::npos, text);
+  BOOST_TEST(text.find(std::string(13, 'x') + "\xE2\x80\xA6 ") != std::string::npos,
+             text);
+}
+
 BOOST_AUTO_TEST_CASE(reports_are_written_and_agree_with_the_outcome) {
   temp_dir dir;
   auto s = small("host", 4);
