@@ -3,6 +3,7 @@
 // steps), and drawing it.
 #pragma once
 
+#include <cstddef>
 #include <filesystem>
 #include <ostream>
 #include <string>
@@ -15,6 +16,9 @@ namespace kvactor::sim {
 /// A tenant name fit for a CSV header and a gnuplot string: separators,
 /// quotes, backslashes and control characters become '_'.
 std::string safe_name(const std::string& name);
+
+/// Most tenants whose blocks the plot draws (those with the highest peak).
+inline constexpr std::size_t plot_tenants = 12;
 
 /// The script (usage.gp): three panels over the steps of timeseries.csv.
 std::string gnuplot_script(const scenario& s, const sim_outcome& r);
