@@ -1,6 +1,7 @@
 // report: what a run did, for people and for programs - the summary table
-// (stdout), report.json, timeseries.csv and usage.png (drawn by gnuplot from
-// usage.gp, which is kept so the plot can be redrawn or edited; plot.hpp).
+// (stdout; summary.cpp), report.json, timeseries.csv and usage.png (drawn by
+// gnuplot from usage.gp, which is kept so the plot can be redrawn or edited;
+// plot.hpp).
 #pragma once
 
 #include <ostream>
@@ -29,8 +30,8 @@ void remove_created_dirs(const std::vector<std::string>& created);
 
 /// Writes report.json, timeseries.csv (a row per step_sample: its
 /// `preempted` counts swap-outs too; then each tenant's columns, named
-/// after it - a suffix "~N" (N its place among the tenants) where two
-/// names would read alike) and usage.gp into s.output_dir, creating it,
+/// after it - a suffix "~N" (N its place among the tenants, or the next
+/// number free) where two names would read alike) and usage.gp into s.output_dir, creating it,
 /// and draws usage.png when gnuplot is installed (a usage.png of an
 /// earlier run is removed first). Returns the paths
 /// written; notes (gnuplot missing or failing) go to `log`. Error: a file

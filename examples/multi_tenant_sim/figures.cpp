@@ -1,0 +1,49 @@
+// figures: the overall row, mean blocks and steps at each level.
+#include "figures.hpp"
+
+namespace kvactor::sim {
+
+tenant_figures overall_of(const sim_outcome& r) {
+  tenant_figures all;
+  all.name = "overall";
+  for (auto& f : r.tenants) {
+    all.arrived += f.arrived;
+    all.admitted += f.admitted;
+    all.readmitted += f.readmitted;
+    all.finished += f.finished;
+    all.rejected += f.rejected;
+    all.turned_away += f.turned_away;
+    all.prompt_tokens += f.prompt_tokens;
+    all.generated_tokens += f.generated_tokens;
+    all.prefill_tokens += f.prefill_tokens;
+    all.hit_tokens += f.hit_tokens;
+    all.preempted_in_step += f.preempted_in_step;
+    all.preempted_by_cache += f.preempted_by_cache;
+    all.preempted_by_quota += f.preempted_by_quota;
+    all.swaps += f.swaps;
+    all.swap_ins += f.swap_ins;
+    all.queue_delay.insert(all.queue_delay.end(), f.queue_delay.begin(),
+                           f.queue_delay.end());
+    all.unadmitted += f.unadmitted;
+    all.unadmitted_wait = std::max(all.unadmitted_wait, f.unadmitted_wait);
+    all.latency.insert(all.latency.end(), f.latency.begin(), f.latency.end());
+  }
+  for (auto& s : r.samples) {
+    all.blocks_peak = std::max(all.blocks_peak, s.used_blocks);
+    all.blocks_sum += double(s.used_blocks);
+  }
+  return all;
+}
+
+double mean_blocks(const tenant_figures& f, const sim_outcome& r) {
+  return r.samples.empty() ? 0.0 : f.blocks_sum / double(r.samples.size());
+}
+
+std::vector<std::uint64_t> steps_at_levels(const sim_outcome& r) {
+  std::vector<std::uint64_t> out(4, 0);
+  for (auto& s : r.samples)
+    ++out[static_cast<int>(s.pressure) & 3];
+  return out;
+}
+
+} // namespace kvactor::sim

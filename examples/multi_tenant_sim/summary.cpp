@@ -1,0 +1,186 @@
+// summary: the run's text summary (stdout) - the per-tenant table, the
+// overall row and a few lines about pressure, preemptions, the cache, time
+// and data.
+#include "report.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "figures.hpp"
+
+namespace kvactor::sim {
+
+namespace {
+
+std::string fmt(const char* format, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), format, x);
+  return buf;
+}
+
+std::string pct(double x) {
+  return fmt("%.1f %%", 100.0 * x);
+}
+
+/// A tenant's name for the summary's text: control characters (a newline
+/// would break the table) shown as '?'.
+std::string printable(const std::string& name) {
+  std::string out = name;
+  for (auto& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      c = '?';
+  return out;
+}
+
+/// printable(name) in a column `width` characters wide (UTF-8 sequences
+/// counted as one): padded, or cut to width - 1 and an ellipsis, so a
+/// long name neither shifts its row nor overflows it.
+std::string name_cell(const std::string& name, std::size_t width) {
+  auto text = printable(name);
+  auto starts = [&](std::size_t i) {
+    return (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80;
+  };
+  std::size_t chars = 0, cut = text.size();
+  for (std::size_t i = 0; i < text.size(); ++i)
+    if (starts(i) && ++chars == width)
+      cut = i; // where the last column's character begins
+  if (chars > width)
+    return text.substr(0, cut) + "\xE2\x80\xA6"; // U+2026, an ellipsis
+  return text + std::string(width - chars, ' ');
+}
+
+} // namespace
+
+void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
+  auto& c = r.effective;
+  out << "kvactor multi_tenant_sim: " << s.source << ", " << r.tenants.size()
+      << " tenants, seed " << s.seed << "\n"
+      << "cache: " << c.num_gpu_blocks << " blocks x " << c.block_size
+      << " tokens, storage " << r.storage << " (" << r.device << "), model "
+      << c.model.num_layers << " layers x " << c.model.num_kv_heads
+      << " kv heads x " << c.model.head_dim << " dims " << to_string(c.model.dtype)
+      << "\n";
+  auto drained = r.steps > s.steps ? r.steps - s.steps : 0;
+  out << "ran " << r.steps << " steps";
+  if (drained > 0)
+    out << " (" << s.steps << " with arrivals, " << drained << " draining)";
+  if (r.interrupted)
+    out << " - INTERRUPTED, figures cover what ran";
+  if (!r.error.empty())
+    out << " - FAILED: " << r.error;
+  out << "\n\n";
+  char buf[256];
+  auto header = "tenant         prio      arrived   done  rej  prompt tok  output "
+                "tok  hit rate  preempt  swaps  queue p50  queue p99  blocks avg  "
+                "blocks peak\n";
+  std::string rule(std::strlen(header) - 1, '-');
+  out << header << rule << '\n';
+  // "-" where there is nothing to measure (no admission yet), not a 0
+  // that reads as a measured one.
+  auto delay = [](const tenant_figures& f, double q) {
+    return f.queue_delay.empty() ? std::string{"-"}
+                                 : fmt("%.0f", percentile(f.queue_delay, q));
+  };
+  auto row = [&](const tenant_figures& f, const char* prio, double blocks_avg) {
+    auto hit = f.prefill_tokens == 0 ? std::string{"-"} : pct(f.hit_rate());
+    std::snprintf(buf, sizeof(buf),
+                  "%s %-8s %8llu %6llu %4llu %11llu %11llu %9s %8llu %6llu "
+                  "%10s %10s %11.1f %12llu\n",
+                  name_cell(f.name, 14).c_str(), prio, (unsigned long long) f.arrived,
+                  (unsigned long long) f.finished,
+                  (unsigned long long) (f.rejected + f.turned_away),
+                  (unsigned long long) f.prompt_tokens,
+                  (unsigned long long) f.generated_tokens, hit.c_str(),
+                  (unsigned long long) f.preemptions(), (unsigned long long) f.swaps,
+                  delay(f, 0.5).c_str(), delay(f, 0.99).c_str(), blocks_avg,
+                  (unsigned long long) f.blocks_peak);
+    out << buf;
+  };
+  for (auto& f : r.tenants)
+    row(f, to_string(f.priority), mean_blocks(f, r));
+  out << rule << '\n';
+  auto all = overall_of(r);
+  row(all, "", mean_blocks(all, r));
+  out << "(rej: refused by the cache, or turned away at a full queue; "
+         "preempt: recomputed; swaps: swapped out.\n Hit rate: of every "
+         "admission's tokens, re-admissions after a preemption included, as the "
+         "cache counts.\n Queue delays in steps from arrival to first admission.\n"
+         " Blocks: charged to the tenant, per step; overall: the pool's blocks in "
+         "use)\n";
+  if (all.unadmitted > 0) {
+    // The delays above count admitted requests only; these waited longer.
+    out << "not admitted by the end:";
+    const char* sep = " ";
+    for (auto& f : r.tenants)
+      if (f.unadmitted > 0) {
+        out << sep << printable(f.name) << ' ' << f.unadmitted << " (waiting up to "
+            << f.unadmitted_wait << " steps)";
+        sep = ", ";
+      }
+    out << '\n';
+  }
+  if (all.turned_away > 0) {
+    out << "turned away, the queue full (max_waiting " << s.max_waiting
+        << "; counted in rej):";
+    const char* sep = " ";
+    for (auto& f : r.tenants)
+      if (f.turned_away > 0) {
+        out << sep << printable(f.name) << ' ' << f.turned_away;
+        sep = ", ";
+      }
+    out << '\n';
+  }
+  out << '\n';
+
+  auto at = steps_at_levels(r);
+  double n = r.samples.empty() ? 1.0 : double(r.samples.size());
+  out << "pressure: steps at low " << pct(at[0] / n) << ", medium "
+      << pct(at[1] / n) << ", high " << pct(at[2] / n) << ", critical "
+      << pct(at[3] / n) << "; entered medium " << r.pressure_entered[1]
+      << "x, high " << r.pressure_entered[2] << "x, critical "
+      << r.pressure_entered[3] << "x\n";
+  out << "preemptions (" << to_string(s.preemption) << "): "
+      << all.preempted_in_step << " recomputed (newest, lowest priority first), "
+      << all.preempted_by_cache << " by the supervisor, " << all.preempted_by_quota
+      << " at a tenant quota, " << all.swaps << " swapped out, " << all.swap_ins
+      << " swapped in; " << all.readmitted << " re-admissions\n";
+  if (s.prefill_chunk > 0)
+    out << "chunked prefill: " << s.prefill_chunk << " tokens past the cached "
+        << "prefix at admission and per step after; " << r.chunk_extends
+        << " extends computed a later chunk of a prompt; "
+        << r.preempted_mid_prefill
+        << " requests preempted or swapped out mid-prefill\n";
+  if (r.have_final_stats) {
+    auto& st = r.final_stats;
+    out << "cache: " << st.allocation_count << " allocations ("
+        << st.allocation_failures << " failed), " << st.eviction_count
+        << " evictions, " << st.cow_copies << " copy-on-write copies, "
+        << st.preemption_count << " preemptions";
+    if (r.ended_before_free > 0)
+      out << " (" << r.ended_before_free
+          << " after a request's last token, before its free: counted finished "
+             "above)";
+    out << ", " << st.swap_out_count << " swaps";
+    if (st.swap_in_count > 0)
+      out << " (" << st.swap_in_shared_blocks
+          << " blocks shared back in from the prefix cache)";
+    out << "; prefix hit rate " << pct(st.cache_hit_rate) << "\n";
+  }
+  auto rtt = r.step_round_trip_us;
+  out << "time: " << fmt("%.2f", r.wall_s) << " s wall";
+  if (r.steps > 0)
+    out << " (" << fmt("%.0f", r.wall_s * 1e6 / double(r.steps)) << " us/step)";
+  out << "; " << rtt.size() << " step messages, round trip p50 "
+      << fmt("%.0f", percentile(rtt, 0.5)) << " us, p99 "
+      << fmt("%.0f", percentile(rtt, 0.99)) << " us\n";
+  if (r.storage != "none" && !r.storage.empty())
+    out << "data: " << r.tokens_written << " K/V rows written ("
+        << fmt("%.1f", r.bytes_written / (1024.0 * 1024.0)) << " MiB) through "
+        << "the device actor; " << r.verify_checks << " read-backs, "
+        << r.verify_failures << " mismatched\n";
+  for (auto& w : r.warnings)
+    out << "warning: " << w << '\n';
+}
+
+} // namespace kvactor::sim
