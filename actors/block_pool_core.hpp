@@ -57,7 +57,8 @@ public:
 
   /// Allocates room for `req`: the prompt's cached full blocks are shared
   /// (at most (len - 1) / block_size of them, so the last token is always
-  /// computed), the rest are fresh. All or nothing.
+  /// computed), the rest are fresh - with prefill_chunk, only that many
+  /// tokens past the hits. All or nothing.
   caf::expected<allocation_outcome> allocate(const allocation_request& req);
 
   /// True if allocate(req) would succeed now.
