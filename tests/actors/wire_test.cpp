@@ -16,6 +16,8 @@ protocol_messages(cache_fixture& f, const request_handle_actor& h) {
   auto req = make_prompt_request(f.cfg, 7, make_tokens(6, 1));
   req.tenant = "b";
   req.priority = priority::high;
+  req.expected_output_tokens = 300;
+  req.prefill_chunk = 5;
   block_table table{{3, 1, 4}, 10, 4};
   request_info info{42, true, make_request(f.cfg, 7, 10)};
   step_request step;
