@@ -132,4 +132,14 @@ inline block_hash namespace_seed(const std::string& name) noexcept {
   return {mum(h, 0x9e3779b97f4a7c15ull), mum(h ^ 0x5851f42d4c957f2dull, 0x2545f4914f6cdd1dull)};
 }
 
+/// A namespace's root under a request's cache salt (allocation_request::
+/// cache_salt; 0 leaves it as it is). Not a hash_block output, so no prompt
+/// under one salt can reach another salt's chain.
+inline block_hash salted_seed(block_hash seed, std::uint64_t salt) noexcept {
+  if (salt == 0)
+    return seed;
+  return {avalanche(mum(seed.lo ^ salt, 0xa0761d6478bd642full) ^ seed.hi),
+          avalanche(mum(seed.hi ^ salt, 0xe7037ed1a0b428dbull) ^ seed.lo)};
+}
+
 } // namespace kvactor::detail

@@ -332,12 +332,13 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       return out;
     },
     [self, &st](pin_atom, const std::string& tenant,
-                const std::vector<token_id>& tokens,
-                std::uint64_t ttl_ms) -> caf::result<std::uint32_t> {
+                const std::vector<token_id>& tokens, std::uint64_t ttl_ms,
+                std::uint64_t salt) -> caf::result<std::uint32_t> {
       auto t = st.core().tenant_index(tenant);
       if (!t)
         return std::move(t.error());
-      auto res = st.core().pin(*t, tokens, ttl_ms, block_pool_state::now_ms());
+      auto res = st.core().pin(*t, tokens, ttl_ms, block_pool_state::now_ms(),
+                               salt);
       if (!res)
         return std::move(res.error());
       st.report(self);

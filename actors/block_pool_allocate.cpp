@@ -11,11 +11,11 @@ namespace kvactor::detail {
 
 // -- allocate -------------------------------------------------------------------------
 
-std::uint32_t block_pool_core::lookup(std::uint16_t t,
+std::uint32_t block_pool_core::lookup(block_hash seed,
                                       const std::vector<token_id>& prompt,
                                       std::uint32_t max_hits, bool memo) const {
   auto full = std::min<std::size_t>(prompt.size() / block_size_, max_hits);
-  if (memo && memo_.tenant == t) {
+  if (memo && memo_.seed == seed) {
     scratch_ = memo_.hashes;
     std::uint32_t hits = 0;
     for (std::size_t i = 0; i < full; ++i) {
@@ -29,7 +29,7 @@ std::uint32_t block_pool_core::lookup(std::uint16_t t,
   // Hash only up to the first miss: a new prompt that does not fit costs a
   // few hashes, not its length.
   scratch_.clear();
-  auto h = tenants_[t].seed;
+  auto h = seed;
   std::uint32_t hits = 0;
   for (std::size_t i = 0; i < full; ++i) {
     h = hash_block(h, prompt.data() + i * block_size_, block_size_);
@@ -42,10 +42,10 @@ std::uint32_t block_pool_core::lookup(std::uint16_t t,
   return hits;
 }
 
-void block_pool_core::hash_all(std::uint16_t t,
+void block_pool_core::hash_all(block_hash seed,
                                const std::vector<token_id>& prompt,
                                std::size_t full) const {
-  auto h = scratch_.empty() ? tenants_[t].seed : scratch_.back();
+  auto h = scratch_.empty() ? seed : scratch_.back();
   for (auto i = scratch_.size(); i < full; ++i) {
     h = hash_block(h, prompt.data() + i * block_size_, block_size_);
     scratch_.push_back(h);
@@ -73,7 +73,7 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
   p.hashing = prefix_caching_ && (!prompt.empty() || p.tokens == 0);
   if (p.hashing && !prompt.empty()) {
     // The last prompt token is always computed: at most (len - 1) / bs hits.
-    p.hits = lookup(p.tenant, prompt,
+    p.hits = lookup(seed_of(p.tenant, req.cache_salt), prompt,
                     static_cast<std::uint32_t>((whole - 1) / block_size_),
                     known);
     for (std::uint32_t i = 0; i < p.hits; ++i) {
@@ -136,9 +136,10 @@ block_pool_core::allocate(const allocation_request& req) {
         // It will be retried: keep what was learned about its prompt.
         if (waits && prefix_caching_ && !req.prompt.empty()
             && !memo_matches(req)) {
-          hash_all(*t, req.prompt, req.prompt.size() / block_size_);
+          auto seed = seed_of(*t, req.cache_salt);
+          hash_all(seed, req.prompt, req.prompt.size() / block_size_);
           memo_.valid = true;
-          memo_.tenant = *t;
+          memo_.seed = seed;
           memo_.prompt = req.prompt;
           memo_.hashes = scratch_;
         }
@@ -170,7 +171,7 @@ block_pool_core::allocate(const allocation_request& req) {
   if (p.hashing) {
     // The new full blocks' index slots are scattered: asked for now, they
     // arrive while the fresh blocks are taken.
-    hash_all(t, prompt, full);
+    hash_all(seed_of(t, req.cache_salt), prompt, full);
     for (auto i = p.hits; i < full; ++i)
       index_.prefetch(scratch_[i].lo);
   }
@@ -181,7 +182,7 @@ block_pool_core::allocate(const allocation_request& req) {
   if (p.hashing) {
     seq.hashable = true;
     auto& ts = tenants_[t];
-    seq.chain = ts.seed;
+    seq.chain = seed_of(t, req.cache_salt);
     for (std::uint32_t i = 0; i < full; ++i) {
       if (i >= p.hits)
         index_block(seq.blocks[i], scratch_[i], i > 0 ? scratch_[i - 1].lo : 0,

@@ -181,9 +181,11 @@ public:
   /// reservations are short of blocks, as many as they need lose their pins
   /// and are cached like any other (give_way), so the pool always covers
   /// them.
+  /// `salt`: the cache_salt the prefix was allocated under.
   caf::expected<std::uint32_t> pin(std::uint16_t t,
                                    const std::vector<token_id>& tokens,
-                                   std::uint64_t ttl_ms, std::uint64_t now_ms);
+                                   std::uint64_t ttl_ms, std::uint64_t now_ms,
+                                   std::uint64_t salt = 0);
 
   /// Cached blocks that are pinned (cached_blocks() counts the others).
   std::uint64_t pinned_cached_blocks() const noexcept;
@@ -395,12 +397,17 @@ private:
   std::uint8_t retention_level(const sequence& seq) const noexcept;
   void hold(block_id b, const sequence& seq) noexcept;
   void share_indexed(block_id b, const sequence& seq);
+  /// The root of tenant `t`'s chains under `salt` (cache_salt).
+  block_hash seed_of(std::uint16_t t, std::uint64_t salt) const noexcept {
+    return salted_seed(tenants_[t].seed, salt);
+  }
   /// How many of the prompt's first full blocks (at most `max_hits`) are in
-  /// the index; their hashes (and the first miss's) are left in scratch_.
-  std::uint32_t lookup(std::uint16_t t, const std::vector<token_id>& prompt,
+  /// the index, its chain rooted at `seed`; their hashes (and the first
+  /// miss's) are left in scratch_.
+  std::uint32_t lookup(block_hash seed, const std::vector<token_id>& prompt,
                        std::uint32_t max_hits, bool memo = false) const;
   /// Extends scratch_ to the hashes of the prompt's first `full` blocks.
-  void hash_all(std::uint16_t t, const std::vector<token_id>& prompt,
+  void hash_all(block_hash seed, const std::vector<token_id>& prompt,
                 std::size_t full) const;
   /// An extend whose copy-on-write copy is in flight: the state to restore
   /// if the copy fails, and the index entries its request's blocks earn

@@ -96,7 +96,8 @@ std::vector<request_id> block_pool_core::choose_victims(std::uint64_t blocks) co
 
 caf::expected<std::uint32_t>
 block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
-                     std::uint64_t ttl_ms, std::uint64_t now_ms) {
+                     std::uint64_t ttl_ms, std::uint64_t now_ms,
+                     std::uint64_t salt) {
   if (max_pinned_ == 0)
     return make_error(errc::quota_exceeded,
                       "pinning is disabled (max_pinned_blocks is 0)");
@@ -104,7 +105,7 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
     return make_error(errc::unknown_tenant, "no tenant " + std::to_string(t));
   // Every full block of `tokens` that is in the index, from the start.
   auto full = static_cast<std::uint32_t>(tokens.size() / block_size_);
-  auto hits = lookup(t, tokens, full);
+  auto hits = lookup(seed_of(t, salt), tokens, full);
   std::uint64_t fresh = 0;
   std::uint64_t off_lru = 0; // cached blocks that stop being takeable
   for (std::uint32_t i = 0; i < hits; ++i) {

@@ -266,14 +266,15 @@ caf::error kv_cache_manager::swap_in(request_id id) {
 caf::expected<std::uint32_t>
 kv_cache_manager::pin_prefix(const std::string& tenant,
                              const std::vector<token_id>& tokens,
-                             std::chrono::milliseconds ttl) {
+                             std::chrono::milliseconds ttl,
+                             std::uint64_t cache_salt) {
   if (ttl.count() < 0)
     return make_error(errc::invalid_request,
                       "pin_prefix: negative time to live ("
                         + std::to_string(ttl.count()) + " ms)");
   auto res = core_->ask<std::uint32_t>(
     core_->cache().manager, pin_atom::value, tenant, tokens,
-    static_cast<std::uint64_t>(ttl.count()));
+    static_cast<std::uint64_t>(ttl.count()), cache_salt);
   if (!res)
     return std::move(res.error());
   return std::get<0>(*res);

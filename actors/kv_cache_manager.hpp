@@ -119,12 +119,13 @@ public:
   /// device_failure.
   caf::error swap_in(request_id id);
 
-  /// Keeps the tenant's cached full blocks of `tokens` from eviction for
-  /// `ttl`; returns how many blocks are pinned. Errors: unknown_tenant,
-  /// quota_exceeded (max_pinned_blocks).
+  /// Keeps the tenant's cached full blocks of `tokens` (allocated under
+  /// `cache_salt`) from eviction for `ttl`; returns how many blocks are
+  /// pinned. Errors: unknown_tenant, quota_exceeded (max_pinned_blocks).
   caf::expected<std::uint32_t> pin_prefix(const std::string& tenant,
                                           const std::vector<token_id>& tokens,
-                                          std::chrono::milliseconds ttl);
+                                          std::chrono::milliseconds ttl,
+                                          std::uint64_t cache_salt = 0);
 
   /// Appends every prefix-index change, from now on, to the file at `path`
   /// as JSON lines (metrics/kv_events.hpp). Error: invalid_request if the

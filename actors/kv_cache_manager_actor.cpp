@@ -414,9 +414,9 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       return swap_in_request(self, id);
     },
     [self](pin_atom, std::string& tenant, std::vector<token_id>& tokens,
-           std::uint64_t ttl_ms) -> caf::result<std::uint32_t> {
+           std::uint64_t ttl_ms, std::uint64_t salt) -> caf::result<std::uint32_t> {
       return self->delegate(self->state.pool, pin_atom::value,
-                            std::move(tenant), std::move(tokens), ttl_ms);
+                            std::move(tenant), std::move(tokens), ttl_ms, salt);
     },
   };
 }

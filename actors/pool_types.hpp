@@ -83,7 +83,7 @@ struct tenant_state {
 /// its request object for the same reason).
 struct admission_memo {
   bool valid = false;
-  std::uint16_t tenant = 0;
+  block_hash seed; ///< the chain's root: tenant namespace and salt
   std::vector<token_id> prompt;
   std::vector<block_hash> hashes;
 };

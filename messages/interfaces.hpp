@@ -160,10 +160,11 @@ using block_pool_actor = caf::typed_actor<
   // (request id, cache id) each.
   caf::replies_to<victims_atom, std::uint64_t>::with<
     std::vector<std::pair<request_id, std::uint64_t>>>,
-  // Pin a tenant's cached prefix for ttl_ms; replies with blocks pinned.
+  // Pin a tenant's cached prefix (tenant, tokens, ttl_ms, cache_salt) for
+  // ttl_ms; replies with blocks pinned.
   // Errors: unknown_tenant, quota_exceeded (max_pinned_blocks).
   caf::replies_to<pin_atom, std::string, std::vector<token_id>,
-                  std::uint64_t>::with<std::uint32_t>,
+                  std::uint64_t, std::uint64_t>::with<std::uint32_t>,
   // Unpin what expired; replies with how many.
   caf::replies_to<tick_atom>::with<std::uint32_t>,
   // The prefix index: (hash, block) pairs, sorted by hash.
@@ -265,9 +266,10 @@ using kv_cache_manager_actor = caf::typed_actor<
   // tier or pool full), quota_exceeded, device_failure.
   caf::replies_to<swap_out_atom, request_id>::with<std::uint32_t>,
   caf::replies_to<swap_in_atom, request_id>::with<block_table>,
-  // Pins (tenant, prompt)'s cached full blocks for ttl_ms.
+  // Pins (tenant, prompt, ttl_ms, cache_salt)'s cached full blocks for
+  // ttl_ms (cache_salt: the prompt's allocation_request::cache_salt).
   caf::replies_to<pin_atom, std::string, std::vector<token_id>,
-                  std::uint64_t>::with<std::uint32_t>,
+                  std::uint64_t, std::uint64_t>::with<std::uint32_t>,
   // Subscribe / unsubscribe an actor to a topic (a null handle is ignored:
   // no reply carries an error).
   caf::reacts_to<subscribe_atom, topic, caf::actor>,

@@ -89,7 +89,7 @@ bool operator==(const allocation_request& x, const allocation_request& y) {
          && x.dtype == y.dtype && x.priority == y.priority
          && x.tenant == y.tenant && x.prompt == y.prompt
          && x.expected_output_tokens == y.expected_output_tokens
-         && x.prefill_chunk == y.prefill_chunk;
+         && x.prefill_chunk == y.prefill_chunk && x.cache_salt == y.cache_salt;
 }
 
 allocation_request without_prompt(const allocation_request& req) {
@@ -106,6 +106,7 @@ allocation_request without_prompt(const allocation_request& req) {
   out.tenant = req.tenant;
   out.expected_output_tokens = req.expected_output_tokens;
   out.prefill_chunk = req.prefill_chunk;
+  out.cache_salt = req.cache_salt;
   return out;
 }
 

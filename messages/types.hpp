@@ -100,6 +100,13 @@ struct allocation_request {
   /// part only; the capacity check (exceeds_capacity) and reserve_expected's
   /// headroom count the whole prompt.
   std::uint64_t prefill_chunk = 0;
+  /// Keys the request's prefix blocks apart from the same tokens under
+  /// another salt (0 = none): a LoRA adapter's id, a hash of a multimodal
+  /// input or of a user's cache salt - anything besides the tokens that
+  /// changes the K/V they produce (vLLM's extra_keys and cache_salt).
+  /// Requests share prefix blocks only under the same tenant namespace and
+  /// the same salt.
+  std::uint64_t cache_salt = 0;
 };
 
 bool operator==(const allocation_request& x, const allocation_request& y);
@@ -113,7 +120,7 @@ typename Inspector::result_type inspect(Inspector& f, allocation_request& x) {
   return f(caf::meta::type_name("allocation_request"), x.id, x.initial_tokens,
            x.max_sequence_length, x.num_layers, x.num_heads, x.head_dim,
            x.device, x.dtype, x.priority, x.tenant, x.prompt,
-           x.expected_output_tokens, x.prefill_chunk);
+           x.expected_output_tokens, x.prefill_chunk, x.cache_salt);
 }
 
 // -- block_table ---------------------------------------------------------------

@@ -53,7 +53,7 @@ struct pin_fixture : cache_fixture {
                                    std::vector<token_id> tokens,
                                    std::uint64_t ttl_ms) {
     return ask<std::uint32_t>(mgr, pin_atom::value, std::move(tenant),
-                              std::move(tokens), ttl_ms);
+                              std::move(tokens), ttl_ms, std::uint64_t{0});
   }
 };
 
@@ -437,7 +437,8 @@ BOOST_AUTO_TEST_CASE(pinning_is_refused_when_disabled) {
   auto prompt = make_tokens(8, 42); // max_pinned_blocks is 0 here
   BOOST_REQUIRE(allocate(make_prompt_request(cfg, 1, prompt)));
   BOOST_TEST(outcome(ask<std::uint32_t>(mgr, pin_atom::value, std::string{},
-                                        prompt, std::uint64_t{1000}))
+                                        prompt, std::uint64_t{1000},
+                                        std::uint64_t{0}))
              == "quota_exceeded");
 }
 

@@ -18,6 +18,7 @@ protocol_messages(cache_fixture& f, const request_handle_actor& h) {
   req.priority = priority::high;
   req.expected_output_tokens = 300;
   req.prefill_chunk = 5;
+  req.cache_salt = 0xfeed;
   block_table table{{3, 1, 4}, 10, 4};
   request_info info{42, true, make_request(f.cfg, 7, 10)};
   step_request step;
@@ -98,7 +99,8 @@ protocol_messages(cache_fixture& f, const request_handle_actor& h) {
     m{"gather reply", caf::make_message(g)},
     m{"device info", caf::make_message(storage_info{"host", device{}, 64, 8, 512})},
     m{"pin", caf::make_message(pin_atom::value, std::string{"b"},
-                               std::vector<token_id>{1, 2, 3, 4}, std::uint64_t{1000})},
+                               std::vector<token_id>{1, 2, 3, 4}, std::uint64_t{1000},
+                               std::uint64_t{7})},
     m{"error", caf::make_message(make_error(errc::quota_exceeded, "tenant 'b'"))},
   };
 }

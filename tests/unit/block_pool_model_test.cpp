@@ -193,6 +193,8 @@ private:
       req.initial_tokens = chance(50) ? n : 0;
       if (chance(2))
         req.initial_tokens = n + 1;
+      if (chance(20))
+        req.cache_salt = 1 + below(2); // an adapter's id, say
       if (chance(25))
         req.prefill_chunk = chance(5) ? ~std::uint64_t{0} - below(40)
                                       : 1 + below(20); // chunked prefill
@@ -237,7 +239,7 @@ private:
                             where() << "hit_tokens " << got->hit_tokens << " vs "
                                     << want.hit_tokens);
       if (got->hit_tokens > 0)
-        cov_("prefix hit");
+        cov_(req.cache_salt != 0 ? "salted prefix hit" : "prefix hit");
       auto seq = core_.find(req.id);
       MODEL_REQUIRE(seq != nullptr
                       && seq->num_tokens == model_.sequences().at(req.id).num_tokens,
@@ -470,7 +472,7 @@ void run_and_check_coverage(const run_params& p) {
     BOOST_TEST(has("copy on write"), "seed " << p.seed << " never copied on write");
   if (p.prefix_caching)
     for (auto k : {"prefix hit", "event:stored", "event:removed",
-                   "chunk admitted after a hit"})
+                   "chunk admitted after a hit", "salted prefix hit"})
       BOOST_TEST(has(k), "seed " << p.seed << " never reached " << k);
 }
 

@@ -186,6 +186,8 @@ private:
     auto n = req.prompt.empty() ? req.initial_tokens : req.prompt.size();
     req.max_sequence_length = n + below(40) + (n == 0);
     req.expected_output_tokens = chance(30) ? 0 : below(32);
+    if (chance(10))
+      req.cache_salt = 7; // pins below use it as often
     return req;
   }
 
@@ -324,8 +326,9 @@ private:
     auto& prompt = t == 2 ? gamma_prompts_[below(gamma_prompts_.size())]
                           : system_prompts_[below(system_prompts_.size())];
     auto ttl = below(300);
-    auto want = model_.pin(t, prompt, ttl, now_ms_);
-    auto got = core_.pin(t, prompt, ttl, now_ms_);
+    std::uint64_t salt = chance(10) ? 7 : 0;
+    auto want = model_.pin(t, prompt, ttl, now_ms_, salt);
+    auto got = core_.pin(t, prompt, ttl, now_ms_, salt);
     expect("pin", code_of(got), want.first);
     if (got) {
       POLICY_REQUIRE(*got == want.second, "pinned " << *got << " vs " << want.second);

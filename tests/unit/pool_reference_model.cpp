@@ -108,19 +108,22 @@ maybe_errc pool_model::check(const allocation_request& req,
   return std::nullopt;
 }
 
-prefix_key pool_model::key_of(std::uint16_t t,
+prefix_key pool_model::key_of(std::uint16_t t, std::uint64_t salt,
                               const std::vector<token_id>& tokens,
                               std::size_t len) const {
-  return {tenants_[t].ns, std::vector<token_id>(tokens.begin(),
-                                                tokens.begin() + len)};
+  // A salt makes a namespace of its own ("\x01" keeps it off real names).
+  auto ns = tenants_[t].ns;
+  if (salt != 0)
+    ns += "\x01" + std::to_string(salt);
+  return {ns, std::vector<token_id>(tokens.begin(), tokens.begin() + len)};
 }
 
-std::uint32_t pool_model::hits(std::uint16_t t,
+std::uint32_t pool_model::hits(std::uint16_t t, std::uint64_t salt,
                                const std::vector<token_id>& prompt) const {
   // The last prompt token is always computed: at most (len - 1) / bs hits.
   auto max_hits = (prompt.size() - 1) / block_size_;
   std::uint32_t h = 0;
-  while (h < max_hits && index_.count(key_of(t, prompt, (h + 1) * block_size_)))
+  while (h < max_hits && index_.count(key_of(t, salt, prompt, (h + 1) * block_size_)))
     ++h;
   return h;
 }
@@ -200,11 +203,11 @@ pool_model::plan pool_model::plan_allocation(const allocation_request& req) cons
   p.n = prompt.empty() ? req.initial_tokens : prompt.size();
   p.need = blocks_for(p.n, block_size_);
   p.hashing = prefix_caching_ && (!prompt.empty() || p.n == 0);
-  p.hits = p.hashing && !prompt.empty() ? hits(p.t, prompt) : 0;
+  p.hits = p.hashing && !prompt.empty() ? hits(p.t, req.cache_salt, prompt) : 0;
   std::uint64_t revived = 0;
   std::uint64_t pinned = 0;
   for (std::uint32_t i = 0; i < p.hits; ++i) {
-    auto& m = blocks_[index_.at(key_of(p.t, prompt, (i + 1) * block_size_))];
+    auto& m = blocks_[index_.at(key_of(p.t, req.cache_salt, prompt, (i + 1) * block_size_))];
     if (m.st == state::cached) {
       ++revived;
       pinned += m.pinned;
@@ -276,6 +279,7 @@ model_allocation pool_model::allocate(const allocation_request& req) {
   seq.cache_id = next_cache_id_++;
   seq.admitted = next_admission_++;
   seq.tenant = t;
+  seq.salt = req.cache_salt;
   seq.priority = req.priority;
   seq.level = 4 * static_cast<std::size_t>(tenants_[t].config.priority)
               + static_cast<std::size_t>(req.priority);
@@ -283,7 +287,7 @@ model_allocation pool_model::allocate(const allocation_request& req) {
   seq.max_tokens = req.max_sequence_length;
   seq.expected_tokens = p.expected;
   for (std::uint32_t i = 0; i < p.hits; ++i) {
-    auto b = index_.at(key_of(t, prompt, (i + 1) * block_size_));
+    auto b = index_.at(key_of(t, req.cache_salt, prompt, (i + 1) * block_size_));
     share(b, seq);
     seq.blocks.push_back(b);
   }
@@ -294,7 +298,8 @@ model_allocation pool_model::allocate(const allocation_request& req) {
     seq.hashable = true;
     seq.tokens.assign(prompt.begin(), prompt.begin() + (prompt.empty() ? 0 : p.n));
     for (auto i = h; i < seq.tokens.size() / block_size_; ++i)
-      index(seq.blocks[i], key_of(t, prompt, (i + 1) * block_size_), t);
+      index(seq.blocks[i], key_of(t, req.cache_salt, prompt, (i + 1) * block_size_),
+            t);
     if (!prompt.empty()) {
       counters_.query_tokens += p.whole;
       counters_.hit_tokens += std::uint64_t{h} * block_size_;
@@ -357,7 +362,7 @@ model_extension pool_model::extend(request_id id, std::uint64_t n,
     seq.tokens.insert(seq.tokens.end(), tokens->begin(), tokens->end());
     auto after = seq.tokens.size() / block_size_;
     for (auto i = before; i < after; ++i)
-      index(seq.blocks[i], key_of(seq.tenant, seq.tokens, (i + 1) * block_size_),
+      index(seq.blocks[i], key_of(seq.tenant, seq.salt, seq.tokens, (i + 1) * block_size_),
             seq.tenant);
   } else if (seq.hashable) {
     seq.hashable = false;

@@ -42,6 +42,7 @@ struct model_sequence {
   std::uint64_t cache_id = 0;
   std::uint64_t admitted = 0; ///< admission order (forks included)
   std::uint16_t tenant = 0;
+  std::uint64_t salt = 0; ///< allocation_request::cache_salt
   kvactor::priority priority = kvactor::priority::normal;
   /// Retention: 4 * tenant priority + request priority; lower goes first.
   std::size_t level = 5;
@@ -143,7 +144,7 @@ public:
   /// maybe_errc, and the number of blocks pinned (`t` a tenant index).
   std::pair<maybe_errc, std::uint32_t>
   pin(std::uint16_t t, const std::vector<token_id>& tokens,
-      std::uint64_t ttl_ms, std::uint64_t now_ms);
+      std::uint64_t ttl_ms, std::uint64_t now_ms, std::uint64_t salt = 0);
   std::uint32_t expire_pins(std::uint64_t now_ms);
   std::vector<request_id> choose_victims(std::uint64_t blocks) const;
 
@@ -202,9 +203,11 @@ private:
   };
 
   maybe_errc check(const allocation_request& req, std::uint16_t& t) const;
-  prefix_key key_of(std::uint16_t t, const std::vector<token_id>& tokens,
-                    std::size_t len) const;
-  std::uint32_t hits(std::uint16_t t, const std::vector<token_id>& prompt) const;
+  /// The key of tokens[0, len) under tenant t's namespace and `salt`.
+  prefix_key key_of(std::uint16_t t, std::uint64_t salt,
+                    const std::vector<token_id>& tokens, std::size_t len) const;
+  std::uint32_t hits(std::uint16_t t, std::uint64_t salt,
+                     const std::vector<token_id>& prompt) const;
   /// Quota on `n`; availability on `n - unlisted` (revived pinned blocks
   /// come off no list).
   maybe_errc admit(std::uint16_t t, std::uint64_t n,

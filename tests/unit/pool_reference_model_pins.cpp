@@ -15,7 +15,7 @@ using detail::residency;
 
 std::pair<maybe_errc, std::uint32_t>
 pool_model::pin(std::uint16_t t, const std::vector<token_id>& tokens,
-                std::uint64_t ttl_ms, std::uint64_t now_ms) {
+                std::uint64_t ttl_ms, std::uint64_t now_ms, std::uint64_t salt) {
   if (max_pinned_ == 0)
     return {errc::quota_exceeded, 0};
   if (t >= tenants_.size())
@@ -23,7 +23,7 @@ pool_model::pin(std::uint16_t t, const std::vector<token_id>& tokens,
   // Every full block of `tokens` found in the index, from the first on.
   std::vector<block_id> found;
   for (std::size_t len = block_size_; len <= tokens.size(); len += block_size_) {
-    auto it = index_.find(key_of(t, tokens, len));
+    auto it = index_.find(key_of(t, salt, tokens, len));
     if (it == index_.end())
       break;
     found.push_back(it->second);
