@@ -239,6 +239,35 @@ BOOST_AUTO_TEST_CASE(a_prefill_chunk_admits_the_cached_prefix_and_one_chunk) {
                  "prefill_chunk 4 needs a prompt");
 }
 
+BOOST_AUTO_TEST_CASE(a_cache_salt_keeps_prefixes_apart_and_pins_by_it) {
+  auto cfg = small_config();
+  cfg.max_pinned_blocks = 8;
+  cache_fixture f{cfg};
+  auto prompt = iota_tokens(1, 10); // 2 full blocks of 4
+  auto salted = [&](request_id id, std::uint64_t salt) {
+    auto req = f.req(id, 0, 256, prompt);
+    req.cache_salt = salt;
+    return f.alloc(req)->table();
+  };
+  auto a = salted(1, 11); // say, LoRA adapter 11
+  auto b = salted(2, 12); // adapter 12: the same tokens, other K/V
+  auto c = salted(3, 11);
+  auto plain = salted(4, 0);
+  BOOST_TEST(b.blocks[0] != a.blocks[0]);
+  BOOST_TEST(c.blocks[0] == a.blocks[0]);
+  BOOST_TEST(c.blocks[1] == a.blocks[1]);
+  BOOST_TEST(plain.blocks[0] != a.blocks[0]);
+  BOOST_TEST(plain.blocks[0] != b.blocks[0]);
+  // A pin finds the prefix under its salt only.
+  auto ttl = std::chrono::milliseconds{10000};
+  auto pinned = f.m().pin_prefix("", prompt, ttl, 11);
+  BOOST_REQUIRE(pinned);
+  BOOST_TEST(*pinned == 2u);
+  pinned = f.m().pin_prefix("", prompt, ttl, 13);
+  BOOST_REQUIRE(pinned);
+  BOOST_TEST(*pinned == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(deallocate_invalidates_every_reference_and_returns_blocks) {
   cache_fixture f;
   auto h = f.alloc(f.req(7, 9));
