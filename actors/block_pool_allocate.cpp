@@ -67,13 +67,14 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
   // The whole request: what it holds once every prefill chunk is in.
   auto whole = prompt.empty() ? req.initial_tokens : prompt.size();
   p.tokens = whole;
-  p.need = whole / block_size_ + (whole % block_size_ != 0);
+  p.need = blocks_for(whole);
   if (auto err = fits_alone(req_name(req.id), p.tenant, p.need))
     return err;
   p.hashing = prefix_caching_ && (!prompt.empty() || p.tokens == 0);
+  p.seed = seed_of(p.tenant, req.cache_salt);
   if (p.hashing && !prompt.empty()) {
     // The last prompt token is always computed: at most (len - 1) / bs hits.
-    p.hits = lookup(seed_of(p.tenant, req.cache_salt), prompt,
+    p.hits = lookup(p.seed, prompt,
                     static_cast<std::uint32_t>((whole - 1) / block_size_),
                     known);
     for (std::uint32_t i = 0; i < p.hits; ++i) {
@@ -90,7 +91,7 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
     auto hit_tokens = std::uint64_t{p.hits} * block_size_;
     if (req.prefill_chunk < whole - hit_tokens) {
       p.tokens = hit_tokens + req.prefill_chunk;
-      p.need = p.tokens / block_size_ + (p.tokens % block_size_ != 0);
+      p.need = blocks_for(p.tokens);
     }
   }
   if (admission_.policy == "reserve_expected") {
@@ -98,14 +99,12 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
                  ? req.expected_output_tokens
                  : admission_.default_expected_output;
     auto room = req.max_sequence_length - whole; // check() made it >= 0
-    // Never more than one request may hold (fits_alone made whole fit):
-    // a promise past the cap could not be kept on an empty pool, and
-    // would hold the request back for good as out_of_blocks.
-    // Nor more than an empty pool leaves it past the watermark and the
-    // other tenants' reservations (admit_headroom's own bound), though
-    // never less than the request itself.
+    // A promise past what one request may hold, or past what an empty pool
+    // leaves it beside the watermark and the other tenants' reservations,
+    // could never be kept: it would hold the request back for good as
+    // out_of_blocks. Never below the request's own blocks.
     auto cap_blocks = std::max<std::uint64_t>(
-      whole / block_size_ + (whole % block_size_ != 0),
+      blocks_for(whole),
       std::min(tenants_[p.tenant].lone_cap, tenants_[p.tenant].promise_room));
     auto cap = cap_blocks * block_size_;
     p.expected = std::min(whole + std::min(out, room), cap);
@@ -115,7 +114,7 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
   auto take = p.need - p.hits + p.revived;
   if (auto err = admit_blocks(p.tenant, take, p.pinned))
     return err;
-  auto want = p.expected / block_size_ + (p.expected % block_size_ != 0);
+  auto want = blocks_for(p.expected);
   if (auto err = admit_headroom(p.tenant, take - p.pinned,
                                 want > p.need ? want - p.need : 0))
     return err;
@@ -171,7 +170,7 @@ block_pool_core::allocate(const allocation_request& req) {
   if (p.hashing) {
     // The new full blocks' index slots are scattered: asked for now, they
     // arrive while the fresh blocks are taken.
-    hash_all(seed_of(t, req.cache_salt), prompt, full);
+    hash_all(p.seed, prompt, full);
     for (auto i = p.hits; i < full; ++i)
       index_.prefetch(scratch_[i].lo);
   }
@@ -182,7 +181,7 @@ block_pool_core::allocate(const allocation_request& req) {
   if (p.hashing) {
     seq.hashable = true;
     auto& ts = tenants_[t];
-    seq.chain = seed_of(t, req.cache_salt);
+    seq.chain = p.seed;
     for (std::uint32_t i = 0; i < full; ++i) {
       if (i >= p.hits)
         index_block(seq.blocks[i], scratch_[i], i > 0 ? scratch_[i - 1].lo : 0,

@@ -119,7 +119,7 @@ caf::error block_pool_core::check_invariant() const {
     if (!s.release_pending)
       ++active[s.tenant];
     promised[s.tenant] += growth(s);
-    auto want = s.num_tokens / block_size_ + (s.num_tokens % block_size_ != 0);
+    auto want = blocks_for(s.num_tokens);
     auto name = "request " + std::to_string(s.id);
     // Where its table lives: on the device (resident, swapping_out), on the
     // host (swapping_out, swapped, swapping_in), arriving (swapping_in).

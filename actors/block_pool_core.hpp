@@ -321,6 +321,7 @@ private:
     std::uint64_t revived = 0;  ///< hits on cached (unheld) blocks
     std::uint64_t pinned = 0;   ///< of which pinned (on no list)
     bool hashing = false;
+    block_hash seed;            ///< its chains' root (tenant and salt)
     std::uint64_t expected = 0; ///< tokens promised (reserve_expected)
   };
   caf::expected<alloc_plan> plan_allocation(const allocation_request& req) const;
@@ -348,8 +349,7 @@ private:
   std::uint64_t growth(const sequence& seq) const noexcept {
     if (seq.expected_tokens == 0 || seq.where != residency::resident)
       return 0;
-    auto want = seq.expected_tokens / block_size_
-                + (seq.expected_tokens % block_size_ != 0);
+    auto want = blocks_for(seq.expected_tokens);
     return want > seq.blocks.size() ? want - seq.blocks.size() : 0;
   }
   /// Counts `seq`'s growth in its tenant's promises (`in`) or out.
@@ -397,6 +397,10 @@ private:
   std::uint8_t retention_level(const sequence& seq) const noexcept;
   void hold(block_id b, const sequence& seq) noexcept;
   void share_indexed(block_id b, const sequence& seq);
+  /// Blocks that hold `tokens` tokens.
+  std::uint64_t blocks_for(std::uint64_t tokens) const noexcept {
+    return tokens / block_size_ + (tokens % block_size_ != 0);
+  }
   /// The root of tenant `t`'s chains under `salt` (cache_salt).
   block_hash seed_of(std::uint16_t t, std::uint64_t salt) const noexcept {
     return salted_seed(tenants_[t].seed, salt);

@@ -110,7 +110,7 @@ block_pool_core::extend(request_id id, std::uint64_t n,
                             + " is not a token id");
   auto old_blocks = seq->blocks.size();
   auto total = seq->num_tokens + n;
-  auto new_blocks = total / block_size_ + (total % block_size_ != 0);
+  auto new_blocks = blocks_for(total);
   auto add = new_blocks - old_blocks;
   if (add > 0)
     if (auto err = fits_alone(req_name(id), seq->tenant, new_blocks))

@@ -106,8 +106,7 @@ block_pool_core::swap_in_begin(request_id id) {
   // on swap-in too): it must leave the watermark free and, under
   // reserve_expected, room for every live request's promised growth and
   // its own.
-  auto want = seq->expected_tokens / block_size_
-              + (seq->expected_tokens % block_size_ != 0);
+  auto want = blocks_for(seq->expected_tokens);
   if (auto err = admit_headroom(seq->tenant, take - pinned,
                                 want > n ? want - n : 0))
     return err;
