@@ -48,6 +48,21 @@ inline allocation_request prompt_req(request_id id, std::vector<token_id> prompt
   return req;
 }
 
+/// A prompt request admitted in chunks of `chunk` (prefill_chunk).
+inline allocation_request chunked(request_id id, std::vector<token_id> prompt,
+                                  std::uint64_t chunk,
+                                  std::string tenant_name = "") {
+  auto req = prompt_req(id, std::move(prompt), std::move(tenant_name));
+  req.prefill_chunk = chunk;
+  return req;
+}
+
+/// The tokens [from, to) of `p`.
+inline std::vector<token_id> part(const std::vector<token_id>& p,
+                                  std::size_t from, std::size_t to) {
+  return {p.begin() + from, p.begin() + to};
+}
+
 /// "ok", or the errc's name (or render() for a foreign error).
 inline std::string code(const caf::error& err) {
   if (!err)

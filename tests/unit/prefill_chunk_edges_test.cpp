@@ -20,18 +20,6 @@ using namespace kvactor::test;
 
 namespace {
 
-allocation_request chunked(request_id id, std::vector<token_id> prompt,
-                           std::uint64_t chunk, std::string tenant_name = "") {
-  auto req = prompt_req(id, std::move(prompt), std::move(tenant_name));
-  req.prefill_chunk = chunk;
-  return req;
-}
-
-std::vector<token_id> part(const std::vector<token_id>& p, std::size_t from,
-                           std::size_t to) {
-  return {p.begin() + from, p.begin() + to};
-}
-
 /// The index's hashes (hash.lo) as a set.
 std::set<std::uint64_t> indexed(const kvactor::detail::block_pool_core& pool) {
   std::set<std::uint64_t> out;

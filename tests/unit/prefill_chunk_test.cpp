@@ -19,19 +19,6 @@ using namespace kvactor::test;
 
 namespace {
 
-allocation_request chunked(request_id id, std::vector<token_id> prompt,
-                           std::uint64_t chunk) {
-  auto req = prompt_req(id, std::move(prompt));
-  req.prefill_chunk = chunk;
-  return req;
-}
-
-/// The prompt's tokens [from, to).
-std::vector<token_id> part(const std::vector<token_id>& p, std::size_t from,
-                           std::size_t to) {
-  return {p.begin() + from, p.begin() + to};
-}
-
 /// The first n of `xs`.
 ids first(ids xs, std::size_t n) {
   xs.resize(n);
