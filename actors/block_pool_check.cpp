@@ -149,12 +149,20 @@ caf::error block_pool_core::check_invariant() const {
       return;
     }
     // Hashing state: the first num_hashed blocks are full and hashed, the
-    // tail holds the tokens after them (fewer than a block); a request that
-    // stopped hashing (unnamed tokens) keeps its count, which its tokens
-    // still cover. Swapped requests keep theirs for the way back.
-    if (std::uint64_t{s.num_hashed} * block_size_ > s.num_tokens
+    // tail holds the tokens after them (fewer than a block, and the drafts
+    // after those); a request that stopped hashing (unnamed tokens) keeps
+    // its count, which its settled tokens still cover. Swapped requests
+    // keep theirs for the way back.
+    if (s.drafts > s.num_tokens) {
+      err = broken(name + " has " + std::to_string(s.drafts)
+                   + " draft tokens of " + std::to_string(s.num_tokens));
+      return;
+    }
+    auto settled = s.num_tokens - s.drafts;
+    if (std::uint64_t{s.num_hashed} * block_size_ > settled
         || (s.hashable
-            && (s.tail.size() >= block_size_
+            && (s.tail.size() < s.drafts
+                || s.tail.size() - s.drafts >= block_size_
                 || std::uint64_t{s.num_hashed} * block_size_ + s.tail.size()
                      != s.num_tokens))) {
       err = broken(name + " has " + std::to_string(s.num_hashed)
@@ -163,6 +171,14 @@ caf::error block_pool_core::check_invariant() const {
                    + " tokens");
       return;
     }
+    // No block holding a draft is in the prefix index.
+    for (auto k = s.drafts == 0 ? s.blocks.size() : settled / block_size_;
+         k < s.blocks.size(); ++k)
+      if (blocks_[s.blocks[k]].indexed) {
+        err = broken(name + "'s " + blk(s.blocks[k])
+                     + " holds draft tokens but is indexed");
+        return;
+      }
     struct table_ref {
       const block_id* data;
       std::size_t size;

@@ -16,7 +16,8 @@
 //    tenants' charges sum to the used blocks, none above its max_blocks;
 //  - a partially filled block that several tables hold is written in place
 //    by at most one of them (the others are flagged tail_shared);
-//  - a request's hashed blocks and tail add up to its tokens;
+//  - a request's hashed blocks and tail add up to its tokens; no block
+//    holding one of its unsettled draft tokens is indexed;
 //  - the blocks anyone may take (free, or cached and not pinned) cover every
 //    tenant's reservation shortfall (pins give way to keep it so).
 // Every operation validates first and then commits: a failed one changes
@@ -71,9 +72,25 @@ public:
   /// the copy stay held (in use, counted in their references) so neither
   /// may be handed to another request before - not even by a free later in
   /// the same step - and the extend stays undoable until then.
+  /// `drafts` (at most n and max_draft_tokens): the last that many tokens
+  /// are speculative - they get slots, but no block holding one enters the
+  /// prefix index until settle_drafts keeps it. While drafts are unsettled
+  /// the request neither grows nor forks (invalid_request).
   caf::expected<extension_outcome> extend(request_id id, std::uint64_t n,
                                           const token_id* tokens,
-                                          bool hold_copies = false);
+                                          bool hold_copies = false,
+                                          std::uint64_t drafts = 0);
+
+  /// Settles `id`'s draft tokens (block_pool_drafts.cpp): the first
+  /// `accepted` become ordinary tokens (the blocks they fill enter the
+  /// prefix index), the rest are dropped - the request shrinks by them and
+  /// the blocks that held only dropped tokens go back to the pool, last
+  /// first (never cached: nothing valid is in them). The outcome's
+  /// first_changed is the new table length; `changed` says blocks went.
+  /// Errors: unknown_request; invalid_request (not resident, a copy in
+  /// flight, or accepted > its drafts). accepted = drafts = 0 is a no-op.
+  caf::expected<extension_outcome> settle_drafts(request_id id,
+                                                 std::uint64_t accepted);
 
   /// Ends `id`: its blocks return, last block first; indexed ones stay cached.
   /// Returns the number of blocks whose last reference went. During a swap
@@ -390,10 +407,15 @@ private:
   void evict_one(block_id b, std::uint8_t level);
   void index_block(block_id b, block_hash h, std::uint64_t parent,
                    std::uint16_t t, const token_id* tokens);
+  /// Appends `n` token ids to `seq`'s tail (its drafts already counted) and
+  /// hashes the blocks they complete.
   void hash_appended(sequence& seq, const token_id* tokens, std::uint64_t n);
+  /// Hashes (and indexes) the full blocks of settled tokens in `seq`'s tail.
+  void hash_tail(sequence& seq);
   /// Appends without taking a block when the tokens fit the unshared last
   /// block; false (and nothing done) when the full path is needed.
-  bool append_in_place(sequence& seq, std::uint64_t n, const token_id* tokens);
+  bool append_in_place(sequence& seq, std::uint64_t n, const token_id* tokens,
+                       std::uint64_t drafts = 0);
   std::uint8_t retention_level(const sequence& seq) const noexcept;
   void hold(block_id b, const sequence& seq) noexcept;
   void share_indexed(block_id b, const sequence& seq);

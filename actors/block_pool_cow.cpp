@@ -87,6 +87,10 @@ bool block_pool_core::undo_cow(pending_cow& p) {
   seq->num_hashed = p.num_hashed;
   seq->chain = p.chain;
   seq->tail = std::move(p.tail);
+  // Its extends since found no drafts unsettled (an extend with some
+  // fails): whatever drafts it holds came with them, and go with them.
+  counters_.draft_tokens -= seq->drafts;
+  seq->drafts = 0;
   seq->tail_shared = true;
   seq->cow_pending = false;
   --counters_.cow_copies;

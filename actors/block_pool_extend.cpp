@@ -12,23 +12,31 @@ namespace kvactor::detail {
 // -- extend ---------------------------------------------------------------------------
 
 bool block_pool_core::append_in_place(sequence& seq, std::uint64_t n,
-                                      const token_id* tokens) {
+                                      const token_id* tokens,
+                                      std::uint64_t drafts) {
   // The common decode step: a few tokens into the partly filled last block,
-  // which no one else holds. Anything else takes the full path.
+  // which no one else holds. Anything else takes the full path (which also
+  // reports bad input: unsettled drafts, a draft count past n).
   auto used = seq.num_tokens % block_size_;
   if (used == 0 || used + n > block_size_ || seq.tail_shared
-      || n > seq.max_tokens - seq.num_tokens)
+      || n > seq.max_tokens - seq.num_tokens || seq.drafts != 0 || drafts > n
+      || drafts > max_draft_tokens)
     return false;
   if (tokens != nullptr) {
     for (std::uint64_t i = 0; i < n; ++i)
       if (tokens[i] < 0)
         return false; // the full path reports it
+    seq.drafts = static_cast<std::uint16_t>(drafts);
     if (seq.hashable)
       hash_appended(seq, tokens, n);
-  } else if (seq.hashable) {
-    seq.hashable = false;
-    seq.tail.clear();
+  } else {
+    seq.drafts = static_cast<std::uint16_t>(drafts);
+    if (seq.hashable) {
+      seq.hashable = false;
+      seq.tail.clear();
+    }
   }
+  counters_.draft_tokens += drafts;
   seq.num_tokens += n;
   return true;
 }
@@ -40,8 +48,13 @@ void block_pool_core::hash_appended(sequence& seq, const token_id* tokens,
     return;
   }
   seq.tail.insert(seq.tail.end(), tokens, tokens + n);
+  hash_tail(seq);
+}
+
+void block_pool_core::hash_tail(sequence& seq) {
+  // Drafts sit at the tail's end; only the settled tokens before them count.
   std::size_t off = 0;
-  while (seq.tail.size() - off >= block_size_) {
+  while (seq.tail.size() - off - seq.drafts >= block_size_) {
     auto parent = seq.num_hashed > 0 ? seq.chain.lo : 0;
     auto h = hash_block(seq.chain, seq.tail.data() + off, block_size_);
     index_filled(seq, seq.num_hashed, h, parent, seq.tail.data() + off);
@@ -79,7 +92,8 @@ sequence* block_pool_core::find_resident(request_id id, caf::error& err) {
 
 caf::expected<extension_outcome>
 block_pool_core::extend(request_id id, std::uint64_t n,
-                        const token_id* tokens, bool hold_copies) {
+                        const token_id* tokens, bool hold_copies,
+                        std::uint64_t drafts) {
   auto seq = find_mut(id);
   if (seq == nullptr || seq->where != residency::resident) {
     caf::error err;
@@ -87,11 +101,22 @@ block_pool_core::extend(request_id id, std::uint64_t n,
     return err;
   }
   extension_outcome out;
+  if (drafts > n || drafts > max_draft_tokens)
+    return make_error(errc::invalid_request,
+                      req_name(id) + ": " + std::to_string(drafts)
+                        + " draft tokens in an extend of " + std::to_string(n)
+                        + " (at most the extend's tokens and "
+                        + std::to_string(max_draft_tokens) + ")");
   if (n == 0) {
     seq->last_access = clock_ns_;
     return out;
   }
-  if (append_in_place(*seq, n, tokens)) {
+  if (seq->drafts != 0)
+    return make_error(errc::invalid_request,
+                      req_name(id) + " has " + std::to_string(seq->drafts)
+                        + " draft tokens unsettled: settle them "
+                          "(settle_drafts) before it grows again");
+  if (append_in_place(*seq, n, tokens, drafts)) {
     out.first_changed = static_cast<std::uint32_t>(seq->blocks.size());
     seq->last_access = clock_ns_;
     return out;
@@ -159,6 +184,8 @@ block_pool_core::extend(request_id id, std::uint64_t n,
     unref(old, seq->level);
     give_way(&old, 1);
   }
+  seq->drafts = static_cast<std::uint16_t>(drafts);
+  counters_.draft_tokens += drafts;
   if (tokens != nullptr && seq->hashable) {
     hash_appended(*seq, tokens, n);
   } else if (seq->hashable) {

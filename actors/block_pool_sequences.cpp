@@ -70,6 +70,7 @@ sequence& block_pool_core::new_sequence(request_id id) {
   seq.cow_pending = false;
   seq.where = residency::resident;
   seq.release_pending = false;
+  seq.drafts = 0;
   seq.expected_tokens = 0;
   seq.step_stamp = 0;
   seq.last_access = clock_ns_;
@@ -208,6 +209,11 @@ caf::expected<allocation_outcome> block_pool_core::fork(request_id parent,
   if (par == nullptr)
     return make_error(static_cast<errc>(err.code()),
                       "fork parent: " + context_of(err));
+  if (par->drafts != 0)
+    return make_error(errc::invalid_request,
+                      "fork parent: " + req_name(parent) + " has "
+                        + std::to_string(par->drafts)
+                        + " draft tokens unsettled: settle them first");
   if (find(child) != nullptr)
     return make_error(errc::duplicate_request,
                       req_name(child) + " is already allocated");

@@ -89,8 +89,11 @@ void copy_then(pool_ptr self, const std::vector<block_copy>& copies,
 void fail_undone_extends(step_result& res, const caf::error& err,
                          const std::vector<request_id>& undone) {
   for (auto id : undone) {
+    // The extend's delta goes (a verdict's cut, blocks empty, stays).
     res.changed.erase(std::remove_if(res.changed.begin(), res.changed.end(),
-                                     [&](auto& d) { return d.id == id; }),
+                                     [&](auto& d) {
+                                       return d.id == id && !d.blocks.empty();
+                                     }),
                       res.changed.end());
     res.failed.push_back(op_failure{id, err});
   }

@@ -25,6 +25,8 @@ pool_stats block_pool_core::stats() const {
   s.swap_outs = c.swap_outs;
   s.swap_ins = c.swap_ins;
   s.swap_in_shared = c.swap_in_shared;
+  s.draft_tokens = c.draft_tokens;
+  s.draft_tokens_rejected = c.drafts_rejected;
   s.host_total_blocks = num_host_blocks();
   s.host_free_blocks = free_host_blocks();
   s.pinned_blocks = pinned_blocks();

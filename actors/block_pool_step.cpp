@@ -62,12 +62,14 @@ void block_pool_core::run_extends(const step_request& step, bool named,
     }
     auto tokens = named ? step.tokens.data() + offset : nullptr;
     if (slot[i] != unknown && resident(i) && op.num_tokens > 0
-        && append_in_place(seqs_[slot[i]], op.num_tokens, tokens)) {
+        && append_in_place(seqs_[slot[i]], op.num_tokens, tokens,
+                           op.num_draft)) {
       seqs_[slot[i]].last_access = clock_ns_;
       continue; // the common case: no block taken, nothing to report
     }
     for (;;) {
-      auto res = extend(op.id, op.num_tokens, tokens, hold_copies);
+      auto res = extend(op.id, op.num_tokens, tokens, hold_copies,
+                        op.num_draft);
       if (res) {
         if (res->changed) {
           auto& seq = seqs_[slot[i]];
@@ -122,6 +124,15 @@ step_result block_pool_core::run_step(const step_request& step,
   step_result r;
   if (trace != nullptr)
     trace->clear();
+  for (auto& v : step.verdicts) {
+    if (auto res = settle_drafts(v.id, v.accepted)) {
+      if (res->changed)
+        r.changed.push_back(table_delta{
+          v.id, res->first_changed, {}, find(v.id)->num_tokens});
+    } else {
+      r.failed.push_back(op_failure{v.id, std::move(res.error())});
+    }
+  }
   for (auto id : step.frees) {
     if (auto n = release(id)) {
       r.freed.push_back(id);

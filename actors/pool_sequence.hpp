@@ -54,7 +54,8 @@ struct alignas(64) sequence {
   bool cow_pending = false;
   // Hashing state: the first `num_hashed` blocks are full and hashed, `chain`
   // is the last one's hash (the namespace seed if none) and `tail` holds the
-  // tokens after them. Lost (hashable = false) once tokens arrive unnamed.
+  // tokens after them (fewer than a block, plus any drafts). Lost
+  // (hashable = false) once tokens arrive unnamed.
   bool hashable = false;
   sequence_blocks blocks; ///< 64 bytes: bytes 48 to 112
   // -- the rest ----------------------------------------------------------------
@@ -69,6 +70,11 @@ struct alignas(64) sequence {
   // once but leaves it a ghost (release_pending: out of the id index, its
   // id free for a new incarnation) until the move's end returns its blocks.
   bool release_pending = false;
+  /// Draft tokens (speculative decoding): the last `drafts` of num_tokens
+  /// hold slots but are not settled - no block holding one is indexed, and
+  /// with named tokens their ids wait at the end of `tail`, unhashed, until
+  /// settle_drafts keeps or drops them. At most max_draft_tokens.
+  std::uint16_t drafts = 0;
   block_hash chain;
   std::vector<token_id> tail;
   // -- cold: swapping ----------------------------------------------------------

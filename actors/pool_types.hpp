@@ -44,6 +44,8 @@ struct pool_counters {
   std::uint64_t swap_outs = 0;           ///< requests moved to the host tier
   std::uint64_t swap_ins = 0;            ///< and back
   std::uint64_t swap_in_shared = 0;      ///< blocks a swap-in found on the device
+  std::uint64_t draft_tokens = 0;        ///< extended as drafts (speculative)
+  std::uint64_t drafts_rejected = 0;     ///< of which settle_drafts dropped
 };
 
 /// A change to the prefix index, for KV-event subscribers.

@@ -163,6 +163,8 @@ struct pool_stats {
   std::uint64_t host_free_blocks = 0;
   std::uint64_t pinned_blocks = 0;
   std::uint64_t swap_in_shared = 0;
+  std::uint64_t draft_tokens = 0;
+  std::uint64_t draft_tokens_rejected = 0;
 };
 
 template <class Inspector>
@@ -173,7 +175,8 @@ typename Inspector::result_type inspect(Inspector& f, pool_stats& x) {
            x.blocks_freed, x.blocks_cached, x.evictions, x.cow_copies,
            x.preemptions, x.query_tokens, x.hit_tokens, x.tenants,
            x.swap_outs, x.swap_ins, x.host_total_blocks, x.host_free_blocks,
-           x.pinned_blocks, x.swap_in_shared);
+           x.pinned_blocks, x.swap_in_shared, x.draft_tokens,
+           x.draft_tokens_rejected);
 }
 
 /// New tokens' K and V rows for one layer, to scatter into their slots

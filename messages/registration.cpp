@@ -40,6 +40,7 @@ void add_message_types(caf::actor_system_config& cfg) {
     .add_message_type<cache_gc_stats>("kvactor::cache_gc_stats")
     .add_message_type<cache_handle_stats>("kvactor::cache_handle_stats")
     .add_message_type<extend_op>("kvactor::extend_op")
+    .add_message_type<draft_verdict>("kvactor::draft_verdict")
     .add_message_type<step_request>("kvactor::step_request")
     .add_message_type<table_delta>("kvactor::table_delta")
     .add_message_type<admission>("kvactor::admission")

@@ -13,18 +13,38 @@
 
 namespace kvactor {
 
-/// Grow request `id` by `num_tokens`.
+/// Grow request `id` by `num_tokens`, the last `num_draft` of them draft
+/// tokens (speculative decoding: slots now, in the prefix index only once a
+/// later step's verdict keeps them; at most max_draft_tokens). A request
+/// with drafts unsettled does not grow: its extend fails (invalid_request).
 struct extend_op {
   request_id id = 0;
   std::uint32_t num_tokens = 0;
+  std::uint32_t num_draft = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, extend_op& x) {
-  return f(caf::meta::type_name("extend_op"), x.id, x.num_tokens);
+  return f(caf::meta::type_name("extend_op"), x.id, x.num_tokens,
+           x.num_draft);
+}
+
+/// The verification of request `id`'s draft tokens: the first `accepted`
+/// stay (the blocks they complete enter the prefix index), the rest go -
+/// the request shrinks by them, and blocks left empty return to the pool.
+struct draft_verdict {
+  request_id id = 0;
+  std::uint32_t accepted = 0;
+};
+
+template <class Inspector>
+typename Inspector::result_type inspect(Inspector& f, draft_verdict& x) {
+  return f(caf::meta::type_name("draft_verdict"), x.id, x.accepted);
 }
 
 /// One step, executed in this order in one message:
+/// 0. `verdicts` settle the draft tokens of the previous step's extends (a
+///    shrunk table is reported in `changed`: blocks[first...] are gone);
 /// 1. `frees` end (finished requests; blocks return, hashed ones stay cached);
 /// 2. `extends` run in list order (oldest request first), each request at
 ///    most once: a second entry for the same id fails (invalid_request,
@@ -51,16 +71,21 @@ struct step_request {
   std::vector<allocation_request> admits;
   bool preempt_on_shortage = true;
   bool admit_after_preemption = false;
+  /// Run first (step 0 above); last here so older brace-initializers of
+  /// the other fields still compile.
+  std::vector<draft_verdict> verdicts;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_request& x) {
   return f(caf::meta::type_name("step_request"), x.frees, x.extends, x.tokens,
-           x.admits, x.preempt_on_shortage, x.admit_after_preemption);
+           x.admits, x.preempt_on_shortage, x.admit_after_preemption,
+           x.verdicts);
 }
 
 /// A request whose table changed: blocks[first...] are now `blocks` (new
-/// blocks appended, or a shared last block replaced by its private copy).
+/// blocks appended, a shared last block replaced by its private copy, or -
+/// `blocks` empty - the table cut to `first` blocks by a draft verdict).
 struct table_delta {
   request_id id = 0;
   std::uint32_t first = 0;
@@ -106,7 +131,9 @@ typename Inspector::result_type inspect(Inspector& f, op_failure& x) {
 /// What a step did.
 struct step_result {
   std::vector<request_id> freed;
-  std::vector<table_delta> changed;  ///< extends that changed blocks
+  /// Tables that changed, in the order they did: a request cut by its
+  /// verdict and then extended has two entries (apply them in order).
+  std::vector<table_delta> changed;
   std::vector<block_copy> copies;    ///< copy-on-write, done before the reply
   std::vector<request_id> preempted; ///< newest first, as chosen
   std::vector<admission> admitted;

@@ -67,6 +67,11 @@ typename Inspector::result_type inspect(Inspector& f, device& x) {
 
 // -- allocation_request --------------------------------------------------------
 
+/// The most draft tokens (speculative decoding) a request may hold
+/// unsettled: an extend's `drafts` (see kv_cache_handle::append and
+/// extend_op::num_draft) past this fails with invalid_request.
+constexpr std::uint32_t max_draft_tokens = 65535;
+
 /// What a request asks for when it starts. The shape must match the model the
 /// cache was configured for.
 struct allocation_request {
@@ -254,6 +259,10 @@ struct cache_manager_stats {
   /// Blocks a swap-in shared again because their prefix was still on the
   /// device (cached or in use), instead of copying them from the host.
   std::uint64_t swap_in_shared_blocks = 0;
+  /// Speculative decoding: tokens extended as drafts, and those of them
+  /// the verification rejected (settle_drafts dropped them).
+  std::uint64_t draft_tokens = 0;
+  std::uint64_t draft_tokens_rejected = 0;
 };
 
 template <class Inspector>
@@ -266,7 +275,7 @@ typename Inspector::result_type inspect(Inspector& f, cache_manager_stats& x) {
            x.prefix_query_tokens, x.prefix_hit_tokens, x.host_total_blocks,
            x.host_free_blocks, x.tenants, x.blocks_allocated,
            x.prefix_hit_blocks, x.blocks_freed, x.blocks_cached, x.cow_copies,
-           x.swap_in_shared_blocks);
+           x.swap_in_shared_blocks, x.draft_tokens, x.draft_tokens_rejected);
 }
 
 /// What one garbage collection did.

@@ -146,6 +146,11 @@ std::string to_prometheus(const cache_manager_stats& s) {
           "Blocks a swap-in shared again from the device's prefix cache "
           "instead of copying them from the host tier.",
           s.swap_in_shared_blocks);
+  counter(reg, "kvactor:draft_tokens_total",
+          "Tokens extended as drafts (speculative decoding).",
+          s.draft_tokens);
+  counter(reg, "kvactor:draft_tokens_rejected_total",
+          "Draft tokens the verification rejected.", s.draft_tokens_rejected);
   add_tenants(reg, s.tenants);
   return prometheus::TextSerializer{}.Serialize(reg.Collect());
 }

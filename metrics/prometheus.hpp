@@ -31,6 +31,8 @@ namespace kvactor {
 ///   kvactor:blocks_allocated_total, kvactor:prefix_hit_blocks_total,
 ///   kvactor:blocks_freed_total, kvactor:blocks_cached_total,
 ///   kvactor:cow_copies_total
+/// Speculative decoding:
+///   kvactor:draft_tokens_total, kvactor:draft_tokens_rejected_total
 /// Per tenant, label `tenant` (families left out when stats has no tenants):
 ///   gauges   kvactor:tenant_blocks_used, kvactor:tenant_max_blocks (0 = no
 ///            quota), kvactor:tenant_reserved_blocks,

@@ -50,6 +50,8 @@ nlohmann::json to_json(const cache_manager_stats& x) {
     {"blocks_freed", x.blocks_freed},
     {"blocks_cached", x.blocks_cached},
     {"cow_copies", x.cow_copies},
+    {"draft_tokens", x.draft_tokens},
+    {"draft_tokens_rejected", x.draft_tokens_rejected},
   };
 }
 

@@ -74,6 +74,23 @@ BOOST_AUTO_TEST_CASE(check_catches_a_tail_of_a_whole_block) {
   expect_broken("request 1 has 1 hashed blocks and 5 tail tokens for 9 tokens");
 }
 
+BOOST_AUTO_TEST_CASE(check_catches_drafts_counted_wrong_or_indexed) {
+  // 1 holds 9 tokens, 2 blocks of them hashed: more drafts than tokens,
+  // or drafts among its hashed tokens, break the count.
+  seq(1).drafts = 10;
+  expect_broken("request 1 has 10 draft tokens of 9");
+  seq(1).drafts = 5;
+  expect_broken("request 1 has 2 hashed blocks and 1 tail tokens");
+  seq(1).drafts = 0;
+  BOOST_TEST(invariant(*pool) == "ok");
+  // 9's first block (indexed, full) holding drafts: a prompt could find
+  // K/V the verifier may yet reject.
+  seq(9).hashable = false;
+  seq(9).num_hashed = 0;
+  seq(9).drafts = 6;
+  expect_broken("holds draft tokens but is indexed");
+}
+
 BOOST_AUTO_TEST_CASE(check_catches_an_unflagged_holder_of_a_shared_partial_block) {
   // 9 and 10 hold the same 2 tokens of their last block: 10 would write
   // over what 9 reads next.

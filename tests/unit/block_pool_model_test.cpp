@@ -259,11 +259,18 @@ private:
 
   void do_extend() {
     auto id = live_id();
+    auto it = model_.sequences().find(id);
+    if (it != model_.sequences().end() && it->second.drafts != 0
+        && chance(85))
+      return do_settle(id, it->second.drafts);
     std::uint64_t n = chance(60) ? 1 : below(10);
     bool named = chance(65);
     auto tokens = random_tokens(n);
-    auto want = model_.extend(id, n, named ? &tokens : nullptr);
-    auto got = core_.extend(id, n, named ? tokens.data() : nullptr);
+    // Speculative decoding: some extends end in drafts (a few too many).
+    std::uint64_t drafts = chance(20) ? below(n + 2) : 0;
+    auto want = model_.extend(id, n, named ? &tokens : nullptr, drafts);
+    auto got = core_.extend(id, n, named ? tokens.data() : nullptr, false,
+                            drafts);
     expect_code("extend", code_of(got ? caf::error{} : got.error()), want.err);
     if (got) {
       MODEL_REQUIRE(got->changed == want.changed, where() << "changed");
@@ -274,6 +281,22 @@ private:
                                     << str(want.copies));
       if (!got->copies.empty())
         cov_("copy on write");
+    }
+  }
+
+  /// Settles `id`'s `drafts` draft tokens, keeping a random number of them
+  /// (now and then one more than it has: invalid_request).
+  void do_settle(request_id id, std::uint64_t drafts) {
+    auto accepted = chance(5) ? drafts + 1 : below(drafts + 1);
+    auto want = model_.settle_drafts(id, accepted);
+    auto got = core_.settle_drafts(id, accepted);
+    expect_code("settle", code_of(got ? caf::error{} : got.error()), want.err);
+    if (got) {
+      MODEL_REQUIRE(got->changed == want.changed
+                      && got->first_changed == want.first_changed,
+                    where() << "settle cut " << got->first_changed << " vs "
+                            << want.first_changed);
+      cov_(accepted == drafts ? "drafts all accepted" : "drafts rejected");
     }
   }
 
@@ -330,6 +353,11 @@ private:
   void do_step() {
     step_request step;
     std::set<request_id> used;
+    for (auto& [id, seq] : model_.sequences())
+      if (seq.drafts != 0 && chance(70))
+        step.verdicts.push_back(draft_verdict{
+          id, static_cast<std::uint32_t>(chance(3) ? seq.drafts + 1
+                                                   : below(seq.drafts + 1))});
     for (auto k = below(3); k > 0; --k)
       step.frees.push_back(live_id());
     for (auto k = below(7); k > 0; --k) {
@@ -342,6 +370,8 @@ private:
       }
       used.insert(op.id);
       op.num_tokens = static_cast<std::uint32_t>(chance(60) ? 1 : below(6));
+      if (chance(20))
+        op.num_draft = static_cast<std::uint32_t>(below(op.num_tokens + 1));
       step.extends.push_back(op);
     }
     if (chance(60)) {
@@ -412,6 +442,9 @@ private:
       cov_("step admitted");
     if (!g.copies.empty())
       cov_("step copy on write");
+    for (auto& d : g.changed)
+      if (d.blocks.empty())
+        cov_("step verdict cut a table");
   }
 
   // -- comparison ------------------------------------------------------------------
@@ -465,7 +498,8 @@ void run_and_check_coverage(const run_params& p) {
                  "fork:ok", "fork:duplicate_request", "release:ok",
                  "reclaim:live", "reclaim:stale", "preempt:ok",
                  "step preempted", "step admitted", "step admission blocked",
-                 "step repeats an id",
+                 "step repeats an id", "settle:ok", "settle:invalid_request",
+                 "drafts rejected", "drafts all accepted", "step verdict cut a table",
                  "can_allocate:yes", "can_allocate:no", "chunk admitted"})
     BOOST_TEST(has(k), "seed " << p.seed << " never reached " << k);
   if (p.block_size > 1) // with one token per block, no block is partly full

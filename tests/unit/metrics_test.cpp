@@ -39,6 +39,8 @@ cache_manager_stats filled_stats() {
   s.prefix_hit_tokens = 1000;
   s.host_total_blocks = 256;
   s.host_free_blocks = 200;
+  s.draft_tokens = 40;
+  s.draft_tokens_rejected = 12;
   s.tenants = {{"alpha", 500, 600, 100, 4, 3000, 900, 2, 1},
                {"be\"ta", 100, 0, 0, 3, 1000, 100, 12, 12}};
   return s;
@@ -64,10 +66,12 @@ BOOST_AUTO_TEST_SUITE(metrics_suite)
 
 BOOST_AUTO_TEST_CASE(manager_stats_json_has_every_field_by_name) {
   auto j = to_json(filled_stats());
-  BOOST_TEST(j.size() == 26u);
+  BOOST_TEST(j.size() == 28u);
   BOOST_TEST(j["total_memory_bytes"].get<std::uint64_t>() == 1000u * 65536);
   BOOST_TEST(j["used_memory_bytes"].get<std::uint64_t>() == 600u * 65536);
   BOOST_TEST(j["active_caches"].get<std::uint64_t>() == 7u);
+  BOOST_TEST(j["draft_tokens"].get<std::uint64_t>() == 40u);
+  BOOST_TEST(j["draft_tokens_rejected"].get<std::uint64_t>() == 12u);
   BOOST_TEST(j["total_blocks"].get<std::uint64_t>() == 1000u);
   BOOST_TEST(j["free_blocks"].get<std::uint64_t>() == 400u);
   BOOST_TEST(j["cache_hit_rate"].get<double>() == 0.25);
@@ -224,7 +228,7 @@ BOOST_AUTO_TEST_CASE(prometheus_text_lines_are_well_formed) {
       }
     }
   }
-  BOOST_TEST(num_samples == 24u + 8u * 2u);
+  BOOST_TEST(num_samples == 26u + 8u * 2u);
   // Counter families end in _total (vLLM's scraped names); gauges never do.
   for (auto& [family, kind] : types) {
     bool suffixed = family.size() > 6

@@ -82,7 +82,7 @@ std::string sequence_diff(const detail::block_pool_core& core,
   if (s.where != m.where || s.release_pending != m.release_pending)
     return req() + "residency";
   if (s.num_tokens != m.num_tokens || s.max_tokens != m.max_tokens
-      || s.expected_tokens != m.expected_tokens)
+      || s.expected_tokens != m.expected_tokens || s.drafts != m.drafts)
     return req() + "token counts";
   if (s.cache_id != m.cache_id || s.admitted != m.admitted
       || s.tenant != m.tenant || s.priority != m.priority)
@@ -90,7 +90,7 @@ std::string sequence_diff(const detail::block_pool_core& core,
   if (s.hashable != m.hashable)
     return req() + "hashable";
   if (s.hashable) {
-    auto full = m.tokens.size() / bs;
+    auto full = (m.tokens.size() - m.drafts) / bs;
     std::vector<token_id> tail(m.tokens.begin() + full * bs, m.tokens.end());
     if (s.num_hashed != full || s.tail != tail)
       return req() + "hashing state";
@@ -212,6 +212,8 @@ std::string counters_diff(const detail::pool_counters& c,
   field("swap_outs", c.swap_outs, m.swap_outs);
   field("swap_ins", c.swap_ins, m.swap_ins);
   field("swap_in_shared", c.swap_in_shared, m.swap_in_shared);
+  field("draft_tokens", c.draft_tokens, m.draft_tokens);
+  field("drafts_rejected", c.drafts_rejected, m.drafts_rejected);
   auto s = out.str();
   return s.empty() ? s : "counters: " + s;
 }

@@ -220,10 +220,26 @@ private:
 
   void do_extend(bool named) {
     auto id = live_id();
+    auto it = model_.sequences().find(id);
+    if (it != model_.sequences().end() && it->second.drafts != 0
+        && chance(80)) {
+      // Settle its drafts (a request may hold them across swaps).
+      auto accepted = below(it->second.drafts + 1);
+      auto want = model_.settle_drafts(id, accepted);
+      auto got = core_.settle_drafts(id, accepted);
+      expect("settle", code_of(got), want.err);
+      if (got)
+        POLICY_REQUIRE(got->changed == want.changed
+                         && got->first_changed == want.first_changed,
+                       "settle outcome");
+      return;
+    }
     std::uint64_t n = chance(60) ? 1 : below(9);
     auto tokens = random_tokens(n);
-    auto want = model_.extend(id, n, named ? &tokens : nullptr);
-    auto got = core_.extend(id, n, named ? tokens.data() : nullptr);
+    std::uint64_t drafts = chance(15) ? below(n + 1) : 0;
+    auto want = model_.extend(id, n, named ? &tokens : nullptr, drafts);
+    auto got = core_.extend(id, n, named ? tokens.data() : nullptr, false,
+                            drafts);
     expect(named ? "append" : "extend", code_of(got), want.err);
     if (got)
       POLICY_REQUIRE(got->changed == want.changed
@@ -448,6 +464,7 @@ void run_and_check_coverage(const run_params& p,
   for (auto k : {"allocate:ok", "allocate:out_of_blocks", "allocate:quota_exceeded",
                  "allocate:unknown_tenant", "extend:ok", "extend:invalid_request",
                  "append:ok", "fork:ok", "fork:invalid_request", "release:ok",
+                 "settle:ok", "settle:invalid_request",
                  "release during swap", "preempt:ok",
                  "preempt while not resident", "swap_out_begin:ok",
                  "swap_out_begin:out_of_blocks", "swap_out_begin:invalid_request",

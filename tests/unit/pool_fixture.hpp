@@ -70,7 +70,8 @@ inline std::string describe(const block_pool_core& pool, bool with_failures) {
         << " tokens " << s->num_tokens << " blocks";
     for (auto b : s->blocks)
       out << ' ' << b;
-    out << " hashed " << s->hashable << '/' << s->num_hashed << '\n';
+    out << " hashed " << s->hashable << '/' << s->num_hashed << " drafts "
+        << s->drafts << '\n';
   }
   out << "used " << pool.used_blocks() << " cached " << pool.cached_blocks()
       << " free " << pool.free_blocks() << '\n';
@@ -78,7 +79,8 @@ inline std::string describe(const block_pool_core& pool, bool with_failures) {
   out << "counters " << c.allocations << ' ' << c.blocks_allocated << ' '
       << c.prefix_hit_blocks << ' ' << c.blocks_freed << ' ' << c.blocks_cached
       << ' ' << c.evictions << ' ' << c.cow_copies << ' ' << c.preemptions << ' '
-      << c.query_tokens << ' ' << c.hit_tokens;
+      << c.query_tokens << ' ' << c.hit_tokens << ' ' << c.draft_tokens << ' '
+      << c.drafts_rejected;
   if (with_failures)
     out << ' ' << c.allocation_failures;
   out << '\n';

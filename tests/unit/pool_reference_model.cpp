@@ -320,7 +320,8 @@ bool pool_model::can_allocate(const allocation_request& req) const {
 }
 
 model_extension pool_model::extend(request_id id, std::uint64_t n,
-                                   const std::vector<token_id>* tokens) {
+                                   const std::vector<token_id>* tokens,
+                                   std::uint64_t drafts) {
   auto it = seqs_.find(id);
   if (it == seqs_.end())
     return failed_extension(errc::unknown_request);
@@ -328,8 +329,12 @@ model_extension pool_model::extend(request_id id, std::uint64_t n,
   if (seq.where != residency::resident)
     return failed_extension(errc::invalid_request);
   model_extension out;
+  if (drafts > n || drafts > max_draft_tokens)
+    return failed_extension(errc::invalid_request);
   if (n == 0)
     return out;
+  if (seq.drafts != 0) // unsettled drafts: no growth
+    return failed_extension(errc::invalid_request);
   if (seq.num_tokens + n > seq.max_tokens)
     return failed_extension(errc::exceeds_max_sequence_length);
   if (tokens != nullptr)
@@ -357,18 +362,54 @@ model_extension pool_model::extend(request_id id, std::uint64_t n,
   }
   for (std::uint64_t i = 0; i < add; ++i)
     seq.blocks.push_back(take(seq.tenant, seq.level));
+  seq.drafts = drafts;
+  counters_.draft_tokens += drafts;
   if (seq.hashable && tokens != nullptr) {
-    auto before = seq.tokens.size() / block_size_;
     seq.tokens.insert(seq.tokens.end(), tokens->begin(), tokens->end());
-    auto after = seq.tokens.size() / block_size_;
-    for (auto i = before; i < after; ++i)
-      index(seq.blocks[i], key_of(seq.tenant, seq.salt, seq.tokens, (i + 1) * block_size_),
-            seq.tenant);
+    index_settled(seq, (seq.num_tokens) / block_size_);
   } else if (seq.hashable) {
     seq.hashable = false;
     seq.tokens.clear();
   }
   seq.num_tokens += n;
+  return out;
+}
+
+void pool_model::index_settled(model_sequence& seq, std::size_t from) {
+  // Every block of settled tokens (drafts excluded) from block `from` on.
+  auto after = (seq.tokens.size() - seq.drafts) / block_size_;
+  for (auto i = from; i < after; ++i)
+    index(seq.blocks[i],
+          key_of(seq.tenant, seq.salt, seq.tokens, (i + 1) * block_size_),
+          seq.tenant);
+}
+
+model_extension pool_model::settle_drafts(request_id id,
+                                          std::uint64_t accepted) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end())
+    return failed_extension(errc::unknown_request);
+  auto& seq = it->second;
+  if (seq.where != residency::resident || accepted > seq.drafts)
+    return failed_extension(errc::invalid_request);
+  auto rejected = seq.drafts - accepted;
+  auto from = (seq.num_tokens - seq.drafts) / block_size_;
+  seq.drafts = 0;
+  seq.num_tokens -= rejected;
+  counters_.drafts_rejected += rejected;
+  if (seq.hashable) {
+    seq.tokens.resize(seq.tokens.size() - rejected);
+    index_settled(seq, from);
+  }
+  model_extension out;
+  auto keep = blocks_for(seq.num_tokens, block_size_);
+  out.first_changed = static_cast<std::uint32_t>(keep);
+  out.changed = keep < seq.blocks.size();
+  while (seq.blocks.size() > keep) {
+    auto b = seq.blocks.back();
+    seq.blocks.pop_back();
+    unref(b, seq.level);
+  }
   return out;
 }
 
@@ -437,7 +478,7 @@ model_allocation pool_model::fork(request_id parent, request_id child) {
   auto p = seqs_.find(parent);
   if (p == seqs_.end())
     return {errc::unknown_request};
-  if (p->second.where != residency::resident)
+  if (p->second.where != residency::resident || p->second.drafts != 0)
     return {errc::invalid_request};
   if (seqs_.count(child))
     return {errc::duplicate_request};

@@ -52,6 +52,9 @@ struct model_sequence {
   /// Whether every token so far is known (then `tokens` holds them all).
   bool hashable = false;
   std::vector<token_id> tokens;
+  /// Its last `drafts` tokens are unsettled drafts (none of their blocks
+  /// indexed; it neither grows nor forks until settle_drafts).
+  std::uint64_t drafts = 0;
   /// Tokens it is expected to reach (reserve_expected); 0 = no promise.
   std::uint64_t expected_tokens = 0;
   detail::residency where = detail::residency::resident;
@@ -127,9 +130,12 @@ public:
 
   model_allocation allocate(const allocation_request& req);
   bool can_allocate(const allocation_request& req) const;
-  /// `tokens`: null or exactly n ids.
+  /// `tokens`: null or exactly n ids; the last `drafts` of them drafts.
   model_extension extend(request_id id, std::uint64_t n,
-                         const std::vector<token_id>* tokens);
+                         const std::vector<token_id>* tokens,
+                         std::uint64_t drafts = 0);
+  /// Keeps the first `accepted` of `id`'s drafts, drops the rest.
+  model_extension settle_drafts(request_id id, std::uint64_t accepted);
   model_release release(request_id id);
   model_release reclaim(request_id id, std::uint64_t cache_id);
   model_release preempt(request_id id);
@@ -249,6 +255,8 @@ private:
   void unpin_with_descendants(block_id b);
   void evict_block(block_id b);
   void index(block_id b, prefix_key key, std::uint16_t t);
+  /// Indexes `seq`'s blocks of settled tokens from block `from` on.
+  void index_settled(model_sequence& seq, std::size_t from);
 
   std::uint32_t block_size_;
   bool prefix_caching_;

@@ -15,6 +15,14 @@ using detail::residency;
 
 model_step_result pool_model::run_step(const step_request& step) {
   model_step_result r;
+  for (auto& v : step.verdicts) {
+    auto res = settle_drafts(v.id, v.accepted);
+    if (res.err)
+      r.failed.emplace_back(v.id, *res.err);
+    else if (res.changed)
+      r.changed.push_back(table_delta{v.id, res.first_changed, {},
+                                      seqs_.at(v.id).num_tokens});
+  }
   for (auto id : step.frees) {
     auto res = release(id);
     if (res.err)
@@ -56,7 +64,8 @@ model_step_result pool_model::run_step(const step_request& step) {
       continue;
     }
     for (;;) {
-      auto res = extend(op.id, op.num_tokens, named ? &tokens[i] : nullptr);
+      auto res = extend(op.id, op.num_tokens, named ? &tokens[i] : nullptr,
+                        op.num_draft);
       if (!res.err) {
         if (res.changed) {
           auto& seq = seqs_.at(op.id);

@@ -1,0 +1,50 @@
+// block_pool_core: speculative decoding. A request grows by draft tokens
+// (extend's `drafts`): their slots are taken like any others, but no block
+// holding one enters the prefix index, since the verifying pass may reject
+// them and the request then writes other tokens into the same slots. The
+// next step settles them: accepted drafts become ordinary tokens (and the
+// blocks they complete are indexed then), rejected ones are dropped.
+#include "kvactor/actors/block_pool_core.hpp"
+
+#include "kvactor/messages/error.hpp"
+
+namespace kvactor::detail {
+
+caf::expected<extension_outcome>
+block_pool_core::settle_drafts(request_id id, std::uint64_t accepted) {
+  caf::error err;
+  auto seq = find_resident(id, err);
+  if (seq == nullptr)
+    return err;
+  if (accepted > seq->drafts)
+    return make_error(errc::invalid_request,
+                      req_name(id) + ": accepts " + std::to_string(accepted)
+                        + " draft tokens of the "
+                        + std::to_string(seq->drafts) + " it holds");
+  extension_outcome out;
+  auto rejected = seq->drafts - accepted;
+  auto promised_before = growth(*seq);
+  seq->drafts = 0;
+  seq->num_tokens -= rejected;
+  counters_.drafts_rejected += rejected;
+  if (seq->hashable) {
+    seq->tail.resize(seq->tail.size() - rejected);
+    hash_tail(*seq); // accepted drafts may complete blocks
+  }
+  // Blocks past the new end held only rejected drafts: none is indexed,
+  // shared (no fork while drafts are unsettled) or held by a copy (their
+  // request's copy was settled: find_resident), so each goes back free.
+  auto keep = blocks_for(seq->num_tokens);
+  out.first_changed = static_cast<std::uint32_t>(keep);
+  out.changed = keep < seq->blocks.size();
+  while (seq->blocks.size() > keep) {
+    auto b = seq->blocks.back();
+    seq->blocks.pop_back();
+    unref(b, seq->level);
+  }
+  seq->last_access = clock_ns_;
+  repromise(*seq, promised_before);
+  return out;
+}
+
+} // namespace kvactor::detail
