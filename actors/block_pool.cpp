@@ -93,6 +93,25 @@ block_pool_fun(pool_ptr self, cache_config cfg,
         return std::move(x.table);
       });
     },
+    [self](draft_atom, request_id id, std::uint64_t cache_id, std::uint64_t n,
+           const std::vector<token_id>& tokens,
+           std::uint32_t drafts) -> caf::result<block_table> {
+      auto ext = grow(self, id, cache_id, n, tokens,
+                      cache_id == current_incarnation, drafts);
+      if (!ext)
+        return std::move(ext.error());
+      return after_copies<block_table>(self, std::move(*ext), [](extension x) {
+        return std::move(x.table);
+      });
+    },
+    [self](settle_atom, request_id id, std::uint64_t cache_id,
+           std::uint32_t accepted) -> caf::result<block_table> {
+      auto res = settle(self, id, cache_id, accepted,
+                        cache_id == current_incarnation);
+      if (!res)
+        return std::move(res.error());
+      return std::move(*res);
+    },
     [self, &st](free_atom, request_id id,
                 std::uint64_t cache_id) -> caf::result<std::uint32_t> {
       if (auto err = from_manager(self, st.registry, "free"))

@@ -136,7 +136,7 @@ block_table table_of(const block_pool_core& core, request_id id) {
 caf::expected<extension> grow(pool_ptr self, request_id id,
                               std::uint64_t cache_id, std::uint64_t n,
                               const std::vector<token_id>& tokens,
-                              bool by_manager) {
+                              bool by_manager, std::uint32_t drafts) {
   auto& st = self->state;
   // Looked up once: extend adds no sequence, so `seq` stays valid for the
   // table below.
@@ -155,11 +155,28 @@ caf::expected<extension> grow(pool_ptr self, request_id id,
   st.expire_due_pins();
   st.set_clock();
   auto res = st.core().extend(id, n, tokens.empty() ? nullptr : tokens.data(),
-                              true);
+                              true, drafts);
   if (!res)
     return std::move(res.error());
   st.report(self);
   return extension{st.core().table(*seq), std::move(res->copies)};
+}
+
+caf::expected<block_table> settle(pool_ptr self, request_id id,
+                                  std::uint64_t cache_id,
+                                  std::uint64_t accepted, bool by_manager) {
+  auto& st = self->state;
+  auto any = by_manager && cache_id == current_incarnation;
+  auto seq = any ? st.core().find(id) : st.core().find(id, cache_id);
+  if (seq == nullptr)
+    return by_manager ? check_current(st.core(), id, cache_id)
+                      : check_incarnation(st.core(), id, cache_id);
+  st.set_clock();
+  auto res = st.core().settle_drafts(id, accepted);
+  if (!res)
+    return std::move(res.error());
+  st.report(self);
+  return st.core().table(*seq);
 }
 
 } // namespace kvactor::detail

@@ -114,13 +114,20 @@ caf::error from_manager(block_pool_actor::pointer self,
 block_table table_of(const block_pool_core& core, request_id id);
 
 /// Grows incarnation `cache_id` of `id` by `n` tokens (`tokens`: none, or
-/// exactly n ids) and reports usage. If that incarnation ended: the
-/// handle's error (invalid_handle), or with `by_manager` the registry's
-/// (unknown_request). The extension's copies are still to be made.
+/// exactly n ids), the last `drafts` of them draft tokens, and reports
+/// usage. If that incarnation ended: the handle's error (invalid_handle),
+/// or with `by_manager` the registry's (unknown_request). The extension's
+/// copies are still to be made.
 caf::expected<extension> grow(pool_ptr self, request_id id,
                               std::uint64_t cache_id, std::uint64_t n,
                               const std::vector<token_id>& tokens,
-                              bool by_manager);
+                              bool by_manager, std::uint32_t drafts = 0);
+
+/// Settles the draft tokens of incarnation `cache_id` of `id` (as grow
+/// names it), keeping `accepted`; reports usage, replies with the table.
+caf::expected<block_table> settle(pool_ptr self, request_id id,
+                                  std::uint64_t cache_id,
+                                  std::uint64_t accepted, bool by_manager);
 
 /// The reply to an extend: `convert(ext)` now if it copied nothing, else
 /// once the device made its copy-on-write copies (or the device's error,

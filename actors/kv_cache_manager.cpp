@@ -13,11 +13,34 @@ namespace kvactor {
 
 namespace {
 
+caf::error ended(request_id id) {
+  return make_error(errc::invalid_handle,
+                    "request " + std::to_string(id) + " has ended");
+}
+
 caf::error as_handle_error(caf::error err, request_id id) {
-  if (err == caf::sec::request_receiver_down)
-    return make_error(errc::invalid_handle,
-                      "request " + std::to_string(id) + " has ended");
-  return err;
+  return err == caf::sec::request_receiver_down ? ended(id) : err;
+}
+
+/// A growth or settlement through `handle`'s actor: the table comes back.
+template <class... Ts>
+caf::error through_handle(detail::facade_core& core, kv_cache_handle& handle,
+                          Ts&&... xs) {
+  if (!handle.is_valid())
+    return ended(handle.id());
+  auto err = core.ask_done<block_table>(handle.actor(), std::forward<Ts>(xs)...);
+  return err ? as_handle_error(std::move(err), handle.id()) : caf::none;
+}
+
+/// invalid_request unless `n` (draft tokens) is at most max_draft_tokens.
+caf::error check_drafts(const kv_cache_handle& handle, std::size_t n,
+                        const char* what) {
+  if (n <= max_draft_tokens)
+    return caf::none;
+  return make_error(errc::invalid_request,
+                    "request " + std::to_string(handle.id()) + ": " + what
+                      + ' ' + std::to_string(n) + " draft tokens (at most "
+                      + std::to_string(max_draft_tokens) + ")");
 }
 
 } // namespace
@@ -99,24 +122,31 @@ kv_cache_manager::allocate(const allocation_request& req) {
 
 caf::error kv_cache_manager::extend(kv_cache_handle& handle,
                                     std::size_t additional_tokens) {
-  if (!handle.is_valid())
-    return make_error(errc::invalid_handle, "request "
-                                              + std::to_string(handle.id())
-                                              + " has ended");
-  auto err = core_->ask_done<block_table>(handle.actor(), extend_atom::value,
-                                          std::uint64_t{additional_tokens});
-  return err ? as_handle_error(std::move(err), handle.id()) : caf::none;
+  return through_handle(*core_, handle, extend_atom::value,
+                        std::uint64_t{additional_tokens});
 }
 
 caf::error kv_cache_manager::append(kv_cache_handle& handle,
                                     const std::vector<token_id>& tokens) {
-  if (!handle.is_valid())
-    return make_error(errc::invalid_handle, "request "
-                                              + std::to_string(handle.id())
-                                              + " has ended");
-  auto err = core_->ask_done<block_table>(handle.actor(), append_atom::value,
-                                          tokens);
-  return err ? as_handle_error(std::move(err), handle.id()) : caf::none;
+  return through_handle(*core_, handle, append_atom::value, tokens);
+}
+
+caf::error kv_cache_manager::append(kv_cache_handle& handle,
+                                    const std::vector<token_id>& tokens,
+                                    std::size_t drafts) {
+  if (auto err = check_drafts(handle, drafts, "appends"))
+    return err;
+  return through_handle(*core_, handle, draft_atom::value,
+                        std::uint64_t{tokens.size()}, tokens,
+                        static_cast<std::uint32_t>(drafts));
+}
+
+caf::error kv_cache_manager::settle_drafts(kv_cache_handle& handle,
+                                           std::size_t accepted) {
+  if (auto err = check_drafts(handle, accepted, "accepts"))
+    return err;
+  return through_handle(*core_, handle, settle_atom::value,
+                        static_cast<std::uint32_t>(accepted));
 }
 
 caf::error kv_cache_manager::deallocate(request_id id) {

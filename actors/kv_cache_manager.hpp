@@ -61,6 +61,25 @@ public:
   /// and invalid_request for a negative token id.
   caf::error append(kv_cache_handle& handle, const std::vector<token_id>& tokens);
 
+  /// Speculative decoding: grows the request by `tokens`, the last `drafts`
+  /// of them draft tokens - they get slots (write their K/V as usual), but
+  /// no block holding one enters the prefix index until settle_drafts keeps
+  /// it. Until then the request neither grows nor forks. Errors: as
+  /// append's, and invalid_request for drafts > tokens.size() or past
+  /// max_draft_tokens, or while earlier drafts are unsettled. Marking a
+  /// whole step's tokens as drafts and settling them once the forward pass
+  /// finished also takes them back if it failed (settle_drafts(h, 0)).
+  caf::error append(kv_cache_handle& handle, const std::vector<token_id>& tokens,
+                    std::size_t drafts);
+
+  /// Settles the request's drafts: the first `accepted` become ordinary
+  /// tokens (the blocks they complete enter the prefix index), the rest are
+  /// dropped - the request shrinks by them and blocks left empty go back to
+  /// the pool; the next append writes where the first dropped one was.
+  /// Errors: invalid_handle, invalid_request (more than it holds; swapped
+  /// out; a copy-on-write copy in flight).
+  caf::error settle_drafts(kv_cache_handle& handle, std::size_t accepted);
+
   /// Ends the request: every reference turns invalid, blocks return (full
   /// hashed blocks stay cached). Error: unknown_request.
   caf::error deallocate(request_id id);

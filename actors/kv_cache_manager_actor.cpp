@@ -63,6 +63,8 @@ cache_manager_stats manager_stats(const manager_state& st, pool_stats p) {
   s.blocks_freed = p.blocks_freed;
   s.blocks_cached = p.blocks_cached;
   s.cow_copies = p.cow_copies;
+  s.draft_tokens = p.draft_tokens;
+  s.draft_tokens_rejected = p.draft_tokens_rejected;
   return s;
 }
 
@@ -191,6 +193,19 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       self->state.pool_index->prefetch(id);
       return self->delegate(self->state.pool, append_atom::value, id,
                             current_incarnation, std::move(tokens));
+    },
+    [self](draft_atom, request_id id, std::uint64_t n,
+           std::vector<token_id>& tokens,
+           std::uint32_t drafts) -> caf::result<block_table> {
+      self->state.pool_index->prefetch(id);
+      return self->delegate(self->state.pool, draft_atom::value, id,
+                            current_incarnation, n, std::move(tokens), drafts);
+    },
+    [self](settle_atom, request_id id,
+           std::uint32_t accepted) -> caf::result<block_table> {
+      self->state.pool_index->prefetch(id);
+      return self->delegate(self->state.pool, settle_atom::value, id,
+                            current_incarnation, accepted);
     },
     [self](free_atom, request_id id) -> caf::result<std::uint32_t> {
       self->state.pool_index->prefetch(id); // fetched during our lookup

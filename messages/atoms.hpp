@@ -40,5 +40,7 @@ using pin_atom = caf::atom_constant<caf::atom("pin")>;
 using victims_atom = caf::atom_constant<caf::atom("victims")>;
 using index_atom = caf::atom_constant<caf::atom("index")>;
 using registry_atom = caf::atom_constant<caf::atom("registry")>;
+using draft_atom = caf::atom_constant<caf::atom("draft")>;
+using settle_atom = caf::atom_constant<caf::atom("settle")>;
 
 } // namespace kvactor

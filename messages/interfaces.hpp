@@ -30,6 +30,14 @@ using request_handle_actor = caf::typed_actor<
   caf::replies_to<extend_atom, std::uint64_t>::with<block_table>,
   // Grow by these tokens; full blocks enter the prefix index.
   caf::replies_to<append_atom, std::vector<token_id>>::with<block_table>,
+  // Speculative decoding: grow by n tokens (ids: none or n), the last
+  // `drafts` of them draft tokens, kept out of the prefix index until
+  // settled; then settle them, keeping the first `accepted` (the rest are
+  // dropped, the table shrinks). Errors: as extend's, and invalid_request
+  // for a bad draft count or a second draft growth before settling.
+  caf::replies_to<draft_atom, std::uint64_t, std::vector<token_id>,
+                  std::uint32_t>::with<block_table>,
+  caf::replies_to<settle_atom, std::uint32_t>::with<block_table>,
   // Its figures.
   caf::replies_to<stats_atom>::with<cache_handle_stats>,
   // What was allocated.
@@ -97,6 +105,20 @@ using block_pool_actor = caf::typed_actor<
                   std::uint64_t>::with<block_table>,
   caf::replies_to<append_atom, request_id, std::uint64_t,
                   std::vector<token_id>>::with<block_table>,
+  // Speculative decoding, from a handle (its cache id) or the manager
+  // (current_incarnation): grow by n tokens (token ids: none or n), the
+  // last `drafts` of them draft tokens, replying with the table once any
+  // copy-on-write copy is made (errors: as extend's; invalid_request also
+  // for drafts > n or past max_draft_tokens, or while earlier drafts are
+  // unsettled). Then settle them: (request id, cache id, accepted) keeps
+  // the first `accepted` and drops the rest (errors: invalid_request for
+  // more than it holds, or while it is swapped out). An ended incarnation
+  // fails as in extend (invalid_handle, or unknown_request for the
+  // manager's form).
+  caf::replies_to<draft_atom, request_id, std::uint64_t, std::uint64_t,
+                  std::vector<token_id>, std::uint32_t>::with<block_table>,
+  caf::replies_to<settle_atom, request_id, std::uint64_t,
+                  std::uint32_t>::with<block_table>,
   // Operations the manager asks for name the incarnation its registry knows
   // (request id, cache id): the registry follows the pool a few messages
   // late, and an id alone could reach a newer incarnation. Each fails with
@@ -219,6 +241,12 @@ using kv_cache_manager_actor = caf::typed_actor<
   caf::replies_to<extend_atom, request_id, std::uint64_t>::with<block_table>,
   // Grow a request by these tokens.
   caf::replies_to<append_atom, request_id, std::vector<token_id>>::with<block_table>,
+  // Speculative decoding by id: grow by n tokens (ids: none or n), the last
+  // `drafts` of them drafts; settle them, keeping `accepted`. As the
+  // handle's, with unknown_request for an id not live.
+  caf::replies_to<draft_atom, request_id, std::uint64_t, std::vector<token_id>,
+                  std::uint32_t>::with<block_table>,
+  caf::replies_to<settle_atom, request_id, std::uint32_t>::with<block_table>,
   // End a request; replies with the blocks returned. Error: unknown_request.
   caf::replies_to<free_atom, request_id>::with<std::uint32_t>,
   // From a handle: end the incarnation it serves (request id, cache id).

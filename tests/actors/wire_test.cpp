@@ -23,8 +23,9 @@ protocol_messages(cache_fixture& f, const request_handle_actor& h) {
   request_info info{42, true, make_request(f.cfg, 7, 10)};
   step_request step;
   step.frees = {1, 2};
-  step.extends = {extend_op{3, 4}};
+  step.extends = {extend_op{3, 4, 2}};
   step.tokens = {5, 6, 7, 8};
+  step.verdicts = {draft_verdict{9, 1}};
   step.admits = {req};
   step.admit_after_preemption = true;
   step_result res;
@@ -43,6 +44,10 @@ protocol_messages(cache_fixture& f, const request_handle_actor& h) {
   ms.tenants = {tenant_usage{"b", 3, 10, 2, 1, 12, 4, 1, 0}};
   pool_stats ps;
   ps.used_blocks = 5;
+  ps.draft_tokens = 6;
+  ps.draft_tokens_rejected = 2;
+  ms.draft_tokens = 6;
+  ms.draft_tokens_rejected = 2;
   ps.tenants = ms.tenants;
   kv_event_batch kv{3, 4, {kv_event{true, 11, 0, 2, "b", {1, 2, 3, 4}}}, 1.5e9};
   slot_write w{1, {0, -1}, std::vector<std::uint8_t>(64, 1),
@@ -57,6 +62,9 @@ protocol_messages(cache_fixture& f, const request_handle_actor& h) {
     m{"append", caf::make_message(append_atom::value, request_id{7}, std::vector<token_id>{1, 2})},
     m{"pool extend", caf::make_message(extend_atom::value, request_id{7}, std::uint64_t{42},
                                        std::uint64_t{2}, std::vector<token_id>{1, 2})},
+    m{"drafts", caf::make_message(draft_atom::value, request_id{7}, std::uint64_t{2},
+                                  std::vector<token_id>{1, 2}, std::uint32_t{1})},
+    m{"verdict", caf::make_message(settle_atom::value, request_id{7}, std::uint32_t{1})},
     m{"pool extend reply", caf::make_message(extension{table, {block_copy{1, 2}}})},
     m{"fork", caf::make_message(fork_atom::value, request_id{1}, request_id{2})},
     m{"step", caf::make_message(step_atom::value, step)},
