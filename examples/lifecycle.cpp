@@ -1,7 +1,7 @@
 // lifecycle: a guided tour of kvactor through its blocking facade -
-// allocation, prefix reuse, chunked prefill, extension with copy-on-write,
-// pressure changes, GC and deallocation - printing what the cache did at each
-// step.
+// allocation, prefix reuse, chunked prefill, speculative decoding's draft
+// tokens, extension with copy-on-write, pressure changes, GC and
+// deallocation - printing what the cache did at each step.
 //
 //   lifecycle [--config FILE]     (default: the embedded config)
 #include <algorithm>
@@ -137,6 +137,19 @@ int run(caf::actor_system& sys, const cache_config& cfg) {
   }
   std::cout << "   its next chunks appended:                   "
             << blocks_of((*d)->table()) << '\n';
+
+  // 2c. Speculative decoding: the verifier's input is the last sampled
+  //     token and 11 draft tokens; the drafts get slots but stay out of the
+  //     prefix index. The verifier keeps 3: the other 8 go, and the block
+  //     that held only rejected drafts goes back to the pool.
+  if (auto err = mgr.append(**d, tokens(20000, 12), 11))
+    return fail("append drafts 5", err);
+  std::cout << "   append 1 token + 11 drafts:                 "
+            << blocks_of((*d)->table()) << '\n';
+  if (auto err = mgr.settle_drafts(**d, 3))
+    return fail("settle drafts 5", err);
+  std::cout << "   the verifier keeps 3 drafts:                "
+            << blocks_of((*d)->table()) << "  <- 8 rejected, a block freed\n";
   if (auto err = mgr.deallocate(5))
     return fail("deallocate 5", err);
 
