@@ -81,7 +81,7 @@ public:
                                           bool hold_copies = false,
                                           std::uint64_t drafts = 0);
 
-  /// Settles `id`'s draft tokens (block_pool_drafts.cpp): the first
+  /// Settles `id`'s draft tokens (block_pool_rollback.cpp): the first
   /// `accepted` become ordinary tokens (the blocks they fill enter the
   /// prefix index), the rest are dropped - the request shrinks by them and
   /// the blocks that held only dropped tokens go back to the pool, last
@@ -97,6 +97,14 @@ public:
   /// it ends `id` at once (the id may be admitted again) and returns 0: the
   /// blocks stay with the ended incarnation, a ghost, until the swap's end.
   caf::expected<std::uint32_t> release(request_id id);
+
+  /// release(id), but the blocks whose last reference goes leave the prefix
+  /// index (free, not cached - pinned ones lose their pins, and their
+  /// pinned descendants): for a request whose K/V may never have been
+  /// written, its forward pass having failed. Blocks others still hold stay
+  /// indexed (discard the other requests of a failed pass too). One not
+  /// resident ends as by release: its K/V were written before it moved.
+  caf::expected<std::uint32_t> discard(request_id id);
 
   /// release(id) only if its cache_id is still `cache_id` (a reclaim after
   /// the handle died must not free a newer request with the same id).

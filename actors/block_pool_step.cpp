@@ -133,15 +133,19 @@ step_result block_pool_core::run_step(const step_request& step,
       r.failed.push_back(op_failure{v.id, std::move(res.error())});
     }
   }
-  for (auto id : step.frees) {
-    if (auto n = release(id)) {
+  auto end = [&](request_id id, caf::expected<std::uint32_t> n) {
+    if (n) {
       r.freed.push_back(id);
       if (trace != nullptr)
         trace->freed_blocks.push_back(*n);
     } else {
       r.failed.push_back(op_failure{id, std::move(n.error())});
     }
-  }
+  };
+  for (auto id : step.frees)
+    end(id, release(id));
+  for (auto id : step.discards)
+    end(id, discard(id));
   // Extends, oldest first; victims come from the back of the list.
   auto& ops = step.extends;
   bool named = !step.tokens.empty();

@@ -45,7 +45,10 @@ typename Inspector::result_type inspect(Inspector& f, draft_verdict& x) {
 /// One step, executed in this order in one message:
 /// 0. `verdicts` settle the draft tokens of the previous step's extends (a
 ///    shrunk table is reported in `changed`: blocks[first...] are gone);
-/// 1. `frees` end (finished requests; blocks return, hashed ones stay cached);
+/// 1. `frees` end (finished requests; blocks return, hashed ones stay
+///    cached), then `discards` end the same way but cache nothing they let
+///    go (requests whose K/V a failed forward pass may have left unwritten;
+///    both are reported in `freed`);
 /// 2. `extends` run in list order (oldest request first), each request at
 ///    most once: a second entry for the same id fails (invalid_request,
 ///    "appears twice in the step's extends"). When one lacks a block and
@@ -74,13 +77,15 @@ struct step_request {
   /// Run first (step 0 above); last here so older brace-initializers of
   /// the other fields still compile.
   std::vector<draft_verdict> verdicts;
+  /// Run after `frees` (step 1 above).
+  std::vector<request_id> discards;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_request& x) {
   return f(caf::meta::type_name("step_request"), x.frees, x.extends, x.tokens,
            x.admits, x.preempt_on_shortage, x.admit_after_preemption,
-           x.verdicts);
+           x.verdicts, x.discards);
 }
 
 /// A request whose table changed: blocks[first...] are now `blocks` (new

@@ -311,6 +311,11 @@ private:
 
   void do_release() {
     auto id = live_id();
+    if (chance(15)) { // its forward pass failed: cache nothing it held
+      auto want = model_.discard(id);
+      expect_release("discard", core_.discard(id), want);
+      return;
+    }
     auto want = model_.release(id);
     expect_release("release", core_.release(id), want);
   }
@@ -360,6 +365,8 @@ private:
                                                    : below(seq.drafts + 1))});
     for (auto k = below(3); k > 0; --k)
       step.frees.push_back(live_id());
+    if (chance(10))
+      step.discards.push_back(live_id());
     for (auto k = below(7); k > 0; --k) {
       extend_op op;
       op.id = live_id();
@@ -499,7 +506,7 @@ void run_and_check_coverage(const run_params& p) {
                  "reclaim:live", "reclaim:stale", "preempt:ok",
                  "step preempted", "step admitted", "step admission blocked",
                  "step repeats an id", "settle:ok", "settle:invalid_request",
-                 "drafts rejected", "drafts all accepted", "step verdict cut a table",
+                 "drafts rejected", "drafts all accepted", "step verdict cut a table", "discard:ok",
                  "can_allocate:yes", "can_allocate:no", "chunk admitted"})
     BOOST_TEST(has(k), "seed " << p.seed << " never reached " << k);
   if (p.block_size > 1) // with one token per block, no block is partly full

@@ -272,7 +272,10 @@ private:
         && (it->second.where == residency::swapping_out
             || it->second.where == residency::swapping_in))
       ++cov["release during swap"];
-    expect_release("release", core_.release(id), model_.release(id));
+    if (chance(20)) // a failed forward pass: cache nothing it held
+      expect_release("discard", core_.discard(id), model_.discard(id));
+    else
+      expect_release("release", core_.release(id), model_.release(id));
   }
 
   void do_preempt() {
@@ -464,7 +467,7 @@ void run_and_check_coverage(const run_params& p,
   for (auto k : {"allocate:ok", "allocate:out_of_blocks", "allocate:quota_exceeded",
                  "allocate:unknown_tenant", "extend:ok", "extend:invalid_request",
                  "append:ok", "fork:ok", "fork:invalid_request", "release:ok",
-                 "settle:ok", "settle:invalid_request",
+                 "settle:ok", "settle:invalid_request", "discard:ok",
                  "release during swap", "preempt:ok",
                  "preempt while not resident", "swap_out_begin:ok",
                  "swap_out_begin:out_of_blocks", "swap_out_begin:invalid_request",

@@ -450,6 +450,26 @@ model_release pool_model::release(request_id id) {
   return {std::nullopt, static_cast<std::uint32_t>(counters_.blocks_freed - before)};
 }
 
+model_release pool_model::discard(request_id id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second.where != residency::resident)
+    return release(id);
+  auto table = it->second.blocks;
+  auto res = release(id);
+  // What went cached leaves the index, in table order (pins first go, with
+  // the pinned blocks below).
+  for (auto b : table) {
+    auto& m = blocks_[b];
+    if (m.st != state::cached)
+      continue;
+    if (m.pinned)
+      unpin_with_descendants(b);
+    evict_block(b);
+    free_.push_back(b);
+  }
+  return res;
+}
+
 model_release pool_model::reclaim(request_id id, std::uint64_t cache_id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end() || it->second.cache_id != cache_id)

@@ -138,6 +138,8 @@ public:
   model_extension settle_drafts(request_id id, std::uint64_t accepted);
   model_release release(request_id id);
   model_release reclaim(request_id id, std::uint64_t cache_id);
+  /// release, caching nothing it lets go (resident requests only).
+  model_release discard(request_id id);
   model_release preempt(request_id id);
   model_allocation fork(request_id parent, request_id child);
   std::uint32_t evict(std::uint32_t n);

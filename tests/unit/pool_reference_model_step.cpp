@@ -23,13 +23,16 @@ model_step_result pool_model::run_step(const step_request& step) {
       r.changed.push_back(table_delta{v.id, res.first_changed, {},
                                       seqs_.at(v.id).num_tokens});
   }
-  for (auto id : step.frees) {
-    auto res = release(id);
+  auto end = [&](request_id id, const model_release& res) {
     if (res.err)
       r.failed.emplace_back(id, *res.err);
     else
       r.freed.push_back(id);
-  }
+  };
+  for (auto id : step.frees)
+    end(id, release(id));
+  for (auto id : step.discards)
+    end(id, discard(id));
   auto& ops = step.extends;
   // Each extend's own token ids, cut from the flat list (if it is whole).
   std::vector<std::vector<token_id>> tokens(ops.size());

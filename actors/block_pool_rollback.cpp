@@ -1,9 +1,11 @@
-// block_pool_core: speculative decoding. A request grows by draft tokens
-// (extend's `drafts`): their slots are taken like any others, but no block
-// holding one enters the prefix index, since the verifying pass may reject
-// them and the request then writes other tokens into the same slots. The
-// next step settles them: accepted drafts become ordinary tokens (and the
-// blocks they complete are indexed then), rejected ones are dropped.
+// block_pool_core: taking back K/V that were not (or not rightly) computed.
+// Speculative decoding: a request grows by draft tokens (extend's `drafts`):
+// their slots are taken like any others, but no block holding one enters
+// the prefix index, since the verifying pass may reject them and the
+// request then writes other tokens into the same slots. The next step
+// settles them: accepted drafts become ordinary tokens (and the blocks they
+// complete are indexed then), rejected ones are dropped. A failed forward
+// pass: discard ends a request without caching what it let go.
 #include "kvactor/actors/block_pool_core.hpp"
 
 #include "kvactor/messages/error.hpp"
@@ -45,6 +47,27 @@ block_pool_core::settle_drafts(request_id id, std::uint64_t accepted) {
   seq->last_access = clock_ns_;
   repromise(*seq, promised_before);
   return out;
+}
+
+caf::expected<std::uint32_t> block_pool_core::discard(request_id id) {
+  auto seq = find(id);
+  if (seq == nullptr || seq->where != residency::resident)
+    return release(id);
+  std::vector<block_id> table(seq->blocks.begin(), seq->blocks.end());
+  auto freed = release(id);
+  // Those it held last are cached now (the indexed ones): out of the index,
+  // in table order. A pinned one first loses its pin, with the pins below
+  // it in the prefix tree (what stays pinned stays reachable).
+  for (auto b : table) {
+    auto& m = blocks_[b];
+    if (m.state != block_state::cached)
+      continue; // still used by others, or it went free
+    if (m.pinned)
+      unpin_with_descendants(b);
+    evict_one(b, m.level);
+    free_.push(b);
+  }
+  return freed;
 }
 
 } // namespace kvactor::detail

@@ -1,0 +1,106 @@
+// discard: a request ends as with release, but nothing it lets go stays in
+// the prefix index - for a request whose forward pass failed, so its K/V
+// were never written. Blocks others still hold stay indexed until their
+// last holder goes the same way; pins give way.
+#include <cstdint>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "kvactor/actors/block_pool_core.hpp"
+#include "kvactor/messages/step.hpp"
+#include "pool_fixture.hpp"
+
+using namespace kvactor;
+using namespace kvactor::test;
+
+BOOST_AUTO_TEST_SUITE(discard_suite)
+
+BOOST_FIXTURE_TEST_CASE(a_discarded_prompt_leaves_nothing_cached, pool_fixture) {
+  pool().record_events(true);
+  auto prompt = run(100, 13); // 3 full blocks and one token
+  alloc(prompt_req(1, prompt));
+  BOOST_TEST(pool().index_size() == 3u);
+  pool().take_events();
+  auto freed = pool().discard(1);
+  BOOST_REQUIRE(freed);
+  BOOST_TEST(*freed == 4u);
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_TEST(pool().cached_blocks() == 0u);
+  BOOST_TEST(pool().free_blocks() == 16u);
+  // Subscribers hear the three blocks go.
+  auto events = pool().take_events();
+  BOOST_TEST(events.size() == 3u);
+  for (auto& e : events)
+    BOOST_TEST(!e.stored);
+  // The same prompt again finds nothing: it computes its blocks anew.
+  BOOST_TEST(alloc(prompt_req(2, prompt)) == 0u);
+  // A release, by contrast, keeps them.
+  release(2);
+  BOOST_TEST(pool().cached_blocks() == 3u);
+  BOOST_TEST(alloc(prompt_req(3, prompt)) == 12u);
+}
+
+BOOST_FIXTURE_TEST_CASE(blocks_another_request_holds_stay_until_it_goes_too,
+                        pool_fixture) {
+  auto prompt = run(100, 13);
+  alloc(prompt_req(1, prompt));
+  BOOST_TEST(alloc(prompt_req(2, prompt)) == 12u); // same pass: it hit them
+  auto shared = blocks(2);
+  BOOST_REQUIRE(pool().discard(1));
+  BOOST_TEST(pool().index_size() == 3u); // 2 still holds them
+  BOOST_REQUIRE(pool().discard(2));      // the pass failed for both
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_TEST(pool().cached_blocks() == 0u);
+  BOOST_TEST(pool().used_blocks() == 0u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_pinned_prefix_it_revived_loses_its_pins, pool_fixture) {
+  cfg.max_pinned_blocks = 8;
+  make(16);
+  auto prompt = run(100, 13);
+  alloc(prompt_req(1, prompt));
+  release(1);
+  auto pinned = pool().pin(0, prompt, 1000, 0);
+  BOOST_REQUIRE(pinned);
+  BOOST_TEST(*pinned == 3u);
+  // A request revives the pinned blocks, and its pass fails: whatever it
+  // may have written over them, they are no longer trusted.
+  BOOST_TEST(alloc(prompt_req(2, prompt)) == 12u);
+  BOOST_REQUIRE(pool().discard(2));
+  BOOST_TEST(pool().pinned_blocks() == 0u);
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_TEST(pool().free_blocks() == 16u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_step_discards_after_its_frees, pool_fixture) {
+  alloc(prompt_req(1, run(100, 9)));
+  alloc(prompt_req(2, run(200, 9)));
+  step_request step;
+  step.frees = {1};
+  step.discards = {2, 7};
+  block_pool_core::step_trace trace;
+  auto r = pool().run_step(step, false, &trace);
+  BOOST_TEST((r.freed == std::vector<request_id>{1, 2}));
+  BOOST_TEST((trace.freed_blocks == std::vector<std::uint32_t>{3, 3}));
+  BOOST_REQUIRE(r.failed.size() == 1u);
+  BOOST_TEST(r.failed[0].id == 7u);
+  BOOST_TEST(code(r.failed[0].error) == "unknown_request");
+  BOOST_TEST(pool().cached_blocks() == 2u); // 1's two full blocks only
+}
+
+BOOST_FIXTURE_TEST_CASE(a_swapped_request_is_discarded_as_released,
+                        pool_fixture) {
+  cfg.num_host_blocks = 8;
+  make(16);
+  alloc(prompt_req(1, run(100, 9)));
+  auto cache_id = pool().find(1)->cache_id;
+  BOOST_REQUIRE(pool().swap_out_begin(1));
+  BOOST_REQUIRE(pool().swap_out_done(1, cache_id, true));
+  auto cached = pool().cached_blocks(); // its full blocks, left behind
+  BOOST_REQUIRE(pool().discard(1));
+  BOOST_TEST(pool().free_host_blocks() == 8u);
+  BOOST_TEST(pool().cached_blocks() == cached); // written before it moved
+}
+
+BOOST_AUTO_TEST_SUITE_END()
