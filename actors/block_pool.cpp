@@ -112,18 +112,13 @@ block_pool_fun(pool_ptr self, cache_config cfg,
         return std::move(res.error());
       return std::move(*res);
     },
-    [self, &st](free_atom, request_id id,
-                std::uint64_t cache_id) -> caf::result<std::uint32_t> {
-      if (auto err = from_manager(self, st.registry, "free"))
-        return err;
-      if (auto err = check_current(st.core(), id, cache_id))
-        return err;
-      auto res = st.core().release(id);
-      if (!res)
-        return std::move(res.error());
-      st.lanes.ended(id, cache_id, end_reason::deallocated, *res);
-      st.report(self);
-      return *res;
+    [self](free_atom, request_id id,
+           std::uint64_t cache_id) -> caf::result<std::uint32_t> {
+      return end_by_manager(self, id, cache_id, false);
+    },
+    [self](discard_atom, request_id id,
+           std::uint64_t cache_id) -> caf::result<std::uint32_t> {
+      return end_by_manager(self, id, cache_id, true);
     },
     [self, &st](reclaim_atom, request_id id,
                 std::uint64_t cache_id) -> caf::result<bool, std::uint32_t> {

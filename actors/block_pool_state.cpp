@@ -162,6 +162,22 @@ caf::expected<extension> grow(pool_ptr self, request_id id,
   return extension{st.core().table(*seq), std::move(res->copies)};
 }
 
+caf::result<std::uint32_t> end_by_manager(pool_ptr self, request_id id,
+                                          std::uint64_t cache_id,
+                                          bool discard) {
+  auto& st = self->state;
+  if (auto err = from_manager(self, st.registry, discard ? "discard" : "free"))
+    return err;
+  if (auto err = check_current(st.core(), id, cache_id))
+    return err;
+  auto res = discard ? st.core().discard(id) : st.core().release(id);
+  if (!res)
+    return std::move(res.error());
+  st.lanes.ended(id, cache_id, end_reason::deallocated, *res);
+  st.report(self);
+  return *res;
+}
+
 caf::expected<block_table> settle(pool_ptr self, request_id id,
                                   std::uint64_t cache_id,
                                   std::uint64_t accepted, bool by_manager) {

@@ -123,6 +123,12 @@ caf::expected<extension> grow(pool_ptr self, request_id id,
                               const std::vector<token_id>& tokens,
                               bool by_manager, std::uint32_t drafts = 0);
 
+/// The manager's free (or, with `discard`, its discard: nothing let go
+/// stays cached) of incarnation `cache_id` of `id`; tells the step lane.
+caf::result<std::uint32_t> end_by_manager(pool_ptr self, request_id id,
+                                          std::uint64_t cache_id,
+                                          bool discard);
+
 /// Settles the draft tokens of incarnation `cache_id` of `id` (as grow
 /// names it), keeping `accepted`; reports usage, replies with the table.
 caf::expected<block_table> settle(pool_ptr self, request_id id,

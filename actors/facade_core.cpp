@@ -204,6 +204,8 @@ facade_core::handles_of(const step_request& step) {
   std::lock_guard<std::mutex> guard{mtx_};
   for (auto id : step.frees)
     note(id);
+  for (auto id : step.discards)
+    note(id);
   for (auto& op : step.extends)
     note(op.id);
   return out;

@@ -149,6 +149,13 @@ caf::error kv_cache_manager::settle_drafts(kv_cache_handle& handle,
                         static_cast<std::uint32_t>(accepted));
 }
 
+caf::error kv_cache_manager::discard(request_id id) {
+  // As deallocate: the bridge marks the handles before the reply.
+  auto res = core_->ask<std::uint32_t>(core_->cache().manager,
+                                       discard_atom::value, id);
+  return res ? caf::none : std::move(res.error());
+}
+
 caf::error kv_cache_manager::deallocate(request_id id) {
   // The manager tells its lifecycle subscribers, the bridge among them,
   // before it replies, and the bridge marks the slot there and then: the

@@ -84,6 +84,13 @@ public:
   /// hashed blocks stay cached). Error: unknown_request.
   caf::error deallocate(request_id id);
 
+  /// Ends a request whose forward pass failed, so its K/V may never have
+  /// been written: as deallocate, but none of the blocks it lets go stays
+  /// in the prefix index (a later prompt computes them anew). Blocks other
+  /// requests still hold stay indexed: discard every request of the failed
+  /// pass. Error: unknown_request.
+  caf::error discard(request_id id);
+
   /// A new request `child` sharing every block of `parent` (copy-on-write).
   caf::expected<std::shared_ptr<kv_cache_handle>> fork(request_id parent,
                                                        request_id child);

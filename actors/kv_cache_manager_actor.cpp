@@ -216,6 +216,13 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       prefetch_handle(i->second.handle);
       return free_request(self, id, i->second.info.cache_id, false);
     },
+    [self](discard_atom, request_id id) -> caf::result<std::uint32_t> {
+      auto& reg = self->state.registry;
+      auto i = reg.find(id);
+      if (i == reg.end())
+        return make_error(errc::unknown_request, unknown(id));
+      return free_request(self, id, i->second.info.cache_id, false, true);
+    },
     [self](free_atom, request_id id,
            std::uint64_t cache_id) -> caf::result<std::uint32_t> {
       self->state.pool_index->prefetch(id);

@@ -85,20 +85,26 @@ void end_request(mgr_ptr self, request_id id, end_reason why,
 /// which end_request sends its end a pool round trip later.)
 caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
                                         std::uint64_t cache_id,
-                                        bool by_handle) {
-  auto rp = owe(self, self->make_response_promise<std::uint32_t>(), "free", id);
-  self->request(self->state.pool, caf::infinite, free_atom::value, id, cache_id)
-    .then(
-      [self, rp, id](std::uint32_t released) mutable {
-        end_request(self, id, end_reason::deallocated, released, false);
-        rp.deliver(released);
-      },
-      [rp, id, by_handle](caf::error& err) mutable {
-        if (by_handle && has_code(err, errc::unknown_request))
-          err = make_error(errc::invalid_handle,
-                           "request " + std::to_string(id) + " has ended");
-        rp.deliver(std::move(err));
-      });
+                                        bool by_handle, bool discard) {
+  auto rp = owe(self, self->make_response_promise<std::uint32_t>(),
+                discard ? "discard" : "free", id);
+  auto done = [self, rp, id](std::uint32_t released) mutable {
+    end_request(self, id, end_reason::deallocated, released, false);
+    rp.deliver(released);
+  };
+  auto failed = [rp, id, by_handle](caf::error& err) mutable {
+    if (by_handle && has_code(err, errc::unknown_request))
+      err = make_error(errc::invalid_handle,
+                       "request " + std::to_string(id) + " has ended");
+    rp.deliver(std::move(err));
+  };
+  auto& pool = self->state.pool;
+  if (discard)
+    self->request(pool, caf::infinite, discard_atom::value, id, cache_id)
+      .then(std::move(done), std::move(failed));
+  else
+    self->request(pool, caf::infinite, free_atom::value, id, cache_id)
+      .then(std::move(done), std::move(failed));
   return rp.promise();
 }
 

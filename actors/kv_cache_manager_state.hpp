@@ -82,9 +82,11 @@ void end_request(mgr_ptr self, request_id id, end_reason why,
 
 /// Ends registered request `id` (incarnation `cache_id`) as a free - from
 /// its handle (`by_handle`: invalid_handle once ended) or by id - through
-/// the pool, then end_request. Callers prefetch the handle actor.
+/// the pool (with `discard`, caching nothing it lets go), then
+/// end_request. Callers prefetch the handle actor.
 caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
-                                        std::uint64_t cache_id, bool by_handle);
+                                        std::uint64_t cache_id, bool by_handle,
+                                        bool discard = false);
 
 /// Asks the pool to reclaim incarnation `cache_id` of `id` (its owner or
 /// its handle went) and ends the registry entry if the pool did.

@@ -42,5 +42,6 @@ using index_atom = caf::atom_constant<caf::atom("index")>;
 using registry_atom = caf::atom_constant<caf::atom("registry")>;
 using draft_atom = caf::atom_constant<caf::atom("draft")>;
 using settle_atom = caf::atom_constant<caf::atom("settle")>;
+using discard_atom = caf::atom_constant<caf::atom("discard")>;
 
 } // namespace kvactor

@@ -127,6 +127,8 @@ using block_pool_actor = caf::typed_actor<
   // schedulers hold the pool's address as their step lane).
   // End a request.
   caf::replies_to<free_atom, request_id, std::uint64_t>::with<std::uint32_t>,
+  // End a request caching nothing it lets go (its forward pass failed).
+  caf::replies_to<discard_atom, request_id, std::uint64_t>::with<std::uint32_t>,
   // End it only if its cache id still matches; replies (whether it did,
   // blocks released).
   caf::replies_to<reclaim_atom, request_id, std::uint64_t>::with<bool, std::uint32_t>,
@@ -249,6 +251,9 @@ using kv_cache_manager_actor = caf::typed_actor<
   caf::replies_to<settle_atom, request_id, std::uint32_t>::with<block_table>,
   // End a request; replies with the blocks returned. Error: unknown_request.
   caf::replies_to<free_atom, request_id>::with<std::uint32_t>,
+  // End a request whose K/V a failed forward pass may have left unwritten:
+  // as free, but none of the blocks it lets go stays in the prefix index.
+  caf::replies_to<discard_atom, request_id>::with<std::uint32_t>,
   // From a handle: end the incarnation it serves (request id, cache id).
   // Error: invalid_handle once that incarnation ended.
   caf::replies_to<free_atom, request_id, std::uint64_t>::with<std::uint32_t>,

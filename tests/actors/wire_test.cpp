@@ -26,6 +26,7 @@ protocol_messages(cache_fixture& f, const request_handle_actor& h) {
   step.extends = {extend_op{3, 4, 2}};
   step.tokens = {5, 6, 7, 8};
   step.verdicts = {draft_verdict{9, 1}};
+  step.discards = {10};
   step.admits = {req};
   step.admit_after_preemption = true;
   step_result res;
@@ -65,6 +66,8 @@ protocol_messages(cache_fixture& f, const request_handle_actor& h) {
     m{"drafts", caf::make_message(draft_atom::value, request_id{7}, std::uint64_t{2},
                                   std::vector<token_id>{1, 2}, std::uint32_t{1})},
     m{"verdict", caf::make_message(settle_atom::value, request_id{7}, std::uint32_t{1})},
+    m{"discard", caf::make_message(discard_atom::value, request_id{7})},
+    m{"pool discard", caf::make_message(discard_atom::value, request_id{7}, std::uint64_t{42})},
     m{"pool extend reply", caf::make_message(extension{table, {block_copy{1, 2}}})},
     m{"fork", caf::make_message(fork_atom::value, request_id{1}, request_id{2})},
     m{"step", caf::make_message(step_atom::value, step)},

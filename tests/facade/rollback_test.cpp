@@ -1,14 +1,16 @@
-// Speculative decoding through the facade and the manager's messages: draft
-// tokens appended with append(handle, tokens, drafts) stay out of the prefix
-// index until settle_drafts keeps them; the rejected ones go, and the table
-// shrinks. The step path is tested with the pool core (draft_tokens_test).
+// Taking back K/V that were not rightly computed, through the facade and
+// the manager's messages. Speculative decoding: draft tokens appended with
+// append(handle, tokens, drafts) stay out of the prefix index until
+// settle_drafts keeps them; the rejected ones go, and the table shrinks. A
+// failed forward pass: discard ends a request caching nothing. The step
+// path is tested with the pool core (draft_tokens_test, discard_test).
 #include <caf/scoped_actor.hpp>
 
 #include "fixture.hpp"
 
 using namespace kvtest;
 
-BOOST_FIXTURE_TEST_SUITE(facade_drafts, watchdog)
+BOOST_FIXTURE_TEST_SUITE(facade_rollback, watchdog)
 
 BOOST_AUTO_TEST_CASE(drafts_are_findable_only_once_kept_and_rejected_ones_go) {
   cache_fixture f;
@@ -94,6 +96,25 @@ BOOST_AUTO_TEST_CASE(the_manager_takes_drafts_and_verdicts_by_request_id) {
     .receive([](block_table&) { BOOST_FAIL("settled an unknown request"); },
              [&](caf::error& e) { err = std::move(e); });
   KV_CHECK_ERROR(err, errc::unknown_request, "request 7");
+}
+
+BOOST_AUTO_TEST_CASE(discard_ends_a_request_and_caches_none_of_its_blocks) {
+  cache_fixture f;
+  auto prompt = iota_tokens(1, 13); // 3 full blocks and a token
+  auto h = f.alloc(f.req(1, 0, 256, prompt));
+  auto clone = h->clone_handle();
+  BOOST_TEST(!f.m().discard(1));
+  BOOST_TEST(!h->is_valid());
+  BOOST_TEST(!clone->is_valid());
+  auto s = f.m().stats();
+  BOOST_TEST(s.cached_blocks == 0u);
+  BOOST_TEST(s.active_caches == 0u);
+  // The same prompt computes its blocks anew; deallocated, they stay.
+  auto again = f.alloc(f.req(2, 0, 256, prompt));
+  BOOST_TEST(f.m().stats().prefix_hit_blocks == 0u);
+  BOOST_TEST(!f.m().deallocate(2));
+  BOOST_TEST(f.m().stats().cached_blocks == 3u);
+  KV_CHECK_ERROR(f.m().discard(1), errc::unknown_request, "request 1");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
