@@ -133,6 +133,19 @@ block_table table_of(const block_pool_core& core, request_id id) {
   return core.table(*core.find(id));
 }
 
+caf::expected<const sequence*> named_request(const block_pool_core& core,
+                                             request_id id,
+                                             std::uint64_t cache_id,
+                                             bool by_manager) {
+  // The manager's form may name whichever incarnation is live; a handle
+  // always names its own.
+  auto any = by_manager && cache_id == current_incarnation;
+  if (auto seq = any ? core.find(id) : core.find(id, cache_id))
+    return seq;
+  return by_manager ? check_current(core, id, cache_id)
+                    : check_incarnation(core, id, cache_id);
+}
+
 caf::expected<extension> grow(pool_ptr self, request_id id,
                               std::uint64_t cache_id, std::uint64_t n,
                               const std::vector<token_id>& tokens,
@@ -140,13 +153,9 @@ caf::expected<extension> grow(pool_ptr self, request_id id,
   auto& st = self->state;
   // Looked up once: extend adds no sequence, so `seq` stays valid for the
   // table below.
-  // The manager's form may name whichever incarnation is live; a handle
-  // always names its own.
-  auto any = by_manager && cache_id == current_incarnation;
-  auto seq = any ? st.core().find(id) : st.core().find(id, cache_id);
-  if (seq == nullptr)
-    return by_manager ? check_current(st.core(), id, cache_id)
-                      : check_incarnation(st.core(), id, cache_id);
+  auto seq = named_request(st.core(), id, cache_id, by_manager);
+  if (!seq)
+    return std::move(seq.error());
   if (!tokens.empty() && tokens.size() != n)
     return make_error(errc::invalid_request,
                       "request " + std::to_string(id) + ": "
@@ -159,7 +168,7 @@ caf::expected<extension> grow(pool_ptr self, request_id id,
   if (!res)
     return std::move(res.error());
   st.report(self);
-  return extension{st.core().table(*seq), std::move(res->copies)};
+  return extension{st.core().table(**seq), std::move(res->copies)};
 }
 
 caf::result<std::uint32_t> end_by_manager(pool_ptr self, request_id id,
@@ -182,17 +191,15 @@ caf::expected<block_table> settle(pool_ptr self, request_id id,
                                   std::uint64_t cache_id,
                                   std::uint64_t accepted, bool by_manager) {
   auto& st = self->state;
-  auto any = by_manager && cache_id == current_incarnation;
-  auto seq = any ? st.core().find(id) : st.core().find(id, cache_id);
-  if (seq == nullptr)
-    return by_manager ? check_current(st.core(), id, cache_id)
-                      : check_incarnation(st.core(), id, cache_id);
+  auto seq = named_request(st.core(), id, cache_id, by_manager);
+  if (!seq)
+    return std::move(seq.error());
   st.set_clock();
   auto res = st.core().settle_drafts(id, accepted);
   if (!res)
     return std::move(res.error());
   st.report(self);
-  return st.core().table(*seq);
+  return st.core().table(**seq);
 }
 
 } // namespace kvactor::detail

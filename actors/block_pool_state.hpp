@@ -113,6 +113,14 @@ caf::error from_manager(block_pool_actor::pointer self,
 /// The table of a live request (after a successful operation on it).
 block_table table_of(const block_pool_core& core, request_id id);
 
+/// The live request an operation names: incarnation `cache_id` of `id`, or
+/// with `by_manager` and current_incarnation whichever is live. If none:
+/// the handle's error (invalid_handle), or the manager's (unknown_request).
+caf::expected<const sequence*> named_request(const block_pool_core& core,
+                                             request_id id,
+                                             std::uint64_t cache_id,
+                                             bool by_manager);
+
 /// Grows incarnation `cache_id` of `id` by `n` tokens (`tokens`: none, or
 /// exactly n ids), the last `drafts` of them draft tokens, and reports
 /// usage. If that incarnation ended: the handle's error (invalid_handle),
