@@ -186,7 +186,8 @@ caf::error read_scenario(const json& root, const error_maker& fail,
   (err = r.check_keys({"cache", "steps", "drain", "seed", "output_dir",
                        "preemption", "admit_up_to", "max_running",
                        "max_admits_per_step", "max_waiting",
-                       "prefill_chunk", "verify_every", "workloads"}))
+                       "prefill_chunk", "draft_tokens", "draft_acceptance",
+                       "verify_every", "workloads"}))
     || (err = r.object("cache", cache, true))
     || (err = read_cache(*cache, fail, out.cache))
     || (err = r.count("steps", out.steps, 1, true))
@@ -201,6 +202,10 @@ caf::error read_scenario(const json& root, const error_maker& fail,
     // As long as the longest prompt can be (lengths are at most 2^24).
     || (err = r.count("prefill_chunk", out.prefill_chunk, 0, false,
                       std::uint64_t{1} << 24))
+    // As many drafts as one extend may carry (the cache's bound).
+    || (err = r.count("draft_tokens", out.draft_tokens, 0, false,
+                      max_draft_tokens))
+    || (err = r.number("draft_acceptance", out.draft_acceptance, 0, 1, false))
     || (err = r.count("verify_every", out.verify_every, 0, false))
     || (err = r.object("workloads", workloads, true));
   if (err)

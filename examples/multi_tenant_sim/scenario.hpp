@@ -91,6 +91,22 @@
 //                              again (finding the chunks it computed
 //                              cached); swapped out and back in, it
 //                              carries on.
+//   "draft_tokens": 0,         speculative decoding: k draft tokens per step
+//                              and decoding request (0 = off). N > 0: each
+//                              step extends a request past its prefill by
+//                              its last sampled token and k' = min(k, tokens
+//                              it has still to generate - 1) drafts
+//                              (extend_op::num_draft), and the next step's
+//                              message settles them (step_request::verdicts,
+//                              with its next extend): the verifier keeps
+//                              the leading drafts it accepts, so a step
+//                              yields accepted + 1 output tokens; rejected
+//                              drafts are dropped, and the tokens that
+//                              really come overwrite their slots. At most
+//                              kvactor::max_draft_tokens (65535).
+//   "draft_acceptance": 0.7,   the chance, in [0, 1], that the verifier
+//                              accepts a draft, each independently until
+//                              the first rejection (drawn from the seed).
 //   "max_waiting": 65536,      most requests of one tenant waiting for
 //                              admission (preempted ones included), >= 1:
 //                              its arrivals beyond it are turned away, as a
@@ -236,6 +252,10 @@ struct scenario {
   /// Tokens an admission or a prefill step computes past the cached prefix
   /// (0 = the whole prompt at admission).
   std::uint32_t prefill_chunk = 0;
+  /// Draft tokens a decoding request's extend carries each step (0 = no
+  /// speculative decoding), and the chance each is accepted.
+  std::uint32_t draft_tokens = 0;
+  double draft_acceptance = 0.7;
   std::uint64_t verify_every = 0;
   /// In cache.tenants order; tenants without traffic have none.
   std::vector<workload_config> workloads;

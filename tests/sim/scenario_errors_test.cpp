@@ -46,19 +46,6 @@ const std::string base = R"({
 }
 )";
 
-/// Checks that `msg` starts with "test.json:LINE: FIELD: " (LINE: where
-/// `at` is in `text`) and says `what`.
-void check_error(const std::string& text, const std::string& at,
-                 const std::string& field, const std::string& what) {
-  auto msg = parse_error(text);
-  auto want = "test.json:" + std::to_string(line_of(text, at)) + ": " + field
-              + ": ";
-  BOOST_TEST_CONTEXT("message: " << msg) {
-    BOOST_TEST(msg.compare(0, want.size(), want) == 0, "expected prefix " << want);
-    BOOST_TEST(msg.find(what) != std::string::npos, "expected '" << what << "'");
-  }
-}
-
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(scenario_errors)

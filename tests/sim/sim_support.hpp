@@ -1,6 +1,7 @@
 // Helpers the sim test files share: scenario text edits, the line a piece
-// of text is on, parsing with the error's message, and a small valid
-// scenario as a JSON value. CAF-light (scenario.hpp brings caf/expected.hpp).
+// of text is on, parsing with the error's message (and checking where it
+// points), and a small valid scenario as a JSON value. CAF-light
+// (scenario.hpp brings caf/expected.hpp).
 #pragma once
 
 #include <cstdint>
@@ -47,6 +48,20 @@ inline std::string parse_error(const std::string& text,
   auto s = parse_scenario(text, source);
   BOOST_REQUIRE_MESSAGE(!s, "parsed, but an error was expected");
   return message_of(s.error());
+}
+
+/// Checks that parsing `text` fails with a message that starts with
+/// "test.json:LINE: FIELD: " (LINE: where `at` is in `text`) and says
+/// `what`.
+inline void check_error(const std::string& text, const std::string& at,
+                        const std::string& field, const std::string& what) {
+  auto msg = parse_error(text);
+  auto want = "test.json:" + std::to_string(line_of(text, at)) + ": " + field
+              + ": ";
+  BOOST_TEST_CONTEXT("message: " << msg) {
+    BOOST_TEST(msg.compare(0, want.size(), want) == 0, "expected prefix " << want);
+    BOOST_TEST(msg.find(what) != std::string::npos, "expected '" << what << "'");
+  }
 }
 
 /// Two tenants ("a" high priority with a quota, "b"), storage none, a
