@@ -1,0 +1,76 @@
+// run_figures: what a simulation counts - each tenant's figures over the
+// run, and the state after each step (the time series). Plain values,
+// kept by the batcher and read by the reports.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvactor/messages/types.hpp"
+
+namespace kvactor::sim {
+
+/// One tenant's figures over the run.
+struct tenant_figures {
+  std::string name;
+  kvactor::priority priority = kvactor::priority::normal;
+  std::uint64_t arrived = 0;
+  std::uint64_t admitted = 0;   ///< first admissions
+  std::uint64_t readmitted = 0; ///< admissions after a preemption
+  std::uint64_t finished = 0;
+  std::uint64_t rejected = 0;         ///< refused by the cache for good
+  std::uint64_t turned_away = 0;      ///< arrived to a full queue (max_waiting)
+  std::uint64_t prompt_tokens = 0;    ///< prompts of first admissions
+  std::uint64_t generated_tokens = 0; ///< output tokens decoded
+  std::uint64_t prefill_tokens = 0;   ///< prompts of every admission
+  std::uint64_t hit_tokens = 0;       ///< of those, found in the prefix cache
+  std::uint64_t preempted_in_step = 0;  ///< by the step's shortage policy
+  std::uint64_t preempted_by_cache = 0; ///< by the supervisor (critical)
+  std::uint64_t preempted_by_quota = 0; ///< its extend hit max_blocks
+  std::uint64_t swaps = 0;              ///< swap-outs (preemption "swap")
+  std::uint64_t swap_ins = 0;
+  std::vector<std::uint32_t> queue_delay; ///< steps, arrival -> admission
+  /// Never admitted when the figures were taken (an interrupted or
+  /// undrained run), and the longest of their waits so far, in steps:
+  /// queue_delay counts admitted requests only.
+  std::uint64_t unadmitted = 0;
+  std::uint64_t unadmitted_wait = 0;
+  std::vector<std::uint32_t> latency;     ///< steps, arrival -> finished
+  std::uint64_t blocks_peak = 0;          ///< blocks charged to the tenant
+  double blocks_sum = 0;                  ///< over samples, for the mean
+
+  std::uint64_t preemptions() const noexcept {
+    return preempted_in_step + preempted_by_cache + preempted_by_quota;
+  }
+  double hit_rate() const noexcept {
+    return prefill_tokens == 0 ? 0.0 : double(hit_tokens) / double(prefill_tokens);
+  }
+};
+
+struct tenant_sample {
+  std::uint32_t waiting = 0;
+  std::uint32_t running = 0;
+  std::uint64_t blocks = 0; ///< charged to the tenant (manager's stats)
+};
+
+/// The state after one step.
+struct step_sample {
+  std::uint64_t step = 0;
+  std::uint32_t waiting = 0;
+  std::uint32_t running = 0;
+  std::uint32_t swapped = 0; ///< requests in the host tier
+  std::uint32_t admitted = 0;
+  std::uint32_t finished = 0;
+  /// Recomputed or swapped out this step (report.json counts the two
+  /// apart: preemptions, swaps).
+  std::uint32_t preempted = 0;
+  std::uint64_t used_blocks = 0;
+  std::uint64_t cached_blocks = 0;
+  std::uint64_t total_blocks = 0;
+  memory_pressure pressure = memory_pressure::low;
+  double hit_rate = 0; ///< cumulative: hit tokens / prefilled prompt tokens
+  std::vector<tenant_sample> tenants;
+};
+
+} // namespace kvactor::sim
