@@ -9,7 +9,9 @@
 // token but the last, which the next step's extend appends. With
 // prefill_chunk the prompt comes in chunks: the admission holds the cached
 // prefix and the first chunk, each later step's extend adds the next one,
-// and the step that adds the last samples the first output token.
+// and the step that adds the last samples the first output token. With
+// draft_tokens a decoding request's extend carries drafts after its pending
+// token, and samples the ones the verifier accepts too (batcher_drafts.cpp).
 #include "batcher.hpp"
 
 #include <algorithm>
@@ -44,7 +46,8 @@ batcher::batcher(const scenario& s, const cache_config& effective,
     waiting_(s.workloads.size()),
     tenant_blocks_(s.workloads.size(), 0),
     tenant_quota_(s.workloads.size(), 0),
-    last_free_(effective.num_gpu_blocks) {
+    last_free_(effective.num_gpu_blocks),
+    verifier_(s.seed, s.draft_tokens, s.draft_acceptance) {
   for (std::size_t i = 0; i < s.workloads.size(); ++i) {
     tenant_figures f;
     f.name = s.workloads[i].tenant;
@@ -109,8 +112,9 @@ void batcher::insert_sorted(std::vector<request_id>& xs, request_id id) {
 }
 
 bool batcher::finishes_now(const live& l) const noexcept {
+  auto accepted = l.unsettled ? l.accepted : 0; // this step's drafts
   return l.computed_at == step_ && !l.prefilling()
-         && l.generated + 1 == l.req.output.size();
+         && l.generated + 1 + accepted == l.req.output.size();
 }
 
 void batcher::start_step() {
@@ -142,6 +146,11 @@ step_request batcher::begin_step() {
   step_request out;
   out.frees.swap(to_free_);
   sent_frees_ = out.frees;
+  // Requests that finished with drafts unsettled: settled before the free.
+  for (auto& v : finish_verdicts_)
+    out.verdicts.push_back(draft_verdict{v.id, v.accepted});
+  sent_verdicts_.swap(finish_verdicts_);
+  finish_verdicts_.clear();
   auto freeing = freeing_blocks_;
   freeing_blocks_ = 0;
   sent_extends_ = running_;
@@ -152,14 +161,18 @@ step_request batcher::begin_step() {
   auto bs = cfg_.block_size;
   for (auto id : running_) {
     auto& l = live_.at(id);
+    // Last step's drafts are settled first, in the same message.
+    freeing += send_verdict(l, out);
+    draw_drafts(l);
     // Room for the token sampled last step, whose K/V this step computes,
-    // or for the prompt's next chunk; named, so that full blocks enter the
-    // prefix index in the step that writes them.
+    // and its drafts, or for the prompt's next chunk; named, so that full
+    // blocks enter the prefix index in the step that writes them.
     auto held = l.in_cache();
     auto n = l.next_extend(scenario_.prefill_chunk);
-    out.extends.push_back(extend_op{id, static_cast<std::uint32_t>(n)});
+    out.extends.push_back(extend_op{id, static_cast<std::uint32_t>(n),
+                                    static_cast<std::uint32_t>(l.drafts.size())});
     for (auto pos = held; pos < held + n; ++pos)
-      out.tokens.push_back(l.token_at(pos));
+      out.tokens.push_back(l.held_token(pos));
     // A prefill's chunk is part of what it owes (counted below).
     if (!l.prefilling())
       new_blocks += blocks_for(held + n, bs) - blocks_for(held, bs);
@@ -202,6 +215,7 @@ void batcher::stop_running(request_id id) {
 }
 
 void batcher::requeue_front(live& l) {
+  drop_drafts(l); // admitted again, it prefills what it sampled
   waiting_[l.req.workload].push_front(l.req.id);
 }
 
@@ -210,6 +224,7 @@ void batcher::free_and_requeue(request_id id) {
   // (so that the free and its next admission never share a message).
   auto& l = live_.at(id);
   stop_running(id);
+  drop_drafts(l);
   freeing_blocks_ += l.table.num_blocks();
   to_free_.push_back(id);
   limbo_.push_back(id);
@@ -230,9 +245,16 @@ request_id batcher::newest_of(std::int64_t workload) const {
 }
 void batcher::end_step() {
   auto sample = [&](live& l) {
-    // The token computed this step yields the next one.
-    ++l.generated;
-    ++figures_[l.req.workload].generated_tokens;
+    // The token computed this step yields the next one, after the drafts
+    // the verifier accepted (this step's, if unsettled).
+    std::uint64_t n = 1 + (l.unsettled ? l.accepted : 0);
+    auto& f = figures_[l.req.workload];
+    if (l.decoded_at == step_) {
+      ++f.drafts.decode_steps;
+      f.drafts.decode_tokens += n;
+    }
+    l.generated += n;
+    f.generated_tokens += n;
   };
   std::size_t kept = 0;
   for (auto id : running_) {
@@ -246,6 +268,10 @@ void batcher::end_step() {
     }
     sample(l);
     if (l.generated == l.req.output.size()) {
+      if (l.unsettled) // all accepted: drafts_for never drafts past the end
+        finish_verdicts_.push_back(sent_verdict{
+          id, l.req.workload, static_cast<std::uint32_t>(l.drafts.size()),
+          l.accepted});
       ++f.finished;
       ++step_finished_;
       f.latency.push_back(static_cast<std::uint32_t>(step_ - l.req.arrival + 1));
@@ -329,7 +355,7 @@ std::optional<verify_target> batcher::pick_verify(std::uint64_t k) {
   auto n = l.table.num_tokens;
   out.tokens.reserve(n);
   for (std::uint64_t pos = 0; pos < n; ++pos)
-    out.tokens.push_back(l.token_at(pos));
+    out.tokens.push_back(l.held_token(pos));
   return out;
 }
 

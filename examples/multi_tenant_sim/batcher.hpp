@@ -109,7 +109,8 @@ public:
   // -- end of step -------------------------------------------------------------
 
   /// Each request that computed its pending token (or its prompt's last
-  /// chunk) this step samples its next one; complete ones finish.
+  /// chunk) this step samples its next one - and before it the drafts the
+  /// verifier accepted; complete ones finish.
   void end_step();
 
   /// The supervisor preempted a request outside a step (applied at the next
@@ -196,22 +197,46 @@ private:
     /// with it, the hits and the chunks computed so far.
     std::uint64_t prefilled = 0;
     block_table table;
+    /// Speculative decoding: the drafts of its decode extend this step (or
+    /// last, if unsettled), at positions draft_at...: the first `accepted`
+    /// are its next output tokens, the rest other ids. `unsettled`: the
+    /// cache holds them until a verdict, which goes with its next extend
+    /// (or its free).
+    std::vector<token_id> drafts;
+    std::uint32_t accepted = 0;
+    std::uint64_t draft_at = 0;
+    bool unsettled = false;
+    /// The last step whose extend decoded (past its prefill) and went
+    /// through.
+    std::uint64_t decoded_at = ~std::uint64_t{0};
 
     /// Whether the cache lacks part of its prompt (chunked prefill): it
     /// extends by prompt chunks, and samples nothing, until it has it all.
     bool prefilling() const noexcept {
       return prefilled < prefill_len;
     }
-    /// Tokens the cache holds while running, as of the start of a step:
-    /// its prefill so far, or, decoding, its prompt and every sampled token
-    /// but the last (pending).
+    /// Tokens the cache holds while running, as of the start of a step
+    /// (once its drafts are settled): its prefill so far, or, decoding,
+    /// its prompt and every sampled token but the last (pending).
     std::uint64_t in_cache() const noexcept {
       return prefilling() ? prefilled : req.prompt.size() + generated - 1;
+    }
+    /// Tokens the cache holds: in_cache(), or up to its last draft while a
+    /// verdict is due.
+    std::uint64_t held() const noexcept {
+      return unsettled ? draft_at + drafts.size() : in_cache();
     }
     /// The token at `pos` of its sequence (prompt, then output).
     token_id token_at(std::uint64_t pos) const noexcept {
       return pos < req.prompt.size() ? req.prompt[pos]
                                      : req.output[pos - req.prompt.size()];
+    }
+    /// The token whose K/V its cache slot at `pos` was computed for: a
+    /// draft's within the drafts' span, else token_at(pos).
+    token_id held_token(std::uint64_t pos) const noexcept {
+      return pos >= draft_at && pos - draft_at < drafts.size()
+               ? drafts[pos - draft_at]
+               : token_at(pos);
     }
     /// Blocks the rest of its prompt will take (0 unless prefilling).
     std::uint64_t owed_blocks(std::uint32_t block_size) const noexcept {
@@ -221,9 +246,10 @@ private:
       return blocks(prefill_len) - blocks(prefilled);
     }
     /// Tokens its next extend computes: the next chunk of its prompt (at
-    /// most `chunk`) while it prefills, else its pending token.
+    /// most `chunk`) while it prefills, else its pending token and drafts.
     std::uint64_t next_extend(std::uint64_t chunk) const noexcept {
-      return prefilling() ? std::min(chunk, prefill_len - prefilled) : 1;
+      return prefilling() ? std::min(chunk, prefill_len - prefilled)
+                          : 1 + drafts.size();
     }
   };
 
@@ -259,6 +285,24 @@ private:
     return scenario_.preemption == preemption_mode::swap;
   }
   void process_external();
+  // -- speculative decoding (batcher_drafts.cpp) -------------------------------
+  /// A verdict the step's message carries, for its reply to settle.
+  struct sent_verdict {
+    request_id id = 0;
+    std::uint32_t workload = 0;
+    std::uint32_t drafts = 0;
+    std::uint32_t accepted = 0;
+  };
+  /// Sets `l`'s drafts for this step's extend: none while it prefills.
+  void draw_drafts(live& l);
+  /// Adds `l`'s verdict to `out` if one is due; returns the blocks it frees.
+  std::uint64_t send_verdict(live& l, step_request& out);
+  /// Books the reply's outcome of the verdicts sent; returns, per entry of
+  /// res.failed, whether it was a verdict's.
+  std::vector<bool> settle_verdicts(const step_result& res);
+  /// `l` leaves the cache (or goes back to waiting): unsettled drafts are
+  /// dropped.
+  void drop_drafts(live& l);
   void warn(std::string text); ///< recorded for the report (the first few)
   bool running_before(const live& x, const live& y) const noexcept;
 
@@ -307,6 +351,11 @@ private:
   std::uint32_t step_preempted_ = 0;
   std::uint64_t ended_before_free_ = 0;
   std::uint64_t stalled_ = 0;
+  draft_verifier verifier_;
+  std::vector<sent_verdict> sent_verdicts_;
+  /// Verdicts of requests that finished with drafts unsettled: sent with
+  /// their frees (then their completed blocks stay cached).
+  std::vector<sent_verdict> finish_verdicts_;
   std::vector<computed_token> computed_;
   std::vector<tenant_figures> figures_;
   std::vector<step_sample> samples_;

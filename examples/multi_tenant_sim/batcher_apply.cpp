@@ -1,5 +1,5 @@
-// batcher: applying the cache's replies - failures, preemptions, table
-// changes, admissions - and the supervisor's preemption notices.
+// batcher: applying the cache's replies - verdicts, failures, preemptions,
+// table changes, admissions - and the supervisor's preemption notices.
 #include "batcher.hpp"
 
 #include <algorithm>
@@ -17,6 +17,8 @@ caf::expected<bool> batcher::apply(const step_result& res) {
   std::unordered_set<request_id> extends(sent_extends_.begin(),
                                          sent_extends_.end());
   std::unordered_set<request_id> failed;
+  // First what came of the verdicts, which the cache ran first.
+  auto verdict_failure = settle_verdicts(res);
   // Extends refused at their tenant's quota (recompute mode): each makes
   // room once the step's outcome is applied (see below).
   std::vector<request_id> at_quota;
@@ -25,7 +27,10 @@ caf::expected<bool> batcher::apply(const step_result& res) {
   for (auto& e : res.ended)
     if (e.reason == end_reason::preempted)
       external_.emplace_back(e.id, e.cache_id);
-  for (auto& f : res.failed) {
+  for (std::size_t k = 0; k < res.failed.size(); ++k) {
+    if (verdict_failure[k])
+      continue;
+    auto& f = res.failed[k];
     failed.insert(f.id);
     auto what = "request " + std::to_string(f.id) + ": " + render(f.error);
     if (fatal(f.error))
@@ -109,9 +114,13 @@ caf::expected<bool> batcher::apply(const step_result& res) {
                                            res.preempted.end());
   for (auto id : sent_extends_) {
     auto i = live_.find(id);
-    if (i == live_.end() || failed.count(id) || preempted.count(id))
+    if (i == live_.end())
       continue;
     auto& l = i->second;
+    if (failed.count(id) || preempted.count(id)) {
+      l.drafts.clear(); // none reached the cache; the next step draws anew
+      continue;
+    }
     auto pos = l.in_cache();
     auto n = l.next_extend(scenario_.prefill_chunk);
     // A table without a delta (no new block) still shows the old count.
@@ -125,11 +134,16 @@ caf::expected<bool> batcher::apply(const step_result& res) {
     if (l.prefilling()) {
       l.prefilled += n;
       ++chunk_extends_;
+    } else {
+      l.decoded_at = step_;
+      // Its drafts are the cache's until next step's verdict.
+      l.unsettled = !l.drafts.empty();
+      figures_[l.req.workload].drafts.draft_tokens += l.drafts.size();
     }
     if (track_data_)
       for (auto k = pos; k < pos + n; ++k)
         computed_.push_back(computed_token{
-          id, static_cast<std::int64_t>(l.table.slot(k)), l.token_at(k),
+          id, static_cast<std::int64_t>(l.table.slot(k)), l.held_token(k),
           static_cast<std::uint32_t>(k)});
   }
   sent_extends_.clear();

@@ -54,6 +54,7 @@ caf::error batcher::swap_out_failed(request_id id, const caf::error& err) {
     warn("swap out failed, recomputing: request " + std::to_string(id) + ": "
          + render(err));
   // The host tier is full: recompute it instead.
+  drop_drafts(l);
   ++figures_[l.req.workload].preempted_in_step;
   freeing_blocks_ += l.table.num_blocks();
   to_free_.push_back(id);
@@ -71,9 +72,10 @@ std::optional<request_id> batcher::next_swap_in() {
   auto id = swapped_.front();
   auto& l = live_.at(id);
   auto need = l.table.num_blocks();
-  // Room for the running requests' growth: a block or two each, and the
-  // rest of the prompts still prefilling (this one's too).
-  auto headroom = 2 * blocks_for(running_.size(), cfg_.block_size)
+  // Room for the running requests' growth: a block or two each (with their
+  // drafts), and the rest of the prompts still prefilling (this one's too).
+  auto per_step = std::uint64_t{1} + scenario_.draft_tokens;
+  auto headroom = 2 * blocks_for(running_.size() * per_step, cfg_.block_size)
                   + prefill_owed() + l.owed_blocks(cfg_.block_size);
   // With nothing running (nor coming in) the first always tries, as the
   // first admission does: it may hold more than the admission mark allows,
@@ -90,10 +92,10 @@ void batcher::swapped_in(request_id id, const block_table& table) {
   auto& l = live_.at(id);
   swapped_.erase(std::remove(swapped_.begin(), swapped_.end(), id),
                  swapped_.end());
-  if (table.num_tokens != l.in_cache())
+  if (table.num_tokens != l.held()) // drafts unsettled included
     warn("request " + std::to_string(id) + ": swapped in with "
          + std::to_string(table.num_tokens) + " tokens, expected "
-         + std::to_string(l.in_cache()));
+         + std::to_string(l.held()));
   l.swapped = false;
   l.table = table;
   l.running = true;

@@ -22,6 +22,7 @@ tenant_figures overall_of(const sim_outcome& r) {
     all.preempted_by_quota += f.preempted_by_quota;
     all.swaps += f.swaps;
     all.swap_ins += f.swap_ins;
+    all.drafts.add(f.drafts);
     all.queue_delay.insert(all.queue_delay.end(), f.queue_delay.begin(),
                            f.queue_delay.end());
     all.unadmitted += f.unadmitted;

@@ -44,6 +44,22 @@ json distribution(const std::vector<T>& xs) {
               {"max", *std::max_element(xs.begin(), xs.end())}};
 }
 
+/// Speculative decoding's figures (draft_figures); the rates null when
+/// there is nothing to divide by.
+json drafts_json(const draft_figures& d) {
+  auto settled = d.accepted + d.rejected;
+  return json{
+    {"decode_steps", d.decode_steps},
+    {"output_tokens_per_decode_step",
+     d.decode_steps == 0 ? json(nullptr) : json(d.tokens_per_step())},
+    {"draft_tokens", d.draft_tokens},
+    {"accepted", d.accepted},
+    {"rejected", d.rejected},
+    {"dropped_unsettled", d.dropped},
+    {"acceptance_rate", settled == 0 ? json(nullptr) : json(d.acceptance())},
+  };
+}
+
 json tenant_json(const tenant_figures& f, const sim_outcome& r) {
   return json{
     {"name", f.name},
@@ -71,6 +87,7 @@ json tenant_json(const tenant_figures& f, const sim_outcome& r) {
                     {"longest_wait_steps", f.unadmitted_wait}}},
     {"latency_steps", distribution(f.latency)},
     {"blocks_used", {{"mean", mean_blocks(f, r)}, {"peak", f.blocks_peak}}},
+    {"speculative", drafts_json(f.drafts)},
   };
 }
 
@@ -137,6 +154,8 @@ std::string report_json(const scenario& s, const sim_outcome& r) {
       {"max_admits_per_step", s.max_admits_per_step},
       {"max_waiting", s.max_waiting},
       {"prefill_chunk", s.prefill_chunk},
+      {"draft_tokens", s.draft_tokens},
+      {"draft_acceptance", s.draft_acceptance},
       {"verify_every", s.verify_every},
       {"cache", ordered(to_json(r.effective))},
       {"workloads", std::move(workloads)}}},

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "drafts.hpp"
 #include "kvactor/messages/types.hpp"
 
 namespace kvactor::sim {
@@ -39,6 +40,7 @@ struct tenant_figures {
   std::vector<std::uint32_t> latency;     ///< steps, arrival -> finished
   std::uint64_t blocks_peak = 0;          ///< blocks charged to the tenant
   double blocks_sum = 0;                  ///< over samples, for the mean
+  draft_figures drafts;                   ///< speculative decoding
 
   std::uint64_t preemptions() const noexcept {
     return preempted_in_step + preempted_by_cache + preempted_by_quota;

@@ -1,6 +1,6 @@
 // summary: the run's text summary (stdout) - the per-tenant table, the
-// overall row and a few lines about pressure, preemptions, the cache, time
-// and data.
+// overall row and a few lines about pressure, preemptions, speculative
+// decoding, the cache, time and data.
 #include "report.hpp"
 
 #include <cstdio>
@@ -48,6 +48,34 @@ std::string name_cell(const std::string& name, std::size_t width) {
   if (chars > width)
     return text.substr(0, cut) + "\xE2\x80\xA6"; // U+2026, an ellipsis
   return text + std::string(width - chars, ' ');
+}
+
+/// Speculative decoding's lines: the drafts' fate overall and per tenant,
+/// and the cache's own count beside the simulator's.
+void print_drafts(std::ostream& out, const scenario& s, const sim_outcome& r,
+                  const tenant_figures& all) {
+  auto& d = all.drafts;
+  out << "speculative decoding: " << s.draft_tokens
+      << " drafts per decode step, each accepted with p "
+      << fmt("%g", s.draft_acceptance) << " until the first rejection: "
+      << fmt("%.2f", d.tokens_per_step()) << " output tokens per decode step ("
+      << d.decode_steps << " steps)\n";
+  out << " drafts: " << d.draft_tokens << " computed, " << d.accepted
+      << " accepted, " << d.rejected << " rejected (acceptance "
+      << pct(d.acceptance()) << "), " << d.dropped
+      << " dropped unsettled with their request";
+  if (r.have_final_stats)
+    out << "; the cache counted " << r.final_stats.draft_tokens << ", "
+        << r.final_stats.draft_tokens_rejected << " rejected";
+  out << "\n per tenant:";
+  const char* sep = " ";
+  for (auto& f : r.tenants) {
+    out << sep << printable(f.name) << ' ' << pct(f.drafts.acceptance())
+        << " accepted, "
+        << fmt("%.2f", f.drafts.tokens_per_step()) << " tok/step";
+    sep = "; ";
+  }
+  out << '\n';
 }
 
 } // namespace
@@ -151,6 +179,8 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
         << " extends computed a later chunk of a prompt; "
         << r.preempted_mid_prefill
         << " requests preempted or swapped out mid-prefill\n";
+  if (s.draft_tokens > 0)
+    print_drafts(out, s, r, all);
   if (r.have_final_stats) {
     auto& st = r.final_stats;
     out << "cache: " << st.allocation_count << " allocations ("

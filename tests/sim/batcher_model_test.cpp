@@ -1,10 +1,11 @@
 // The batcher as a seeded random model test: random small scenarios
 // (tenants with quotas, reservations and priorities, system prompts, both
 // preemption modes, pools tight enough to preempt, chunked prefill or
-// not), run against the pool core by core_driver, which checks the pool
-// invariant, every message and every running request's K/V slots after
-// each step; at the end every request finished, the figures add up and
-// the pool is empty again.
+// not, draft tokens or not), run against the pool core by core_driver,
+// which checks the pool invariant, every message and every running
+// request's K/V slots after each step; at the end every request finished,
+// the figures add up (the drafts' with the pool's counters) and the pool
+// is empty again.
 #include <algorithm>
 
 #include "core_driver.hpp"
@@ -27,8 +28,10 @@ std::uint32_t uniform(std::mt19937_64& rng, std::uint32_t lo, std::uint32_t hi) 
 /// A random scenario of 2-3 tenants on a pool of 32-96 blocks: tight, so
 /// that requests preempt each other; every request fits on its own. With
 /// `chunked`, a prefill chunk of 1 to 2 blocks and a bit (any size, prompts
-/// being up to 9 blocks).
-json random_scenario(std::uint64_t seed, bool swap, bool chunked = false) {
+/// being up to 9 blocks); with `drafts`, 1 to 6 draft tokens per decode
+/// step, accepted with a chance of 0 to 1.
+json random_scenario(std::uint64_t seed, bool swap, bool chunked = false,
+                     bool drafts = false) {
   std::mt19937_64 rng{seed};
   auto bs = uniform(rng, 0, 1) == 0 ? 4u : 8u;
   auto blocks = uniform(rng, 32, 96);
@@ -89,6 +92,10 @@ json random_scenario(std::uint64_t seed, bool swap, bool chunked = false) {
            {"workloads", workloads}};
   if (chunked) // drawn last: the scenario is otherwise the unchunked one
     out["prefill_chunk"] = uniform(rng, 1, 2 * bs + 3);
+  if (drafts) { // last too
+    out["draft_tokens"] = uniform(rng, 1, 6);
+    out["draft_acceptance"] = uniform(rng, 0, 10) / 10.0;
+  }
   return out;
 }
 
@@ -134,6 +141,7 @@ struct run_summary {
                 swap_ins = 0, swap_out_failures = 0, readmitted = 0, hits = 0,
                 chunk_extends = 0, preempted_mid_prefill = 0,
                 swapped_mid_prefill = 0, kv_checked = 0;
+  draft_figures drafts;
 };
 
 /// Runs `s` to the end of its drain and checks what must hold then.
@@ -211,6 +219,23 @@ void run_and_check(const scenario& s, std::uint64_t chaos_seed,
     BOOST_TEST(b.chunk_extends() == 0u);
     BOOST_TEST(b.preempted_mid_prefill() == 0u);
   }
+  // Every draft the pool took was settled by a verdict or dropped with its
+  // request, and the pool counted the same drafts and rejections.
+  draft_figures drafts;
+  for (auto& f : b.figures())
+    drafts.add(f.drafts);
+  BOOST_TEST(drafts.draft_tokens
+             == drafts.accepted + drafts.rejected + drafts.dropped);
+  BOOST_TEST(drafts.draft_tokens == d.core().counters().draft_tokens);
+  BOOST_TEST(drafts.rejected == d.core().counters().drafts_rejected);
+  BOOST_TEST(drafts.decode_tokens <= drafts.decode_steps * (1 + s.draft_tokens));
+  if (s.draft_tokens == 0)
+    BOOST_TEST(drafts.decode_tokens == drafts.decode_steps);
+  if (s.draft_acceptance == 0.0)
+    BOOST_TEST(drafts.accepted == 0u);
+  if (s.draft_acceptance == 1.0)
+    BOOST_TEST(drafts.rejected == 0u);
+  sum.drafts.add(drafts);
 }
 
 } // namespace
@@ -300,6 +325,60 @@ BOOST_AUTO_TEST_CASE(random_scenarios_with_chunked_prefill_and_swap_keep_the_poo
   BOOST_TEST(sum.swap_out_failures > 0u);
   BOOST_TEST(sum.by_cache > 0u);
   BOOST_TEST(sum.kv_checked > 0u);
+}
+
+/// What the random runs with drafts must have gone through: drafts
+/// settled both ways, and some dropped with their requests (preempted or
+/// swapped out and recomputed with drafts unsettled).
+void check_draft_sum(const run_summary& sum) {
+  auto& d = sum.drafts;
+  BOOST_TEST_MESSAGE(d.draft_tokens << " drafts: " << d.accepted << " accepted, "
+                     << d.rejected << " rejected, " << d.dropped << " dropped; "
+                     << sum.kv_checked << " K/V slots checked");
+  BOOST_TEST(d.accepted > 0u);
+  BOOST_TEST(d.rejected > 0u);
+  BOOST_TEST(d.dropped > 0u);
+  BOOST_TEST(d.decode_tokens > d.decode_steps); // drafts made steps count more
+  BOOST_TEST(sum.kv_checked > 0u);
+}
+
+BOOST_AUTO_TEST_CASE(random_scenarios_with_drafts_and_recompute_keep_the_pool_sound) {
+  run_summary sum;
+  for (std::uint64_t seed = 501; seed <= 512; ++seed) {
+    BOOST_TEST_CONTEXT("seed " << seed) {
+      auto s = fitting(random_scenario(seed, false, seed % 3 == 0, true));
+      run_and_check(s, seed, 0.0, sum);
+    }
+  }
+  check_draft_sum(sum);
+  BOOST_TEST(sum.preempted_in_step > 0u);
+  BOOST_TEST(sum.by_quota > 0u);
+}
+
+BOOST_AUTO_TEST_CASE(random_scenarios_with_drafts_and_swap_keep_the_pool_sound) {
+  run_summary sum;
+  for (std::uint64_t seed = 601; seed <= 612; ++seed) {
+    BOOST_TEST_CONTEXT("seed " << seed) {
+      auto s = fitting(random_scenario(seed, true, seed % 3 == 0, true));
+      run_and_check(s, seed, 0.0, sum);
+    }
+  }
+  check_draft_sum(sum);
+  BOOST_TEST(sum.swaps > 0u);
+  BOOST_TEST(sum.swap_ins > 0u);
+  BOOST_TEST(sum.swap_out_failures > 0u);
+}
+
+BOOST_AUTO_TEST_CASE(supervisor_preemptions_with_drafts_unsettled_are_absorbed) {
+  run_summary sum;
+  for (std::uint64_t seed = 701; seed <= 712; ++seed) {
+    BOOST_TEST_CONTEXT("seed " << seed) {
+      auto s = fitting(random_scenario(seed, seed % 2 == 0, seed % 3 == 0, true));
+      run_and_check(s, seed * 31, 0.08, sum);
+    }
+  }
+  check_draft_sum(sum);
+  BOOST_TEST(sum.by_cache > 0u);
 }
 
 BOOST_AUTO_TEST_CASE(without_drain_the_run_stops_at_steps) {

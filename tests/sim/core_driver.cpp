@@ -89,15 +89,43 @@ void core_driver::check_request(const step_request& req) {
                 || supervisor_victims_.count(op.id) > 0),
                "extend of request " << op.id << ", which the pool does not run");
   }
-  // Token ids for every extend (a prompt chunk's or a decoded token), so
-  // that full blocks enter the prefix index as they are computed.
+  // Token ids for every extend (a prompt chunk's or a decoded token and its
+  // drafts), so that full blocks enter the prefix index as they are
+  // computed.
   std::uint64_t extended = 0;
   for (auto& op : req.extends) {
     extended += op.num_tokens;
     BOOST_TEST(op.num_tokens >= 1u);
-    BOOST_TEST(op.num_tokens <= std::max<std::uint64_t>(1, s_.prefill_chunk));
+    BOOST_TEST(op.num_tokens <= std::max<std::uint64_t>(1 + s_.draft_tokens,
+                                                        s_.prefill_chunk));
+    // Drafts follow a decoded token, never a chunk of a prompt.
+    BOOST_TEST(op.num_draft <= s_.draft_tokens);
+    BOOST_TEST((op.num_draft == 0 || op.num_tokens == op.num_draft + 1),
+               "request " << op.id << ": " << op.num_draft << " drafts in "
+                          << op.num_tokens << " tokens");
   }
   BOOST_TEST(req.tokens.size() == extended);
+  // A verdict per request the pool holds drafts of, in the message of its
+  // next extend (or of its free, finished), and none for any other: for
+  // the drafts it holds, unless the supervisor took it meanwhile.
+  std::unordered_set<request_id> verdicts;
+  for (auto& v : req.verdicts) {
+    BOOST_TEST(verdicts.insert(v.id).second, "two verdicts for request " << v.id);
+    BOOST_TEST(extends.count(v.id) + frees.count(v.id) == 1u,
+               "verdict for request " << v.id << " without its extend or free");
+    auto seq = core_.find(v.id);
+    BOOST_TEST(((seq != nullptr && seq->where == residency::resident
+                 && seq->drafts > 0 && v.accepted <= seq->drafts)
+                || supervisor_victims_.count(v.id) > 0),
+               "verdict (" << v.accepted << " accepted) for request " << v.id
+                           << ", whose drafts the pool does not hold");
+  }
+  for (auto id : extends) {
+    auto seq = core_.find(id);
+    if (seq != nullptr && seq->drafts > 0)
+      BOOST_TEST(verdicts.count(id) == 1u,
+                 "extend of request " << id << " with drafts unsettled");
+  }
   std::unordered_set<request_id> admits;
   for (auto& a : req.admits) {
     BOOST_TEST(admits.insert(a.id).second, "request " << a.id << " admitted twice");
@@ -240,6 +268,8 @@ cache_manager_stats core_driver::stats() const {
   st.total_blocks = core_.num_blocks();
   st.free_blocks = core_.free_blocks();
   st.cached_blocks = core_.cached_blocks();
+  st.draft_tokens = core_.counters().draft_tokens;
+  st.draft_tokens_rejected = core_.counters().drafts_rejected;
   for (auto& t : core_.tenants()) {
     tenant_usage u;
     u.name = t.config.name;
