@@ -172,6 +172,10 @@ std::string report_json(const scenario& s, const sim_outcome& r) {
       {"ended_before_free", r.ended_before_free},
       {"chunk_extends", r.chunk_extends},
       {"preempted_mid_prefill", r.preempted_mid_prefill},
+      {"invariant", {{"checked", r.invariant_checked},
+                     {"error", r.invariant_error.empty()
+                                 ? json(nullptr)
+                                 : json(r.invariant_error)}}},
       {"step_round_trip_us", distribution(r.step_round_trip_us)}}},
     {"tenants", std::move(tenants)},
     {"overall", std::move(overall)},

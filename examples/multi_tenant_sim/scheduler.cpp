@@ -3,9 +3,10 @@
 //   [write the computed tokens' K/V, one message per layer] ->
 //   [preemption "swap": swap out victims, or else swap in] ->
 //   [read one request back, every verify_every steps] -> stats -> next step.
-// Pressure changes arrive as (pressure_atom, pressure_event) from the
-// supervisor, preemptions the supervisor makes as (preempt_atom,
-// request_ended) from the manager.
+// At the end, the final stats and the pool's invariant check. Pressure
+// changes arrive as (pressure_atom, pressure_event) from the supervisor,
+// preemptions the supervisor makes as (preempt_atom, request_ended) from
+// the manager.
 #include "scheduler.hpp"
 
 #include <atomic>
@@ -58,6 +59,7 @@ struct sched_state {
   std::unique_ptr<batcher> b;
   kv_cache_manager_actor mgr;
   step_actor lane; ///< where steps go (the manager hands it out)
+  block_pool_actor pool; ///< for the invariant check at the end
   device_actor dev;
   bool write_data = false;
   std::uint32_t num_layers = 0;
@@ -103,7 +105,27 @@ void deliver(sched_actor* self) {
   done->set_value(); // last: the caller reads `out` from here on
 }
 
-/// Ends the run (at its end, on interrupt or on `error`): final stats first.
+/// The pool checks its accounting invariant, then the figures go.
+void check_and_deliver(sched_actor* self) {
+  self->request(self->state.pool, reply_timeout, check_atom::value)
+    .then(
+      [self](bool) {
+        self->state.out->invariant_checked = true;
+        deliver(self);
+      },
+      [self](caf::error& err) {
+        // Any other error: the pool is gone (a failed run), nothing checked.
+        auto& out = *self->state.out;
+        if (has_code(err, errc::invariant_violation)) {
+          out.invariant_checked = true;
+          out.invariant_error = render(err);
+        }
+        deliver(self);
+      });
+}
+
+/// Ends the run (at its end, on interrupt or on `error`): final stats and
+/// the invariant check first.
 void finish(sched_actor* self, std::string error = {}) {
   auto& st = self->state;
   if (st.finishing)
@@ -118,11 +140,11 @@ void finish(sched_actor* self, std::string error = {}) {
       [self](cache_manager_stats& s) {
         self->state.out->final_stats = std::move(s);
         self->state.out->have_final_stats = true;
-        deliver(self);
+        check_and_deliver(self);
       },
       [self](caf::error& err) {
         warn(self, "final stats: " + render(err));
-        deliver(self);
+        check_and_deliver(self);
       });
 }
 
@@ -352,7 +374,8 @@ void next_step(sched_actor* self) {
 
 caf::behavior scheduler_fun(sched_actor* self, const scenario* sc,
                             sim_outcome* out, kv_cache_manager_actor mgr,
-                            device_actor dev, storage_info info,
+                            device_actor dev, block_pool_actor pool,
+                            storage_info info,
                             const std::atomic<bool>* interrupted, progress* bar,
                             std::promise<void>* done) {
   auto& st = self->state;
@@ -360,6 +383,7 @@ caf::behavior scheduler_fun(sched_actor* self, const scenario* sc,
   st.out = out;
   st.mgr = std::move(mgr);
   st.dev = std::move(dev);
+  st.pool = std::move(pool);
   st.write_data = info.kind != "none";
   auto& model = out->effective.model;
   st.num_layers = model.num_layers;
@@ -451,7 +475,8 @@ sim_outcome simulate(const scenario& s, const std::atomic<bool>& interrupted,
       // Held to the end: an actor nobody references ends (`unreachable`)
       // whenever its mailbox runs empty with no request of its own open.
       auto driver = sys.spawn(scheduler_fun, &s, &out, cache->manager,
-                              cache->device, info, &interrupted, &bar, &done);
+                              cache->device, cache->pool, info, &interrupted,
+                              &bar, &done);
       finished.wait();
     } else if (!out.bad_scenario) {
       out.error = "cannot ask the device actor what it serves: " + render(err);

@@ -37,6 +37,10 @@ struct sim_outcome {
   std::vector<std::string> warnings;
   bool have_final_stats = false;
   cache_manager_stats final_stats;
+  /// The pool's accounting invariant, checked once the run ended (the
+  /// block pool's check_atom): whether it was, and what broke if it did.
+  bool invariant_checked = false;
+  std::string invariant_error;
   std::uint64_t pressure_entered[4] = {}; ///< changes into each level
   std::uint64_t ended_before_free = 0;    ///< batcher::ended_before_free
   std::uint64_t chunk_extends = 0;        ///< batcher::chunk_extends

@@ -209,6 +209,8 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
         << fmt("%.1f", r.bytes_written / (1024.0 * 1024.0)) << " MiB) through "
         << "the device actor; " << r.verify_checks << " read-backs, "
         << r.verify_failures << " mismatched\n";
+  if (!r.invariant_error.empty())
+    out << "THE POOL'S INVARIANT BROKE: " << r.invariant_error << '\n';
   for (auto& w : r.warnings)
     out << "warning: " << w << '\n';
 }

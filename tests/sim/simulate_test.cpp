@@ -63,6 +63,9 @@ void check_completed(const scenario& s, const sim_outcome& r) {
   // Drained: every request finished and freed its blocks.
   BOOST_TEST(r.final_stats.free_blocks == r.final_stats.total_blocks);
   BOOST_TEST(r.final_stats.active_caches == 0u);
+  // The pool's books held at the end.
+  BOOST_TEST(r.invariant_checked);
+  BOOST_TEST(r.invariant_error.empty(), r.invariant_error);
   BOOST_REQUIRE_EQUAL(r.tenants.size(), s.workloads.size());
   std::uint64_t arrived = 0;
   for (auto& f : r.tenants) {
@@ -295,6 +298,7 @@ BOOST_AUTO_TEST_CASE(reports_are_written_and_agree_with_the_outcome) {
   BOOST_TEST(rep["run"]["error"].is_null());
   BOOST_TEST(rep["run"]["steps"].get<std::uint64_t>() == r.steps);
   BOOST_TEST(rep["run"]["storage"].get<std::string>() == "host");
+  BOOST_TEST(rep["run"]["invariant"].dump() == R"({"checked":true,"error":null})");
   BOOST_TEST(rep["scenario"]["seed"].get<std::uint64_t>() == s.seed);
   BOOST_TEST(rep["scenario"]["steps"].get<std::uint64_t>() == s.steps);
   // System prompts as the run used them: made (count, len), or given.
