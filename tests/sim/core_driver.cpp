@@ -62,6 +62,7 @@ void core_driver::maybe_supervise() {
     auto seq = core_.find(id);
     BOOST_REQUIRE(seq != nullptr);
     auto cache_id = seq->cache_id;
+    left_with_drafts_ += seq->drafts > 0;
     BOOST_REQUIRE(core_.preempt(id));
     supervisor_victims_.insert(id);
     // The pool names it in the reply to the scheduler's next step (ended);
@@ -148,6 +149,12 @@ bool core_driver::send(const step_request& req, bool first) {
   for (auto& op : req.extends)
     if (mid_prefill(op.id))
       prefilling.insert(op.id);
+  std::unordered_set<request_id> settled;
+  for (auto& v : req.verdicts)
+    settled.insert(v.id);
+  for (auto id : req.frees)
+    if (auto seq = core_.find(id); seq != nullptr && seq->drafts > 0)
+      left_with_drafts_ += settled.count(id) == 0;
   auto res = core_.run_step(req, false);
   for (auto id : res.preempted)
     preempted_mid_prefill_ += prefilling.count(id);
@@ -181,6 +188,7 @@ void core_driver::swap_phase() {
                "swap out of request " << id << ", which the pool does not run");
     // The manager: reserve host blocks, the device copies, commit.
     auto prefilling = mid_prefill(id);
+    auto with_drafts = seq != nullptr && seq->drafts > 0;
     auto moves = core_.swap_out_begin(id);
     if (!moves) {
       ++swap_out_failures_;
@@ -193,6 +201,7 @@ void core_driver::swap_phase() {
       copy_block(device_kv_, m.device_block, host_kv_, m.host_block);
     BOOST_REQUIRE(core_.swap_out_done(id, core_.find(id)->cache_id, true));
     swapped_mid_prefill_ += prefilling;
+    swapped_with_drafts_ += with_drafts;
     check_invariant("swap out");
     b_.swapped_out(id);
   }

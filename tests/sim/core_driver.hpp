@@ -65,6 +65,15 @@ public:
   std::uint64_t swapped_mid_prefill() const noexcept {
     return swapped_mid_prefill_;
   }
+  /// Requests that left the pool holding draft tokens no verdict settled
+  /// (preempted by the supervisor, or freed to make room), and requests
+  /// swapped out holding some.
+  std::uint64_t left_with_drafts() const noexcept {
+    return left_with_drafts_;
+  }
+  std::uint64_t swapped_with_drafts() const noexcept {
+    return swapped_with_drafts_;
+  }
   /// Tokens whose K/V slot was checked, and of those found wrong.
   std::uint64_t kv_checked() const noexcept {
     return kv_checked_;
@@ -119,6 +128,8 @@ private:
   std::unordered_map<request_id, std::uint64_t> prompt_len_; ///< as admitted
   std::uint64_t preempted_mid_prefill_ = 0;
   std::uint64_t swapped_mid_prefill_ = 0;
+  std::uint64_t left_with_drafts_ = 0;
+  std::uint64_t swapped_with_drafts_ = 0;
   std::vector<kv_row> device_kv_; ///< [num_gpu_blocks * block_size]
   std::vector<kv_row> host_kv_;   ///< [num_host_blocks * block_size]
   std::uint64_t kv_checked_ = 0;
