@@ -29,7 +29,8 @@
 //   "steps": 2000,             (required) simulated steps during which requests
 //                              arrive (>= 1). One step = one scheduler
 //                              iteration: every running request decodes one
-//                              token, admitted requests prefill their prompt.
+//                              token (and its drafts, with draft_tokens),
+//                              admitted requests prefill their prompt.
 //   "drain": true,             after `steps`, keep stepping (no new arrivals)
 //                              until every request has finished.
 //   "seed": 1,                 seed of every random choice: a scenario and a

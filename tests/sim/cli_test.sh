@@ -118,6 +118,14 @@ expect_in "$dir/chunked.out" "chunked prefill: 256 tokens past the cached prefix
 expect_in "$dir/chunked.out" " 0 mismatched"
 expect_in "$dir/chunked/report.json" '"prefill_chunk": 256'
 
+# The shipped speculative scenario runs, drafts, and reads back what it
+# wrote, drafts and the tokens written over rejected ones included.
+expect_exit 0 speculative --config "$scenarios/speculative.json" --steps 60 \
+  --out "$dir/speculative" --no-progress
+expect_in "$dir/speculative.out" "speculative decoding: 4 drafts per decode step"
+expect_in "$dir/speculative.out" " 0 mismatched"
+expect_in "$dir/speculative/report.json" '"draft_tokens": 4'
+
 # A short run writes its reports.
 expect_exit 0 short --steps 50 --out "$dir/short" --no-progress
 for f in report.json timeseries.csv usage.gp; do

@@ -36,7 +36,7 @@ BOOST_AUTO_TEST_CASE(embedded_default_is_the_shipped_default_json) {
 }
 
 BOOST_AUTO_TEST_CASE(shipped_scenario_files_load) {
-  for (auto name : {"default.json", "swap.json", "chunked.json"}) {
+  for (auto name : {"default.json", "swap.json", "chunked.json", "speculative.json"}) {
     auto path = std::string{KVACTOR_SIM_SCENARIOS} + "/" + name;
     auto s = load_scenario(path);
     if (!s)
@@ -48,6 +48,9 @@ BOOST_AUTO_TEST_CASE(shipped_scenario_files_load) {
   BOOST_TEST(swap->cache.num_host_blocks > 0u);
   auto chunked = load_scenario(std::string{KVACTOR_SIM_SCENARIOS} + "/chunked.json");
   BOOST_TEST(chunked->prefill_chunk == 256u);
+  auto spec = load_scenario(std::string{KVACTOR_SIM_SCENARIOS} + "/speculative.json");
+  BOOST_TEST(spec->draft_tokens == 4u);
+  BOOST_TEST(spec->draft_acceptance == 0.7);
   auto base = parse_scenario(default_scenario_json(), "default.json");
   BOOST_TEST(base->prefill_chunk == 0u); // off unless asked for
 }
