@@ -1,4 +1,5 @@
-// scheduler: the scheduler actor. Each step is one chain of messages:
+// scheduler: the scheduler actor (its K/V writes and read-backs are in
+// scheduler_data.cpp). Each step is one chain of messages:
 //   step (frees, extends, admissions) -> [more admissions]* ->
 //   [write the computed tokens' K/V, one message per layer] ->
 //   [preemption "swap": swap out victims, or else swap in] ->
@@ -11,10 +12,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstring>
 #include <future>
 #include <memory>
-#include <unordered_map>
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
@@ -27,55 +26,18 @@
 #include "kvactor/actors/kv_cache_manager_actor.hpp"
 #include "kvactor/messages/error.hpp"
 #include "kvactor/messages/interfaces.hpp"
+#include "scheduler_actor.hpp"
 
 namespace kvactor::sim {
 
-namespace {
+namespace sched {
 
 using clock_type = std::chrono::steady_clock;
-
-constexpr auto reply_timeout = std::chrono::seconds{120};
 
 /// Steps with requests waiting and nothing running before the run gives up.
 constexpr std::uint64_t stall_limit = 1000;
 
 constexpr std::size_t max_warnings = 40;
-
-/// One layer's K (kind 0) or V (kind 1) row of a token: a function of the
-/// token and its position only, so a read-back can check it and a shared
-/// prefix block holds the same bytes whichever request computed it.
-void fill_row(std::uint8_t* out, std::size_t row, token_id token,
-              std::uint32_t pos, std::uint32_t layer, std::uint32_t kind) {
-  auto h = static_cast<std::uint32_t>(token) * 2654435761u ^ pos * 40503u
-           ^ layer * 0x9e3779b9u ^ (kind + 1) * 0x85ebca6bu;
-  for (std::size_t j = 0; j < row; ++j)
-    out[j] = static_cast<std::uint8_t>((h >> (8 * (j & 3))) + j);
-}
-
-struct sched_state {
-  static inline const char* name = "kvactor.sim.scheduler";
-
-  const scenario* sc = nullptr;
-  std::unique_ptr<batcher> b;
-  kv_cache_manager_actor mgr;
-  step_actor lane; ///< where steps go (the manager hands it out)
-  block_pool_actor pool; ///< for the invariant check at the end
-  device_actor dev;
-  bool write_data = false;
-  std::uint32_t num_layers = 0;
-  std::size_t row_bytes = 0; ///< one token's K (or V) in one layer
-  memory_pressure level = memory_pressure::low;
-  const std::atomic<bool>* interrupted = nullptr;
-  progress* bar = nullptr;
-  sim_outcome* out = nullptr;
-  std::promise<void>* done = nullptr;
-  /// Set as `done` is fulfilled, by deliver or by the actor's exit.
-  std::shared_ptr<std::atomic<bool>> handed_over;
-  std::uint64_t verifies = 0;
-  bool finishing = false;
-};
-
-using sched_actor = caf::stateful_actor<sched_state>;
 
 void next_step(sched_actor* self);
 
@@ -126,7 +88,7 @@ void check_and_deliver(sched_actor* self) {
 
 /// Ends the run (at its end, on interrupt or on `error`): final stats and
 /// the invariant check first.
-void finish(sched_actor* self, std::string error = {}) {
+void finish(sched_actor* self, std::string error) {
   auto& st = self->state;
   if (st.finishing)
     return;
@@ -168,58 +130,6 @@ void stats_step(sched_actor* self) {
         next_step(self);
       },
       [self](caf::error& err) { finish(self, "stats: " + render(err)); });
-}
-
-/// Every verify_every steps: one running request's K/V of one layer, read
-/// back through the device actor, must be what was written for its tokens.
-void verify_step(sched_actor* self) {
-  auto& st = self->state;
-  auto every = st.sc->verify_every;
-  if (!st.write_data || every == 0 || st.b->step() % every != 0)
-    return stats_step(self);
-  auto target = st.b->pick_verify(st.verifies);
-  if (!target || target->table.num_tokens == 0)
-    return stats_step(self);
-  auto layer = static_cast<std::uint32_t>(st.verifies % st.num_layers);
-  ++st.verifies;
-  auto t = std::make_shared<verify_target>(std::move(*target));
-  self->request(st.dev, reply_timeout, gather_atom::value, layer,
-                t->table.blocks, t->table.num_tokens)
-    .then(
-      [self, t, layer](gathered_kv& g) {
-        auto& st = self->state;
-        auto row = st.row_bytes;
-        auto n = t->tokens.size();
-        ++st.out->verify_checks;
-        std::uint64_t bad = 0;
-        std::uint64_t first_bad = 0;
-        if (g.keys.size() != n * row || g.values.size() != n * row) {
-          bad = n;
-        } else {
-          std::vector<std::uint8_t> want(row);
-          for (std::size_t pos = 0; pos < n; ++pos) {
-            bool ok = true;
-            for (std::uint32_t kind = 0; kind < 2 && ok; ++kind) {
-              fill_row(want.data(), row, t->tokens[pos],
-                       static_cast<std::uint32_t>(pos), layer, kind);
-              auto& got = kind == 0 ? g.keys : g.values;
-              ok = std::memcmp(got.data() + pos * row, want.data(), row) == 0;
-            }
-            if (!ok && bad++ == 0)
-              first_bad = pos;
-          }
-        }
-        if (bad > 0) {
-          ++st.out->verify_failures;
-          warn(self, "read-back of request " + std::to_string(t->id) + ", layer "
-                       + std::to_string(layer) + ": " + std::to_string(bad)
-                       + " of " + std::to_string(n)
-                       + " tokens differ (first at position "
-                       + std::to_string(first_bad) + ")");
-        }
-        stats_step(self);
-      },
-      [self](caf::error& err) { finish(self, "reading K/V back: " + render(err)); });
 }
 
 /// Brings swapped requests back while they fit, one message each.
@@ -275,61 +185,6 @@ void swap_step(sched_actor* self) {
   if (!victims->empty())
     return swap_out_all(self, std::move(victims), 0);
   swap_in_some(self);
-}
-
-/// Writes the K/V of every token the step computed (prefill and decode),
-/// one message per layer, and waits for all of them: the next step's
-/// copy-on-write must see these bytes.
-void write_step(sched_actor* self) {
-  auto& st = self->state;
-  auto& toks = st.b->computed();
-  if (!st.write_data || toks.empty()) {
-    st.b->clear_computed();
-    return swap_step(self);
-  }
-  // One write per slot, the last one named (batcher::computed()): a scatter
-  // with duplicate slots has no defined winner on a GPU.
-  std::unordered_map<std::int64_t, std::size_t> last;
-  last.reserve(toks.size());
-  for (std::size_t i = 0; i < toks.size(); ++i)
-    last[toks[i].slot] = i;
-  std::vector<std::size_t> keep;
-  keep.reserve(last.size());
-  for (std::size_t i = 0; i < toks.size(); ++i)
-    if (last[toks[i].slot] == i)
-      keep.push_back(i);
-  auto n = keep.size();
-  auto row = st.row_bytes;
-  auto pending = std::make_shared<std::uint32_t>(st.num_layers);
-  auto failed = std::make_shared<bool>(false);
-  for (std::uint32_t layer = 0; layer < st.num_layers; ++layer) {
-    slot_write w;
-    w.layer = layer;
-    w.slots.resize(n);
-    w.keys.resize(n * row);
-    w.values.resize(n * row);
-    for (std::size_t i = 0; i < n; ++i) {
-      auto& t = toks[keep[i]];
-      w.slots[i] = t.slot;
-      fill_row(w.keys.data() + i * row, row, t.token, t.position, layer, 0);
-      fill_row(w.values.data() + i * row, row, t.token, t.position, layer, 1);
-    }
-    self->request(st.dev, reply_timeout, write_atom::value, std::move(w))
-      .then(
-        [self, pending, failed](std::uint32_t) {
-          if (--*pending == 0 && !*failed)
-            swap_step(self);
-        },
-        [self, failed](caf::error& err) {
-          if (*failed)
-            return;
-          *failed = true;
-          finish(self, "writing K/V: " + render(err));
-        });
-  }
-  st.out->tokens_written += n * st.num_layers;
-  st.out->bytes_written += 2 * n * row * st.num_layers;
-  st.b->clear_computed();
 }
 
 void send_step(sched_actor* self, step_request req) {
@@ -424,13 +279,13 @@ caf::behavior scheduler_fun(sched_actor* self, const scenario* sc,
   };
 }
 
-} // namespace
+} // namespace sched
 
 sim_outcome simulate(const scenario& s, const std::atomic<bool>& interrupted,
                      progress& bar) {
   sim_outcome out;
   out.effective = s.cache;
-  auto t0 = clock_type::now();
+  auto t0 = sched::clock_type::now();
   {
     // Everything lives in this scope: the system's destructor waits for
     // every actor before `out` is handed back.
@@ -454,7 +309,7 @@ sim_outcome simulate(const scenario& s, const std::atomic<bool>& interrupted,
     caf::error err;
     {
       caf::scoped_actor blocking{sys};
-      blocking->request(cache->device, reply_timeout, info_atom::value)
+      blocking->request(cache->device, sched::reply_timeout, info_atom::value)
         .receive([&](storage_info& i) { info = std::move(i); },
                  [&](caf::error& e) { err = std::move(e); });
     }
@@ -474,7 +329,7 @@ sim_outcome simulate(const scenario& s, const std::atomic<bool>& interrupted,
       auto finished = done.get_future();
       // Held to the end: an actor nobody references ends (`unreachable`)
       // whenever its mailbox runs empty with no request of its own open.
-      auto driver = sys.spawn(scheduler_fun, &s, &out, cache->manager,
+      auto driver = sys.spawn(sched::scheduler_fun, &s, &out, cache->manager,
                               cache->device, cache->pool, info, &interrupted,
                               &bar, &done);
       finished.wait();
@@ -483,7 +338,7 @@ sim_outcome simulate(const scenario& s, const std::atomic<bool>& interrupted,
     }
     caf::anon_send_exit(cache->manager, caf::exit_reason::user_shutdown);
   }
-  out.wall_s = std::chrono::duration<double>(clock_type::now() - t0).count();
+  out.wall_s = std::chrono::duration<double>(sched::clock_type::now() - t0).count();
   return out;
 }
 
