@@ -64,13 +64,14 @@ public:
   /// Starts a step: arrivals join their tenant's queue.
   void start_step();
 
-  /// The step's message: frees (requests finished last step), extends
-  /// (every running request by its pending token - or, while it prefills
-  /// in chunks, by its next prompt chunk - with their token ids, highest
-  /// priority and oldest first: the cache preempts from the back) and
-  /// admissions (with preemption "swap", in follow-ups only, once no
-  /// extend lacked a block, and only of a priority above every swapped
-  /// request's).
+  /// The step's message: verdicts (on the drafts the cache holds of
+  /// running requests and of those finished last step), frees (requests
+  /// finished last step), extends (every running request by its pending
+  /// token and drafts - or, while it prefills in chunks, by its next
+  /// prompt chunk - with their token ids, highest priority and oldest
+  /// first: the cache preempts from the back) and admissions (with
+  /// preemption "swap", in follow-ups only, once no extend lacked a block,
+  /// and only of a priority above every swapped request's).
   step_request begin_step();
 
   /// Applies a reply. Returns whether an admissions-only follow-up message
