@@ -142,6 +142,10 @@ struct step_result {
   std::vector<block_copy> copies;    ///< copy-on-write, done before the reply
   std::vector<request_id> preempted; ///< newest first, as chosen
   std::vector<admission> admitted;
+  /// In the order the step ran them - verdicts, frees, discards, extends
+  /// (a victim's preemption where it happened), admits - then the extends
+  /// a failed copy-on-write undid: a request whose verdict and extend both
+  /// failed has its verdict's failure first.
   std::vector<op_failure> failed;
   /// The first admit that did not fit (admission stopped there); 0 = none.
   request_id blocked = 0;
