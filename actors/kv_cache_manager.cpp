@@ -22,7 +22,7 @@ caf::error as_handle_error(caf::error err, request_id id) {
   return err == caf::sec::request_receiver_down ? ended(id) : err;
 }
 
-/// A growth or settlement through `handle`'s actor: the table comes back.
+/// A growth through `handle`'s actor: the table comes back.
 template <class... Ts>
 caf::error through_handle(detail::facade_core& core, kv_cache_handle& handle,
                           Ts&&... xs) {
@@ -30,6 +30,20 @@ caf::error through_handle(detail::facade_core& core, kv_cache_handle& handle,
     return ended(handle.id());
   auto err = core.ask_done<block_table>(handle.actor(), std::forward<Ts>(xs)...);
   return err ? as_handle_error(std::move(err), handle.id()) : caf::none;
+}
+
+/// A draft growth or settlement of `handle`'s incarnation, asked of the
+/// pool straight away (the handle actors do not relay these: each live
+/// request's behavior stays as small as it was). An ended incarnation
+/// fails with invalid_handle.
+template <class Atom, class... Ts>
+caf::error at_pool(detail::facade_core& core, kv_cache_handle& handle,
+                   Atom atom, Ts&&... xs) {
+  if (!handle.is_valid())
+    return ended(handle.id());
+  return core.ask_done<block_table>(core.cache().pool, atom, handle.id(),
+                                    handle.slot()->info.cache_id,
+                                    std::forward<Ts>(xs)...);
 }
 
 /// invalid_request unless `n` (draft tokens) is at most max_draft_tokens.
@@ -136,17 +150,17 @@ caf::error kv_cache_manager::append(kv_cache_handle& handle,
                                     std::size_t drafts) {
   if (auto err = check_drafts(handle, drafts, "appends"))
     return err;
-  return through_handle(*core_, handle, draft_atom::value,
-                        std::uint64_t{tokens.size()}, tokens,
-                        static_cast<std::uint32_t>(drafts));
+  return at_pool(*core_, handle, draft_atom::value,
+                 std::uint64_t{tokens.size()}, tokens,
+                 static_cast<std::uint32_t>(drafts));
 }
 
 caf::error kv_cache_manager::settle_drafts(kv_cache_handle& handle,
                                            std::size_t accepted) {
   if (auto err = check_drafts(handle, accepted, "accepts"))
     return err;
-  return through_handle(*core_, handle, settle_atom::value,
-                        static_cast<std::uint32_t>(accepted));
+  return at_pool(*core_, handle, settle_atom::value,
+                 static_cast<std::uint32_t>(accepted));
 }
 
 caf::error kv_cache_manager::discard(request_id id) {

@@ -192,30 +192,6 @@ caf::result<block_table> grow(handle_ptr self, std::uint64_t n,
   return rp.promise();
 }
 
-/// Sends `xs...` to the pool and relays its table (or error) to the caller;
-/// an ending handle waits for the answer (booked as `what`).
-template <class... Ts>
-caf::result<block_table> relay(handle_ptr self, const char* what,
-                               Ts&&... xs) {
-  auto& st = self->state;
-  if (st.ending)
-    return ended_error(st);
-  detail::booked_promise<block_table> rp{
-    st.owed, self->make_response_promise<block_table>(),
-    detail::owed_what{what, true, st.id()}};
-  self->request(st.args.pool, caf::infinite, std::forward<Ts>(xs)...)
-    .then(
-      [self, rp](block_table& table) mutable {
-        rp.deliver(std::move(table));
-        answered(self);
-      },
-      [self, rp](caf::error& err) mutable {
-        rp.deliver(std::move(err));
-        answered(self);
-      });
-  return rp.promise();
-}
-
 request_handle_actor::behavior_type handle_fun(handle_ptr self,
                                                request_handle_args args,
                                                supervisor_actor supervisor) {
@@ -247,17 +223,7 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
       auto n = tokens.size();
       return grow(self, n, std::move(tokens));
     },
-    [self](draft_atom, std::uint64_t n, std::vector<token_id>& tokens,
-           std::uint32_t drafts) {
-      auto& st = self->state;
-      return relay(self, "draft", draft_atom::value, st.id(),
-                   st.args.info.cache_id, n, std::move(tokens), drafts);
-    },
-    [self](settle_atom, std::uint32_t accepted) {
-      auto& st = self->state;
-      return relay(self, "settle", settle_atom::value, st.id(),
-                   st.args.info.cache_id, accepted);
-    },
+
     [self](stats_atom) -> caf::result<cache_handle_stats> {
       auto& st = self->state;
       if (st.ending)

@@ -30,14 +30,6 @@ using request_handle_actor = caf::typed_actor<
   caf::replies_to<extend_atom, std::uint64_t>::with<block_table>,
   // Grow by these tokens; full blocks enter the prefix index.
   caf::replies_to<append_atom, std::vector<token_id>>::with<block_table>,
-  // Speculative decoding: grow by n tokens (ids: none or n), the last
-  // `drafts` of them draft tokens, kept out of the prefix index until
-  // settled; then settle them, keeping the first `accepted` (the rest are
-  // dropped, the table shrinks). Errors: as extend's, and invalid_request
-  // for a bad draft count or a second draft growth before settling.
-  caf::replies_to<draft_atom, std::uint64_t, std::vector<token_id>,
-                  std::uint32_t>::with<block_table>,
-  caf::replies_to<settle_atom, std::uint32_t>::with<block_table>,
   // Its figures.
   caf::replies_to<stats_atom>::with<cache_handle_stats>,
   // What was allocated.
@@ -105,8 +97,11 @@ using block_pool_actor = caf::typed_actor<
                   std::uint64_t>::with<block_table>,
   caf::replies_to<append_atom, request_id, std::uint64_t,
                   std::vector<token_id>>::with<block_table>,
-  // Speculative decoding, from a handle (its cache id) or the manager
-  // (current_incarnation): grow by n tokens (token ids: none or n), the
+  // Speculative decoding, for a request's own incarnation (its cache id:
+  // the facade, on behalf of a handle - the handle actors do not relay
+  // these, which keeps each one's behavior, paid per live request, as
+  // small as it was) or the manager's by-id form (current_incarnation):
+  // grow by n tokens (token ids: none or n), the
   // last `drafts` of them draft tokens, replying with the table once any
   // copy-on-write copy is made (errors: as extend's; invalid_request also
   // for drafts > n or past max_draft_tokens, or while earlier drafts are
