@@ -101,15 +101,14 @@ using block_pool_actor = caf::typed_actor<
   // the facade, on behalf of a handle - the handle actors do not relay
   // these, which keeps each one's behavior, paid per live request, as
   // small as it was) or the manager's by-id form (current_incarnation):
-  // grow by n tokens (token ids: none or n), the
-  // last `drafts` of them draft tokens, replying with the table once any
-  // copy-on-write copy is made (errors: as extend's; invalid_request also
-  // for drafts > n or past max_draft_tokens, or while earlier drafts are
-  // unsettled). Then settle them: (request id, cache id, accepted) keeps
-  // the first `accepted` and drops the rest (errors: invalid_request for
-  // more than it holds, or while it is swapped out). An ended incarnation
-  // fails as in extend (invalid_handle, or unknown_request for the
-  // manager's form).
+  // grow by n tokens (token ids: none or n), the last `drafts` of them
+  // draft tokens, replying with the table once any copy-on-write copy is
+  // made (errors: as extend's; invalid_request also for drafts > n or past
+  // max_draft_tokens, or while earlier drafts are unsettled). Then settle
+  // them: (request id, cache id, accepted) keeps the first `accepted` and
+  // drops the rest (errors: invalid_request for more than it holds, or
+  // while it is swapped out). An ended incarnation fails as in extend
+  // (invalid_handle, or unknown_request for the manager's form).
   caf::replies_to<draft_atom, request_id, std::uint64_t, std::uint64_t,
                   std::vector<token_id>, std::uint32_t>::with<block_table>,
   caf::replies_to<settle_atom, request_id, std::uint64_t,
