@@ -1,0 +1,493 @@
+// Edge cases of the rollback paths (settle_drafts, discard, extend's
+// drafts, undo_cow's draft handling, run_step's verdicts and discards):
+// copies in flight, preemption in the same step, forks and pins sharing a
+// discarded request's blocks, block sizes 1 and 64, swaps, prefix caching
+// off, KV events, and error paths that must change nothing.
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "kvactor/actors/block_pool_core.hpp"
+#include "kvactor/messages/error.hpp"
+#include "kvactor/messages/step.hpp"
+#include "pool_fixture.hpp"
+
+using namespace kvactor;
+using namespace kvactor::test;
+
+namespace {
+
+std::set<block_id> indexed_blocks(const block_pool_core& pool) {
+  std::set<block_id> out;
+  pool.for_each_indexed([&](std::uint64_t, block_id b) { out.insert(b); });
+  return out;
+}
+
+struct rollback_fixture : pool_fixture {
+  std::uint32_t drafts(request_id id) const {
+    return pool_->find(id)->drafts;
+  }
+  std::uint64_t cache_id(request_id id) const {
+    return pool_->find(id)->cache_id;
+  }
+};
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(rollback_edges_suite)
+
+BOOST_FIXTURE_TEST_CASE(block_size_one_drafts_take_a_block_each_and_go_free,
+                        rollback_fixture) {
+  cfg.block_size = 1;
+  make(16);
+  alloc(prompt_req(1, run(100, 3)));
+  BOOST_TEST(indexed_blocks(pool()).size() == 3u);
+  auto toks = run(103, 5);
+  BOOST_REQUIRE(pool().extend(1, 5, toks.data(), false, 4));
+  BOOST_TEST(blocks(1).size() == 8u);
+  BOOST_TEST(drafts(1) == 4u);
+  // The settled token 103 is indexed, none of the drafts.
+  auto b = blocks(1);
+  BOOST_TEST((indexed_blocks(pool()) == std::set<block_id>(b.begin(), b.begin() + 4)));
+  BOOST_TEST(invariant(pool()) == "ok");
+  auto cached = pool().cached_blocks();
+  auto res = pool().settle_drafts(1, 1);
+  BOOST_REQUIRE(res);
+  BOOST_TEST(res->changed);
+  BOOST_TEST(res->first_changed == 5u);
+  BOOST_TEST((blocks(1) == ids(b.begin(), b.begin() + 5)));
+  BOOST_TEST(indexed_blocks(pool()).size() == 5u);
+  BOOST_TEST(pool().cached_blocks() == cached);
+  BOOST_TEST(pool().free_blocks() == 11u);
+  BOOST_TEST(pool().counters().drafts_rejected == 3u);
+  // The prompt with the accepted token hits all five.
+  BOOST_TEST(alloc(prompt_req(2, run(100, 6))) == 5u);
+}
+
+BOOST_FIXTURE_TEST_CASE(large_blocks_drafts_across_one_boundary,
+                        rollback_fixture) {
+  cfg.block_size = 64;
+  make(8);
+  alloc(prompt_req(1, run(0, 60)));
+  BOOST_TEST(indexed_blocks(pool()).empty());
+  auto toks = run(60, 10); // 60..61 settled, 62..69 drafts: two blocks
+  BOOST_REQUIRE(pool().extend(1, 10, toks.data(), false, 8));
+  BOOST_TEST(blocks(1).size() == 2u);
+  BOOST_TEST(indexed_blocks(pool()).empty()); // block 0 holds drafts 62, 63
+  auto first = blocks(1)[0];
+  auto res = pool().settle_drafts(1, 2); // keeps 62, 63: block 0 is full
+  BOOST_REQUIRE(res);
+  BOOST_TEST(res->changed);
+  BOOST_TEST(res->first_changed == 1u);
+  BOOST_TEST(tokens(1) == 64u);
+  BOOST_TEST((indexed_blocks(pool()) == std::set<block_id>{first}));
+  BOOST_TEST(pool().free_blocks() == 7u);
+  BOOST_TEST(alloc(prompt_req(2, run(0, 65))) == 64u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_failed_copy_undoes_an_extend_with_drafts_exactly,
+                        rollback_fixture) {
+  alloc(prompt_req(1, run(100, 6)));
+  BOOST_REQUIRE(pool().fork(1, 2));
+  auto before = describe(pool(), true);
+  auto toks = run(106, 3);
+  auto res = pool().extend(2, 3, toks.data(), true, 2);
+  BOOST_REQUIRE(res);
+  BOOST_REQUIRE(res->copies.size() == 1u);
+  BOOST_TEST(drafts(2) == 2u);
+  BOOST_TEST(pool().copies_in_flight() == 1u);
+  BOOST_TEST(invariant(pool()) == "ok");
+  // A verdict while the copy is in flight is refused and changes nothing.
+  auto mid = describe(pool(), true);
+  BOOST_TEST(code(pool().settle_drafts(2, 0)) == "invalid_request");
+  BOOST_TEST(code(pool().settle_drafts(2, 2)) == "invalid_request");
+  BOOST_TEST(describe(pool(), true) == mid);
+  // The copy fails: the extend, drafts included, never happened.
+  auto undone = pool().settle_copies(res->copies, false);
+  BOOST_TEST((undone == std::vector<request_id>{2}));
+  BOOST_TEST(drafts(2) == 0u);
+  BOOST_TEST(describe(pool(), true) == before);
+  BOOST_TEST(invariant(pool()) == "ok");
+  // Again, and this time the copy is made: the drafts settle normally.
+  res = pool().extend(2, 3, toks.data(), true, 2);
+  BOOST_REQUIRE(res);
+  BOOST_TEST(pool().settle_copies(res->copies, true).empty());
+  auto s = pool().settle_drafts(2, 1);
+  BOOST_REQUIRE(s);
+  BOOST_TEST(tokens(2) == 8u);
+  BOOST_TEST(indexed_blocks(pool()).size() == 2u); // 2's block 1 is full
+  BOOST_TEST(pool().counters().draft_tokens == 2u);
+  BOOST_TEST(pool().counters().drafts_rejected == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_step_verdict_then_extend_of_the_same_request,
+                        rollback_fixture) {
+  alloc(prompt_req(1, run(100, 6)));
+  auto toks = run(106, 6);
+  BOOST_REQUIRE(pool().extend(1, 6, toks.data(), false, 5)); // 12, 3 blocks
+  auto b = blocks(1);
+  step_request step;
+  step.verdicts = {draft_verdict{1, 0}}; // back to 7 tokens, 2 blocks
+  step.extends = {extend_op{1, 6, 2}};   // 13 tokens, 4 blocks
+  step.tokens = run(300, 6);
+  auto r = pool().run_step(step);
+  BOOST_TEST(r.failed.empty());
+  BOOST_REQUIRE(r.changed.size() == 2u);
+  BOOST_TEST(r.changed[0].id == 1u);
+  BOOST_TEST(r.changed[0].first == 2u);
+  BOOST_TEST(r.changed[0].blocks.empty());
+  BOOST_TEST(r.changed[0].num_tokens == 7u);
+  BOOST_TEST(r.changed[1].first == 2u);
+  BOOST_TEST(r.changed[1].num_tokens == 13u);
+  auto now = blocks(1);
+  BOOST_REQUIRE(now.size() == 4u);
+  BOOST_TEST((ids(now.begin(), now.begin() + 2) == ids(b.begin(), b.begin() + 2)));
+  BOOST_TEST((r.changed[1].blocks == ids(now.begin() + 2, now.end())));
+  BOOST_TEST(drafts(1) == 2u);
+  // 100..106 + 300..303 settled: blocks 0-1 full of settled tokens, block 2
+  // (301..303, then draft 304) and 3 (draft 305) hold drafts.
+  BOOST_TEST((indexed_blocks(pool()) == std::set<block_id>{now[0], now[1]}));
+  BOOST_TEST(pool().counters().drafts_rejected == 5u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_request_cut_by_its_verdict_can_be_the_steps_victim,
+                        rollback_fixture) {
+  make(4);
+  alloc(prompt_req(1, run(100, 8))); // 2 blocks, full
+  alloc(prompt_req(2, run(200, 4))); // 1 block, full
+  auto t2 = run(204, 4);
+  BOOST_REQUIRE(pool().extend(2, 4, t2.data(), false, 4)); // +1 block
+  BOOST_TEST(pool().free_blocks() == 0u);
+  auto b2 = blocks(2);
+  step_request step;
+  step.verdicts = {draft_verdict{2, 3}}; // 7 tokens, still 2 blocks
+  step.extends = {extend_op{1, 4, 0}, extend_op{2, 1, 1}}; // 1 wants 1
+  step.tokens = run(108, 4) + run(900, 1);
+  auto r = pool().run_step(step);
+  BOOST_TEST(r.failed.empty());
+  BOOST_TEST((r.preempted == std::vector<request_id>{2}));
+  BOOST_TEST(r.changed.size() == 1u); // 1's new block; 2's verdict cut none
+  BOOST_TEST(pool().find(2) == nullptr);
+  BOOST_TEST(tokens(1) == 12u);
+  // 2's partial block (204..206 settled, 207 rejected) was never indexed:
+  // it went free (not cached) and 1 took it; 2's full block stays cached.
+  BOOST_TEST(blocks(1)[2] == b2[1]);
+  BOOST_TEST(pool().cached_blocks() == 1u);
+  BOOST_TEST(invariant(pool()) == "ok");
+  release(1);
+  BOOST_TEST(alloc(prompt_req(3, run(200, 9))) == 4u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_failed_verdict_fails_the_extend_and_spares_the_others,
+                        rollback_fixture) {
+  alloc(prompt_req(1, run(100, 6)));
+  alloc(prompt_req(2, run(200, 6)));
+  auto t1 = run(106, 3);
+  BOOST_REQUIRE(pool().extend(1, 3, t1.data(), false, 2));
+  step_request step;
+  step.verdicts = {draft_verdict{1, 3}, draft_verdict{77, 0}};
+  step.extends = {extend_op{1, 1, 0}, extend_op{2, 4, 1}};
+  step.tokens = run(500, 5);
+  auto r = pool().run_step(step);
+  BOOST_REQUIRE(r.failed.size() == 3u);
+  BOOST_TEST(r.failed[0].id == 1u);
+  BOOST_TEST(code(r.failed[0].error) == "invalid_request");
+  BOOST_TEST(r.failed[1].id == 77u);
+  BOOST_TEST(code(r.failed[1].error) == "unknown_request");
+  BOOST_TEST(r.failed[2].id == 1u);
+  BOOST_TEST(code(r.failed[2].error) == "invalid_request");
+  BOOST_TEST(drafts(1) == 2u);
+  BOOST_TEST(tokens(1) == 9u);
+  BOOST_TEST(tokens(2) == 10u);
+  BOOST_TEST(drafts(2) == 1u);
+  // A later step's good verdict settles 1, and its extend then succeeds.
+  step_request next;
+  next.verdicts = {draft_verdict{1, 2}, draft_verdict{2, 1}};
+  next.extends = {extend_op{1, 1, 0}};
+  next.tokens = {42};
+  r = pool().run_step(next);
+  BOOST_TEST(r.failed.empty());
+  BOOST_TEST(tokens(1) == 10u);
+  BOOST_TEST(drafts(1) == 0u);
+  BOOST_TEST(drafts(2) == 0u);
+}
+
+BOOST_FIXTURE_TEST_CASE(discarding_a_fork_parent_keeps_what_the_child_holds,
+                        rollback_fixture) {
+  pool().record_events(true);
+  alloc(prompt_req(1, run(100, 13)));
+  BOOST_REQUIRE(pool().fork(1, 2));
+  pool().take_events();
+  auto child = blocks(2);
+  BOOST_REQUIRE(pool().discard(1));
+  BOOST_TEST(blocks(2) == child);
+  BOOST_TEST(pool().index_size() == 3u);
+  BOOST_TEST(pool().take_events().empty());
+  // The child's private copy of the shared tail on its next extend.
+  std::vector<token_id> one{113};
+  auto res = pool().extend(2, 1, one.data());
+  BOOST_REQUIRE(res);
+  BOOST_TEST(res->copies.empty()); // the parent is gone: sole holder
+  BOOST_REQUIRE(pool().discard(2));
+  auto events = pool().take_events();
+  BOOST_TEST(events.size() == 3u);
+  for (auto& e : events)
+    BOOST_TEST(!e.stored);
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_TEST(pool().free_blocks() == 16u);
+  BOOST_TEST(pool().cached_blocks() == 0u);
+}
+
+BOOST_FIXTURE_TEST_CASE(discarding_one_of_two_holders_of_a_pinned_prefix,
+                        rollback_fixture) {
+  cfg.max_pinned_blocks = 8;
+  make(16);
+  auto prompt = run(100, 13);
+  alloc(prompt_req(1, prompt));
+  auto pinned = pool().pin(0, prompt, 1000, 0);
+  BOOST_REQUIRE(pinned);
+  BOOST_TEST(*pinned == 3u);
+  BOOST_TEST(alloc(prompt_req(2, prompt)) == 12u);
+  BOOST_REQUIRE(pool().discard(1));
+  BOOST_TEST(pool().pinned_blocks() == 3u); // 2 still holds them
+  BOOST_TEST(pool().index_size() == 3u);
+  BOOST_REQUIRE(pool().discard(2));
+  BOOST_TEST(pool().pinned_blocks() == 0u);
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_TEST(pool().free_blocks() == 16u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_discarded_request_with_drafts_caches_nothing,
+                        rollback_fixture) {
+  pool().record_events(true);
+  alloc(prompt_req(1, run(100, 6)));
+  auto toks = run(106, 6);
+  BOOST_REQUIRE(pool().extend(1, 6, toks.data(), false, 5));
+  auto events = pool().take_events();
+  BOOST_TEST(events.size() == 1u); // the prompt's full block only
+  step_request step;
+  step.discards = {1};
+  auto r = pool().run_step(step);
+  BOOST_TEST((r.freed == std::vector<request_id>{1}));
+  events = pool().take_events();
+  BOOST_REQUIRE(events.size() == 1u);
+  BOOST_TEST(!events[0].stored);
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_TEST(pool().free_blocks() == 16u);
+  BOOST_TEST(pool().cached_blocks() == 0u);
+}
+
+BOOST_FIXTURE_TEST_CASE(settling_emits_stored_events_for_accepted_blocks_only,
+                        rollback_fixture) {
+  pool().record_events(true);
+  alloc(prompt_req(1, run(100, 6)));
+  auto toks = run(106, 6);
+  BOOST_REQUIRE(pool().extend(1, 6, toks.data(), false, 5));
+  pool().take_events();
+  auto b = blocks(1);
+  BOOST_REQUIRE(pool().settle_drafts(1, 1)); // 107 completes block 1
+  auto events = pool().take_events();
+  BOOST_REQUIRE(events.size() == 1u);
+  BOOST_TEST(events[0].stored);
+  BOOST_TEST(events[0].block == b[1]);
+  BOOST_TEST((events[0].tokens == run(104, 4)));
+  // A second settle (nothing left) emits nothing and changes nothing.
+  auto before = describe(pool(), true);
+  auto res = pool().settle_drafts(1, 0);
+  BOOST_REQUIRE(res);
+  BOOST_TEST(!res->changed);
+  BOOST_TEST(pool().take_events().empty());
+  BOOST_TEST(describe(pool(), true) == before);
+}
+
+BOOST_FIXTURE_TEST_CASE(accepted_drafts_completing_a_block_already_indexed,
+                        rollback_fixture) {
+  // Two requests compute the same block; the second one's copy is a draft
+  // when the first's enters the index.
+  alloc(prompt_req(1, run(100, 6)));
+  alloc(prompt_req(2, run(100, 6)));
+  auto toks = run(106, 2);
+  BOOST_REQUIRE(pool().extend(1, 2, toks.data()));
+  auto b1 = blocks(1);
+  BOOST_TEST(indexed_blocks(pool()).count(b1[1]) == 1u);
+  BOOST_REQUIRE(pool().extend(2, 2, toks.data(), false, 2));
+  BOOST_REQUIRE(pool().settle_drafts(2, 2));
+  BOOST_TEST(invariant(pool()) == "ok");
+  BOOST_TEST(tokens(2) == 8u);
+  release(1);
+  release(2);
+  BOOST_TEST(alloc(prompt_req(3, run(100, 9))) == 8u);
+}
+
+BOOST_FIXTURE_TEST_CASE(drafts_with_prefix_caching_off, rollback_fixture) {
+  cfg.prefix_caching = false;
+  make(16);
+  alloc(prompt_req(1, run(100, 6)));
+  auto toks = run(106, 6);
+  BOOST_REQUIRE(pool().extend(1, 6, toks.data(), false, 5));
+  BOOST_TEST(pool().index_size() == 0u);
+  auto res = pool().settle_drafts(1, 2);
+  BOOST_REQUIRE(res);
+  BOOST_TEST(!res->changed); // 9 tokens still need 3 blocks
+  BOOST_TEST(tokens(1) == 9u);
+  BOOST_TEST(blocks(1).size() == 3u);
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_TEST(pool().free_blocks() == 13u);
+  BOOST_REQUIRE(pool().discard(1));
+  BOOST_TEST(pool().free_blocks() == 16u);
+}
+
+BOOST_FIXTURE_TEST_CASE(unnamed_tokens_with_drafts, rollback_fixture) {
+  alloc(tokens_req(1, 6));
+  BOOST_REQUIRE(pool().extend(1, 6, nullptr, false, 5));
+  BOOST_TEST(drafts(1) == 5u);
+  auto res = pool().settle_drafts(1, 0);
+  BOOST_REQUIRE(res);
+  BOOST_TEST(tokens(1) == 7u);
+  BOOST_TEST(blocks(1).size() == 2u);
+  BOOST_TEST(pool().index_size() == 0u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_request_holding_drafts_swaps_out_and_back,
+                        rollback_fixture) {
+  cfg.num_host_blocks = 8;
+  make(16);
+  alloc(prompt_req(1, run(100, 6)));
+  auto toks = run(106, 6);
+  BOOST_REQUIRE(pool().extend(1, 6, toks.data(), false, 5));
+  auto out = pool().swap_out_begin(1);
+  BOOST_REQUIRE(out);
+  auto mid = describe(pool(), true);
+  BOOST_TEST(code(pool().settle_drafts(1, 1)) == "invalid_request");
+  BOOST_TEST(describe(pool(), true) == mid);
+  BOOST_REQUIRE(pool().swap_out_done(1, cache_id(1), true));
+  BOOST_TEST(code(pool().settle_drafts(1, 1)) == "invalid_request");
+  BOOST_TEST(drafts(1) == 5u);
+  auto in = pool().swap_in_begin(1);
+  BOOST_REQUIRE(in);
+  BOOST_REQUIRE(pool().swap_in_done(1, cache_id(1), true));
+  BOOST_TEST(drafts(1) == 5u);
+  BOOST_TEST(invariant(pool()) == "ok");
+  auto b = blocks(1);
+  BOOST_REQUIRE(b.size() == 3u);
+  // Only the prompt's block was indexed before: the others came back fresh.
+  auto res = pool().settle_drafts(1, 1);
+  BOOST_REQUIRE(res);
+  BOOST_TEST(tokens(1) == 8u);
+  BOOST_TEST((indexed_blocks(pool()) == std::set<block_id>{b[0], b[1]}));
+  BOOST_TEST(alloc(prompt_req(2, run(100, 9))) == 8u);
+}
+
+BOOST_FIXTURE_TEST_CASE(chunked_prefill_then_drafts, rollback_fixture) {
+  auto prompt = run(100, 12);
+  alloc(chunked(1, prompt, 5));
+  BOOST_TEST(tokens(1) == 5u);
+  auto rest = part(prompt, 5, 12);
+  BOOST_REQUIRE(pool().extend(1, 7, rest.data()));
+  auto d = run(400, 3);
+  BOOST_REQUIRE(pool().extend(1, 3, d.data(), false, 3));
+  BOOST_TEST(indexed_blocks(pool()).size() == 3u);
+  BOOST_REQUIRE(pool().settle_drafts(1, 0));
+  BOOST_TEST(tokens(1) == 12u);
+  BOOST_TEST(blocks(1).size() == 3u);
+  BOOST_REQUIRE(pool().discard(1));
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_TEST(pool().free_blocks() == 16u);
+}
+
+BOOST_FIXTURE_TEST_CASE(error_paths_change_nothing, rollback_fixture) {
+  alloc(prompt_req(1, run(100, 6)));
+  auto toks = run(106, 3);
+  BOOST_REQUIRE(pool().extend(1, 3, toks.data(), false, 2));
+  auto before = describe(pool(), true);
+  BOOST_TEST(code(pool().settle_drafts(9, 0)) == "unknown_request");
+  BOOST_TEST(code(pool().settle_drafts(1, 3)) == "invalid_request");
+  std::vector<token_id> one{5};
+  BOOST_TEST(code(pool().extend(1, 1, one.data())) == "invalid_request");
+  BOOST_TEST(code(pool().extend(1, 1, one.data(), false, 1))
+             == "invalid_request");
+  BOOST_TEST(code(pool().fork(1, 2)) == "invalid_request");
+  BOOST_TEST(code(pool().discard(9)) == "unknown_request");
+  BOOST_TEST(describe(pool(), true) == before);
+  // A fresh request: drafts past n, past max_draft_tokens, negative ids.
+  alloc(prompt_req(3, run(300, 6)));
+  auto before3 = describe(pool(), true);
+  BOOST_TEST(code(pool().extend(3, 1, one.data(), false, 2))
+             == "invalid_request");
+  std::vector<token_id> big(70000, 1);
+  BOOST_TEST(code(pool().extend(3, 70000, big.data(), false, 70000))
+             == "invalid_request");
+  std::vector<token_id> neg{7, -1};
+  BOOST_TEST(code(pool().extend(3, 2, neg.data(), false, 1))
+             == "invalid_request");
+  step_request step;
+  step.extends = {extend_op{3, 2, 1}};
+  step.tokens = neg;
+  auto r = pool().run_step(step);
+  BOOST_REQUIRE(r.failed.size() == 1u);
+  BOOST_TEST(code(r.failed[0].error) == "invalid_request");
+  BOOST_TEST(describe(pool(), true) == before3);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_verdict_under_reserve_expected_keeps_the_promises,
+                        rollback_fixture) {
+  cfg.admission.policy = "reserve_expected";
+  make(16);
+  auto req = prompt_req(1, run(100, 6));
+  req.expected_output_tokens = 10; // 16 tokens: 4 blocks, 2 to grow
+  alloc(req);
+  auto toks = run(106, 6);
+  BOOST_REQUIRE(pool().extend(1, 6, toks.data(), false, 5)); // 3 blocks
+  BOOST_TEST(invariant(pool()) == "ok");
+  auto res = pool().settle_drafts(1, 0); // back to 2 blocks: 2 to grow
+  BOOST_REQUIRE(res);
+  BOOST_TEST(res->changed);
+  BOOST_TEST(invariant(pool()) == "ok");
+  BOOST_REQUIRE(pool().discard(1));
+  BOOST_TEST(pool().free_blocks() == 16u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_step_with_held_copies_undoes_only_the_extend,
+                        rollback_fixture) {
+  alloc(prompt_req(1, run(100, 6)));
+  BOOST_REQUIRE(pool().fork(1, 2));
+  BOOST_REQUIRE(pool().fork(1, 3)); // 2 and 3 keep sharing 1's tail
+  // 1 drafts past its shared tail (copy made at once), then settles in a
+  // step that also extends 2 with drafts through a held copy that fails.
+  auto t1 = run(106, 3);
+  auto e1 = pool().extend(1, 3, t1.data(), false, 2);
+  BOOST_REQUIRE(e1);
+  BOOST_TEST(e1->copies.size() == 1u);
+  step_request step;
+  step.verdicts = {draft_verdict{1, 0}};
+  step.extends = {extend_op{2, 3, 3}};
+  step.tokens = run(700, 3);
+  auto r = pool().run_step(step, true);
+  BOOST_TEST(r.failed.empty());
+  BOOST_REQUIRE(r.copies.size() == 1u);
+  BOOST_TEST(drafts(2) == 3u);
+  auto after_verdict = [&] {
+    // What the step's verdict alone leaves: 1 at 7 tokens, 2 untouched.
+    BOOST_TEST(tokens(1) == 7u);
+    BOOST_TEST(drafts(1) == 0u);
+  };
+  after_verdict();
+  auto undone = pool().settle_copies(r.copies, false);
+  BOOST_TEST((undone == std::vector<request_id>{2}));
+  after_verdict();
+  BOOST_TEST(tokens(2) == 6u);
+  BOOST_TEST(drafts(2) == 0u);
+  BOOST_TEST(pool().copies_in_flight() == 0u);
+  BOOST_TEST(pool().counters().draft_tokens == 2u);
+  BOOST_TEST(invariant(pool()) == "ok");
+  // 2 may grow again (its drafts went with the undone extend).
+  auto again = run(800, 2);
+  auto e2 = pool().extend(2, 2, again.data());
+  BOOST_REQUIRE(e2);
+  BOOST_TEST(invariant(pool()) == "ok");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
