@@ -490,4 +490,41 @@ BOOST_FIXTURE_TEST_CASE(a_step_with_held_copies_undoes_only_the_extend,
   BOOST_TEST(invariant(pool()) == "ok");
 }
 
+BOOST_FIXTURE_TEST_CASE(a_step_readmitting_a_discarded_prompt_finds_nothing,
+                        rollback_fixture) {
+  auto prompt = run(100, 13);
+  alloc(prompt_req(1, prompt));
+  step_request step;
+  step.discards = {1};
+  step.admits = {prompt_req(2, prompt)};
+  auto r = pool().run_step(step);
+  BOOST_TEST((r.freed == std::vector<request_id>{1}));
+  BOOST_REQUIRE(r.admitted.size() == 1u);
+  BOOST_TEST(r.admitted[0].hit_tokens == 0u); // discards run before admits
+  BOOST_TEST(pool().index_size() == 3u);      // 2's own blocks
+}
+
+BOOST_FIXTURE_TEST_CASE(a_swapped_request_with_drafts_discards_like_a_release,
+                        rollback_fixture) {
+  cfg.num_host_blocks = 8;
+  make(16);
+  alloc(prompt_req(1, run(100, 6)));
+  auto toks = run(106, 6);
+  BOOST_REQUIRE(pool().extend(1, 6, toks.data(), false, 5));
+  BOOST_REQUIRE(pool().swap_out_begin(1));
+  BOOST_REQUIRE(pool().swap_out_done(1, cache_id(1), true));
+  auto host = pool().free_host_blocks();
+  step_request step;
+  step.verdicts = {draft_verdict{1, 5}};
+  step.discards = {1};
+  auto r = pool().run_step(step);
+  BOOST_REQUIRE(r.failed.size() == 1u); // the verdict: not resident
+  BOOST_TEST(code(r.failed[0].error) == "invalid_request");
+  BOOST_TEST((r.freed == std::vector<request_id>{1}));
+  BOOST_TEST(pool().find(1) == nullptr);
+  BOOST_TEST(pool().free_host_blocks() == host + 3);
+  BOOST_TEST(pool().index_size() == 1u); // the prompt's block stays cached
+  BOOST_TEST(alloc(prompt_req(1, run(100, 12))) == 4u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
