@@ -527,4 +527,36 @@ BOOST_FIXTURE_TEST_CASE(a_swapped_request_with_drafts_discards_like_a_release,
   BOOST_TEST(alloc(prompt_req(1, run(100, 12))) == 4u);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_draft_extend_short_of_its_copy_fails_then_preempts,
+                        rollback_fixture) {
+  make(3);
+  alloc(prompt_req(1, run(100, 6))); // 2 blocks, the second half full
+  BOOST_REQUIRE(pool().fork(1, 2));
+  alloc(prompt_req(3, run(300, 4))); // the last block
+  auto before = describe(pool(), false);
+  std::vector<token_id> one{9};
+  BOOST_TEST(code(pool().extend(2, 1, one.data(), false, 1)) == "out_of_blocks");
+  BOOST_TEST(describe(pool(), false) == before);
+  step_request step;
+  step.extends = {extend_op{2, 1, 1}, extend_op{3, 0, 0}};
+  step.tokens = one;
+  auto r = pool().run_step(step);
+  BOOST_TEST(r.failed.empty());
+  BOOST_TEST((r.preempted == std::vector<request_id>{3}));
+  BOOST_TEST(r.copies.size() == 1u);
+  BOOST_TEST(drafts(2) == 1u);
+  BOOST_TEST(tokens(2) == 7u);
+  BOOST_TEST(invariant(pool()) == "ok");
+  // Its draft rejected, 2 keeps its private copy of the shared tail.
+  auto copy = blocks(2)[1];
+  step_request next;
+  next.verdicts = {draft_verdict{2, 0}};
+  r = pool().run_step(next);
+  BOOST_TEST(r.failed.empty());
+  BOOST_TEST(r.changed.empty());
+  BOOST_TEST(tokens(2) == 6u);
+  BOOST_TEST(blocks(2)[1] == copy);
+  BOOST_TEST(blocks(1)[1] != copy);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
