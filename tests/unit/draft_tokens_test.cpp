@@ -20,30 +20,8 @@ using namespace kvactor::test;
 
 namespace {
 
-/// Blocks in the prefix index.
-std::set<block_id> indexed(const block_pool_core& pool) {
-  std::set<block_id> out;
-  pool.for_each_indexed([&](std::uint64_t, block_id b) { out.insert(b); });
-  return out;
-}
-
-struct draft_fixture : pool_fixture {
-  /// Request 1: prompt 100..105 (block 0 full and indexed, block 1 half),
-  /// then grown by 106 (settled) and 107..111 (drafts): 12 tokens, 3 blocks.
-  void prompt_then_drafts() {
-    alloc(prompt_req(1, run(100, 6)));
-    auto toks = run(106, 6);
-    auto res = pool().extend(1, 6, toks.data(), false, 5);
-    BOOST_REQUIRE(res);
-    BOOST_TEST(tokens(1) == 12u);
-    BOOST_TEST(blocks(1).size() == 3u);
-    BOOST_TEST(invariant(pool()) == "ok");
-  }
-
-  std::uint32_t drafts(request_id id) const {
-    return pool_->find(id)->drafts;
-  }
-};
+/// The cases' pool (pool_fixture::prompt_then_drafts sets up request 1).
+using draft_fixture = pool_fixture;
 
 } // namespace
 
@@ -55,13 +33,13 @@ BOOST_FIXTURE_TEST_CASE(drafts_enter_the_index_only_once_accepted,
   auto b = blocks(1);
   // Block 1 (100..107 less the prompt's block) ends in a draft, block 2
   // holds drafts only: neither may be found.
-  BOOST_TEST((indexed(pool()) == std::set<block_id>{b[0]}));
+  BOOST_TEST((indexed_blocks(pool()) == std::set<block_id>{b[0]}));
   BOOST_TEST(drafts(1) == 5u);
   auto res = pool().settle_drafts(1, 5);
   BOOST_REQUIRE(res);
   BOOST_TEST(!res->changed);
   BOOST_TEST(drafts(1) == 0u);
-  BOOST_TEST((indexed(pool()) == std::set<block_id>{b[0], b[1], b[2]}));
+  BOOST_TEST((indexed_blocks(pool()) == std::set<block_id>{b[0], b[1], b[2]}));
   // A prompt of the same tokens now shares all three blocks.
   BOOST_TEST(alloc(prompt_req(2, run(100, 13))) == 12u);
   auto b2 = blocks(2);
@@ -85,7 +63,7 @@ BOOST_FIXTURE_TEST_CASE(rejected_drafts_go_and_their_empty_blocks_come_free,
   BOOST_TEST(pool().used_blocks() == used - 1);
   BOOST_TEST(pool().cached_blocks() == cached); // freed, not cached
   // 104..107 are settled now: block 1 is full and indexed.
-  BOOST_TEST((indexed(pool()) == std::set<block_id>{b[0], b[1]}));
+  BOOST_TEST((indexed_blocks(pool()) == std::set<block_id>{b[0], b[1]}));
   BOOST_TEST(pool().counters().drafts_rejected == 4u);
   // The request goes on with the token the verifier chose; the chain is
   // the one a request that never drafted would have.
@@ -107,7 +85,7 @@ BOOST_FIXTURE_TEST_CASE(rejecting_every_draft_restores_the_table, draft_fixture)
   BOOST_TEST(res->changed);
   BOOST_TEST(blocks(1) == before);
   BOOST_TEST(tokens(1) == 8u);
-  BOOST_TEST(indexed(pool()).size() == 2u);
+  BOOST_TEST(indexed_blocks(pool()).size() == 2u);
 }
 
 BOOST_FIXTURE_TEST_CASE(unsettled_drafts_stop_growth_and_forks_and_bad_verdicts_change_nothing,
@@ -166,7 +144,7 @@ BOOST_FIXTURE_TEST_CASE(unnamed_drafts_shrink_the_same_way, draft_fixture) {
   BOOST_REQUIRE(res);
   BOOST_TEST(res->changed);
   BOOST_TEST(blocks(1).size() == 3u);
-  BOOST_TEST(indexed(pool()).empty());
+  BOOST_TEST(indexed_blocks(pool()).empty());
 }
 
 BOOST_FIXTURE_TEST_CASE(a_failed_forward_pass_takes_its_chunk_back,
@@ -176,15 +154,15 @@ BOOST_FIXTURE_TEST_CASE(a_failed_forward_pass_takes_its_chunk_back,
   // no block of garbage K/V is ever indexed.
   auto prompt = run(100, 20);
   alloc(chunked(1, prompt, 8)); // blocks 0-1, indexed
-  auto index_before = indexed(pool());
+  auto index_before = indexed_blocks(pool());
   BOOST_REQUIRE(pool().extend(1, 8, part(prompt, 8, 16).data(), false, 8));
-  BOOST_TEST(indexed(pool()) == index_before);
+  BOOST_TEST(indexed_blocks(pool()) == index_before);
   BOOST_REQUIRE(pool().settle_drafts(1, 0)); // the pass failed
   BOOST_TEST(tokens(1) == 8u);
-  BOOST_TEST(indexed(pool()) == index_before);
+  BOOST_TEST(indexed_blocks(pool()) == index_before);
   BOOST_REQUIRE(pool().extend(1, 8, part(prompt, 8, 16).data(), false, 8));
   BOOST_REQUIRE(pool().settle_drafts(1, 8)); // the retry went through
-  BOOST_TEST(indexed(pool()).size() == 4u);
+  BOOST_TEST(indexed_blocks(pool()).size() == 4u);
   BOOST_TEST(alloc(prompt_req(2, prompt)) == 16u);
 }
 

@@ -131,6 +131,27 @@ struct pool_fixture {
     return s ? s->num_tokens : 0;
   }
 
+  /// Request 1: prompt 100..105 (block 0 full and indexed, block 1 half),
+  /// then grown by 106 (settled) and 107..111 (drafts): 12 tokens, 3 blocks.
+  void prompt_then_drafts() {
+    alloc(prompt_req(1, run(100, 6)));
+    auto toks = run(106, 6);
+    auto res = pool().extend(1, 6, toks.data(), false, 5);
+    if (!res)
+      BOOST_FAIL("extend 1 with drafts: " << render(res.error()));
+    BOOST_TEST(invariant(pool()) == "ok");
+  }
+
+  /// Its unsettled draft tokens. REQUIRES: `id` is live.
+  std::uint32_t drafts(request_id id) const {
+    return pool_->find(id)->drafts;
+  }
+
+  /// Its incarnation. REQUIRES: `id` is live.
+  std::uint64_t cache_id(request_id id) const {
+    return pool_->find(id)->cache_id;
+  }
+
   /// Allocates and requires success; returns the hit tokens.
   std::uint64_t alloc(const allocation_request& req) {
     auto res = pool().allocate(req);

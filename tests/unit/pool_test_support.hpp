@@ -3,6 +3,7 @@
 #pragma once
 
 #include <numeric>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -75,6 +76,13 @@ inline std::string code(const caf::error& err) {
 template <class T>
 std::string code(const caf::expected<T>& x) {
   return x ? "ok" : code(x.error());
+}
+
+/// The blocks in `pool`'s prefix index.
+inline std::set<block_id> indexed_blocks(const detail::block_pool_core& pool) {
+  std::set<block_id> out;
+  pool.for_each_indexed([&](std::uint64_t, block_id b) { out.insert(b); });
+  return out;
 }
 
 /// "ok", or the broken invariant.

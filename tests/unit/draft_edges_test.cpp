@@ -1,8 +1,8 @@
-// Edge cases of the rollback paths (settle_drafts, discard, extend's
-// drafts, undo_cow's draft handling, run_step's verdicts and discards):
-// copies in flight, preemption in the same step, forks and pins sharing a
-// discarded request's blocks, block sizes 1 and 64, swaps, prefix caching
-// off, KV events, and error paths that must change nothing.
+// Edge cases of the draft paths (settle_drafts, extend's drafts,
+// undo_cow's draft handling, run_step's verdicts): copies in flight,
+// preemption in the same step, block sizes 1 and 64, swaps, prefix
+// caching off, KV events, and error paths that must change nothing. See
+// discard_edges_test.cpp for discard.
 #include <cstdint>
 #include <set>
 #include <string>
@@ -18,29 +18,10 @@
 using namespace kvactor;
 using namespace kvactor::test;
 
-namespace {
-
-std::set<block_id> indexed_blocks(const block_pool_core& pool) {
-  std::set<block_id> out;
-  pool.for_each_indexed([&](std::uint64_t, block_id b) { out.insert(b); });
-  return out;
-}
-
-struct rollback_fixture : pool_fixture {
-  std::uint32_t drafts(request_id id) const {
-    return pool_->find(id)->drafts;
-  }
-  std::uint64_t cache_id(request_id id) const {
-    return pool_->find(id)->cache_id;
-  }
-};
-
-} // namespace
-
-BOOST_AUTO_TEST_SUITE(rollback_edges_suite)
+BOOST_AUTO_TEST_SUITE(draft_edges_suite)
 
 BOOST_FIXTURE_TEST_CASE(block_size_one_drafts_take_a_block_each_and_go_free,
-                        rollback_fixture) {
+                        pool_fixture) {
   cfg.block_size = 1;
   make(16);
   alloc(prompt_req(1, run(100, 3)));
@@ -68,7 +49,7 @@ BOOST_FIXTURE_TEST_CASE(block_size_one_drafts_take_a_block_each_and_go_free,
 }
 
 BOOST_FIXTURE_TEST_CASE(large_blocks_drafts_across_one_boundary,
-                        rollback_fixture) {
+                        pool_fixture) {
   cfg.block_size = 64;
   make(8);
   alloc(prompt_req(1, run(0, 60)));
@@ -89,7 +70,7 @@ BOOST_FIXTURE_TEST_CASE(large_blocks_drafts_across_one_boundary,
 }
 
 BOOST_FIXTURE_TEST_CASE(a_failed_copy_undoes_an_extend_with_drafts_exactly,
-                        rollback_fixture) {
+                        pool_fixture) {
   alloc(prompt_req(1, run(100, 6)));
   BOOST_REQUIRE(pool().fork(1, 2));
   auto before = describe(pool(), true);
@@ -124,7 +105,7 @@ BOOST_FIXTURE_TEST_CASE(a_failed_copy_undoes_an_extend_with_drafts_exactly,
 }
 
 BOOST_FIXTURE_TEST_CASE(a_step_verdict_then_extend_of_the_same_request,
-                        rollback_fixture) {
+                        pool_fixture) {
   alloc(prompt_req(1, run(100, 6)));
   auto toks = run(106, 6);
   BOOST_REQUIRE(pool().extend(1, 6, toks.data(), false, 5)); // 12, 3 blocks
@@ -154,7 +135,7 @@ BOOST_FIXTURE_TEST_CASE(a_step_verdict_then_extend_of_the_same_request,
 }
 
 BOOST_FIXTURE_TEST_CASE(a_request_cut_by_its_verdict_can_be_the_steps_victim,
-                        rollback_fixture) {
+                        pool_fixture) {
   make(4);
   alloc(prompt_req(1, run(100, 8))); // 2 blocks, full
   alloc(prompt_req(2, run(200, 4))); // 1 block, full
@@ -182,7 +163,7 @@ BOOST_FIXTURE_TEST_CASE(a_request_cut_by_its_verdict_can_be_the_steps_victim,
 }
 
 BOOST_FIXTURE_TEST_CASE(a_failed_verdict_fails_the_extend_and_spares_the_others,
-                        rollback_fixture) {
+                        pool_fixture) {
   alloc(prompt_req(1, run(100, 6)));
   alloc(prompt_req(2, run(200, 6)));
   auto t1 = run(106, 3);
@@ -215,77 +196,10 @@ BOOST_FIXTURE_TEST_CASE(a_failed_verdict_fails_the_extend_and_spares_the_others,
   BOOST_TEST(drafts(2) == 0u);
 }
 
-BOOST_FIXTURE_TEST_CASE(discarding_a_fork_parent_keeps_what_the_child_holds,
-                        rollback_fixture) {
-  pool().record_events(true);
-  alloc(prompt_req(1, run(100, 13)));
-  BOOST_REQUIRE(pool().fork(1, 2));
-  pool().take_events();
-  auto child = blocks(2);
-  BOOST_REQUIRE(pool().discard(1));
-  BOOST_TEST(blocks(2) == child);
-  BOOST_TEST(pool().index_size() == 3u);
-  BOOST_TEST(pool().take_events().empty());
-  // The child's private copy of the shared tail on its next extend.
-  std::vector<token_id> one{113};
-  auto res = pool().extend(2, 1, one.data());
-  BOOST_REQUIRE(res);
-  BOOST_TEST(res->copies.empty()); // the parent is gone: sole holder
-  BOOST_REQUIRE(pool().discard(2));
-  auto events = pool().take_events();
-  BOOST_TEST(events.size() == 3u);
-  for (auto& e : events)
-    BOOST_TEST(!e.stored);
-  BOOST_TEST(pool().index_size() == 0u);
-  BOOST_TEST(pool().free_blocks() == 16u);
-  BOOST_TEST(pool().cached_blocks() == 0u);
-}
-
-BOOST_FIXTURE_TEST_CASE(discarding_one_of_two_holders_of_a_pinned_prefix,
-                        rollback_fixture) {
-  cfg.max_pinned_blocks = 8;
-  make(16);
-  auto prompt = run(100, 13);
-  alloc(prompt_req(1, prompt));
-  auto pinned = pool().pin(0, prompt, 1000, 0);
-  BOOST_REQUIRE(pinned);
-  BOOST_TEST(*pinned == 3u);
-  BOOST_TEST(alloc(prompt_req(2, prompt)) == 12u);
-  BOOST_REQUIRE(pool().discard(1));
-  BOOST_TEST(pool().pinned_blocks() == 3u); // 2 still holds them
-  BOOST_TEST(pool().index_size() == 3u);
-  BOOST_REQUIRE(pool().discard(2));
-  BOOST_TEST(pool().pinned_blocks() == 0u);
-  BOOST_TEST(pool().index_size() == 0u);
-  BOOST_TEST(pool().free_blocks() == 16u);
-}
-
-BOOST_FIXTURE_TEST_CASE(a_discarded_request_with_drafts_caches_nothing,
-                        rollback_fixture) {
-  pool().record_events(true);
-  alloc(prompt_req(1, run(100, 6)));
-  auto toks = run(106, 6);
-  BOOST_REQUIRE(pool().extend(1, 6, toks.data(), false, 5));
-  auto events = pool().take_events();
-  BOOST_TEST(events.size() == 1u); // the prompt's full block only
-  step_request step;
-  step.discards = {1};
-  auto r = pool().run_step(step);
-  BOOST_TEST((r.freed == std::vector<request_id>{1}));
-  events = pool().take_events();
-  BOOST_REQUIRE(events.size() == 1u);
-  BOOST_TEST(!events[0].stored);
-  BOOST_TEST(pool().index_size() == 0u);
-  BOOST_TEST(pool().free_blocks() == 16u);
-  BOOST_TEST(pool().cached_blocks() == 0u);
-}
-
 BOOST_FIXTURE_TEST_CASE(settling_emits_stored_events_for_accepted_blocks_only,
-                        rollback_fixture) {
+                        pool_fixture) {
   pool().record_events(true);
-  alloc(prompt_req(1, run(100, 6)));
-  auto toks = run(106, 6);
-  BOOST_REQUIRE(pool().extend(1, 6, toks.data(), false, 5));
+  prompt_then_drafts();
   pool().take_events();
   auto b = blocks(1);
   BOOST_REQUIRE(pool().settle_drafts(1, 1)); // 107 completes block 1
@@ -304,7 +218,7 @@ BOOST_FIXTURE_TEST_CASE(settling_emits_stored_events_for_accepted_blocks_only,
 }
 
 BOOST_FIXTURE_TEST_CASE(accepted_drafts_completing_a_block_already_indexed,
-                        rollback_fixture) {
+                        pool_fixture) {
   // Two requests compute the same block; the second one's copy is a draft
   // when the first's enters the index.
   alloc(prompt_req(1, run(100, 6)));
@@ -322,12 +236,10 @@ BOOST_FIXTURE_TEST_CASE(accepted_drafts_completing_a_block_already_indexed,
   BOOST_TEST(alloc(prompt_req(3, run(100, 9))) == 8u);
 }
 
-BOOST_FIXTURE_TEST_CASE(drafts_with_prefix_caching_off, rollback_fixture) {
+BOOST_FIXTURE_TEST_CASE(drafts_with_prefix_caching_off, pool_fixture) {
   cfg.prefix_caching = false;
   make(16);
-  alloc(prompt_req(1, run(100, 6)));
-  auto toks = run(106, 6);
-  BOOST_REQUIRE(pool().extend(1, 6, toks.data(), false, 5));
+  prompt_then_drafts();
   BOOST_TEST(pool().index_size() == 0u);
   auto res = pool().settle_drafts(1, 2);
   BOOST_REQUIRE(res);
@@ -340,7 +252,7 @@ BOOST_FIXTURE_TEST_CASE(drafts_with_prefix_caching_off, rollback_fixture) {
   BOOST_TEST(pool().free_blocks() == 16u);
 }
 
-BOOST_FIXTURE_TEST_CASE(unnamed_tokens_with_drafts, rollback_fixture) {
+BOOST_FIXTURE_TEST_CASE(unnamed_tokens_with_drafts, pool_fixture) {
   alloc(tokens_req(1, 6));
   BOOST_REQUIRE(pool().extend(1, 6, nullptr, false, 5));
   BOOST_TEST(drafts(1) == 5u);
@@ -352,12 +264,10 @@ BOOST_FIXTURE_TEST_CASE(unnamed_tokens_with_drafts, rollback_fixture) {
 }
 
 BOOST_FIXTURE_TEST_CASE(a_request_holding_drafts_swaps_out_and_back,
-                        rollback_fixture) {
+                        pool_fixture) {
   cfg.num_host_blocks = 8;
   make(16);
-  alloc(prompt_req(1, run(100, 6)));
-  auto toks = run(106, 6);
-  BOOST_REQUIRE(pool().extend(1, 6, toks.data(), false, 5));
+  prompt_then_drafts();
   auto out = pool().swap_out_begin(1);
   BOOST_REQUIRE(out);
   auto mid = describe(pool(), true);
@@ -381,7 +291,7 @@ BOOST_FIXTURE_TEST_CASE(a_request_holding_drafts_swaps_out_and_back,
   BOOST_TEST(alloc(prompt_req(2, run(100, 9))) == 8u);
 }
 
-BOOST_FIXTURE_TEST_CASE(chunked_prefill_then_drafts, rollback_fixture) {
+BOOST_FIXTURE_TEST_CASE(chunked_prefill_then_drafts, pool_fixture) {
   auto prompt = run(100, 12);
   alloc(chunked(1, prompt, 5));
   BOOST_TEST(tokens(1) == 5u);
@@ -398,7 +308,7 @@ BOOST_FIXTURE_TEST_CASE(chunked_prefill_then_drafts, rollback_fixture) {
   BOOST_TEST(pool().free_blocks() == 16u);
 }
 
-BOOST_FIXTURE_TEST_CASE(error_paths_change_nothing, rollback_fixture) {
+BOOST_FIXTURE_TEST_CASE(error_paths_change_nothing, pool_fixture) {
   alloc(prompt_req(1, run(100, 6)));
   auto toks = run(106, 3);
   BOOST_REQUIRE(pool().extend(1, 3, toks.data(), false, 2));
@@ -433,7 +343,7 @@ BOOST_FIXTURE_TEST_CASE(error_paths_change_nothing, rollback_fixture) {
 }
 
 BOOST_FIXTURE_TEST_CASE(a_verdict_under_reserve_expected_keeps_the_promises,
-                        rollback_fixture) {
+                        pool_fixture) {
   cfg.admission.policy = "reserve_expected";
   make(16);
   auto req = prompt_req(1, run(100, 6));
@@ -451,7 +361,7 @@ BOOST_FIXTURE_TEST_CASE(a_verdict_under_reserve_expected_keeps_the_promises,
 }
 
 BOOST_FIXTURE_TEST_CASE(a_step_with_held_copies_undoes_only_the_extend,
-                        rollback_fixture) {
+                        pool_fixture) {
   alloc(prompt_req(1, run(100, 6)));
   BOOST_REQUIRE(pool().fork(1, 2));
   BOOST_REQUIRE(pool().fork(1, 3)); // 2 and 3 keep sharing 1's tail
@@ -490,45 +400,8 @@ BOOST_FIXTURE_TEST_CASE(a_step_with_held_copies_undoes_only_the_extend,
   BOOST_TEST(invariant(pool()) == "ok");
 }
 
-BOOST_FIXTURE_TEST_CASE(a_step_readmitting_a_discarded_prompt_finds_nothing,
-                        rollback_fixture) {
-  auto prompt = run(100, 13);
-  alloc(prompt_req(1, prompt));
-  step_request step;
-  step.discards = {1};
-  step.admits = {prompt_req(2, prompt)};
-  auto r = pool().run_step(step);
-  BOOST_TEST((r.freed == std::vector<request_id>{1}));
-  BOOST_REQUIRE(r.admitted.size() == 1u);
-  BOOST_TEST(r.admitted[0].hit_tokens == 0u); // discards run before admits
-  BOOST_TEST(pool().index_size() == 3u);      // 2's own blocks
-}
-
-BOOST_FIXTURE_TEST_CASE(a_swapped_request_with_drafts_discards_like_a_release,
-                        rollback_fixture) {
-  cfg.num_host_blocks = 8;
-  make(16);
-  alloc(prompt_req(1, run(100, 6)));
-  auto toks = run(106, 6);
-  BOOST_REQUIRE(pool().extend(1, 6, toks.data(), false, 5));
-  BOOST_REQUIRE(pool().swap_out_begin(1));
-  BOOST_REQUIRE(pool().swap_out_done(1, cache_id(1), true));
-  auto host = pool().free_host_blocks();
-  step_request step;
-  step.verdicts = {draft_verdict{1, 5}};
-  step.discards = {1};
-  auto r = pool().run_step(step);
-  BOOST_REQUIRE(r.failed.size() == 1u); // the verdict: not resident
-  BOOST_TEST(code(r.failed[0].error) == "invalid_request");
-  BOOST_TEST((r.freed == std::vector<request_id>{1}));
-  BOOST_TEST(pool().find(1) == nullptr);
-  BOOST_TEST(pool().free_host_blocks() == host + 3);
-  BOOST_TEST(pool().index_size() == 1u); // the prompt's block stays cached
-  BOOST_TEST(alloc(prompt_req(1, run(100, 12))) == 4u);
-}
-
 BOOST_FIXTURE_TEST_CASE(a_draft_extend_short_of_its_copy_fails_then_preempts,
-                        rollback_fixture) {
+                        pool_fixture) {
   make(3);
   alloc(prompt_req(1, run(100, 6))); // 2 blocks, the second half full
   BOOST_REQUIRE(pool().fork(1, 2));

@@ -1,0 +1,120 @@
+// Edge cases of discard (and a step's discards): forks and pins sharing a
+// discarded request's blocks, drafts at the discard, a prompt re-admitted
+// in the same step, a swapped request. See draft_edges_test.cpp for
+// the draft paths.
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "kvactor/actors/block_pool_core.hpp"
+#include "kvactor/messages/error.hpp"
+#include "kvactor/messages/step.hpp"
+#include "pool_fixture.hpp"
+
+using namespace kvactor;
+using namespace kvactor::test;
+
+BOOST_AUTO_TEST_SUITE(discard_edges_suite)
+
+BOOST_FIXTURE_TEST_CASE(discarding_a_fork_parent_keeps_what_the_child_holds,
+                        pool_fixture) {
+  pool().record_events(true);
+  alloc(prompt_req(1, run(100, 13)));
+  BOOST_REQUIRE(pool().fork(1, 2));
+  pool().take_events();
+  auto child = blocks(2);
+  BOOST_REQUIRE(pool().discard(1));
+  BOOST_TEST(blocks(2) == child);
+  BOOST_TEST(pool().index_size() == 3u);
+  BOOST_TEST(pool().take_events().empty());
+  // The child's private copy of the shared tail on its next extend.
+  std::vector<token_id> one{113};
+  auto res = pool().extend(2, 1, one.data());
+  BOOST_REQUIRE(res);
+  BOOST_TEST(res->copies.empty()); // the parent is gone: sole holder
+  BOOST_REQUIRE(pool().discard(2));
+  auto events = pool().take_events();
+  BOOST_TEST(events.size() == 3u);
+  for (auto& e : events)
+    BOOST_TEST(!e.stored);
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_TEST(pool().free_blocks() == 16u);
+  BOOST_TEST(pool().cached_blocks() == 0u);
+}
+
+BOOST_FIXTURE_TEST_CASE(discarding_one_of_two_holders_of_a_pinned_prefix,
+                        pool_fixture) {
+  cfg.max_pinned_blocks = 8;
+  make(16);
+  auto prompt = run(100, 13);
+  alloc(prompt_req(1, prompt));
+  auto pinned = pool().pin(0, prompt, 1000, 0);
+  BOOST_REQUIRE(pinned);
+  BOOST_TEST(*pinned == 3u);
+  BOOST_TEST(alloc(prompt_req(2, prompt)) == 12u);
+  BOOST_REQUIRE(pool().discard(1));
+  BOOST_TEST(pool().pinned_blocks() == 3u); // 2 still holds them
+  BOOST_TEST(pool().index_size() == 3u);
+  BOOST_REQUIRE(pool().discard(2));
+  BOOST_TEST(pool().pinned_blocks() == 0u);
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_TEST(pool().free_blocks() == 16u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_discarded_request_with_drafts_caches_nothing,
+                        pool_fixture) {
+  pool().record_events(true);
+  prompt_then_drafts();
+  auto events = pool().take_events();
+  BOOST_TEST(events.size() == 1u); // the prompt's full block only
+  step_request step;
+  step.discards = {1};
+  auto r = pool().run_step(step);
+  BOOST_TEST((r.freed == std::vector<request_id>{1}));
+  events = pool().take_events();
+  BOOST_REQUIRE(events.size() == 1u);
+  BOOST_TEST(!events[0].stored);
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_TEST(pool().free_blocks() == 16u);
+  BOOST_TEST(pool().cached_blocks() == 0u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_step_readmitting_a_discarded_prompt_finds_nothing,
+                        pool_fixture) {
+  auto prompt = run(100, 13);
+  alloc(prompt_req(1, prompt));
+  step_request step;
+  step.discards = {1};
+  step.admits = {prompt_req(2, prompt)};
+  auto r = pool().run_step(step);
+  BOOST_TEST((r.freed == std::vector<request_id>{1}));
+  BOOST_REQUIRE(r.admitted.size() == 1u);
+  BOOST_TEST(r.admitted[0].hit_tokens == 0u); // discards run before admits
+  BOOST_TEST(pool().index_size() == 3u);      // 2's own blocks
+}
+
+BOOST_FIXTURE_TEST_CASE(a_swapped_request_with_drafts_discards_like_a_release,
+                        pool_fixture) {
+  cfg.num_host_blocks = 8;
+  make(16);
+  prompt_then_drafts();
+  BOOST_REQUIRE(pool().swap_out_begin(1));
+  BOOST_REQUIRE(pool().swap_out_done(1, cache_id(1), true));
+  auto host = pool().free_host_blocks();
+  step_request step;
+  step.verdicts = {draft_verdict{1, 5}};
+  step.discards = {1};
+  auto r = pool().run_step(step);
+  BOOST_REQUIRE(r.failed.size() == 1u); // the verdict: not resident
+  BOOST_TEST(code(r.failed[0].error) == "invalid_request");
+  BOOST_TEST((r.freed == std::vector<request_id>{1}));
+  BOOST_TEST(pool().find(1) == nullptr);
+  BOOST_TEST(pool().free_host_blocks() == host + 3);
+  BOOST_TEST(pool().index_size() == 1u); // the prompt's block stays cached
+  BOOST_TEST(alloc(prompt_req(1, run(100, 12))) == 4u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
