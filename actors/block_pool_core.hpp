@@ -420,6 +420,11 @@ private:
   void hash_appended(sequence& seq, const token_id* tokens, std::uint64_t n);
   /// Hashes (and indexes) the full blocks of settled tokens in `seq`'s tail.
   void hash_tail(sequence& seq);
+  /// The last step of every growth, once its blocks are in place: counts
+  /// `n` tokens (the last `drafts` of them drafts) into `seq`, hashing the
+  /// named ones or ending the chain at unnamed ones.
+  void add_tokens(sequence& seq, std::uint64_t n, const token_id* tokens,
+                  std::uint64_t drafts);
   /// Appends without taking a block when the tokens fit the unshared last
   /// block; false (and nothing done) when the full path is needed.
   bool append_in_place(sequence& seq, std::uint64_t n, const token_id* tokens,

@@ -22,23 +22,27 @@ bool block_pool_core::append_in_place(sequence& seq, std::uint64_t n,
       || n > seq.max_tokens - seq.num_tokens || seq.drafts != 0 || drafts > n
       || drafts > max_draft_tokens)
     return false;
-  if (tokens != nullptr) {
+  if (tokens != nullptr)
     for (std::uint64_t i = 0; i < n; ++i)
       if (tokens[i] < 0)
         return false; // the full path reports it
-    seq.drafts = static_cast<std::uint16_t>(drafts);
-    if (seq.hashable)
-      hash_appended(seq, tokens, n);
-  } else {
-    seq.drafts = static_cast<std::uint16_t>(drafts);
-    if (seq.hashable) {
-      seq.hashable = false;
-      seq.tail.clear();
-    }
-  }
-  counters_.draft_tokens += drafts;
-  seq.num_tokens += n;
+  add_tokens(seq, n, tokens, drafts);
   return true;
+}
+
+void block_pool_core::add_tokens(sequence& seq, std::uint64_t n,
+                                 const token_id* tokens,
+                                 std::uint64_t drafts) {
+  seq.drafts = static_cast<std::uint16_t>(drafts);
+  counters_.draft_tokens += drafts;
+  if (tokens != nullptr && seq.hashable) {
+    hash_appended(seq, tokens, n);
+  } else if (seq.hashable) {
+    // Unnamed tokens end the chain: later blocks cannot be looked up.
+    seq.hashable = false;
+    seq.tail.clear();
+  }
+  seq.num_tokens += n;
 }
 
 void block_pool_core::hash_appended(sequence& seq, const token_id* tokens,
@@ -184,16 +188,7 @@ block_pool_core::extend(request_id id, std::uint64_t n,
     unref(old, seq->level);
     give_way(&old, 1);
   }
-  seq->drafts = static_cast<std::uint16_t>(drafts);
-  counters_.draft_tokens += drafts;
-  if (tokens != nullptr && seq->hashable) {
-    hash_appended(*seq, tokens, n);
-  } else if (seq->hashable) {
-    // Unnamed tokens end the chain: later blocks cannot be looked up.
-    seq->hashable = false;
-    seq->tail.clear();
-  }
-  seq->num_tokens += n;
+  add_tokens(*seq, n, tokens, drafts);
   seq->last_access = clock_ns_;
   repromise(*seq, promised_before);
   return out;
