@@ -124,6 +124,17 @@ void run_core(core_driver& d) {
              == drafts.accepted + drafts.rejected + drafts.dropped);
 }
 
+/// Runs `j` on the pool core (storage none: bookkeeping only; run_core's
+/// checks) and hands the driver to `check`.
+template <class F>
+void on_core(json j, F check) {
+  j["cache"]["storage"] = "none";
+  auto s = parse_json(j);
+  core_driver d{s, 1};
+  run_core(d);
+  check(d);
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(speculative)
@@ -200,22 +211,20 @@ BOOST_AUTO_TEST_CASE(acceptance_0_rejects_every_draft_and_1_keeps_every_one) {
   for (double p : {0.0, 1.0}) {
     BOOST_TEST_CONTEXT("p " << p) {
       auto j = spec_scenario();
-      j["cache"]["storage"] = "none";
       j["draft_acceptance"] = p;
-      auto s = parse_json(j);
-      core_driver d{s, 1};
-      run_core(d);
-      auto drafts = drafts_of(d.b().figures());
-      BOOST_TEST(drafts.draft_tokens > 0u);
-      if (p == 0.0) {
-        BOOST_TEST(drafts.accepted == 0u);
-        BOOST_TEST(drafts.rejected == drafts.draft_tokens);
-        BOOST_TEST(drafts.tokens_per_step() == 1.0);
-      } else {
-        BOOST_TEST(drafts.rejected == 0u);
-        BOOST_TEST(drafts.accepted == drafts.draft_tokens);
-        BOOST_TEST(drafts.tokens_per_step() > 4.8);
-      }
+      on_core(j, [p](core_driver& d) {
+        auto drafts = drafts_of(d.b().figures());
+        BOOST_TEST(drafts.draft_tokens > 0u);
+        if (p == 0.0) {
+          BOOST_TEST(drafts.accepted == 0u);
+          BOOST_TEST(drafts.rejected == drafts.draft_tokens);
+          BOOST_TEST(drafts.tokens_per_step() == 1.0);
+        } else {
+          BOOST_TEST(drafts.rejected == 0u);
+          BOOST_TEST(drafts.accepted == drafts.draft_tokens);
+          BOOST_TEST(drafts.tokens_per_step() > 4.8);
+        }
+      });
     }
   }
 }
@@ -276,14 +285,9 @@ BOOST_AUTO_TEST_CASE(requests_preempted_with_drafts_unsettled_prefill_again) {
   // unsettled drop them and prefill what they sampled (chunked, 64 tokens
   // a step), on the pool core and end to end.
   auto j = pressed_scenario("recompute");
-  {
-    auto cj = j;
-    cj["cache"]["storage"] = "none";
-    auto s = parse_json(cj);
-    core_driver d{s, 1};
-    run_core(d);
+  on_core(j, [](core_driver& d) {
     BOOST_TEST(d.left_with_drafts() > 0u); // what the case is about
-  }
+  });
   auto r = run_actors(j);
   check_spec_run(r);
   auto d = drafts_of(r.tenants);
@@ -308,14 +312,11 @@ BOOST_AUTO_TEST_CASE(requests_swapped_with_drafts_unsettled_settle_them_when_bac
   for (std::uint64_t host_blocks : {256, 6}) {
     BOOST_TEST_CONTEXT("host blocks " << host_blocks) {
       auto j = pressed_scenario("swap", host_blocks);
-      auto cj = j;
-      cj["cache"]["storage"] = "none";
-      auto s = parse_json(cj);
-      core_driver d{s, 1};
-      run_core(d);
-      BOOST_TEST(d.swapped_with_drafts() > 0u); // what the case is about
-      if (host_blocks < 100)
-        BOOST_TEST(d.swap_out_failures() > 0u);
+      on_core(j, [host_blocks](core_driver& d) {
+        BOOST_TEST(d.swapped_with_drafts() > 0u); // what the case is about
+        if (host_blocks < 100)
+          BOOST_TEST(d.swap_out_failures() > 0u);
+      });
       auto r = run_actors(j);
       check_spec_run(r);
       std::uint64_t swaps = 0, swap_ins = 0;

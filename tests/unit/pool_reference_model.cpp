@@ -1,8 +1,8 @@
 // pool_reference_model: allocation, extension, release, fork and eviction,
 // each written out step by step as the documented policy reads, with no
 // attempt at speed. Quotas, reservations and admission headroom, steps,
-// pins and victims, and swapping have their own files
-// (pool_reference_model_{admission,step,pins,swap}.cpp).
+// pins and victims, swapping, and drafts and discards have their own files
+// (pool_reference_model_{admission,step,pins,swap,rollback}.cpp).
 #include "pool_reference_model.hpp"
 
 #include <algorithm>
@@ -375,44 +375,6 @@ model_extension pool_model::extend(request_id id, std::uint64_t n,
   return out;
 }
 
-void pool_model::index_settled(model_sequence& seq, std::size_t from) {
-  // Every block of settled tokens (drafts excluded) from block `from` on.
-  auto after = (seq.tokens.size() - seq.drafts) / block_size_;
-  for (auto i = from; i < after; ++i)
-    index(seq.blocks[i],
-          key_of(seq.tenant, seq.salt, seq.tokens, (i + 1) * block_size_),
-          seq.tenant);
-}
-
-model_extension pool_model::settle_drafts(request_id id,
-                                          std::uint64_t accepted) {
-  auto it = seqs_.find(id);
-  if (it == seqs_.end())
-    return failed_extension(errc::unknown_request);
-  auto& seq = it->second;
-  if (seq.where != residency::resident || accepted > seq.drafts)
-    return failed_extension(errc::invalid_request);
-  auto rejected = seq.drafts - accepted;
-  auto from = (seq.num_tokens - seq.drafts) / block_size_;
-  seq.drafts = 0;
-  seq.num_tokens -= rejected;
-  counters_.drafts_rejected += rejected;
-  if (seq.hashable) {
-    seq.tokens.resize(seq.tokens.size() - rejected);
-    index_settled(seq, from);
-  }
-  model_extension out;
-  auto keep = blocks_for(seq.num_tokens, block_size_);
-  out.first_changed = static_cast<std::uint32_t>(keep);
-  out.changed = keep < seq.blocks.size();
-  while (seq.blocks.size() > keep) {
-    auto b = seq.blocks.back();
-    seq.blocks.pop_back();
-    unref(b, seq.level);
-  }
-  return out;
-}
-
 void pool_model::return_blocks(model_sequence& seq) {
   for (auto b = seq.blocks.rbegin(); b != seq.blocks.rend(); ++b)
     unref(*b, seq.level);
@@ -448,26 +410,6 @@ model_release pool_model::release(request_id id) {
   auto before = counters_.blocks_freed;
   release_now(id);
   return {std::nullopt, static_cast<std::uint32_t>(counters_.blocks_freed - before)};
-}
-
-model_release pool_model::discard(request_id id) {
-  auto it = seqs_.find(id);
-  if (it == seqs_.end() || it->second.where != residency::resident)
-    return release(id);
-  auto table = it->second.blocks;
-  auto res = release(id);
-  // What went cached leaves the index, in table order (pins first go, with
-  // the pinned blocks below).
-  for (auto b : table) {
-    auto& m = blocks_[b];
-    if (m.st != state::cached)
-      continue;
-    if (m.pinned)
-      unpin_with_descendants(b);
-    evict_block(b);
-    free_.push_back(b);
-  }
-  return res;
 }
 
 model_release pool_model::reclaim(request_id id, std::uint64_t cache_id) {

@@ -1,0 +1,69 @@
+// pool_reference_model: taking back what was not rightly computed, as
+// block_pool_rollback.cpp does - draft tokens settled (the accepted ones'
+// full blocks indexed, the rejected ones' empty blocks freed) and requests
+// discarded (nothing they let go stays indexed).
+#include "pool_reference_model.hpp"
+
+namespace kvactor::test {
+
+using detail::residency;
+
+void pool_model::index_settled(model_sequence& seq, std::size_t from) {
+  // Every block of settled tokens (drafts excluded) from block `from` on.
+  auto after = (seq.tokens.size() - seq.drafts) / block_size_;
+  for (auto i = from; i < after; ++i)
+    index(seq.blocks[i],
+          key_of(seq.tenant, seq.salt, seq.tokens, (i + 1) * block_size_),
+          seq.tenant);
+}
+
+model_extension pool_model::settle_drafts(request_id id,
+                                          std::uint64_t accepted) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end())
+    return {errc::unknown_request};
+  auto& seq = it->second;
+  if (seq.where != residency::resident || accepted > seq.drafts)
+    return {errc::invalid_request};
+  auto rejected = seq.drafts - accepted;
+  auto from = (seq.num_tokens - seq.drafts) / block_size_;
+  seq.drafts = 0;
+  seq.num_tokens -= rejected;
+  counters_.drafts_rejected += rejected;
+  if (seq.hashable) {
+    seq.tokens.resize(seq.tokens.size() - rejected);
+    index_settled(seq, from);
+  }
+  model_extension out;
+  auto keep = blocks_for(seq.num_tokens, block_size_);
+  out.first_changed = static_cast<std::uint32_t>(keep);
+  out.changed = keep < seq.blocks.size();
+  while (seq.blocks.size() > keep) {
+    auto b = seq.blocks.back();
+    seq.blocks.pop_back();
+    unref(b, seq.level);
+  }
+  return out;
+}
+
+model_release pool_model::discard(request_id id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end() || it->second.where != residency::resident)
+    return release(id);
+  auto table = it->second.blocks;
+  auto res = release(id);
+  // What went cached leaves the index, in table order (pins first go, with
+  // the pinned blocks below).
+  for (auto b : table) {
+    auto& m = blocks_[b];
+    if (m.st != state::cached)
+      continue;
+    if (m.pinned)
+      unpin_with_descendants(b);
+    evict_block(b);
+    free_.push_back(b);
+  }
+  return res;
+}
+
+} // namespace kvactor::test
