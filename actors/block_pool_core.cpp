@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cassert>
 #include <cmath>
+#include <string>
+#include <unordered_map>
 
 #include "kvactor/messages/error.hpp"
 
@@ -47,10 +49,17 @@ block_pool_core::block_pool_core(const cache_config& cfg,
     tenants_.push_back(std::move(ts));
   }
   std::uint64_t reserved_all = 0;
-  for (auto& tc : cfg.tenants)
+  std::unordered_map<std::string, std::size_t> holders;
+  for (auto& tc : cfg.tenants) {
     reserved_all += tc.reserved_blocks;
+    if (!tc.prefix_namespace.empty())
+      ++holders[tc.prefix_namespace];
+  }
   for (auto& ts : tenants_) {
-    auto held = watermark_blocks_ + reserved_all - ts.config.reserved_blocks;
+    ts.others_reserved = reserved_all - ts.config.reserved_blocks;
+    auto& ns = ts.config.prefix_namespace;
+    ts.shares_namespace = !ns.empty() && holders[ns] > 1;
+    auto held = watermark_blocks_ + ts.others_reserved;
     ts.promise_room = num_blocks > held ? num_blocks - held : 0;
   }
   // "" names the default tenant: cache_config decides which, once.
@@ -149,12 +158,24 @@ caf::error block_pool_core::fits_alone(const std::string& who,
     return caf::none;
   auto n = num_blocks();
   auto what = who + " needs " + std::to_string(blocks) + " blocks, more than ";
-  if (ts.lone_cap == n)
+  auto& name = ts.config.name;
+  auto quota = ts.config.max_blocks;
+  auto room = n > ts.others_reserved ? n - ts.others_reserved : 0;
+  if (!ts.shares_namespace && quota != 0 && blocks > quota)
+    what += "the max_blocks " + std::to_string(quota) + " of tenant '" + name
+            + "' (every block of its tables is charged to it: its prefix "
+              "namespace is its own)";
+  else if (!ts.shares_namespace && ts.others_reserved > 0 && blocks > room)
+    what += "the " + std::to_string(room) + " blocks the pool of "
+            + std::to_string(n) + " leaves tenant '" + name
+            + "' past the other tenants' reserved_blocks ("
+            + std::to_string(ts.others_reserved) + ")";
+  else if (ts.lone_cap == n)
     what += "the pool's " + std::to_string(n);
   else
     what += "the " + std::to_string(ts.lone_cap)
             + " blocks one request of tenant '"
-            + ts.config.name
+            + name
             + "' can hold and stay live: alone it would reach critical "
               "pressure, where the supervisor preempts "
               "(pressure.preempt_at_critical)"

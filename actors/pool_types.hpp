@@ -67,6 +67,12 @@ struct tenant_state {
   /// Past this many blocks one of its requests never stays live
   /// (lone_request_cap).
   std::uint64_t lone_cap = 0;
+  /// Other tenants' reservations together (a bound on its requests when its
+  /// namespace is its own).
+  std::uint64_t others_reserved = 0;
+  /// Another tenant names its prefix namespace: blocks its requests hold may
+  /// be charged to that one (so its quota bounds no table).
+  bool shares_namespace = false;
   /// Blocks an empty pool leaves one of its requests past the watermark
   /// and the other tenants' reservations (a promise's bound).
   std::uint64_t promise_room = 0;

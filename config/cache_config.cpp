@@ -363,19 +363,29 @@ std::uint64_t pressure_mark(double fraction, std::uint64_t num_blocks) noexcept 
 namespace {
 
 /// lone_request_cap, given whether `tenant` shares its prefix namespace
-/// with another tenant.
+/// with another tenant and the other tenants' reservations together.
 std::uint64_t lone_cap(const cache_config& cfg, const tenant_config& tenant,
-                       std::uint64_t num_blocks, bool shares) noexcept {
+                       std::uint64_t num_blocks, bool shares,
+                       std::uint64_t others) noexcept {
+  auto cap = num_blocks;
+  if (!shares) {
+    // Every block in its tables is charged to it (its namespace is its
+    // own): none past its quota, none that other tenants' reservations
+    // keep, whatever else is running.
+    if (tenant.max_blocks != 0)
+      cap = std::min(cap, tenant.max_blocks);
+    cap = std::min(cap, num_blocks > others ? num_blocks - others : 0);
+  }
   if (!cfg.pressure.preempt_at_critical)
-    return num_blocks;
+    return cap;
   // Sharing its namespace, a tenant may hold blocks charged to another: its
   // own charge - what its reservation protects - can stay within the
   // reservation however long its table, so only the pool bounds it.
   if (tenant.reserved_blocks > 0 && shares)
-    return num_blocks;
+    return cap;
   auto critical = pressure_mark(cfg.pressure.critical, num_blocks);
   auto below = critical > 0 ? critical - 1 : 0;
-  return std::min(std::max(below, tenant.reserved_blocks), num_blocks);
+  return std::min(std::max(below, tenant.reserved_blocks), cap);
 }
 
 } // namespace
@@ -384,12 +394,15 @@ std::uint64_t lone_request_cap(const cache_config& cfg,
                                const tenant_config& tenant,
                                std::uint64_t num_blocks) noexcept {
   bool shares = false;
-  if (!tenant.prefix_namespace.empty())
-    for (auto& other : cfg.tenants)
+  std::uint64_t others = 0; // tenant need not be one of cfg.tenants
+  for (auto& other : cfg.tenants)
+    if (other.name != tenant.name) {
       shares = shares
-               || (other.name != tenant.name
+               || (!tenant.prefix_namespace.empty()
                    && other.prefix_namespace == tenant.prefix_namespace);
-  return lone_cap(cfg, tenant, num_blocks, shares);
+      others += other.reserved_blocks;
+    }
+  return lone_cap(cfg, tenant, num_blocks, shares, others);
 }
 
 std::vector<std::uint64_t> lone_request_caps(const cache_config& cfg,
@@ -399,11 +412,15 @@ std::vector<std::uint64_t> lone_request_caps(const cache_config& cfg,
   for (auto& t : cfg.tenants)
     if (!t.prefix_namespace.empty())
       ++holders[t.prefix_namespace];
+  std::uint64_t reserved_all = 0;
+  for (auto& t : cfg.tenants)
+    reserved_all += t.reserved_blocks;
   std::vector<std::uint64_t> out;
   out.reserve(cfg.tenants.size());
   for (auto& t : cfg.tenants) {
     bool shares = !t.prefix_namespace.empty() && holders[t.prefix_namespace] > 1;
-    out.push_back(lone_cap(cfg, t, num_blocks, shares));
+    out.push_back(
+      lone_cap(cfg, t, num_blocks, shares, reserved_all - t.reserved_blocks));
   }
   return out;
 }

@@ -169,19 +169,23 @@ caf::error validate(const cache_config& cfg);
 std::uint64_t pressure_mark(double fraction, std::uint64_t num_blocks) noexcept;
 
 /// Past how many blocks one request of `tenant` can never stay live in a
-/// pool of `num_blocks`: the pool; with pressure.preempt_at_critical, the
-/// critical mark less one (the supervisor would preempt a request that
-/// reaches it on its own, until usage is under the high mark) unless the
-/// tenant's reservation covers more (a tenant at or below its reservation
-/// is never preempted) or the tenant shares its prefix namespace and has a
-/// reservation (blocks it shares are charged to their first holder, so its
-/// own charge may stay within the reservation). A bound, not a promise: a
-/// request within it can still be preempted beside others. The cache's
-/// allocate and extend refuse more with exceeds_capacity. Not counted here,
-/// though they can refuse a request for good as well (with out_of_blocks or
-/// quota_exceeded): the tenant's max_blocks, other tenants' reservations
-/// and, for admissions, the watermark and expected growth - blocks shared
-/// with another tenant's prompts do not count against the first two.
+/// pool of `num_blocks`: the pool; for a tenant whose prefix namespace is
+/// its own (every block of its tables is charged to it), no more than its
+/// max_blocks (if set) and the pool less the other tenants' reservations;
+/// with pressure.preempt_at_critical, no more than the critical mark less
+/// one (the supervisor would preempt a request that reaches it on its own,
+/// until usage is under the high mark) unless the tenant's reservation
+/// covers more (a tenant at or below its reservation is never preempted)
+/// or the tenant shares its prefix namespace and has a reservation (blocks
+/// it shares are charged to their first holder, so its own charge may stay
+/// within the reservation). A bound, not a promise: a request within it
+/// can still be preempted beside others. The cache's allocate, extend and
+/// steps refuse more with exceeds_capacity, up front. Not counted here,
+/// though they may refuse a request for long (with out_of_blocks or
+/// quota_exceeded): for a tenant sharing its namespace, its max_blocks and
+/// other tenants' reservations (blocks shared with another tenant's
+/// prompts count against neither); for admissions, the watermark and
+/// expected growth (prefix hits on blocks in use need no new blocks).
 std::uint64_t lone_request_cap(const cache_config& cfg,
                                const tenant_config& tenant,
                                std::uint64_t num_blocks) noexcept;

@@ -116,13 +116,15 @@ BOOST_AUTO_TEST_CASE(bad_allocations_are_refused_with_their_own_code) {
   refuse(f.req(11, 52 * 4, 1000), errc::out_of_blocks, {"need 52 blocks"});
   refuse(f.req(12, 61 * 4, 1000), errc::exceeds_capacity,
          {"request 12 needs 61 blocks", "the 60 blocks one request", "critical"});
-  // Unknown tenant; over a tenant's quota.
+  // Unknown tenant; over a tenant's quota, which no prefix hit could help
+  // (its namespace is its own).
   r = f.req(13, 4);
   r.tenant = "nobody";
   refuse(r, errc::unknown_tenant, {"request 13", "tenant 'nobody'"});
   r = f.req(14, 5 * 4);
   r.tenant = "batch";
-  refuse(r, errc::quota_exceeded, {"tenant 'batch'", "max_blocks 4"});
+  refuse(r, errc::exceeds_capacity,
+         {"request 14 needs 5 blocks", "the max_blocks 4 of tenant 'batch'"});
   // The failures counted, nothing else did.
   auto s = f.m().stats();
   BOOST_TEST(s.allocation_failures == 3u);

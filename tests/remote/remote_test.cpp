@@ -310,7 +310,7 @@ BOOST_AUTO_TEST_CASE(errors_cross_the_wire_with_code_and_context) {
   over.tenant = "batch";
   auto quota = ask_error<request_handle_actor, block_table>(
     self, allocate_atom::value, over);
-  BOOST_TEST(is_error(quota, errc::quota_exceeded, "max_blocks 8"),
+  BOOST_TEST(is_error(quota, errc::exceeds_capacity, "max_blocks 8"),
              render(quota));
   auto too_long = ask_error<request_handle_actor, block_table>(
     self, allocate_atom::value, req(4, 65));

@@ -243,11 +243,12 @@ BOOST_FIXTURE_TEST_CASE(quota_exceeded_at_exactly_quota_plus_one, pool_fixture) 
   make(16);
   alloc(tokens_req(1, 20, "q")); // 5 blocks: exactly the quota
   BOOST_TEST(code(pool().allocate(tokens_req(2, 1, "q"))) == "quota_exceeded");
-  BOOST_TEST(code(pool().extend(1, 1, nullptr)) == "quota_exceeded");
+  // A sixth block in one table never fits: the quota is q's own bound.
+  BOOST_TEST(code(pool().extend(1, 1, nullptr)) == "exceeds_capacity");
   BOOST_TEST(pool().can_allocate(tokens_req(2, 0, "q"))); // no blocks needed
   alloc(tokens_req(3, 20)); // other tenants are not affected
   release(1);
-  BOOST_TEST(code(pool().allocate(tokens_req(2, 21, "q"))) == "quota_exceeded");
+  BOOST_TEST(code(pool().allocate(tokens_req(2, 21, "q"))) == "exceeds_capacity");
   alloc(tokens_req(2, 20, "q"));
   BOOST_TEST(pool().tenants()[1].used == 5u);
   BOOST_TEST(pool().tenants()[1].failures == 2u); // extend failures don't count
@@ -267,7 +268,8 @@ BOOST_FIXTURE_TEST_CASE(quota_exceeded_at_exactly_quota_plus_one, pool_fixture) 
 BOOST_FIXTURE_TEST_CASE(reservations_hold_blocks_for_their_tenant, pool_fixture) {
   cfg.tenants = {tenant_config{}, tenant("r", 0, 6)};
   make(16);
-  BOOST_TEST(code(pool().allocate(tokens_req(1, 44))) == "out_of_blocks"); // 11 > 10
+  // 11 blocks never fit beside r's 6: refused for good.
+  BOOST_TEST(code(pool().allocate(tokens_req(1, 44))) == "exceeds_capacity");
   alloc(tokens_req(1, 40)); // 10
   BOOST_TEST(code(pool().allocate(tokens_req(2, 1))) == "out_of_blocks");
   BOOST_TEST(pool().free_blocks() == 6u);
@@ -284,7 +286,7 @@ BOOST_FIXTURE_TEST_CASE(reservations_hold_blocks_for_their_tenant, pool_fixture)
   release(5);
   release(4);
   release(3);
-  BOOST_TEST(code(pool().allocate(tokens_req(2, 44))) == "out_of_blocks");
+  BOOST_TEST(code(pool().allocate(tokens_req(2, 44))) == "exceeds_capacity");
   alloc(tokens_req(2, 40));
   // Cached blocks are free blocks for the reservation too.
   alloc(prompt_req(6, run(0, 24), "r")); // 6 full blocks, all indexed

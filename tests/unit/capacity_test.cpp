@@ -1,6 +1,8 @@
 // exceeds_capacity: a request that could never stay live - more blocks than
-// the pool or (the supervisor preempting at critical pressure) enough to
-// reach the critical mark on its own, beyond its tenant's reservation - is
+// the pool, than its tenant's quota or what other tenants' reservations
+// leave it (its prefix namespace its own), or (the supervisor preempting at
+// critical pressure) enough to reach the critical mark on its own, beyond
+// its tenant's reservation - is
 // refused up front, by allocate, extend, can_allocate and steps alike,
 // instead of waiting for ever or being preempted the moment it is admitted.
 // Refusals change nothing (the fixture checks the invariant).
@@ -45,26 +47,38 @@ BOOST_AUTO_TEST_SUITE(capacity_suite)
 BOOST_AUTO_TEST_CASE(the_cap_is_the_pool_or_below_the_critical_mark) {
   cache_config cfg;
   tenant_config plain;
-  auto quota = tenant("q", 6); // shared prefixes may take it past
+  auto quota = tenant("q", 6);
   auto reserved = tenant("r", 0, 19);
-  cfg.tenants = {plain, quota, reserved};
+  cfg.tenants = {plain, quota};
   BOOST_TEST(pressure_mark(0.95, 20) == 19u);
   BOOST_TEST(pressure_mark(0.95, 100) == 95u); // not 96 for 0.95 * 100 rounding up
   BOOST_TEST(lone_request_cap(cfg, plain, 20) == 18u);
-  BOOST_TEST(lone_request_cap(cfg, quota, 20) == 18u);
+  // Its namespace its own, every block of its tables is charged to it.
+  BOOST_TEST(lone_request_cap(cfg, quota, 20) == 6u);
+  // Nor can one take what another tenant's reservation keeps.
+  cfg.tenants = {plain, quota, reserved};
+  BOOST_TEST(lone_request_cap(cfg, plain, 20) == 1u);
+  BOOST_TEST(lone_request_cap(cfg, quota, 20) == 1u);
   BOOST_TEST(lone_request_cap(cfg, reserved, 20) == 19u);
   BOOST_TEST(lone_request_cap(cfg, reserved, 10) == 10u);
   BOOST_TEST(lone_request_cap(cfg, plain, 1) == 0u); // critical at 1 block
   // Sharing a namespace, a tenant with a reservation may hold blocks
   // charged to another, its own charge within the reservation: only the
-  // pool bounds it. Without a reservation the mark still does.
+  // pool bounds it. Without a reservation the mark still does; neither
+  // its quota nor others' reservations bound a table whose blocks may be
+  // charged to others.
   auto shared_r = tenant("sr", 0, 4, "ns");
   auto shared_plain = tenant("sp", 0, 0, "ns");
-  cfg.tenants = {plain, shared_r, shared_plain};
+  auto shared_quota = tenant("sq", 6, 0, "ns");
+  cfg.tenants = {plain, shared_r, shared_plain, shared_quota};
   BOOST_TEST(lone_request_cap(cfg, shared_r, 20) == 20u);
   BOOST_TEST(lone_request_cap(cfg, shared_plain, 20) == 18u);
+  BOOST_TEST(lone_request_cap(cfg, shared_quota, 20) == 18u);
+  BOOST_TEST(lone_request_cap(cfg, plain, 20) == 16u); // sr keeps 4
   cfg.tenants = {plain, shared_r}; // the namespace alone: not shared
   BOOST_TEST(lone_request_cap(cfg, shared_r, 20) == 18u);
+  BOOST_TEST(lone_request_caps(cfg, 20) == (std::vector<std::uint64_t>{16, 18}));
+  cfg.tenants = {plain};
   cfg.pressure.critical = 1.0;
   BOOST_TEST(lone_request_cap(cfg, plain, 20) == 19u);
   cfg.pressure.preempt_at_critical = false;
@@ -92,15 +106,33 @@ BOOST_FIXTURE_TEST_CASE(allocate_refuses_a_request_the_supervisor_would_preempt_
   BOOST_TEST(pool().used_blocks() == 19u);
 }
 
-BOOST_FIXTURE_TEST_CASE(past_the_pool_never_fits_and_a_quota_may_wait, capacity_fixture) {
+BOOST_FIXTURE_TEST_CASE(past_the_pool_its_quota_or_what_reservations_leave_never_fits, capacity_fixture) {
   make(20);
   auto res = pool().allocate(tokens_req(1, 81, "reserved")); // 21 blocks
   BOOST_REQUIRE(!res);
   BOOST_TEST(code(res.error()) == "exceeds_capacity");
   BOOST_TEST(says(res.error(), "more than the pool's 20"));
-  // Past the quota: blocks shared with another tenant would not count, so
-  // this is the quota's own error, as before.
+  // Past its quota, a tenant whose namespace is its own never fits.
   make(0);
+  res = pool().allocate(tokens_req(2, 28, "quota")); // 7 blocks
+  BOOST_REQUIRE(!res);
+  BOOST_TEST(code(res.error()) == "exceeds_capacity");
+  BOOST_TEST(says(res.error(), "needs 7 blocks, more than the max_blocks 6 of tenant 'quota'"));
+  // Nor past what other tenants' reservations leave it.
+  make(15);
+  res = pool().allocate(tokens_req(3, 24)); // 6 blocks, 5 left
+  BOOST_REQUIRE(!res);
+  BOOST_TEST(code(res.error()) == "exceeds_capacity");
+  BOOST_TEST(says(res.error(), "more than the 5 blocks the pool of 20 leaves "
+                               "tenant 'default' past the other tenants' "
+                               "reserved_blocks (15)"));
+  BOOST_TEST(pool().used_blocks() == 0u);
+  alloc(tokens_req(3, 20)); // 5 blocks: fits
+  // Sharing its namespace, a tenant's blocks may be charged to another:
+  // past its quota it waits (quota_exceeded), as a step then would.
+  cfg.tenants = {tenant_config{}, tenant("quota", 6, 0, "ns"),
+                 tenant("other", 0, 0, "ns")};
+  pool_fixture::make(20);
   BOOST_TEST(code(pool().allocate(tokens_req(2, 28, "quota"))) == "quota_exceeded");
 }
 
@@ -137,6 +169,32 @@ BOOST_FIXTURE_TEST_CASE(a_step_fails_such_requests_without_blocking_or_preemptin
   BOOST_TEST(!r.admission_blocked);
   BOOST_TEST(tokens(1) == 72u);
   BOOST_TEST(pool().find(4) != nullptr);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_step_passes_over_an_admit_past_its_quota, capacity_fixture) {
+  // A prompt past its tenant's quota used to wait (quota_exceeded) and hold
+  // up every admission behind it, for ever: its tenant's namespace is its
+  // own, so no prefix hit could ever make it fit.
+  step_request step;
+  step.admits = {tokens_req(1, 28, "quota"), tokens_req(2, 8, "quota"),
+                 tokens_req(3, 8)};
+  auto r = pool().run_step(step);
+  BOOST_REQUIRE(r.failed.size() == 1u);
+  BOOST_TEST(r.failed[0].id == 1u);
+  BOOST_TEST(code(r.failed[0].error) == "exceeds_capacity");
+  BOOST_REQUIRE(r.admitted.size() == 2u);
+  BOOST_TEST(r.admitted[0].id == 2u);
+  BOOST_TEST(r.admitted[1].id == 3u);
+  BOOST_TEST(!r.admission_blocked);
+  // Its extends stop at the quota the same way, preempting no one for it.
+  step = step_request{};
+  step.extends = {extend_op{2, 17}, extend_op{3, 1}}; // 2: 7 blocks
+  r = pool().run_step(step);
+  BOOST_TEST(r.preempted.empty());
+  BOOST_REQUIRE(r.failed.size() == 1u);
+  BOOST_TEST(code(r.failed[0].error) == "exceeds_capacity");
+  BOOST_TEST(tokens(2) == 8u);
+  BOOST_TEST(tokens(3) == 9u);
 }
 
 BOOST_FIXTURE_TEST_CASE(reserve_expected_promises_no_more_than_the_cap,

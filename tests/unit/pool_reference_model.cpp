@@ -51,6 +51,18 @@ pool_model::pool_model(const cache_config& cfg, std::uint32_t num_blocks)
       shares = shares
                || (other.name != tc.name && !tc.prefix_namespace.empty()
                    && other.prefix_namespace == tc.prefix_namespace);
+    if (!shares) {
+      // Its tables hold only blocks charged to it: its quota bounds them,
+      // and so does what the other tenants' reservations leave.
+      std::uint64_t others = 0;
+      for (auto& other : cfg.tenants)
+        if (other.name != tc.name)
+          others += other.reserved_blocks;
+      if (tc.max_blocks != 0)
+        mt.lone_cap = std::min<std::uint64_t>(mt.lone_cap, tc.max_blocks);
+      mt.lone_cap = std::min<std::uint64_t>(
+        mt.lone_cap, num_blocks > others ? num_blocks - others : 0);
+    }
     if (cfg.pressure.preempt_at_critical && !(shares && tc.reserved_blocks > 0)) {
       // Critical pressure starts at ceil(critical * blocks) in use.
       auto mark = static_cast<std::uint64_t>(
