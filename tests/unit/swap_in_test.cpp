@@ -1,0 +1,179 @@
+// block_pool_core's swap back in from the host tier: what it shares back
+// from the prefix cache and what it copies, the admission watermark, quotas
+// and reservations, a failed device copy (swapping out: swap_core_test.cpp).
+#include <boost/test/unit_test.hpp>
+
+#include "swap_fixture.hpp"
+
+using namespace kvactor;
+using namespace kvactor::test;
+using namespace kvactor::test::swap_core;
+using kvactor::detail::residency;
+
+BOOST_AUTO_TEST_SUITE(swap_core_suite)
+
+BOOST_FIXTURE_TEST_CASE(swap_in_shares_the_prefix_still_cached_and_copies_the_rest,
+                        swap_fixture) {
+  auto p = run(50, 10);
+  alloc(prompt_req(1, p)); // 0 1 2; 0 and 1 indexed
+  auto out = out_begin(1);
+  out_done(1, true); // 0 and 1 cached, 2 free
+  BOOST_TEST(pool().cached_blocks() == 2u);
+  alloc(tokens_req(2, 8)); // takes free blocks, not the cached 0 and 1
+  auto in = in_begin(1);
+  // Only the unindexed tail block is copied back, into a fresh block.
+  BOOST_REQUIRE(in.size() == 1u);
+  BOOST_TEST(in[0].host_block == out[2].host_block);
+  BOOST_TEST((seq(1).incoming == ids{0, 1, in[0].device_block}));
+  BOOST_TEST(pool().cached_blocks() == 0u); // revived and held meanwhile
+  BOOST_TEST(in_done(1, true) == 0u);
+  BOOST_TEST((table_of(seq(1)) == ids{0, 1, in[0].device_block}));
+  BOOST_TEST(pool().counters().swap_in_shared == 2u);
+  BOOST_TEST(pool().counters().swap_ins == 1u);
+  BOOST_TEST(pool().free_host_blocks() == 8u);
+  // Its prefix is shared again: a new request with the same prompt hits it.
+  alloc(prompt_req(3, p));
+  BOOST_TEST(seq(3).blocks[0] == 0u);
+  BOOST_TEST(seq(3).blocks[1] == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(swap_in_shares_a_prefix_another_request_still_uses,
+                        swap_fixture) {
+  auto p = run(0, 9);
+  alloc(prompt_req(1, p)); // 0 1 2, two indexed
+  alloc(prompt_req(2, p)); // shares 0 1, own 3
+  out_begin(1);
+  BOOST_TEST(out_done(1, true) == 1u); // only its private block 2
+  auto used = pool().used_blocks();
+  auto in = in_begin(1);
+  BOOST_REQUIRE(in.size() == 1u);
+  BOOST_TEST(pool().used_blocks() == used + 1); // the shared ones were in use
+  in_done(1, true);
+  BOOST_TEST(seq(1).blocks[0] == seq(2).blocks[0]);
+  BOOST_TEST(seq(1).blocks[1] == seq(2).blocks[1]);
+  BOOST_TEST(pool().counters().swap_in_shared == 2u);
+  // Both release: the shared blocks are freed once, by the last holder.
+  BOOST_TEST(pool().release(1).value() == 1u);
+  BOOST_TEST(pool().release(2).value() == 3u);
+}
+
+BOOST_FIXTURE_TEST_CASE(swap_in_copies_all_when_the_prefix_was_evicted,
+                        swap_fixture) {
+  auto p = run(50, 10);
+  alloc(prompt_req(1, p)); // 0 1 2; 0 and 1 indexed
+  auto out = out_begin(1);
+  out_done(1, true);
+  // Request 2 takes every block, the two cached ones last (evicted).
+  alloc(tokens_req(2, 4 * 16));
+  BOOST_TEST(pool().cached_blocks() == 0u);
+  BOOST_TEST(code(pool().swap_in_begin(1)) == "out_of_blocks");
+  pool().release(2);
+  auto in = in_begin(1);
+  BOOST_REQUIRE(in.size() == 3u);
+  for (std::size_t i = 0; i < in.size(); ++i)
+    BOOST_TEST(in[i].host_block == out[i].host_block); // table order kept
+  BOOST_TEST((seq(1).incoming == devices(in)));
+  BOOST_TEST(in_done(1, true) == 0u);
+  BOOST_TEST((seq(1).where == residency::resident));
+  BOOST_TEST((table_of(seq(1)) == devices(in)));
+  BOOST_TEST(seq(1).num_tokens == 10u);
+  BOOST_TEST(seq(1).host_blocks.empty());
+  BOOST_TEST(pool().free_host_blocks() == 8u);
+  BOOST_TEST(pool().counters().swap_in_shared == 0u);
+  // The copies are private and unindexed: the prompt no longer hits...
+  alloc(prompt_req(5, p));
+  BOOST_TEST(seq(5).blocks[0] != seq(1).blocks[0]);
+  // ...but the request's hash chain goes on from where it was.
+  auto more = run(60, 2);
+  BOOST_REQUIRE(pool().extend(1, 2, more.data()));
+  ok();
+  auto q = p;
+  q.insert(q.end(), more.begin(), more.end());
+  q.push_back(7);
+  alloc(prompt_req(6, q));
+  BOOST_TEST(seq(6).blocks[2] == seq(1).blocks[2]);
+}
+
+BOOST_FIXTURE_TEST_CASE(swap_in_leaves_the_admission_watermark_free,
+                        swap_fixture) {
+  cfg.admission.watermark = 0.25; // 4 of 16 blocks
+  make(16);
+  alloc(tokens_req(1, 12)); // 3 blocks
+  out_begin(1);
+  out_done(1, true);
+  alloc(tokens_req(2, 40)); // 10 blocks: 6 left, above the watermark
+  auto before = describe(pool());
+  auto res = pool().swap_in_begin(1);
+  BOOST_TEST(code(res) == "out_of_blocks"); // 3 would leave 3 < 4
+  BOOST_TEST(render(res.error()).find("headroom") != std::string::npos);
+  BOOST_TEST(describe(pool()) == before);
+  pool().release(2);
+  BOOST_TEST(in_begin(1).size() == 3u);
+  in_done(1, true);
+}
+
+BOOST_FIXTURE_TEST_CASE(failed_swap_in_puts_revived_blocks_back_in_the_cache,
+                        swap_fixture) {
+  auto p = run(50, 10);
+  alloc(prompt_req(1, p));
+  out_begin(1);
+  out_done(1, true);
+  auto before = describe(pool(), false);
+  in_begin(1);
+  BOOST_TEST(pool().cached_blocks() == 0u);
+  BOOST_TEST(in_done(1, false) == 3u);
+  BOOST_TEST(describe(pool(), false) == before);
+  BOOST_TEST(pool().cached_blocks() == 2u);
+  BOOST_TEST(pool().counters().swap_in_shared == 0u);
+  in_begin(1);
+  in_done(1, true);
+  BOOST_TEST(pool().counters().swap_in_shared == 2u);
+}
+
+BOOST_FIXTURE_TEST_CASE(failed_swap_in_keeps_it_swapped_and_returns_the_blocks,
+                        swap_fixture) {
+  alloc(tokens_req(1, 12));
+  alloc(tokens_req(2, 4));
+  out_begin(1);
+  out_done(1, true);
+  // The blocks it took come back in the order they were handed out, so the
+  // pool is as it was but for the count of blocks that flowed through it.
+  auto before = describe(pool(), false);
+  auto in = in_begin(1);
+  BOOST_TEST(pool().used_blocks() == 4u);
+  BOOST_TEST(in_done(1, false) == 3u);
+  BOOST_TEST(describe(pool(), false) == before);
+  BOOST_TEST((seq(1).where == residency::swapped));
+  // And a second try gets the same blocks.
+  BOOST_TEST((in_begin(1) == in));
+  in_done(1, true);
+  BOOST_TEST(pool().counters().swap_ins == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(swap_in_obeys_free_blocks_quota_and_reservations,
+                        swap_fixture) {
+  cfg.tenants = {tenant_config{}, tenant_config{}, tenant_config{}};
+  cfg.tenants[1].name = "q";
+  cfg.tenants[1].max_blocks = 4;
+  cfg.tenants[2].name = "r";
+  cfg.tenants[2].reserved_blocks = 4;
+  make(16);
+  alloc(tokens_req(1, 16, "q")); // 4: q's quota
+  out_begin(1);
+  out_done(1, true);
+  alloc(tokens_req(2, 4, "q"));
+  auto before = describe(pool());
+  BOOST_TEST(code(pool().swap_in_begin(1)) == "quota_exceeded");
+  BOOST_TEST(describe(pool()) == before);
+  BOOST_TEST(pool().release(2).value() == 1u);
+  // The default tenant fills what r's reservation leaves.
+  alloc(tokens_req(3, 4 * 9));
+  before = describe(pool());
+  BOOST_TEST(code(pool().swap_in_begin(1)) == "out_of_blocks");
+  BOOST_TEST(describe(pool()) == before);
+  BOOST_TEST(pool().release(3).value() == 9u);
+  in_begin(1);
+  in_done(1, true);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
