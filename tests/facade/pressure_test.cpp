@@ -1,0 +1,172 @@
+// The facade's gc and pressure callbacks on the threaded scheduler: what gc
+// reclaims and reports, and each pressure level told once, in order, to
+// callbacks that may replace themselves or throw.
+#include <atomic>
+#include <functional>
+#include <mutex>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "fixture.hpp"
+
+using namespace kvtest;
+
+namespace {
+
+/// Thread-safe record of pressure callbacks.
+struct pressure_log {
+  std::mutex mtx;
+  std::vector<memory_pressure> levels;
+
+  std::function<void(memory_pressure)> callback() {
+    return [this](memory_pressure lvl) {
+      std::lock_guard<std::mutex> guard{mtx};
+      levels.push_back(lvl);
+    };
+  }
+  std::vector<memory_pressure> get() {
+    std::lock_guard<std::mutex> guard{mtx};
+    return levels;
+  }
+  std::size_t size() {
+    return get().size();
+  }
+};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(facade_cache, watchdog)
+
+BOOST_AUTO_TEST_CASE(gc_on_an_idle_cache_reclaims_nothing_and_checks_the_invariant) {
+  cache_fixture f;
+  auto h = f.alloc(f.req(1, 9));
+  auto g = f.m().gc();
+  BOOST_REQUIRE_MESSAGE(g, why(g));
+  BOOST_TEST(g->caches_freed == 0u);
+  BOOST_TEST(g->blocks_reclaimed == 0u);
+  BOOST_TEST(g->memory_freed == 0u);
+  BOOST_TEST(g->gc_time_ms >= 0.0);
+  BOOST_TEST(h->is_valid());
+  BOOST_TEST(f.used_blocks() == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(gc_under_high_pressure_evicts_cached_blocks_and_says_so) {
+  // 64 blocks: medium at 39 used, high at 52 (left below 48), critical at 61.
+  cache_fixture f;
+  auto bulk = f.alloc(f.req(1, 50 * 4));
+  // A 37-token prompt: 10 blocks, 9 of them full and hashed. 60 used: high.
+  auto p = f.alloc(f.req(2, 0, 256, iota_tokens(10, 37)));
+  BOOST_TEST(f.used_blocks() == 60u);
+  BOOST_TEST(eventually([&] {
+    return f.m().stats().pressure == memory_pressure::high;
+  }));
+  // Its end leaves 9 cached blocks at 50 used: still high.
+  BOOST_REQUIRE(!f.m().deallocate(2));
+  auto s = f.m().stats();
+  BOOST_TEST(s.cached_blocks == 9u);
+  BOOST_TEST(s.free_blocks == 14u);
+  // GC evicts the cached blocks toward the medium mark (38 held).
+  auto g = f.m().gc();
+  BOOST_REQUIRE_MESSAGE(g, why(g));
+  BOOST_TEST(g->caches_freed == 0u);
+  BOOST_TEST(g->blocks_reclaimed == 9u);
+  BOOST_TEST(g->memory_freed == 9u * test_bytes_per_block);
+  auto after = f.m().stats();
+  BOOST_TEST(after.cached_blocks == 0u);
+  BOOST_TEST(after.eviction_count == 9u);
+  BOOST_TEST(after.free_blocks == 14u);
+  BOOST_TEST(bulk->is_valid());
+  // Evicted means not findable: the same prompt now hits nothing.
+  auto again = f.alloc(f.req(3, 0, 256, iota_tokens(10, 5)));
+  BOOST_TEST(f.m().stats().prefix_hit_tokens == 0u);
+  BOOST_TEST(static_cast<bool>(f.m().gc()));
+}
+
+BOOST_AUTO_TEST_CASE(a_pressure_callback_may_replace_itself) {
+  cache_fixture f;
+  pressure_log log;
+  auto first_calls = std::make_shared<std::atomic<int>>(0);
+  auto& m = f.m();
+  m.set_pressure_callback([&m, &log, first_calls](memory_pressure lvl) {
+    ++*first_calls;
+    m.set_pressure_callback(log.callback()); // from inside: no deadlock
+    log.callback()(lvl);
+  });
+  for (request_id id = 1; id <= 52; ++id) // medium, then high
+    f.alloc(f.req(id, 4));
+  BOOST_TEST(eventually([&] { return log.size() >= 2; }));
+  BOOST_TEST(first_calls->load() == 1);
+  BOOST_TEST((log.get() == std::vector<memory_pressure>{memory_pressure::medium,
+                                                        memory_pressure::high}),
+             boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_throwing_pressure_callback_stops_no_later_level) {
+  // The exception once left the relay's handler: CAF stopped the relay,
+  // and no callback, however often replaced, heard of pressure again.
+  cache_fixture f;
+  pressure_log log;
+  auto& m = f.m();
+  auto thrown = std::make_shared<std::atomic<int>>(0);
+  m.set_pressure_callback([&log, thrown](memory_pressure lvl) {
+    log.callback()(lvl);
+    ++*thrown;
+    throw std::runtime_error("a throwing pressure callback");
+  });
+  for (request_id id = 1; id <= 52; ++id) // medium, then high: both heard
+    f.alloc(f.req(id, 4));
+  BOOST_TEST(eventually([&] { return log.size() >= 2; }));
+  BOOST_TEST(thrown->load() == 2);
+  pressure_log second;
+  m.set_pressure_callback(second.callback());
+  for (request_id id = 53; id <= 61; ++id) // critical
+    f.alloc(f.req(id, 4));
+  BOOST_TEST(eventually([&] { return second.size() >= 1; }));
+  BOOST_TEST(second.get().front() == memory_pressure::critical);
+}
+
+BOOST_AUTO_TEST_CASE(pressure_callback_gets_each_level_once_in_order) {
+  cache_fixture f;
+  pressure_log log;
+  f.m().set_pressure_callback(log.callback());
+  // One block per request, up to 61 of 64: medium (39), high (52),
+  // critical (61).
+  for (request_id id = 1; id <= 61; ++id)
+    f.alloc(f.req(id, 4));
+  BOOST_TEST(eventually([&] { return log.size() >= 3; }));
+  std::vector<memory_pressure> rising{memory_pressure::medium,
+                                      memory_pressure::high,
+                                      memory_pressure::critical};
+  auto seen = log.get();
+  seen.resize(std::min<std::size_t>(seen.size(), 3));
+  BOOST_TEST(seen == rising, boost::test_tools::per_element());
+  // Falling with hysteresis: below 58 high, below 48 medium, below 36 low.
+  // (At critical the cache may preempt requests itself: free what is left.)
+  auto live = f.m().list_handles();
+  for (auto i = live.rbegin(); i != live.rend(); ++i) {
+    auto err = f.m().deallocate(i->first);
+    BOOST_TEST((!err || has_code(err, errc::unknown_request)), render(err));
+  }
+  BOOST_TEST(eventually([&] { return log.size() >= 6; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds{50});
+  std::vector<memory_pressure> all{
+    memory_pressure::medium, memory_pressure::high, memory_pressure::critical,
+    memory_pressure::high,   memory_pressure::medium, memory_pressure::low};
+  BOOST_TEST(log.get() == all, boost::test_tools::per_element());
+  BOOST_TEST(eventually([&] {
+    return f.m().stats().pressure == memory_pressure::low;
+  }));
+  // A new callback replaces the old one.
+  pressure_log second;
+  f.m().set_pressure_callback(second.callback());
+  for (request_id id = 100; id < 140; ++id)
+    f.alloc(f.req(id, 4));
+  BOOST_TEST(eventually([&] { return second.size() >= 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds{50});
+  BOOST_TEST(second.get() == std::vector<memory_pressure>{memory_pressure::medium},
+             boost::test_tools::per_element());
+  BOOST_TEST(log.size() == 6u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
