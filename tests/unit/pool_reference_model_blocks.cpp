@@ -1,0 +1,136 @@
+// pool_reference_model: what a request may ask, where a prefix is found,
+// and one block at a time - taken, shared, let go, indexed, evicted - as the
+// operations (pool_reference_model.cpp and the rest) use them.
+#include "pool_reference_model.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+namespace kvactor::test {
+
+maybe_errc pool_model::check(const allocation_request& req,
+                             std::uint16_t& t) const {
+  // "" names the tenant called "default", or the first if none is.
+  t = 0;
+  const std::string name = req.tenant.empty() ? "default" : req.tenant;
+  bool found = false;
+  for (std::size_t i = 0; i < tenants_.size() && !found; ++i)
+    if (tenants_[i].config.name == name) {
+      t = static_cast<std::uint16_t>(i);
+      found = true;
+    }
+  if (!found && !req.tenant.empty())
+    return errc::unknown_tenant;
+  if (req.num_layers != model_.num_layers || req.num_heads != model_.num_kv_heads
+      || req.head_dim != model_.head_dim || req.dtype != model_.dtype
+      || req.max_sequence_length == 0)
+    return errc::invalid_request;
+  if (!req.prompt.empty() && req.initial_tokens != 0
+      && req.initial_tokens != req.prompt.size())
+    return errc::invalid_request;
+  if (req.prefill_chunk != 0 && req.prompt.empty())
+    return errc::invalid_request;
+  for (auto tok : req.prompt)
+    if (tok < 0)
+      return errc::invalid_request;
+  auto n = req.prompt.empty() ? req.initial_tokens : req.prompt.size();
+  if (n > req.max_sequence_length)
+    return errc::exceeds_max_sequence_length;
+  return std::nullopt;
+}
+
+prefix_key pool_model::key_of(std::uint16_t t, std::uint64_t salt,
+                              const std::vector<token_id>& tokens,
+                              std::size_t len) const {
+  // A salt makes a namespace of its own ("\x01" keeps it off real names).
+  auto ns = tenants_[t].ns;
+  if (salt != 0)
+    ns += "\x01" + std::to_string(salt);
+  return {ns, std::vector<token_id>(tokens.begin(), tokens.begin() + len)};
+}
+
+std::uint32_t pool_model::hits(std::uint16_t t, std::uint64_t salt,
+                               const std::vector<token_id>& prompt) const {
+  // The last prompt token is always computed: at most (len - 1) / bs hits.
+  auto max_hits = (prompt.size() - 1) / block_size_;
+  std::uint32_t h = 0;
+  while (h < max_hits && index_.count(key_of(t, salt, prompt, (h + 1) * block_size_)))
+    ++h;
+  return h;
+}
+
+void pool_model::evict_block(block_id b) {
+  auto& m = blocks_[b];
+  lru_[m.level].remove(b);
+  index_.erase(*m.key);
+  events_.push_back(model_event{false, *m.key, b, m.stored_by});
+  m.key.reset();
+  m.st = state::free;
+  ++counters_.evictions;
+}
+
+block_id pool_model::take(std::uint16_t t, std::size_t level) {
+  block_id b;
+  if (!free_.empty()) {
+    b = free_.back();
+    free_.pop_back();
+  } else {
+    std::size_t level = 0;
+    while (lru_[level].empty())
+      ++level;
+    b = lru_[level].front();
+    evict_block(b);
+  }
+  auto& m = blocks_[b];
+  m.st = state::used;
+  m.refs = 1;
+  m.tenant = t;
+  m.level = level;
+  ++tenants_[t].used;
+  ++counters_.blocks_allocated;
+  return b;
+}
+
+void pool_model::unref(block_id b, std::size_t level) {
+  auto& m = blocks_[b];
+  if (--m.refs > 0)
+    return;
+  --tenants_[m.tenant].used;
+  ++counters_.blocks_freed;
+  if (m.key) {
+    m.st = state::cached;
+    m.level = std::max(m.level, level);
+    if (!m.pinned)
+      lru_[m.level].push_back(b);
+  } else {
+    m.st = state::free;
+    free_.push_back(b);
+  }
+}
+
+void pool_model::index(block_id b, prefix_key key, std::uint16_t t) {
+  if (index_.count(key))
+    return; // computed twice: the first copy serves hits
+  if (blocks_[b].key)
+    throw std::logic_error("model: indexing a block that is indexed");
+  index_[key] = b;
+  blocks_[b].key = key;
+  blocks_[b].stored_by = t;
+  ++counters_.blocks_cached;
+  events_.push_back(model_event{true, std::move(key), b, t});
+}
+
+void pool_model::share(block_id b, const model_sequence& seq) {
+  auto& m = blocks_[b];
+  if (m.st == state::cached) {
+    if (!m.pinned)
+      lru_[m.level].remove(b);
+    m.st = state::used;
+    m.tenant = seq.tenant; // revived: keeps its level, raised below
+    ++tenants_[seq.tenant].used;
+  }
+  m.level = std::max(m.level, seq.level);
+  ++m.refs;
+}
+
+} // namespace kvactor::test
