@@ -89,6 +89,27 @@ caf::error read_system_prompts(const json& obj, const std::string& path,
   return caf::none;
 }
 
+caf::error read_conversation(const json& obj, const std::string& path,
+                             const error_maker& fail, conversation_config& out) {
+  object_reader r{obj, path, fail};
+  caf::error err;
+  (err = r.check_keys({"turns", "user_len", "think_steps"}))
+    || (err = r.range("turns", out.turns.min, out.turns.max, 1, true))
+    || (err = r.range("user_len", out.user_len.min, out.user_len.max, 1, true))
+    || (err = r.range("think_steps", out.think_steps.min, out.think_steps.max, 0,
+                      false));
+  if (err)
+    return err;
+  // Sessions hold their history until their next turn: a bound on turns
+  // keeps a session's prompts (and their sum over turns) in reach.
+  constexpr std::uint32_t max_turns = 1u << 16;
+  if (out.turns.max > max_turns)
+    return fail(r.field("turns"), "max must be at most "
+                                    + std::to_string(max_turns) + " (got "
+                                    + std::to_string(out.turns.max) + ")");
+  return caf::none;
+}
+
 caf::error read_workload(const json& obj, const std::string& path,
                          const error_maker& fail, const tenant_config& tenant,
                          workload_config& out) {
@@ -99,10 +120,12 @@ caf::error read_workload(const json& obj, const std::string& path,
   out.priority = tenant.priority;
   const json* burst = nullptr;
   const json* sys = nullptr;
+  const json* conv = nullptr;
   std::string prio;
   caf::error err;
   (err = r.check_keys({"rate", "burst", "prompt_len", "output_len",
-                       "system_prompts", "priority", "vocab_size"}))
+                       "system_prompts", "conversation", "priority",
+                       "vocab_size"}))
     || (err = r.number("rate", out.rate, 0, 1e6, true))
     || (err = r.object("burst", burst, false))
     || (burst && (err = read_burst(*burst, r.field("burst"), fail, out.burst)))
@@ -116,9 +139,18 @@ caf::error read_workload(const json& obj, const std::string& path,
     || (err = r.object("system_prompts", sys, false))
     || (sys && (err = read_system_prompts(*sys, r.field("system_prompts"), fail,
                                           out.vocab_size, out.system_prompts)))
+    || (err = r.object("conversation", conv, false))
+    || (conv && (err = read_conversation(*conv, r.field("conversation"), fail,
+                                         out.conversation)))
     || (err = r.string("priority", prio));
   if (err)
     return err;
+  // Token positions are 32-bit: a session's last turn must stay in reach.
+  constexpr std::uint64_t max_tokens = std::uint64_t{1} << 31;
+  if (conv && out.max_sequence_tokens() > max_tokens)
+    return fail(r.field("conversation"),
+                "its longest turn (" + std::to_string(out.max_sequence_tokens())
+                  + " tokens) exceeds " + std::to_string(max_tokens) + " tokens");
   if (r.find("priority") && !from_string(prio, out.priority))
     return fail(r.field("priority"), "expected one of low, normal, high, "
                                      "critical (got \"" + prio + "\")");

@@ -148,6 +148,31 @@
 //         "share": 0.8           (required) the fraction of requests that
 //                                start with one (chosen uniformly), in [0, 1].
 //       },
+//       "conversation": {      optional multi-turn chat sessions: a request
+//         "turns": [1, 6],       that arrives (Poisson, as above) opens a
+//         "user_len": [16, 128], session of T turns, T uniform in turns
+//         "think_steps": [20, 200] (required, >= 1, at most 65536). When a
+//       },                     turn finishes (its last output token
+//                              sampled in step S), the session's next turn
+//                              arrives in step S + 1 + think, think uniform
+//                              in think_steps (>= 0; default 0), as a new
+//                              request of this workload whose prompt is the
+//                              previous turn's whole prompt and output and
+//                              then user_len (required, >= 1) fresh tokens;
+//                              its output length from output_len. Follow-up
+//                              turns are arrivals: they count against
+//                              max_waiting (before the step's new sessions;
+//                              one turned away ends its session, as does a
+//                              turn the cache refuses) and their queue
+//                              delay runs from their arrival. Sessions
+//                              opened before `steps` go on during the
+//                              drain (each has at most turns.max turns,
+//                              so the drain ends); without drain they end
+//                              at `steps`. A session's turns are drawn from
+//                              a seeded stream of the workload's own, apart
+//                              from its arrivals: first turns are the
+//                              requests the workload sends without
+//                              "conversation".
 //       "priority": "high",    the requests' priority (low, normal, high,
 //                              critical); default: the tenant's. Admission
 //                              goes by priority, then arrival; under pressure
@@ -162,11 +187,15 @@
 // (prompt_len, output_len, system_prompts.len) and prefill_chunk at most
 // 2^24 tokens;
 // system_prompts.count at most 65536, count x len.max at most 2^28 tokens;
+// conversation.user_len and think_steps at most 2^24, a conversation's
+// longest turn (below) at most 2^31 tokens;
 // vocab_size at most 2^31. output_dir is relative to the working directory.
 // The run keeps one sample per step (~100-200 bytes with a few tenants)
 // for the time series and the step round trips' percentiles.
 //
-// Every request's longest sequence (system prompt + prompt + output) must fit
+// Every request's longest sequence (system prompt + prompt + output; with
+// conversation, a session's last turn: system prompt + prompt_len.max +
+// turns.max x output_len.max + (turns.max - 1) x user_len.max) must fit
 // in its tenant's max_blocks, in the pool less the other tenants'
 // reservations and the blocks cache.admission.watermark keeps free (a
 // request preempted late is admitted again with nearly all its tokens),
@@ -204,6 +233,17 @@ struct system_prompt_config {
   double share = 0;
 };
 
+/// Multi-turn sessions: each turn's prompt resends the history.
+struct conversation_config {
+  length_range turns;       ///< per session; max 0 = no conversations
+  length_range user_len;    ///< fresh tokens each follow-up adds
+  length_range think_steps; ///< between a turn's finish and the next arrival
+
+  bool enabled() const noexcept {
+    return turns.max > 0;
+  }
+};
+
 /// One tenant's traffic.
 struct workload_config {
   std::string tenant;
@@ -212,13 +252,15 @@ struct workload_config {
   length_range prompt_len;
   length_range output_len;
   system_prompt_config system_prompts;
+  conversation_config conversation;
   kvactor::priority priority = kvactor::priority::normal;
   std::uint32_t vocab_size = 32000;
   /// Where the workload's object starts in the source, for errors found
   /// after parsing (check_fits).
   int line = 1;
 
-  /// Tokens of the longest request this workload can produce.
+  /// Tokens of the longest request this workload can produce (with
+  /// conversation: a longest session's last turn).
   std::uint64_t max_sequence_tokens() const;
 };
 

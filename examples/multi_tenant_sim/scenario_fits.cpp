@@ -23,7 +23,13 @@ std::uint64_t workload_config::max_sequence_tokens() const {
     for (auto& t : system_prompts.tokens)
       sys = std::max<std::uint64_t>(sys, t.size());
   }
-  return sys + prompt_len.max + output_len.max;
+  if (!conversation.enabled())
+    return sys + prompt_len.max + output_len.max;
+  // A session's last turn resends every turn before it: the first prompt,
+  // each earlier output and each follow-up's user tokens, then generates.
+  std::uint64_t turns = conversation.turns.max;
+  return sys + prompt_len.max + turns * output_len.max
+         + (turns - 1) * conversation.user_len.max;
 }
 
 caf::error cache_start_error(const scenario& s, const caf::error& err) {
@@ -63,7 +69,10 @@ caf::error check_fits(const scenario& s, std::uint64_t num_blocks) {
     };
     auto tokens = w.max_sequence_tokens();
     auto blocks = (tokens + cache.block_size - 1) / cache.block_size;
-    auto why = "its longest request (" + std::to_string(tokens) + " tokens, "
+    auto why = std::string{w.conversation.enabled()
+                             ? "its longest request (a session's last turn, "
+                             : "its longest request ("}
+               + std::to_string(tokens) + " tokens, "
                + std::to_string(blocks) + " blocks of "
                + std::to_string(cache.block_size) + ") cannot fit ";
     auto tenant = cache.find_tenant(w.tenant);
