@@ -66,8 +66,9 @@ bool batcher::done() const noexcept {
     return false;
   if (!scenario_.drain)
     return true;
+  // Sessions opened before `steps` go on: their follow-ups still arrive.
   return running_.empty() && swapped_.empty() && to_free_.empty()
-         && limbo_.empty() && waiting() == 0;
+         && limbo_.empty() && waiting() == 0 && gen_.pending_follow_ups() == 0;
 }
 
 std::size_t batcher::waiting() const noexcept {
@@ -127,18 +128,28 @@ void batcher::start_step() {
     room_[w] = scenario_.max_waiting > waiting_[w].size()
                  ? scenario_.max_waiting - waiting_[w].size()
                  : 0;
-  for (auto& r : gen_.arrivals(step_, room_, turned_away_)) {
+  std::vector<std::uint64_t> follow_ups_away;
+  for (auto& r : gen_.arrivals(step_, room_, turned_away_, &follow_ups_away)) {
     auto id = r.id;
     auto w = r.workload;
     ++figures_[w].arrived;
+    if (conversing(w))
+      ++(r.conv.follow_up() ? figures_[w].conv.follow_ups
+                            : figures_[w].conv.first_turns);
     live l;
     l.req = std::move(r);
     live_.emplace(id, std::move(l));
     waiting_[w].push_back(id);
   }
   for (std::size_t w = 0; w < turned_away_.size(); ++w) {
-    figures_[w].arrived += turned_away_[w];
-    figures_[w].turned_away += turned_away_[w];
+    auto& f = figures_[w];
+    f.arrived += turned_away_[w];
+    f.turned_away += turned_away_[w];
+    if (!conversing(w))
+      continue;
+    f.conv.follow_ups += follow_ups_away[w];
+    f.conv.follow_ups_turned_away += follow_ups_away[w];
+    f.conv.first_turns += turned_away_[w] - follow_ups_away[w];
   }
 }
 
@@ -277,6 +288,9 @@ void batcher::end_step() {
       f.latency.push_back(static_cast<std::uint32_t>(step_ - l.req.arrival + 1));
       freeing_blocks_ += l.table.num_blocks();
       to_free_.push_back(id);
+      if (conversing(l.req.workload) && l.req.conv.last())
+        ++f.conv.sessions_completed;
+      gen_.finished(std::move(l.req), step_); // its session's next turn
       live_.erase(i);
     } else {
       running_[kept++] = id;

@@ -47,7 +47,8 @@ public:
   batcher(const scenario& s, const cache_config& effective, kvactor::device dev,
           bool track_data);
 
-  /// Arrivals are over and (with drain) nothing is left to do - including
+  /// Arrivals are over and (with drain) nothing is left to do - no
+  /// conversation's follow-up turn still to come, either - including
   /// the frees of requests that finished in the last step, which go in the
   /// next step's message. So a drained run's last step is the one that
   /// frees them: it is counted (the simulator's steps are its clock of
@@ -271,6 +272,10 @@ private:
                              = nullptr) const;
   bool chunked() const noexcept {
     return scenario_.prefill_chunk != 0;
+  }
+  /// Whether workload `w` sends multi-turn sessions (figures_[w].conv).
+  bool conversing(std::uint32_t w) const noexcept {
+    return scenario_.workloads[w].conversation.enabled();
   }
   /// Whether `l` computed its last token this step (end_step finishes it).
   bool finishes_now(const live& l) const noexcept;

@@ -183,6 +183,17 @@ caf::expected<bool> batcher::apply(const step_result& res) {
       ++f.admitted;
       f.queue_delay.push_back(static_cast<std::uint32_t>(step_ - l.req.arrival));
       f.prompt_tokens += l.req.prompt.size();
+      auto& c = f.conv;
+      if (!conversing(l.req.workload)) {
+        // Sessions' figures only for workloads that hold conversations.
+      } else if (l.req.conv.follow_up()) {
+        c.follow_up_prompt_tokens += len;
+        c.follow_up_hit_tokens += a.hit_tokens;
+        c.history_tokens += l.req.conv.history;
+      } else {
+        c.first_prompt_tokens += len;
+        c.first_hit_tokens += a.hit_tokens;
+      }
     } else {
       ++f.readmitted;
     }

@@ -23,6 +23,7 @@ tenant_figures overall_of(const sim_outcome& r) {
     all.swaps += f.swaps;
     all.swap_ins += f.swap_ins;
     all.drafts.add(f.drafts);
+    all.conv.add(f.conv);
     all.queue_delay.insert(all.queue_delay.end(), f.queue_delay.begin(),
                            f.queue_delay.end());
     all.unadmitted += f.unadmitted;

@@ -60,7 +60,34 @@ json drafts_json(const draft_figures& d) {
   };
 }
 
-json tenant_json(const tenant_figures& f, const sim_outcome& r) {
+/// Multi-turn sessions' figures (conversation_figures): turns, and the hit
+/// rates of first turns and follow-ups apart (first admissions only); null
+/// rates where nothing was admitted.
+json conversation_json(const conversation_figures& c) {
+  auto rate = [](std::uint64_t of, double x) {
+    return of == 0 ? json(nullptr) : json(x);
+  };
+  return json{
+    {"first_turns", c.first_turns},
+    {"follow_ups", c.follow_ups},
+    {"follow_ups_turned_away", c.follow_ups_turned_away},
+    {"sessions_completed", c.sessions_completed},
+    {"first_turn_prompt_tokens", c.first_prompt_tokens},
+    {"first_turn_hit_tokens", c.first_hit_tokens},
+    {"first_turn_hit_rate", rate(c.first_prompt_tokens, c.first_hit_rate())},
+    {"follow_up_prompt_tokens", c.follow_up_prompt_tokens},
+    {"follow_up_history_tokens", c.history_tokens},
+    {"follow_up_hit_tokens", c.follow_up_hit_tokens},
+    {"follow_up_hit_rate",
+     rate(c.follow_up_prompt_tokens, c.follow_up_hit_rate())},
+    {"history_kept", rate(c.history_tokens, c.history_kept())},
+  };
+}
+
+/// `conversing`: the tenant (or for overall, some tenant) sends multi-turn
+/// sessions; else its "conversation" is null.
+json tenant_json(const tenant_figures& f, const sim_outcome& r,
+                 bool conversing) {
   return json{
     {"name", f.name},
     {"priority", to_string(f.priority)},
@@ -88,6 +115,7 @@ json tenant_json(const tenant_figures& f, const sim_outcome& r) {
     {"latency_steps", distribution(f.latency)},
     {"blocks_used", {{"mean", mean_blocks(f, r)}, {"peak", f.blocks_peak}}},
     {"speculative", drafts_json(f.drafts)},
+    {"conversation", conversing ? conversation_json(f.conv) : json(nullptr)},
   };
 }
 
@@ -125,10 +153,16 @@ std::string report_json(const scenario& s, const sim_outcome& r) {
     pressure_steps[level_names[i]] = at[i];
     entered[level_names[i]] = r.pressure_entered[i];
   }
+  // r.tenants are in s.workloads' order (one per workload).
   json tenants = json::array();
-  for (auto& f : r.tenants)
-    tenants.push_back(tenant_json(f, r));
-  auto overall = tenant_json(overall_of(r), r);
+  bool any_conversation = false;
+  for (std::size_t i = 0; i < r.tenants.size(); ++i) {
+    auto conversing = i < s.workloads.size()
+                      && s.workloads[i].conversation.enabled();
+    any_conversation = any_conversation || conversing;
+    tenants.push_back(tenant_json(r.tenants[i], r, conversing));
+  }
+  auto overall = tenant_json(overall_of(r), r, any_conversation);
   overall.erase("priority");
   json workloads = json::array();
   for (auto& w : s.workloads)
@@ -140,6 +174,14 @@ std::string report_json(const scenario& s, const sim_outcome& r) {
       {"prompt_len", {w.prompt_len.min, w.prompt_len.max}},
       {"output_len", {w.output_len.min, w.output_len.max}},
       {"system_prompts", system_prompts_json(w.system_prompts)},
+      {"conversation",
+       w.conversation.enabled()
+         ? json{{"turns", {w.conversation.turns.min, w.conversation.turns.max}},
+                {"user_len",
+                 {w.conversation.user_len.min, w.conversation.user_len.max}},
+                {"think_steps", {w.conversation.think_steps.min,
+                                 w.conversation.think_steps.max}}}
+         : json(nullptr)},
       {"priority", to_string(w.priority)},
       {"vocab_size", w.vocab_size}});
   json out{

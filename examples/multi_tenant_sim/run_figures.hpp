@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "conversation.hpp"
 #include "drafts.hpp"
 #include "kvactor/messages/types.hpp"
 
@@ -41,6 +42,7 @@ struct tenant_figures {
   std::uint64_t blocks_peak = 0;          ///< blocks charged to the tenant
   double blocks_sum = 0;                  ///< over samples, for the mean
   draft_figures drafts;                   ///< speculative decoding
+  conversation_figures conv;              ///< turns of sessions
 
   std::uint64_t preemptions() const noexcept {
     return preempted_in_step + preempted_by_cache + preempted_by_quota;

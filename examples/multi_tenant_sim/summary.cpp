@@ -1,6 +1,6 @@
 // summary: the run's text summary (stdout) - the per-tenant table, the
 // overall row and a few lines about pressure, preemptions, speculative
-// decoding, the cache, time and data.
+// decoding, conversations, the cache, time and data.
 #include "report.hpp"
 
 #include <cstdio>
@@ -78,6 +78,40 @@ void print_drafts(std::ostream& out, const scenario& s, const sim_outcome& r,
   out << '\n';
 }
 
+/// Conversations' lines: turns sent, and the prefix hits of first turns
+/// and of follow-ups apart, overall and per tenant that converses.
+void print_conversations(std::ostream& out, const scenario& s,
+                         const sim_outcome& r) {
+  conversation_figures all;
+  for (std::size_t i = 0; i < r.tenants.size() && i < s.workloads.size(); ++i)
+    if (s.workloads[i].conversation.enabled())
+      all.add(r.tenants[i].conv);
+  auto rate = [](std::uint64_t of, double x) {
+    return of == 0 ? std::string{"-"} : pct(x);
+  };
+  auto hits = [&](const conversation_figures& c) {
+    return "first turns " + rate(c.first_prompt_tokens, c.first_hit_rate())
+           + ", follow-ups " + rate(c.follow_up_prompt_tokens, c.follow_up_hit_rate())
+           + " (" + rate(c.history_tokens, c.history_kept()) + " of their history)";
+  };
+  out << "conversations: " << all.first_turns << " first turns, "
+      << all.follow_ups << " follow-ups (" << all.follow_ups_turned_away
+      << " turned away, ending their sessions), " << all.sessions_completed
+      << " sessions completed\n";
+  out << " prefix hit rate at first admission: " << hits(all) << '\n';
+  out << " per tenant:";
+  const char* sep = " ";
+  for (std::size_t i = 0; i < r.tenants.size() && i < s.workloads.size(); ++i) {
+    if (!s.workloads[i].conversation.enabled())
+      continue;
+    auto& c = r.tenants[i].conv;
+    out << sep << printable(r.tenants[i].name) << ' ' << c.first_turns << " + "
+        << c.follow_ups << " turns, " << hits(c);
+    sep = "; ";
+  }
+  out << '\n';
+}
+
 } // namespace
 
 void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
@@ -91,8 +125,12 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
       << "\n";
   auto drained = r.steps > s.steps ? r.steps - s.steps : 0;
   out << "ran " << r.steps << " steps";
+  auto conversing = false;
+  for (auto& w : s.workloads)
+    conversing = conversing || w.conversation.enabled();
   if (drained > 0)
-    out << " (" << s.steps << " with arrivals, " << drained << " draining)";
+    out << " (" << s.steps << " with arrivals, " << drained << " draining"
+        << (conversing ? ", open sessions' turns still arriving)" : ")");
   if (r.interrupted)
     out << " - INTERRUPTED, figures cover what ran";
   if (!r.error.empty())
@@ -181,6 +219,8 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
         << " requests preempted or swapped out mid-prefill\n";
   if (s.draft_tokens > 0)
     print_drafts(out, s, r, all);
+  if (conversing)
+    print_conversations(out, s, r);
   if (r.have_final_stats) {
     auto& st = r.final_stats;
     out << "cache: " << st.allocation_count << " allocations ("

@@ -1,12 +1,17 @@
 // workload: the requests a scenario's tenants send, step by step - Poisson
-// arrivals (with bursts), prompt and output lengths, shared system prompts.
-// Deterministic for a scenario and seed. CAF-free.
+// arrivals (with bursts), prompt and output lengths, shared system prompts,
+// and conversations' follow-up turns. Deterministic for a scenario and seed
+// (follow-ups' arrival steps: for when their previous turns finish).
+// CAF-free.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <random>
+#include <utility>
 #include <vector>
 
+#include "conversation.hpp"
 #include "scenario.hpp"
 
 namespace kvactor::sim {
@@ -21,23 +26,41 @@ struct sim_request {
   std::int32_t system_prompt = -1; ///< which one it starts with, -1 = none
   std::vector<token_id> prompt;    ///< system prompt (if any) + its own
   std::vector<token_id> output;
+  turn_info conv; ///< its session (a workload without conversation: its own)
 };
 
 class workload_generator {
 public:
   explicit workload_generator(const scenario& s);
 
-  /// The requests arriving at `step`, in id order (none from s.steps on).
+  /// The requests arriving at `step`, in id order: per workload, the
+  /// follow-up turns due (in the order they were scheduled), then the new
+  /// arrivals (none from s.steps on; follow-ups come on).
   /// REQUIRES: called once per step, steps increasing.
   std::vector<sim_request> arrivals(std::uint64_t step);
 
-  /// As arrivals(step), but at most room[w] of workload w's: the rest are
-  /// drawn but never generated (no tokens, no id) and counted in
-  /// turned_away[w] (resized to the workloads). REQUIRES: one room per
-  /// workload.
-  std::vector<sim_request> arrivals(std::uint64_t step,
-                                    const std::vector<std::uint64_t>& room,
-                                    std::vector<std::uint64_t>& turned_away);
+  /// As arrivals(step), but at most room[w] of workload w's, follow-ups
+  /// first: the rest are turned away and counted in turned_away[w]
+  /// (resized to the workloads) - new ones drawn but never generated (no
+  /// tokens, no id), follow-ups dropped, ending their sessions, and counted
+  /// in (*follow_ups_turned_away)[w] too if given (resized likewise).
+  /// REQUIRES: one room per workload.
+  std::vector<sim_request>
+  arrivals(std::uint64_t step, const std::vector<std::uint64_t>& room,
+           std::vector<std::uint64_t>& turned_away,
+           std::vector<std::uint64_t>* follow_ups_turned_away = nullptr);
+
+  /// `r` finished: its last output token was sampled in `step`. Unless it
+  /// was its session's last turn, the next turn is scheduled to arrive in
+  /// step + 1 + think (think drawn from the workload's think_steps): its
+  /// prompt is r's prompt and output and fresh user tokens. Returns whether
+  /// one was scheduled. A turn that never finishes ends its session.
+  bool finished(sim_request r, std::uint64_t step);
+
+  /// Follow-up turns scheduled that have not arrived yet.
+  std::size_t pending_follow_ups() const noexcept {
+    return follow_ups_.size();
+  }
 
   /// Requests generated so far.
   std::uint64_t generated() const noexcept {
@@ -47,12 +70,21 @@ public:
 private:
   struct source {
     std::mt19937_64 rng;
+    /// The sessions' lengths and seeds (conversation): a stream apart, so
+    /// that `rng` draws what it draws without conversation.
+    std::mt19937_64 conv_rng;
     std::vector<std::vector<token_id>> system_prompts;
   };
+
+  /// A new request of workload `w` arriving at `step` (no id yet).
+  sim_request make_request(std::size_t w, std::uint64_t step);
 
   const scenario& scenario_;
   std::vector<source> sources_; ///< per workload
   request_id next_id_ = 1;
+  /// Follow-up turns by (arrival step, order scheduled), without ids.
+  std::map<std::pair<std::uint64_t, std::uint64_t>, sim_request> follow_ups_;
+  std::uint64_t scheduled_ = 0;
 };
 
 } // namespace kvactor::sim

@@ -1,6 +1,6 @@
 // Helpers the sim test files share: scenario text edits, the line a piece
 // of text is on, parsing with the error's message (and checking where it
-// points), and a small valid scenario as a JSON value. CAF-light
+// points), and small valid scenarios as JSON values. CAF-light
 // (scenario.hpp brings caf/expected.hpp).
 #pragma once
 
@@ -85,6 +85,31 @@ inline nlohmann::json small_scenario() {
       "a": {"rate": 0.5, "prompt_len": [4, 12], "output_len": [2, 8],
             "system_prompts": {"count": 2, "len": [8, 16], "share": 0.5}},
       "b": {"rate": 0.3, "prompt_len": [2, 20], "output_len": [1, 10]}
+    }
+  })");
+}
+
+/// A chat tenant holding sessions of 2-5 turns (half of them after a
+/// system prompt) beside a batch tenant, in a pool with room for all and
+/// no supervisor moves (no GC, no eviction or preemption at pressure
+/// marks): a deterministic run in which nothing the cache held is lost.
+inline nlohmann::json conv_scenario() {
+  return nlohmann::json::parse(R"({
+    "cache": {
+      "block_size": 4,
+      "model": {"num_layers": 1, "num_kv_heads": 1, "head_dim": 8, "dtype": "fp16"},
+      "storage": "none", "num_gpu_blocks": 2048, "gc_interval_ms": 0,
+      "pressure": {"preempt_at_critical": false, "evict_cached_at_high": false},
+      "tenants": [{"name": "chat", "priority": "high"},
+                  {"name": "batch", "priority": "low"}]
+    },
+    "steps": 150, "seed": 3,
+    "workloads": {
+      "chat": {"rate": 0.15, "prompt_len": [8, 24], "output_len": [4, 16],
+               "system_prompts": {"count": 2, "len": [8, 16], "share": 0.5},
+               "conversation": {"turns": [2, 5], "user_len": [2, 12],
+                                "think_steps": [0, 10]}},
+      "batch": {"rate": 0.1, "prompt_len": [16, 64], "output_len": [4, 16]}
     }
   })");
 }
