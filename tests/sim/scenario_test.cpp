@@ -36,7 +36,8 @@ BOOST_AUTO_TEST_CASE(embedded_default_is_the_shipped_default_json) {
 }
 
 BOOST_AUTO_TEST_CASE(shipped_scenario_files_load) {
-  for (auto name : {"default.json", "swap.json", "chunked.json", "speculative.json"}) {
+  for (auto name : {"default.json", "swap.json", "chunked.json", "speculative.json",
+                    "chat.json"}) {
     auto path = std::string{KVACTOR_SIM_SCENARIOS} + "/" + name;
     auto s = load_scenario(path);
     if (!s)
@@ -51,6 +52,9 @@ BOOST_AUTO_TEST_CASE(shipped_scenario_files_load) {
   auto spec = load_scenario(std::string{KVACTOR_SIM_SCENARIOS} + "/speculative.json");
   BOOST_TEST(spec->draft_tokens == 4u);
   BOOST_TEST(spec->draft_acceptance == 0.7);
+  auto chat = load_scenario(std::string{KVACTOR_SIM_SCENARIOS} + "/chat.json");
+  BOOST_TEST(chat->workloads[0].conversation.enabled());
+  BOOST_TEST(!chat->workloads[1].conversation.enabled());
   auto base = parse_scenario(default_scenario_json(), "default.json");
   BOOST_TEST(base->prefill_chunk == 0u); // off unless asked for
 }
