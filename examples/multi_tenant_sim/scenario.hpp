@@ -148,31 +148,32 @@
 //         "share": 0.8           (required) the fraction of requests that
 //                                start with one (chosen uniformly), in [0, 1].
 //       },
-//       "conversation": {      optional multi-turn chat sessions: a request
-//         "turns": [1, 6],       that arrives (Poisson, as above) opens a
-//         "user_len": [16, 128], session of T turns, T uniform in turns
-//         "think_steps": [20, 200] (required, >= 1, at most 65536). When a
-//       },                     turn finishes (its last output token
-//                              sampled in step S), the session's next turn
-//                              arrives in step S + 1 + think, think uniform
-//                              in think_steps (>= 0; default 0), as a new
-//                              request of this workload whose prompt is the
-//                              previous turn's whole prompt and output and
-//                              then user_len (required, >= 1) fresh tokens;
-//                              its output length from output_len. Follow-up
-//                              turns are arrivals: they count against
-//                              max_waiting (before the step's new sessions;
-//                              one turned away ends its session, as does a
-//                              turn the cache refuses) and their queue
-//                              delay runs from their arrival. Sessions
-//                              opened before `steps` go on during the
-//                              drain (each has at most turns.max turns,
-//                              so the drain ends); without drain they end
-//                              at `steps`. A session's turns are drawn from
-//                              a seeded stream of the workload's own, apart
-//                              from its arrivals: first turns are the
-//                              requests the workload sends without
-//                              "conversation".
+//       "conversation": {      optional multi-turn chat sessions: each
+//                              arrival (Poisson, as above) opens one;
+//         "turns": [1, 6],       its turns, uniform in [min, max] (required,
+//                                >= 1, at most 65536);
+//         "user_len": [16, 128], fresh user tokens each follow-up adds
+//                                (required, >= 1);
+//         "think_steps": [20, 200] steps from a turn's end to the next
+//                                turn's arrival (>= 0; default 0).
+//       },                     A turn whose last output token is sampled
+//                              in step S makes its session's next turn
+//                              arrive in step S + 1 + think: a new request
+//                              of this workload whose prompt is the
+//                              previous turn's whole prompt and output,
+//                              then user_len fresh tokens, its output
+//                              length from output_len. Follow-ups are
+//                              arrivals: they count against max_waiting
+//                              (before the step's new sessions; one turned
+//                              away ends its session, as does a turn the
+//                              cache refuses) and their queue delay runs
+//                              from their arrival. Sessions opened before
+//                              `steps` go on during the drain (at most
+//                              turns.max turns each, so the drain ends);
+//                              without drain they end at `steps`. Sessions
+//                              draw from a seeded stream of the workload's
+//                              own: first turns are the requests the
+//                              workload sends without "conversation".
 //       "priority": "high",    the requests' priority (low, normal, high,
 //                              critical); default: the tenant's. Admission
 //                              goes by priority, then arrival; under pressure

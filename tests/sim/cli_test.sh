@@ -4,7 +4,8 @@
 # can never fit, a negative prefill_chunk exit 2 (the scenario errors
 # naming FILE:LINE: FIELD on stderr, and no output directory left behind);
 # --steps 50 --out DIR writes the reports, the shipped chunked scenario
-# prefills in chunks and reads back what it wrote; SIGINT (SIGTERM) stops a long run, which exits 130
+# prefills in chunks and reads back what it wrote, the chat scenario runs
+# its sessions and shows their follow-ups' hit rate; SIGINT (SIGTERM) stops a long run, which exits 130
 # (143) and still writes report.json marked interrupted.
 # Usage: cli_test.sh PATH/TO/multi_tenant_sim
 set -u
@@ -125,6 +126,21 @@ expect_exit 0 speculative --config "$scenarios/speculative.json" --steps 60 \
 expect_in "$dir/speculative.out" "speculative decoding: 4 drafts per decode step"
 expect_in "$dir/speculative.out" " 0 mismatched"
 expect_in "$dir/speculative/report.json" '"draft_tokens": 4'
+
+# The shipped chat scenario runs its sessions to their last turn (during
+# the drain), prints the follow-ups' hit rate apart, and reads back what
+# it wrote; a bad conversation key names its file, line and field.
+expect_exit 0 chat --config "$scenarios/chat.json" --steps 200 \
+  --out "$dir/chat" --no-progress
+expect_in "$dir/chat.out" "open sessions' turns still arriving"
+expect_in "$dir/chat.out" "prefix hit rate at first admission: first turns "
+expect_in "$dir/chat.out" " 0 mismatched"
+expect_in "$dir/chat/report.json" '"follow_up_hit_rate": '
+sed 's/"turns": \[1, 6\]/"turns": [0, 6]/' "$scenarios/chat.json" >"$dir/turns0.json"
+line=$(grep -n '"turns": \[0, 6\]' "$dir/turns0.json" | cut -d: -f1)
+[ -n "$line" ] || fail "no turns in chat.json"
+expect_exit 2 turns0 --config "$dir/turns0.json" --no-progress
+expect_in "$dir/turns0.err" "$dir/turns0.json:$line: workloads.chat.conversation.turns: min must be >= 1 (got 0)"
 
 # A short run writes its reports.
 expect_exit 0 short --steps 50 --out "$dir/short" --no-progress
