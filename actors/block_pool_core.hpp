@@ -212,6 +212,14 @@ public:
                                    std::uint64_t ttl_ms, std::uint64_t now_ms,
                                    std::uint64_t salt = 0);
 
+  /// Lets the pins on pin's chain of `tokens` go now, deepest first, but
+  /// never one below which another pinned prefix hangs (nor its ancestors);
+  /// returns how many went (0: none pinned, or pinning disabled). Error:
+  /// unknown_tenant. O(tokens + pins x log(chain)); block_pool_policy.cpp.
+  caf::expected<std::uint32_t> unpin(std::uint16_t t,
+                                     const std::vector<token_id>& tokens,
+                                     std::uint64_t salt = 0);
+
   /// Cached blocks that are pinned (cached_blocks() counts the others).
   std::uint64_t pinned_cached_blocks() const noexcept;
 

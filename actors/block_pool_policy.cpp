@@ -1,5 +1,5 @@
 // block_pool_core: who to preempt under critical pressure, and pinned
-// prefixes with a time to live.
+// prefixes with a time to live (pinned, unpinned early, expired).
 #include "kvactor/actors/block_pool_core.hpp"
 
 #include <algorithm>
@@ -156,6 +156,54 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
       lru_.remove(b, m.level);
   }
   return hits;
+}
+
+caf::expected<std::uint32_t>
+block_pool_core::unpin(std::uint16_t t, const std::vector<token_id>& tokens,
+                       std::uint64_t salt) {
+  // Pinning disabled is no error here: nothing is pinned, so nothing goes
+  // (a session's cleanup need not know how the pool is configured).
+  if (t >= tenants_.size())
+    return make_error(errc::unknown_tenant, "no tenant " + std::to_string(t));
+  // pin's chain: every full block of `tokens` in the index, from the start.
+  // Its pinned blocks are a prefix of it (pins are prefix-closed).
+  auto full = static_cast<std::uint32_t>(tokens.size() / block_size_);
+  auto hits = lookup(seed_of(t, salt), tokens, full);
+  std::vector<block_id> chain;
+  for (std::uint32_t i = 0; i < hits; ++i) {
+    auto b = find_indexed(scratch_[i].lo);
+    if (!blocks_[b].pinned)
+      break;
+    chain.push_back(b);
+  }
+  if (chain.empty())
+    return 0u;
+  // `keep` chain blocks stay pinned: those down to the deepest one with a
+  // pinned child off the chain (another pinned prefix extends it there).
+  // One pass over the pins, each parent looked up among the chain's hashes.
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> at; // hash.lo, depth
+  for (std::uint32_t i = 0; i < chain.size(); ++i)
+    at.emplace_back(blocks_[chain[i]].hash.lo, i);
+  std::sort(at.begin(), at.end());
+  std::size_t keep = 0;
+  for (auto c : pinned_) {
+    auto j = std::lower_bound(at.begin(), at.end(),
+                              std::make_pair(parent_[c], std::uint32_t{0}));
+    if (j == at.end() || j->first != parent_[c])
+      continue;
+    auto depth = j->second;
+    if (depth + 1 >= chain.size() || chain[depth + 1] != c)
+      keep = std::max<std::size_t>(keep, depth + 1);
+  }
+  // Deepest first, as expiry and give_way let pins go: each cached block
+  // joins the LRU's most recently used end (unpin_at), the deeper ones
+  // before their ancestors, so eviction takes a chain from its tail and
+  // what stays cached is still a prefix a lookup can reach. The MRU end
+  // and not the front: an unpinned prefix is an ordinary cached prefix
+  // again, which a request may still hit - evict() drops it if wanted.
+  for (auto i = chain.size(); i > keep; --i)
+    unpin_at(pin_pos_[chain[i - 1]]);
+  return static_cast<std::uint32_t>(chain.size() - keep);
 }
 
 void block_pool_core::unpin_at(std::size_t i) {

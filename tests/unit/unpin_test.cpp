@@ -1,0 +1,202 @@
+// block_pool_core::unpin: a pinned prefix let go before its deadline - the
+// chain pin walks, deepest first, never below another pinned prefix - its
+// cached blocks evictable again and its room under max_pinned_blocks back.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "pool_fixture.hpp"
+
+using namespace kvactor;
+using namespace kvactor::test;
+
+namespace {
+
+/// A pool of `n` blocks allowing `max_pinned` pins, with `p` (and `q`, if
+/// given) allocated and released: their full blocks cached.
+struct unpin_fixture : pool_fixture {
+  void cached(std::uint32_t n, std::uint64_t max_pinned,
+              const std::vector<std::vector<token_id>>& prompts) {
+    cfg.max_pinned_blocks = max_pinned;
+    make(n);
+    request_id id = 100;
+    for (auto& p : prompts) {
+      alloc(prompt_req(id, p));
+      release(id++);
+    }
+  }
+
+  /// What a failed call must leave as it was: describe() with failures,
+  /// the pins and the cache.
+  std::string state() {
+    return describe(pool(), true) + "pinned "
+           + std::to_string(pool().pinned_blocks()) + " cached "
+           + std::to_string(pool().cached_blocks());
+  }
+};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(unpin_suite, unpin_fixture)
+
+BOOST_AUTO_TEST_CASE(unpinning_a_whole_pinned_prefix_makes_it_evictable_tail_first) {
+  auto p = run(10, 13); // 3 full blocks and a partial one
+  cached(16, 8, {p});
+  BOOST_TEST(pool().pin(0, p, 1000, 0).value() == 3u);
+  BOOST_TEST(pool().cached_blocks() == 0u);
+  BOOST_TEST(pool().unpin(0, p).value() == 3u);
+  BOOST_TEST(pool().pinned_blocks() == 0u);
+  BOOST_TEST(pool().cached_blocks() == 3u);
+  BOOST_TEST(invariant(pool()) == "ok");
+  // Deepest first onto the LRU, so eviction takes the chain's tail first
+  // and what stays cached is still a prefix a lookup reaches.
+  BOOST_TEST(pool().evict(1) == 1u);
+  BOOST_TEST(alloc(prompt_req(1, p)) == 8u);
+  // Unpinning again finds nothing pinned: 0, not an error.
+  BOOST_TEST(pool().unpin(0, p).value() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(unpinned_blocks_rejoin_the_lru_at_its_recent_end_as_expiry_does) {
+  auto p = run(10, 13);
+  auto q = run(50, 9);
+  cached(16, 8, {p});
+  BOOST_TEST(pool().pin(0, p, 1000, 0).value() == 3u);
+  alloc(prompt_req(1, q));
+  release(1); // q's 2 blocks cached before p's pins go
+  BOOST_TEST(pool().unpin(0, p).value() == 3u);
+  // q's blocks are the least recently used: they go first.
+  BOOST_TEST(pool().evict(2) == 2u);
+  BOOST_TEST(alloc(prompt_req(2, p)) == 12u);
+  BOOST_TEST(alloc(prompt_req(3, q)) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_longer_token_list_unpins_the_chain_it_finds) {
+  auto p = run(10, 13);
+  cached(16, 8, {p});
+  BOOST_TEST(pool().pin(0, p, 1000, 0).value() == 3u);
+  // Past the pinned chain: blocks not in the index end the walk.
+  BOOST_TEST(pool().unpin(0, p + run(500, 11)).value() == 3u);
+  BOOST_TEST(pool().pinned_blocks() == 0u);
+  // A pin shorter than the list: only its blocks were pinned.
+  BOOST_TEST(pool().pin(0, part(p, 0, 8), 1000, 0).value() == 2u);
+  BOOST_TEST(pool().unpin(0, p).value() == 2u);
+  BOOST_TEST(pool().pinned_blocks() == 0u);
+  BOOST_TEST(pool().cached_blocks() == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(a_shorter_token_list_keeps_what_the_longer_pin_holds) {
+  auto p = run(10, 13);
+  cached(16, 8, {p});
+  BOOST_TEST(pool().pin(0, p, 1000, 0).value() == 3u);
+  // p's third block hangs below the list's chain, still pinned: its
+  // ancestors stay pinned with it, or a lookup could not reach it.
+  BOOST_TEST(pool().unpin(0, part(p, 0, 8)).value() == 0u);
+  BOOST_TEST(pool().pinned_blocks() == 3u);
+  // Fewer tokens than a block: no chain at all.
+  BOOST_TEST(pool().unpin(0, part(p, 0, 3)).value() == 0u);
+  BOOST_TEST(pool().unpin(0, {}).value() == 0u);
+  BOOST_TEST(pool().pinned_blocks() == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(a_chain_another_pin_extends_keeps_the_shared_part_pinned) {
+  auto shared = run(10, 8); // A B
+  auto p = shared + run(100, 5); // A B C + partial
+  auto q = shared + run(200, 5); // A B D + partial
+  cached(16, 8, {p, q});
+  BOOST_TEST(pool().pin(0, p, 1000, 0).value() == 3u);
+  BOOST_TEST(pool().pin(0, q, 1000, 0).value() == 3u);
+  BOOST_TEST(pool().pinned_blocks() == 4u);
+  // C goes; B has D below it, off p's chain: A and B stay.
+  BOOST_TEST(pool().unpin(0, p).value() == 1u);
+  BOOST_TEST(pool().pinned_blocks() == 3u);
+  BOOST_TEST(pool().cached_blocks() == 1u);
+  BOOST_TEST(invariant(pool()) == "ok");
+  BOOST_TEST(pool().evict(16) == 1u); // C only
+  BOOST_TEST(alloc(prompt_req(1, q)) == 12u);
+  release(1);
+  // Now nothing else hangs below: q's chain goes whole.
+  BOOST_TEST(pool().unpin(0, q).value() == 3u);
+  BOOST_TEST(pool().pinned_blocks() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(blocks_in_use_stay_in_use_and_only_lose_the_pin) {
+  auto p = run(10, 13);
+  cfg.max_pinned_blocks = 8;
+  make(16);
+  alloc(prompt_req(1, p));
+  BOOST_TEST(pool().pin(0, p, 1000, 0).value() == 3u);
+  auto before = describe(pool(), true);
+  BOOST_TEST(pool().unpin(0, p).value() == 3u);
+  BOOST_TEST(describe(pool(), true) == before); // same tables, no block moved
+  BOOST_TEST(pool().pinned_blocks() == 0u);
+  BOOST_TEST(pool().cached_blocks() == 0u);
+  release(1); // cached like any released prefix, not pinned
+  BOOST_TEST(pool().cached_blocks() == 3u);
+  BOOST_TEST(pool().pinned_blocks() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(unpinning_gives_back_room_under_the_cap_and_to_allocations) {
+  auto p = run(10, 13); // 3 full blocks
+  auto q = run(50, 9);  // 2 full blocks
+  cached(8, 3, {p, q}); // p: 3 cached, q: 2 cached, 3 free
+  BOOST_TEST(pool().pin(0, p, 1000, 0).value() == 3u);
+  BOOST_TEST(code(pool().pin(0, q, 1000, 0)) == "quota_exceeded");
+  BOOST_TEST(pool().unpin(0, p).value() == 3u);
+  BOOST_TEST(pool().pin(0, q, 1000, 0).value() == 2u);
+  // p's blocks may be taken now: 3 free and p's 3, not q's pinned 2.
+  BOOST_TEST(code(pool().allocate(tokens_req(1, 4 * 7))) == "out_of_blocks");
+  alloc(tokens_req(2, 4 * 6));
+  BOOST_TEST(pool().counters().evictions == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(another_salt_or_namespace_unpins_nothing) {
+  cfg.tenants = {tenant_config{}, tenant("own"), tenant("a", 0, 0, "team"),
+                 tenant("b", 0, 0, "team")};
+  auto p = run(10, 13);
+  cfg.max_pinned_blocks = 8;
+  make(16);
+  auto salted = prompt_req(1, p);
+  salted.cache_salt = 7;
+  alloc(salted);
+  release(1);
+  alloc(prompt_req(2, p, "a"));
+  release(2);
+  BOOST_TEST(pool().pin(0, p, 1000, 0, 7).value() == 3u);
+  BOOST_TEST(pool().pin(2, p, 1000, 0).value() == 3u);
+  BOOST_TEST(pool().unpin(0, p).value() == 0u);     // unsalted: no chain
+  BOOST_TEST(pool().unpin(0, p, 8).value() == 0u);  // another salt
+  BOOST_TEST(pool().unpin(1, p, 7).value() == 0u);  // own namespace
+  BOOST_TEST(pool().pinned_blocks() == 6u);
+  BOOST_TEST(pool().unpin(0, p, 7).value() == 3u);
+  // Pins go by namespace: b shares a's, so b may let a's pin go.
+  BOOST_TEST(pool().unpin(3, p).value() == 3u);
+  BOOST_TEST(pool().pinned_blocks() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(errors_and_misses_change_nothing) {
+  auto p = run(10, 13);
+  cached(16, 8, {p});
+  BOOST_TEST(pool().pin(0, p, 1000, 0).value() == 3u);
+  auto before = state();
+  auto err = pool().unpin(7, p);
+  BOOST_TEST(code(err) == "unknown_tenant");
+  BOOST_TEST(render(err.error()).find("7") != std::string::npos);
+  BOOST_TEST(state() == before);
+  BOOST_TEST(pool().unpin(0, run(900, 12)).value() == 0u);
+  // No negative id is in the index: such a list matches nothing, as for pin.
+  BOOST_TEST(pool().unpin(0, {-1, -2, -3, -4}).value() == 0u);
+  BOOST_TEST(state() == before);
+}
+
+BOOST_AUTO_TEST_CASE(with_pinning_disabled_there_is_nothing_to_unpin) {
+  auto p = run(10, 13);
+  cached(16, 0, {p});
+  auto before = state();
+  BOOST_TEST(pool().unpin(0, p).value() == 0u);
+  BOOST_TEST(code(pool().unpin(7, p)) == "unknown_tenant");
+  BOOST_TEST(state() == before);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
