@@ -73,19 +73,21 @@ public:
         do_swap();
       else if (r < 72)
         do_pin();
-      else if (r < 75)
+      else if (r < 74)
+        do_unpin();
+      else if (r < 77)
         do_expire();
-      else if (r < 79)
+      else if (r < 81)
         do_victims();
-      else if (r < 82)
+      else if (r < 84)
         do_can_allocate();
-      else if (r < 83)
+      else if (r < 85)
         do_evict();
       else
         do_step();
       compare();
-      // Only expiry and reservations (give_way) take pins away.
-      if (core_.pinned_blocks() < pinned && (r < 72 || r >= 75))
+      // Only unpin, expiry and reservations (give_way) take pins away.
+      if (core_.pinned_blocks() < pinned && (r < 72 || r >= 77))
         ++cov["pin gave way"];
     }
   }
@@ -202,6 +204,9 @@ private:
   /// alpha or beta a system prompt (their shared namespace's). A reserved
   /// tenant pinning blocks it uses itself is what makes pins give way.
   void do_pin();
+  /// Lets a pin go early: do_pin's prefixes, now and then cut short or
+  /// grown longer, or under the other salt or tenant.
+  void do_unpin();
   void do_expire();
   /// The supervisor at critical pressure: choose victims, preempt them.
   void do_victims();

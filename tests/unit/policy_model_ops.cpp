@@ -170,6 +170,31 @@ void harness::do_pin() {
   }
 }
 
+void harness::do_unpin() {
+  // Tenant 3 is no tenant.
+  auto t = static_cast<std::uint16_t>(chance(3) ? 3 : below(3));
+  auto tokens = t == 2 ? gamma_prompts_[below(gamma_prompts_.size())]
+                       : system_prompts_[below(system_prompts_.size())];
+  if (chance(30))
+    tokens.resize(below(tokens.size() + 1));
+  else if (chance(30)) {
+    auto more = random_tokens(below(12));
+    tokens.insert(tokens.end(), more.begin(), more.end());
+  }
+  std::uint64_t salt = chance(10) ? 7 : 0;
+  auto want = model_.unpin(t, tokens, salt);
+  auto got = core_.unpin(t, tokens, salt);
+  expect("unpin", code_of(got), want.err);
+  if (got) {
+    POLICY_REQUIRE(*got == want.unpinned,
+                   "unpinned " << *got << " vs " << want.unpinned);
+    if (*got > 0)
+      ++cov["unpinned some"];
+    if (want.kept > 0)
+      ++cov["unpin kept an extended prefix"];
+  }
+}
+
 void harness::do_expire() {
   auto want = model_.expire_pins(now_ms_);
   POLICY_REQUIRE(core_.expire_pins(now_ms_) == want, "expire_pins");

@@ -1,11 +1,11 @@
 // block_pool_core's tenant policy under heavy pressure: seeded random runs of
 // every operation (allocations with expected growth, extends, appends, forks,
 // releases, preemptions, swaps whose device copy succeeds or fails and which
-// stay in flight while other operations run, pins and their expiry, victims
-// chosen and preempted, scheduler steps) with three tenants, against
-// pool_reference_model. After every operation: the core's invariant, the whole
-// state against the model, no reservation broken, and the KV events replayed
-// into an index equal to the core's.
+// stay in flight while other operations run, pins, their early release and
+// their expiry, victims chosen and preempted, scheduler steps) with three
+// tenants, against pool_reference_model. After every operation: the core's
+// invariant, the whole state against the model, no reservation broken, and
+// the KV events replayed into an index equal to the core's.
 #include <chrono>
 #include <map>
 #include <string>
@@ -55,6 +55,7 @@ void run_and_check_coverage(const run_params& p,
                  "swap_in shared its prefix", "ghost's swap ends",
                  "ghost's swap ends, id live again", "pin:ok",
                  "pinned some", "pin:quota_exceeded", "pin:invalid_request",
+                 "unpin:ok", "unpinned some", "unpin:unknown_tenant",
                  "expired", "victims", "victim preempted:ok", "step admitted",
                  "event:stored", "event:removed"})
     must_reach.push_back(k);

@@ -6,7 +6,7 @@
 // the documented policy (block_pool_core.hpp, messages/step.hpp) and predicts
 // the core's every answer, block ids included: allocation with quotas,
 // reservations and admission headroom, swapping in two phases, pins with a
-// time to live, and the choice of preemption victims.
+// time to live (or unpinned early), and the choice of preemption victims.
 #pragma once
 
 #include <array>
@@ -110,6 +110,12 @@ struct model_moves {
   std::vector<block_move> moves;
 };
 
+struct model_unpin {
+  maybe_errc err;
+  std::uint32_t unpinned = 0; ///< blocks that lost their pin
+  std::uint32_t kept = 0;     ///< pinned blocks of the chain that stayed
+};
+
 /// step_result with error codes in place of caf::error.
 struct model_step_result {
   std::vector<request_id> freed;
@@ -153,6 +159,8 @@ public:
   std::pair<maybe_errc, std::uint32_t>
   pin(std::uint16_t t, const std::vector<token_id>& tokens,
       std::uint64_t ttl_ms, std::uint64_t now_ms, std::uint64_t salt = 0);
+  model_unpin unpin(std::uint16_t t, const std::vector<token_id>& tokens,
+        std::uint64_t salt = 0);
   std::uint32_t expire_pins(std::uint64_t now_ms);
   std::vector<request_id> choose_victims(std::uint64_t blocks) const;
 
@@ -252,9 +260,17 @@ private:
   /// One more holder for indexed block `b`: `seq` (revived if cached).
   void share(block_id b, const model_sequence& seq);
   void unref(block_id b, std::size_t level);
+  /// Every full block of `tokens` found in the index, from the first on
+  /// (what pin and unpin walk).
+  std::vector<block_id> chain(std::uint16_t t, std::uint64_t salt,
+                              const std::vector<token_id>& tokens) const;
   /// Pins give way to reservations (block_pool_core::give_way).
   void give_way(const std::vector<block_id>& table);
   void unpin_with_descendants(block_id b);
+  /// Whether x's key extends b's (indexed) by one block.
+  bool is_child(block_id x, block_id b) const;
+  /// Unpins `b` alone, as the core's unpin_at does.
+  void drop_pin(block_id b);
   void evict_block(block_id b);
   void index(block_id b, prefix_key key, std::uint16_t t);
   /// Indexes `seq`'s blocks of settled tokens from block `from` on.

@@ -1,8 +1,8 @@
-// pool_reference_model: pins with a time to live (and how they give way to
-// reservations), and the choice of preemption victims (lowest priority first,
-// then the tenant furthest over its fair share, then the newest), written
-// out as block_pool_core.hpp documents them (block_pool_policy.cpp is the
-// code it checks).
+// pool_reference_model: pins with a time to live (let go early by unpin, and
+// how they give way to reservations), and the choice of preemption victims
+// (lowest priority first, then the tenant furthest over its fair share, then
+// the newest), written out as block_pool_core.hpp documents them
+// (block_pool_policy.cpp is the code it checks).
 #include "pool_reference_model.hpp"
 
 #include <algorithm>
@@ -13,14 +13,8 @@ using detail::residency;
 
 // -- pins and victims -------------------------------------------------------------------
 
-std::pair<maybe_errc, std::uint32_t>
-pool_model::pin(std::uint16_t t, const std::vector<token_id>& tokens,
-                std::uint64_t ttl_ms, std::uint64_t now_ms, std::uint64_t salt) {
-  if (max_pinned_ == 0)
-    return {errc::quota_exceeded, 0};
-  if (t >= tenants_.size())
-    return {errc::unknown_tenant, 0};
-  // Every full block of `tokens` found in the index, from the first on.
+std::vector<block_id> pool_model::chain(std::uint16_t t, std::uint64_t salt,
+                                        const std::vector<token_id>& tokens) const {
   std::vector<block_id> found;
   for (std::size_t len = block_size_; len <= tokens.size(); len += block_size_) {
     auto it = index_.find(key_of(t, salt, tokens, len));
@@ -28,6 +22,17 @@ pool_model::pin(std::uint16_t t, const std::vector<token_id>& tokens,
       break;
     found.push_back(it->second);
   }
+  return found;
+}
+
+std::pair<maybe_errc, std::uint32_t>
+pool_model::pin(std::uint16_t t, const std::vector<token_id>& tokens,
+                std::uint64_t ttl_ms, std::uint64_t now_ms, std::uint64_t salt) {
+  if (max_pinned_ == 0)
+    return {errc::quota_exceeded, 0};
+  if (t >= tenants_.size())
+    return {errc::unknown_tenant, 0};
+  auto found = chain(t, salt, tokens);
   std::uint64_t fresh = 0;
   std::uint64_t off_lru = 0;
   for (auto b : found) {
@@ -88,22 +93,51 @@ void pool_model::give_way(const std::vector<block_id>& table) {
   }
 }
 
+model_unpin pool_model::unpin(std::uint16_t t, const std::vector<token_id>& tokens,
+                              std::uint64_t salt) {
+  if (t >= tenants_.size())
+    return {errc::unknown_tenant};
+  auto found = chain(t, salt, tokens);
+  // From the deepest pinned one up; the first with a pinned child left -
+  // another prefix's, the chain's own deeper blocks being unpinned by
+  // then - stays, and so does everything above it.
+  model_unpin out;
+  for (auto b = found.rbegin(); b != found.rend(); ++b) {
+    if (!blocks_[*b].pinned)
+      continue;
+    if (out.kept > 0
+        || std::any_of(pinned_.begin(), pinned_.end(),
+                       [&](block_id x) { return is_child(x, *b); })) {
+      ++out.kept;
+      continue;
+    }
+    drop_pin(*b);
+    ++out.unpinned;
+  }
+  return out;
+}
+
+bool pool_model::is_child(block_id x, block_id b) const {
+  auto& key = *blocks_[b].key;
+  auto& k = blocks_[x].key;
+  return x != b && k && k->first == key.first
+         && k->second.size() == key.second.size() + block_size_
+         && std::equal(key.second.begin(), key.second.end(), k->second.begin());
+}
+
 void pool_model::unpin_with_descendants(block_id b) {
   // Every pinned block whose key extends b's by one block first (their own
   // below them first), scanning the pins from the start after each - the
   // pool's order, which decides the LRU's.
-  auto& key = *blocks_[b].key;
-  auto child = [&](block_id x) {
-    auto& k = blocks_[x].key;
-    return x != b && k && k->first == key.first
-           && k->second.size() == key.second.size() + block_size_
-           && std::equal(key.second.begin(), key.second.end(), k->second.begin());
-  };
   for (std::size_t i = 0; i < pinned_.size(); ++i)
-    if (child(pinned_[i])) {
+    if (is_child(pinned_[i], b)) {
       unpin_with_descendants(pinned_[i]);
       i = static_cast<std::size_t>(-1);
     }
+  drop_pin(b);
+}
+
+void pool_model::drop_pin(block_id b) {
   auto& m = blocks_[b];
   m.pinned = false;
   m.pin_until = 0;
