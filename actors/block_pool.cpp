@@ -348,15 +348,18 @@ block_pool_fun(pool_ptr self, cache_config cfg,
     [self, &st](pin_atom, const std::string& tenant,
                 const std::vector<token_id>& tokens, std::uint64_t ttl_ms,
                 std::uint64_t salt) -> caf::result<std::uint32_t> {
-      auto t = st.core().tenant_index(tenant);
-      if (!t)
-        return std::move(t.error());
-      auto res = st.core().pin(*t, tokens, ttl_ms, block_pool_state::now_ms(),
-                               salt);
-      if (!res)
-        return std::move(res.error());
-      st.report(self);
-      return *res;
+      return for_tenant(self, tenant, [&](std::uint16_t t) {
+        return st.core().pin(t, tokens, ttl_ms, block_pool_state::now_ms(),
+                             salt);
+      });
+    },
+    [self, &st](unpin_atom, const std::string& tenant,
+                const std::vector<token_id>& tokens,
+                std::uint64_t salt) -> caf::result<std::uint32_t> {
+      return for_tenant(self, tenant, [&](std::uint16_t t) {
+        st.expire_due_pins(); // first: the reply counts live pins only
+        return st.core().unpin(t, tokens, salt);
+      });
     },
     [self, &st](tick_atom) {
       auto n = st.core().expire_pins(block_pool_state::now_ms());

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <caf/stateful_actor.hpp>
@@ -142,6 +143,21 @@ caf::result<std::uint32_t> end_by_manager(pool_ptr self, request_id id,
 caf::expected<block_table> settle(pool_ptr self, request_id id,
                                   std::uint64_t cache_id,
                                   std::uint64_t accepted, bool by_manager);
+
+/// A pin or unpin for tenant `name`: `op(t)` with its index, usage
+/// reported after a success. Errors: unknown_tenant, op's.
+template <class Op>
+caf::result<std::uint32_t> for_tenant(pool_ptr self, const std::string& name,
+                                      Op op) {
+  auto t = self->state.core().tenant_index(name);
+  if (!t)
+    return std::move(t.error());
+  caf::expected<std::uint32_t> res = op(*t);
+  if (!res)
+    return std::move(res.error());
+  self->state.report(self);
+  return *res;
+}
 
 /// The reply to an extend: `convert(ext)` now if it copied nothing, else
 /// once the device made its copy-on-write copies (or the device's error,

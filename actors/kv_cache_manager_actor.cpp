@@ -440,6 +440,11 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       return self->delegate(self->state.pool, pin_atom::value,
                             std::move(tenant), std::move(tokens), ttl_ms, salt);
     },
+    [self](unpin_atom, std::string& tenant, std::vector<token_id>& tokens,
+           std::uint64_t salt) -> caf::result<std::uint32_t> {
+      return self->delegate(self->state.pool, unpin_atom::value,
+                            std::move(tenant), std::move(tokens), salt);
+    },
   };
 }
 

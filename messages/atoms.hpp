@@ -37,6 +37,7 @@ using done_atom = caf::atom_constant<caf::atom("done")>;
 using tick_atom = caf::atom_constant<caf::atom("tick")>;
 using kv_event_atom = caf::atom_constant<caf::atom("kvevent")>;
 using pin_atom = caf::atom_constant<caf::atom("pin")>;
+using unpin_atom = caf::atom_constant<caf::atom("unpin")>;
 using victims_atom = caf::atom_constant<caf::atom("victims")>;
 using index_atom = caf::atom_constant<caf::atom("index")>;
 using registry_atom = caf::atom_constant<caf::atom("registry")>;

@@ -112,6 +112,8 @@ protocol_messages(cache_fixture& f, const request_handle_actor& h) {
     m{"pin", caf::make_message(pin_atom::value, std::string{"b"},
                                std::vector<token_id>{1, 2, 3, 4}, std::uint64_t{1000},
                                std::uint64_t{7})},
+    m{"unpin", caf::make_message(unpin_atom::value, std::string{"b"},
+                                 std::vector<token_id>{1, 2, 3, 4}, std::uint64_t{7})},
     m{"error", caf::make_message(make_error(errc::quota_exceeded, "tenant 'b'"))},
   };
 }
