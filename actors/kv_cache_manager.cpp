@@ -331,6 +331,18 @@ kv_cache_manager::pin_prefix(const std::string& tenant,
   return std::get<0>(*res);
 }
 
+caf::expected<std::uint32_t>
+kv_cache_manager::unpin_prefix(const std::string& tenant,
+                               const std::vector<token_id>& tokens,
+                               std::uint64_t cache_salt) {
+  auto res = core_->ask<std::uint32_t>(core_->cache().manager,
+                                       unpin_atom::value, tenant, tokens,
+                                       cache_salt);
+  if (!res)
+    return std::move(res.error());
+  return std::get<0>(*res);
+}
+
 caf::error kv_cache_manager::write_kv_events(const std::string& path) {
   return core_->write_kv_events(path);
 }

@@ -153,6 +153,15 @@ public:
                                           std::chrono::milliseconds ttl,
                                           std::uint64_t cache_salt = 0);
 
+  /// Lets the tenant's pins on `tokens` (under `cache_salt`) go before
+  /// their deadline - a retired system prompt, an ended session - except
+  /// where another pinned prefix extends them; returns how many blocks lost
+  /// their pin (0 if none was pinned). They stay cached, now evictable, and
+  /// free room under max_pinned_blocks. Error: unknown_tenant.
+  caf::expected<std::uint32_t> unpin_prefix(const std::string& tenant,
+                                            const std::vector<token_id>& tokens,
+                                            std::uint64_t cache_salt = 0);
+
   /// Appends every prefix-index change, from now on, to the file at `path`
   /// as JSON lines (metrics/kv_events.hpp). Error: invalid_request if the
   /// file cannot be opened.
