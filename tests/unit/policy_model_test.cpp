@@ -56,6 +56,7 @@ void run_and_check_coverage(const run_params& p,
                  "ghost's swap ends, id live again", "pin:ok",
                  "pinned some", "pin:quota_exceeded", "pin:invalid_request",
                  "unpin:ok", "unpinned some", "unpin:unknown_tenant",
+                 "unpin kept an extended prefix",
                  "expired", "victims", "victim preempted:ok", "step admitted",
                  "event:stored", "event:removed"})
     must_reach.push_back(k);
