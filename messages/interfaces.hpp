@@ -183,8 +183,7 @@ using block_pool_actor = caf::typed_actor<
   // Errors: unknown_tenant, quota_exceeded (max_pinned_blocks).
   caf::replies_to<pin_atom, std::string, std::vector<token_id>,
                   std::uint64_t, std::uint64_t>::with<std::uint32_t>,
-  // Let (tenant, tokens, cache_salt)'s pins go now, but not under another
-  // pinned prefix; replies with blocks unpinned. Error: unknown_tenant.
+  // Lets (tenant, tokens, cache_salt)'s pins go now; replies with blocks unpinned.
   caf::replies_to<unpin_atom, std::string, std::vector<token_id>,
                   std::uint64_t>::with<std::uint32_t>,
   // Unpin what expired; replies with how many.
@@ -301,8 +300,7 @@ using kv_cache_manager_actor = caf::typed_actor<
   // ttl_ms (cache_salt: the prompt's allocation_request::cache_salt).
   caf::replies_to<pin_atom, std::string, std::vector<token_id>,
                   std::uint64_t, std::uint64_t>::with<std::uint32_t>,
-  // Lets (tenant, prompt, cache_salt)'s pins go before their deadline;
-  // replies with blocks unpinned (0: none). Error: unknown_tenant.
+  // Lets (tenant, prompt, cache_salt)'s pins go early; replies with blocks unpinned.
   caf::replies_to<unpin_atom, std::string, std::vector<token_id>,
                   std::uint64_t>::with<std::uint32_t>,
   // Subscribe / unsubscribe an actor to a topic (a null handle is ignored:
