@@ -195,12 +195,13 @@ block_pool_core::unpin(std::uint16_t t, const std::vector<token_id>& tokens,
     if (depth + 1 >= chain.size() || chain[depth + 1] != c)
       keep = std::max<std::size_t>(keep, depth + 1);
   }
-  // Deepest first, as expiry and give_way let pins go: each cached block
-  // joins the LRU's most recently used end (unpin_at), the deeper ones
-  // before their ancestors, so eviction takes a chain from its tail and
-  // what stays cached is still a prefix a lookup can reach. The MRU end
-  // and not the front: an unpinned prefix is an ordinary cached prefix
-  // again, which a request may still hit - evict() drops it if wanted.
+  // Deepest first, as give_way lets pins go: each cached block joins the
+  // LRU's most recently used end (unpin_at, where expiry puts them too),
+  // the deeper ones before their ancestors, so eviction takes a chain from
+  // its tail and what stays cached is still a prefix a lookup can reach.
+  // The MRU end and not the front: an unpinned prefix is an ordinary
+  // cached prefix again, which a request may still hit - evict() drops it
+  // if wanted.
   for (auto i = chain.size(); i > keep; --i)
     unpin_at(pin_pos_[chain[i - 1]]);
   return static_cast<std::uint32_t>(chain.size() - keep);
