@@ -8,7 +8,6 @@
 #include <cassert>
 #include <cmath>
 #include <string>
-#include <unordered_map>
 
 #include "kvactor/messages/error.hpp"
 
@@ -37,30 +36,21 @@ block_pool_core::block_pool_core(const cache_config& cfg,
   host_free_.reserve(num_host_blocks_);
   for (auto b = num_host_blocks_; b > 0; --b)
     host_free_.push(b - 1);
-  auto caps = lone_request_caps(cfg, num_blocks);
+  auto bounds = tenant_bounds_of(cfg, num_blocks);
   for (auto& tc : cfg.tenants) {
+    auto& b = bounds[tenants_.size()];
     tenant_state ts;
     ts.config = tc;
-    ts.lone_cap = caps[tenants_.size()];
+    ts.lone_cap = b.lone_cap;
+    ts.others_reserved = b.others_reserved;
+    ts.shares_namespace = b.shares_namespace;
+    auto held = watermark_blocks_ + ts.others_reserved;
+    ts.promise_room = num_blocks > held ? num_blocks - held : 0;
     ts.seed = namespace_seed(tc.prefix_namespace.empty()
                                ? "tenant:" + tc.name
                                : "namespace:" + tc.prefix_namespace);
     shortfall_total_ += tc.reserved_blocks;
     tenants_.push_back(std::move(ts));
-  }
-  std::uint64_t reserved_all = 0;
-  std::unordered_map<std::string, std::size_t> holders;
-  for (auto& tc : cfg.tenants) {
-    reserved_all += tc.reserved_blocks;
-    if (!tc.prefix_namespace.empty())
-      ++holders[tc.prefix_namespace];
-  }
-  for (auto& ts : tenants_) {
-    ts.others_reserved = reserved_all - ts.config.reserved_blocks;
-    auto& ns = ts.config.prefix_namespace;
-    ts.shares_namespace = !ns.empty() && holders[ns] > 1;
-    auto held = watermark_blocks_ + ts.others_reserved;
-    ts.promise_room = num_blocks > held ? num_blocks - held : 0;
   }
   // "" names the default tenant: cache_config decides which, once.
   if (auto* d = cfg.find_tenant(""))

@@ -405,22 +405,26 @@ std::uint64_t lone_request_cap(const cache_config& cfg,
   return lone_cap(cfg, tenant, num_blocks, shares, others);
 }
 
-std::vector<std::uint64_t> lone_request_caps(const cache_config& cfg,
-                                             std::uint64_t num_blocks) {
+std::vector<tenant_bounds> tenant_bounds_of(const cache_config& cfg,
+                                            std::uint64_t num_blocks) {
   // One pass over the names, not one per tenant (up to 65535 of them).
   std::unordered_map<std::string, std::size_t> holders;
-  for (auto& t : cfg.tenants)
+  std::uint64_t reserved_all = 0;
+  for (auto& t : cfg.tenants) {
+    reserved_all += t.reserved_blocks;
     if (!t.prefix_namespace.empty())
       ++holders[t.prefix_namespace];
-  std::uint64_t reserved_all = 0;
-  for (auto& t : cfg.tenants)
-    reserved_all += t.reserved_blocks;
-  std::vector<std::uint64_t> out;
+  }
+  std::vector<tenant_bounds> out;
   out.reserve(cfg.tenants.size());
   for (auto& t : cfg.tenants) {
-    bool shares = !t.prefix_namespace.empty() && holders[t.prefix_namespace] > 1;
-    out.push_back(
-      lone_cap(cfg, t, num_blocks, shares, reserved_all - t.reserved_blocks));
+    tenant_bounds b;
+    b.shares_namespace =
+      !t.prefix_namespace.empty() && holders[t.prefix_namespace] > 1;
+    b.others_reserved = reserved_all - t.reserved_blocks;
+    b.lone_cap = lone_cap(cfg, t, num_blocks, b.shares_namespace,
+                          b.others_reserved);
+    out.push_back(b);
   }
   return out;
 }

@@ -190,10 +190,17 @@ std::uint64_t lone_request_cap(const cache_config& cfg,
                                const tenant_config& tenant,
                                std::uint64_t num_blocks) noexcept;
 
-/// lone_request_cap of every tenant of cfg.tenants, in their order, in one
-/// pass (the one above scans the tenants for a shared namespace).
-std::vector<std::uint64_t> lone_request_caps(const cache_config& cfg,
-                                             std::uint64_t num_blocks);
+/// What bounds one tenant's requests, as the pool computes it at start.
+struct tenant_bounds {
+  std::uint64_t lone_cap = 0;        ///< lone_request_cap
+  std::uint64_t others_reserved = 0; ///< the other tenants' reserved_blocks
+  bool shares_namespace = false;     ///< another tenant names its namespace
+};
+
+/// tenant_bounds of every tenant of cfg.tenants, in their order, in one
+/// pass (lone_request_cap scans the tenants for a shared namespace).
+std::vector<tenant_bounds> tenant_bounds_of(const cache_config& cfg,
+                                            std::uint64_t num_blocks);
 
 /// The embedded default config as JSON text: DESIGN.md's config with a
 /// small model, 256 blocks on host storage. examples/lifecycle runs on it;

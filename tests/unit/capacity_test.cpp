@@ -77,7 +77,19 @@ BOOST_AUTO_TEST_CASE(the_cap_is_the_pool_or_below_the_critical_mark) {
   BOOST_TEST(lone_request_cap(cfg, plain, 20) == 16u); // sr keeps 4
   cfg.tenants = {plain, shared_r}; // the namespace alone: not shared
   BOOST_TEST(lone_request_cap(cfg, shared_r, 20) == 18u);
-  BOOST_TEST(lone_request_caps(cfg, 20) == (std::vector<std::uint64_t>{16, 18}));
+  auto bounds = tenant_bounds_of(cfg, 20);
+  BOOST_REQUIRE(bounds.size() == 2u);
+  BOOST_TEST(bounds[0].lone_cap == 16u);
+  BOOST_TEST(bounds[0].others_reserved == 4u);
+  BOOST_TEST(!bounds[0].shares_namespace);
+  BOOST_TEST(bounds[1].lone_cap == 18u);
+  BOOST_TEST(bounds[1].others_reserved == 0u);
+  BOOST_TEST(!bounds[1].shares_namespace);
+  cfg.tenants = {plain, shared_r, shared_plain};
+  bounds = tenant_bounds_of(cfg, 20);
+  BOOST_TEST(bounds[1].shares_namespace);
+  BOOST_TEST(bounds[2].shares_namespace);
+  BOOST_TEST(bounds[2].lone_cap == lone_request_cap(cfg, shared_plain, 20));
   cfg.tenants = {plain};
   cfg.pressure.critical = 1.0;
   BOOST_TEST(lone_request_cap(cfg, plain, 20) == 19u);
