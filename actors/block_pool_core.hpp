@@ -201,7 +201,8 @@ public:
   /// Errors (nothing pinned then): quota_exceeded past max_pinned_blocks;
   /// out_of_blocks if pinning cached blocks would take what reservations
   /// hold - any tenant's, the pinner's too (a pinned cached block cannot be
-  /// taken); invalid_request for a block another reserved tenant is using.
+  /// taken); invalid_request for a block another reserved tenant is using,
+  /// or for a negative token id (named by its index).
   /// Pins give way to reservations: when pinned blocks are let go while the
   /// reservations are short of blocks, as many as they need lose their pins
   /// and are cached like any other (give_way), so the pool always covers
@@ -214,8 +215,8 @@ public:
 
   /// Lets the pins on pin's chain of `tokens` go now, deepest first, but
   /// never one below which another pinned prefix hangs (nor its ancestors);
-  /// returns how many went (0: none pinned, or pinning disabled). Error:
-  /// unknown_tenant. O(tokens + pins x log(chain)); block_pool_policy.cpp.
+  /// returns how many went (0: none pinned, or pinning disabled). Errors:
+  /// unknown_tenant; invalid_request for a negative token id. O(tokens + pins x log(chain)); block_pool_policy.cpp.
   caf::expected<std::uint32_t> unpin(std::uint16_t t,
                                      const std::vector<token_id>& tokens,
                                      std::uint64_t salt = 0);

@@ -147,7 +147,10 @@ public:
 
   /// Keeps the tenant's cached full blocks of `tokens` (allocated under
   /// `cache_salt`) from eviction for `ttl`; returns how many blocks are
-  /// pinned. Errors: unknown_tenant, quota_exceeded (max_pinned_blocks).
+  /// pinned. Errors: unknown_tenant, quota_exceeded (max_pinned_blocks),
+  /// out_of_blocks (the cached blocks are held for reservations),
+  /// invalid_request (a negative ttl or token id, or a block another
+  /// reserved tenant is using).
   caf::expected<std::uint32_t> pin_prefix(const std::string& tenant,
                                           const std::vector<token_id>& tokens,
                                           std::chrono::milliseconds ttl,
@@ -157,7 +160,8 @@ public:
   /// their deadline - a retired system prompt, an ended session - except
   /// where another pinned prefix extends them; returns how many blocks lost
   /// their pin (0 if none was pinned). They stay cached, now evictable, and
-  /// free room under max_pinned_blocks. Error: unknown_tenant.
+  /// free room under max_pinned_blocks. Errors: unknown_tenant,
+  /// invalid_request (a negative token id).
   caf::expected<std::uint32_t> unpin_prefix(const std::string& tenant,
                                             const std::vector<token_id>& tokens,
                                             std::uint64_t cache_salt = 0);

@@ -23,6 +23,12 @@ BOOST_AUTO_TEST_CASE(unpin_prefix_lets_a_pin_go_under_its_salt_only) {
   BOOST_TEST(f.m().unpin_prefix("", prompt).value() == 0u); // unsalted
   KV_CHECK_ERROR(error_of(f.m().unpin_prefix("nobody", prompt, 11)),
                  errc::unknown_tenant, "nobody");
+  auto bad = prompt;
+  bad[6] = -1;
+  KV_CHECK_ERROR(error_of(f.m().unpin_prefix("", bad, 11)),
+                 errc::invalid_request, "tokens[6] = -1");
+  KV_CHECK_ERROR(error_of(f.m().pin_prefix("", bad, ttl, 11)),
+                 errc::invalid_request, "tokens[6] = -1");
   BOOST_TEST(f.m().unpin_prefix("", prompt, 11).value() == 2u);
   // The cap has room again.
   BOOST_TEST(f.m().pin_prefix("", other, ttl).value() == 2u);

@@ -32,6 +32,9 @@ pool_model::pin(std::uint16_t t, const std::vector<token_id>& tokens,
     return {errc::quota_exceeded, 0};
   if (t >= tenants_.size())
     return {errc::unknown_tenant, 0};
+  for (auto tok : tokens)
+    if (tok < 0)
+      return {errc::invalid_request, 0};
   auto found = chain(t, salt, tokens);
   std::uint64_t fresh = 0;
   std::uint64_t off_lru = 0;
@@ -97,6 +100,9 @@ model_unpin pool_model::unpin(std::uint16_t t, const std::vector<token_id>& toke
                               std::uint64_t salt) {
   if (t >= tenants_.size())
     return {errc::unknown_tenant};
+  for (auto tok : tokens)
+    if (tok < 0)
+      return {errc::invalid_request};
   auto found = chain(t, salt, tokens);
   // From the deepest pinned one up; the first with a pinned child left -
   // another prefix's, the chain's own deeper blocks being unpinned by

@@ -185,8 +185,15 @@ BOOST_AUTO_TEST_CASE(errors_and_misses_change_nothing) {
   BOOST_TEST(render(err.error()).find("7") != std::string::npos);
   BOOST_TEST(state() == before);
   BOOST_TEST(pool().unpin(0, run(900, 12)).value() == 0u);
-  // No negative id is in the index: such a list matches nothing, as for pin.
-  BOOST_TEST(pool().unpin(0, {-1, -2, -3, -4}).value() == 0u);
+  // A negative id is a caller's bug: named, for unpin as for pin.
+  auto bad = p;
+  bad[5] = -3;
+  auto neg = pool().unpin(0, bad);
+  BOOST_TEST(code(neg) == "invalid_request");
+  BOOST_TEST(render(neg.error()).find("unpin: tokens[5] = -3") != std::string::npos);
+  auto neg_pin = pool().pin(0, bad, 1000, 0);
+  BOOST_TEST(code(neg_pin) == "invalid_request");
+  BOOST_TEST(render(neg_pin.error()).find("pin: tokens[5] = -3") != std::string::npos);
   BOOST_TEST(state() == before);
 }
 
