@@ -178,4 +178,24 @@ bool non_negative_integer(const nlohmann::json& value, std::uint64_t& out) {
   return false;
 }
 
+const std::string* first_unknown_key(const nlohmann::json& obj,
+                                     std::initializer_list<const char*> known) {
+  for (auto& item : obj.items()) {
+    bool found = false;
+    for (auto name : known)
+      found = found || item.key() == name;
+    if (!found)
+      return &item.key();
+  }
+  return nullptr;
+}
+
+std::string unknown_key_message(const std::string& key,
+                                std::initializer_list<const char*> known) {
+  std::string list;
+  for (auto name : known)
+    list += (list.empty() ? "" : ", ") + std::string{name};
+  return "unknown key '" + key + "' (known: " + list + ")";
+}
+
 } // namespace kvactor::detail

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
@@ -71,5 +72,13 @@ std::string got(const nlohmann::json& value);
 /// True if `value` is an integer >= 0, stored in `out`. JSON parsed from text
 /// holds those as unsigned, JSON built in code (json{{"k", 16}}) as signed.
 bool non_negative_integer(const nlohmann::json& value, std::uint64_t& out);
+
+/// The first key of object `obj` that is not in `known`, or nullptr.
+const std::string* first_unknown_key(const nlohmann::json& obj,
+                                     std::initializer_list<const char*> known);
+
+/// What the readers say of it: "unknown key 'k' (known: a, b, c)".
+std::string unknown_key_message(const std::string& key,
+                                std::initializer_list<const char*> known);
 
 } // namespace kvactor::detail

@@ -35,18 +35,9 @@ public:
 
   /// Fails on the first key not in `known`.
   caf::error check_keys(std::initializer_list<const char*> known) const {
-    for (auto& item : obj_.items()) {
-      bool found = false;
-      for (auto name : known)
-        found = found || item.key() == name;
-      if (!found) {
-        std::string list;
-        for (auto name : known)
-          list += (list.empty() ? "" : ", ") + std::string{name};
-        return fail(field(item.key().c_str()),
-                    "unknown key '" + item.key() + "' (known: " + list + ")");
-      }
-    }
+    if (auto key = detail::first_unknown_key(obj_, known))
+      return fail(field(key->c_str()),
+                  detail::unknown_key_message(*key, known));
     return caf::none;
   }
 

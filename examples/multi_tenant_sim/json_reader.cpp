@@ -184,18 +184,8 @@ caf::error error_maker::operator()(const std::string& field,
 
 caf::error
 object_reader::check_keys(std::initializer_list<const char*> known) const {
-  for (auto& item : obj_.items()) {
-    bool found = false;
-    for (auto name : known)
-      found = found || item.key() == name;
-    if (!found) {
-      std::string list;
-      for (auto name : known)
-        list += (list.empty() ? "" : ", ") + std::string{name};
-      return fail_(field(item.key()), "unknown key '" + item.key()
-                                        + "' (known: " + list + ")");
-    }
-  }
+  if (auto key = detail::first_unknown_key(obj_, known))
+    return fail_(field(*key), detail::unknown_key_message(*key, known));
   return caf::none;
 }
 
