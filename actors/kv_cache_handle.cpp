@@ -37,12 +37,19 @@ caf::error kv_cache_handle::check_live() const {
   return caf::none;
 }
 
-caf::error kv_cache_handle::check_layer(std::uint32_t layer) const {
+caf::expected<std::shared_ptr<detail::facade_core>>
+kv_cache_handle::view_core(std::uint32_t layer) const {
+  if (auto err = check_live())
+    return err;
   if (layer >= num_layers())
     return make_error(errc::invalid_request,
                       "layer " + std::to_string(layer) + " >= num_layers "
                         + std::to_string(num_layers()));
-  return caf::none;
+  auto core = core_.lock();
+  if (!core) // the facade went since check_live()
+    return make_error(errc::invalid_handle,
+                      "request " + std::to_string(id()) + " has ended");
+  return core;
 }
 
 block_table kv_cache_handle::table() const {
@@ -81,14 +88,10 @@ cache_handle_stats kv_cache_handle::stats() const {
 
 caf::expected<std::optional<tensor_view>>
 paged_kv_cache_handle::view(std::uint32_t layer, view_part part) const {
-  if (auto err = check_live())
-    return err;
-  if (auto err = check_layer(layer))
-    return err;
-  auto core = core_.lock();
-  if (!core) // the facade went since check_live()
-    return make_error(errc::invalid_handle,
-                      "request " + std::to_string(id()) + " has ended");
+  auto got_core = view_core(layer);
+  if (!got_core)
+    return std::move(got_core.error());
+  auto& core = *got_core;
   auto& store = *core->cache().store;
   auto base = static_cast<std::uint8_t*>(store.layer_base(layer));
   if (base == nullptr)
@@ -120,14 +123,10 @@ contiguous_kv_cache_handle::contiguous_kv_cache_handle(
 
 caf::expected<std::optional<tensor_view>>
 contiguous_kv_cache_handle::view(std::uint32_t layer, view_part part) const {
-  if (auto err = check_live())
-    return err;
-  if (auto err = check_layer(layer))
-    return err;
-  auto core = core_.lock();
-  if (!core) // the facade went since check_live()
-    return make_error(errc::invalid_handle,
-                      "request " + std::to_string(id()) + " has ended");
+  auto got_core = view_core(layer);
+  if (!got_core)
+    return std::move(got_core.error());
+  auto& core = *got_core;
   auto& store = *core->cache().store;
   if (store.kind() == storage_kind::none)
     return std::optional<tensor_view>{};

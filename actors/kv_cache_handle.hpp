@@ -128,8 +128,11 @@ protected:
 
   /// invalid_handle unless the request is live and the manager running.
   caf::error check_live() const;
-  /// invalid_request unless layer < num_layers().
-  caf::error check_layer(std::uint32_t layer) const;
+  /// The running facade, for a view of `layer`: invalid_handle unless the
+  /// request is live and the manager running, invalid_request unless
+  /// layer < num_layers().
+  caf::expected<std::shared_ptr<detail::facade_core>>
+  view_core(std::uint32_t layer) const;
 
   std::shared_ptr<detail::request_slot> slot_;
   std::weak_ptr<detail::facade_core> core_;
