@@ -212,4 +212,17 @@ bool block_pool_core::can_allocate(const allocation_request& req) const {
   return static_cast<bool>(plan_allocation(req));
 }
 
+caf::expected<std::uint64_t>
+block_pool_core::cached_prefix(const allocation_request& req) const {
+  auto t = check(req);
+  if (!t)
+    return std::move(t.error());
+  if (!prefix_caching_ || req.prompt.empty())
+    return std::uint64_t{0};
+  // plan_allocation's lookup: the last prompt token is always computed.
+  auto max_hits = static_cast<std::uint32_t>((req.prompt.size() - 1) / block_size_);
+  auto hits = lookup(seed_of(*t, req.cache_salt), req.prompt, max_hits);
+  return std::uint64_t{hits} * block_size_;
+}
+
 } // namespace kvactor::detail

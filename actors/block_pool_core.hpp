@@ -65,6 +65,14 @@ public:
   /// True if allocate(req) would succeed now.
   bool can_allocate(const allocation_request& req) const;
 
+  /// How many of req's prompt tokens allocate(req) would find cached now:
+  /// its leading full blocks in the prefix index (cached or in use, under
+  /// its tenant's namespace and cache_salt), never the last token; 0 with
+  /// prefix caching off or no prompt. For cache-aware scheduling - which
+  /// waiting request gains most - not a promise: allocate looks again.
+  /// Changes nothing. Errors: check's (the id need not be free).
+  caf::expected<std::uint64_t> cached_prefix(const allocation_request& req) const;
+
   /// Grows `id` by `n` tokens (`tokens`: null or exactly n token ids). A
   /// shared, partially filled last block is replaced by a private copy first.
   /// With `hold_copies` the device has yet to copy (the caller settles the

@@ -91,8 +91,10 @@ public:
         do_preempt();
       else if (r < 73)
         do_evict();
-      else if (r < 76)
+      else if (r < 75)
         do_can_allocate();
+      else if (r < 76)
+        do_cached_prefix();
       else
         do_step();
       compare();
@@ -224,6 +226,7 @@ private:
   void expect_code(const char* op, maybe_errc core, maybe_errc model);
   void do_allocate();
   void do_can_allocate();
+  void do_cached_prefix();
   void do_extend();
   /// Settles `id`'s `drafts` draft tokens, keeping a random number of them
   /// (now and then one more than it has: invalid_request).

@@ -47,6 +47,19 @@ void harness::do_can_allocate() {
   cov_(want ? "can_allocate:yes" : "can_allocate:no");
 }
 
+void harness::do_cached_prefix() {
+  auto req = random_request();
+  auto want = model_.cached_prefix(req);
+  auto got = core_.cached_prefix(req);
+  expect_code("cached_prefix", code_of(got), want.first);
+  if (got) {
+    MODEL_REQUIRE(*got == want.second, where() << "cached_prefix " << *got
+                                               << " vs " << want.second);
+    if (*got > 0)
+      cov_("cached_prefix hit");
+  }
+}
+
 void harness::do_extend() {
   auto id = live_id();
   auto it = model_.sequences().find(id);

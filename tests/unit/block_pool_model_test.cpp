@@ -46,13 +46,15 @@ void run_and_check_coverage(const run_params& p) {
                  "step preempted", "step admitted", "step admission blocked",
                  "step repeats an id", "settle:ok", "settle:invalid_request",
                  "drafts rejected", "drafts all accepted", "step verdict cut a table", "discard:ok",
-                 "can_allocate:yes", "can_allocate:no", "chunk admitted"})
+                 "can_allocate:yes", "can_allocate:no", "chunk admitted",
+                 "cached_prefix:ok"})
     BOOST_TEST(has(k), "seed " << p.seed << " never reached " << k);
   if (p.block_size > 1) // with one token per block, no block is partly full
     BOOST_TEST(has("copy on write"), "seed " << p.seed << " never copied on write");
   if (p.prefix_caching)
     for (auto k : {"prefix hit", "event:stored", "event:removed",
-                   "chunk admitted after a hit", "salted prefix hit"})
+                   "chunk admitted after a hit", "salted prefix hit",
+                   "cached_prefix hit"})
       BOOST_TEST(has(k), "seed " << p.seed << " never reached " << k);
 }
 

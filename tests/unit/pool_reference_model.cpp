@@ -205,6 +205,16 @@ bool pool_model::can_allocate(const allocation_request& req) const {
   return !plan_allocation(req).err;
 }
 
+std::pair<maybe_errc, std::uint64_t>
+pool_model::cached_prefix(const allocation_request& req) const {
+  std::uint16_t t = 0;
+  if (auto err = check(req, t))
+    return {err, 0};
+  if (!prefix_caching_ || req.prompt.empty())
+    return {std::nullopt, 0};
+  return {std::nullopt, std::uint64_t{hits(t, req.cache_salt, req.prompt)} * block_size_};
+}
+
 model_extension pool_model::extend(request_id id, std::uint64_t n,
                                    const std::vector<token_id>* tokens,
                                    std::uint64_t drafts) {

@@ -136,6 +136,9 @@ public:
 
   model_allocation allocate(const allocation_request& req);
   bool can_allocate(const allocation_request& req) const;
+  /// Prompt tokens allocate(req) would hit now, or check's error.
+  std::pair<maybe_errc, std::uint64_t>
+  cached_prefix(const allocation_request& req) const;
   /// `tokens`: null or exactly n ids; the last `drafts` of them drafts.
   model_extension extend(request_id id, std::uint64_t n,
                          const std::vector<token_id>* tokens,
