@@ -67,6 +67,18 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       st.expire_due_pins();
       return st.core().can_allocate(req);
     },
+    [&st](probe_atom, const std::vector<allocation_request>& reqs)
+      -> caf::result<std::vector<std::uint64_t>> {
+      std::vector<std::uint64_t> out;
+      out.reserve(reqs.size());
+      for (auto& req : reqs) {
+        auto n = st.core().cached_prefix(req);
+        if (!n)
+          return std::move(n.error());
+        out.push_back(*n);
+      }
+      return out;
+    },
     [self](extend_atom, request_id id, std::uint64_t cache_id, std::uint64_t n,
            const std::vector<token_id>& tokens) -> caf::result<extension> {
       auto ext = grow(self, id, cache_id, n, tokens, false);

@@ -267,6 +267,11 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
         return false;
       return self->delegate(st.pool, can_alloc_atom::value, req);
     },
+    [self](probe_atom, std::vector<allocation_request>& reqs)
+      -> caf::result<std::vector<std::uint64_t>> {
+      return self->delegate(self->state.pool, probe_atom::value,
+                            std::move(reqs));
+    },
     [self](stats_atom) -> caf::result<cache_manager_stats> {
       auto rp = owe(self, self->make_response_promise<cache_manager_stats>(),
                     "stats");

@@ -44,5 +44,6 @@ using registry_atom = caf::atom_constant<caf::atom("registry")>;
 using draft_atom = caf::atom_constant<caf::atom("draft")>;
 using settle_atom = caf::atom_constant<caf::atom("settle")>;
 using discard_atom = caf::atom_constant<caf::atom("discard")>;
+using probe_atom = caf::atom_constant<caf::atom("probe")>;
 
 } // namespace kvactor

@@ -66,7 +66,13 @@ using supervisor_actor = caf::typed_actor<
 /// manager's registry follows by a one-way message the pool sends it before
 /// the reply. The manager's own step handler forwards here.
 using step_actor = caf::typed_actor<
-  caf::replies_to<step_atom, step_request>::with<step_result>>;
+  caf::replies_to<step_atom, step_request>::with<step_result>,
+  // For cache-aware scheduling: per request, the prompt tokens its
+  // admission would find cached now (block_pool_core::cached_prefix).
+  // Changes nothing; a hint, not a promise. Errors (naming the request):
+  // those of allocate's checks - unknown_tenant, invalid_request.
+  caf::replies_to<probe_atom, std::vector<allocation_request>>::with<
+    std::vector<std::uint64_t>>>;
 
 /// The one owner of block-level truth (see actors/block_pool_core.hpp).
 using block_pool_actor = caf::typed_actor<
@@ -77,6 +83,9 @@ using block_pool_actor = caf::typed_actor<
   // Whether that allocate would succeed now; changes nothing (but drops
   // pins past their deadline, as allocate would).
   caf::replies_to<can_alloc_atom, allocation_request>::with<bool>,
+  // The step lane's probe: cached prompt tokens per request.
+  caf::replies_to<probe_atom, std::vector<allocation_request>>::with<
+    std::vector<std::uint64_t>>,
   // From a handle: grow (request id, cache id, n, token ids - optional,
   // empty = unnamed). The cache id names the incarnation the handle serves:
   // a handle whose request ended (its id perhaps allocated again since)
@@ -260,6 +269,10 @@ using kv_cache_manager_actor = caf::typed_actor<
                                                            block_table>,
   // Whether allocate would succeed now.
   caf::replies_to<can_alloc_atom, allocation_request>::with<bool>,
+  // Per request, the prompt tokens its allocate would find cached now (the
+  // pool answers: see step_actor).
+  caf::replies_to<probe_atom, std::vector<allocation_request>>::with<
+    std::vector<std::uint64_t>>,
   // The cache's counters (KvCacheManager::stats).
   caf::replies_to<stats_atom>::with<cache_manager_stats>,
   // Runs the supervisor's GC now and replies with what it did.

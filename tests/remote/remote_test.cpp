@@ -274,6 +274,25 @@ BOOST_AUTO_TEST_CASE(the_step_lane_reaches_the_pool_across_the_wire) {
     self, lookup_atom::value, request_id{1});
   BOOST_TEST(info.cache_id == res.admitted[0].cache_id);
   BOOST_TEST(stats(self).active_caches == 2u);
+  // A probe crosses too: a prompt's cached tokens, here none (nothing
+  // admitted had a prompt), an unknown tenant named.
+  std::vector<token_id> prompt(12, 7);
+  auto stranger = req(4, 0, prompt);
+  stranger.tenant = "nobody";
+  self->request(lane, reply_timeout, probe_atom::value,
+                std::vector<allocation_request>{req(3, 0, prompt)})
+    .receive(
+      [&](std::vector<std::uint64_t>& n) {
+        BOOST_TEST(n == (std::vector<std::uint64_t>{0}),
+                   boost::test_tools::per_element());
+      },
+      [&](caf::error& err) { BOOST_FAIL("probe failed: " << render(err)); });
+  self->request(lane, reply_timeout, probe_atom::value,
+                std::vector<allocation_request>{stranger})
+    .receive([&](std::vector<std::uint64_t>&) { BOOST_FAIL("probed a stranger"); },
+             [&](caf::error& err) {
+               BOOST_TEST(render(err).find("nobody") != std::string::npos);
+             });
   step_request end;
   end.frees = {1, 2};
   res = lane_step(end);
