@@ -216,6 +216,23 @@ bool kv_cache_manager::can_allocate(const allocation_request& req) const {
   return res && std::get<0>(*res);
 }
 
+caf::expected<std::uint64_t>
+kv_cache_manager::cached_prefix(const allocation_request& req) const {
+  auto res = cached_prefixes({req});
+  if (!res)
+    return std::move(res.error());
+  return res->front();
+}
+
+caf::expected<std::vector<std::uint64_t>>
+kv_cache_manager::cached_prefixes(const std::vector<allocation_request>& reqs) const {
+  auto res = core_->ask<std::vector<std::uint64_t>>(core_->cache().manager,
+                                                    probe_atom::value, reqs);
+  if (!res)
+    return std::move(res.error());
+  return std::move(std::get<0>(*res));
+}
+
 cache_manager_stats kv_cache_manager::stats() const {
   auto res = core_->ask<cache_manager_stats>(core_->cache().manager,
                                              stats_atom::value);

@@ -98,6 +98,18 @@ public:
   /// Whether allocate(req) would succeed now (false on any error).
   bool can_allocate(const allocation_request& req) const;
 
+  /// How many of req's prompt tokens allocate(req) would find cached now
+  /// (whole blocks, never the last token; 0 with prefix caching off) - for
+  /// cache-aware scheduling, say longest cached prefix first. A hint, not
+  /// a promise: allocate looks again. Errors: those of allocate's checks
+  /// (unknown_tenant, invalid_request naming the field).
+  caf::expected<std::uint64_t> cached_prefix(const allocation_request& req) const;
+
+  /// cached_prefix of each request, in one round trip; the first request
+  /// that fails a check fails the whole call, naming its id.
+  caf::expected<std::vector<std::uint64_t>>
+  cached_prefixes(const std::vector<allocation_request>& reqs) const;
+
   /// The current figures (zeros if the manager does not answer).
   cache_manager_stats stats() const;
 
