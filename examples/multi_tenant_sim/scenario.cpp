@@ -214,10 +214,12 @@ caf::error read_scenario(const json& root, const error_maker& fail,
   const json* cache = nullptr;
   const json* workloads = nullptr;
   std::string preemption = "recompute";
+  std::string order = "arrival";
   caf::error err;
   (err = r.check_keys({"cache", "steps", "drain", "seed", "output_dir",
                        "preemption", "admit_up_to", "max_running",
-                       "max_admits_per_step", "max_waiting",
+                       "max_admits_per_step", "admission_order",
+                       "probe_window", "starvation_steps", "max_waiting",
                        "prefill_chunk", "draft_tokens", "draft_acceptance",
                        "verify_every", "workloads"}))
     || (err = r.object("cache", cache, true))
@@ -230,6 +232,9 @@ caf::error read_scenario(const json& root, const error_maker& fail,
     || (err = r.string("admit_up_to", out.admit_up_to))
     || (err = r.count("max_running", out.max_running, 1, false))
     || (err = r.count("max_admits_per_step", out.max_admits_per_step, 1, false))
+    || (err = r.string("admission_order", order))
+    || (err = r.count("probe_window", out.probe_window, 1, false, 4096))
+    || (err = r.count("starvation_steps", out.starvation_steps, 1, false))
     || (err = r.count("max_waiting", out.max_waiting, 1, false))
     // As long as the longest prompt can be (lengths are at most 2^24).
     || (err = r.count("prefill_chunk", out.prefill_chunk, 0, false,
@@ -258,6 +263,11 @@ caf::error read_scenario(const json& root, const error_maker& fail,
   if (out.preemption == preemption_mode::swap && out.cache.num_host_blocks == 0)
     return fail("preemption", "\"swap\" needs a host tier: set "
                               "cache.num_host_blocks");
+  if (auto o = admission_order_from(order))
+    out.admission = *o;
+  else
+    return fail("admission_order", "expected \"arrival\" or \"cached_prefix\" "
+                                   "(got \"" + order + "\")");
   auto& up_to = out.admit_up_to;
   if (up_to != "auto" && up_to != "medium" && up_to != "high"
       && up_to != "critical" && up_to != "full")

@@ -10,6 +10,7 @@
 
 #include <caf/expected.hpp>
 
+#include "admission_order.hpp"
 #include "kvactor/config/cache_config.hpp"
 #include "kvactor/messages/types.hpp"
 
@@ -108,6 +109,26 @@
 //   "draft_acceptance": 0.7,   the chance, in [0, 1], that the verifier
 //                              accepts a draft, each independently until
 //                              the first rejection (drawn from the seed).
+//   "admission_order": "arrival", the order of each tenant's waiting queue
+//                              at admission. "arrival": first come, first
+//                              served. "cached_prefix": before each step
+//                              that may admit, the scheduler asks the cache
+//                              (one probe_atom round trip to the step lane)
+//                              how many prompt tokens each of the first
+//                              probe_window requests of every queue would
+//                              find cached, and admits those with the most
+//                              first (SGLang's longest prefix match), ties
+//                              in arrival order; a request that has waited
+//                              starvation_steps steps goes first regardless
+//                              (oldest first). Only the order within a
+//                              queue changes: tenants take turns by
+//                              priority, then by the arrival of their
+//                              oldest waiting request, as before.
+//   "probe_window": 64,        with cached_prefix: requests probed per queue
+//                              and step, in [1, 4096].
+//   "starvation_steps": 200,   with cached_prefix: steps of waiting after
+//                              which a request is admitted before any with
+//                              more cached, >= 1.
 //   "max_waiting": 65536,      most requests of one tenant waiting for
 //                              admission (preempted ones included), >= 1:
 //                              its arrivals beyond it are turned away, as a
@@ -292,6 +313,12 @@ struct scenario {
   std::string admit_up_to = "auto";
   std::uint32_t max_running = 256;
   std::uint32_t max_admits_per_step = 16;
+  /// How each queue is ordered at admission, and with cached_prefix how
+  /// many of each queue's first requests are probed per step and the wait
+  /// after which one goes first regardless (admission_order.hpp).
+  admission_order admission = admission_order::arrival;
+  std::uint32_t probe_window = 64;
+  std::uint64_t starvation_steps = 200;
   std::uint64_t max_waiting = 65536;
   /// Tokens an admission or a prefill step computes past the cached prefix
   /// (0 = the whole prompt at admission).
