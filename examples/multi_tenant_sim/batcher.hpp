@@ -83,6 +83,21 @@ public:
   /// The follow-up: more admissions (none: nothing to send).
   step_request more_admits();
 
+  // -- admission order "cached_prefix" (batcher_order.cpp) ---------------------
+
+  /// What to probe the cache with before this step's admissions (call
+  /// after start_step): the first probe_window requests of each waiting
+  /// queue, as they would be admitted. None with admission order
+  /// "arrival", with nothing waiting, or with max_running requests running
+  /// (nothing could be admitted). Remembers them for order_waiting.
+  std::vector<allocation_request> probe_requests();
+
+  /// Orders each probed queue's first requests by `cached` - the probe's
+  /// answer, one count per probe_requests() entry - as cached_prefix_order
+  /// says; the rest of each queue stays behind them as it was. Returns
+  /// false, changing nothing, if `cached` does not answer the last probe.
+  bool order_waiting(const std::vector<std::uint64_t>& cached);
+
   // -- preemption "swap" (after the step's K/V writes) -------------------------
 
   /// Requests to swap out, one per extend that lacked a block: the newest,
@@ -280,6 +295,12 @@ private:
   /// Whether `l` computed its last token this step (end_step finishes it).
   bool finishes_now(const live& l) const noexcept;
   void admit(step_request& out, std::uint64_t reserved);
+  /// Where queue `w`, from `cursor` on, stands among the queues at
+  /// admission (with equal priorities): the (arrival, id) of its head, or
+  /// with cached_prefix of the oldest of its probe window, so that the
+  /// order within a queue does not change the tenants' turns.
+  std::pair<std::uint64_t, request_id> turn_of(std::size_t w,
+                                               std::size_t cursor) const;
   void requeue_front(live& l);
   void stop_running(request_id id);
   void free_and_requeue(request_id id);
@@ -322,6 +343,9 @@ private:
   std::unordered_map<request_id, live> live_;
   std::vector<std::deque<request_id>> waiting_; ///< per workload
   std::vector<std::uint64_t> room_;        ///< in each queue, this step
+  /// The last probe's requests, in probe order, and how many per queue.
+  std::vector<request_id> probed_;
+  std::vector<std::size_t> probed_per_queue_;
   std::vector<std::uint64_t> turned_away_; ///< this step's, per workload
   std::vector<request_id> running_;             ///< extend order
   std::vector<request_id> swapped_;             ///< same order

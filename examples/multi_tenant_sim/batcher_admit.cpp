@@ -37,8 +37,10 @@ std::uint64_t batcher::admitted_tokens(std::uint64_t len,
 }
 
 void batcher::admit(step_request& out, std::uint64_t budget) {
-  // The waiting heads in order of priority, then arrival, as long as they
-  // fit in `budget` (the free blocks, less what running prefills still
+  // The waiting heads in order of priority, then arrival (turn_of: with
+  // cached_prefix a queue takes its turn by its oldest request, and sends
+  // its head, ordered by order_waiting), as long as they fit in `budget`
+  // (the free blocks, less what running prefills still
   // owe, see prefill_owed) less the blocks above the admit_up_to mark,
   // counting no prefix hits. A chunked admission takes its first chunk's
   // blocks now but is counted whole: the rest of its prompt comes within
@@ -70,17 +72,17 @@ void batcher::admit(step_request& out, std::uint64_t budget) {
          && running_.size() + sent_admits_.size() < scenario_.max_running) {
     const live* best = nullptr;
     std::size_t best_w = 0;
+    std::pair<std::uint64_t, request_id> best_turn;
     for (std::size_t w = 0; w < n; ++w) {
       if (skip[w] || cursor[w] >= waiting_[w].size())
         continue;
       auto& l = live_.at(waiting_[w][cursor[w]]);
+      auto turn = turn_of(w, cursor[w]);
       if (!best || l.req.priority > best->req.priority
-          || (l.req.priority == best->req.priority
-              && (l.req.arrival < best->req.arrival
-                  || (l.req.arrival == best->req.arrival
-                      && l.req.id < best->req.id)))) {
+          || (l.req.priority == best->req.priority && turn < best_turn)) {
         best = &l;
         best_w = w;
+        best_turn = turn;
       }
     }
     if (!best)
