@@ -1,5 +1,7 @@
 // scheduler: the scheduler actor (its K/V writes and read-backs are in
-// scheduler_data.cpp). Each step is one chain of messages:
+// scheduler_data.cpp, its cache probe in scheduler_probe.cpp). Each step is
+// one chain of messages:
+//   [probe the waiting requests' cached prefixes (cached_prefix order)] ->
 //   step (frees, extends, admissions) -> [more admissions]* ->
 //   [write the computed tokens' K/V, one message per layer] ->
 //   [preemption "swap": swap out victims, or else swap in] ->
@@ -224,7 +226,7 @@ void next_step(sched_actor* self) {
                             "admitted or swapped in for "
                           + std::to_string(stall_limit) + " steps");
   st.b->start_step();
-  send_step(self, st.b->begin_step());
+  probe_step(self);
 }
 
 caf::behavior scheduler_fun(sched_actor* self, const scenario* sc,

@@ -46,6 +46,10 @@ struct sim_outcome {
   std::uint64_t chunk_extends = 0;        ///< batcher::chunk_extends
   std::uint64_t preempted_mid_prefill = 0; ///< batcher::preempted_mid_prefill
   std::vector<double> step_round_trip_us; ///< per step message
+  /// Admission order cached_prefix: probes sent (one per step at most) and
+  /// those the cache refused (that step admitted in queue order).
+  std::uint64_t probes = 0;
+  std::uint64_t probe_failures = 0;
   std::uint64_t tokens_written = 0;       ///< K/V rows written (all layers)
   std::uint64_t bytes_written = 0;
   std::uint64_t verify_checks = 0;

@@ -54,8 +54,11 @@ void warn(sched_actor* self, std::string text);
 /// Ends the run (at its end, on interrupt or on `error`).
 void finish(sched_actor* self, std::string error = {});
 
-/// The chain's links, in order: write_step -> swap_step -> verify_step ->
-/// stats_step (which starts the next step).
+/// The chain's links, in order: [probe_step ->] send_step (and its
+/// follow-ups) -> write_step -> swap_step -> verify_step -> stats_step
+/// (which starts the next step).
+void probe_step(sched_actor* self);
+void send_step(sched_actor* self, step_request req);
 void write_step(sched_actor* self);
 void swap_step(sched_actor* self);
 void verify_step(sched_actor* self);

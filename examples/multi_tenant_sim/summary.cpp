@@ -211,6 +211,12 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
       << all.preempted_by_cache << " by the supervisor, " << all.preempted_by_quota
       << " at a tenant quota, " << all.swaps << " swapped out, " << all.swap_ins
       << " swapped in; " << all.readmitted << " re-admissions\n";
+  // Said only when asked for: the default's summary stays as it was.
+  if (s.admission == admission_order::cached_prefix)
+    out << "admission order: cached_prefix (most cached prompt tokens first "
+        << "among each queue's first " << s.probe_window << ", any that waited "
+        << s.starvation_steps << " steps first); " << r.probes
+        << " probes, " << r.probe_failures << " failed\n";
   if (s.prefill_chunk > 0)
     out << "chunked prefill: " << s.prefill_chunk << " tokens past the cached "
         << "prefix at admission and per step after; " << r.chunk_extends
