@@ -67,18 +67,6 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       st.expire_due_pins();
       return st.core().can_allocate(req);
     },
-    [&st](probe_atom, const std::vector<allocation_request>& reqs)
-      -> caf::result<std::vector<std::uint64_t>> {
-      std::vector<std::uint64_t> out;
-      out.reserve(reqs.size());
-      for (auto& req : reqs) {
-        auto n = st.core().cached_prefix(req);
-        if (!n)
-          return std::move(n.error());
-        out.push_back(*n);
-      }
-      return out;
-    },
     [self](extend_atom, request_id id, std::uint64_t cache_id, std::uint64_t n,
            const std::vector<token_id>& tokens) -> caf::result<extension> {
       auto ext = grow(self, id, cache_id, n, tokens, false);
@@ -383,6 +371,20 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       st.core().for_each_indexed(
         [&](std::uint64_t h, block_id b) { out.emplace_back(h, b); });
       std::sort(out.begin(), out.end());
+      return out;
+    },
+    [&st](probe_atom, const std::vector<allocation_request>& reqs)
+      -> caf::result<std::vector<std::uint64_t>> {
+      // Last in the behavior: CAF 0.17 tries the handlers in order, and
+      // the hot ones (extends, steps) come first.
+      std::vector<std::uint64_t> out;
+      out.reserve(reqs.size());
+      for (auto& req : reqs) {
+        auto n = st.core().cached_prefix(req);
+        if (!n)
+          return std::move(n.error());
+        out.push_back(*n);
+      }
       return out;
     },
   };

@@ -267,11 +267,6 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
         return false;
       return self->delegate(st.pool, can_alloc_atom::value, req);
     },
-    [self](probe_atom, std::vector<allocation_request>& reqs)
-      -> caf::result<std::vector<std::uint64_t>> {
-      return self->delegate(self->state.pool, probe_atom::value,
-                            std::move(reqs));
-    },
     [self](stats_atom) -> caf::result<cache_manager_stats> {
       auto rp = owe(self, self->make_response_promise<cache_manager_stats>(),
                     "stats");
@@ -449,6 +444,12 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
            std::uint64_t salt) -> caf::result<std::uint32_t> {
       return self->delegate(self->state.pool, unpin_atom::value,
                             std::move(tenant), std::move(tokens), salt);
+    },
+    [self](probe_atom, std::vector<allocation_request>& reqs)
+      -> caf::result<std::vector<std::uint64_t>> {
+      // Last: CAF 0.17 tries the handlers in order (the pool answers).
+      return self->delegate(self->state.pool, probe_atom::value,
+                            std::move(reqs));
     },
   };
 }
