@@ -4,6 +4,7 @@
 //
 //   facade_latency [--requests N] [--extends K] [--scheduler-threads T]
 //                  [--prompt-len P] [--shared-prefix S] [--live L]
+//                  [--probe W]
 //
 // By default a request is 100 unnamed tokens, freed right after its K
 // one-token extends: the bare path, no hashing or lookup. --prompt-len
@@ -12,6 +13,11 @@
 // hits); --live keeps the last L requests live, so the pool is populated
 // and frees come L requests later. With K >= 16 extends cross block
 // boundaries (a block taken every 16 tokens).
+//
+// --probe W (with --prompt-len): after the run, 2,000 cached_prefixes calls
+// of W waiting requests each (fresh prompts after the shared prefix, as a
+// cache-aware scheduler would ask before admitting them), "probe" in the
+// output; each answer is checked against the shared prefix's whole blocks.
 //
 // "floor_before" / "floor_after": the same blocking hand-off (the
 // facade's bridge) to a trivial actor that answers at once, 11,000 calls
@@ -56,6 +62,7 @@ int main(int argc, char** argv) {
   std::size_t prompt_len = 0;
   std::size_t shared_prefix = 0;
   std::size_t live_target = 0;
+  std::size_t probe_window = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     std::string arg = argv[i];
     if (arg == "--requests")
@@ -70,16 +77,23 @@ int main(int argc, char** argv) {
       shared_prefix = std::stoul(argv[i + 1]);
     else if (arg == "--live")
       live_target = std::stoul(argv[i + 1]);
+    else if (arg == "--probe")
+      probe_window = std::stoul(argv[i + 1]);
     else {
       std::cerr << "usage: facade_latency [--requests N] [--extends K] "
                    "[--scheduler-threads T] [--prompt-len P] "
-                   "[--shared-prefix S] [--live L]\n";
+                   "[--shared-prefix S] [--live L] [--probe W]\n";
       return 2;
     }
   }
   if (shared_prefix > prompt_len) {
     std::cerr << "facade_latency: --shared-prefix " << shared_prefix
               << " is longer than --prompt-len " << prompt_len << '\n';
+    return 2;
+  }
+  if (probe_window > 0 && prompt_len == 0) {
+    std::cerr << "facade_latency: --probe needs --prompt-len (what would a "
+                 "prompt-less request find cached?)\n";
     return 2;
   }
   auto cfg = kvactor::bench::bookkeeping_config(100000, threads);
@@ -177,6 +191,37 @@ int main(int argc, char** argv) {
     if (measured)
       free_us.push_back(dt);
   }
+  // Probes, while the live requests still hold the shared prefix.
+  std::vector<double> probe_us;
+  if (probe_window > 0) {
+    auto bs = cfg.block_size;
+    auto want = std::min(shared_prefix / bs, (prompt_len - 1) / bs) * bs;
+    std::vector<allocation_request> waiting(probe_window, req);
+    for (std::size_t round = 0; round < 2200; ++round) {
+      for (std::size_t k = 0; k < probe_window; ++k) {
+        auto& w = waiting[k];
+        w.id = requests + warmup + 1 + k;
+        w.prompt = prefix;
+        while (w.prompt.size() < prompt_len)
+          w.prompt.push_back(token(rng));
+      }
+      auto t0 = clock_type::now();
+      auto got = mgr->cached_prefixes(waiting);
+      auto dt = since(t0);
+      if (!got) {
+        std::cerr << "cached_prefixes: " << render(got.error()) << '\n';
+        return 1;
+      }
+      for (auto n : *got)
+        if (n != want) {
+          std::cerr << "cached_prefixes: " << n << " tokens cached, "
+                    << want << " expected\n";
+          return 1;
+        }
+      if (round >= 200)
+        probe_us.push_back(dt);
+    }
+  }
   for (auto id : live)
     mgr->deallocate(id);
   if (!measure_floor(10000)) {
@@ -194,6 +239,10 @@ int main(int argc, char** argv) {
                      {"deallocate", latency_summary(free_us)},
                      {"floor_before", latency_summary(floor_before)},
                      {"floor_after", latency_summary(floor_us)}};
+  if (probe_window > 0) {
+    out["probe_window"] = probe_window;
+    out["probe"] = latency_summary(probe_us);
+  }
   std::cout << out.dump() << std::endl;
   return 0;
 }
