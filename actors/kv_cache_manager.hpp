@@ -102,7 +102,8 @@ public:
   /// (whole blocks, never the last token; 0 with prefix caching off) - for
   /// cache-aware scheduling, say longest cached prefix first. A hint, not
   /// a promise: allocate looks again. Errors: those of allocate's checks
-  /// (unknown_tenant, invalid_request naming the field).
+  /// (unknown_tenant, invalid_request naming the field,
+  /// exceeds_max_sequence_length).
   caf::expected<std::uint64_t> cached_prefix(const allocation_request& req) const;
 
   /// cached_prefix of each request, in one round trip; the first request

@@ -70,7 +70,8 @@ using step_actor = caf::typed_actor<
   // For cache-aware scheduling: per request, the prompt tokens its
   // admission would find cached now (block_pool_core::cached_prefix).
   // Changes nothing; a hint, not a promise. Errors (naming the request):
-  // those of allocate's checks - unknown_tenant, invalid_request.
+  // those of allocate's checks - unknown_tenant, invalid_request,
+  // exceeds_max_sequence_length.
   caf::replies_to<probe_atom, std::vector<allocation_request>>::with<
     std::vector<std::uint64_t>>>;
 

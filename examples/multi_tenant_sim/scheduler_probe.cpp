@@ -32,7 +32,8 @@ void probe_step(sched_actor* self) {
         // in queue order. Anything else - the lane gone, no reply - ends
         // the run as a failed step message would.
         if (!has_code(err, errc::invalid_request)
-            && !has_code(err, errc::unknown_tenant))
+            && !has_code(err, errc::unknown_tenant)
+            && !has_code(err, errc::exceeds_max_sequence_length))
           return finish(self, "probe: " + render(err));
         ++self->state.out->probe_failures;
         warn(self, "probe refused, this step admits in queue order: "
