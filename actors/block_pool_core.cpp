@@ -9,6 +9,7 @@
 #include <cmath>
 #include <string>
 
+#include "kvactor/actors/token_ids.hpp"
 #include "kvactor/messages/error.hpp"
 
 namespace kvactor::detail {
@@ -111,20 +112,11 @@ block_pool_core::check(const allocation_request& req,
                       req_name(req.id) + ": prefill_chunk "
                         + std::to_string(req.prefill_chunk)
                         + " needs a prompt (a chunk of what?)");
-  // One vectorizable pass; the position only if it failed.
-  token_id lowest = 0;
   if (!prompt_validated)
-    for (auto tok : req.prompt)
-      lowest = std::min(lowest, tok);
-  if (lowest < 0) {
-    auto i = std::find_if(req.prompt.begin(), req.prompt.end(),
-                          [](token_id x) { return x < 0; })
-             - req.prompt.begin();
-    return make_error(errc::invalid_request,
-                      req_name(req.id) + ": prompt[" + std::to_string(i)
-                        + "] = " + std::to_string(req.prompt[i])
-                        + " is not a token id");
-  }
+    if (auto err = negative_token(req.prompt, [&] {
+          return req_name(req.id) + ": prompt";
+        }))
+      return err;
   auto n = req.prompt.empty() ? req.initial_tokens : req.prompt.size();
   if (n > req.max_sequence_length)
     return make_error(errc::exceeds_max_sequence_length,

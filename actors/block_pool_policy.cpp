@@ -5,27 +5,10 @@
 #include <algorithm>
 #include <string>
 
+#include "kvactor/actors/token_ids.hpp"
 #include "kvactor/messages/error.hpp"
 
 namespace kvactor::detail {
-
-namespace {
-
-/// invalid_request naming the first negative entry of a pin's or unpin's
-/// `tokens` (`what`), or no error. A negative id could never match an
-/// indexed block, so a caller passing one has a bug worth hearing about.
-caf::error negative_token(const char* what, const std::vector<token_id>& tokens) {
-  auto i = std::find_if(tokens.begin(), tokens.end(),
-                        [](token_id x) { return x < 0; });
-  if (i == tokens.end())
-    return {};
-  return make_error(errc::invalid_request,
-                    std::string{what} + ": tokens["
-                      + std::to_string(i - tokens.begin())
-                      + "] = " + std::to_string(*i) + " is not a token id");
-}
-
-} // namespace
 
 caf::expected<std::uint16_t>
 block_pool_core::tenant_index(const std::string& name) const {
@@ -122,7 +105,7 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
                       "pinning is disabled (max_pinned_blocks is 0)");
   if (t >= tenants_.size())
     return make_error(errc::unknown_tenant, "no tenant " + std::to_string(t));
-  if (auto err = negative_token("pin", tokens))
+  if (auto err = negative_token(tokens, [] { return std::string{"pin: tokens"}; }))
     return err;
   // Every full block of `tokens` that is in the index, from the start.
   auto full = static_cast<std::uint32_t>(tokens.size() / block_size_);
@@ -186,7 +169,7 @@ block_pool_core::unpin(std::uint16_t t, const std::vector<token_id>& tokens,
   // (a session's cleanup need not know how the pool is configured).
   if (t >= tenants_.size())
     return make_error(errc::unknown_tenant, "no tenant " + std::to_string(t));
-  if (auto err = negative_token("unpin", tokens))
+  if (auto err = negative_token(tokens, [] { return std::string{"unpin: tokens"}; }))
     return err;
   // pin's chain: every full block of `tokens` in the index, from the start.
   // Its pinned blocks are a prefix of it (pins are prefix-closed).
