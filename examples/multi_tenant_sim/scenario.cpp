@@ -186,19 +186,27 @@ caf::expected<scenario> parse_scenario(const std::string& text,
                                        const std::string& source) {
   // A lone CR (old Mac line ends) breaks a line as LF does, so errors
   // name the right line; CR LF counts once already. Outside strings a CR
-  // is whitespace, inside one it is an error either way.
+  // is whitespace and becomes LF here; inside one it stays, and the parser
+  // names it (an unescaped control character) on the line it is on.
   auto lone_cr = [&](std::size_t i) {
     return text[i] == '\r' && (i + 1 == text.size() || text[i + 1] != '\n');
   };
-  for (std::size_t i = text.find('\r'); i != std::string::npos;
-       i = text.find('\r', i + 1))
-    if (lone_cr(i)) {
-      auto lf = text;
-      for (std::size_t k = i; k < lf.size(); ++k)
-        if (lone_cr(k))
-          lf[k] = '\n';
-      return parse_scenario(lf, source);
+  if (text.find('\r') != std::string::npos) {
+    auto lf = text;
+    bool in_string = false, changed = false;
+    for (std::size_t k = 0; k < lf.size(); ++k) {
+      if (in_string && lf[k] == '\\') {
+        ++k; // the escaped character, whatever it is
+      } else if (lf[k] == '"') {
+        in_string = !in_string;
+      } else if (!in_string && lone_cr(k)) {
+        lf[k] = '\n';
+        changed = true;
+      }
     }
+    if (changed)
+      return parse_scenario(lf, source);
+  }
   json root;
   std::string duplicate;
   try {

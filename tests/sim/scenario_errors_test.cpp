@@ -71,6 +71,15 @@ BOOST_AUTO_TEST_CASE(errors_name_the_line_whatever_the_line_ends) {
     BOOST_TEST(msg.compare(0, want.size(), want) == 0, msg);
   }
   parse_ok(with_ends(base, "\r"));
+  // A raw CR inside a string is refused as a CR (not as the LF a line end
+  // becomes), on its own line, whatever the line ends around it.
+  auto raw = replace_once(base, "out/{x}", "out/\r{x}");
+  for (auto end : {"\n", "\r\n", "\r"}) {
+    auto msg = parse_error(with_ends(raw, end));
+    auto want = "test.json:" + std::to_string(line_of(base, "\"output_dir\"")) + ":";
+    BOOST_TEST(msg.compare(0, want.size(), want) == 0, msg);
+    BOOST_TEST(msg.find("U+000D") != std::string::npos, msg);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_tenant_name_with_dots_is_quoted_in_paths) {
