@@ -4,6 +4,9 @@
 // quotas and the lists' own bookkeeping. O(blocks + table entries).
 #include "kvactor/actors/block_pool_core.hpp"
 
+#include <algorithm>
+#include <optional>
+
 #include "kvactor/messages/error.hpp"
 
 namespace kvactor::detail {
@@ -59,29 +62,44 @@ struct block_pool_core::checks {
   }
 
   /// Copy-on-write safety: a partially filled last block that several
-  /// tables hold is written in place only by the holder with the most
-  /// tokens in it, if no other has as many - the one that appended in place
-  /// while another holder's copy of the block was in flight, that copy
-  /// having failed since. Every other holder is flagged tail_shared, so its
-  /// next append copies the block first. `top_fill` / `top_holders`: per
-  /// block, the most tokens a table has in it and how many tables (1, or 2
-  /// for several) have that many; `refs`: tables holding it.
+  /// tables hold is written in place by one of them at most - the one that
+  /// appended in place while the other holders' copies of the block were
+  /// in flight - and only if no other has more tokens in it (its writes
+  /// past its own tokens then touch no one else's). The others may come
+  /// back to the block when their copies fail, as many tokens in it as the
+  /// writer once its drafts are rejected, never more. Every other holder
+  /// is flagged tail_shared, so its next append copies the block first.
+  /// `top_fill`: per block, the most tokens a table has in it; `refs`:
+  /// tables holding it.
   static caf::error shared_tails(const block_pool_core& p,
                                  const std::vector<std::uint32_t>& top_fill,
-                                 const std::vector<std::uint8_t>& top_holders,
                                  const std::vector<std::uint32_t>& refs) {
     caf::error err;
-    auto check = [&](const sequence& s) {
+    // The block a table may write into in place, if any.
+    auto writes_into = [&](const sequence& s) -> std::optional<block_id> {
       auto fill = s.num_tokens % p.block_size_;
       bool on_device = s.where == residency::resident
                        || s.where == residency::swapping_out;
-      if (err || s.tail_shared || fill == 0 || !on_device)
+      if (s.tail_shared || fill == 0 || !on_device)
+        return std::nullopt;
+      return s.blocks.back();
+    };
+    std::vector<std::uint8_t> writers(refs.size(), 0);
+    auto count = [&](const sequence& s) {
+      if (auto b = writes_into(s); b && writers[*b] < 2)
+        ++writers[*b];
+    };
+    p.for_each_sequence(count);
+    p.for_each_ghost(count);
+    auto check = [&](const sequence& s) {
+      auto b = writes_into(s);
+      if (err || !b || refs[*b] < 2)
         return;
-      auto b = s.blocks.back();
-      if (refs[b] > 1 && (top_fill[b] != fill || top_holders[b] != 1))
-        err = broken(req_name(s.id) + " may write into its last " + blk(b)
-                     + ", which another table holds with as many tokens or "
-                       "more, but is not flagged tail_shared");
+      auto fill = s.num_tokens % p.block_size_;
+      if (top_fill[*b] != fill || writers[*b] != 1)
+        err = broken(req_name(s.id) + " may write into its last " + blk(*b)
+                     + ", which another table holds with more tokens or may "
+                       "write into too, but is not flagged tail_shared");
     };
     p.for_each_sequence(check);
     p.for_each_ghost(check);
@@ -95,10 +113,9 @@ caf::error block_pool_core::check_invariant() const {
   std::vector<std::uint32_t> refs(n, 0);
   std::vector<std::uint64_t> active(tenants_.size(), 0);
   std::vector<bool> host_seen(num_host_blocks_, false);
-  // Per block: the most tokens any table holding it has in it, and whether
-  // one table (1) or several (2) have that many - for the tail_shared rule.
+  // Per block: the most tokens any table holding it has in it - for the
+  // tail_shared rule.
   std::vector<std::uint32_t> top_fill(n, 0);
-  std::vector<std::uint8_t> top_holders(n, 0);
   std::vector<std::uint64_t> promised(tenants_.size(), 0);
   // Tokens in a table's last block.
   auto partial_fill = [this](const sequence& s) -> std::uint32_t {
@@ -193,12 +210,7 @@ caf::error block_pool_core::check_invariant() const {
         }
         ++refs[b];
         auto fill = k + 1 == table.size ? partial_fill(s) : block_size_;
-        if (fill > top_fill[b]) {
-          top_fill[b] = fill;
-          top_holders[b] = 1;
-        } else if (fill == top_fill[b]) {
-          top_holders[b] = 2;
-        }
+        top_fill[b] = std::max<std::uint32_t>(top_fill[b], fill);
       }
     for (auto h : s.host_blocks) {
       if (h >= num_host_blocks_ || host_seen[h]) {
@@ -246,7 +258,7 @@ caf::error block_pool_core::check_invariant() const {
                   "exactly once");
   if (!keys_ok)
     return broken("the id index names a slot holding another request");
-  if (auto e = checks::shared_tails(*this, top_fill, top_holders, refs))
+  if (auto e = checks::shared_tails(*this, top_fill, refs))
     return e;
   // Membership of the free stack and the LRU lists.
   std::vector<std::uint8_t> on_list(n, 0); // 1 free, 2 lru

@@ -45,8 +45,10 @@ struct alignas(64) sequence {
   residency where = residency::resident;
   /// LRU level its blocks join when released (retention_of).
   std::uint8_t level = 5;
-  /// Its partially filled last block may be shared (set by fork, the only
-  /// way a partial block gets a second holder); checked before appending.
+  /// Its partially filled last block may be shared: set by fork (which
+  /// gives a partial block a second holder) and by a failed copy-on-write
+  /// copy (which gives it back); checked before appending, which copies
+  /// the block first unless only copies in flight still read it.
   bool tail_shared = false;
   /// Its copy-on-write copy is under way (extend with hold_copies): the
   /// blocks it fills meanwhile enter the prefix index only once the copy

@@ -400,6 +400,45 @@ BOOST_FIXTURE_TEST_CASE(a_step_with_held_copies_undoes_only_the_extend,
   BOOST_TEST(invariant(pool()) == "ok");
 }
 
+BOOST_FIXTURE_TEST_CASE(rejected_drafts_after_a_failed_copy_leave_one_writer,
+                        pool_fixture) {
+  alloc(prompt_req(1, run(100, 6))); // block 1 holds 2 tokens
+  BOOST_REQUIRE(pool().fork(1, 2));
+  auto shared = blocks(1).back();
+  // One step: 1 appends through a held copy; 2, seeing only the copy's
+  // hold on the block, drafts into it in place.
+  step_request step;
+  step.extends = {extend_op{1, 1, 0}, extend_op{2, 1, 1}};
+  step.tokens = run(700, 2);
+  auto r = pool().run_step(step, true);
+  BOOST_TEST(r.failed.empty());
+  BOOST_REQUIRE(r.copies.size() == 1u);
+  BOOST_TEST(blocks(2).back() == shared);
+  // The copy fails: 1 is back on the block, 2 still ahead of it.
+  BOOST_TEST((pool().settle_copies(r.copies, false) == std::vector<request_id>{1}));
+  BOOST_TEST(invariant(pool()) == "ok");
+  // 2's draft is rejected: both now hold 2 tokens of the block. 2 still
+  // writes in place (its third slot is no one else's), 1 copies first.
+  step_request verdict;
+  verdict.verdicts = {draft_verdict{2, 0}};
+  auto v = pool().run_step(verdict, true);
+  BOOST_TEST(v.failed.empty());
+  BOOST_TEST(tokens(1) == 6u);
+  BOOST_TEST(tokens(2) == 6u);
+  BOOST_TEST(invariant(pool()) == "ok");
+  // The first to append copies the block; the other, its only holder
+  // then, writes into it in place.
+  auto e1 = pool().extend(1, 1, run(800, 1).data());
+  BOOST_REQUIRE(e1);
+  BOOST_TEST(e1->copies.size() == 1u);
+  auto e2 = pool().extend(2, 1, run(900, 1).data());
+  BOOST_REQUIRE(e2);
+  BOOST_TEST(e2->copies.empty());
+  BOOST_TEST(blocks(2).back() == shared);
+  BOOST_TEST(blocks(1).back() != shared);
+  BOOST_TEST(invariant(pool()) == "ok");
+}
+
 BOOST_FIXTURE_TEST_CASE(a_draft_extend_short_of_its_copy_fails_then_preempts,
                         pool_fixture) {
   make(3);
