@@ -15,13 +15,18 @@
 //    took it from the pool, as Linux memcg charges the first toucher); the
 //    tenants' charges sum to the used blocks, none above its max_blocks;
 //  - a partially filled block that several tables hold is written in place
-//    by at most one of them (the others are flagged tail_shared);
+//    by at most one of them, one with as many tokens in it as any other
+//    (the others are flagged tail_shared);
 //  - a request's hashed blocks and tail add up to its tokens; no block
 //    holding one of its unsettled draft tokens is indexed;
 //  - the blocks anyone may take (free, or cached and not pinned) cover every
 //    tenant's reservation shortfall (pins give way to keep it so).
 // Every operation validates first and then commits: a failed one changes
-// nothing. Cost: O(1) per block touched.
+// nothing. Running out of host memory is not such a failure: a container's
+// std::bad_alloc may leave an operation half done, so it is fatal - the
+// block_pool actor ends (CAF's runtime_error), and every request to it is
+// answered with CAF's request_receiver_down from then on, never with a
+// half-changed pool. Cost: O(1) per block touched.
 #pragma once
 
 #include <cstdint>

@@ -140,12 +140,18 @@ struct step_result {
   /// verdict and then extended has two entries (apply them in order).
   std::vector<table_delta> changed;
   std::vector<block_copy> copies;    ///< copy-on-write, done before the reply
-  std::vector<request_id> preempted; ///< newest first, as chosen
+  /// Newest first, as chosen. A preemption stands even when the extend it
+  /// made room for is undone later by a failed copy-on-write copy.
+  std::vector<request_id> preempted;
   std::vector<admission> admitted;
   /// In the order the step ran them - verdicts, frees, discards, extends
-  /// (a victim's preemption where it happened), admits - then the extends
-  /// a failed copy-on-write undid: a request whose verdict and extend both
-  /// failed has its verdict's failure first.
+  /// (a victim's preemption where it happened), admits - then the admits
+  /// the pool refused before the step ran for naming another device, then
+  /// the extends a failed copy-on-write undid: a request whose verdict and
+  /// extend both failed has its verdict's failure first. An admit failing
+  /// `out_of_blocks` is not here: admission stops at it (`blocked`); one
+  /// failing otherwise (`quota_exceeded` included) is, and admission goes
+  /// on behind it.
   std::vector<op_failure> failed;
   /// The first admit that did not fit (admission stopped there); 0 = none.
   request_id blocked = 0;
