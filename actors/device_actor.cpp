@@ -20,6 +20,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "kvactor/actors/stray_messages.hpp"
+#include "kvactor/device/validate.hpp"
 #include "kvactor/messages/error.hpp"
 
 namespace kvactor {
@@ -286,11 +287,11 @@ device_actor::behavior_type device_fun(device_ptr self,
       gathered_kv out;
       out.layer = layer;
       out.num_tokens = num_tokens;
-      if (num_tokens > blocks.size() * std::uint64_t{lay.block_size})
-        return make_error(errc::invalid_request,
-                          "gather: " + std::to_string(num_tokens)
-                            + " tokens do not fit in "
-                            + std::to_string(blocks.size()) + " blocks");
+      // Checked before staging: a bad request must not leave a large pinned
+      // buffer behind (staging only grows).
+      if (auto err = detail::check_gather_request(lay, layer, blocks,
+                                                  num_tokens))
+        return err;
       auto& st = self->state;
       auto bytes = num_tokens * row;
       auto buf = st.stage(2 * bytes);

@@ -7,6 +7,7 @@
 // ungated, so that the swap comparison is like for like.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -64,13 +65,21 @@ void fill(void* p, std::size_t bytes, std::uint64_t seed) {
 
 /// Holds a stream until opened. A storage call does host work (validation,
 /// planning, hazard checks, uploads) before its GPU work; with the stream
-/// held meanwhile, the events time the GPU's work alone.
+/// held meanwhile, the events time the GPU's work alone. A call that waits
+/// for the held stream itself would never return: after 30 s the gate opens
+/// on its own and the measurement fails, naming it, instead of hanging.
 struct gate {
   std::atomic<bool> open{false};
+  std::atomic<bool> forced{false};
   static void CUDART_CB hold(void* self) {
     auto g = static_cast<gate*>(self);
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
     while (!g->open.load(std::memory_order_acquire)) {
       // spin: a host function may make no CUDA call, and this one is short
+      if (std::chrono::steady_clock::now() > deadline) {
+        g->forced.store(true);
+        return;
+      }
     }
   }
 };
@@ -114,6 +123,11 @@ double median_ms(cudaStream_t stream, int warmup, int runs, F&& op,
     g.open.store(true, std::memory_order_release);
     open_on_failure.store(nullptr);
     check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    if (g.forced.load()) {
+      std::fprintf(stderr, "gpu_bench: a gated call waited 30 s for the stream "
+                           "its gate held (run %d): no figure\n", i);
+      fail_and_exit();
+    }
     float ms = 0;
     check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
     if (i >= warmup)

@@ -97,8 +97,13 @@ caf::expected<ticket> cuda_storage::swap(const std::vector<block_move>& moves,
   if (auto err = detail::launch_swap(geometry(), host_tier_,
                                      layout_.num_host_blocks, runs.data(),
                                      runs.size(), dir, max_pitch_,
-                                     streams_[s]))
+                                     streams_[s])) {
+    // The runs before the failed one may be queued: let them land before
+    // the failure lets the pool give these blocks to others (an error path:
+    // blocking here is fine; what it returns, fail() reports anyway).
+    cudaStreamSynchronize(streams_[s]);
     return fail(err, out ? "swap_out copy" : "swap_in copy");
+  }
   auto t = submit(role);
   if (!t)
     return t;

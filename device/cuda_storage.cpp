@@ -13,6 +13,7 @@
 
 #include "kvactor/config/cache_limits.hpp"
 #include "kvactor/device/cuda_device_guard.hpp"
+#include "kvactor/device/kernels.hpp"
 #include "kvactor/device/validate.hpp"
 #include "kvactor/messages/error.hpp"
 
@@ -151,6 +152,8 @@ caf::error cuda_storage::init() {
     }
     host_tier_ = static_cast<std::byte*>(p);
   }
+  if (auto err = detail::preload_kernels())
+    return fail(err, "cudaFuncGetAttributes (loading the kernels)");
   for (auto& s : streams_)
     if (auto err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking))
       return fail(err, "cudaStreamCreate");

@@ -32,6 +32,10 @@ ticket_table::~ticket_table() {
 int ticket_table::record(ticket t, CUstream_st* stream) {
   cudaEvent_t ev = nullptr;
   if (free_.empty()) {
+    // Without cudaEventBlockingSync: a wait (sync, sync_one) spins on the
+    // device actor's own detached thread - the lowest wake-up latency for
+    // the write and gather replies, at the price of a busy core while one
+    // waits behind a long swap. The scheduler's workers are not involved.
     if (auto err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming))
       return err;
   } else {

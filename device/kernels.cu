@@ -244,6 +244,31 @@ int launch_fill_random(void* dst, std::size_t bytes, std::uint64_t seed,
   return last_error();
 }
 
+namespace {
+
+template <class T>
+cudaError_t preload_movers() {
+  cudaFuncAttributes a;
+  if (auto err = cudaFuncGetAttributes(&a, copy_blocks_kernel<T>))
+    return err;
+  if (auto err = cudaFuncGetAttributes(&a, write_slots_kernel<T>))
+    return err;
+  return cudaFuncGetAttributes(&a, gather_blocks_kernel<T>);
+}
+
+} // namespace
+
+int preload_kernels() {
+  // Every vector width with_vector_type may pick.
+  for (auto err : {preload_movers<int4>(), preload_movers<int2>(),
+                   preload_movers<int>(), preload_movers<short>(),
+                   preload_movers<char>()})
+    if (err != cudaSuccess)
+      return static_cast<int>(err);
+  cudaFuncAttributes a;
+  return static_cast<int>(cudaFuncGetAttributes(&a, fill_random_kernel));
+}
+
 const char* cuda_error_text(int err) noexcept {
   return cudaGetErrorString(static_cast<cudaError_t>(err));
 }

@@ -87,6 +87,13 @@ int launch_swap(const pool_geometry& pool, void* host_base,
 int launch_fill_random(void* dst, std::size_t bytes, std::uint64_t seed,
                        void* stream);
 
+/// Loads every kernel above into the current device's context now. CUDA
+/// loads kernels lazily (CUDA_MODULE_LOADING=LAZY, Linux's default since
+/// 12.2), at their first launch, and a load may wait for the context's
+/// streams - behind a long swap, or forever behind a stream a test or a
+/// benchmark holds at a host function. cuda_storage::init calls this once.
+int preload_kernels();
+
 /// cudaGetErrorString for a code these launchers return.
 const char* cuda_error_text(int err) noexcept;
 

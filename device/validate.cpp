@@ -128,10 +128,10 @@ caf::error check_write(const storage_layout& layout, std::uint32_t layer,
   }
 }
 
-caf::error check_gather(const storage_layout& layout, std::uint32_t layer,
-                        const std::vector<block_id>& blocks,
-                        std::size_t num_tokens, const void* key_out,
-                        const void* value_out) {
+caf::error check_gather_request(const storage_layout& layout,
+                                std::uint32_t layer,
+                                const std::vector<block_id>& blocks,
+                                std::size_t num_tokens) {
   constexpr const char* op = "gather_blocks";
   if (auto err = check_layer(layout, layer, op))
     return err;
@@ -144,6 +144,16 @@ caf::error check_gather(const storage_layout& layout, std::uint32_t layer,
     return bad(op, "more tokens than the blocks hold",
                std::to_string(num_tokens) + " (capacity "
                  + std::to_string(capacity) + ")");
+  return caf::none;
+}
+
+caf::error check_gather(const storage_layout& layout, std::uint32_t layer,
+                        const std::vector<block_id>& blocks,
+                        std::size_t num_tokens, const void* key_out,
+                        const void* value_out) {
+  constexpr const char* op = "gather_blocks";
+  if (auto err = check_gather_request(layout, layer, blocks, num_tokens))
+    return err;
   if (num_tokens > 0 && (key_out == nullptr || value_out == nullptr))
     return bad(op, "null pointer for",
                key_out == nullptr ? "key_out" : "value_out");

@@ -30,7 +30,14 @@ caf::error check_write(const storage_layout& layout, std::uint32_t layer,
                        std::size_t num_tokens);
 
 /// layer < num_layers; every block id below num_blocks; num_tokens at most
-/// blocks.size() * block_size; with num_tokens > 0 the outputs are non-null.
+/// blocks.size() * block_size. (What a gather asks, before any output
+/// memory is set aside for it.)
+caf::error check_gather_request(const storage_layout& layout,
+                                std::uint32_t layer,
+                                const std::vector<block_id>& blocks,
+                                std::size_t num_tokens);
+
+/// check_gather_request, and with num_tokens > 0 the outputs are non-null.
 caf::error check_gather(const storage_layout& layout, std::uint32_t layer,
                         const std::vector<block_id>& blocks,
                         std::size_t num_tokens, const void* key_out,
