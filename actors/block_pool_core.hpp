@@ -499,6 +499,10 @@ private:
                     std::uint64_t parent, const token_id* tokens);
   void commit_cow(const pending_cow& p);
   bool undo_cow(pending_cow& p);
+  /// Whether a copy in flight from block `b` was made for a request with
+  /// more than `fill` tokens in it: should that copy fail, the request
+  /// comes back to `b`, so no one may write past `fill` there meanwhile.
+  bool copy_reads_past(block_id b, std::uint64_t fill) const;
   /// The indexed block whose hash.lo is `lo`, or prefix_index::npos.
   block_id find_indexed(std::uint64_t lo) const noexcept {
     return index_.find(lo, [this](block_id b) { return blocks_[b].hash.lo; });

@@ -49,6 +49,15 @@ void block_pool_core::index_filled(sequence& seq, std::uint32_t pos,
     pending_cow::entry{pos, h, parent, {tokens, tokens + block_size_}});
 }
 
+bool block_pool_core::copy_reads_past(block_id b, std::uint64_t fill) const {
+  // A step's copies at most: a short list.
+  return std::any_of(pending_cows_.begin(), pending_cows_.end(),
+                     [&](const pending_cow& p) {
+                       return p.copy.src == b
+                              && p.num_tokens % block_size_ > fill;
+                     });
+}
+
 void block_pool_core::commit_cow(const pending_cow& p) {
   auto seq = find_mut(p.id);
   if (seq == nullptr || seq->cache_id != p.cache_id)

@@ -144,15 +144,21 @@ block_pool_core::extend(request_id id, std::uint64_t n,
   if (add > 0)
     if (auto err = fits_alone(req_name(id), seq->tenant, new_blocks))
       return err;
-  // Copy on write only if another table holds the block: a copy in flight
-  // (holds) only reads the tokens before ours, which we never change. Or if
-  // the block entered the prefix index meanwhile: a copy that failed gave
-  // us back the shared block our former sharer went on to fill, and an
-  // indexed block is never written again, even by its last holder.
+  // Copy on write only if another table holds the block, or a copy in
+  // flight (holds) reads tokens of it past ours - its request, back on the
+  // block if the copy fails, would find ours there (a fork makes both
+  // holders tail_shared even where one has more tokens in it). A copy that
+  // reads only the tokens before ours needs nothing: we never change them.
+  // Or if the block entered the prefix index meanwhile: a copy that failed
+  // gave us back the shared block our former sharer went on to fill, and
+  // an indexed block is never written again, even by its last holder.
   bool cow = false;
   if (seq->tail_shared && seq->num_tokens % block_size_ != 0) {
-    auto& last = blocks_[seq->blocks.back()];
-    cow = last.ref_count - last.holds > 1 || last.indexed;
+    auto b = seq->blocks.back();
+    auto& last = blocks_[b];
+    cow = last.ref_count - last.holds > 1 || last.indexed
+          || (last.holds > 0
+              && copy_reads_past(b, seq->num_tokens % block_size_));
   }
   if (add + cow > 0)
     if (auto err = admit_blocks(seq->tenant, add + cow))
