@@ -102,6 +102,56 @@ void check_keys(const nlohmann::json& obj,
       throw line_error{item.key() + ": unknown key"};
 }
 
+/// trace.py's description of how it made the trace is not read, but a
+/// value no generator writes (a negative rate, a fraction past 1, a range
+/// upside down) says the file is not what it claims: refused like any bad
+/// field. `num_sys_prompts`: the header's count, if it has one.
+void check_description(const nlohmann::json& obj,
+                       std::optional<std::uint64_t> num_sys_prompts) {
+  auto number = [&](const char* name, const char* rule, auto ok) {
+    if (!obj.contains(name))
+      return;
+    auto& v = obj[name];
+    if (!v.is_number())
+      throw line_error{std::string{name} + ": expected a number" + detail::got(v)};
+    if (!ok(v.get<double>()))
+      throw line_error{std::string{name} + ": " + rule + detail::got(v)};
+  };
+  number("rate_per_step", "must be > 0", [](double x) { return x > 0; });
+  number("shared_frac", "must be in [0, 1]",
+         [](double x) { return x >= 0 && x <= 1; });
+  for (auto name : {"seed", "min_suffix"})
+    if (obj.contains(name))
+      count(obj, name);
+  if (obj.contains("generator") && !obj["generator"].is_string())
+    throw line_error{"generator: expected a string" + detail::got(obj["generator"])};
+  for (auto name : {"prompt_range", "output_range"}) {
+    if (!obj.contains(name))
+      continue;
+    auto& v = obj[name];
+    std::uint64_t lo = 0, hi = 0;
+    if (!v.is_array() || v.size() != 2 || !detail::non_negative_integer(v[0], lo)
+        || !detail::non_negative_integer(v[1], hi) || lo > hi)
+      throw line_error{std::string{name}
+                       + ": expected [min, max], non-negative integers, min <= max"
+                       + detail::got(v)};
+  }
+  if (obj.contains("sys_prompt_lens")) {
+    auto& v = obj["sys_prompt_lens"];
+    std::uint64_t len = 0;
+    if (!v.is_array()
+        || !std::all_of(v.begin(), v.end(), [&](const nlohmann::json& x) {
+             return detail::non_negative_integer(x, len);
+           }))
+      throw line_error{"sys_prompt_lens: expected an array of non-negative integers"
+                       + detail::got(v)};
+    if (num_sys_prompts && v.size() != *num_sys_prompts)
+      throw line_error{"sys_prompt_lens: " + std::to_string(v.size())
+                       + " lengths, but num_sys_prompts says "
+                       + std::to_string(*num_sys_prompts)};
+  }
+}
+
 /// The replay jumps over idle steps, so a late arrival costs nothing - but
 /// its step counter must not wrap, and `steps` should read exactly where
 /// JSON numbers are doubles: 2^53 leaves room for both.
@@ -235,7 +285,8 @@ caf::expected<trace> load_trace(const std::string& path) {
         if (out.max_model_len == 0) // the requests' max_sequence_length
           throw line_error{"max_model_len: must be > 0"};
         // What else it says is a description (trace.py's settings), not
-        // read - but for the format's version and the counts to check.
+        // read - but for the format's version and the counts to check, and
+        // values no generator writes (check_description).
         if (obj.contains("version") && obj["version"] != 1)
           throw line_error{"version: this reader knows version 1"
                            + detail::got(obj["version"])};
@@ -243,6 +294,7 @@ caf::expected<trace> load_trace(const std::string& path) {
           num_requests = count(obj, "num_requests");
         if (obj.contains("num_sys_prompts"))
           num_sys_prompts = count(obj, "num_sys_prompts");
+        check_description(obj, num_sys_prompts);
         continue;
       }
       if (type != "req")

@@ -143,6 +143,35 @@ BOOST_AUTO_TEST_CASE(the_headers_own_account_is_checked_when_given) {
            "FILE:2: sys_prompt: expected -1 or a system prompt's index (>= 0) (got -7)");
 }
 
+BOOST_AUTO_TEST_CASE(the_headers_description_is_refused_where_no_generator_wrote_it) {
+  // trace.py's settings are not read, but a negative rate or a fraction
+  // past 1 says the file is not what it claims.
+  auto with = [](const std::string& extra) {
+    return R"({"type":"header","block_size":4,"num_blocks":8,"max_model_len":16,)"
+           R"("vocab":100,)" + extra + "}\n" + req0 + "\n";
+  };
+  BOOST_TEST(load_error(with(R"("generator":"trace.py","seed":0,"num_sys_prompts":2,)"
+                             R"("sys_prompt_lens":[5,6],"shared_frac":0.5,"min_suffix":16,)"
+                             R"("prompt_range":[1,4],"output_range":[2,2],"rate_per_step":0.5)"))
+             == "ok");
+  contains(load_error(with(R"("rate_per_step":-0.5)")), "FILE:1: rate_per_step: must be > 0 (got -0.5)");
+  contains(load_error(with(R"("rate_per_step":0)")), "FILE:1: rate_per_step: must be > 0 (got 0)");
+  contains(load_error(with(R"("rate_per_step":"x")")),
+           "FILE:1: rate_per_step: expected a number (got \"x\")");
+  contains(load_error(with(R"("shared_frac":-3)")), "FILE:1: shared_frac: must be in [0, 1] (got -3)");
+  contains(load_error(with(R"("shared_frac":1.5)")), "FILE:1: shared_frac: must be in [0, 1]");
+  contains(load_error(with(R"("seed":"x")")), "FILE:1: seed: expected a non-negative integer");
+  contains(load_error(with(R"("min_suffix":-1)")), "FILE:1: min_suffix: expected a non-negative integer");
+  contains(load_error(with(R"("generator":3)")), "FILE:1: generator: expected a string (got 3)");
+  contains(load_error(with(R"("prompt_range":[5,4])")),
+           "FILE:1: prompt_range: expected [min, max], non-negative integers, min <= max");
+  contains(load_error(with(R"("output_range":7)")), "FILE:1: output_range: expected [min, max]");
+  contains(load_error(with(R"("sys_prompt_lens":"oops")")),
+           "FILE:1: sys_prompt_lens: expected an array of non-negative integers");
+  contains(load_error(with(R"("num_sys_prompts":3,"sys_prompt_lens":[1,2])")),
+           "FILE:1: sys_prompt_lens: 2 lengths, but num_sys_prompts says 3");
+}
+
 BOOST_AUTO_TEST_CASE(the_header_must_come_first_and_be_complete) {
   contains(load_error(req0 + "\n"),
            "FILE:1: type: the first non-blank line must be the header");
