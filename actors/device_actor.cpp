@@ -67,10 +67,25 @@ struct device_state {
   /// copy-on-write copy and taking no other message meanwhile, among them
   /// - would wait for ever. (Each op's own cleanup still finds the state.)
   ~device_state() {
+    // Not on a wake's thread: CUDA forbids its calls in a host callback,
+    // so the work cannot be waited for there.
+    answer_in_flight(!storage::in_wake());
+  }
+
+  /// Answers every waiting requester shutting_down - once its work is done
+  /// (`wait_first`): a requester that hears "not made" gives the blocks
+  /// back (a copy-on-write destination, a swap-in's incoming blocks), and
+  /// a copy still running would write into them after the pool handed them
+  /// to another request. Blocking is fine here: the actor runs detached.
+  /// After a fault the waits return at once.
+  void answer_in_flight(bool wait_first) {
     auto open = std::move(queue);
-    for (auto& p : open)
+    for (auto& p : open) {
+      if (wait_first && store)
+        store->wait_one(p.t); // its own error, if any: shutting_down anyway
       p.finish(make_error(errc::shutting_down,
                           "device actor: stopped with this work in flight"));
+    }
   }
 
   /// At least `bytes` of staging, or null (the staging so far stays).
@@ -178,10 +193,7 @@ device_actor::behavior_type device_fun(device_ptr self,
   self->set_exit_handler([self](const caf::exit_msg& msg) {
     if (!msg.reason)
       return; // a normal exit (of a linked actor): CAF ignores those too
-    auto queue = std::move(self->state.queue);
-    for (auto& p : queue)
-      p.finish(make_error(errc::shutting_down,
-                          "device actor: stopped with this work in flight"));
+    self->state.answer_in_flight(true);
     self->quit(msg.reason);
   });
   // The state is gone when attached functors run: hold the storage and the

@@ -225,12 +225,26 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
         return make_error(errc::invalid_request,
                           "subscribe: the subscriber is a null actor handle");
       auto& st = self->state;
+      auto level = st.tracker->level();
       if (std::find(st.subscribers.begin(), st.subscribers.end(), sub)
           == st.subscribers.end()) {
         st.subscribers.push_back(sub);
         self->monitor(sub); // a subscriber that dies is dropped
+        // Subscribed on its behalf (the manager's topic::pressure), `sub`
+        // does not get this reply: above low, it hears the level now
+        // (previous == level: no change), before any later change - both
+        // from here, so in order - or it would hear nothing until then.
+        if (level != memory_pressure::low
+            && self->current_sender() != caf::actor_cast<caf::strong_actor_ptr>(sub)) {
+          pressure_event ev{level, level, st.last.used_blocks,
+                            st.last.total_blocks};
+          sub->enqueue(caf::actor_cast<caf::strong_actor_ptr>(self),
+                       caf::make_message_id(),
+                       caf::make_message(pressure_atom::value, ev),
+                       self->context());
+        }
       }
-      return st.tracker->level();
+      return level;
     },
     [self](unsubscribe_atom, const caf::actor& sub) {
       auto& subs = self->state.subscribers;

@@ -81,6 +81,34 @@ BOOST_AUTO_TEST_CASE(pressure_levels_rise_and_fall_with_hysteresis) {
              == lvl::low);
 }
 
+BOOST_AUTO_TEST_CASE(a_pressure_subscriber_joining_above_low_hears_the_level_first) {
+  caf::scoped_actor early{sys};
+  subscribe(topic::pressure, early);
+  for (request_id id = 1; id <= 52; ++id) // high
+    BOOST_REQUIRE(allocate(id, 4));
+  BOOST_TEST(changes(pressure_events(early)).size() == 2u);
+  // Through the manager, the supervisor's reply (which carries the level)
+  // goes to the manager: the subscriber hears the level as an event.
+  caf::scoped_actor late{sys};
+  subscribe(topic::pressure, late);
+  std::vector<level_change> first{{lvl::high, lvl::high, 52}};
+  BOOST_TEST(changes(pressure_events(late)) == first, boost::test_tools::per_element());
+  BOOST_TEST(pressure_events(early).empty()); // no change: no event
+  // Subscribed again: nothing new. Then each change, in order.
+  subscribe(topic::pressure, late);
+  BOOST_TEST(pressure_events(late).empty());
+  for (request_id id = 53; id <= 61; ++id)
+    BOOST_REQUIRE(allocate(id, 4));
+  std::vector<level_change> up{{lvl::critical, lvl::high, 61}};
+  BOOST_TEST(changes(pressure_events(late)) == up, boost::test_tools::per_element());
+  // At low, a new subscriber hears nothing until a change.
+  for (request_id id = 61; id >= 1; --id)
+    BOOST_REQUIRE(free(id));
+  caf::scoped_actor calm{sys};
+  subscribe(topic::pressure, calm);
+  BOOST_TEST(pressure_events(calm).empty());
+}
+
 BOOST_AUTO_TEST_CASE(pressure_hovering_at_a_threshold_does_not_flap) {
   caf::scoped_actor sub{sys};
   subscribe(topic::pressure, sub);
