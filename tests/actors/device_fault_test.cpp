@@ -334,6 +334,9 @@ BOOST_FIXTURE_TEST_CASE(a_shutdown_with_a_copy_in_flight_answers_and_ends,
                   caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
   BOOST_TEST(got == strings{"shutting_down"});
   BOOST_TEST(downs == 2); // both ended
+  // Answered once the copy was done: told "not made", the pool gives the
+  // destination back, and a copy still running would write into it.
+  BOOST_TEST(store->pending() == 0u);
 }
 
 BOOST_FIXTURE_TEST_CASE(a_device_killed_with_a_copy_in_flight_still_answers,
@@ -349,6 +352,7 @@ BOOST_FIXTURE_TEST_CASE(a_device_killed_with_a_copy_in_flight_still_answers,
   auto got = replies();
   BOOST_REQUIRE_EQUAL(got.size(), 1u);
   BOOST_TEST((got[0] == "shutting_down" || got[0] == "device_failure"), got[0]);
+  BOOST_TEST(store->pending() == 0u); // waited for before the answer
   BOOST_TEST(outcome(lookup(1)) == "ok");
   BOOST_TEST(value_or(table(2), block_table{}).num_tokens == 10u);
 }
