@@ -213,12 +213,17 @@ caf::expected<scenario> parse_scenario(const std::string& text,
     root = detail::parse_json(text, duplicate);
   } catch (const detail::json_text_error& e) {
     auto at = e.offset;
+    line_index before{text, at};
     auto line = 1 + std::count(text.begin(), text.begin() + at, '\n');
     auto nl = at == 0 ? std::string::npos : text.rfind('\n', at - 1);
     auto column = at + 1 - (nl == std::string::npos ? 0 : nl + 1);
+    std::string where = before.last_path().empty()
+                          ? ""
+                          : " after " + before.last_path();
     return make_error(errc::invalid_config,
-                      source + ":" + std::to_string(line) + ": malformed JSON: "
-                        + e.what() + " at column " + std::to_string(column));
+                      source + ":" + std::to_string(line) + ": malformed JSON"
+                        + where + ": " + e.what() + " at column "
+                        + std::to_string(column));
   } catch (const json::parse_error& e) {
     // e.byte is 1-based: the index of the offending character plus one.
     auto at = e.byte == 0 ? 0 : static_cast<std::size_t>(e.byte - 1);
