@@ -3,6 +3,7 @@
 // others' requests; conversations draw from streams of their own.
 #include "workload.hpp"
 
+#include <algorithm>
 #include <limits>
 
 namespace kvactor::sim {
@@ -132,15 +133,11 @@ workload_generator::arrivals(std::uint64_t step,
       r.arrival = step;
       give_id(r);
     }
-    if (step >= scenario_.steps)
-      continue;
-    auto& w = scenario_.workloads[i];
-    auto rate = w.rate;
-    if (w.burst.period != 0 && step % w.burst.period < w.burst.duration)
-      rate = w.burst.rate;
-    if (rate <= 0)
-      continue;
-    auto n = std::poisson_distribution<std::uint32_t>{rate}(sources_[i].rng);
+    // Drawn already by next_arrival: none before quiet_until_, and the
+    // counts kept for drawn_step_.
+    auto n = step < quiet_until_    ? 0
+             : step == drawn_step_ ? drawn_[i]
+                                   : draw_count(i, step);
     if (n > left) {
       turned_away[i] += n - left;
       n = static_cast<std::uint32_t>(left);
@@ -150,7 +147,48 @@ workload_generator::arrivals(std::uint64_t step,
       give_id(r);
     }
   }
+  if (step == drawn_step_)
+    drawn_step_ = no_step;
   return out;
+}
+
+std::uint32_t workload_generator::draw_count(std::size_t i, std::uint64_t step) {
+  if (step >= scenario_.steps)
+    return 0;
+  auto& w = scenario_.workloads[i];
+  auto rate = w.rate;
+  if (w.burst.period != 0 && step % w.burst.period < w.burst.duration)
+    rate = w.burst.rate;
+  if (rate <= 0)
+    return 0; // nothing drawn: the stream stays where it was
+  return std::poisson_distribution<std::uint32_t>{rate}(sources_[i].rng);
+}
+
+std::uint64_t workload_generator::next_arrival(std::uint64_t from,
+                                               std::uint64_t limit) {
+  auto end = limit;
+  if (!follow_ups_.empty())
+    end = std::min(end, std::max(from, follow_ups_.begin()->first.first));
+  if (drawn_step_ != no_step) // drawn already, by an earlier look
+    return std::min(end, drawn_step_);
+  // Each step's draws, workload by workload, as arrivals() makes them: the
+  // streams are per workload, so drawing every count of a step before any
+  // request of it leaves each stream's order as it was.
+  drawn_.resize(sources_.size());
+  auto step = std::max(from, quiet_until_);
+  for (; step < std::min(end, scenario_.steps); ++step) {
+    bool any = false;
+    for (std::size_t i = 0; i < sources_.size(); ++i) {
+      drawn_[i] = draw_count(i, step);
+      any = any || drawn_[i] > 0;
+    }
+    if (any) {
+      drawn_step_ = quiet_until_ = step;
+      return step;
+    }
+  }
+  quiet_until_ = std::max(quiet_until_, step);
+  return end;
 }
 
 bool workload_generator::finished(sim_request r, std::uint64_t step) {

@@ -57,6 +57,18 @@ public:
   /// one was scheduled. A turn that never finishes ends its session.
   bool finished(sim_request r, std::uint64_t step);
 
+  /// The first step in [from, limit) in which a request arrives - a
+  /// follow-up turn due, or a new one drawn - else `limit`: how long an
+  /// idle run has nothing to do. The new arrivals of the steps looked at
+  /// are drawn as arrivals() would draw them and kept for it (those of the
+  /// step returned; none came before it), so a run that skips steps gets
+  /// the requests of one that steps through, and a look followed by
+  /// arrivals() of the same steps draws nothing twice. Draws at most
+  /// limit - from steps' worth (the caller bounds the work per call).
+  /// REQUIRES: `from` is the next step arrivals() is called for, or after
+  /// it if none arrives in between.
+  std::uint64_t next_arrival(std::uint64_t from, std::uint64_t limit);
+
   /// Follow-up turns scheduled that have not arrived yet.
   std::size_t pending_follow_ups() const noexcept {
     return follow_ups_.size();
@@ -78,6 +90,9 @@ private:
 
   /// A new request of workload `w` arriving at `step` (no id yet).
   sim_request make_request(std::size_t w, std::uint64_t step);
+  /// How many new requests of workload `w` arrive at `step` (drawn from its
+  /// stream; none from s.steps on).
+  std::uint32_t draw_count(std::size_t w, std::uint64_t step);
 
   const scenario& scenario_;
   std::vector<source> sources_; ///< per workload
@@ -85,6 +100,14 @@ private:
   /// Follow-up turns by (arrival step, order scheduled), without ids.
   std::map<std::pair<std::uint64_t, std::uint64_t>, sim_request> follow_ups_;
   std::uint64_t scheduled_ = 0;
+  /// What next_arrival drew ahead: no new arrival in the steps before
+  /// quiet_until_ (from the next arrivals() step on), and the counts of
+  /// drawn_step_ (no_step: none kept) per workload, until arrivals() takes
+  /// them.
+  static constexpr std::uint64_t no_step = ~std::uint64_t{0};
+  std::uint64_t quiet_until_ = 0;
+  std::uint64_t drawn_step_ = no_step;
+  std::vector<std::uint32_t> drawn_;
 };
 
 } // namespace kvactor::sim

@@ -1,7 +1,8 @@
 // The workload generator: a scenario and a seed always give the same
 // requests, another seed others; lengths, token ids, priorities and system
 // prompts as configured; arrival counts near the rate (bursts included);
-// nothing from `steps` on; ids increasing from 1.
+// nothing from `steps` on; ids increasing from 1; looking ahead for the
+// next arrival (idle gaps) changes none.
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -235,6 +236,41 @@ BOOST_AUTO_TEST_CASE(a_workload_added_before_or_after_the_others_leaves_them_unc
       BOOST_TEST(ys.size() > xs.size());
       BOOST_TEST(same(xs, strip(with, ys)));
     }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(looking_ahead_for_the_next_arrival_changes_no_request) {
+  // Rare arrivals, with bursts: next_arrival draws ahead (what an idle run
+  // skips), and arrivals() of the steps it looked at must draw nothing
+  // twice - every request as without the looks.
+  auto j = small_scenario();
+  j["steps"] = 3000;
+  j["workloads"]["a"]["rate"] = 0.01;
+  j["workloads"]["b"]["rate"] = 0.003;
+  j["workloads"]["b"]["burst"] = {{"period", 700}, {"duration", 5}, {"rate", 2}};
+  auto s = parse_json(j);
+  auto want = all_requests(s);
+  BOOST_REQUIRE_GT(want.size(), 40u);
+  for (std::uint64_t span : {1u, 7u, 100u, 5000u}) {
+    workload_generator gen{s};
+    std::vector<sim_request> got;
+    std::uint64_t looked_to = 0;
+    for (std::uint64_t step = 0; step < s.steps; ++step) {
+      if (step % 3 == 0) {
+        // The next arrival: none before it (arrivals() below checks), and
+        // none at or after the limit is named.
+        auto next = gen.next_arrival(step, step + span);
+        BOOST_TEST(next >= step);
+        BOOST_TEST(next <= step + span);
+        looked_to = std::max(looked_to, next);
+      }
+      auto rs = gen.arrivals(step);
+      if (step < looked_to)
+        BOOST_TEST(rs.empty(), "span " << span << ", step " << step);
+      for (auto& r : rs)
+        got.push_back(std::move(r));
+    }
+    BOOST_TEST(same(want, got), "span " << span);
   }
 }
 
