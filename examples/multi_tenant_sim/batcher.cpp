@@ -71,6 +71,12 @@ bool batcher::done() const noexcept {
          && limbo_.empty() && waiting() == 0 && gen_.pending_follow_ups() == 0;
 }
 
+bool batcher::idle() const noexcept {
+  return running_.empty() && swapped_.empty() && swapping_out_.empty()
+         && to_free_.empty() && limbo_.empty() && finish_verdicts_.empty()
+         && external_.empty() && waiting() == 0;
+}
+
 std::size_t batcher::waiting() const noexcept {
   std::size_t n = 0;
   for (auto& q : waiting_)
@@ -123,6 +129,7 @@ void batcher::start_step() {
   swap_in_used_ = 0;
   swap_ins_ = 0;
   process_external();
+  auto was_idle = idle();
   room_.resize(waiting_.size());
   for (std::size_t w = 0; w < waiting_.size(); ++w)
     room_[w] = scenario_.max_waiting > waiting_[w].size()
@@ -151,6 +158,10 @@ void batcher::start_step() {
     f.conv.follow_ups_turned_away += follow_ups_away[w];
     f.conv.first_turns += turned_away_[w] - follow_ups_away[w];
   }
+  // Arrivals wait (or were turned away): either way not a quiet step.
+  quiet_start_ = was_idle && waiting() == 0
+                 && std::all_of(turned_away_.begin(), turned_away_.end(),
+                                [](std::uint64_t n) { return n == 0; });
 }
 
 step_request batcher::begin_step() {
@@ -311,6 +322,7 @@ void batcher::end_step() {
     ++stalled_;
   else
     stalled_ = 0;
+  quiet_ = quiet_start_ && idle();
   ++step_;
 }
 

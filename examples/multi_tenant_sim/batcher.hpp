@@ -57,6 +57,35 @@ public:
   /// last request finishes (bench/replay_scheduler.hpp).
   bool done() const noexcept;
 
+  /// Nothing to do: no request running, waiting, swapped, to free or
+  /// awaiting its free, and no preemption notice or verdict pending - a
+  /// step now would send an empty message, unless something arrives.
+  bool idle() const noexcept;
+
+  // -- idle gaps (batcher_idle.cpp) ---------------------------------------------
+
+  /// Skips idle steps: if the last step run began and ended idle with
+  /// nothing arriving, the run is not done, and nothing arrives in the
+  /// next `min_gap` steps, the clock jumps to the next step in which a
+  /// request arrives (workload_generator::next_arrival), to `steps` (where
+  /// arrivals end), or by `max_draw_steps` (at least min_gap) while new
+  /// arrivals still have to be drawn one step at a time - a bound on the
+  /// work per call, so that the caller can check for an interrupt between
+  /// calls. The skipped steps count as run - the clock, queue delays and
+  /// latencies go on - but no message is sent for them: an empty step
+  /// changes nothing in the cache. They are sampled with the last step's
+  /// state (its level too; admitted, finished and preempted 0) in at most
+  /// two rows, at the gap's first and last step (step_sample::steps says
+  /// how many steps each stands for; a gap skipped in several calls keeps
+  /// two rows). Returns the steps skipped (0: none; go on with start_step).
+  /// REQUIRES: between steps (after end_step).
+  std::uint64_t skip_idle(std::uint64_t min_gap, std::uint64_t max_draw_steps);
+
+  /// Steps skip_idle skipped in all.
+  std::uint64_t skipped_steps() const noexcept {
+    return skipped_;
+  }
+
   /// Steps in a row with requests waiting and nothing running or admitted.
   std::uint64_t stalled_steps() const noexcept {
     return stalled_;
@@ -381,6 +410,11 @@ private:
   std::uint32_t step_preempted_ = 0;
   std::uint64_t ended_before_free_ = 0;
   std::uint64_t stalled_ = 0;
+  /// This step began idle and nothing arrived (start_step); the last step
+  /// run did, and ended idle (end_step): its sample holds until an arrival.
+  bool quiet_start_ = false;
+  bool quiet_ = false;
+  std::uint64_t skipped_ = 0;
   draft_verifier verifier_;
   std::vector<sent_verdict> sent_verdicts_;
   /// Verdicts of requests that finished with drafts unsettled: sent with

@@ -32,19 +32,27 @@ tenant_figures overall_of(const sim_outcome& r) {
   }
   for (auto& s : r.samples) {
     all.blocks_peak = std::max(all.blocks_peak, s.used_blocks);
-    all.blocks_sum += double(s.used_blocks);
+    all.blocks_sum += double(s.used_blocks) * double(s.steps);
   }
   return all;
 }
 
+std::uint64_t sampled_steps(const sim_outcome& r) {
+  std::uint64_t n = 0;
+  for (auto& s : r.samples)
+    n += s.steps;
+  return n;
+}
+
 double mean_blocks(const tenant_figures& f, const sim_outcome& r) {
-  return r.samples.empty() ? 0.0 : f.blocks_sum / double(r.samples.size());
+  auto n = sampled_steps(r);
+  return n == 0 ? 0.0 : f.blocks_sum / double(n);
 }
 
 std::vector<std::uint64_t> steps_at_levels(const sim_outcome& r) {
   std::vector<std::uint64_t> out(4, 0);
   for (auto& s : r.samples)
-    ++out[static_cast<int>(s.pressure) & 3];
+    out[static_cast<int>(s.pressure) & 3] += s.steps;
   return out;
 }
 

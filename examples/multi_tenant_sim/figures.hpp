@@ -28,10 +28,14 @@ double percentile(std::vector<T> xs, double q) {
 /// The figures of all tenants together (queue delays and latencies merged).
 tenant_figures overall_of(const sim_outcome& r);
 
-/// A tenant's mean blocks over the run's samples.
+/// The steps the samples stand for: one each, a skipped idle gap's rows
+/// all of its steps (step_sample::steps) - the steps run.
+std::uint64_t sampled_steps(const sim_outcome& r);
+
+/// A tenant's mean blocks over the run's sampled steps.
 double mean_blocks(const tenant_figures& f, const sim_outcome& r);
 
-/// Steps spent at each pressure level.
+/// Steps spent at each pressure level (skipped idle steps included).
 std::vector<std::uint64_t> steps_at_levels(const sim_outcome& r);
 
 } // namespace kvactor::sim

@@ -58,9 +58,13 @@ struct tenant_sample {
   std::uint64_t blocks = 0; ///< charged to the tenant (manager's stats)
 };
 
-/// The state after one step.
+/// The state after one step - or, for a row of a skipped idle gap
+/// (batcher::skip_idle), after each of `steps` steps (the gap's first
+/// step's row stands for it alone, the last step's row for the rest).
 struct step_sample {
   std::uint64_t step = 0;
+  std::uint64_t steps = 1; ///< steps this row stands for
+  bool skipped = false;    ///< a row of a skipped idle gap
   std::uint32_t waiting = 0;
   std::uint32_t running = 0;
   std::uint32_t swapped = 0; ///< requests in the host tier

@@ -200,7 +200,8 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
   out << '\n';
 
   auto at = steps_at_levels(r);
-  double n = r.samples.empty() ? 1.0 : double(r.samples.size());
+  auto sampled = sampled_steps(r);
+  double n = sampled == 0 ? 1.0 : double(sampled);
   out << "pressure: steps at low " << pct(at[0] / n) << ", medium "
       << pct(at[1] / n) << ", high " << pct(at[2] / n) << ", critical "
       << pct(at[3] / n) << "; entered medium " << r.pressure_entered[1]

@@ -311,6 +311,12 @@ void core_driver::step() {
 
 bool core_driver::run(std::uint64_t max_steps) {
   for (std::uint64_t i = 0; i < max_steps && !b_.done(); ++i) {
+    if (skip_min_gap_ > 0) {
+      while (b_.skip_idle(skip_min_gap_, 1u << 16) > 0) {
+      }
+      if (b_.done())
+        break;
+    }
     step();
     BOOST_REQUIRE_MESSAGE(b_.stalled_steps() < 100,
                           "stalled at step " << b_.step() << ": " << b_.waiting()

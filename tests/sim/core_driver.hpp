@@ -1,13 +1,13 @@
 // core_driver: runs the simulator's batcher against a block_pool_core
 // directly - the way scheduler.cpp runs it against the manager actor, one
 // step at a time (start_step, the step message and its follow-ups, swaps,
-// the read-back pick, record, end_step) - and checks the pool and the
-// batcher's messages as it goes. A "supervisor" may preempt requests at the
-// points where the real one's notices can arrive. It keeps what each K/V
-// slot would hold - the batcher's computed tokens written, copy-on-write
-// copies and swaps applied - and checks every running request's slots
-// after each step: the read-back of a run on host storage, for every
-// request and step. CAF-free.
+// the read-back pick, record, end_step; idle gaps skipped if asked) - and
+// checks the pool and the batcher's messages as it goes. A "supervisor" may
+// preempt requests at the points where the real one's notices can arrive.
+// It keeps what each K/V slot would hold - the batcher's computed tokens
+// written, copy-on-write copies and swaps applied - and checks every
+// running request's slots after each step: the read-back of a run on host
+// storage, for every request and step. CAF-free.
 #pragma once
 
 #include <cstdint>
@@ -33,9 +33,16 @@ public:
   /// Runs one step; every check failure is a Boost.Test error.
   void step();
 
-  /// Steps until the batcher is done or `max_steps` ran; returns whether it
-  /// is done.
+  /// Steps until the batcher is done or `max_steps` ran (skipped idle steps
+  /// not counted); returns whether it is done.
   bool run(std::uint64_t max_steps);
+
+  /// From now on, run() skips idle gaps of at least `min_gap` steps between
+  /// steps (batcher::skip_idle), as the scheduler actor does; by default
+  /// it steps through every one.
+  void skip_idle_gaps(std::uint64_t min_gap) noexcept {
+    skip_min_gap_ = min_gap;
+  }
 
   batcher& b() noexcept {
     return b_;
@@ -123,6 +130,7 @@ private:
   std::vector<request_ended> owed_; ///< for the next step reply
   std::vector<std::pair<request_id, std::uint64_t>> late_; ///< notices
   std::uint64_t messages_ = 0;
+  std::uint64_t skip_min_gap_ = 0; ///< 0: no skipping
   std::uint64_t swap_out_failures_ = 0;
   std::uint64_t peak_running_ = 0;
   std::unordered_map<request_id, std::uint64_t> prompt_len_; ///< as admitted

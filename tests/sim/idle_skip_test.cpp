@@ -1,0 +1,139 @@
+// Skipping idle gaps (batcher::skip_idle): a run that skips them is the run
+// that steps through them - the same figures, and time series rows that
+// expand to the same row per step - with far fewer messages and rows.
+#include "core_driver.hpp"
+#include "sim_support.hpp"
+
+using namespace kvactor;
+using namespace kvactor::sim;
+using namespace kvactor::sim::test;
+using nlohmann::json;
+
+namespace {
+
+/// A chat tenant whose sessions pause for hundreds of steps and a batch
+/// tenant that comes in rare bursts: long idle gaps while arrivals are
+/// still drawn and while the drain waits for follow-ups. No supervisor
+/// moves, so the actors' run is deterministic too.
+json idle_scenario() {
+  return json::parse(R"({
+    "cache": {
+      "block_size": 4,
+      "model": {"num_layers": 1, "num_kv_heads": 1, "head_dim": 8, "dtype": "fp16"},
+      "storage": "none", "num_gpu_blocks": 512, "gc_interval_ms": 0,
+      "pressure": {"preempt_at_critical": false, "evict_cached_at_high": false},
+      "tenants": [{"name": "chat", "priority": "high"},
+                  {"name": "batch", "priority": "low"}]
+    },
+    "steps": 4000, "seed": 5,
+    "workloads": {
+      "chat": {"rate": 0.004, "prompt_len": [8, 24], "output_len": [4, 16],
+               "system_prompts": {"count": 2, "len": [8, 16], "share": 0.5},
+               "conversation": {"turns": [2, 4], "user_len": [2, 8],
+                                "think_steps": [300, 3000]}},
+      "batch": {"rate": 0.001, "burst": {"period": 1000, "duration": 10, "rate": 0.5},
+                "prompt_len": [16, 64], "output_len": [4, 16]}
+    }
+  })");
+}
+
+/// One row per step: a skipped gap's rows stand for every step of it.
+std::vector<step_sample> per_step(const std::vector<step_sample>& rows) {
+  std::vector<step_sample> out;
+  for (auto& r : rows)
+    for (std::uint64_t k = 0; k < r.steps; ++k) {
+      auto x = r;
+      x.step = r.step + 1 + k - r.steps;
+      out.push_back(x);
+    }
+  return out;
+}
+
+void check_same_samples(const std::vector<step_sample>& want,
+                        const std::vector<step_sample>& skipped_rows) {
+  auto got = per_step(skipped_rows);
+  BOOST_REQUIRE_EQUAL(got.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    auto& x = want[i];
+    auto& y = got[i];
+    BOOST_TEST_CONTEXT("step " << i) {
+      BOOST_TEST(y.step == x.step);
+      BOOST_TEST(y.waiting == x.waiting);
+      BOOST_TEST(y.running == x.running);
+      BOOST_TEST(y.admitted == x.admitted);
+      BOOST_TEST(y.finished == x.finished);
+      BOOST_TEST(y.preempted == x.preempted);
+      BOOST_TEST(y.used_blocks == x.used_blocks);
+      BOOST_TEST(y.cached_blocks == x.cached_blocks);
+      BOOST_TEST((y.pressure == x.pressure));
+      BOOST_TEST(y.hit_rate == x.hit_rate);
+      BOOST_REQUIRE_EQUAL(y.tenants.size(), x.tenants.size());
+      for (std::size_t w = 0; w < x.tenants.size(); ++w)
+        BOOST_TEST(y.tenants[w].blocks == x.tenants[w].blocks);
+    }
+  }
+}
+
+/// What the tenants got: the same requests, served the same way. With
+/// `blocks`, the per-step block figures too (a run that samples every step).
+void check_same_figures(const std::vector<tenant_figures>& xs,
+                        const std::vector<tenant_figures>& ys, bool blocks) {
+  BOOST_REQUIRE_EQUAL(xs.size(), ys.size());
+  for (std::size_t w = 0; w < xs.size(); ++w) {
+    auto& x = xs[w];
+    auto& y = ys[w];
+    BOOST_TEST_CONTEXT("tenant " << x.name) {
+      BOOST_TEST(y.arrived == x.arrived);
+      BOOST_TEST(y.admitted == x.admitted);
+      BOOST_TEST(y.finished == x.finished);
+      BOOST_TEST(y.rejected == x.rejected);
+      BOOST_TEST(y.prompt_tokens == x.prompt_tokens);
+      BOOST_TEST(y.generated_tokens == x.generated_tokens);
+      BOOST_TEST(y.prefill_tokens == x.prefill_tokens);
+      BOOST_TEST(y.hit_tokens == x.hit_tokens);
+      BOOST_TEST(y.preemptions() == x.preemptions());
+      BOOST_TEST(y.queue_delay == x.queue_delay, boost::test_tools::per_element());
+      BOOST_TEST(y.latency == x.latency, boost::test_tools::per_element());
+      BOOST_TEST(y.conv.follow_ups == x.conv.follow_ups);
+      BOOST_TEST(y.conv.follow_up_hit_tokens == x.conv.follow_up_hit_tokens);
+      BOOST_TEST(y.conv.sessions_completed == x.conv.sessions_completed);
+      if (blocks) {
+        BOOST_TEST(y.blocks_peak == x.blocks_peak);
+        BOOST_TEST(y.blocks_sum == x.blocks_sum); // whole numbers: exact
+      }
+    }
+  }
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(idle_gaps)
+
+BOOST_AUTO_TEST_CASE(a_run_that_skips_idle_gaps_is_the_run_that_steps_through) {
+  auto s = parse_json(idle_scenario());
+  core_driver stepped{s, 1};
+  BOOST_REQUIRE(stepped.run(100000));
+  BOOST_TEST(stepped.b().skipped_steps() == 0u);
+  BOOST_TEST(stepped.b().step() > s.steps); // follow-ups came in the drain
+  // Every gap skipped, and only those of 64 steps or more (the scheduler's).
+  for (std::uint64_t min_gap : {1u, 64u}) {
+    BOOST_TEST_CONTEXT("min_gap " << min_gap) {
+      core_driver skipping{s, 1};
+      skipping.skip_idle_gaps(min_gap);
+      BOOST_REQUIRE(skipping.run(100000));
+      auto& a = stepped.b();
+      auto& b = skipping.b();
+      BOOST_TEST(b.step() == a.step());
+      BOOST_TEST(b.arrived() == a.arrived());
+      // Most of the run was idle, and skipped: no message, two rows a gap.
+      BOOST_TEST(b.skipped_steps() > b.step() / 2);
+      BOOST_TEST(skipping.step_messages() + b.skipped_steps()
+                 <= stepped.step_messages());
+      BOOST_TEST(b.samples().size() < a.samples().size() / 2);
+      check_same_figures(a.figures(), b.figures(), true);
+      check_same_samples(a.samples(), b.samples());
+    }
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
