@@ -93,8 +93,11 @@ private:
       what = std::to_string(tenth * 10) + "%";
     } else if (!draining_) {
       draining_ = true;
+      last_drain_k_ = (s.step - s.steps) / 1000;
       what = "draining:";
-    } else if ((s.step - s.steps) % 1000 == 0) {
+    } else if ((s.step - s.steps) / 1000 > last_drain_k_) {
+      // Each 1000 drain steps - once, when a skipped idle gap jumps many.
+      last_drain_k_ = (s.step - s.steps) / 1000;
       what = "draining:";
     } else {
       return;
@@ -117,6 +120,7 @@ private:
   bool started_ = false;
   bool draining_ = false;
   std::uint64_t last_tenth_ = 0;
+  std::uint64_t last_drain_k_ = 0;
   std::chrono::steady_clock::time_point last_;
 };
 

@@ -209,6 +209,9 @@ std::string report_json(const scenario& s, const sim_outcome& r) {
       {"interrupted", r.interrupted},
       {"error", r.error.empty() ? json(nullptr) : json(r.error)},
       {"steps", r.steps},
+      // Of those, idle steps skipped: no step message, and in
+      // timeseries.csv two rows per gap (at its first and last step).
+      {"idle_steps_skipped", r.idle_steps_skipped},
       {"wall_seconds", r.wall_s},
       {"storage", r.storage},
       {"device", r.device},
@@ -239,6 +242,10 @@ std::string report_json(const scenario& s, const sim_outcome& r) {
   return out.dump(2) + "\n";
 }
 
+/// A row per step run; a skipped idle gap (batcher::skip_idle) has a row at
+/// its first and its last step only, both with the state of every step
+/// between them: where the step column jumps, the steps it passes over
+/// were skipped (a plot draws them flat).
 std::string timeseries_csv(const sim_outcome& r) {
   std::ostringstream out;
   out << "step,waiting,running,swapped,admitted,finished,preempted,blocks_used,"

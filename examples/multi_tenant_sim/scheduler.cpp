@@ -6,6 +6,8 @@
 //   [write the computed tokens' K/V, one message per layer] ->
 //   [preemption "swap": swap out victims, or else swap in] ->
 //   [read one request back, every verify_every steps] -> stats -> next step.
+// Between steps, an idle gap (nothing to run or send until the next
+// arrival) is skipped without messages (batcher::skip_idle).
 // At the end, the final stats and the pool's invariant check. Pressure
 // changes arrive as (pressure_atom, pressure_event) from the supervisor,
 // preemptions the supervisor makes as (preempt_atom, request_ended) from
@@ -39,6 +41,16 @@ using clock_type = std::chrono::steady_clock;
 /// Steps with requests waiting and nothing running before the run gives up.
 constexpr std::uint64_t stall_limit = 1000;
 
+/// Idle gaps shorter than this are stepped through (batcher::skip_idle):
+/// under a millisecond of empty messages, and the time series of a run
+/// that is seldom idle for long keeps a row per step.
+constexpr std::uint64_t skip_min_gap = 64;
+
+/// Idle steps whose new arrivals one skip may draw: a few milliseconds of
+/// work, so an interrupt is seen promptly even while the arrivals of a
+/// very long, very quiet run are drawn.
+constexpr std::uint64_t skip_draw_steps = 1u << 16;
+
 constexpr std::size_t max_warnings = 40;
 
 void next_step(sched_actor* self);
@@ -55,6 +67,7 @@ void deliver(sched_actor* self) {
   auto& b = *st.b;
   auto& out = *st.out;
   out.steps = b.step();
+  out.idle_steps_skipped = b.skipped_steps();
   out.tenants = b.final_figures();
   out.samples = std::move(b.samples());
   out.ended_before_free = b.ended_before_free();
@@ -210,21 +223,41 @@ void send_step(sched_actor* self, step_request req) {
       [self](caf::error& err) { finish(self, "step message: " + render(err)); });
 }
 
+/// The progress bar after a skipped idle gap: the clock moved, nothing else.
+void report_skip(sched_actor* self) {
+  auto& st = self->state;
+  auto& last = st.b->samples().back();
+  progress_state p;
+  p.step = st.b->step();
+  p.steps = st.sc->steps;
+  p.used_blocks = last.used_blocks;
+  p.total_blocks = last.total_blocks;
+  p.pressure = to_string(last.pressure);
+  st.bar->update(p);
+}
+
 void next_step(sched_actor* self) {
   auto& st = self->state;
-  if (st.interrupted->load()) {
-    st.out->interrupted = true;
-    return finish(self);
+  // Idle gaps are skipped here, no message sent for them; a long one may
+  // take many bounded skips, each followed by the checks.
+  for (;;) {
+    if (st.interrupted->load()) {
+      st.out->interrupted = true;
+      return finish(self);
+    }
+    if (st.b->done())
+      return finish(self);
+    if (st.b->stalled_steps() >= stall_limit)
+      return finish(self, "stalled: " + std::to_string(st.b->waiting())
+                            + " requests waiting and "
+                            + std::to_string(st.b->swapped())
+                            + " swapped out, nothing running and none "
+                              "admitted or swapped in for "
+                            + std::to_string(stall_limit) + " steps");
+    if (st.b->skip_idle(skip_min_gap, skip_draw_steps) == 0)
+      break;
+    report_skip(self);
   }
-  if (st.b->done())
-    return finish(self);
-  if (st.b->stalled_steps() >= stall_limit)
-    return finish(self, "stalled: " + std::to_string(st.b->waiting())
-                          + " requests waiting and "
-                          + std::to_string(st.b->swapped())
-                          + " swapped out, nothing running and none "
-                            "admitted or swapped in for "
-                          + std::to_string(stall_limit) + " steps");
   st.b->start_step();
   probe_step(self);
 }

@@ -1,6 +1,7 @@
 // scheduler: runs a scenario - starts the cache in an actor system of its
 // own and drives it with a scheduler actor that owns the simulated clock and
-// sends one step message per step - and returns what happened. CAF-free
+// sends one step message per step (none for idle gaps, which it skips) -
+// and returns what happened. CAF-free
 // header: only scheduler.cpp sees the actors.
 #pragma once
 
@@ -31,7 +32,10 @@ struct sim_outcome {
   std::string storage;      ///< the backend that ran: none, host, cuda
   std::string device;       ///< "cpu", "cuda:0"
   std::uint64_t bytes_per_block = 0;
-  std::uint64_t steps = 0;  ///< steps completed
+  std::uint64_t steps = 0;  ///< steps completed (skipped idle steps too)
+  /// Of those, idle steps skipped: no message sent, sampled in at most two
+  /// rows per gap (batcher::skip_idle).
+  std::uint64_t idle_steps_skipped = 0;
   std::vector<tenant_figures> tenants;
   std::vector<step_sample> samples;
   std::vector<std::string> warnings;
@@ -45,7 +49,7 @@ struct sim_outcome {
   std::uint64_t ended_before_free = 0;    ///< batcher::ended_before_free
   std::uint64_t chunk_extends = 0;        ///< batcher::chunk_extends
   std::uint64_t preempted_mid_prefill = 0; ///< batcher::preempted_mid_prefill
-  std::vector<double> step_round_trip_us; ///< per step message
+  std::vector<double> step_round_trip_us; ///< per step message sent
   /// Admission order cached_prefix: probes sent (one per step at most) and
   /// those the cache refused (that step admitted in queue order).
   std::uint64_t probes = 0;

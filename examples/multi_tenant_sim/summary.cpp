@@ -3,6 +3,7 @@
 // decoding, conversations, the cache, time and data.
 #include "report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -131,6 +132,10 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
   if (drained > 0)
     out << " (" << s.steps << " with arrivals, " << drained << " draining"
         << (conversing ? ", open sessions' turns still arriving)" : ")");
+  if (r.idle_steps_skipped > 0)
+    out << "; " << r.idle_steps_skipped
+        << " of them idle, skipped (no step message, nothing to do until "
+           "the next arrival)";
   if (r.interrupted)
     out << " - INTERRUPTED, figures cover what ran";
   if (!r.error.empty())
@@ -246,8 +251,11 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
   }
   auto rtt = r.step_round_trip_us;
   out << "time: " << fmt("%.2f", r.wall_s) << " s wall";
-  if (r.steps > 0)
-    out << " (" << fmt("%.0f", r.wall_s * 1e6 / double(r.steps)) << " us/step)";
+  // Per step run: a skipped idle step takes no time worth dividing by.
+  auto run_steps = r.steps - std::min(r.steps, r.idle_steps_skipped);
+  if (run_steps > 0)
+    out << " (" << fmt("%.0f", r.wall_s * 1e6 / double(run_steps))
+        << (r.idle_steps_skipped > 0 ? " us per step run)" : " us/step)");
   out << "; " << rtt.size() << " step messages, round trip p50 "
       << fmt("%.0f", percentile(rtt, 0.5)) << " us, p99 "
       << fmt("%.0f", percentile(rtt, 0.99)) << " us\n";

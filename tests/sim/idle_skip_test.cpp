@@ -1,7 +1,22 @@
 // Skipping idle gaps (batcher::skip_idle): a run that skips them is the run
 // that steps through them - the same figures, and time series rows that
-// expand to the same row per step - with far fewer messages and rows.
+// expand to the same row per step - with far fewer messages and rows; a
+// run whose conversations think for 2^24 steps ends at once on the actors,
+// its reports accounting for every step; an interrupt stops a long idle
+// stretch.
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <unistd.h>
+
 #include "core_driver.hpp"
+#include "figures.hpp"
+#include "report.hpp"
+#include "scheduler.hpp"
 #include "sim_support.hpp"
 
 using namespace kvactor;
@@ -105,6 +120,14 @@ void check_same_figures(const std::vector<tenant_figures>& xs,
   }
 }
 
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in{p};
+  BOOST_REQUIRE_MESSAGE(in, p.string() << " missing");
+  std::stringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(idle_gaps)
@@ -134,6 +157,124 @@ BOOST_AUTO_TEST_CASE(a_run_that_skips_idle_gaps_is_the_run_that_steps_through) {
       check_same_samples(a.samples(), b.samples());
     }
   }
+}
+
+BOOST_AUTO_TEST_CASE(on_the_actors_the_tenants_get_what_a_stepped_run_gives) {
+  auto s = parse_json(idle_scenario());
+  core_driver stepped{s, 1};
+  BOOST_REQUIRE(stepped.run(100000));
+  std::atomic<bool> flag{false};
+  progress quiet{false};
+  auto r = simulate(s, flag, quiet);
+  BOOST_TEST(r.error.empty(), r.error);
+  BOOST_TEST(r.steps == stepped.b().step());
+  BOOST_TEST(r.idle_steps_skipped > r.steps / 2);
+  BOOST_TEST(sampled_steps(r) == r.steps);
+  BOOST_TEST(r.step_round_trip_us.size() + r.idle_steps_skipped
+             <= stepped.step_messages());
+  check_same_figures(stepped.b().figures(), r.tenants, true);
+}
+
+BOOST_AUTO_TEST_CASE(sessions_that_think_for_2_pow_24_steps_end_at_once) {
+  // Stepping through, this run took millions of messages and samples (a
+  // minute and gigabytes): the suite's timeout would stop it.
+  auto j = idle_scenario();
+  j["steps"] = 60;
+  j["workloads"]["chat"]["rate"] = 0.1;
+  j["workloads"]["chat"]["conversation"]["turns"] = {3, 3};
+  j["workloads"]["chat"]["conversation"]["think_steps"] = {1 << 24, 1 << 24};
+  auto dir = std::filesystem::temp_directory_path()
+             / ("kvactor_idle_test_" + std::to_string(getpid()));
+  j["output_dir"] = dir.string();
+  auto s = parse_json(j);
+  std::atomic<bool> flag{false};
+  progress quiet{false};
+  auto r = simulate(s, flag, quiet);
+  BOOST_TEST(r.error.empty(), r.error);
+  BOOST_TEST(!r.interrupted);
+  BOOST_REQUIRE_EQUAL(r.tenants.size(), 2u);
+  auto& chat = r.tenants[0].conv;
+  BOOST_TEST(chat.first_turns > 0u);
+  BOOST_TEST(chat.sessions_completed == chat.first_turns);
+  BOOST_TEST(chat.follow_ups == 2 * chat.first_turns);
+  BOOST_TEST(r.steps > 2u * (1u << 24));
+  BOOST_TEST(r.idle_steps_skipped > r.steps - 5000);
+  BOOST_TEST(r.step_round_trip_us.size() < 5000u);
+  BOOST_TEST(r.samples.size() < 5000u);
+  BOOST_TEST(sampled_steps(r) == r.steps);
+  std::uint64_t at_levels = 0;
+  for (auto n : steps_at_levels(r))
+    at_levels += n;
+  BOOST_TEST(at_levels == r.steps);
+
+  std::ostringstream log;
+  auto written = write_reports(s, r, log);
+  BOOST_REQUIRE(written);
+  auto report = json::parse(read_file(dir / "report.json"));
+  BOOST_TEST(report["run"]["steps"].get<std::uint64_t>() == r.steps);
+  BOOST_TEST(report["run"]["idle_steps_skipped"].get<std::uint64_t>()
+             == r.idle_steps_skipped);
+  BOOST_TEST(report["run"]["step_messages"].get<std::uint64_t>()
+             == r.step_round_trip_us.size());
+  std::uint64_t reported_levels = 0;
+  for (auto& [level, n] : report["pressure"]["steps_at"].items())
+    reported_levels += n.get<std::uint64_t>();
+  BOOST_TEST(reported_levels == r.steps);
+
+  // timeseries.csv: a row per step run, and one at each end of a skipped
+  // gap, the same but for the step: where the step column jumps, the steps
+  // passed over held the state of the rows around them.
+  std::istringstream csv{read_file(dir / "timeseries.csv")};
+  std::string line;
+  BOOST_REQUIRE(std::getline(csv, line)); // the header
+  std::vector<std::string> rows;
+  while (std::getline(csv, line))
+    rows.push_back(line);
+  BOOST_REQUIRE_EQUAL(rows.size(), r.samples.size());
+  auto step_of = [](const std::string& row) {
+    return std::stoull(row.substr(0, row.find(',')));
+  };
+  auto rest_of = [](const std::string& row) { return row.substr(row.find(',')); };
+  std::uint64_t jumps = 0;
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    auto a = step_of(rows[i - 1]);
+    auto b = step_of(rows[i]);
+    BOOST_REQUIRE(b > a);
+    if (b > a + 1) {
+      ++jumps;
+      BOOST_TEST(rest_of(rows[i]) == rest_of(rows[i - 1]), "rows " << a << ", " << b);
+    }
+  }
+  BOOST_TEST(jumps >= 2u); // each think
+  BOOST_TEST(step_of(rows.front()) == 0u);
+  BOOST_TEST(step_of(rows.back()) == r.steps - 1);
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+BOOST_AUTO_TEST_CASE(an_interrupt_stops_a_long_idle_stretch) {
+  // Arrivals so rare that nothing comes for ages, each step's still drawn:
+  // the skips draw a bounded stretch at a time and look at the flag between.
+  auto j = idle_scenario();
+  j["steps"] = 1000000000000ull;
+  j["workloads"]["chat"]["rate"] = 1e-15;
+  j["workloads"]["batch"]["rate"] = 1e-15;
+  j["workloads"]["batch"].erase("burst");
+  auto s = parse_json(j);
+  std::atomic<bool> flag{false};
+  progress quiet{false};
+  std::thread stopper{[&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds{300});
+    flag.store(true);
+  }};
+  auto r = simulate(s, flag, quiet);
+  stopper.join();
+  BOOST_TEST(r.error.empty(), r.error);
+  BOOST_TEST(r.interrupted);
+  BOOST_TEST(r.steps < s.steps);
+  BOOST_TEST(r.idle_steps_skipped >= (1u << 16));
+  BOOST_TEST(r.step_round_trip_us.size() <= 2u); // the step that found it idle
+  BOOST_TEST(sampled_steps(r) == r.steps);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
