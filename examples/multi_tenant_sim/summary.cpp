@@ -148,10 +148,13 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
   std::string rule(std::strlen(header) - 1, '-');
   out << header << rule << '\n';
   // "-" where there is nothing to measure (no admission yet), not a 0
-  // that reads as a measured one.
+  // that reads as a measured one. "*": requests still waiting at the end,
+  // longer than some of these, are not counted (listed below the table) -
+  // a starved tenant does not read as one served at once.
   auto delay = [](const tenant_figures& f, double q) {
-    return f.queue_delay.empty() ? std::string{"-"}
-                                 : fmt("%.0f", percentile(f.queue_delay, q));
+    auto cell = f.queue_delay.empty() ? std::string{"-"}
+                                      : fmt("%.0f", percentile(f.queue_delay, q));
+    return f.unadmitted > 0 ? cell + "*" : cell;
   };
   auto row = [&](const tenant_figures& f, const char* prio, double blocks_avg) {
     auto hit = f.prefill_tokens == 0 ? std::string{"-"} : pct(f.hit_rate());
@@ -176,9 +179,12 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
   out << "(rej: refused by the cache, or turned away at a full queue; "
          "preempt: recomputed; swaps: swapped out.\n Hit rate: of every "
          "admission's tokens, re-admissions after a preemption included, as the "
-         "cache counts.\n Queue delays in steps from arrival to first admission.\n"
-         " Blocks: charged to the tenant, per step; overall: the pool's blocks in "
-         "use)\n";
+         "cache counts.\n Queue delays in steps from arrival to first admission"
+      << (all.unadmitted > 0 ? "; *: of the admitted only, those still waiting "
+                               "are listed below"
+                             : "")
+      << ".\n Blocks: charged to the tenant, per step; overall: the pool's "
+         "blocks in use)\n";
   if (all.unadmitted > 0) {
     // The delays above count admitted requests only; these waited longer.
     out << "not admitted by the end:";
