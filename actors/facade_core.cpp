@@ -47,9 +47,21 @@ facade_core::facade_core(caf::actor_system& sys, cache_config cfg,
         // The manager went, and the cache with it: no reply is coming, nor
         // an end event - a slot made from a reply already delivered (a
         // lookup, an allocate) must be born invalid too.
+        // Its reason, when it names one (a part of the cache that ended),
+        // is what the callers are told.
+        auto why = has_code(dm.reason, errc::shutting_down)
+                     ? dm.reason
+                     : make_error(errc::shutting_down,
+                                  "the cache stopped: its manager is gone"
+                                    + (dm.reason ? " (" + render(dm.reason) + ")"
+                                                 : std::string{}));
+        {
+          std::lock_guard<std::mutex> guard{mtx_};
+          stop_reason_ = why;
+        }
+        stop_known_.notify_all();
         invalidate_all(true);
-        bridge_.fail_all(make_error(errc::shutting_down,
-                                    "the cache stopped: its manager is gone"));
+        bridge_.fail_all(why);
       }
       // The pool or the device went: the bridge failed calls to it.
     }
@@ -81,6 +93,7 @@ void facade_core::stop() {
     relay = relay_;
     writers = writers_;
   }
+  stop_known_.notify_all(); // no reason is coming now
   caf::anon_send_exit(cache_.manager, caf::exit_reason::user_shutdown);
   if (relay)
     caf::anon_send_exit(relay, caf::exit_reason::user_shutdown);
@@ -214,6 +227,20 @@ facade_core::handles_of(const step_request& step) {
 facade_core::tracking facade_core::tracked() {
   std::lock_guard<std::mutex> guard{mtx_};
   return {slots_.size(), by_request_.size(), recent_ends_.size()};
+}
+
+caf::error facade_core::stop_error() {
+  std::unique_lock<std::mutex> lock{mtx_};
+  // A call bounced by the manager's closed mailbox comes back before its
+  // down message (CAF closes the mailbox, then tells the monitors), which
+  // brings the reason: wait for it - it is on its way - unless the facade
+  // itself stopped (then nothing comes).
+  stop_known_.wait_for(lock, std::chrono::seconds{1}, [&] {
+    return static_cast<bool>(stop_reason_) || stopped_;
+  });
+  return stop_reason_ ? stop_reason_
+                      : make_error(errc::shutting_down,
+                                   "the cache manager has stopped");
 }
 
 void facade_core::invalidate_all(bool manager_gone) {

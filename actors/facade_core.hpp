@@ -187,11 +187,14 @@ private:
       bool to_cache = addr == cache_.manager.address()
                       || addr == cache_.pool.address();
       if (to_cache && res.error() == caf::sec::request_receiver_down)
-        return make_error(errc::shutting_down,
-                          "the cache manager has stopped");
+        return stop_error();
     }
     return res;
   }
+
+  /// shutting_down, with the reason the manager stopped with when it
+  /// named one (a part of the cache that ended).
+  caf::error stop_error();
 
   static caf::error unexpected(const caf::message& reply) {
     return make_error(errc::invalid_request,
@@ -243,6 +246,9 @@ private:
   /// any request, so a slot made from now on is born invalid. Not stopped_,
   /// which would skip stop()'s wait for a running pressure callback.
   bool manager_gone_ = false; ///< guarded by mtx_
+  /// Why the manager went, once it did (shutting_down). Guarded by mtx_.
+  caf::error stop_reason_;
+  std::condition_variable stop_known_; ///< stop_reason_ set
   caf::actor relay_; ///< calls the pressure callback (detached)
   std::vector<caf::actor> writers_; ///< KV event files (detached)
   /// The pressure callback, shared with the relay that calls it. The relay

@@ -68,6 +68,37 @@ cache_manager_stats manager_stats(const manager_state& st, pool_stats p) {
   return s;
 }
 
+/// The part of the cache `addr` is ("block pool", "device actor",
+/// "supervisor"), or null for any other actor.
+const char* part_name(const manager_state& st, const caf::actor_addr& addr) {
+  if (addr == st.pool.address())
+    return "block pool";
+  if (addr == st.device.address())
+    return "device actor";
+  if (addr == st.supervisor.address())
+    return "supervisor";
+  return nullptr;
+}
+
+/// Stops the cache: every request ends (its subscribers told, end_reason
+/// shutdown), replies owed get shutting_down, and the manager quits with
+/// `reason` - the functor attached at spawn then stops the other parts.
+void stop_cache(mgr_ptr self, const caf::error& reason) {
+  auto& st = self->state;
+  for (auto& kvp : st.registry) {
+    request_ended ev{kvp.first, kvp.second.info.cache_id,
+                     end_reason::shutdown, 0, kvp.second.handle.id()};
+    for (auto& sub : st.lifecycle)
+      caf::anon_send(sub, ended_atom::value, ev);
+    self->send_exit(kvp.second.handle, caf::exit_reason::user_shutdown);
+  }
+  st.registry.clear();
+  // Requests waiting on the pool or the device get their answer now:
+  // CAF would drop these promises unanswered.
+  st.owed.fail_all("the manager");
+  self->quit(reason);
+}
+
 } // namespace
 
 kv_cache_manager_actor::behavior_type
@@ -89,8 +120,24 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
   self->request(st.supervisor, caf::infinite, subscribe_atom::value,
                 caf::actor_cast<caf::actor>(self))
     .then([self](memory_pressure level) { self->state.pressure = level; });
+  // The cache's parts are one unit (one-for-all): without its pool, device
+  // or supervisor the cache cannot keep its promises (no blocks, no copies,
+  // no GC - and a half-working cache fails later, and silently), so when
+  // one ends the manager stops the cache, with a reason naming the part.
+  self->monitor(st.pool);
+  self->monitor(st.device);
+  self->monitor(st.supervisor);
   self->set_down_handler([self](const caf::down_msg& dm) {
     auto& st = self->state;
+    if (auto part = part_name(st, dm.source)) {
+      stop_cache(self, make_error(errc::shutting_down,
+                                  std::string{"the cache stopped: its "} + part
+                                    + " ended ("
+                                    + (dm.reason ? render(dm.reason)
+                                                 : std::string{"normally"})
+                                    + ")"));
+      return;
+    }
     // An owner went: reclaim every request it still held. The registry
     // names each request's owner; one scan (an owner dies rarely, a
     // request starts and ends often: no per-owner id set to keep), and
@@ -126,19 +173,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
   self->set_exit_handler([self](const caf::exit_msg& msg) {
     if (!msg.reason)
       return; // a linked actor ended normally: CAF ignores those too
-    auto& st = self->state;
-    for (auto& kvp : st.registry) {
-      request_ended ev{kvp.first, kvp.second.info.cache_id,
-                       end_reason::shutdown, 0, kvp.second.handle.id()};
-      for (auto& sub : st.lifecycle)
-        caf::anon_send(sub, ended_atom::value, ev);
-      self->send_exit(kvp.second.handle, caf::exit_reason::user_shutdown);
-    }
-    st.registry.clear();
-    // Requests waiting on the pool or the device get their answer now:
-    // CAF would drop these promises unanswered.
-    st.owed.fail_all("the manager");
-    self->quit(msg.reason);
+    stop_cache(self, msg.reason);
   });
   self->attach_functor([sup = st.supervisor, pool = st.pool, dev = st.device,
                         reg = st.shared_registry,
@@ -391,7 +426,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
                              st.lifecycle.end());
           // Its monitor goes too, unless it owns requests (then that one
           // monitor serves ownership: demonitor would drop it).
-          if (st.owned.count(sub.address()) == 0)
+          if (st.owned.count(sub.address()) == 0
+              && part_name(st, sub.address()) == nullptr)
             self->demonitor(sub.address());
           break;
         case topic::kv_events:

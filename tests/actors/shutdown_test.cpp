@@ -294,3 +294,75 @@ BOOST_AUTO_TEST_CASE(a_linked_actor_ending_normally_stops_nothing) {
   BOOST_TEST(outcome(f.handle_table(a->handle)) == "ok");
   BOOST_TEST(f.used_blocks() == 3u);
 }
+
+// The cache's parts are one unit: when the pool, the device actor or the
+// supervisor ends (killed, crashed, or sent an exit by someone), the
+// manager stops the cache with a reason naming the part, every request
+// ends (by shutdown) and the parts still running stop too - instead of a
+// cache that answers some calls and fails others, or (the supervisor gone)
+// silently never collects garbage again.
+BOOST_DATA_TEST_CASE(a_part_that_ends_stops_the_cache_naming_the_part,
+                     boost::unit_test::data::make({0, 1, 2}), which) {
+  cache_fixture f;
+  f.check_on_exit = false;
+  caf::scoped_actor life{f.sys};
+  f.subscribe(topic::lifecycle, life);
+  auto a = f.allocate(1, 9);
+  BOOST_REQUIRE(a);
+  caf::actor part;
+  std::string name;
+  switch (which) {
+    case 0:
+      part = caf::actor_cast<caf::actor>(f.pool), name = "block pool";
+      break;
+    case 1:
+      part = caf::actor_cast<caf::actor>(f.cache.device), name = "device actor";
+      break;
+    default:
+      part = caf::actor_cast<caf::actor>(f.sup), name = "supervisor";
+  }
+  caf::actor others[] = {caf::actor_cast<caf::actor>(f.pool),
+                         caf::actor_cast<caf::actor>(f.cache.device),
+                         caf::actor_cast<caf::actor>(f.sup),
+                         caf::actor_cast<caf::actor>(f.mgr),
+                         caf::actor_cast<caf::actor>(a->handle)};
+  for (auto& x : others)
+    f.self->monitor(x);
+  caf::anon_send_exit(part, caf::exit_reason::kill);
+  f.run();
+  std::string mgr_reason = "manager still running";
+  std::size_t downs = 0;
+  for (bool more = true; more;)
+    f.self->receive(
+      [&](caf::down_msg& dm) {
+        ++downs;
+        if (dm.source == f.mgr.address())
+          mgr_reason = render(dm.reason);
+      },
+      caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+  BOOST_TEST(downs == 5u); // every part, the manager and the request's handle
+  BOOST_TEST(mgr_reason.find("shutting_down (the cache stopped: its " + name
+                             + " ended (")
+               != std::string::npos,
+             mgr_reason);
+  std::vector<end_reason> why;
+  for (bool more = true; more;)
+    life->receive([&](ended_atom, request_ended& ev) { why.push_back(ev.reason); },
+                  caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+  BOOST_TEST((why == std::vector<end_reason>{end_reason::shutdown}));
+}
+
+// Stopped in order (user_shutdown), too: a part has no business ending first.
+BOOST_AUTO_TEST_CASE(a_part_stopped_in_order_stops_the_cache_too) {
+  cache_fixture f;
+  f.check_on_exit = false;
+  f.self->monitor(f.mgr);
+  caf::anon_send_exit(f.sup, caf::exit_reason::user_shutdown);
+  f.run();
+  std::string mgr_reason = "manager still running";
+  f.self->receive(
+    [&](caf::down_msg& dm) { mgr_reason = render(dm.reason); },
+    caf::after(std::chrono::seconds(0)) >> [] {});
+  BOOST_TEST(mgr_reason.find("its supervisor ended (") != std::string::npos,
+             mgr_reason);
+}

@@ -297,4 +297,32 @@ BOOST_AUTO_TEST_CASE(calls_after_the_manager_stopped_fail_with_shutting_down) {
   BOOST_TEST(is_error(step_err, errc::shutting_down, {}), render(step_err));
 }
 
+// When the manager stops for a reason that names what ended (it stops the
+// cache so when its pool, device actor or supervisor ends: see the actor
+// tests' shutdown_test), callers are told that reason - waiting calls and
+// later ones alike - not just that the manager is gone.
+BOOST_AUTO_TEST_CASE(calls_after_a_part_ended_are_told_which) {
+  cache_fixture f;
+  BOOST_REQUIRE(f.m().allocate(f.req(1, 4)));
+  auto mgr = caf::actor_cast<caf::actor>(f.m().actor());
+  caf::anon_send(mgr, caf::exit_msg{mgr.address(),
+                                    make_error(errc::shutting_down,
+                                               "the cache stopped: its device "
+                                               "actor ended (kill)")});
+  caf::error err;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
+  for (request_id id = 2; !err && std::chrono::steady_clock::now() < deadline;
+       ++id) {
+    auto h = f.m().allocate(f.req(id, 4));
+    if (!h)
+      err = h.error();
+  }
+  BOOST_REQUIRE(err);
+  BOOST_TEST(is_error(err, errc::shutting_down, {"its device actor ended"}),
+             render(err));
+  auto freed = f.m().deallocate(1);
+  BOOST_TEST(is_error(freed, errc::shutting_down, {"its device actor ended"}),
+             render(freed));
+}
+
 BOOST_AUTO_TEST_SUITE_END()
