@@ -94,8 +94,11 @@ void stop_cache(mgr_ptr self, const caf::error& reason) {
   }
   st.registry.clear();
   // Requests waiting on the pool or the device get their answer now:
-  // CAF would drop these promises unanswered.
-  st.owed.fail_all("the manager");
+  // CAF would drop these promises unanswered. When a part of the cache
+  // ended, they are told which.
+  st.owed.fail_all("the manager", has_code(reason, errc::shutting_down)
+                                    ? context_of(reason)
+                                    : std::string{});
   self->quit(reason);
 }
 

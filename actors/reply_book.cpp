@@ -7,7 +7,7 @@
 
 namespace kvactor::detail {
 
-void reply_book::fail_all(const char* who) {
+void reply_book::fail_all(const char* who, const std::string& because) {
   std::vector<entry> open;
   if (first_.t != 0)
     open.push_back(std::move(first_));
@@ -22,6 +22,8 @@ void reply_book::fail_all(const char* who) {
                        + e.what.what;
     if (e.what.of_request)
       text += " of request " + std::to_string(e.what.id);
+    if (!because.empty())
+      text += ": " + because;
     e.rp.deliver(make_error(errc::shutting_down, std::move(text)));
   }
 }

@@ -63,8 +63,9 @@ public:
   /// it answered allocate of request 7") and forgets them. Call it from
   /// the actor's exit handler, before it quits, and from a functor
   /// attached to it (which runs even when it is killed); the second call
-  /// finds nothing left.
-  void fail_all(const char* who);
+  /// finds nothing left. `because`, when not empty, says why it exited
+  /// ("...request 7: the cache stopped: its device actor ended (kill)").
+  void fail_all(const char* who, const std::string& because = {});
 
   std::size_t size() const noexcept {
     return size_;

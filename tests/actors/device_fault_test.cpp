@@ -365,6 +365,32 @@ BOOST_FIXTURE_TEST_CASE(a_device_killed_with_a_copy_in_flight_still_answers,
   BOOST_TEST(store->pending() == 0u); // waited for before the answer
 }
 
+BOOST_FIXTURE_TEST_CASE(a_swap_waiting_when_the_device_dies_is_told_why,
+                        slow_fixture) {
+  // The manager's swap-out waits on the device; killed, the device stops
+  // the cache, and the swap's answer names it (not only "the manager
+  // exited"), as later calls are told.
+  check_on_exit = false;
+  BOOST_REQUIRE(allocate(1, 10));
+  self->send(mgr, swap_out_atom::value, request_id{1});
+  run();
+  BOOST_REQUIRE_EQUAL(store->pending(), 1u);
+  caf::anon_send_exit(cache.device, caf::exit_reason::kill);
+  run();
+  std::vector<std::string> got;
+  for (bool more = true; more;)
+    self->receive([&](std::uint32_t) { got.push_back("swapped"); },
+                  [&](caf::error& err) { got.push_back(render(err)); },
+                  caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+  BOOST_REQUIRE_EQUAL(got.size(), 1u);
+  BOOST_TEST(got[0].find("shutting_down (the manager exited before it answered "
+                         "swap-out of request 1: the cache stopped: its "
+                         "device actor ended (")
+               != std::string::npos,
+             got[0]);
+  BOOST_TEST(store->pending() == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(a_storage_of_another_shape_is_refused_at_start) {
   system_config_holder holder;
   caf::actor_system sys{holder.sys_cfg};
