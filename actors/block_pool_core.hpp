@@ -392,12 +392,22 @@ private:
   /// plus `growth` - or, where it already did not, no less of it?
   caf::error admit_headroom(std::uint16_t t, std::uint64_t n,
                             std::uint64_t growth) const;
-  /// Blocks `seq` is expected to grow by (0 without a promise).
+  /// Blocks `seq` is expected to grow by (0 without a promise). A request
+  /// swapping in was admitted with its growth, which stays promised while
+  /// the device copies (its table is `incoming` then); one swapping out,
+  /// swapped or ended (a ghost) will not grow.
   std::uint64_t growth(const sequence& seq) const noexcept {
-    if (seq.expected_tokens == 0 || seq.where != residency::resident)
+    if (seq.expected_tokens == 0 || seq.release_pending)
+      return 0;
+    std::size_t held = 0;
+    if (seq.where == residency::resident)
+      held = seq.blocks.size();
+    else if (seq.where == residency::swapping_in)
+      held = seq.incoming.size();
+    else
       return 0;
     auto want = blocks_for(seq.expected_tokens);
-    return want > seq.blocks.size() ? want - seq.blocks.size() : 0;
+    return want > held ? want - held : 0;
   }
   /// Counts `seq`'s growth in its tenant's promises (`in`) or out.
   void count_promise(const sequence& seq, bool in) noexcept {

@@ -166,6 +166,7 @@ caf::expected<std::uint32_t> block_pool_core::release(request_id id) {
     // blocks return when the move ends. Out of the id index, the id may be
     // admitted again meanwhile.
     ghosts_.push_back(seq_index_.take(id));
+    count_promise(*seq, false); // a ghost will not grow
     seq->release_pending = true;
     --tenants_[seq->tenant].active;
     return std::uint32_t{0};

@@ -128,6 +128,9 @@ block_pool_core::swap_in_begin(request_id id) {
     moves.push_back(block_move{b, seq->host_blocks[i]});
   }
   seq->where = residency::swapping_in;
+  // Admitted with room for its growth: promised from now, as for a new
+  // request, or an admission while the device copies would take the room.
+  count_promise(*seq, true);
   return moves;
 }
 
@@ -153,10 +156,10 @@ block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
       host_free_.push(h);
     seq->host_blocks.clear();
     seq->host_hashes.clear();
-    seq->where = residency::resident;
-    count_promise(*seq, true);
+    seq->where = residency::resident; // its growth was promised at begin
     ++counters_.swap_ins;
   } else {
+    count_promise(*seq, false);
     auto level = retention_level(*seq);
     for (auto i = seq->incoming.rbegin(); i != seq->incoming.rend(); ++i)
       unref(*i, level);

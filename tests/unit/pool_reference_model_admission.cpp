@@ -41,10 +41,19 @@ maybe_errc pool_model::admit(std::uint16_t t, std::uint64_t n,
 }
 
 std::uint64_t pool_model::growth(const model_sequence& seq) const {
-  if (seq.expected_tokens == 0 || seq.where != residency::resident)
+  if (seq.expected_tokens == 0)
+    return 0;
+  // Resident, or swapping in: admitted with its growth, which stays
+  // promised while the device copies. (A ghost is no sequence here.)
+  std::size_t held = 0;
+  if (seq.where == residency::resident)
+    held = seq.blocks.size();
+  else if (seq.where == residency::swapping_in)
+    held = seq.incoming.size();
+  else
     return 0;
   auto want = blocks_for(seq.expected_tokens, block_size_);
-  return want > seq.blocks.size() ? want - seq.blocks.size() : 0;
+  return want > held ? want - held : 0;
 }
 
 maybe_errc pool_model::headroom(std::uint16_t t, std::uint64_t n,

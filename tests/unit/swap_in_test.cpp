@@ -112,6 +112,51 @@ BOOST_FIXTURE_TEST_CASE(swap_in_leaves_the_admission_watermark_free,
   in_done(1, true);
 }
 
+// Under reserve_expected a swap-in is admitted with room for its expected
+// growth, so that room must stay promised while the device copies: an
+// admission in between used to see it free (the promise counted only once
+// the copy ended) and take it, as it could not with the request resident.
+BOOST_FIXTURE_TEST_CASE(a_swap_in_keeps_its_growth_promised_while_its_copy_runs,
+                        swap_fixture) {
+  cfg.admission.policy = "reserve_expected";
+  cfg.admission.default_expected_output = 40;
+  make(16);
+  auto promised = [&] { return pool().tenants()[0].promised; };
+  alloc(tokens_req(1, 8)); // 2 blocks, expected to grow to 12
+  BOOST_REQUIRE(promised() == 10u);
+  // Resident, it leaves no room for another such request: 12 free after
+  // its 2 blocks < 10 promised + 10 more.
+  BOOST_TEST(code(pool().allocate(tokens_req(2, 8))) == "out_of_blocks");
+  out_begin(1);
+  out_done(1, true);
+  BOOST_TEST(promised() == 0u); // swapped out: it will not grow
+  in_begin(1);
+  BOOST_TEST(promised() == 10u);
+  BOOST_TEST(code(pool().allocate(tokens_req(2, 8))) == "out_of_blocks");
+  in_done(1, true);
+  BOOST_TEST(promised() == 10u);
+  BOOST_TEST(code(pool().allocate(tokens_req(2, 8))) == "out_of_blocks");
+  // A failed copy takes the promise back; so does a release mid-copy,
+  // which ends the request at once (its ghost will not grow).
+  out_begin(1);
+  out_done(1, true);
+  in_begin(1);
+  in_done(1, false);
+  BOOST_TEST(promised() == 0u);
+  for (bool success : {true, false}) {
+    in_begin(1);
+    auto cache_id = seq(1).cache_id;
+    BOOST_REQUIRE(pool().release(1));
+    ok();
+    BOOST_TEST(promised() == 0u);
+    in_done(1, success, cache_id);
+    BOOST_TEST(promised() == 0u);
+    alloc(tokens_req(1, 8));
+    out_begin(1);
+    out_done(1, true);
+  }
+}
+
 BOOST_FIXTURE_TEST_CASE(failed_swap_in_puts_revived_blocks_back_in_the_cache,
                         swap_fixture) {
   auto p = run(50, 10);
