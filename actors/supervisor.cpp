@@ -58,6 +58,29 @@ struct supervisor_state {
 
 using sup_ptr = supervisor_actor::stateful_pointer<supervisor_state>;
 
+void relieve(sup_ptr self);
+
+/// A round of preemption ended; `ended_some`: it ended a request. Usage may
+/// still be critical - requests grew while its victims went, or a victim
+/// shared its blocks by then - and above the critical mark the pool reports
+/// no change: look again, with the pool's usage now. Only after a round
+/// that ended a request, so that rounds stop when nothing can go.
+void round_done(sup_ptr self, bool ended_some) {
+  auto& st = self->state;
+  st.preempting = false;
+  if (!ended_some)
+    return;
+  self->request(st.pool, caf::infinite, stats_atom::value)
+    .then(
+      [self](const pool_stats& now) {
+        auto& st = self->state;
+        st.last.used_blocks = now.used_blocks;
+        st.last.cached_blocks = now.cached_blocks;
+        relieve(self);
+      },
+      [](caf::error&) {}); // the pool is gone: the manager stops the cache
+}
+
 /// At critical pressure: preempt (recompute-style, through the manager, which
 /// tells each owner) the victims the pool names, until usage is back under
 /// the high mark. One round at a time.
@@ -75,17 +98,19 @@ void relieve(sup_ptr self) {
     .then(
       [self](std::vector<std::pair<request_id, std::uint64_t>>& victims) {
         auto pending = std::make_shared<std::size_t>(victims.size());
-        auto one_done = [self, pending] {
+        auto ended = std::make_shared<bool>(false);
+        auto one_done = [self, pending, ended](bool ok) {
+          *ended = *ended || ok;
           if (--*pending == 0)
-            self->state.preempting = false;
+            round_done(self, *ended);
         };
         if (victims.empty())
           self->state.preempting = false;
         for (auto& [id, cache_id] : victims)
           self->request(self->state.manager, caf::infinite,
                         preempt_atom::value, id, cache_id)
-            .then([one_done](std::uint32_t) { one_done(); },
-                  [one_done](caf::error&) { one_done(); });
+            .then([one_done](std::uint32_t) { one_done(true); },
+                  [one_done](caf::error&) { one_done(false); });
       },
       [self](caf::error&) { self->state.preempting = false; });
 }
