@@ -71,7 +71,8 @@ public:
   /// Views of layer `layer`'s keys, values, or both (leading dimension 2:
   /// K then V). nullopt when the storage is `none` (bookkeeping only).
   /// Errors: invalid_handle (request ended), invalid_request (layer out of
-  /// range; a contiguous view of a swapped-out request).
+  /// range; a contiguous view of a swapped-out request, or of one whose
+  /// blocks other threads' calls kept changing while it was gathered).
   /// With storage cuda a paged view points into the device pools, which
   /// kvactor's own copies (copy-on-write, swaps, gathers) use on streams of
   /// their own: work the caller queued on its streams into these blocks
