@@ -96,6 +96,15 @@ private:
   bool waiting_ = false;
 };
 
+/// Opens the gate as it goes: a test that fails while a view waits there
+/// must not leave the view's future (whose destructor waits) stuck.
+struct gate_opener {
+  gated_storage& store;
+  ~gate_opener() {
+    store.open();
+  }
+};
+
 /// A contiguous cache on a gated storage, reached through a facade core of
 /// its own (the facade's start makes its storage itself).
 struct gated_cache {
@@ -139,7 +148,10 @@ struct gated_cache {
   view_held_at_gather(const std::shared_ptr<kv_cache_handle>& h) {
     store->close();
     auto view = std::async(std::launch::async, [h] { return h->key_cache(0); });
-    BOOST_REQUIRE(store->wait_for_gather());
+    if (!store->wait_for_gather()) {
+      store->open(); // the future's destructor waits for the view
+      BOOST_FAIL("the view's gather never reached the device");
+    }
     return view;
   }
 
@@ -165,6 +177,7 @@ BOOST_AUTO_TEST_CASE(a_contiguous_view_outlives_drafts_dropped_during_its_gather
                                                std::uint32_t{6}));
   BOOST_REQUIRE_EQUAL(h->num_tokens(), 12u);
   auto view = c.view_held_at_gather(h);
+  gate_opener opener{*c.store};
   // The drafts are rejected while the view gathers 12 tokens' blocks.
   BOOST_REQUIRE(!c.core->ask_done<block_table>(mgr, settle_atom::value,
                                                request_id{1}, std::uint32_t{0}));
@@ -190,8 +203,10 @@ BOOST_AUTO_TEST_CASE(a_contiguous_view_racing_a_swap_out_says_swapped_not_ended)
   auto swap = std::async(std::launch::async, [&] {
     return c.core->ask<std::uint32_t>(mgr, swap_out_atom::value, request_id{1});
   });
-  // The pool has begun the swap-out (it sent the device its copy) before
-  // the gate opens; a 50 ms head start is plenty on an idle cache.
+  gate_opener opener{*c.store}; // before the futures wait, on a failure
+  // A head start, so that the swap-out has begun (its copy queued behind
+  // the held gather) when the gate opens - usually; the checks below hold
+  // either way, and without the fix the first case fails for certain.
   std::this_thread::sleep_for(std::chrono::milliseconds{50});
   c.store->open();
   auto v = view.get();
