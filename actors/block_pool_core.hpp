@@ -394,13 +394,16 @@ private:
                             std::uint64_t growth) const;
   /// Blocks `seq` is expected to grow by (0 without a promise). A request
   /// swapping in was admitted with its growth, which stays promised while
-  /// the device copies (its table is `incoming` then); one swapping out,
-  /// swapped or ended (a ghost) will not grow.
+  /// the device copies (its table is `incoming` then); one swapping out
+  /// keeps its promise until the copy succeeded (a failed swap changes
+  /// nothing - also not the room later admissions leave it); a swapped or
+  /// ended one (a ghost) will not grow.
   std::uint64_t growth(const sequence& seq) const noexcept {
     if (seq.expected_tokens == 0 || seq.release_pending)
       return 0;
     std::size_t held = 0;
-    if (seq.where == residency::resident)
+    if (seq.where == residency::resident
+        || seq.where == residency::swapping_out)
       held = seq.blocks.size();
     else if (seq.where == residency::swapping_in)
       held = seq.incoming.size();

@@ -23,7 +23,6 @@ block_pool_core::swap_out_begin(request_id id) {
                       req_name(id) + ": swap out needs " + std::to_string(n)
                         + " host blocks, " + std::to_string(host_free_.size())
                         + " of " + std::to_string(num_host_blocks_) + " free");
-  count_promise(*seq, false);
   std::vector<block_move> moves;
   moves.reserve(n);
   for (auto b : seq->blocks) {
@@ -47,6 +46,7 @@ block_pool_core::swap_out_done(request_id id, std::uint64_t cache_id, bool ok) {
                         + ") has no swap out in progress");
   auto before = counters_.blocks_freed;
   if (ok) {
+    count_promise(*seq, false); // away now, it will not grow
     auto level = retention_level(*seq);
     for (auto i = seq->blocks.rbegin(); i != seq->blocks.rend(); ++i)
       unref(*i, level);
@@ -60,8 +60,7 @@ block_pool_core::swap_out_done(request_id id, std::uint64_t cache_id, bool ok) {
       host_free_.push(*h);
     seq->host_blocks.clear();
     seq->host_hashes.clear();
-    seq->where = residency::resident;
-    count_promise(*seq, true);
+    seq->where = residency::resident; // its growth stayed promised
   }
   if (seq->release_pending)
     release_now(*seq);

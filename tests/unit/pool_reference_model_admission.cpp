@@ -44,9 +44,10 @@ std::uint64_t pool_model::growth(const model_sequence& seq) const {
   if (seq.expected_tokens == 0)
     return 0;
   // Resident, or swapping in: admitted with its growth, which stays
-  // promised while the device copies. (A ghost is no sequence here.)
+  // promised while the device copies; swapping out: promised until the
+  // copy succeeded. (A ghost is no sequence here.)
   std::size_t held = 0;
-  if (seq.where == residency::resident)
+  if (seq.where == residency::resident || seq.where == residency::swapping_out)
     held = seq.blocks.size();
   else if (seq.where == residency::swapping_in)
     held = seq.incoming.size();

@@ -157,6 +157,37 @@ BOOST_FIXTURE_TEST_CASE(a_swap_in_keeps_its_growth_promised_while_its_copy_runs,
   }
 }
 
+// The swap-out counterpart: the promise stays while the copy runs, so an
+// admission meanwhile cannot take the room a failed copy gives back to a
+// request that grows again (it gave up its promise at begin, and a failed
+// swap-out left the pool promising 20 blocks over 12 free).
+BOOST_FIXTURE_TEST_CASE(a_swap_out_keeps_its_growth_promised_until_its_copy_succeeded,
+                        swap_fixture) {
+  cfg.admission.policy = "reserve_expected";
+  cfg.admission.default_expected_output = 40;
+  make(16);
+  auto promised = [&] { return pool().tenants()[0].promised; };
+  alloc(tokens_req(1, 8)); // 2 blocks, expected to grow to 12
+  out_begin(1);
+  BOOST_TEST(promised() == 10u);
+  BOOST_TEST(code(pool().allocate(tokens_req(2, 8))) == "out_of_blocks");
+  out_done(1, false); // back, as it was
+  BOOST_TEST(promised() == 10u);
+  out_begin(1);
+  out_done(1, true);
+  BOOST_TEST(promised() == 0u); // away: it will not grow
+  // Released mid-copy: ended at once, nothing promised from then on.
+  in_begin(1);
+  in_done(1, true);
+  out_begin(1);
+  auto cache_id = seq(1).cache_id;
+  BOOST_REQUIRE(pool().release(1));
+  ok();
+  BOOST_TEST(promised() == 0u);
+  out_done(1, false, cache_id);
+  BOOST_TEST(promised() == 0u);
+}
+
 BOOST_FIXTURE_TEST_CASE(failed_swap_in_puts_revived_blocks_back_in_the_cache,
                         swap_fixture) {
   auto p = run(50, 10);
