@@ -20,6 +20,18 @@ caf::error ended_mid_swap(request_id id, const char* way) {
                       + " ended before its swap-" + way + " was answered");
 }
 
+/// The reply to a swap whose device copy failed (`cause`): the pool has
+/// undone it, and the caller learns which request and that nothing moved -
+/// the device's error alone names neither. Its code stays (device_failure,
+/// shutting_down, ...); an error of CAF's own is a device failure.
+caf::error copy_failed(request_id id, const char* way, const caf::error& cause) {
+  auto text = "swap-" + std::string{way} + " of request " + std::to_string(id)
+              + " undone, the request is where it was: the device copy failed: ";
+  if (cause.category() == error_category)
+    return make_error(static_cast<errc>(cause.code()), text + context_of(cause));
+  return make_error(errc::device_failure, text + render(cause));
+}
+
 /// Swaps request `id` (incarnation `cache_id`) out (`out`) or in; `done`
 /// gets the device blocks moved or the error (the copy's, or that the
 /// request ended during the move).
@@ -36,7 +48,7 @@ void swap_request(mgr_ptr self, request_id id, std::uint64_t cache_id,
         .then(
           [done, ok, cause, moved, id, out](std::uint32_t, bool ended) mutable {
             if (!ok)
-              done(std::move(cause));
+              done(copy_failed(id, out ? "out" : "in", cause));
             else if (ended)
               done(ended_mid_swap(id, out ? "out" : "in"));
             else
