@@ -126,6 +126,18 @@ block_table kv_cache_handle::table() const {
   return std::move(std::get<0>(*res));
 }
 
+caf::expected<block_table> kv_cache_handle::checked_table() const {
+  if (auto err = check_live())
+    return err;
+  auto core = core_.lock();
+  if (!core) // the facade went since check_live(), and the request with it
+    return ended(id());
+  auto res = core->ask<block_table>(slot_->actor, table_atom::value);
+  if (!res)
+    return as_handle_error(std::move(res.error()), id());
+  return std::move(std::get<0>(*res));
+}
+
 bool kv_cache_handle::is_swapped() const {
   auto core = core_.lock();
   if (!core || !slot_->valid)

@@ -41,8 +41,14 @@ public:
   virtual ~kv_cache_handle() = default;
 
   /// The current block table (a round trip to the handle actor); empty once
-  /// the request ended.
+  /// the request ended - and on any failure (ferrum's contract returns a
+  /// plain table): checked_table() tells which.
   block_table table() const;
+  /// The current block table, or why there is none: invalid_handle (the
+  /// request ended - the cache's end, its facade's too), shutting_down (the
+  /// cache stopped during the call), CAF's request_timeout (no answer
+  /// within the facade's timeout: the request may well be live).
+  caf::expected<block_table> checked_table() const;
 
   request_id id() const noexcept {
     return slot_->info.request.id;
@@ -65,7 +71,8 @@ public:
   std::uint64_t max_sequence_length() const noexcept {
     return slot_->info.request.max_sequence_length;
   }
-  /// Tokens stored now (0 once the request ended).
+  /// Tokens stored now (0 once the request ended, or on any failure:
+  /// checked_table() tells which).
   std::uint64_t num_tokens() const;
 
   /// Views of layer `layer`'s keys, values, or both (leading dimension 2:

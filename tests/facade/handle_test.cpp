@@ -270,6 +270,43 @@ BOOST_AUTO_TEST_CASE(handle_stats_follow_the_request) {
   BOOST_TEST(s2.last_access > s.last_access);
 }
 
+// table() is empty on any failure (ferrum's contract returns a plain
+// table); checked_table() says which: a request that ended is
+// invalid_handle, a stopped cache shutting_down, and a call that ran out of
+// time request_timeout - never "ended" for a live request.
+BOOST_AUTO_TEST_CASE(checked_table_tells_an_end_from_a_timeout) {
+  std::shared_ptr<kv_cache_handle> h;
+  {
+    cache_fixture f{small_config(4096)};
+    constexpr std::uint64_t tokens = test_block_size * 2000; // a long table
+    h = f.alloc(f.req(1, tokens, tokens));
+    auto t = h->checked_table();
+    BOOST_REQUIRE(t);
+    BOOST_TEST(t->num_tokens == tokens);
+    BOOST_TEST(t->blocks == h->table().blocks);
+    std::size_t timed_out = 0;
+    for (int i = 0; i < 200; ++i) {
+      BOOST_REQUIRE(!f.m().set_timeout(std::chrono::milliseconds{0}));
+      auto got = h->checked_table();
+      BOOST_REQUIRE(!f.m().set_timeout(std::chrono::seconds{60}));
+      if (got) {
+        BOOST_REQUIRE_EQUAL(got->num_tokens, tokens);
+      } else {
+        BOOST_REQUIRE_MESSAGE(got.error() == caf::sec::request_timeout,
+                              render(got.error()));
+        ++timed_out;
+      }
+      BOOST_REQUIRE(h->is_valid());
+    }
+    BOOST_TEST_MESSAGE(timed_out << " of 200 table reads timed out");
+    BOOST_REQUIRE(!f.m().deallocate(1));
+    KV_CHECK_ERROR(error_of(h->checked_table()), errc::invalid_handle,
+                   "request 1 has ended");
+    BOOST_TEST(h->table().blocks.empty());
+  }
+  KV_CHECK_ERROR(error_of(h->checked_table()), errc::invalid_handle);
+}
+
 BOOST_AUTO_TEST_CASE(contiguous_layout_serves_what_was_written_into_the_blocks) {
   auto cfg = small_config();
   cfg.layout = "contiguous";
