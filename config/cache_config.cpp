@@ -5,6 +5,7 @@
 #include "kvactor/config/cache_limits.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -138,6 +139,29 @@ caf::error validate_pressure(const pressure_config& p) {
   return caf::none;
 }
 
+/// One block's bytes, all layers, K and V (storage_layout::bytes_per_block).
+/// REQUIRES: a validated block size and model; then at most 2^43.
+std::uint64_t bytes_per_block(const cache_config& cfg) {
+  return 2 * std::uint64_t{cfg.model.num_layers} * cfg.block_size
+         * cfg.model.num_kv_heads * cfg.model.head_dim * size_of(cfg.model.dtype);
+}
+
+/// `blocks` of `per_block` bytes must stay within int64's range: the
+/// storages keep every byte offset in one (device/validate.cpp refuses a
+/// layout past it at start), and the memory figures are that product.
+caf::error check_pool_bytes(const char* field, std::uint64_t blocks,
+                            std::uint64_t per_block) {
+  constexpr auto max_bytes =
+    static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  if (per_block == 0 || blocks <= max_bytes / per_block)
+    return caf::none;
+  return fail(field, std::to_string(blocks) + " blocks of "
+                       + std::to_string(per_block)
+                       + " bytes (all layers, K and V) are 2^63 bytes or "
+                         "more: at most "
+                       + std::to_string(max_bytes / per_block));
+}
+
 caf::error validate_tenants(const std::vector<tenant_config>& tenants,
                             std::uint64_t num_gpu_blocks) {
   if (tenants.empty())
@@ -242,6 +266,12 @@ caf::error validate(const cache_config& cfg) {
   if (cfg.num_host_blocks > max_num_blocks)
     return fail("num_host_blocks",
                 "must be at most " + std::to_string(max_num_blocks));
+  if (auto err = check_pool_bytes("num_gpu_blocks", cfg.num_gpu_blocks,
+                                  bytes_per_block(cfg)))
+    return err;
+  if (auto err = check_pool_bytes("num_host_blocks", cfg.num_host_blocks,
+                                  bytes_per_block(cfg)))
+    return err;
   if (cfg.prefix_caching && cfg.layout == "contiguous")
     return fail("prefix_caching",
                 "requires layout paged (layout is 'contiguous')");

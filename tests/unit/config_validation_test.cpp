@@ -7,6 +7,7 @@
 
 #include "kvactor/config/cache_config.hpp"
 #include "kvactor/config/json_helpers.hpp"
+#include "kvactor/device/storage.hpp"
 #include "kvactor/messages/error.hpp"
 #include "config_test_support.hpp"
 
@@ -236,6 +237,45 @@ BOOST_AUTO_TEST_CASE(a_watermark_may_not_hold_back_the_whole_pool) {
   BOOST_TEST(fails_naming(j, "admission.watermark", "all 256 blocks"));
   j["admission"]["watermark"] = 0.996;
   BOOST_TEST(parse_error(j) == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(pools_past_the_storages_byte_range_are_refused_by_name) {
+  // The largest model: 2 x 1024 layers x 1024 tokens x 1024 heads x 1024
+  // dims x 4 bytes = 2^43 bytes per block, so 2^20 blocks are 2^63 bytes,
+  // past the storages' int64 offsets. validate() took that config, and
+  // start refused it with "storage layout: layout too large for 64-bit
+  // offsets", naming no config field.
+  auto j = base();
+  j["storage"] = "none";
+  j["block_size"] = 1024;
+  j["model"] = {{"num_layers", 1024}, {"num_kv_heads", 1024},
+                {"head_dim", 1024}, {"dtype", "fp32"}};
+  j["num_host_blocks"] = 0;
+  j["max_pinned_blocks"] = 0;
+  auto storage_takes = [](const json& j) {
+    storage_options opts;
+    opts.kind = "none";
+    opts.layout.num_layers = j["model"]["num_layers"];
+    opts.layout.num_heads = j["model"]["num_kv_heads"];
+    opts.layout.head_dim = j["model"]["head_dim"];
+    opts.layout.dtype = dtype::fp32;
+    opts.layout.block_size = j["block_size"];
+    opts.layout.num_blocks = j["num_gpu_blocks"];
+    opts.layout.num_host_blocks = j["num_host_blocks"];
+    return static_cast<bool>(make_storage(opts));
+  };
+  j["num_gpu_blocks"] = std::uint64_t{1} << 20;
+  BOOST_TEST(fails_naming(j, "num_gpu_blocks", "at most 1048575"));
+  BOOST_TEST(!storage_takes(j));
+  j["num_gpu_blocks"] = (std::uint64_t{1} << 20) - 1;
+  BOOST_TEST(parse_error(j) == "ok");
+  BOOST_TEST(storage_takes(j)); // what validate() takes, start takes
+  j["num_host_blocks"] = std::uint64_t{1} << 20;
+  BOOST_TEST(fails_naming(j, "num_host_blocks", "at most 1048575"));
+  BOOST_TEST(!storage_takes(j));
+  j["num_host_blocks"] = (std::uint64_t{1} << 20) - 1;
+  BOOST_TEST(parse_error(j) == "ok");
+  BOOST_TEST(storage_takes(j));
 }
 
 BOOST_AUTO_TEST_CASE(tenants_fit_a_16_bit_index) {
