@@ -24,13 +24,25 @@ const char* to_string(topic x) noexcept {
   return "unknown";
 }
 
+namespace {
+
+/// to_string(x), but a cpu with an index other than 0 names it: "cpu"
+/// alone left a refusal of cpu:1 by a cache on cpu saying no difference.
+std::string spell(const device& x) {
+  if (x.kind == device_kind::cpu && x.index != 0)
+    return "cpu:" + std::to_string(x.index);
+  return to_string(x);
+}
+
+} // namespace
+
 caf::error check_device(const storage_info& store, const allocation_request& req) {
   if (store.kind == "none" || req.device == store.device)
     return caf::none;
   return make_error(errc::invalid_request,
                     "request " + std::to_string(req.id) + ": device "
-                      + to_string(req.device) + " but the cache lives on "
-                      + to_string(store.device));
+                      + spell(req.device) + " but the cache lives on "
+                      + spell(store.device));
 }
 
 } // namespace kvactor
