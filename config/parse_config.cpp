@@ -36,8 +36,7 @@ public:
   /// Fails on the first key not in `known`.
   caf::error check_keys(std::initializer_list<const char*> known) const {
     if (auto key = detail::first_unknown_key(obj_, known))
-      return fail(field(key->c_str()),
-                  detail::unknown_key_message(*key, known));
+      return fail(field(*key), detail::unknown_key_message(*key, known));
     return caf::none;
   }
 
@@ -120,8 +119,10 @@ public:
     return i == obj_.end() ? nullptr : &*i;
   }
 
-  std::string field(const char* key) const {
-    return path_.empty() ? std::string{key} : path_ + '.' + key;
+  /// The member's path as parse_json names a key given twice: an unknown
+  /// key may be "" or hold '.' or brackets, which join_path quotes.
+  std::string field(const std::string& key) const {
+    return detail::join_path(path_, key);
   }
 
 private:

@@ -32,6 +32,21 @@ BOOST_AUTO_TEST_CASE(unknown_key_is_reported_by_path) {
   BOOST_TEST(fails_naming(j, "tenants[1].quota", "unknown key 'quota'"));
 }
 
+BOOST_AUTO_TEST_CASE(an_unknown_key_that_is_not_a_plain_name_is_quoted) {
+  // As parse_json names a key given twice (join_path): the field read ":"
+  // for an empty key, and "model.a.b" - a path two levels down - for the
+  // key "a.b" of model.
+  auto j = base();
+  j[""] = 1;
+  BOOST_TEST(fails_naming(j, R"([""])", "unknown key ''"));
+  j = base();
+  j["model"]["a.b"] = 1;
+  BOOST_TEST(fails_naming(j, R"(model["a.b"])", "unknown key 'a.b'"));
+  j = base();
+  j["tenants"][0]["x]"] = 1;
+  BOOST_TEST(fails_naming(j, R"(tenants[0]["x]"])", "unknown key 'x]'"));
+}
+
 BOOST_AUTO_TEST_CASE(wrong_json_type_is_reported_by_path) {
   auto with = [](const char* key, json value) {
     auto j = base();
