@@ -161,8 +161,14 @@ std::string got(const nlohmann::json& value) {
     return " (got an object)";
   auto text = value.dump(-1, ' ', false,
                          nlohmann::json::error_handler_t::replace);
-  if (text.size() > 40)
-    text = text.substr(0, 37) + "...";
+  if (text.size() > 40) {
+    // Cut before a character, not inside one: a message must stay UTF-8
+    // (the dump keeps non-ASCII characters as they are).
+    std::size_t cut = 37;
+    while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80)
+      --cut;
+    text = text.substr(0, cut) + "...";
+  }
   return " (got " + text + ")";
 }
 

@@ -107,6 +107,21 @@ BOOST_AUTO_TEST_CASE(load_config_refuses_a_key_given_twice_naming_it) {
              msg);
 }
 
+BOOST_AUTO_TEST_CASE(got_shortens_a_long_value_between_characters) {
+  // "a" then 30 two-byte characters: cut at byte 37, the text ended in half
+  // a character, and the error message was no longer UTF-8 (a JSON writer
+  // with strict checks throws on it).
+  std::string text = "a";
+  for (int i = 0; i < 30; ++i)
+    text += "\xc3\xa9"; // U+00E9
+  auto shown = detail::got(nlohmann::json(text));
+  BOOST_TEST(shown.find("...") != std::string::npos, shown);
+  BOOST_CHECK_NO_THROW(nlohmann::json(shown).dump());
+  BOOST_TEST(shown.size() <= std::string{" (got )"}.size() + 40u);
+  // A short value stays whole.
+  BOOST_TEST(detail::got(nlohmann::json("\xc3\xa9")) == " (got \"\xc3\xa9\")");
+}
+
 BOOST_AUTO_TEST_CASE(read_text_file_names_a_directory_or_a_missing_file) {
   // Shared with the simulator's scenario loader, which read a directory
   // into an uncaught exception before.
