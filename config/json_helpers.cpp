@@ -184,16 +184,17 @@ bool non_negative_integer(const nlohmann::json& value, std::uint64_t& out) {
   return false;
 }
 
-const std::string* first_unknown_key(const nlohmann::json& obj,
-                                     std::initializer_list<const char*> known) {
+std::optional<std::string>
+first_unknown_key(const nlohmann::json& obj,
+                  std::initializer_list<const char*> known) {
   for (auto& item : obj.items()) {
     bool found = false;
     for (auto name : known)
       found = found || item.key() == name;
     if (!found)
-      return &item.key();
+      return item.key();
   }
-  return nullptr;
+  return std::nullopt;
 }
 
 std::string unknown_key_message(const std::string& key,

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <fstream>
 #include <initializer_list>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -73,9 +74,11 @@ std::string got(const nlohmann::json& value);
 /// holds those as unsigned, JSON built in code (json{{"k", 16}}) as signed.
 bool non_negative_integer(const nlohmann::json& value, std::uint64_t& out);
 
-/// The first key of object `obj` that is not in `known`, or nullptr.
-const std::string* first_unknown_key(const nlohmann::json& obj,
-                                     std::initializer_list<const char*> known);
+/// The first key of object `obj` that is not in `known`, if any (a copy:
+/// an items() proxy's key may live in the proxy).
+std::optional<std::string>
+first_unknown_key(const nlohmann::json& obj,
+                  std::initializer_list<const char*> known);
 
 /// What the readers say of it: "unknown key 'k' (known: a, b, c)".
 std::string unknown_key_message(const std::string& key,
