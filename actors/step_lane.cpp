@@ -91,6 +91,11 @@ void lane_ledger::tell(const entry& e, request_ended ev) {
 
 std::vector<request_ended> lane_ledger::take(const caf::actor_addr& stepper) {
   std::vector<request_ended> out;
+  // An anonymous step is owed nothing - and a null address must not be
+  // looked up: CAF's hash of an actor_addr reads through its pointer (a
+  // pool whose ledger owes anyone anything would crash on it).
+  if (!stepper)
+    return out;
   auto i = pending_.find(stepper);
   if (i != pending_.end()) {
     out = std::move(i->second);

@@ -99,6 +99,29 @@ BOOST_AUTO_TEST_CASE(an_anonymous_step_owns_nothing_and_is_told_nothing) {
   BOOST_TEST(used_blocks() == 0u);
 }
 
+BOOST_AUTO_TEST_CASE(an_anonymous_step_while_a_stepper_is_owed_ends_leaves_the_pool_up) {
+  // Our step admits 1, the manager preempts it: we are owed its end. An
+  // anonymous step then asks the ledger what it is owed - by a null
+  // address, which must not be looked up among the steppers (CAF's hash of
+  // an actor_addr reads through it).
+  step_request admit;
+  admit.admits = {make_request(cfg, 1, 4)};
+  auto mine = lane_step(self, admit);
+  BOOST_REQUIRE(mine && mine->admitted.size() == 1u);
+  BOOST_REQUIRE(preempt(1));
+  step_request anon;
+  anon.admits = {make_request(cfg, 2, 4)};
+  caf::anon_send(lane, step_atom::value, anon);
+  run();
+  BOOST_REQUIRE_MESSAGE(lookup(2), "the anonymous step admitted nothing");
+  auto res = lane_step(self, step_request{});
+  BOOST_REQUIRE_MESSAGE(res, outcome(res));
+  BOOST_REQUIRE(res->ended.size() == 1u);
+  BOOST_TEST(res->ended[0].id == 1u);
+  BOOST_TEST(res->ended[0].cache_id == mine->admitted[0].cache_id);
+  BOOST_REQUIRE(free(2));
+}
+
 BOOST_AUTO_TEST_CASE(a_lane_holder_cannot_admit_end_fork_or_swap_requests_directly) {
   // The lane is the pool's address: what only the manager may ask is
   // refused from anyone else, the request untouched - and an allocate
