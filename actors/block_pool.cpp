@@ -72,7 +72,7 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       auto ext = grow(self, id, cache_id, n, tokens, false);
       if (!ext)
         return std::move(ext.error());
-      return after_copies<extension>(self, std::move(*ext),
+      return after_copies<extension>(self, id, std::move(*ext),
                                      [](extension x) { return x; });
     },
     [self](extend_atom, request_id id, std::uint64_t cache_id,
@@ -80,7 +80,7 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       auto ext = grow(self, id, cache_id, n, {}, true);
       if (!ext)
         return std::move(ext.error());
-      return after_copies<block_table>(self, std::move(*ext), [](extension x) {
+      return after_copies<block_table>(self, id, std::move(*ext), [](extension x) {
         return std::move(x.table);
       });
     },
@@ -89,7 +89,7 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       auto ext = grow(self, id, cache_id, tokens.size(), tokens, true);
       if (!ext)
         return std::move(ext.error());
-      return after_copies<block_table>(self, std::move(*ext), [](extension x) {
+      return after_copies<block_table>(self, id, std::move(*ext), [](extension x) {
         return std::move(x.table);
       });
     },
@@ -100,7 +100,7 @@ block_pool_fun(pool_ptr self, cache_config cfg,
                       cache_id == current_incarnation, drafts);
       if (!ext)
         return std::move(ext.error());
-      return after_copies<block_table>(self, std::move(*ext), [](extension x) {
+      return after_copies<block_table>(self, id, std::move(*ext), [](extension x) {
         return std::move(x.table);
       });
     },

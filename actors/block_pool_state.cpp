@@ -86,6 +86,15 @@ void copy_then(pool_ptr self, const std::vector<block_copy>& copies,
            [finish](caf::error& err) { finish(std::move(err)); });
 }
 
+caf::error copy_undone(request_id id, const caf::error& cause) {
+  auto text = "extend of request " + std::to_string(id)
+              + " undone, the request is as it was: its copy-on-write copy "
+                "failed: ";
+  if (cause.category() == error_category)
+    return make_error(static_cast<errc>(cause.code()), text + context_of(cause));
+  return make_error(errc::device_failure, text + render(cause));
+}
+
 void fail_undone_extends(step_result& res, const caf::error& err,
                          const std::vector<request_id>& undone) {
   for (auto id : undone) {
@@ -95,7 +104,7 @@ void fail_undone_extends(step_result& res, const caf::error& err,
                                        return d.id == id && !d.blocks.empty();
                                      }),
                       res.changed.end());
-    res.failed.push_back(op_failure{id, err});
+    res.failed.push_back(op_failure{id, copy_undone(id, err)});
   }
   res.copies.clear();
 }

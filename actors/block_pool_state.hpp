@@ -86,8 +86,15 @@ using pool_ptr = block_pool_actor::stateful_pointer<block_pool_state>;
 void copy_then(pool_ptr self, const std::vector<block_copy>& copies,
                std::function<void(caf::error, std::vector<request_id>)> done);
 
+/// The error of request `id`'s extend, undone because the device did not
+/// make its copy-on-write copy (`cause`): it names the request and says
+/// nothing changed - the device's error names neither. Its code stays
+/// (device_failure, shutting_down, ...); an error of CAF's own is a device
+/// failure.
+caf::error copy_undone(request_id id, const caf::error& cause);
+
 /// Moves the extends of `res` that settle_copies undid (the requests in
-/// `undone`) from `changed` to `failed`, with the device's error `err`.
+/// `undone`) from `changed` to `failed`, each with copy_undone(id, err).
 void fail_undone_extends(step_result& res, const caf::error& err,
                          const std::vector<request_id>& undone);
 
@@ -159,20 +166,21 @@ caf::result<std::uint32_t> for_tenant(pool_ptr self, const std::string& name,
   return *res;
 }
 
-/// The reply to an extend: `convert(ext)` now if it copied nothing, else
-/// once the device made its copy-on-write copies (or the device's error,
-/// the extend undone).
+/// The reply to request `id`'s extend: `convert(ext)` now if it copied
+/// nothing, else once the device made its copy-on-write copies (or, the
+/// extend undone, copy_undone's error).
 template <class Reply, class Convert>
-caf::result<Reply> after_copies(pool_ptr self, extension ext, Convert convert) {
+caf::result<Reply> after_copies(pool_ptr self, request_id id, extension ext,
+                                Convert convert) {
   if (ext.copies.empty())
     return convert(std::move(ext));
   auto rp = self->make_response_promise<Reply>();
   auto copies = ext.copies;
   copy_then(self, copies,
-            [rp, ext = std::move(ext),
+            [rp, id, ext = std::move(ext),
              convert](caf::error err, std::vector<request_id>) mutable {
               if (err)
-                rp.deliver(std::move(err));
+                rp.deliver(copy_undone(id, err));
               else
                 rp.deliver(convert(std::move(ext)));
             });
