@@ -14,6 +14,19 @@ constexpr std::uint32_t unknown = flat_index::npos - 2; ///< no live request
 constexpr std::uint32_t repeated = flat_index::npos - 1; ///< its id came before
 constexpr std::uint32_t gone = flat_index::npos;         ///< preempted
 
+/// The failure of a step's `op` on request `id`: `err` with its context led
+/// by the op ("free: request 7 is not allocated"). One step may fail a
+/// verdict, a free, a discard and an extend of the same id with errors
+/// that read alike from below, and some (a quota's, a shortage's) name no
+/// request at all. The code stays.
+op_failure failed_op(const char* op, request_id id, caf::error err) {
+  if (err.category() == error_category)
+    err = make_error(static_cast<errc>(err.code()),
+                     std::string{op} + " of " + req_name(id) + ": "
+                       + context_of(err));
+  return op_failure{id, std::move(err)};
+}
+
 } // namespace
 
 void block_pool_core::run_extends(const step_request& step, bool named,
@@ -85,7 +98,7 @@ void block_pool_core::run_extends(const step_request& step, bool named,
       }
       if (!step.preempt_on_shortage
           || !has_code(res.error(), errc::out_of_blocks)) {
-        r.failed.push_back(op_failure{op.id, std::move(res.error())});
+        r.failed.push_back(failed_op("extend", op.id, std::move(res.error())));
         break;
       }
       // Preempt the newest request of the step that still holds its device
@@ -110,7 +123,8 @@ void block_pool_core::run_extends(const step_request& step, bool named,
         if (trace != nullptr)
           trace->preempted_blocks.push_back(*freed);
       } else {
-        r.failed.push_back(op_failure{ops[victim].id, std::move(freed.error())});
+        r.failed.push_back(
+          failed_op("preemption", ops[victim].id, std::move(freed.error())));
       }
       if (victim == i)
         break;
@@ -130,22 +144,23 @@ step_result block_pool_core::run_step(const step_request& step,
         r.changed.push_back(table_delta{
           v.id, res->first_changed, {}, find(v.id)->num_tokens});
     } else {
-      r.failed.push_back(op_failure{v.id, std::move(res.error())});
+      r.failed.push_back(failed_op("verdict", v.id, std::move(res.error())));
     }
   }
-  auto end = [&](request_id id, caf::expected<std::uint32_t> n) {
+  auto end = [&](const char* op, request_id id,
+                 caf::expected<std::uint32_t> n) {
     if (n) {
       r.freed.push_back(id);
       if (trace != nullptr)
         trace->freed_blocks.push_back(*n);
     } else {
-      r.failed.push_back(op_failure{id, std::move(n.error())});
+      r.failed.push_back(failed_op(op, id, std::move(n.error())));
     }
   };
   for (auto id : step.frees)
-    end(id, release(id));
+    end("free", id, release(id));
   for (auto id : step.discards)
-    end(id, discard(id));
+    end("discard", id, discard(id));
   // Extends, oldest first; victims come from the back of the list.
   auto& ops = step.extends;
   bool named = !step.tokens.empty();
@@ -186,7 +201,8 @@ step_result block_pool_core::run_step(const step_request& step,
           r.blocked = req.id;
           break;
         } else {
-          r.failed.push_back(op_failure{req.id, std::move(res.error())});
+          r.failed.push_back(failed_op("admission", req.id,
+                                       std::move(res.error())));
         }
       }
     }

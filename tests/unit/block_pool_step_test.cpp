@@ -248,6 +248,37 @@ BOOST_FIXTURE_TEST_CASE(run_step_frees_first_and_reports_copies_and_bad_ops,
   BOOST_TEST(r.preempted.empty());
 }
 
+BOOST_FIXTURE_TEST_CASE(run_step_failures_name_the_op_and_the_request,
+                        pool_fixture) {
+  // One id fails as a verdict, a free, a discard and an extend in one step;
+  // from below each error reads "request 7 is not allocated". A quota's
+  // error names no request at all.
+  cfg.tenants = {tenant("a", 3)};
+  make(8);
+  alloc(tokens_req(1, 8)); // 2 blocks
+  alloc(tokens_req(3, 4)); // and the tenant's last one
+  step_request step;
+  step.verdicts = {draft_verdict{7, 0}};
+  step.frees = {7};
+  step.discards = {7};
+  step.extends = {grow(7, 1), grow(1, 1)};
+  step.admits = {tokens_req(2, 4)};
+  auto r = pool().run_step(step);
+  std::vector<std::string> want = {
+    "kvactor: unknown_request (verdict of request 7: ",
+    "kvactor: unknown_request (free of request 7: ",
+    "kvactor: unknown_request (discard of request 7: ",
+    "kvactor: unknown_request (extend of request 7: ",
+    "kvactor: quota_exceeded (extend of request 1: ",
+    "kvactor: quota_exceeded (admission of request 2: "};
+  BOOST_REQUIRE(r.failed.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    auto got = render(r.failed[i].error);
+    BOOST_TEST(got.rfind(want[i], 0) == 0u, got);
+  }
+  BOOST_TEST(tokens(1) == 8u);
+}
+
 BOOST_FIXTURE_TEST_CASE(run_step_admits_fcfs_and_stops_at_first_that_does_not_fit,
                         pool_fixture) {
   make(8);
