@@ -80,18 +80,20 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       auto ext = grow(self, id, cache_id, n, {}, true);
       if (!ext)
         return std::move(ext.error());
-      return after_copies<block_table>(self, id, std::move(*ext), [](extension x) {
-        return std::move(x.table);
-      });
+      return after_copies<block_table>(self, id, std::move(*ext),
+                                       [](extension x) {
+                                         return std::move(x.table);
+                                       });
     },
     [self](append_atom, request_id id, std::uint64_t cache_id,
            const std::vector<token_id>& tokens) -> caf::result<block_table> {
       auto ext = grow(self, id, cache_id, tokens.size(), tokens, true);
       if (!ext)
         return std::move(ext.error());
-      return after_copies<block_table>(self, id, std::move(*ext), [](extension x) {
-        return std::move(x.table);
-      });
+      return after_copies<block_table>(self, id, std::move(*ext),
+                                       [](extension x) {
+                                         return std::move(x.table);
+                                       });
     },
     [self](draft_atom, request_id id, std::uint64_t cache_id, std::uint64_t n,
            const std::vector<token_id>& tokens,
@@ -100,9 +102,10 @@ block_pool_fun(pool_ptr self, cache_config cfg,
                       cache_id == current_incarnation, drafts);
       if (!ext)
         return std::move(ext.error());
-      return after_copies<block_table>(self, id, std::move(*ext), [](extension x) {
-        return std::move(x.table);
-      });
+      return after_copies<block_table>(self, id, std::move(*ext),
+                                       [](extension x) {
+                                         return std::move(x.table);
+                                       });
     },
     [self](settle_atom, request_id id, std::uint64_t cache_id,
            std::uint32_t accepted) -> caf::result<block_table> {

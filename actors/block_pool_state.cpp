@@ -91,7 +91,8 @@ caf::error copy_undone(request_id id, const caf::error& cause) {
               + " undone, the request is as it was: its copy-on-write copy "
                 "failed: ";
   if (cause.category() == error_category)
-    return make_error(static_cast<errc>(cause.code()), text + context_of(cause));
+    return make_error(static_cast<errc>(cause.code()),
+                      text + context_of(cause));
   return make_error(errc::device_failure, text + render(cause));
 }
 

@@ -15,10 +15,10 @@ constexpr std::uint32_t repeated = flat_index::npos - 1; ///< its id came before
 constexpr std::uint32_t gone = flat_index::npos;         ///< preempted
 
 /// The failure of a step's `op` on request `id`: `err` with its context led
-/// by the op ("free: request 7 is not allocated"). One step may fail a
-/// verdict, a free, a discard and an extend of the same id with errors
-/// that read alike from below, and some (a quota's, a shortage's) name no
-/// request at all. The code stays.
+/// by both ("free of request 7: request 7 is not allocated"). One step may
+/// fail a verdict, a free, a discard and an extend of the same id with
+/// errors that read alike from below, and some (a quota's, a shortage's)
+/// name no request at all. The code stays.
 op_failure failed_op(const char* op, request_id id, caf::error err) {
   if (err.category() == error_category)
     err = make_error(static_cast<errc>(err.code()),
