@@ -120,7 +120,9 @@ typename Inspector::result_type inspect(Inspector& f, admission& x) {
 
 /// An operation of the step that failed (and changed nothing: an extend
 /// whose copy-on-write copy the device did not make is undone, and fails
-/// with the device's error). An admit or extend past what one request may
+/// with the device's error code, its text naming the request and that it
+/// was undone). The error's text names the op and the request ("extend of
+/// request 7: ..."). An admit or extend past what one request may
 /// hold fails with exceeds_capacity: it neither blocks admission nor
 /// preempts anything.
 struct op_failure {
