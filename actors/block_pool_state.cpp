@@ -175,8 +175,16 @@ caf::expected<extension> grow(pool_ptr self, request_id id,
   st.set_clock();
   auto res = st.core().extend(id, n, tokens.empty() ? nullptr : tokens.data(),
                               true, drafts);
-  if (!res)
-    return std::move(res.error());
+  if (!res) {
+    // A tenant's quota or the pool's shortage names no request: say whose
+    // growth it refused (a step's failures say so too).
+    auto& err = res.error();
+    if (has_code(err, errc::quota_exceeded) || has_code(err, errc::out_of_blocks))
+      return make_error(static_cast<errc>(err.code()),
+                        "extend of request " + std::to_string(id) + " by "
+                          + std::to_string(n) + " tokens: " + context_of(err));
+    return std::move(err);
+  }
   st.report(self);
   return extension{st.core().table(**seq), std::move(res->copies)};
 }

@@ -186,8 +186,9 @@ BOOST_AUTO_TEST_CASE(growth_past_the_limits_changes_nothing) {
   KV_CHECK_ERROR(f.m().extend(*h, 7), errc::exceeds_max_sequence_length,
                  "request 1", "max_sequence_length 16");
   KV_CHECK_ERROR(f.m().extend(*other, 8), errc::out_of_blocks,
-                 "need 2 blocks");
-  KV_CHECK_ERROR(f.m().append(*other, iota_tokens(0, 8)), errc::out_of_blocks);
+                 "extend of request 2 by 8 tokens: need 2 blocks");
+  KV_CHECK_ERROR(f.m().append(*other, iota_tokens(0, 8)), errc::out_of_blocks,
+                 "extend of request 2");
   KV_CHECK_ERROR(f.m().append(*h, {1, -1}), errc::invalid_request, "-1");
   // A step whose extend and admission cannot fit changes nothing either.
   step_request step;
