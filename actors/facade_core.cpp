@@ -288,11 +288,16 @@ void facade_core::set_pressure_callback(std::function<void(memory_pressure)> f) 
     cb.f = f ? std::make_shared<const std::function<void(memory_pressure)>>(
                  std::move(f))
              : nullptr;
-    // The relay may have taken the old one just before: wait for that call
+    auto mine = ++cb.generation;
+    // The relay may have taken an old one just before: wait for that call
     // (its owner may free what it captured once this returns), unless it
-    // is the call replacing itself.
+    // is the call replacing itself - and not for calls of this callback or
+    // a newer one: under a stream of level changes the relay goes from one
+    // call to the next before a woken setter runs, and a setter waiting for
+    // "no call at all" waited for every one of them.
     cb.idle.wait(lock, [&] {
-      return cb.running == 0 || cb.caller == std::this_thread::get_id();
+      return cb.running == 0 || cb.running_generation >= mine
+             || cb.caller == std::this_thread::get_id();
     });
   }
   std::lock_guard<std::mutex> guard{mtx_};
@@ -313,6 +318,7 @@ void facade_core::set_pressure_callback(std::function<void(memory_pressure)> f) 
             if (cb->stopped || !cb->f)
               return;
             f = cb->f;
+            cb->running_generation = cb->generation;
             ++cb->running;
             cb->caller = std::this_thread::get_id();
           }

@@ -262,6 +262,10 @@ private:
     bool stopped = false;
     std::size_t running = 0;
     std::thread::id caller; ///< of the call in progress
+    /// Bumped by each set; the call in progress runs the callback of
+    /// `running_generation` (a setter waits for older ones only).
+    std::uint64_t generation = 0;
+    std::uint64_t running_generation = 0;
   };
   std::shared_ptr<callback_state> callback_;
 };

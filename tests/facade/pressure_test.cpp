@@ -3,6 +3,7 @@
 // callbacks that may replace themselves or throw.
 #include <atomic>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -100,6 +101,45 @@ BOOST_AUTO_TEST_CASE(a_pressure_callback_may_replace_itself) {
   BOOST_TEST((log.get() == std::vector<memory_pressure>{memory_pressure::medium,
                                                         memory_pressure::high}),
              boost::test_tools::per_element());
+}
+
+// A setter waits for a call of the callback it replaces (its captures may
+// go once the setter returns), not for calls of the new one: the relay goes
+// from the old callback's call straight to the next level's, with the new
+// callback, before the woken setter runs - and a setter that waited for no
+// call at all to run waited as long as the new callback ran.
+BOOST_AUTO_TEST_CASE(replacing_a_callback_waits_for_the_old_one_only) {
+  cache_fixture f;
+  auto& m = f.m();
+  std::promise<void> release_old;
+  std::promise<void> release_new;
+  auto old_gate = release_old.get_future().share();
+  auto new_gate = release_new.get_future().share();
+  std::atomic<int> old_calls{0};
+  std::atomic<int> new_calls{0};
+  m.set_pressure_callback([&, old_gate](memory_pressure) {
+    if (++old_calls == 1)
+      old_gate.wait();
+  });
+  for (request_id id = 1; id <= 52; ++id) // medium (the old one holds), high
+    f.alloc(f.req(id, 4));
+  BOOST_REQUIRE(eventually([&] { return old_calls.load() == 1; }));
+  std::atomic<bool> set{false};
+  std::thread setter{[&] {
+    m.set_pressure_callback([&, new_gate](memory_pressure) {
+      ++new_calls;
+      new_gate.wait();
+    });
+    set = true;
+  }};
+  std::this_thread::sleep_for(std::chrono::milliseconds{20});
+  BOOST_TEST(!set.load()); // the old callback's call still runs
+  release_old.set_value();
+  BOOST_TEST(eventually([&] { return new_calls.load() == 1; }));
+  BOOST_TEST(eventually([&] { return set.load(); })); // the new one still runs
+  release_new.set_value();
+  setter.join();
+  BOOST_TEST(old_calls.load() == 1);
 }
 
 BOOST_AUTO_TEST_CASE(a_throwing_pressure_callback_stops_no_later_level) {
