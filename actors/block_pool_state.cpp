@@ -10,6 +10,7 @@
 #include <caf/send.hpp>
 
 #include "kvactor/messages/error.hpp"
+#include "kvactor/messages/error_context.hpp"
 
 namespace kvactor::detail {
 
@@ -87,13 +88,10 @@ void copy_then(pool_ptr self, const std::vector<block_copy>& copies,
 }
 
 caf::error copy_undone(request_id id, const caf::error& cause) {
-  auto text = "extend of request " + std::to_string(id)
-              + " undone, the request is as it was: its copy-on-write copy "
-                "failed: ";
-  if (cause.category() == error_category)
-    return make_error(static_cast<errc>(cause.code()),
-                      text + context_of(cause));
-  return make_error(errc::device_failure, text + render(cause));
+  return in_context("extend of request " + std::to_string(id)
+                      + " undone, the request is as it was: its copy-on-write "
+                        "copy failed",
+                    cause, errc::device_failure);
 }
 
 void fail_undone_extends(step_result& res, const caf::error& err,
@@ -180,9 +178,9 @@ caf::expected<extension> grow(pool_ptr self, request_id id,
     // growth it refused (a step's failures say so too).
     auto& err = res.error();
     if (has_code(err, errc::quota_exceeded) || has_code(err, errc::out_of_blocks))
-      return make_error(static_cast<errc>(err.code()),
-                        "extend of request " + std::to_string(id) + " by "
-                          + std::to_string(n) + " tokens: " + context_of(err));
+      return in_context("extend of request " + std::to_string(id) + " by "
+                          + std::to_string(n) + " tokens",
+                        err);
     return std::move(err);
   }
   st.report(self);

@@ -3,6 +3,7 @@
 #include "kvactor/actors/block_pool_core.hpp"
 
 #include "kvactor/messages/error.hpp"
+#include "kvactor/messages/error_context.hpp"
 
 namespace kvactor::detail {
 
@@ -19,12 +20,8 @@ constexpr std::uint32_t gone = flat_index::npos;         ///< preempted
 /// fail a verdict, a free, a discard and an extend of the same id with
 /// errors that read alike from below, and some (a quota's, a shortage's)
 /// name no request at all. The code stays.
-op_failure failed_op(const char* op, request_id id, caf::error err) {
-  if (err.category() == error_category)
-    err = make_error(static_cast<errc>(err.code()),
-                     std::string{op} + " of " + req_name(id) + ": "
-                       + context_of(err));
-  return op_failure{id, std::move(err)};
+op_failure failed_op(const char* op, request_id id, const caf::error& err) {
+  return op_failure{id, in_context(std::string{op} + " of " + req_name(id), err)};
 }
 
 } // namespace

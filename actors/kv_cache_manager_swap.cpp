@@ -6,6 +6,7 @@
 #include <caf/send.hpp>
 
 #include "kvactor/messages/error.hpp"
+#include "kvactor/messages/error_context.hpp"
 
 namespace kvactor::detail {
 
@@ -25,11 +26,11 @@ caf::error ended_mid_swap(request_id id, const char* way) {
 /// the device's error alone names neither. Its code stays (device_failure,
 /// shutting_down, ...); an error of CAF's own is a device failure.
 caf::error copy_failed(request_id id, const char* way, const caf::error& cause) {
-  auto text = "swap-" + std::string{way} + " of request " + std::to_string(id)
-              + " undone, the request is where it was: the device copy failed: ";
-  if (cause.category() == error_category)
-    return make_error(static_cast<errc>(cause.code()), text + context_of(cause));
-  return make_error(errc::device_failure, text + render(cause));
+  return in_context("swap-" + std::string{way} + " of request "
+                      + std::to_string(id)
+                      + " undone, the request is where it was: the device "
+                        "copy failed",
+                    cause, errc::device_failure);
 }
 
 /// Swaps request `id` (incarnation `cache_id`) out (`out`) or in; `done`

@@ -1,5 +1,6 @@
 // Rendering of kvactor errors without an actor system.
 #include "kvactor/messages/error.hpp"
+#include "kvactor/messages/error_context.hpp"
 
 #include <caf/message.hpp>
 
@@ -36,6 +37,16 @@ std::string context_of(const caf::error& err) {
   if (err && err.category() == error_category && has_text(err.context()))
     return err.context().get_as<std::string>(0);
   return render(err);
+}
+
+caf::error in_context(const std::string& what, const caf::error& err,
+                      std::optional<errc> foreign) {
+  if (err.category() == error_category)
+    return make_error(static_cast<errc>(err.code()),
+                      what + ": " + context_of(err));
+  if (foreign)
+    return make_error(*foreign, what + ": " + render(err));
+  return err;
 }
 
 } // namespace kvactor
