@@ -86,6 +86,18 @@ populate(kv_cache_manager& m, const cache_config& cfg, int count) {
   return out;
 }
 
+/// Allocates requests 2, 3, ... until one fails (the manager's stop has
+/// reached the facade) or `deadline` passes; that failure, or none.
+caf::error first_failed_allocate(cache_fixture& f,
+                                 std::chrono::steady_clock::time_point deadline) {
+  for (request_id id = 2; std::chrono::steady_clock::now() < deadline; ++id) {
+    auto h = f.m().allocate(f.req(id, 4));
+    if (!h)
+      return std::move(h.error());
+  }
+  return caf::none;
+}
+
 } // namespace
 
 BOOST_FIXTURE_TEST_SUITE(facade_shutdown, watchdog)
@@ -274,14 +286,8 @@ BOOST_AUTO_TEST_CASE(calls_after_the_manager_stopped_fail_with_shutting_down) {
   cache_fixture f;
   BOOST_REQUIRE(f.m().allocate(f.req(1, 4)));
   caf::anon_send_exit(f.m().actor(), caf::exit_reason::user_shutdown);
-  caf::error err;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
-  for (request_id id = 2; !err && std::chrono::steady_clock::now() < deadline;
-       ++id) {
-    auto h = f.m().allocate(f.req(id, 4));
-    if (!h)
-      err = h.error();
-  }
+  auto err = first_failed_allocate(f, deadline);
   BOOST_REQUIRE(err);
   BOOST_TEST(is_error(err, errc::shutting_down, {"manager"}), render(err));
   auto freed = f.m().deallocate(1);
@@ -309,14 +315,8 @@ BOOST_AUTO_TEST_CASE(calls_after_a_part_ended_are_told_which) {
                                     make_error(errc::shutting_down,
                                                "the cache stopped: its device "
                                                "actor ended (kill)")});
-  caf::error err;
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds{10};
-  for (request_id id = 2; !err && std::chrono::steady_clock::now() < deadline;
-       ++id) {
-    auto h = f.m().allocate(f.req(id, 4));
-    if (!h)
-      err = h.error();
-  }
+  auto err = first_failed_allocate(
+    f, std::chrono::steady_clock::now() + std::chrono::seconds{10});
   BOOST_REQUIRE(err);
   BOOST_TEST(is_error(err, errc::shutting_down, {"its device actor ended"}),
              render(err));
