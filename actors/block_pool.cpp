@@ -322,9 +322,16 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       if (auto err = from_manager(self, st.registry, "swap out"))
         return err;
       bool ended = st.core().find(id, cache_id) == nullptr; // a ghost's
-      auto res = st.core().swap_out_done(id, cache_id, ok);
+      std::vector<block_id> left;
+      auto res = st.core().swap_out_done(id, cache_id, ok, &left);
       if (!res)
         return std::move(res.error());
+      // Before any of them can go to a new owner (a local send is in the
+      // device's mailbox when it returns): writes into them were refused
+      // since the copy began, lest one land after the copy and be lost.
+      if (!left.empty() && st.device)
+        self->send(st.device, swap_out_atom::value, settle_atom::value,
+                   std::move(left));
       st.report(self);
       return {*res, ended};
     },

@@ -180,9 +180,13 @@ public:
   /// The device moved the bytes (ok) or failed (!ok: back to resident) for
   /// incarnation `cache_id` of `id` - live, or released during the move
   /// (then the move's end returns its blocks, even if `id` was admitted
-  /// again meanwhile). Returns the device blocks whose last reference went.
+  /// again meanwhile). Returns the device blocks whose last reference went;
+  /// `left`, if given, gets the device blocks the request let go (ok only:
+  /// the device keeps them closed to writes until told).
   caf::expected<std::uint32_t> swap_out_done(request_id id,
-                                             std::uint64_t cache_id, bool ok);
+                                             std::uint64_t cache_id, bool ok,
+                                             std::vector<block_id>* left
+                                             = nullptr);
   /// Starts bringing a swapped request back: a block whose hash is still in
   /// the prefix index is shared again (revived if cached), the others get
   /// fresh device blocks, which the returned moves fill. Errors:

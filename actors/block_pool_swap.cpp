@@ -38,7 +38,8 @@ block_pool_core::swap_out_begin(request_id id) {
 }
 
 caf::expected<std::uint32_t>
-block_pool_core::swap_out_done(request_id id, std::uint64_t cache_id, bool ok) {
+block_pool_core::swap_out_done(request_id id, std::uint64_t cache_id, bool ok,
+                               std::vector<block_id>* left) {
   auto seq = find_swapping(id, cache_id);
   if (seq == nullptr || seq->where != residency::swapping_out)
     return make_error(errc::invalid_request,
@@ -51,6 +52,8 @@ block_pool_core::swap_out_done(request_id id, std::uint64_t cache_id, bool ok) {
     for (auto i = seq->blocks.rbegin(); i != seq->blocks.rend(); ++i)
       unref(*i, level);
     give_way(seq->blocks.data(), seq->blocks.size());
+    if (left != nullptr)
+      left->assign(seq->blocks.begin(), seq->blocks.end());
     seq->blocks.clear();
     seq->where = residency::swapped;
     ++counters_.swap_outs;

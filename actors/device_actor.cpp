@@ -38,9 +38,11 @@ struct device_state {
     std::function<void(caf::error)> finish;
   };
   std::deque<pending> queue;
-  /// Device blocks that swap-outs in flight read, with how many read
-  /// each. A slot write into such a block is refused - ordered after the
-  /// read, it would miss the host copy and be lost at swap-in. A map, not a
+  /// Device blocks that swap-outs read, with how many read each, from the
+  /// swap's start until its copy failed or the pool settled it (the copy
+  /// done, the request let the blocks go). A slot write into such a block
+  /// is refused - ordered after the read, it would miss the host copy and
+  /// be lost at swap-in. A map, not a
   /// counter per block: few blocks are in flight at once, and the actor's
   /// start allocates nothing that grows with the pool (a failure there
   /// would come after spawn_kv_cache had answered).
@@ -86,6 +88,19 @@ struct device_state {
       p.finish(make_error(errc::shutting_down,
                           "device actor: stopped with this work in flight"));
     }
+  }
+
+  /// One more swap-out reads device block `b`: writes into it are refused.
+  void close_to_writes(std::uint32_t b) {
+    ++swapping_out[b];
+  }
+  /// One swap-out less holds `b` closed (its copy failed, or the pool
+  /// settled it). One no swap holds (a settle from a pool that is not this
+  /// cache's) changes nothing.
+  void reopen_to_writes(std::uint32_t b) {
+    auto i = swapping_out.find(b);
+    if (i != swapping_out.end() && --i->second == 0)
+      swapping_out.erase(i);
   }
 
   /// At least `bytes` of staging, or null (the staging so far stays).
@@ -150,13 +165,13 @@ void drain(device_ptr self) {
 
 /// Nothing to do when an op ends.
 struct no_cleanup {
-  void operator()() const noexcept {
+  void operator()(const caf::error&) const noexcept {
   }
 };
 
 /// Submits through `submit` (returns expected<ticket>) and replies with
 /// `value` once the work completed, or with the error; `ended` runs first
-/// then (only if the work was submitted).
+/// then, with the error if any (only if the work was submitted).
 template <class T, class Submit, class Ended = no_cleanup>
 caf::result<T> run(device_ptr self, Submit submit, T value, Ended ended = {}) {
   auto t = submit();
@@ -167,7 +182,7 @@ caf::result<T> run(device_ptr self, Submit submit, T value, Ended ended = {}) {
   auto rp = self->make_response_promise<T>();
   self->state.queue.push_back(device_state::pending{
     *t, [rp, value, ended](caf::error err) mutable {
-      ended();
+      ended(err);
       if (err)
         rp.deliver(std::move(err));
       else
@@ -222,18 +237,21 @@ device_actor::behavior_type device_fun(device_ptr self,
           auto t = self->state.store->swap_out(moves);
           if (t)
             for (auto& m : moves)
-              ++self->state.swapping_out[m.device_block];
+              self->state.close_to_writes(m.device_block);
           return t;
         },
         static_cast<std::uint32_t>(moves.size()),
-        [self, moves] {
-          auto& out = self->state.swapping_out;
-          for (auto& m : moves) {
-            auto i = out.find(m.device_block);
-            if (--i->second == 0)
-              out.erase(i);
-          }
+        [self, moves](const caf::error& err) {
+          // Copied, the blocks stay closed until the pool settles them: a
+          // write now would still be lost (the request is leaving them).
+          if (err)
+            for (auto& m : moves)
+              self->state.reopen_to_writes(m.device_block);
         });
+    },
+    [self](swap_out_atom, settle_atom, const std::vector<block_id>& blocks) {
+      for (auto b : blocks)
+        self->state.reopen_to_writes(b);
     },
     [self](swap_in_atom, const std::vector<block_move>& moves) {
       return run<std::uint32_t>(

@@ -206,8 +206,16 @@ using device_actor = caf::typed_actor<
   // Copy blocks (all layers, K and V); replies once done with the count.
   // Errors: invalid_request (bad ids), device_failure.
   caf::replies_to<copy_atom, std::vector<block_copy>>::with<std::uint32_t>,
-  // Device -> host tier, and back.
+  // Device -> host tier, and back. A slot write into a device block a
+  // swap-out reads is refused (invalid_request: it would miss the host
+  // copy) from the swap-out's start until the copy failed, or, the copy
+  // done, until the pool let the blocks go (the next message).
   caf::replies_to<swap_out_atom, std::vector<block_move>>::with<std::uint32_t>,
+  // The pool's second phase of a swap-out that copied: the request let
+  // these device blocks go, and writes into them are a new owner's. Sent
+  // by the pool before it can hand the blocks to anyone, so no new
+  // owner's write arrives first.
+  caf::reacts_to<swap_out_atom, settle_atom, std::vector<block_id>>,
   caf::replies_to<swap_in_atom, std::vector<block_move>>::with<std::uint32_t>,
   // Scatter tokens' K/V into slots; replies with tokens written (slots of
   // -1 are skipped, and not counted).

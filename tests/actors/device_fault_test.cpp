@@ -50,6 +50,19 @@ struct slow_fixture : cache_fixture {
     BOOST_TEST(store->pending() == 1u);
   }
 
+  /// A write of one token into the second slot of device block `b` (and one
+  /// skipped slot of -1).
+  slot_write one_slot_in(block_id b) const {
+    const std::size_t row = std::size_t{cfg.model.num_kv_heads}
+                            * cfg.model.head_dim * size_of(cfg.model.dtype);
+    slot_write w;
+    w.layer = 0;
+    w.slots = {-1, std::int64_t{b} * cfg.block_size + 1};
+    w.keys.assign(2 * row, 1);
+    w.values.assign(2 * row, 2);
+    return w;
+  }
+
   /// The replies (a count or an error) waiting in self's mailbox, in order.
   std::vector<std::string> replies() {
     std::vector<std::string> out;
@@ -120,16 +133,11 @@ BOOST_FIXTURE_TEST_CASE(a_write_waits_for_its_own_work_only, slow_fixture) {
 BOOST_FIXTURE_TEST_CASE(a_write_into_a_block_being_swapped_out_is_refused,
                         slow_fixture) {
   // Ordered after the swap's read, it would miss the host copy and be lost
-  // at swap-in: refused, nothing submitted, until the swap ends.
+  // at swap-in: refused, nothing submitted, while the copy runs - and after
+  // it, until the pool says the request let the block go.
   self->send(cache.device, swap_out_atom::value, std::vector<block_move>{{4, 0}});
   run();
-  const std::size_t row = std::size_t{cfg.model.num_kv_heads}
-                          * cfg.model.head_dim * size_of(cfg.model.dtype);
-  slot_write w;
-  w.layer = 0;
-  w.slots = {-1, 4 * std::int64_t{cfg.block_size} + 1};
-  w.keys.assign(2 * row, 1);
-  w.values.assign(2 * row, 2);
+  auto w = one_slot_in(4);
   self->send(cache.device, write_atom::value, w);
   run();
   BOOST_TEST(replies() == strings{"invalid_request"});
@@ -139,7 +147,54 @@ BOOST_FIXTURE_TEST_CASE(a_write_into_a_block_being_swapped_out_is_refused,
   BOOST_TEST(replies() == strings{"1"});
   self->send(cache.device, write_atom::value, w);
   run();
+  BOOST_TEST(replies() == strings{"invalid_request"}); // copied, not settled
+  self->send(cache.device, swap_out_atom::value, settle_atom::value,
+             std::vector<block_id>{4});
+  self->send(cache.device, write_atom::value, w);
+  run();
   BOOST_TEST(replies() == strings{"1"}); // the slot of -1 is not written
+  BOOST_TEST(store->pending() == 0u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_swap_out_whose_copy_failed_takes_writes_again,
+                        slow_fixture) {
+  self->send(cache.device, swap_out_atom::value, std::vector<block_move>{{4, 0}});
+  run();
+  store->fail();
+  sched.trigger_timeouts();
+  run();
+  BOOST_TEST(replies() == strings{"device_failure"});
+  // Open again (the request stays in its blocks), and the write reaches the
+  // storage, which reports the fault - not the swap's refusal.
+  self->send(cache.device, write_atom::value, one_slot_in(4));
+  run();
+  BOOST_TEST(replies() == strings{"device_failure"});
+}
+
+BOOST_FIXTURE_TEST_CASE(a_write_after_a_swap_outs_copy_is_refused_until_the_pool_let_the_blocks_go,
+                        slow_fixture) {
+  // The copy is done and answered, but the manager's second phase has not
+  // reached the pool: the request still holds its blocks, about to leave
+  // them. A write now would land after the host copy and be lost at
+  // swap-in: refused. Once the pool let the blocks go they are a new
+  // owner's, and take writes.
+  auto a = allocate(1, 10);
+  BOOST_REQUIRE(a);
+  self->send(mgr, swap_out_atom::value, request_id{1});
+  run();
+  BOOST_TEST(store->pending() == 1u);
+  auto first = a->table.blocks.front();
+  store->complete(); // the wake's message is now ahead of the write
+  self->send(cache.device, write_atom::value, one_slot_in(first));
+  run();
+  // The write's refusal, then the swap's reply (3 blocks moved).
+  BOOST_TEST(replies() == (strings{"invalid_request", "3"}));
+  auto s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->swap_out_count == 1u);
+  self->send(cache.device, write_atom::value, one_slot_in(first));
+  run();
+  BOOST_TEST(replies() == strings{"1"});
 }
 
 BOOST_FIXTURE_TEST_CASE(a_fault_answers_every_waiting_request_without_a_wake,

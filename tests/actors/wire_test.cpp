@@ -103,6 +103,8 @@ protocol_messages(cache_fixture& f, const request_handle_actor& h) {
     m{"index", caf::make_message(std::vector<std::pair<std::uint64_t, block_id>>{{11, 2}})},
     m{"copy", caf::make_message(copy_atom::value, std::vector<block_copy>{{1, 2}})},
     m{"swap out", caf::make_message(swap_out_atom::value, std::vector<block_move>{{1, 0}})},
+    m{"swap out settled", caf::make_message(swap_out_atom::value, settle_atom::value,
+                                            std::vector<block_id>{1, 2})},
     m{"pool swap reply", caf::make_message(std::vector<block_move>{{1, 0}})},
     m{"write", caf::make_message(write_atom::value, w)},
     m{"gather", caf::make_message(gather_atom::value, std::uint32_t{0},
