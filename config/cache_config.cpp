@@ -139,6 +139,28 @@ caf::error validate_pressure(const pressure_config& p) {
   return caf::none;
 }
 
+/// The pressure marks in whole blocks of a pool of `num_blocks`: medium's
+/// must be at least one block, entered and left. At 0 blocks the pool
+/// would be at medium pressure empty, or never go back to low (left below
+/// 0 blocks in use). Higher levels' marks are at least medium's.
+caf::error validate_pressure_marks(const pressure_config& p,
+                                   std::uint64_t num_blocks) {
+  auto one_block = num(1.0 / static_cast<double>(num_blocks));
+  auto of_pool = " of " + std::to_string(num_blocks) + " blocks";
+  if (pressure_mark(p.medium, num_blocks) == 0)
+    return fail("pressure.medium",
+                num(p.medium) + of_pool + " is no whole block: the pool would "
+                  "be at medium pressure empty (at least " + one_block
+                  + ", one block)");
+  if (pressure_mark(p.medium - p.hysteresis, num_blocks) == 0)
+    return fail("pressure.hysteresis",
+                "leaves medium pressure below " + num(p.medium - p.hysteresis)
+                  + of_pool + ", no whole block: the pool would never go "
+                  "back to low (pressure.medium - pressure.hysteresis must be "
+                  "at least " + one_block + ", one block)");
+  return caf::none;
+}
+
 /// One block's bytes, all layers, K and V (storage_layout::bytes_per_block).
 /// REQUIRES: a validated block size and model; then at most 2^43.
 std::uint64_t bytes_per_block(const cache_config& cfg) {
@@ -277,6 +299,9 @@ caf::error validate(const cache_config& cfg) {
                 "requires layout paged (layout is 'contiguous')");
   if (auto err = validate_pressure(cfg.pressure))
     return err;
+  if (cfg.num_gpu_blocks > 0)
+    if (auto err = validate_pressure_marks(cfg.pressure, cfg.num_gpu_blocks))
+      return err;
   if (cfg.gc_interval_ms > max_gc_interval_ms)
     return fail("gc_interval_ms", "must be at most "
                                     + std::to_string(max_gc_interval_ms)

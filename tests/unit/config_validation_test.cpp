@@ -203,6 +203,22 @@ BOOST_AUTO_TEST_CASE(hysteresis_must_be_below_half_and_below_medium) {
   BOOST_TEST(parse_error(j) == "ok");
 }
 
+BOOST_AUTO_TEST_CASE(pressure_marks_must_be_whole_blocks) {
+  // Marks are whole blocks: one of 0 would hold the pool at medium while
+  // empty, or never let it back to low.
+  auto j = base();
+  j["num_gpu_blocks"] = 1000;
+  j["pressure"] = {{"medium", 1e-12}, {"high", 0.5}, {"hysteresis", 0}};
+  BOOST_TEST(fails_naming(j, "pressure.medium", "1e-12 of 1000 blocks"));
+  BOOST_TEST(fails_naming(j, "pressure.medium", "at least 0.001, one block"));
+  j["pressure"] = {{"medium", 0.001}, {"high", 0.5}, {"hysteresis", 0}};
+  BOOST_TEST(parse_error(j) == "ok");
+  j["pressure"] = {{"medium", 0.1}, {"hysteresis", 0.1 - 1e-13}};
+  BOOST_TEST(fails_naming(j, "pressure.hysteresis", "never go back to low"));
+  j["pressure"] = {{"medium", 0.1}, {"hysteresis", 0.099}};
+  BOOST_TEST(parse_error(j) == "ok");
+}
+
 BOOST_AUTO_TEST_CASE(gc_interval_is_at_most_a_day) {
   auto j = base();
   j["gc_interval_ms"] = 86400001;
