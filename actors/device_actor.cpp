@@ -3,17 +3,21 @@
 // Completion is heard through the storage's wake (a CUDA host callback); a
 // watchdog poll backs it up while replies are pending, because CUDA calls no
 // host callback after a fault - without it a failed GPU would leave every
-// waiting requester waiting forever.
+// waiting requester waiting forever. Work not complete after
+// device_timeout_ms is a stalled GPU: everyone waiting is told, and the actor
+// quits, so that the manager stops the cache.
 #include "kvactor/actors/device_actor.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
 
+#include <caf/actor_clock.hpp>
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
@@ -31,11 +35,16 @@ struct device_state {
   static inline const char* name = "kvactor.device";
 
   std::shared_ptr<storage> store;
+  /// Work not complete after this long is a stalled GPU; 0 = never.
+  std::chrono::milliseconds timeout{0};
   /// Submitted work not yet answered, in submission order (answered in
   /// order of completion).
   struct pending {
     ticket t;
     std::function<void(caf::error)> finish;
+    /// What it is, for a stall's error ("swap-out of 4 blocks").
+    std::string what;
+    caf::actor_clock::time_point since;
   };
   std::deque<pending> queue;
   /// Device blocks that swap-outs read, with how many read each, from the
@@ -79,14 +88,26 @@ struct device_state {
   /// back (a copy-on-write destination, a swap-in's incoming blocks), and
   /// a copy still running would write into them after the pool handed them
   /// to another request. Blocking is fine here: the actor runs detached.
-  /// After a fault the waits return at once.
+  /// After a fault the waits return at once; work that outlasts the
+  /// timeout (a stalled GPU) is waited for no longer, nor is the rest.
   void answer_in_flight(bool wait_first) {
     auto open = std::move(queue);
+    queue.clear();
+    bool hung = false;
     for (auto& p : open) {
-      if (wait_first && store)
-        store->wait_one(p.t); // its own error, if any: shutting_down anyway
+      if (wait_first && store && !hung) {
+        // Its own error, if any: shutting_down anyway.
+        if (timeout.count() == 0)
+          store->wait_one(p.t);
+        else
+          store->wait_one_for(p.t, timeout, hung);
+      }
       p.finish(make_error(errc::shutting_down,
-                          "device actor: stopped with this work in flight"));
+                          hung ? "device actor: stopped with this work in "
+                                 "flight, the GPU stalled (not complete "
+                                 "within device_timeout_ms)"
+                               : "device actor: stopped with this work in "
+                                 "flight"));
     }
   }
 
@@ -129,6 +150,42 @@ using device_ptr = device_actor::stateful_pointer<device_state>;
 /// (or a lost wake) is noticed.
 constexpr auto watchdog_period = std::chrono::milliseconds{2};
 
+/// The GPU has not completed `what` in `waited`: every waiting requester
+/// gets device_failure saying so, without waiting (the work may never
+/// end), and the actor quits with it - the manager, which monitors it,
+/// stops the cache: the blocks the work touches cannot be handed on while
+/// it may still write them, nor can the pool, awaiting a copy-on-write
+/// copy, go on without an answer. Returns the error.
+caf::error stall(device_ptr self, const std::string& what,
+                 std::chrono::milliseconds waited) {
+  auto& st = self->state;
+  auto err = make_error(errc::device_failure,
+                        "device actor: " + what + " not complete after "
+                          + std::to_string(waited.count())
+                          + " ms (device_timeout_ms "
+                          + std::to_string(st.timeout.count())
+                          + "): the GPU looks stalled, the cache stops");
+  auto open = std::move(st.queue);
+  st.queue.clear();
+  for (auto& p : open)
+    p.finish(err);
+  self->quit(err);
+  return err;
+}
+
+/// Waits for `t` (the op `what`) alone, at most the timeout: past it, a
+/// stall.
+caf::error wait_own(device_ptr self, ticket t, const std::string& what) {
+  auto& st = self->state;
+  if (st.timeout.count() == 0)
+    return st.store->wait_one(t);
+  bool timed_out = false;
+  auto err = st.store->wait_one_for(t, st.timeout, timed_out);
+  if (timed_out)
+    return stall(self, what, st.timeout);
+  return err;
+}
+
 /// Answers every pending request whose own work completed (or failed: after
 /// a fault finished() is true for all, and wait_one() reports it), in any
 /// order, so a copy-on-write or a write is not held behind an unrelated long
@@ -157,6 +214,16 @@ void drain(device_ptr self) {
   q.erase(keep, q.end());
   for (auto& p : ready)
     p.finish(st.store->wait_one(p.t));
+  // The oldest unanswered work (the queue keeps submission order).
+  if (!q.empty() && st.timeout.count() > 0) {
+    auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+      self->clock().now() - q.front().since);
+    if (waited >= st.timeout) {
+      auto what = q.front().what; // stall() empties the queue
+      stall(self, what, waited);
+      return;
+    }
+  }
   if (!q.empty() && !st.watchdog_armed) {
     st.watchdog_armed = true;
     self->delayed_send(self, watchdog_period, done_atom::value, true);
@@ -169,11 +236,18 @@ struct no_cleanup {
   }
 };
 
+/// "<op> of <n> <unit>".
+std::string op_name(const char* op, std::size_t n, const char* unit) {
+  return std::string{op} + " of " + std::to_string(n) + " " + unit;
+}
+
 /// Submits through `submit` (returns expected<ticket>) and replies with
 /// `value` once the work completed, or with the error; `ended` runs first
-/// then, with the error if any (only if the work was submitted).
+/// then, with the error if any (only if the work was submitted). `what`
+/// names the work in a stall's error.
 template <class T, class Submit, class Ended = no_cleanup>
-caf::result<T> run(device_ptr self, Submit submit, T value, Ended ended = {}) {
+caf::result<T> run(device_ptr self, std::string what, Submit submit, T value,
+                   Ended ended = {}) {
   auto t = submit();
   if (!t) {
     drain(self); // a fault fails the work already queued as well
@@ -187,16 +261,19 @@ caf::result<T> run(device_ptr self, Submit submit, T value, Ended ended = {}) {
         rp.deliver(std::move(err));
       else
         rp.deliver(std::move(value));
-    }});
+    },
+    std::move(what), self->clock().now()});
   drain(self);
   return rp;
 }
 
 device_actor::behavior_type device_fun(device_ptr self,
-                                       std::shared_ptr<storage> store) {
+                                       std::shared_ptr<storage> store,
+                                       std::chrono::milliseconds timeout) {
   detail::handle_stray_messages(self);
   auto& st = self->state;
   st.store = std::move(store);
+  st.timeout = timeout;
   // Completion callbacks come from a CUDA thread: only post a message.
   st.store->set_wake([addr = self->address()] {
     if (auto strong = caf::actor_cast<caf::strong_actor_ptr>(addr))
@@ -225,14 +302,15 @@ device_actor::behavior_type device_fun(device_ptr self,
   return {
     [self](copy_atom, const std::vector<block_copy>& pairs) {
       return run<std::uint32_t>(
-        self, [&] { return self->state.store->copy_blocks(pairs); },
+        self, op_name("copy", pairs.size(), "block pairs"),
+        [&] { return self->state.store->copy_blocks(pairs); },
         static_cast<std::uint32_t>(pairs.size()));
     },
     [self](swap_out_atom, const std::vector<block_move>& moves) {
       // Submitted, the moves' sources are being read until the op ends
       // (the storage checked their range).
       return run<std::uint32_t>(
-        self,
+        self, op_name("swap-out", moves.size(), "blocks"),
         [&] {
           auto t = self->state.store->swap_out(moves);
           if (t)
@@ -255,7 +333,8 @@ device_actor::behavior_type device_fun(device_ptr self,
     },
     [self](swap_in_atom, const std::vector<block_move>& moves) {
       return run<std::uint32_t>(
-        self, [&] { return self->state.store->swap_in(moves); },
+        self, op_name("swap-in", moves.size(), "blocks"),
+        [&] { return self->state.store->swap_in(moves); },
         static_cast<std::uint32_t>(moves.size()));
     },
     [self](write_atom, const slot_write& w) -> caf::result<std::uint32_t> {
@@ -303,7 +382,9 @@ device_actor::behavior_type device_fun(device_ptr self,
         drain(self);
         return std::move(t.error());
       }
-      auto err = st.store->wait_one(*t);
+      auto err = wait_own(self, *t,
+                          op_name("slot write", n, "tokens") + " of layer "
+                            + std::to_string(w.layer));
       drain(self); // what finished meanwhile, or everything after a fault
       if (err)
         return err;
@@ -335,7 +416,9 @@ device_actor::behavior_type device_fun(device_ptr self,
         drain(self);
         return std::move(t.error());
       }
-      auto err = st.store->wait_one(*t);
+      auto err = wait_own(self, *t,
+                          op_name("gather", blocks.size(), "blocks")
+                            + " of layer " + std::to_string(layer));
       drain(self);
       if (err)
         return err;
@@ -362,10 +445,11 @@ device_actor::behavior_type device_fun(device_ptr self,
 } // namespace
 
 device_actor spawn_device_actor(caf::actor_system& sys,
-                                std::shared_ptr<storage> store, bool detached) {
+                                std::shared_ptr<storage> store, bool detached,
+                                std::chrono::milliseconds timeout) {
   if (!detached)
-    return sys.spawn(device_fun, std::move(store));
-  return sys.spawn<caf::detached>(device_fun, std::move(store));
+    return sys.spawn(device_fun, std::move(store), timeout);
+  return sys.spawn<caf::detached>(device_fun, std::move(store), timeout);
 }
 
 } // namespace kvactor

@@ -91,7 +91,9 @@ caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
   }
   storage_info info{to_string(out.store->kind()), out.store->where(),
                     lay.num_blocks, lay.num_host_blocks, lay.bytes_per_block()};
-  out.device = spawn_device_actor(sys, out.store, spawn_opts.detached_device);
+  out.device = spawn_device_actor(
+    sys, out.store, spawn_opts.detached_device,
+    std::chrono::milliseconds{cfg.device_timeout_ms});
   auto pool_index = std::make_shared<detail::index_hint>();
   auto pool = spawn_block_pool(sys, cfg, lay.num_blocks, out.device, pool_index);
   if (!pool) {

@@ -23,7 +23,7 @@ namespace kvactor {
 namespace {
 
 constexpr std::uint32_t max_model_dim = 1024; // layers, heads, head_dim
-constexpr std::uint64_t max_gc_interval_ms = 24ull * 60 * 60 * 1000;
+constexpr std::uint64_t max_interval_ms = 24ull * 60 * 60 * 1000;
 constexpr std::uint32_t max_scheduler_threads = 256;
 
 caf::error fail(const std::string& field, const std::string& what) {
@@ -255,7 +255,9 @@ bool operator==(const cache_config& x, const cache_config& y) {
          && x.prefix_caching == y.prefix_caching && x.pressure == y.pressure
          && x.gc_interval_ms == y.gc_interval_ms && x.tenants == y.tenants
          && x.scheduler_threads == y.scheduler_threads
-         && x.device_index == y.device_index && x.admission == y.admission
+         && x.device_index == y.device_index
+         && x.device_timeout_ms == y.device_timeout_ms
+         && x.admission == y.admission
          && x.max_pinned_blocks == y.max_pinned_blocks;
 }
 
@@ -302,9 +304,9 @@ caf::error validate(const cache_config& cfg) {
   if (cfg.num_gpu_blocks > 0)
     if (auto err = validate_pressure_marks(cfg.pressure, cfg.num_gpu_blocks))
       return err;
-  if (cfg.gc_interval_ms > max_gc_interval_ms)
+  if (cfg.gc_interval_ms > max_interval_ms)
     return fail("gc_interval_ms", "must be at most "
-                                    + std::to_string(max_gc_interval_ms)
+                                    + std::to_string(max_interval_ms)
                                     + " (one day); 0 = on demand only");
   if (auto err = validate_tenants(cfg.tenants, cfg.num_gpu_blocks))
     return err;
@@ -331,6 +333,10 @@ caf::error validate(const cache_config& cfg) {
                 "must be at most " + std::to_string(max_scheduler_threads));
   if (cfg.device_index < 0)
     return fail("device_index", "must be >= 0");
+  if (cfg.device_timeout_ms > max_interval_ms)
+    return fail("device_timeout_ms", "must be at most "
+                                       + std::to_string(max_interval_ms)
+                                       + " (one day); 0 = wait for ever");
   return caf::none;
 }
 
@@ -363,7 +369,8 @@ const char* default_config_json() noexcept {
   "gc_interval_ms": 1000,
   "tenants": [{"name": "default"}],
   "scheduler_threads": 0,
-  "device_index": 0
+  "device_index": 0,
+  "device_timeout_ms": 60000
 }
 )";
 }
@@ -406,6 +413,7 @@ nlohmann::json to_json(const cache_config& cfg) {
     {"tenants", std::move(tenants)},
     {"scheduler_threads", cfg.scheduler_threads},
     {"device_index", cfg.device_index},
+    {"device_timeout_ms", cfg.device_timeout_ms},
   };
 }
 

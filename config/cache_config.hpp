@@ -99,6 +99,11 @@ struct cache_config {
   std::uint32_t scheduler_threads = 0;
   /// CUDA device index (for storage cuda / auto).
   int device_index = 0;
+  /// Device work (a copy, swap, write or gather) not complete after this
+  /// long is taken for a stalled GPU: its requesters and every other one
+  /// waiting get device_failure, and the cache stops (its blocks cannot be
+  /// handed on while the work may still write them). 0 = wait for ever.
+  std::uint64_t device_timeout_ms = 60000;
 
   /// The tenant named `name`, or null. "" is the default tenant: the one
   /// named "default" if there is one, else the first.

@@ -227,7 +227,8 @@ caf::error read_config(const json& obj, cache_config& out) {
                        "num_gpu_blocks", "gpu_memory_utilization",
                        "num_host_blocks", "prefix_caching", "pressure",
                        "gc_interval_ms", "tenants", "scheduler_threads",
-                       "device_index", "admission", "max_pinned_blocks"}))
+                       "device_index", "device_timeout_ms", "admission",
+                       "max_pinned_blocks"}))
     || (err = r.count("block_size", out.block_size, true))
     || (err = r.object("model", model))
     || (model && (err = read_model(*model, out.model)))
@@ -245,7 +246,8 @@ caf::error read_config(const json& obj, cache_config& out) {
     || (err = r.count("gc_interval_ms", out.gc_interval_ms))
     || (err = read_tenants(r.find("tenants"), out.tenants))
     || (err = r.count("scheduler_threads", out.scheduler_threads))
-    || (err = read_device_index(r, out.device_index));
+    || (err = read_device_index(r, out.device_index))
+    || (err = r.count("device_timeout_ms", out.device_timeout_ms));
   // Prefix caching needs the paged layout: unsaid, it is off for contiguous.
   if (!err && out.layout == "contiguous" && !r.find("prefix_caching"))
     out.prefix_caching = false;

@@ -3,10 +3,12 @@
 #include "kvactor/device/cuda_storage.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <new>
 #include <string>
+#include <thread>
 
 #include <caf/error.hpp>
 #include <cuda_runtime_api.h>
@@ -363,6 +365,31 @@ caf::error cuda_storage::wait_one(ticket t) {
   if (auto err = tickets_.sync_one(t))
     return fail(err, "cudaEventSynchronize");
   return caf::none;
+}
+
+caf::error cuda_storage::wait_one_for(ticket t, std::chrono::nanoseconds limit,
+                                      bool& timed_out) {
+  timed_out = false;
+  if (auto err = usable())
+    return err;
+  using clock = std::chrono::steady_clock;
+  auto start = clock::now();
+  for (;;) {
+    bool complete = false;
+    if (auto err = tickets_.poll_one(t, complete))
+      return fail(err, "cudaEventQuery");
+    if (complete)
+      return caf::none;
+    auto waited = clock::now() - start;
+    if (waited >= limit) {
+      timed_out = true;
+      return caf::none;
+    }
+    if (waited < std::chrono::milliseconds{1})
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds{50});
+  }
 }
 
 void cuda_storage::set_wake(std::function<void()> wake) {

@@ -105,6 +105,12 @@ public:
   caf::error wait(ticket t) override;
   bool finished(ticket t) override;
   caf::error wait_one(ticket t) override;
+  /// Polls t's event (cudaEventQuery), yielding between polls, then
+  /// sleeping 50 us once a millisecond passed; a wait spins anyway (events
+  /// without cudaEventBlockingSync), so the write and gather replies keep
+  /// their latency.
+  caf::error wait_one_for(ticket t, std::chrono::nanoseconds limit,
+                          bool& timed_out) override;
   void set_wake(std::function<void()> wake) override;
 
   /// Pinned (cudaHostAlloc) memory.

@@ -3,6 +3,7 @@
 // cuda (device memory, streams, kernels). Only the device actor calls these.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -138,6 +139,17 @@ public:
   /// storage failed. The default is wait(t).
   virtual caf::error wait_one(ticket t) {
     return wait(t);
+  }
+
+  /// As wait_one(t), but gives up after `limit`, setting `timed_out` (the
+  /// work may still run): the device actor's bound on a stalled GPU. The
+  /// default is wait_one(t), right for backends whose work is complete when
+  /// submitted (host, none).
+  virtual caf::error wait_one_for(ticket t, std::chrono::nanoseconds limit,
+                                  bool& timed_out) {
+    static_cast<void>(limit);
+    timed_out = false;
+    return wait_one(t);
   }
 
   /// Sets the function called (from any thread) when some ticket completes.

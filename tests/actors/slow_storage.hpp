@@ -136,6 +136,13 @@ public:
     mark(t); // blocks until t alone is done
     return caf::none;
   }
+  caf::error wait_one_for(ticket t, std::chrono::nanoseconds limit,
+                          bool& timed_out) override {
+    timed_out = stalled_ && !finished(t);
+    if (timed_out)
+      return caf::none; // as a stalled GPU would, once `limit` passed
+    return storage::wait_one_for(t, limit, timed_out);
+  }
   void set_wake(std::function<void()> wake) override {
     wake_ = std::move(wake);
   }
@@ -173,6 +180,12 @@ public:
   /// The device faults: no wake, and from now on every call fails.
   void fail() {
     failed_ = true;
+  }
+
+  /// The device stalls: a bounded wait (wait_one_for) for work not yet
+  /// complete times out; complete() still ends it.
+  void stall() {
+    stalled_ = true;
   }
 
   std::uint64_t pending() const noexcept {
@@ -220,6 +233,7 @@ private:
   ticket completed_ = 0;   // every ticket <= completed_ is complete
   std::set<ticket> early_; // complete tickets above completed_
   bool failed_ = false;
+  bool stalled_ = false;
 };
 
 /// A slow_storage over the host backend `cfg` asks for.

@@ -51,6 +51,7 @@ BOOST_AUTO_TEST_CASE(defaults_follow_the_design) {
   BOOST_TEST(cfg.pressure.high == 0.8);
   BOOST_TEST(cfg.pressure.critical == 0.95);
   BOOST_TEST(cfg.gc_interval_ms == 1000u);
+  BOOST_TEST(cfg.device_timeout_ms == 60000u);
   BOOST_REQUIRE(cfg.tenants.size() == 1u);
   BOOST_TEST(cfg.tenants[0].name == "default");
   BOOST_TEST(render(validate(cfg)) == "none");
@@ -91,13 +92,14 @@ BOOST_AUTO_TEST_CASE(to_json_round_trips_every_field) {
                  {"b", 0, 0, priority::low, "shared"}};
   cfg.scheduler_threads = 3;
   cfg.device_index = 2;
+  cfg.device_timeout_ms = 2500;
   auto direct = parse_config(to_json(cfg));
   BOOST_REQUIRE(direct);
   BOOST_TEST((*direct == cfg));
   auto via_text = parse_config(json::parse(to_json(cfg).dump()));
   BOOST_REQUIRE(via_text);
   BOOST_TEST((*via_text == cfg));
-  BOOST_TEST(to_json(cfg).size() == 15u);
+  BOOST_TEST(to_json(cfg).size() == 16u);
   cfg.tenants[1].prefix_namespace = "other";
   BOOST_TEST((*direct != cfg));
 }

@@ -227,6 +227,16 @@ BOOST_AUTO_TEST_CASE(gc_interval_is_at_most_a_day) {
   BOOST_TEST(parse_error(j) == "ok");
 }
 
+BOOST_AUTO_TEST_CASE(device_timeout_is_at_most_a_day) {
+  auto j = base();
+  j["device_timeout_ms"] = 86400001;
+  BOOST_TEST(fails_naming(j, "device_timeout_ms", "one day"));
+  j["device_timeout_ms"] = -1;
+  BOOST_TEST(fails_naming(j, "device_timeout_ms"));
+  j["device_timeout_ms"] = 0; // waits for ever
+  BOOST_TEST(parse_error(j) == "ok");
+}
+
 BOOST_AUTO_TEST_CASE(tenants_need_unique_nonempty_names) {
   auto j = base();
   j["tenants"] = json::array();

@@ -1,0 +1,181 @@
+// A stalled GPU: device work not complete after device_timeout_ms. Every
+// requester waiting on the device - the manager's swap, the pool awaiting a
+// copy-on-write copy (it takes no other message meanwhile), a slot write
+// waiting for its own work - gets device_failure naming the work, and the
+// cache stops (the device actor quits; the manager, monitoring it, stops the
+// rest), where before they all waited for ever. Time is the deterministic
+// scheduler's: it passes only when a test lets it.
+#include <chrono>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fixture.hpp"
+#include "slow_storage.hpp"
+
+using namespace kvactor;
+using namespace kvactor::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+cache_config stall_config(std::uint64_t timeout_ms = 1000) {
+  auto cfg = host_tier_config();
+  cfg.device_timeout_ms = timeout_ms;
+  return cfg;
+}
+
+/// A cache on a slow_storage whose device actor gives work `timeout_ms`.
+struct stall_fixture : cache_fixture {
+  std::shared_ptr<slow_storage> store;
+
+  explicit stall_fixture(std::uint64_t timeout_ms = 1000)
+    : stall_fixture(stall_config(timeout_ms),
+                    make_slow(stall_config(timeout_ms))) {
+  }
+  stall_fixture(cache_config c, std::shared_ptr<slow_storage> s)
+    : cache_fixture(std::move(c), s), store(std::move(s)) {
+    self->monitor(mgr);
+  }
+
+  /// Lets `t` of the scheduler's clock pass (the device's watchdog polls
+  /// meanwhile), then runs what that set off.
+  void let_pass(caf::timespan t) {
+    sched.advance_time(t);
+    run();
+  }
+
+  /// The next reply in self's mailbox: "ok" for any value, the rendered
+  /// error, or "no reply".
+  std::string reply() {
+    std::string got = "no reply";
+    self->receive([&](std::uint32_t) { got = "ok"; },
+                  [&](block_table&) { got = "ok"; },
+                  [&](request_handle_actor&, block_table&) { got = "ok"; },
+                  [&](caf::error& err) { got = render(err); },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+    return got;
+  }
+
+  /// Why the manager ended, or "running".
+  std::string manager_end() {
+    std::string why = "running";
+    for (bool more = true; more;)
+      self->receive(
+        [&](caf::down_msg& dm) {
+          if (dm.source == mgr.address())
+            why = render(dm.reason);
+        },
+        caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+    return why;
+  }
+
+  /// A write of one token into the first slot of device block `b`.
+  slot_write one_slot_in(block_id b) const {
+    slot_write w;
+    w.layer = 0;
+    w.slots = {std::int64_t{b} * cfg.block_size};
+    w.keys.assign(row_bytes(), 1);
+    w.values.assign(row_bytes(), 2);
+    return w;
+  }
+};
+
+bool has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(device_stall_suite)
+
+BOOST_AUTO_TEST_CASE(a_stalled_swap_fails_its_requester_and_stops_the_cache) {
+  stall_fixture f;
+  auto a = f.allocate(1, 10);
+  BOOST_REQUIRE(a);
+  f.self->send(f.mgr, swap_out_atom::value, request_id{1});
+  f.run();
+  BOOST_TEST(f.store->pending() == 1u);
+  f.let_pass(999ms); // slow, not stalled: nothing happens
+  BOOST_TEST(f.reply() == "no reply");
+  f.let_pass(2ms);
+  auto got = f.reply();
+  BOOST_TEST(has(got, "device_failure"), got);
+  BOOST_TEST(has(got, "swap-out of 3 blocks not complete after 1001 ms "
+                      "(device_timeout_ms 1000): the GPU looks stalled"),
+             got);
+  auto why = f.manager_end();
+  BOOST_TEST(has(why, "the cache stopped: its device actor ended "
+                      "(kvactor: device_failure (device actor: swap-out of 3 "
+                      "blocks not complete"),
+             why);
+  f.shutdown(); // nothing left to stop
+}
+
+BOOST_AUTO_TEST_CASE(a_stalled_copy_on_write_copy_frees_the_pool_awaiting_it) {
+  // The pool takes no other message while it awaits a copy: stalled, the
+  // copy would hold every allocation for ever.
+  stall_fixture f;
+  BOOST_REQUIRE(f.allocate(1, 10)); // last block half full, shared below
+  BOOST_REQUIRE(f.fork(1, 2));
+  f.self->send(f.mgr, extend_atom::value, request_id{2}, std::uint64_t{1});
+  f.run();
+  BOOST_TEST(f.store->pending() == 1u); // the copy-on-write copy
+  f.self->send(f.mgr, allocate_atom::value, make_request(f.cfg, 3, 4));
+  f.run(); // queued behind the awaited copy
+  f.let_pass(1500ms);
+  auto extend = f.reply();
+  BOOST_TEST(has(extend, "device_failure"), extend);
+  BOOST_TEST(has(extend, "copy of 1 block pairs not complete after"), extend);
+  // The allocation queued behind it is answered too (the cache stopped).
+  auto queued = f.reply();
+  BOOST_TEST(queued != "no reply");
+  BOOST_TEST(has(f.manager_end(), "its device actor ended"));
+  f.shutdown();
+}
+
+BOOST_AUTO_TEST_CASE(a_stalled_slot_write_answers_everyone_waiting) {
+  // A write waits for its own work on the device actor's thread; bounded,
+  // a stalled one ends the wait, and the swap waiting before it is told
+  // too.
+  stall_fixture f;
+  auto a = f.allocate(1, 10);
+  BOOST_REQUIRE(a);
+  BOOST_REQUIRE(f.allocate(2, 4));
+  f.self->send(f.mgr, swap_out_atom::value, request_id{1});
+  f.run();
+  f.store->stall();
+  auto b = f.table(2);
+  BOOST_REQUIRE(b);
+  f.self->send(f.cache.device, write_atom::value,
+               f.one_slot_in(b->blocks.front()));
+  f.run();
+  // Both told of the work that stalled: the write first (its own reply),
+  // then the swap (failed in the device, or closed by the manager's stop).
+  auto write = f.reply();
+  auto swap = f.reply();
+  const std::string stalled = "slot write of 1 tokens of layer 0 not complete "
+                              "after 1000 ms (device_timeout_ms 1000)";
+  BOOST_TEST(has(write, "device_failure (device actor: " + stalled), write);
+  BOOST_TEST(has(swap, "swap-out of request 1"), swap);
+  BOOST_TEST(has(swap, stalled), swap);
+  BOOST_TEST(has(f.manager_end(), "its device actor ended"));
+  f.shutdown();
+}
+
+BOOST_AUTO_TEST_CASE(with_no_timeout_the_device_waits_for_ever) {
+  stall_fixture f{0};
+  auto a = f.allocate(1, 10);
+  BOOST_REQUIRE(a);
+  f.self->send(f.mgr, swap_out_atom::value, request_id{1});
+  f.run();
+  f.let_pass(std::chrono::hours{24});
+  BOOST_TEST(f.reply() == "no reply");
+  BOOST_TEST(f.manager_end() == "running");
+  f.store->complete();
+  f.run();
+  BOOST_TEST(f.reply() == "ok");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
