@@ -173,16 +173,17 @@ caf::error stall(device_ptr self, const std::string& what,
   return err;
 }
 
-/// Waits for `t` (the op `what`) alone, at most the timeout: past it, a
-/// stall.
-caf::error wait_own(device_ptr self, ticket t, const std::string& what) {
+/// Waits for `t` alone, at most the timeout: past it, a stall of the op
+/// `what()` names (named only then: a write's hot path builds no text).
+template <class Describe>
+caf::error wait_own(device_ptr self, ticket t, Describe what) {
   auto& st = self->state;
   if (st.timeout.count() == 0)
     return st.store->wait_one(t);
   bool timed_out = false;
   auto err = st.store->wait_one_for(t, st.timeout, timed_out);
   if (timed_out)
-    return stall(self, what, st.timeout);
+    return stall(self, what(), st.timeout);
   return err;
 }
 
@@ -382,9 +383,10 @@ device_actor::behavior_type device_fun(device_ptr self,
         drain(self);
         return std::move(t.error());
       }
-      auto err = wait_own(self, *t,
-                          op_name("slot write", n, "tokens") + " of layer "
-                            + std::to_string(w.layer));
+      auto err = wait_own(self, *t, [&] {
+        return op_name("slot write", n, "tokens") + " of layer "
+               + std::to_string(w.layer);
+      });
       drain(self); // what finished meanwhile, or everything after a fault
       if (err)
         return err;
@@ -416,9 +418,10 @@ device_actor::behavior_type device_fun(device_ptr self,
         drain(self);
         return std::move(t.error());
       }
-      auto err = wait_own(self, *t,
-                          op_name("gather", blocks.size(), "blocks")
-                            + " of layer " + std::to_string(layer));
+      auto err = wait_own(self, *t, [&] {
+        return op_name("gather", blocks.size(), "blocks") + " of layer "
+               + std::to_string(layer);
+      });
       drain(self);
       if (err)
         return err;
