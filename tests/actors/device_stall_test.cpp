@@ -11,7 +11,10 @@
 #include <utility>
 #include <vector>
 
+#include <caf/all.hpp>
+
 #include "fixture.hpp"
+#include "kvactor/messages/registration.hpp"
 #include "slow_storage.hpp"
 
 using namespace kvactor;
@@ -176,6 +179,53 @@ BOOST_AUTO_TEST_CASE(with_no_timeout_the_device_waits_for_ever) {
   f.store->complete();
   f.run();
   BOOST_TEST(f.reply() == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(on_the_threaded_scheduler_a_stall_is_answered_not_before_its_time) {
+  // The real clock and a detached device, as in production: the watchdog's
+  // delayed poll declares the stall, the manager stops the cache.
+  caf::actor_system_config sys_cfg;
+  add_message_types(sys_cfg);
+  sys_cfg.set("logger.file-verbosity", caf::atom("quiet"));
+  sys_cfg.set("logger.console-verbosity", caf::atom("quiet"));
+  caf::actor_system sys{sys_cfg};
+  auto c = stall_config(100);
+  auto store = make_slow(c); // its work completes only when told: never here
+  spawn_options opts;
+  opts.store = store;
+  auto started = spawn_kv_cache(sys, c, opts);
+  BOOST_REQUIRE(started);
+  auto mgr = started->manager;
+  std::string swap = "no reply";
+  std::string why = "running";
+  caf::timespan waited{0};
+  {
+    caf::scoped_actor self{sys};
+    self->monitor(mgr);
+    bool allocated = false;
+    self->request(mgr, std::chrono::seconds(30), allocate_atom::value,
+                  make_request(c, 1, 10))
+      .receive([&](request_handle_actor&, block_table&) { allocated = true; },
+               [&](caf::error&) {});
+    BOOST_REQUIRE(allocated);
+    auto start = std::chrono::steady_clock::now();
+    // 30 s: the hang this guards against, not a speed target.
+    self->request(mgr, std::chrono::seconds(30), swap_out_atom::value,
+                  request_id{1})
+      .receive([&](std::uint32_t) { swap = "ok"; },
+               [&](caf::error& err) { swap = render(err); });
+    waited = std::chrono::steady_clock::now() - start;
+    self->receive([&](caf::down_msg& dm) { why = render(dm.reason); },
+                  caf::after(std::chrono::seconds(30)) >> [] {});
+  }
+  mgr = nullptr;
+  *started = cache_system{}; // drops the handles, so the system can end
+  sys.await_all_actors_done();
+  BOOST_TEST(has(swap, "swap-out of 3 blocks not complete after"), swap);
+  auto waited_ms =
+    std::chrono::duration_cast<std::chrono::milliseconds>(waited).count();
+  BOOST_TEST(waited_ms >= 100); // not declared early
+  BOOST_TEST(has(why, "its device actor ended"), why);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
