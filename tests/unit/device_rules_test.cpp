@@ -167,6 +167,89 @@ BOOST_AUTO_TEST_CASE(hazard_tracker_orders_conflicts_across_streams_only) {
   BOOST_TEST(w[1] == 8u);
 }
 
+BOOST_AUTO_TEST_CASE(hazard_tracker_orders_every_conflict_of_random_sequences) {
+  // The property the cuda backend's bytes rest on, checked on seeded random
+  // sequences: ops reading and writing random blocks on random streams, each
+  // used as cuda_storage uses the tracker (every need_* of an op, then its
+  // note_*). An op runs after the earlier ops of its stream and after each
+  // ticket it waits for, and so after everything those ran after; every
+  // earlier op that conflicts with it (a write of a block it touches, a read
+  // of a block it writes) must be among them. Tickets are indices + 1.
+  constexpr std::size_t num_streams = 3, num_blocks = 6, num_ops = 150;
+  constexpr auto none = static_cast<std::size_t>(-1);
+  using waits = detail::hazard_tracker::waits;
+  std::mt19937_64 rng{20261207};
+  for (int run = 0; run < 40; ++run) {
+    detail::hazard_tracker hz{num_blocks, num_streams};
+    struct op {
+      std::size_t stream = 0;
+      std::vector<bool> reads, writes;
+    };
+    std::vector<op> ops;
+    std::vector<std::vector<bool>> after; // after[j][i]: j runs after op i
+    std::vector<std::size_t> last_on(num_streams, none);
+    for (std::size_t j = 0; j < num_ops; ++j) {
+      op o;
+      o.stream = rng() % num_streams;
+      o.reads.assign(num_blocks, false);
+      o.writes.assign(num_blocks, false);
+      for (std::size_t b = 0; b < num_blocks; ++b) {
+        auto r = rng() % 4; // reads and writes of one op are disjoint
+        o.reads[b] = r == 0;
+        o.writes[b] = r == 1;
+      }
+      waits w{};
+      for (std::size_t b = 0; b < num_blocks; ++b) {
+        const auto id = static_cast<block_id>(b);
+        if (o.reads[b])
+          hz.need_read(id, o.stream, w);
+        if (o.writes[b])
+          hz.need_write(id, o.stream, w);
+      }
+      std::vector<bool> runs_after(num_ops, false);
+      auto inherit = [&](std::size_t i) {
+        runs_after[i] = true;
+        for (std::size_t k = 0; k < i; ++k)
+          if (after[i][k])
+            runs_after[k] = true;
+      };
+      if (last_on[o.stream] != none)
+        inherit(last_on[o.stream]);
+      for (std::size_t s = 0; s < w.size(); ++s) {
+        if (w[s] == 0)
+          continue;
+        const auto i = static_cast<std::size_t>(w[s] - 1);
+        BOOST_REQUIRE(s != o.stream);
+        BOOST_REQUIRE(i < j);
+        BOOST_REQUIRE(ops[i].stream == s); // a ticket of the stream named
+        inherit(i);
+      }
+      for (std::size_t i = 0; i < j; ++i) {
+        bool conflict = false;
+        for (std::size_t b = 0; b < num_blocks; ++b)
+          conflict = conflict
+                     || (ops[i].writes[b] && (o.reads[b] || o.writes[b]))
+                     || (ops[i].reads[b] && o.writes[b]);
+        if (conflict && !runs_after[i])
+          BOOST_FAIL("run " << run << ": op " << j << " (stream " << o.stream
+                            << ") may overtake conflicting op " << i
+                            << " (stream " << ops[i].stream << ")");
+      }
+      const ticket t = j + 1;
+      for (std::size_t b = 0; b < num_blocks; ++b) {
+        const auto id = static_cast<block_id>(b);
+        if (o.reads[b])
+          hz.note_read(id, o.stream, t);
+        if (o.writes[b])
+          hz.note_write(id, o.stream, t);
+      }
+      after.push_back(std::move(runs_after));
+      ops.push_back(std::move(o));
+      last_on[ops.back().stream] = j;
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_wake_scope_marks_its_thread_only) {
   // The device actor asks in_wake() before dropping a storage: on a wake's
   // thread (a CUDA host callback) it hands the storage to another thread.
