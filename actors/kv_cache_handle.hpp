@@ -1,7 +1,8 @@
 // kv_cache_handle: an in-process reference to one request's cache (ferrum's
 // KvCacheHandle). Two implementations: paged_kv_cache_handle serves views of
 // the shared per-layer pools indexed by the block table; the contiguous one
-// serves one [max_sequence_length, num_heads, head_dim] buffer per layer.
+// serves a [max_sequence_length, num_heads, head_dim] snapshot per layer, in
+// host memory, gathered from those pools on each call.
 // Handles are made by the kv_cache_manager facade; they stay safe to use
 // after the request ended or the manager stopped (is_valid() is then false
 // and data accessors fail with invalid_handle).
