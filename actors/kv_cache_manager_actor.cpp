@@ -421,7 +421,10 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       auto& st = self->state;
       switch (t) {
         case topic::pressure:
-          self->send(st.supervisor, unsubscribe_atom::value, sub);
+          // Not the manager's own subscription, which keeps stats()'
+          // level: its handle is public, and the level would freeze.
+          if (sub.address() != self->address())
+            self->send(st.supervisor, unsubscribe_atom::value, sub);
           break;
         case topic::lifecycle:
           st.lifecycle.erase(std::remove(st.lifecycle.begin(),

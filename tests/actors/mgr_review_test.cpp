@@ -154,4 +154,20 @@ BOOST_AUTO_TEST_CASE(a_dead_lifecycle_subscriber_is_dropped_and_others_still_hea
   BOOST_TEST(ended_events(sub).size() == 1u);
 }
 
+BOOST_AUTO_TEST_CASE(unsubscribing_the_manager_from_pressure_keeps_its_stats_level) {
+  // The manager's own pressure subscription feeds stats().pressure; a client
+  // naming the manager in an unsubscribe (its handle is public) froze it.
+  self->send(mgr, unsubscribe_atom::value, topic::pressure,
+             caf::actor_cast<caf::actor>(mgr));
+  run();
+  for (request_id id = 1; id <= 40; ++id)
+    BOOST_REQUIRE(allocate(id, 4)); // one block each: 40 of 64 is medium
+  BOOST_TEST(value_or(ask<memory_pressure>(sup, pressure_atom::value),
+                      memory_pressure::low)
+             == memory_pressure::medium);
+  auto s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->pressure == memory_pressure::medium);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
