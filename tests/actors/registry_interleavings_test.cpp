@@ -28,7 +28,7 @@ struct probe_fixture : cache_fixture {
 
 } // namespace
 
-BOOST_FIXTURE_TEST_SUITE(mgr_review, probe_fixture)
+BOOST_FIXTURE_TEST_SUITE(registry_interleavings_suite, probe_fixture)
 
 BOOST_AUTO_TEST_CASE(an_owner_dying_with_a_fork_in_flight_leaves_nothing) {
   run();
