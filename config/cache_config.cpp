@@ -370,7 +370,7 @@ const char* default_config_json() noexcept {
   "tenants": [{"name": "default"}],
   "scheduler_threads": 0,
   "device_index": 0,
-  "device_timeout_ms": 60000
+  "device_timeout_ms": 30000
 }
 )";
 }

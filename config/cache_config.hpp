@@ -103,7 +103,8 @@ struct cache_config {
   /// long is taken for a stalled GPU: its requesters and every other one
   /// waiting get device_failure, and the cache stops (its blocks cannot be
   /// handed on while the work may still write them). 0 = wait for ever.
-  std::uint64_t device_timeout_ms = 60000;
+  /// Below the facade's 60 s call timeout, so its callers hear the stall.
+  std::uint64_t device_timeout_ms = 30000;
 
   /// The tenant named `name`, or null. "" is the default tenant: the one
   /// named "default" if there is one, else the first.

@@ -51,7 +51,7 @@ BOOST_AUTO_TEST_CASE(defaults_follow_the_design) {
   BOOST_TEST(cfg.pressure.high == 0.8);
   BOOST_TEST(cfg.pressure.critical == 0.95);
   BOOST_TEST(cfg.gc_interval_ms == 1000u);
-  BOOST_TEST(cfg.device_timeout_ms == 60000u);
+  BOOST_TEST(cfg.device_timeout_ms == 30000u);
   BOOST_REQUIRE(cfg.tenants.size() == 1u);
   BOOST_TEST(cfg.tenants[0].name == "default");
   BOOST_TEST(render(validate(cfg)) == "none");
