@@ -89,7 +89,15 @@ void configure(caf::actor_system_config& sys_cfg, const cache_config& cfg) {
 
 caf::expected<kv_cache_manager> kv_cache_manager::start(caf::actor_system& sys,
                                                         const cache_config& cfg) {
-  auto cache = spawn_kv_cache(sys, cfg);
+  return start(sys, cfg, nullptr);
+}
+
+caf::expected<kv_cache_manager>
+kv_cache_manager::start(caf::actor_system& sys, const cache_config& cfg,
+                        std::shared_ptr<kvactor::storage> store) {
+  spawn_options opts; // the device actor detached: callers block on threads
+  opts.store = std::move(store);
+  auto cache = spawn_kv_cache(sys, cfg, std::move(opts));
   if (!cache)
     return std::move(cache.error());
   auto effective = cfg;

@@ -30,6 +30,8 @@ class actor_system_config;
 
 namespace kvactor {
 
+class storage;
+
 /// Prepares an actor system config for kvactor: registers the message types
 /// and error category, applies `cfg.scheduler_threads` and the latency
 /// tuning of the scheduler. Call before constructing the actor_system.
@@ -41,6 +43,13 @@ public:
   /// field), device_failure (storage could not be allocated).
   static caf::expected<kv_cache_manager> start(caf::actor_system& sys,
                                                const cache_config& cfg);
+  /// As start(sys, cfg), on a storage backend of the embedder's own (its
+  /// memory, or a test's fault injection) instead of the one `cfg.storage`
+  /// names; its layout must match storage_options_for(cfg)'s (else
+  /// invalid_config naming the difference). Null: as start(sys, cfg).
+  static caf::expected<kv_cache_manager>
+  start(caf::actor_system& sys, const cache_config& cfg,
+        std::shared_ptr<kvactor::storage> store);
 
   /// Starts a request. Errors: see kv_cache_manager_actor's allocate; with
   /// layout contiguous also invalid_request for a max_sequence_length whose

@@ -1,0 +1,68 @@
+// A facade caller whose call waits on device work that never completes (a
+// stalled GPU) hears the stall, naming the work, after device_timeout_ms -
+// not a timeout of its own - and later calls hear that the cache stopped and
+// why. The storage is the actor tests' slow host backend, brought through
+// kv_cache_manager::start's storage argument: its work completes only when
+// told, never here.
+#include <chrono>
+
+#include "../actors/slow_storage.hpp"
+#include "fixture.hpp"
+
+using namespace kvtest;
+
+namespace {
+
+/// True if `err` is one of the two answers a call waiting on the stalled
+/// work may get - device_failure (the device's reply reached the manager
+/// first) or shutting_down (the cache's stop did) - and names the stall.
+bool names_the_stall(const caf::error& err, const char* work) {
+  return (is_error(err, errc::device_failure, {work, "the GPU looks stalled"})
+          || is_error(err, errc::shutting_down,
+                      {work, "the GPU looks stalled"}));
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(facade_stall, watchdog)
+
+BOOST_AUTO_TEST_CASE(a_call_waiting_on_stalled_work_hears_the_stall) {
+  auto cfg = small_config();
+  cfg.num_host_blocks = 8;
+  cfg.device_timeout_ms = 200;
+  caf::actor_system_config sys_cfg;
+  configure(sys_cfg, cfg);
+  caf::actor_system sys{sys_cfg};
+  auto store = kvactor::test::make_slow(cfg);
+  {
+    auto m = kv_cache_manager::start(sys, cfg, store);
+    BOOST_REQUIRE_MESSAGE(m, why(m));
+    m->set_timeout(std::chrono::seconds{20}); // far past the stall's 200 ms
+    auto h = m->allocate(make_request(cfg, 1, 6));
+    BOOST_REQUIRE_MESSAGE(h, why(h));
+    auto err = m->swap_out(1);
+    BOOST_TEST(names_the_stall(err, "swap-out of 2 blocks not complete after"),
+               render(err));
+    BOOST_TEST(render(err).find("swap-out of request 1") != std::string::npos,
+               render(err));
+    // The cache stopped: later calls say so, and why.
+    KV_CHECK_ERROR(error_of(m->allocate(make_request(cfg, 2, 4))),
+                   errc::shutting_down, "its device actor ended",
+                   "swap-out of 2 blocks not complete after");
+    BOOST_TEST(!(*h)->is_valid());
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_storage_of_the_wrong_layout_is_refused_at_start) {
+  auto cfg = small_config();
+  caf::actor_system_config sys_cfg;
+  configure(sys_cfg, cfg);
+  caf::actor_system sys{sys_cfg};
+  auto other = cfg;
+  other.model.head_dim = 16;
+  auto m = kv_cache_manager::start(sys, cfg, kvactor::test::make_slow(other));
+  KV_CHECK_ERROR(error_of(std::move(m)), errc::invalid_config,
+                 "the storage has 2 layers, blocks of 4 tokens x 2 heads x 16");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
