@@ -95,13 +95,8 @@ struct device_state {
     queue.clear();
     bool hung = false;
     for (auto& p : open) {
-      if (wait_first && store && !hung) {
-        // Its own error, if any: shutting_down anyway.
-        if (timeout.count() == 0)
-          store->wait_one(p.t);
-        else
-          store->wait_one_for(p.t, timeout, hung);
-      }
+      if (wait_first && store && !hung)
+        wait_bounded(p.t, hung); // its own error: shutting_down anyway
       p.finish(make_error(errc::shutting_down,
                           hung ? "device actor: stopped with this work in "
                                  "flight, the GPU stalled (not complete "
@@ -109,6 +104,15 @@ struct device_state {
                                : "device actor: stopped with this work in "
                                  "flight"));
     }
+  }
+
+  /// Waits for `t` alone, for at most the timeout (none: for ever);
+  /// `timed_out` says whether it gave up.
+  caf::error wait_bounded(ticket t, bool& timed_out) {
+    timed_out = false;
+    if (timeout.count() == 0)
+      return store->wait_one(t);
+    return store->wait_one_for(t, timeout, timed_out);
   }
 
   /// One more swap-out reads device block `b`: writes into it are refused.
@@ -178,10 +182,8 @@ caf::error stall(device_ptr self, const std::string& what,
 template <class Describe>
 caf::error wait_own(device_ptr self, ticket t, Describe what) {
   auto& st = self->state;
-  if (st.timeout.count() == 0)
-    return st.store->wait_one(t);
   bool timed_out = false;
-  auto err = st.store->wait_one_for(t, st.timeout, timed_out);
+  auto err = st.wait_bounded(t, timed_out);
   if (timed_out)
     return stall(self, what(), st.timeout);
   return err;
