@@ -134,6 +134,54 @@ BOOST_AUTO_TEST_CASE(swap_copies_move_every_plane_of_every_block) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(swap_copies_of_a_pool_past_4_gib_keep_exact_offsets) {
+  // The copies' offsets at the top of a pool whose planes are far past 4 GiB
+  // (1.2M blocks of 32 KiB: 39 GB a plane, 2.5 TB over 64 planes), without
+  // allocating it: every offset, and the last byte each copy touches,
+  // against exact 128-bit arithmetic - a 32-bit product anywhere wraps.
+  detail::pool_geometry pool;
+  pool.num_layers = 32;
+  pool.num_blocks = 1'200'000;
+  pool.block_size = 16;
+  pool.row_bytes = 8 * 128 * 2; // 8 heads x 128 dims, fp16
+  const std::uint32_t host_blocks = 300'000;
+  using u128 = unsigned __int128;
+  const u128 bb = u128{pool.block_size} * pool.row_bytes;
+  const u128 planes = u128{2} * pool.num_layers;
+  const u128 dev_size = planes * pool.num_blocks * bb;
+  const u128 host_size = planes * host_blocks * bb;
+  std::vector<detail::swap_run> runs{{pool.num_blocks - 10, host_blocks - 10, 10},
+                                     {0, 0, 1},
+                                     {600'000, 150'000, 70'000}};
+  for (auto dir : {detail::swap_direction::device_to_host,
+                   detail::swap_direction::host_to_device}) {
+    const bool to_host = dir == detail::swap_direction::device_to_host;
+    auto copies = detail::swap_copies(pool, host_blocks, runs.data(),
+                                      runs.size(), dir);
+    BOOST_REQUIRE(copies.size() == runs.size());
+    for (std::size_t i = 0; i < runs.size(); ++i) {
+      const auto& c = copies[i];
+      const u128 dev = u128{runs[i].device_first} * bb;
+      const u128 host = u128{runs[i].host_first} * bb;
+      const u128 dev_pitch = u128{pool.num_blocks} * bb;
+      const u128 host_pitch = u128{host_blocks} * bb;
+      BOOST_TEST((u128{c.dst} == (to_host ? host : dev)));
+      BOOST_TEST((u128{c.src} == (to_host ? dev : host)));
+      BOOST_TEST((u128{c.dpitch} == (to_host ? host_pitch : dev_pitch)));
+      BOOST_TEST((u128{c.spitch} == (to_host ? dev_pitch : host_pitch)));
+      BOOST_TEST((u128{c.width} == u128{runs[i].count} * bb));
+      BOOST_TEST((u128{c.height} == planes));
+      // The last plane's row ends inside each side, at the run's end.
+      const u128 dst_end = u128{c.dst} + u128{c.height - 1} * c.dpitch + c.width;
+      const u128 src_end = u128{c.src} + u128{c.height - 1} * c.spitch + c.width;
+      BOOST_TEST((dst_end <= (to_host ? host_size : dev_size)));
+      BOOST_TEST((src_end <= (to_host ? dev_size : host_size)));
+      // The same end in size_t, as the per-plane pieces compute it.
+      BOOST_TEST((u128{c.dst + (c.height - 1) * c.dpitch + c.width} == dst_end));
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(hazard_tracker_orders_conflicts_across_streams_only) {
   detail::hazard_tracker hz{8, 3};
   using waits = detail::hazard_tracker::waits;
