@@ -44,6 +44,9 @@ struct device_state {
     std::function<void(caf::error)> finish;
     /// What it is, for a stall's error ("swap-out of 4 blocks").
     std::string what;
+    /// Its submission, moved on to when it became the oldest unanswered
+    /// work (drain): what the timeout bounds is the op's own run, not the
+    /// queue it waited in behind earlier work on its stream.
     caf::actor_clock::time_point since;
   };
   std::deque<pending> queue;
@@ -205,22 +208,35 @@ void drain(device_ptr self) {
   auto& st = self->state;
   auto& q = st.queue;
   std::vector<device_state::pending> ready;
+  bool oldest_answered = false; // the next is the oldest from now
   auto keep = q.begin();
   for (auto i = q.begin(); i != q.end(); ++i) {
-    if (st.store->finished(i->t))
+    if (st.store->finished(i->t)) {
+      oldest_answered = oldest_answered || i == q.begin();
       ready.push_back(std::move(*i));
-    else if (keep != i)
+    } else if (keep != i) {
       *keep++ = std::move(*i);
-    else
+    } else {
       ++keep;
+    }
   }
   q.erase(keep, q.end());
   for (auto& p : ready)
     p.finish(st.store->wait_one(p.t));
-  // The oldest unanswered work (the queue keeps submission order).
+  // The oldest unanswered work (the queue keeps submission order), timed
+  // from when it became the oldest: every op submitted before it was then
+  // answered, and the storage orders an op after earlier ops only, so from
+  // then on it waits for nothing but its own run. Timed from its
+  // submission, a healthy op queued behind others on its stream (a burst of
+  // swaps, each well within the timeout) would count their runs as its own
+  // and stop the cache for a stall that is none. The cost: stalled work on
+  // another stream is noticed once the slower healthy work before it ends.
   if (!q.empty() && st.timeout.count() > 0) {
+    auto now = self->clock().now();
+    if (oldest_answered)
+      q.front().since = std::max(q.front().since, now);
     auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
-      self->clock().now() - q.front().since);
+      now - q.front().since);
     if (waited >= st.timeout) {
       auto what = q.front().what; // stall() empties the queue
       stall(self, what, waited);

@@ -167,6 +167,55 @@ BOOST_AUTO_TEST_CASE(a_stalled_slot_write_answers_everyone_waiting) {
   f.shutdown();
 }
 
+BOOST_AUTO_TEST_CASE(work_queued_behind_earlier_work_is_timed_from_when_that_ended) {
+  // Two swaps on one stream, each 600 ms of a 1000 ms timeout: the second
+  // waits 600 ms behind the first, then runs its own 600 ms. Healthy - the
+  // GPU made progress all along - so the cache must not stop at 1000 ms
+  // after its submission; only its own run, from when the work before it
+  // was answered, counts.
+  stall_fixture f;
+  f.self->send(f.cache.device, swap_out_atom::value,
+               std::vector<block_move>{{4, 0}, {5, 1}});
+  f.self->send(f.cache.device, swap_out_atom::value,
+               std::vector<block_move>{{6, 2}});
+  f.run();
+  BOOST_REQUIRE(f.store->pending() == 2u);
+  f.let_pass(600ms);
+  f.store->complete_one(1);
+  f.run();
+  BOOST_TEST(f.reply() == "ok");
+  f.let_pass(600ms); // 1200 ms since it was submitted, 600 ms its own
+  BOOST_TEST(f.reply() == "no reply");
+  BOOST_TEST(f.manager_end() == "running");
+  // Stalled from here: the bound still holds, from where its run began.
+  f.let_pass(400ms);
+  auto got = f.reply();
+  BOOST_TEST(has(got, "swap-out of 1 blocks not complete after 1000 ms"), got);
+  BOOST_TEST(has(f.manager_end(), "its device actor ended"));
+  f.shutdown();
+}
+
+BOOST_AUTO_TEST_CASE(later_work_answered_first_does_not_restart_the_oldests_clock) {
+  // Only the oldest work's end starts the next one's clock: a later op
+  // that finished on another stream says nothing of the oldest, which
+  // stalled.
+  stall_fixture f;
+  f.self->send(f.cache.device, swap_out_atom::value,
+               std::vector<block_move>{{4, 0}, {5, 1}});
+  f.self->send(f.cache.device, copy_atom::value,
+               std::vector<block_copy>{{0, 1}});
+  f.run();
+  f.let_pass(600ms);
+  f.store->complete_one(2);
+  f.run();
+  BOOST_TEST(f.reply() == "ok");
+  f.let_pass(400ms);
+  auto got = f.reply();
+  BOOST_TEST(has(got, "swap-out of 2 blocks not complete after 1000 ms"), got);
+  BOOST_TEST(has(f.manager_end(), "its device actor ended"));
+  f.shutdown();
+}
+
 BOOST_AUTO_TEST_CASE(with_no_timeout_the_device_waits_for_ever) {
   stall_fixture f{0};
   auto a = f.allocate(1, 10);
