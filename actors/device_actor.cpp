@@ -292,7 +292,8 @@ device_actor::behavior_type device_fun(device_ptr self,
   detail::handle_stray_messages(self);
   auto& st = self->state;
   st.store = std::move(store);
-  st.timeout = timeout;
+  // 0 is never; so is a negative one (this API skips the config's checks).
+  st.timeout = std::max(timeout, std::chrono::milliseconds{0});
   // Completion callbacks come from a CUDA thread: only post a message.
   st.store->set_wake([addr = self->address()] {
     if (auto strong = caf::actor_cast<caf::strong_actor_ptr>(addr))

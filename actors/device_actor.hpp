@@ -20,7 +20,7 @@ namespace kvactor {
 /// Spawns the device actor over `store` (shared with the facade, which serves
 /// in-process tensor views of the same memory). `detached` false only for
 /// tests on CAF's deterministic scheduler. Work not complete after
-/// `timeout` (0: never) is a stalled GPU: every waiting requester gets
+/// `timeout` (0 or less: never) is a stalled GPU: every waiting requester gets
 /// device_failure, and the actor quits with it (cache_config's
 /// device_timeout_ms).
 device_actor spawn_device_actor(caf::actor_system& sys,

@@ -14,6 +14,7 @@
 #include <caf/all.hpp>
 
 #include "fixture.hpp"
+#include "kvactor/actors/device_actor.hpp"
 #include "kvactor/messages/registration.hpp"
 #include "slow_storage.hpp"
 
@@ -228,6 +229,21 @@ BOOST_AUTO_TEST_CASE(with_no_timeout_the_device_waits_for_ever) {
   f.store->complete();
   f.run();
   BOOST_TEST(f.reply() == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(a_negative_timeout_means_none_as_zero_does) {
+  // spawn_device_actor skips the config's checks: a negative timeout is no
+  // timeout, as 0 is (it had made a slot write's bounded wait give up at
+  // once, a stall declared on a GPU that is fine).
+  stall_fixture f;
+  f.store->stall(); // a bounded wait would time out; an unbounded one waits
+  auto dev = spawn_device_actor(f.sys, f.store, false, -1ms);
+  f.self->send(dev, write_atom::value, f.one_slot_in(0));
+  f.run();
+  BOOST_TEST(f.reply() == "ok");
+  caf::anon_send_exit(dev, caf::exit_reason::user_shutdown);
+  f.run();
+  f.shutdown();
 }
 
 BOOST_AUTO_TEST_CASE(on_the_threaded_scheduler_a_stall_is_answered_not_before_its_time) {
