@@ -188,9 +188,9 @@ caf::error validate_tenants(const std::vector<tenant_config>& tenants,
                             std::uint64_t num_gpu_blocks) {
   if (tenants.empty())
     return fail("tenants", "must name at least one tenant");
-  if (tenants.size() > 65535) // the pool keeps a tenant index in 16 bits
-    return fail("tenants", "must be at most 65535 (got "
-                             + std::to_string(tenants.size()) + ")");
+  if (tenants.size() > max_tenants)
+    return fail("tenants", "must be at most " + std::to_string(max_tenants)
+                             + " (got " + std::to_string(tenants.size()) + ")");
   std::unordered_set<std::string> names;
   std::uint64_t reserved_sum = 0;
   for (std::size_t i = 0; i < tenants.size(); ++i) {

@@ -15,6 +15,9 @@ inline constexpr std::uint32_t max_block_size = 1024;
 /// fewer than 2^31 blocks: block_pool_core.hpp).
 inline constexpr std::uint64_t max_num_blocks = (std::uint64_t{1} << 31) - 1;
 
+/// tenants: at most this many (the pool keeps a tenant index in 16 bits).
+inline constexpr std::uint64_t max_tenants = 65535;
+
 /// Whether validate() accepts `x` as block_size.
 constexpr bool valid_block_size(std::uint64_t x) noexcept {
   return x != 0 && x <= max_block_size && (x & (x - 1)) == 0;

@@ -1,6 +1,7 @@
 // Reads a cache_config from JSON (parse_config, load_config): key and type
 // checks here, range checks shared with validate() in cache_config.cpp.
 #include "kvactor/config/cache_config.hpp"
+#include "kvactor/config/cache_limits.hpp"
 
 #include <initializer_list>
 #include <limits>
@@ -191,6 +192,12 @@ caf::error read_tenants(const json* arr, std::vector<tenant_config>& out) {
     return caf::none;
   if (!arr->is_array())
     return fail("tenants", "expected an array of tenant objects" + got(*arr));
+  // validate()'s bound, before a tenant is made for each element: the 20
+  // million elements of a 40 MB file made as many tenants (1.2 GB) before
+  // the first was refused.
+  if (arr->size() > max_tenants)
+    return fail("tenants", "must be at most " + std::to_string(max_tenants)
+                             + " (got " + std::to_string(arr->size()) + ")");
   std::vector<tenant_config> tenants(arr->size());
   for (std::size_t i = 0; i < tenants.size(); ++i)
     if (auto err = read_tenant((*arr)[i], "tenants[" + std::to_string(i) + "]",

@@ -330,6 +330,17 @@ BOOST_AUTO_TEST_CASE(tenants_fit_a_16_bit_index) {
   BOOST_TEST(!validate(cfg));
 }
 
+BOOST_AUTO_TEST_CASE(too_many_tenants_are_refused_before_any_is_read) {
+  // An array longer than validate() allows is refused by its length, not
+  // first turned into a tenant per element (20 million elements in a file
+  // took over a gigabyte) and then refused by its first one.
+  auto j = base();
+  j["tenants"] = json::array();
+  for (int i = 0; i < 65536; ++i)
+    j["tenants"].push_back(0);
+  BOOST_TEST(fails_naming(j, "tenants", "must be at most 65535 (got 65536)"));
+}
+
 BOOST_AUTO_TEST_CASE(scheduler_threads_are_capped) {
   auto j = base();
   j["scheduler_threads"] = 257;
