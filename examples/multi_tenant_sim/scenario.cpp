@@ -67,6 +67,35 @@ std::map<std::string, int> cache_lines_of(const json& obj,
   return out;
 }
 
+/// Requests are made whole (prompt and output tokens) as they arrive, and
+/// each workload's queue holds up to max_waiting of them: at worst, each
+/// its longest. Past this many token ids (16 GiB) in all, the queues could
+/// take more memory than a machine has - a prompt_len of 2^24 with the
+/// default max_waiting was 2^41 tokens, and the run met the OOM killer.
+constexpr std::uint64_t max_waiting_tokens = std::uint64_t{1} << 32;
+
+caf::error check_waiting_room(const scenario& s, bool given,
+                              const error_maker& fail) {
+  std::uint64_t total = 0;
+  for (auto& w : s.workloads) {
+    auto tokens = w.max_sequence_tokens();
+    // Compared by division: max_waiting may be up to 2^64 - 1.
+    if (s.max_waiting > (max_waiting_tokens - total) / tokens)
+      return fail("max_waiting",
+                  std::to_string(s.max_waiting)
+                    + (given ? "" : " (the default)")
+                    + " requests waiting per tenant, of up to "
+                    + std::to_string(tokens) + " tokens each ("
+                    + join_path("workloads", w.tenant)
+                    + "'s longest), could hold more than "
+                    + std::to_string(max_waiting_tokens)
+                    + " tokens in all (16 GiB of token ids, made as requests "
+                      "arrive): lower max_waiting or the workloads' lengths");
+    total += s.max_waiting * tokens;
+  }
+  return caf::none;
+}
+
 caf::error read_scenario(const json& root, const error_maker& fail,
                          scenario& out) {
   if (!root.is_object())
@@ -160,7 +189,9 @@ caf::error read_scenario(const json& root, const error_maker& fail,
   };
   if (std::none_of(out.workloads.begin(), out.workloads.end(), sends))
     return fail("workloads", "every rate is 0, bursts' too: nothing would arrive");
-  return check_fits(out, out.cache.num_gpu_blocks);
+  if (auto err = check_fits(out, out.cache.num_gpu_blocks))
+    return err;
+  return check_waiting_room(out, root.contains("max_waiting"), fail);
 }
 
 } // namespace

@@ -211,7 +211,10 @@
 // system_prompts.count at most 65536, count x len.max at most 2^28 tokens;
 // conversation.user_len and think_steps at most 2^24, a conversation's
 // longest turn (below) at most 2^31 tokens;
-// vocab_size at most 2^31. output_dir is relative to the working directory.
+// vocab_size at most 2^31; max_waiting x each workload's longest request
+// (below), summed over the workloads, at most 2^32 tokens (requests are made
+// as they arrive, and the queues could fill: lower max_waiting for long
+// requests). output_dir is relative to the working directory.
 // The run keeps one sample per step (~100-200 bytes with a few tenants)
 // for the time series and the step round trips' percentiles.
 //

@@ -100,6 +100,8 @@ BOOST_AUTO_TEST_CASE(the_keys_are_read) {
   j["workloads"]["chat"]["conversation"]["user_len"] = 1;
   j["cache"]["num_gpu_blocks"] = 40000;
   j["cache"]["tenants"][0].erase("max_blocks");
+  // Sessions of 131079 tokens: 65536 of them waiting would pass 2^32.
+  j["max_waiting"] = 1024;
   BOOST_TEST(parse_json(j).workloads[0].conversation.turns.max == 65536u);
 }
 

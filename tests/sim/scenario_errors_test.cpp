@@ -431,6 +431,34 @@ BOOST_AUTO_TEST_CASE(the_admission_watermark_counts_against_the_room) {
               "for admissions by cache.admission.watermark 0.01)");
 }
 
+BOOST_AUTO_TEST_CASE(queues_that_could_hold_more_than_2_to_the_32_tokens_are_refused) {
+  // Requests are made as they arrive: max_waiting of each workload's
+  // longest (a: 8 + 8 + 6 = 22 tokens, b: 8) must stay within 2^32 tokens
+  // in all. 143165576 x 30 fit; one more each passes the bound at b.
+  auto waiting = [&](const std::string& n) {
+    return replace_once(base, "\"steps\": 20,",
+                        "\"steps\": 20,\n  \"max_waiting\": " + n + ",");
+  };
+  parse_ok(waiting("143165576"));
+  check_error(waiting("143165577"), "\"max_waiting\"", "max_waiting",
+              "143165577 requests waiting per tenant, of up to 8 tokens each "
+              "(workloads.b's longest), could hold more than 4294967296 tokens "
+              "in all");
+  check_error(waiting("18446744073709551615"), "\"max_waiting\"", "max_waiting",
+              "(workloads.a's longest)");
+  // Long prompts with the default: 65536 x (70004 + 22) tokens. Before, such a
+  // scenario filled memory until the OOM killer ended the run.
+  auto long_b = replace_once(replace_once(base, "\"num_gpu_blocks\": 64,",
+                                          "\"num_gpu_blocks\": 32768,"),
+                             "\"prompt_len\": 4, \"output_len\": 4",
+                             "\"prompt_len\": 70000, \"output_len\": 4");
+  check_error(long_b, "{", "max_waiting",
+              "65536 (the default) requests waiting per tenant, of up to 70004 "
+              "tokens each (workloads.b's longest)");
+  parse_ok(replace_once(long_b, "\"steps\": 20,",
+                        "\"steps\": 20,\n  \"max_waiting\": 60000,"));
+}
+
 BOOST_AUTO_TEST_CASE(a_pool_sized_at_start_is_checked_once_its_size_is_known) {
   // num_gpu_blocks 0 (cuda: sized from device memory) - only the quota can
   // be checked while parsing; check_fits with the pool as started names the
