@@ -30,6 +30,8 @@
 #include <future>
 #include <iostream>
 #include <memory>
+#include <new>
+#include <stdexcept>
 #include <unordered_map>
 
 #include <caf/actor_system.hpp>
@@ -159,9 +161,28 @@ nlohmann::json replay_facade(caf::actor_system& sys, const trace& tr,
 
 /// What the actors add is measured against this: the block pool core driven
 /// by a plain loop (REPLAY.md's "plain single-threaded C++ loop").
+/// The pool core of `cfg`. A block count whose bookkeeping this machine
+/// cannot hold is refused as the other modes' start refuses it (naming the
+/// count), not as "std::bad_alloc".
+std::unique_ptr<detail::block_pool_core> make_pool_core(const cache_config& cfg) {
+  try {
+    return std::make_unique<detail::block_pool_core>(
+      cfg, static_cast<std::uint32_t>(cfg.num_gpu_blocks));
+  } catch (const std::bad_alloc&) {
+    throw std::runtime_error(render(make_error(
+      errc::invalid_config, "num_gpu_blocks: no host memory for the block "
+                            "pool's bookkeeping of "
+                              + std::to_string(cfg.num_gpu_blocks)
+                              + " device and "
+                              + std::to_string(cfg.num_host_blocks)
+                              + " host blocks")));
+  }
+}
+
 nlohmann::json replay_core(const trace& tr, const replay_options& opt) {
   auto& cfg = opt.cache;
-  detail::block_pool_core pool{cfg, static_cast<std::uint32_t>(cfg.num_gpu_blocks)};
+  auto owned = make_pool_core(cfg);
+  auto& pool = *owned;
   replay_scheduler sched{tr, cfg, opt.max_admits};
   run_figures fig;
   auto run_one = [&](const step_request& req) {

@@ -1,0 +1,41 @@
+#!/bin/sh
+# replay_errors_test.sh: replay's bad input as a user meets it. A trace the
+# reader refuses exits 1 with FILE:LINE: FIELD; a pool whose bookkeeping
+# the host cannot hold (2^31 - 1 blocks, some 150 GB, under a 4 GiB
+# address-space limit here) is refused naming the count in every mode -
+# core mode included, which said only "std::bad_alloc".
+# Usage: replay_errors_test.sh PATH/TO/replay
+set -u
+replay=$1
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+failures=0
+
+fail() {
+  echo "FAIL: $*"
+  failures=$((failures + 1))
+}
+
+req='{"type":"req","id":0,"arrival_step":0,"sys_prompt":-1,"prompt_len":1,"output_len":1,"prompt":[1],"output":[2]}'
+
+printf '{"type":"header","block_size":16,"num_blocks":-8,"max_model_len":16}\n%s\n' \
+  "$req" >"$dir/bad.jsonl"
+"$replay" --trace "$dir/bad.jsonl" >"$dir/bad.out" 2>"$dir/bad.err"
+rc=$?
+[ "$rc" -eq 1 ] || fail "bad header: exit $rc, expected 1"
+grep -qF "$dir/bad.jsonl:1: num_blocks: expected a non-negative integer (got -8)" \
+  "$dir/bad.err" || fail "bad header: $(cat "$dir/bad.err")"
+
+printf '{"type":"header","block_size":1024,"num_blocks":2147483647,"max_model_len":16}\n%s\n' \
+  "$req" >"$dir/huge.jsonl"
+for mode in core step facade; do
+  (ulimit -v 4194304 && exec "$replay" --trace "$dir/huge.jsonl" --mode "$mode") \
+    >"$dir/$mode.out" 2>"$dir/$mode.err"
+  rc=$?
+  [ "$rc" -eq 1 ] || fail "$mode: exit $rc, expected 1 ($(head -c 300 "$dir/$mode.err"))"
+  grep -qF "num_gpu_blocks: no host memory for the block pool's bookkeeping of 2147483646 device and 0 host blocks" \
+    "$dir/$mode.err" || fail "$mode: $(head -c 300 "$dir/$mode.err")"
+done
+
+[ "$failures" -eq 0 ] && echo "replay_errors_test: all passed"
+[ "$failures" -eq 0 ]
