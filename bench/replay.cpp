@@ -400,6 +400,13 @@ int main(int argc, char** argv) {
     std::cerr << "replay: " << render(tr.error()) << '\n';
     return 1;
   }
+  // A header alone loads (its account may say 0 requests), but a replay of
+  // nothing prints figures of nothing, as if it had measured something.
+  if (tr->requests.empty()) {
+    std::cerr << "replay: " << path << ":" << tr->header_line
+              << ": no requests after the header: nothing to replay\n";
+    return 1;
+  }
   // Where the pool's size came from, for messages.
   auto pool_source = opt.pool_blocks == 0
                        ? path + ":" + std::to_string(tr->header_line) + ": num_blocks"

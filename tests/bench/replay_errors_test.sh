@@ -1,9 +1,10 @@
 #!/bin/sh
 # replay_errors_test.sh: replay's bad input as a user meets it. A trace the
-# reader refuses exits 1 with FILE:LINE: FIELD; a pool whose bookkeeping
-# the host cannot hold (2^31 - 1 blocks, some 150 GB, under a 4 GiB
-# address-space limit here) is refused naming the count in every mode -
-# core mode included, which said only "std::bad_alloc".
+# reader refuses exits 1 with FILE:LINE: FIELD, as does one with no
+# request; a pool whose bookkeeping the host cannot hold (2^31 - 1 blocks,
+# some 150 GB, under a 4 GiB address-space limit here) is refused naming
+# the count in every mode - core mode included, which said only
+# "std::bad_alloc".
 # Usage: replay_errors_test.sh PATH/TO/replay
 set -u
 replay=$1
@@ -25,6 +26,15 @@ rc=$?
 [ "$rc" -eq 1 ] || fail "bad header: exit $rc, expected 1"
 grep -qF "$dir/bad.jsonl:1: num_blocks: expected a non-negative integer (got -8)" \
   "$dir/bad.err" || fail "bad header: $(cat "$dir/bad.err")"
+
+# A header and no request: nothing to measure (it printed zeros, exit 0).
+printf '\n{"type":"header","block_size":16,"num_blocks":8,"max_model_len":16,"num_requests":0}\n' \
+  >"$dir/empty.jsonl"
+"$replay" --trace "$dir/empty.jsonl" >"$dir/empty.out" 2>"$dir/empty.err"
+rc=$?
+[ "$rc" -eq 1 ] || fail "no requests: exit $rc, expected 1"
+grep -qF "$dir/empty.jsonl:2: no requests after the header: nothing to replay" \
+  "$dir/empty.err" || fail "no requests: $(cat "$dir/empty.err")"
 
 printf '{"type":"header","block_size":1024,"num_blocks":2147483647,"max_model_len":16}\n%s\n' \
   "$req" >"$dir/huge.jsonl"
