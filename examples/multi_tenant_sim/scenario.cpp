@@ -79,6 +79,8 @@ caf::error check_waiting_room(const scenario& s, bool given,
   std::uint64_t total = 0;
   for (auto& w : s.workloads) {
     auto tokens = w.max_sequence_tokens();
+    if (tokens == 0)
+      continue; // lengths are checked to be positive; no division by 0
     // Compared by division: max_waiting may be up to 2^64 - 1.
     if (s.max_waiting > (max_waiting_tokens - total) / tokens)
       return fail("max_waiting",
