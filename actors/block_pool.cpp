@@ -55,7 +55,8 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       st.set_clock();
       auto res = st.core().allocate(req);
       if (!res)
-        return std::move(res.error());
+        return name_shortage("allocation of request " + std::to_string(req.id),
+                             std::move(res.error()));
       st.report(self);
       return admission{req.id, res->cache_id, res->hit_tokens,
                        table_of(st.core(), req.id)};
@@ -313,7 +314,8 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       st.expire_due_pins(); // only once the message is accepted
       auto res = st.core().swap_in_begin(id);
       if (!res)
-        return std::move(res.error());
+        return name_shortage("swap-in of request " + std::to_string(id),
+                             std::move(res.error()));
       st.report(self);
       return std::move(*res);
     },

@@ -137,6 +137,13 @@ caf::error from_manager(block_pool_actor::pointer self,
                     std::string{what} + ": only the manager may ask the pool");
 }
 
+caf::error name_shortage(const std::string& what, caf::error err) {
+  // A step's failures say whose they are too (failed_op).
+  if (has_code(err, errc::quota_exceeded) || has_code(err, errc::out_of_blocks))
+    return in_context(what, err);
+  return err;
+}
+
 block_table table_of(const block_pool_core& core, request_id id) {
   return core.table(*core.find(id));
 }
@@ -173,16 +180,10 @@ caf::expected<extension> grow(pool_ptr self, request_id id,
   st.set_clock();
   auto res = st.core().extend(id, n, tokens.empty() ? nullptr : tokens.data(),
                               true, drafts);
-  if (!res) {
-    // A tenant's quota or the pool's shortage names no request: say whose
-    // growth it refused (a step's failures say so too).
-    auto& err = res.error();
-    if (has_code(err, errc::quota_exceeded) || has_code(err, errc::out_of_blocks))
-      return in_context("extend of request " + std::to_string(id) + " by "
-                          + std::to_string(n) + " tokens",
-                        err);
-    return std::move(err);
-  }
+  if (!res)
+    return name_shortage("extend of request " + std::to_string(id) + " by "
+                           + std::to_string(n) + " tokens",
+                         std::move(res.error()));
   st.report(self);
   return extension{st.core().table(**seq), std::move(res->copies)};
 }

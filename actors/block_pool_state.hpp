@@ -118,6 +118,11 @@ caf::error check_current(const block_pool_core& core, request_id id,
 caf::error from_manager(block_pool_actor::pointer self,
                         const kv_cache_manager_actor& mgr, const char* what);
 
+/// `err` with `what` ("allocation of request 7") leading its context if it
+/// is a tenant's quota or the pool's shortage, which name no request (the
+/// core's other errors do); any other error as it is.
+caf::error name_shortage(const std::string& what, caf::error err);
+
 /// The table of a live request (after a successful operation on it).
 block_table table_of(const block_pool_core& core, request_id id);
 

@@ -113,7 +113,8 @@ BOOST_AUTO_TEST_CASE(bad_allocations_are_refused_with_their_own_code) {
          {"request 10", "33", "max_sequence_length 32"});
   // More blocks than are free, or than one request may ever hold (64
   // blocks, critical pressure at 61): nothing half-taken.
-  refuse(f.req(11, 52 * 4, 1000), errc::out_of_blocks, {"need 52 blocks"});
+  refuse(f.req(11, 52 * 4, 1000), errc::out_of_blocks,
+         {"allocation of request 11: need 52 blocks"});
   refuse(f.req(12, 61 * 4, 1000), errc::exceeds_capacity,
          {"request 12 needs 61 blocks", "the 60 blocks one request", "critical"});
   // Unknown tenant; over a tenant's quota, which no prefix hit could help
