@@ -37,6 +37,15 @@ std::string spell(const device& x) {
 } // namespace
 
 caf::error check_device(const storage_info& store, const allocation_request& req) {
+  // An enum off the wire is whatever integer the peer sent: named as a
+  // device, a kind past cuda read as one that differs from the cache's in
+  // nothing shown ("device cpu:0 but the cache lives on cpu"), and storage
+  // "none" took it.
+  if (req.device.kind > device_kind::cuda)
+    return make_error(errc::invalid_request,
+                      "request " + std::to_string(req.id) + ": device kind "
+                        + std::to_string(static_cast<int>(req.device.kind))
+                        + " is not one of cpu, cuda (0-1)");
   if (store.kind == "none" || req.device == store.device)
     return caf::none;
   return make_error(errc::invalid_request,

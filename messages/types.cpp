@@ -4,7 +4,11 @@
 namespace kvactor {
 
 const char* to_string(device_kind x) noexcept {
-  return x == device_kind::cuda ? "cuda" : "cpu";
+  switch (x) {
+    case device_kind::cpu: return "cpu";
+    case device_kind::cuda: return "cuda";
+  }
+  return "unknown";
 }
 
 const char* to_string(dtype x) noexcept {

@@ -45,4 +45,22 @@ BOOST_AUTO_TEST_CASE(a_refused_cpu_device_is_named_with_its_index) {
              render(err));
 }
 
+BOOST_AUTO_TEST_CASE(a_device_kind_out_of_range_is_refused_by_every_storage) {
+  // A peer's integer past cuda: spelled "cpu:0" it was refused by a cache
+  // "on cpu" for no difference shown, and storage "none" took it.
+  auto bad = on(device{static_cast<device_kind>(9), 0});
+  for (auto kind : {"host", "none"}) {
+    BOOST_TEST_CONTEXT("storage " << kind) {
+      storage_info store{kind, device{}, 64, 0, 512};
+      auto err = check_device(store, bad);
+      BOOST_TEST(has_code(err, errc::invalid_request));
+      BOOST_TEST(render(err).find("request 5: device kind 9 is not one of "
+                                  "cpu, cuda")
+                   != std::string::npos,
+                 render(err));
+    }
+  }
+  BOOST_TEST(std::string{to_string(static_cast<device_kind>(9))} == "unknown");
+}
+
 BOOST_AUTO_TEST_SUITE_END()
