@@ -107,7 +107,8 @@ kv_cache_handle::view_core(std::uint32_t layer) const {
     return err;
   if (layer >= num_layers())
     return make_error(errc::invalid_request,
-                      "layer " + std::to_string(layer) + " >= num_layers "
+                      "request " + std::to_string(id()) + ": layer "
+                        + std::to_string(layer) + " >= num_layers "
                         + std::to_string(num_layers()));
   auto core = core_.lock();
   if (!core) // the facade went since check_live()

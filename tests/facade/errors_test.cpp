@@ -179,6 +179,17 @@ BOOST_AUTO_TEST_CASE(deallocate_twice_and_extend_of_an_invalid_handle_fail) {
   BOOST_TEST((snapshot::of(f.m()) == before));
 }
 
+BOOST_AUTO_TEST_CASE(a_layer_past_the_model_names_the_request_and_the_layer) {
+  cache_fixture f;
+  auto h = f.alloc(f.req(7, 5));
+  for (std::uint32_t layer : {2u, 4294967295u})
+    for (auto view : {&kv_cache_handle::key_cache, &kv_cache_handle::value_cache,
+                      &kv_cache_handle::kv_cache})
+      KV_CHECK_ERROR(error_of(((*h).*view)(layer)), errc::invalid_request,
+                     "request 7: layer", "num_layers 2");
+  BOOST_TEST(!error_of(h->key_cache(1)));
+}
+
 BOOST_AUTO_TEST_CASE(growth_past_the_limits_changes_nothing) {
   cache_fixture f{small_config(8)};
   auto h = f.alloc(f.req(1, 10, 16)); // 3 blocks
