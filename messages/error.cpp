@@ -41,6 +41,8 @@ std::string context_of(const caf::error& err) {
 
 caf::error in_context(const std::string& what, const caf::error& err,
                       std::optional<errc> foreign) {
+  if (!err)
+    return err; // no failure to say more about (nor a category to ask)
   if (err.category() == error_category)
     return make_error(static_cast<errc>(err.code()),
                       what + ": " + context_of(err));

@@ -23,9 +23,10 @@ inline caf::error make_error(errc code, std::string context) {
   return caf::make_error(code, std::move(context));
 }
 
-/// True if `err` carries the kvactor code `code`.
+/// True if `err` carries the kvactor code `code`; false for no error (a
+/// success: CAF's category() must not be asked of none).
 inline bool has_code(const caf::error& err, errc code) noexcept {
-  return err.category() == error_category
+  return err && err.category() == error_category
          && err.code() == static_cast<std::uint8_t>(code);
 }
 

@@ -11,6 +11,8 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/sec.hpp>
 
+#include "kvactor/messages/error_context.hpp"
+
 #include "fixture.hpp"
 
 using namespace kvtest;
@@ -263,6 +265,14 @@ BOOST_AUTO_TEST_CASE(errors_render_with_code_and_context) {
   BOOST_TEST(render(caf::error{}) == "none");
   BOOST_TEST(context_of(err) == "need 4 blocks, 2 free");
   BOOST_TEST(context_of(caf::error{}) == "none");
+  // No error - what a facade call that succeeded returns - has no code and
+  // takes no context; asking CAF for its category read through a null
+  // pointer.
+  BOOST_TEST(!has_code(caf::error{}, errc::out_of_blocks));
+  BOOST_TEST(!in_context("extend of request 7", caf::error{}));
+  cache_fixture f;
+  auto h = f.alloc(f.req(1, 4));
+  BOOST_TEST(!has_code(f.m().extend(*h, 1), errc::out_of_blocks));
 }
 
 BOOST_AUTO_TEST_CASE(a_wrapped_error_of_the_same_code_is_not_rendered_twice) {
