@@ -155,7 +155,8 @@ struct step_result {
   /// failing otherwise (`quota_exceeded` included) is, and admission goes
   /// on behind it.
   std::vector<op_failure> failed;
-  /// The first admit that did not fit (admission stopped there); 0 = none.
+  /// The first admit that did not fit (admission stopped there), when
+  /// admission_blocked is set; read it only then - 0 is a request id too.
   request_id blocked = 0;
   bool admission_blocked = false;
   /// As of the reply (after copy-on-write copies finished), cached blocks
