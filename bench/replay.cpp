@@ -159,8 +159,6 @@ nlohmann::json replay_facade(caf::actor_system& sys, const trace& tr,
 
 // -- core mode: the same steps straight into the pool core, no actors ------------------
 
-/// What the actors add is measured against this: the block pool core driven
-/// by a plain loop (REPLAY.md's "plain single-threaded C++ loop").
 /// The pool core of `cfg`. A block count whose bookkeeping this machine
 /// cannot hold is refused as the other modes' start refuses it (naming the
 /// count), not as "std::bad_alloc".
@@ -179,6 +177,8 @@ std::unique_ptr<detail::block_pool_core> make_pool_core(const cache_config& cfg)
   }
 }
 
+/// What the actors add is measured against this: the block pool core driven
+/// by a plain loop (REPLAY.md's "plain single-threaded C++ loop").
 nlohmann::json replay_core(const trace& tr, const replay_options& opt) {
   auto& cfg = opt.cache;
   auto owned = make_pool_core(cfg);
