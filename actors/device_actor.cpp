@@ -31,6 +31,19 @@ namespace kvactor {
 
 namespace {
 
+/// What a piece of work is, for a stall's error: "<op> of <n> <unit>"
+/// ("swap-out of 4 blocks"). Kept as parts and spelled only for a stall, so
+/// an op's submission builds no text.
+struct op_desc {
+  const char* op;
+  std::size_t n;
+  const char* unit;
+
+  std::string text() const {
+    return std::string{op} + " of " + std::to_string(n) + " " + unit;
+  }
+};
+
 struct device_state {
   static inline const char* name = "kvactor.device";
 
@@ -42,8 +55,8 @@ struct device_state {
   struct pending {
     ticket t;
     std::function<void(caf::error)> finish;
-    /// What it is, for a stall's error ("swap-out of 4 blocks").
-    std::string what;
+    /// What it is, for a stall's error.
+    op_desc what;
     /// Its submission, moved on to when it became the oldest unanswered
     /// work (drain): what the timeout bounds is the op's own run, not the
     /// queue it waited in behind earlier work on its stream.
@@ -238,8 +251,7 @@ void drain(device_ptr self) {
     auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
       now - q.front().since);
     if (waited >= st.timeout) {
-      auto what = q.front().what; // stall() empties the queue
-      stall(self, what, waited);
+      stall(self, q.front().what.text(), waited);
       return;
     }
   }
@@ -255,17 +267,12 @@ struct no_cleanup {
   }
 };
 
-/// "<op> of <n> <unit>".
-std::string op_name(const char* op, std::size_t n, const char* unit) {
-  return std::string{op} + " of " + std::to_string(n) + " " + unit;
-}
-
 /// Submits through `submit` (returns expected<ticket>) and replies with
 /// `value` once the work completed, or with the error; `ended` runs first
 /// then, with the error if any (only if the work was submitted). `what`
 /// names the work in a stall's error.
 template <class T, class Submit, class Ended = no_cleanup>
-caf::result<T> run(device_ptr self, std::string what, Submit submit, T value,
+caf::result<T> run(device_ptr self, op_desc what, Submit submit, T value,
                    Ended ended = {}) {
   auto t = submit();
   if (!t) {
@@ -281,7 +288,7 @@ caf::result<T> run(device_ptr self, std::string what, Submit submit, T value,
       else
         rp.deliver(std::move(value));
     },
-    std::move(what), self->clock().now()});
+    what, self->clock().now()});
   drain(self);
   return rp;
 }
@@ -322,7 +329,7 @@ device_actor::behavior_type device_fun(device_ptr self,
   return {
     [self](copy_atom, const std::vector<block_copy>& pairs) {
       return run<std::uint32_t>(
-        self, op_name("copy", pairs.size(), "block pairs"),
+        self, op_desc{"copy", pairs.size(), "block pairs"},
         [&] { return self->state.store->copy_blocks(pairs); },
         static_cast<std::uint32_t>(pairs.size()));
     },
@@ -330,7 +337,7 @@ device_actor::behavior_type device_fun(device_ptr self,
       // Submitted, the moves' sources are being read until the op ends
       // (the storage checked their range).
       return run<std::uint32_t>(
-        self, op_name("swap-out", moves.size(), "blocks"),
+        self, op_desc{"swap-out", moves.size(), "blocks"},
         [&] {
           auto t = self->state.store->swap_out(moves);
           if (t)
@@ -353,7 +360,7 @@ device_actor::behavior_type device_fun(device_ptr self,
     },
     [self](swap_in_atom, const std::vector<block_move>& moves) {
       return run<std::uint32_t>(
-        self, op_name("swap-in", moves.size(), "blocks"),
+        self, op_desc{"swap-in", moves.size(), "blocks"},
         [&] { return self->state.store->swap_in(moves); },
         static_cast<std::uint32_t>(moves.size()));
     },
@@ -403,7 +410,7 @@ device_actor::behavior_type device_fun(device_ptr self,
         return std::move(t.error());
       }
       auto err = wait_own(self, *t, [&] {
-        return op_name("slot write", n, "tokens") + " of layer "
+        return op_desc{"slot write", n, "tokens"}.text() + " of layer "
                + std::to_string(w.layer);
       });
       drain(self); // what finished meanwhile, or everything after a fault
@@ -438,7 +445,7 @@ device_actor::behavior_type device_fun(device_ptr self,
         return std::move(t.error());
       }
       auto err = wait_own(self, *t, [&] {
-        return op_name("gather", blocks.size(), "blocks") + " of layer "
+        return op_desc{"gather", blocks.size(), "blocks"}.text() + " of layer "
                + std::to_string(layer);
       });
       drain(self);
