@@ -74,6 +74,9 @@ struct device_state {
   std::unordered_map<std::uint32_t, std::uint32_t> swapping_out;
   /// A watchdog poll (delayed done_atom) is on its way.
   bool watchdog_armed = false;
+  /// The manager (registry_atom, from spawn_kv_cache): a stall sends it an
+  /// exit first. Null for a device actor outside a cache.
+  caf::actor manager;
   /// Staging for bytes that arrive in or leave in messages (pinned on cuda);
   /// grows by doubling. Outgrown buffers are kept until the actor goes:
   /// freeing pinned memory (cudaFreeHost) waits for the whole device, so a
@@ -172,10 +175,14 @@ constexpr auto watchdog_period = std::chrono::milliseconds{2};
 
 /// The GPU has not completed `what` in `waited`: every waiting requester
 /// gets device_failure saying so, without waiting (the work may never
-/// end), and the actor quits with it - the manager, which monitors it,
-/// stops the cache: the blocks the work touches cannot be handed on while
-/// it may still write them, nor can the pool, awaiting a copy-on-write
-/// copy, go on without an answer. Returns the error.
+/// end), and the actor quits with it - the manager stops the cache: the
+/// blocks the work touches cannot be handed on while it may still write
+/// them, nor can the pool, awaiting a copy-on-write copy, go on without an
+/// answer. The manager hears it first, by an exit sent before any answer:
+/// its mailbox then holds the exit ahead of every message a requester
+/// sends once answered (the down message it also gets is sent only as this
+/// actor ends, which may be after such a caller's next call - a call the
+/// still-running cache would serve). Returns the error.
 caf::error stall(device_ptr self, const std::string& what,
                  std::chrono::milliseconds waited) {
   auto& st = self->state;
@@ -185,6 +192,8 @@ caf::error stall(device_ptr self, const std::string& what,
                           + " ms (device_timeout_ms "
                           + std::to_string(st.timeout.count())
                           + "): the GPU looks stalled, the cache stops");
+  if (st.manager)
+    self->send_exit(st.manager, err);
   auto open = std::move(st.queue);
   st.queue.clear();
   for (auto& p : open)
@@ -454,6 +463,10 @@ device_actor::behavior_type device_fun(device_ptr self,
       out.keys.assign(buf, buf + bytes);
       out.values.assign(buf + bytes, buf + 2 * bytes);
       return out;
+    },
+    [self](registry_atom, const caf::actor& manager) {
+      if (!self->state.manager) // once: no one may re-point it later
+        self->state.manager = manager;
     },
     [self](info_atom) {
       auto& s = *self->state.store;

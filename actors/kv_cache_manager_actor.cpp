@@ -102,6 +102,17 @@ void stop_cache(mgr_ptr self, const caf::error& reason) {
   self->quit(reason);
 }
 
+/// A part of the cache ended (`part`, for `reason`): the cache stops with a
+/// reason naming it.
+void part_ended(mgr_ptr self, const char* part, const caf::error& reason) {
+  stop_cache(self, make_error(errc::shutting_down,
+                              std::string{"the cache stopped: its "} + part
+                                + " ended ("
+                                + (reason ? render(reason)
+                                          : std::string{"normally"})
+                                + ")"));
+}
+
 } // namespace
 
 kv_cache_manager_actor::behavior_type
@@ -133,12 +144,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
   self->set_down_handler([self](const caf::down_msg& dm) {
     auto& st = self->state;
     if (auto part = part_name(st, dm.source)) {
-      stop_cache(self, make_error(errc::shutting_down,
-                                  std::string{"the cache stopped: its "} + part
-                                    + " ended ("
-                                    + (dm.reason ? render(dm.reason)
-                                                 : std::string{"normally"})
-                                    + ")"));
+      part_ended(self, part, dm.reason);
       return;
     }
     // An owner went: reclaim every request it still held. The registry
@@ -176,6 +182,13 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
   self->set_exit_handler([self](const caf::exit_msg& msg) {
     if (!msg.reason)
       return; // a linked actor ended normally: CAF ignores those too
+    // The device actor says it stops (a stall) before it answers anyone
+    // waiting on it: the same stop as its down message would bring, only
+    // ahead of every call such a caller makes next.
+    if (auto part = part_name(self->state, msg.source)) {
+      part_ended(self, part, msg.reason);
+      return;
+    }
     stop_cache(self, msg.reason);
   });
   self->attach_functor([sup = st.supervisor, pool = st.pool, dev = st.device,

@@ -117,6 +117,40 @@ BOOST_AUTO_TEST_CASE(a_stalled_swap_fails_its_requester_and_stops_the_cache) {
   f.shutdown(); // nothing left to stop
 }
 
+BOOST_AUTO_TEST_CASE(the_manager_hears_of_a_stall_before_anyone_waiting_on_it) {
+  // Its down message is sent only as the device actor ends - on a thread of
+  // its own, that can be after a caller told of the stall has made its next
+  // call, which the cache would still serve. The exit it is sent first is
+  // ahead of every reply in its mailbox, so of every message a caller sends
+  // once told.
+  stall_fixture f;
+  BOOST_REQUIRE(f.allocate(1, 10));
+  f.self->send(f.mgr, swap_out_atom::value, request_id{1});
+  f.run();
+  BOOST_REQUIRE(f.store->pending() == 1u);
+  f.sched.advance_time(1001ms);
+  f.run_except(f.mgr.address()); // the device stalls; the manager waits
+  auto mgr = dynamic_cast<caf::scheduled_actor*>(
+    caf::actor_cast<caf::abstract_actor*>(f.mgr));
+  BOOST_REQUIRE(mgr != nullptr);
+  auto first = mgr->mailbox().peek();
+  BOOST_REQUIRE(first != nullptr);
+  auto& msg = first->content();
+  BOOST_REQUIRE_MESSAGE(msg.match_elements<caf::exit_msg>(),
+                        "the manager's next message is "
+                          << caf::to_string(msg) << ", not an exit");
+  auto& exit = msg.get_as<caf::exit_msg>(0);
+  BOOST_TEST((exit.source == f.cache.device.address()));
+  BOOST_TEST(has(render(exit.reason), "swap-out of 3 blocks not complete"),
+             render(exit.reason));
+  f.run();
+  auto got = f.reply();
+  BOOST_TEST(has(got, "swap-out of request 1"), got);
+  BOOST_TEST(has(got, "its device actor ended"), got);
+  BOOST_TEST(has(f.manager_end(), "its device actor ended"));
+  f.shutdown();
+}
+
 BOOST_AUTO_TEST_CASE(a_stalled_copy_on_write_copy_frees_the_pool_awaiting_it) {
   // The pool takes no other message while it awaits a copy: stalled, the
   // copy would hold every allocation for ever.
