@@ -1,10 +1,11 @@
 // A stalled GPU: device work not complete after device_timeout_ms. Every
 // requester waiting on the device - the manager's swap, the pool awaiting a
 // copy-on-write copy (it takes no other message meanwhile), a slot write
-// waiting for its own work - gets device_failure naming the work, and the
-// cache stops (the device actor quits; the manager, monitoring it, stops the
-// rest), where before they all waited for ever. Time is the deterministic
-// scheduler's: it passes only when a test lets it.
+// waiting for its own work - hears the stall, naming the work, and the cache
+// stops (the device actor sends the manager an exit before it answers
+// anyone, then quits; the manager stops the rest), where before they all
+// waited for ever. Time is the deterministic scheduler's: it passes only
+// when a test lets it.
 #include <chrono>
 #include <memory>
 #include <string>
