@@ -37,7 +37,8 @@ bool batcher::fatal(const caf::error& err) noexcept {
 }
 
 batcher::batcher(const scenario& s, const cache_config& effective,
-                 kvactor::device dev, bool track_data)
+                 kvactor::device dev, bool track_data,
+                 std::size_t series_cap)
   : scenario_(s),
     cfg_(effective),
     device_(dev),
@@ -47,7 +48,8 @@ batcher::batcher(const scenario& s, const cache_config& effective,
     tenant_blocks_(s.workloads.size(), 0),
     tenant_quota_(s.workloads.size(), 0),
     last_free_(effective.num_gpu_blocks),
-    verifier_(s.seed, s.draft_tokens, s.draft_acceptance) {
+    verifier_(s.seed, s.draft_tokens, s.draft_acceptance),
+    series_(series_cap) {
   for (std::size_t i = 0; i < s.workloads.size(); ++i) {
     tenant_figures f;
     f.name = s.workloads[i].tenant;
@@ -360,7 +362,8 @@ void batcher::record(const cache_manager_stats& st, memory_pressure level) {
     f.blocks_peak = std::max(f.blocks_peak, ts.blocks);
     f.blocks_sum += double(ts.blocks);
   }
-  samples_.push_back(std::move(s));
+  series_.add(std::move(s));
+  in_gap_ = false;
 }
 
 std::optional<verify_target> batcher::pick_verify(std::uint64_t k) {

@@ -21,6 +21,7 @@
 #include "kvactor/messages/types.hpp"
 #include "run_figures.hpp"
 #include "scenario.hpp"
+#include "step_series.hpp"
 #include "workload.hpp"
 
 namespace kvactor::sim {
@@ -43,9 +44,10 @@ struct verify_target {
 class batcher {
 public:
   /// `dev`: the device requests name (the cache's). `track_data`: collect
-  /// computed tokens (for storage that holds bytes).
+  /// computed tokens (for storage that holds bytes). `series_cap`: rows the
+  /// time series keeps at most (step_series; tests make it small).
   batcher(const scenario& s, const cache_config& effective, kvactor::device dev,
-          bool track_data);
+          bool track_data, std::size_t series_cap = default_series_cap);
 
   /// Arrivals are over and (with drain) nothing is left to do - no
   /// conversation's follow-up turn still to come, either - including
@@ -77,7 +79,8 @@ public:
   /// state (its level too; admitted, finished and preempted 0) in at most
   /// two rows, at the gap's first and last step (step_sample::steps says
   /// how many steps each stands for; a gap skipped in several calls keeps
-  /// two rows). Returns the steps skipped (0: none; go on with start_step).
+  /// two rows) - once the series has coarsened, in the buckets they span
+  /// (step_series::add_gap). Returns the steps skipped (0: none; go on with start_step).
   /// REQUIRES: between steps (after end_step).
   std::uint64_t skip_idle(std::uint64_t min_gap, std::uint64_t max_draw_steps);
 
@@ -201,8 +204,15 @@ public:
   /// figures(), with the requests still waiting for their first admission
   /// counted in (the run's figures when it ends).
   std::vector<tenant_figures> final_figures() const;
-  std::vector<step_sample>& samples() noexcept {
-    return samples_;
+  /// The time series' rows (at most its cap; step_series).
+  const std::vector<step_sample>& samples() const noexcept {
+    return series_.rows();
+  }
+  step_series& series() noexcept {
+    return series_;
+  }
+  const step_series& series() const noexcept {
+    return series_;
   }
   /// Finished requests whose free found them ended already: the cache
   /// preempted them after their last token (it counts those preemptions;
@@ -415,6 +425,9 @@ private:
   bool quiet_start_ = false;
   bool quiet_ = false;
   std::uint64_t skipped_ = 0;
+  /// The last skip ended where the clock stands, no step run since: a
+  /// further skip goes on with the same gap (its rows).
+  bool in_gap_ = false;
   draft_verifier verifier_;
   std::vector<sent_verdict> sent_verdicts_;
   /// Verdicts of requests that finished with drafts unsettled: sent with
@@ -422,7 +435,7 @@ private:
   std::vector<sent_verdict> finish_verdicts_;
   std::vector<computed_token> computed_;
   std::vector<tenant_figures> figures_;
-  std::vector<step_sample> samples_;
+  step_series series_;
   std::vector<std::string> warnings_;
 };
 

@@ -4,7 +4,8 @@
 // for 2^24 steps. Stepping through such a gap cost a step message, a stats
 // round trip and a sample per step (millions of each), so the clock jumps
 // over a long one instead, as the replay's does (bench/replay_scheduler.cpp
-// skip_idle_steps), and the gap keeps two rows of the time series.
+// skip_idle_steps), and the gap keeps two rows of the time series (until
+// the series coarsens: step_series).
 #include "batcher.hpp"
 
 namespace kvactor::sim {
@@ -12,8 +13,9 @@ namespace kvactor::sim {
 std::uint64_t batcher::skip_idle(std::uint64_t min_gap,
                                  std::uint64_t max_draw_steps) {
   // The last step run began idle and ended so, with nothing arriving: its
-  // sample is the state every step until the next arrival would find.
-  if (!quiet_ || !idle() || done() || samples_.empty())
+  // sample (the last row's state) is the state every step until the next
+  // arrival would find.
+  if (!quiet_ || !idle() || done() || series_.empty())
     return 0;
   auto limit = ~std::uint64_t{0}; // draining: only follow-ups arrive
   if (step_ < scenario_.steps) {
@@ -22,12 +24,10 @@ std::uint64_t batcher::skip_idle(std::uint64_t min_gap,
     auto to_end = scenario_.steps - step_;
     limit = step_ + std::min(to_end, std::max(max_draw_steps, min_gap));
   }
-  auto row = samples_.back();
   // A gap skipped in more than one call (a bounded draw, a stop at
-  // `steps`) goes on from the last row: it keeps a row at each end.
-  auto goes_on = row.skipped && row.step + 1 == step_;
-  auto two_rows = goes_on && samples_.size() >= 2
-                  && samples_[samples_.size() - 2].skipped;
+  // `steps`) goes on from the last: it keeps a row at each end (before the
+  // series coarsens). Known here, not from the rows, which may be merged.
+  auto goes_on = in_gap_;
   auto next = gen_.next_arrival(step_, limit);
   // A short gap is stepped through: it costs little, and a busy run's time
   // series keeps a row per step. (What was drawn is kept for its steps.)
@@ -35,25 +35,9 @@ std::uint64_t batcher::skip_idle(std::uint64_t min_gap,
   if (next <= step_ || next - step_ < shortest)
     return 0;
   auto gap = next - step_;
-  row.skipped = true;
-  row.admitted = row.finished = row.preempted = 0; // nothing happens in it
-  if (two_rows) {
-    samples_.back().step = next - 1;
-    samples_.back().steps += gap;
-  } else if (goes_on) {
-    row.step = next - 1;
-    row.steps = gap;
-    samples_.push_back(row);
-  } else {
-    row.step = step_;
-    row.steps = 1;
-    samples_.push_back(row);
-    if (gap > 1) {
-      row.step = next - 1;
-      row.steps = gap - 1;
-      samples_.push_back(row);
-    }
-  }
+  auto row = series_.back();
+  series_.add_gap(row, step_, gap, goes_on);
+  in_gap_ = true;
   // The tenants' mean blocks count every step, skipped ones too.
   for (std::size_t w = 0; w < figures_.size() && w < row.tenants.size(); ++w)
     figures_[w].blocks_sum += double(row.tenants[w].blocks) * double(gap);

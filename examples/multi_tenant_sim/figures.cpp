@@ -1,6 +1,8 @@
 // figures: the overall row, mean blocks and steps at each level.
 #include "figures.hpp"
 
+#include <iterator>
+
 namespace kvactor::sim {
 
 tenant_figures overall_of(const sim_outcome& r) {
@@ -30,18 +32,14 @@ tenant_figures overall_of(const sim_outcome& r) {
     all.unadmitted_wait = std::max(all.unadmitted_wait, f.unadmitted_wait);
     all.latency.insert(all.latency.end(), f.latency.begin(), f.latency.end());
   }
-  for (auto& s : r.samples) {
-    all.blocks_peak = std::max(all.blocks_peak, s.used_blocks);
-    all.blocks_sum += double(s.used_blocks) * double(s.steps);
-  }
+  // From the totals, not the rows: a coarse row has lost its steps' peak.
+  all.blocks_peak = r.series.used_peak;
+  all.blocks_sum = r.series.used_sum;
   return all;
 }
 
 std::uint64_t sampled_steps(const sim_outcome& r) {
-  std::uint64_t n = 0;
-  for (auto& s : r.samples)
-    n += s.steps;
-  return n;
+  return r.series.steps;
 }
 
 double mean_blocks(const tenant_figures& f, const sim_outcome& r) {
@@ -50,10 +48,8 @@ double mean_blocks(const tenant_figures& f, const sim_outcome& r) {
 }
 
 std::vector<std::uint64_t> steps_at_levels(const sim_outcome& r) {
-  std::vector<std::uint64_t> out(4, 0);
-  for (auto& s : r.samples)
-    out[static_cast<int>(s.pressure) & 3] += s.steps;
-  return out;
+  return std::vector<std::uint64_t>(std::begin(r.series.steps_at),
+                                    std::end(r.series.steps_at));
 }
 
 } // namespace kvactor::sim

@@ -1,6 +1,8 @@
 // figures: what the summary table and report.json both derive from a
 // run's figures - percentiles, the overall row, mean blocks, steps at each
-// pressure level. CAF-free.
+// pressure level. What they take from every step comes from the run's
+// series_totals, never the time series' rows, which may be coarse: the
+// figures are the same whatever its cap. CAF-free.
 #pragma once
 
 #include <algorithm>
@@ -28,8 +30,7 @@ double percentile(std::vector<T> xs, double q) {
 /// The figures of all tenants together (queue delays and latencies merged).
 tenant_figures overall_of(const sim_outcome& r);
 
-/// The steps the samples stand for: one each, a skipped idle gap's rows
-/// all of its steps (step_sample::steps) - the steps run.
+/// The steps the samples stand for (series_totals::steps) - the steps run.
 std::uint64_t sampled_steps(const sim_outcome& r);
 
 /// A tenant's mean blocks over the run's sampled steps.

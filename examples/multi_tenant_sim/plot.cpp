@@ -20,8 +20,8 @@ std::string shell_quote(const std::string& x) {
 }
 
 /// The right axis of the pressure panel counts requests: whole-number
-/// tics, about eight of them over its range (preempted per step, and
-/// requests swapped out when the scenario swaps).
+/// tics, about eight of them over its range (preempted per step - per row
+/// of a coarse series - and requests swapped out when the scenario swaps).
 std::uint64_t whole_tic_step(const sim_outcome& r, bool swaps) {
   std::uint64_t top = 1;
   for (auto& s : r.samples)
@@ -101,7 +101,8 @@ std::string gnuplot_script(const scenario& s, const sim_outcome& r) {
      << "set y2tics " << whole_tic_step(r, s.preemption == preemption_mode::swap)
      << " format \"%.0f\"\n"
      << "plot f skip 1 using 1:13 with steps lw 2 title \"pressure\", \\\n"
-        "     f skip 1 using 1:7 axes x1y2 with impulses title \"preempted this step\"";
+        "     f skip 1 using 1:7 axes x1y2 with impulses title \"preempted "
+     << (r.series.row_steps > 1 ? "per row (see steps)" : "this step") << "\"";
   if (s.preemption == preemption_mode::swap)
     gp << ", \\\n     f skip 1 using 1:4 axes x1y2 with lines title \"swapped out\"";
   gp << "\n"

@@ -210,7 +210,8 @@ std::string report_json(const scenario& s, const sim_outcome& r) {
       {"error", r.error.empty() ? json(nullptr) : json(r.error)},
       {"steps", r.steps},
       // Of those, idle steps skipped: no step message, and in
-      // timeseries.csv two rows per gap (at its first and last step).
+      // timeseries.csv two rows per gap (at its first and last step) while
+      // the series is fine enough (step_series).
       {"idle_steps_skipped", r.idle_steps_skipped},
       {"wall_seconds", r.wall_s},
       {"storage", r.storage},
@@ -245,7 +246,11 @@ std::string report_json(const scenario& s, const sim_outcome& r) {
 /// A row per step run; a skipped idle gap (batcher::skip_idle) has a row at
 /// its first and its last step only, both with the state of every step
 /// between them: where the step column jumps, the steps it passes over
-/// were skipped (a plot draws them flat).
+/// were skipped (a plot draws them flat). A long run's series is coarse
+/// (step_series): a row then stands for the `steps` steps up to its
+/// `step`, admitted/finished/preempted summed over them, the rest the
+/// state after its step. The last column, steps, says how many steps a row
+/// stands for (last: the plot's columns stay where they were).
 std::string timeseries_csv(const sim_outcome& r) {
   std::ostringstream out;
   out << "step,waiting,running,swapped,admitted,finished,preempted,blocks_used,"
@@ -260,7 +265,7 @@ std::string timeseries_csv(const sim_outcome& r) {
       n = safe_name(r.tenants[w].name) + "~" + std::to_string(k);
     out << ',' << n << "_waiting," << n << "_running," << n << "_blocks";
   }
-  out << '\n';
+  out << ",steps\n";
   char buf[64];
   for (auto& s : r.samples) {
     auto usage = s.total_blocks == 0 ? 0.0 : double(s.used_blocks) / s.total_blocks;
@@ -275,7 +280,7 @@ std::string timeseries_csv(const sim_outcome& r) {
     out << buf;
     for (auto& t : s.tenants)
       out << ',' << t.waiting << ',' << t.running << ',' << t.blocks;
-    out << '\n';
+    out << ',' << s.steps << '\n';
   }
   return out.str();
 }

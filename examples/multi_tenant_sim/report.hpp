@@ -31,7 +31,9 @@ void remove_created_dirs(const std::vector<std::string>& created);
 /// Writes report.json, timeseries.csv (a row per step_sample: its
 /// `preempted` counts swap-outs too; then each tenant's columns, named
 /// after it - a suffix "~N" (N its place among the tenants, or the next
-/// number free) where two names would read alike) and usage.gp into s.output_dir, creating it,
+/// number free) where two names would read alike; last `steps`, the steps
+/// the row stands for: 1, a skipped gap's, or more once a long run's series
+/// coarsened to default_series_cap rows) and usage.gp into s.output_dir, creating it,
 /// and draws usage.png when gnuplot is installed (a usage.png of an
 /// earlier run is removed first). Returns the paths
 /// written; notes (gnuplot missing or failing) go to `log`. Error: a file

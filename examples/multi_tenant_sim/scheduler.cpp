@@ -69,7 +69,8 @@ void deliver(sched_actor* self) {
   out.steps = b.step();
   out.idle_steps_skipped = b.skipped_steps();
   out.tenants = b.final_figures();
-  out.samples = std::move(b.samples());
+  out.series = b.series().totals();
+  out.samples = b.series().take_rows();
   out.ended_before_free = b.ended_before_free();
   out.chunk_extends = b.chunk_extends();
   out.preempted_mid_prefill = b.preempted_mid_prefill();
@@ -226,7 +227,7 @@ void send_step(sched_actor* self, step_request req) {
 /// The progress bar after a skipped idle gap: the clock moved, nothing else.
 void report_skip(sched_actor* self) {
   auto& st = self->state;
-  auto& last = st.b->samples().back();
+  auto& last = st.b->series().back();
   progress_state p;
   p.step = st.b->step();
   p.steps = st.sc->steps;
@@ -267,7 +268,7 @@ caf::behavior scheduler_fun(sched_actor* self, const scenario* sc,
                             device_actor dev, block_pool_actor pool,
                             storage_info info,
                             const std::atomic<bool>* interrupted, progress* bar,
-                            std::promise<void>* done) {
+                            std::promise<void>* done, std::size_t series_cap) {
   auto& st = self->state;
   st.sc = sc;
   st.out = out;
@@ -293,7 +294,7 @@ caf::behavior scheduler_fun(sched_actor* self, const scenario* sc,
       done->set_value();
     });
   st.b = std::make_unique<batcher>(*sc, out->effective, info.device,
-                                   st.write_data);
+                                   st.write_data, series_cap);
   self->send(st.mgr, subscribe_atom::value, topic::pressure,
              caf::actor_cast<caf::actor>(self));
   self->request(st.mgr, reply_timeout, step_atom::value)
@@ -317,7 +318,7 @@ caf::behavior scheduler_fun(sched_actor* self, const scenario* sc,
 } // namespace sched
 
 sim_outcome simulate(const scenario& s, const std::atomic<bool>& interrupted,
-                     progress& bar) {
+                     progress& bar, std::size_t series_cap) {
   sim_outcome out;
   out.effective = s.cache;
   auto t0 = sched::clock_type::now();
@@ -366,7 +367,7 @@ sim_outcome simulate(const scenario& s, const std::atomic<bool>& interrupted,
       // whenever its mailbox runs empty with no request of its own open.
       auto driver = sys.spawn(sched::scheduler_fun, &s, &out, cache->manager,
                               cache->device, cache->pool, info, &interrupted,
-                              &bar, &done);
+                              &bar, &done, series_cap);
       finished.wait();
     } else if (!out.bad_scenario) {
       out.error = "cannot ask the device actor what it serves: " + render(err);

@@ -37,7 +37,11 @@ struct sim_outcome {
   /// rows per gap (batcher::skip_idle).
   std::uint64_t idle_steps_skipped = 0;
   std::vector<tenant_figures> tenants;
+  /// The time series: at most simulate's series_cap rows (step_series).
   std::vector<step_sample> samples;
+  /// What the figures take from every sampled step, however coarse the
+  /// rows (figures.hpp).
+  series_totals series;
   std::vector<std::string> warnings;
   bool have_final_stats = false;
   cache_manager_stats final_stats;
@@ -62,8 +66,9 @@ struct sim_outcome {
 };
 
 /// Runs `s` to its end, until `interrupted` turns true (checked once per
-/// step), or until the cache fails. Reports progress to `bar`.
+/// step), or until the cache fails. Reports progress to `bar`. The time
+/// series keeps at most `series_cap` rows (step_series).
 sim_outcome simulate(const scenario& s, const std::atomic<bool>& interrupted,
-                     progress& bar);
+                     progress& bar, std::size_t series_cap = default_series_cap);
 
 } // namespace kvactor::sim

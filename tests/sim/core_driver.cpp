@@ -14,11 +14,11 @@ namespace kvactor::sim::test {
 using detail::residency;
 
 core_driver::core_driver(const scenario& s, std::uint64_t chaos_seed,
-                         double supervisor_rate)
+                         double supervisor_rate, std::size_t series_cap)
   : s_(s),
     cfg_(s.cache),
     core_(cfg_, static_cast<std::uint32_t>(cfg_.num_gpu_blocks)),
-    b_(s, cfg_, kvactor::device{}, true),
+    b_(s, cfg_, kvactor::device{}, true, series_cap),
     rng_(chaos_seed),
     supervisor_rate_(supervisor_rate),
     device_kv_(cfg_.num_gpu_blocks * cfg_.block_size),

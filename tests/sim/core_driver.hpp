@@ -26,9 +26,11 @@ namespace kvactor::sim::test {
 class core_driver {
 public:
   /// `supervisor_rate`: the chance, at each point where it may act, that the
-  /// supervisor preempts requests (drawn from `chaos_seed`).
+  /// supervisor preempts requests (drawn from `chaos_seed`). `series_cap`:
+  /// the batcher's time series rows at most (step_series).
   core_driver(const scenario& s, std::uint64_t chaos_seed,
-              double supervisor_rate = 0);
+              double supervisor_rate = 0,
+              std::size_t series_cap = default_series_cap);
 
   /// Runs one step; every check failure is a Boost.Test error.
   void step();

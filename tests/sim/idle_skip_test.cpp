@@ -222,8 +222,9 @@ BOOST_AUTO_TEST_CASE(sessions_that_think_for_2_pow_24_steps_end_at_once) {
   BOOST_TEST(reported_levels == r.steps);
 
   // timeseries.csv: a row per step run, and one at each end of a skipped
-  // gap, the same but for the step: where the step column jumps, the steps
-  // passed over held the state of the rows around them.
+  // gap, the same but for the step and the steps it stands for (the last
+  // column): where the step column jumps, the steps passed over held the
+  // state of the rows around them.
   std::istringstream csv{read_file(dir / "timeseries.csv")};
   std::string line;
   BOOST_REQUIRE(std::getline(csv, line)); // the header
@@ -234,7 +235,10 @@ BOOST_AUTO_TEST_CASE(sessions_that_think_for_2_pow_24_steps_end_at_once) {
   auto step_of = [](const std::string& row) {
     return std::stoull(row.substr(0, row.find(',')));
   };
-  auto rest_of = [](const std::string& row) { return row.substr(row.find(',')); };
+  auto rest_of = [](const std::string& row) {
+    auto from = row.find(',');
+    return row.substr(from, row.rfind(',') - from);
+  };
   std::uint64_t jumps = 0;
   for (std::size_t i = 1; i < rows.size(); ++i) {
     auto a = step_of(rows[i - 1]);
