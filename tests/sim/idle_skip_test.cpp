@@ -52,18 +52,6 @@ json idle_scenario() {
   })");
 }
 
-/// One row per step: a skipped gap's rows stand for every step of it.
-std::vector<step_sample> per_step(const std::vector<step_sample>& rows) {
-  std::vector<step_sample> out;
-  for (auto& r : rows)
-    for (std::uint64_t k = 0; k < r.steps; ++k) {
-      auto x = r;
-      x.step = r.step + 1 + k - r.steps;
-      out.push_back(x);
-    }
-  return out;
-}
-
 void check_same_samples(const std::vector<step_sample>& want,
                         const std::vector<step_sample>& skipped_rows) {
   auto got = per_step(skipped_rows);
@@ -118,14 +106,6 @@ void check_same_figures(const std::vector<tenant_figures>& xs,
       }
     }
   }
-}
-
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream in{p};
-  BOOST_REQUIRE_MESSAGE(in, p.string() << " missing");
-  std::stringstream out;
-  out << in.rdbuf();
-  return out.str();
 }
 
 } // namespace

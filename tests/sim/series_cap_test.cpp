@@ -24,19 +24,6 @@ using nlohmann::json;
 
 namespace {
 
-/// Each step's row of `rows` (a row standing for n steps: n copies).
-std::vector<step_sample> per_step(const std::vector<step_sample>& rows) {
-  std::vector<step_sample> out;
-  for (auto& r : rows)
-    for (std::uint64_t k = 0; k < r.steps; ++k) {
-      auto x = r;
-      x.step = r.step + 1 + k - r.steps;
-      x.steps = 1;
-      out.push_back(x);
-    }
-  return out;
-}
-
 /// `coarse` is `fine` (rows that expand to a row per step, as uncapped
 /// series do) in buckets of `width` steps: at most `cap` rows, evenly
 /// spaced (each ends on a bucket's bound and stands for one bucket, a
@@ -175,14 +162,6 @@ sim_outcome outcome_of(const scenario& s, core_driver& d) {
   r.preempted_mid_prefill = b.preempted_mid_prefill();
   r.warnings = b.warnings();
   return r;
-}
-
-std::string read_file(const std::filesystem::path& p) {
-  std::ifstream in{p};
-  BOOST_REQUIRE_MESSAGE(in, p.string() << " missing");
-  std::stringstream out;
-  out << in.rdbuf();
-  return out.str();
 }
 
 /// The summary table but its "time:" line (wall time varies).

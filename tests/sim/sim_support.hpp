@@ -1,15 +1,21 @@
 // Helpers the sim test files share: scenario text edits, the line a piece
 // of text is on, parsing with the error's message (and checking where it
-// points), and small valid scenarios as JSON values. CAF-light
-// (scenario.hpp brings caf/expected.hpp).
+// points), small valid scenarios as JSON values, a written file's text and
+// a time series a row per step. CAF-light (scenario.hpp brings
+// caf/expected.hpp).
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <boost/test/unit_test.hpp>
 #include <nlohmann/json.hpp>
 
+#include "run_figures.hpp"
 #include "scenario.hpp"
 
 namespace kvactor::sim::test {
@@ -116,6 +122,31 @@ inline nlohmann::json conv_scenario() {
 
 inline scenario parse_json(const nlohmann::json& j) {
   return parse_ok(j.dump(2));
+}
+
+/// The text of the file at `p` (a report the run wrote); a test error if
+/// it is missing.
+inline std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in{p};
+  BOOST_REQUIRE_MESSAGE(in, p.string() << " missing");
+  std::stringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+/// A time series a row per step: a row standing for n steps (a skipped
+/// gap's, or a coarse series') becomes n rows of its state, each of one
+/// step.
+inline std::vector<step_sample> per_step(const std::vector<step_sample>& rows) {
+  std::vector<step_sample> out;
+  for (auto& r : rows)
+    for (std::uint64_t k = 0; k < r.steps; ++k) {
+      auto x = r;
+      x.step = r.step + 1 + k - r.steps;
+      x.steps = 1;
+      out.push_back(x);
+    }
+  return out;
 }
 
 } // namespace kvactor::sim::test

@@ -38,14 +38,6 @@ struct temp_dir {
   }
 };
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in{p};
-  BOOST_REQUIRE_MESSAGE(in, p.string() << " missing");
-  std::stringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
 sim_outcome run(const scenario& s, bool interrupt = false) {
   std::atomic<bool> flag{interrupt};
   progress quiet{false};
