@@ -318,10 +318,16 @@ device_actor::behavior_type device_fun(device_ptr self,
   // An exit with work in flight answers every waiting requester first: a
   // promise dropped unanswered would leave the block pool, which awaits its
   // copy-on-write copies, waiting forever - and so skipping its own exit.
+  // The manager hears of the end first, as of a stall (see stall()):
+  // unless it is the one stopping the cache, it stops it before anyone
+  // waiting here is answered.
   self->set_exit_handler([self](const caf::exit_msg& msg) {
     if (!msg.reason)
       return; // a normal exit (of a linked actor): CAF ignores those too
-    self->state.answer_in_flight(true);
+    auto& st = self->state;
+    if (st.manager && msg.source != st.manager.address())
+      self->send_exit(st.manager, msg.reason);
+    st.answer_in_flight(true);
     self->quit(msg.reason);
   });
   // The state is gone when attached functors run: hold the storage and the

@@ -3,8 +3,8 @@
 // copy-on-write copy (it takes no other message meanwhile), a slot write
 // waiting for its own work - hears the stall, naming the work, and the cache
 // stops (the device actor sends the manager an exit before it answers
-// anyone, then quits; the manager stops the rest), where before they all
-// waited for ever. Time is the deterministic scheduler's: it passes only
+// anyone, then quits; the manager stops the rest - and so when the device
+// actor is told to exit), where before they all waited for ever. Time is the deterministic scheduler's: it passes only
 // when a test lets it.
 #include <chrono>
 #include <memory>
@@ -91,6 +91,27 @@ bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
+using event_log = std::shared_ptr<std::vector<std::string>>;
+
+/// An actor standing in for a manager that is also a requester: it logs,
+/// in order, the exits it is sent ("exit: <reason>") and the answer to a
+/// swap-out of `moves` it asks `dev` for at its start (none if empty).
+caf::actor spawn_spy(caf::actor_system& sys, const device_actor& dev,
+                     event_log log, std::vector<block_move> moves) {
+  return sys.spawn([log, dev, moves](caf::event_based_actor* self) {
+    self->set_exit_handler([log](caf::exit_msg& msg) {
+      log->push_back("exit: " + render(msg.reason));
+    });
+    if (!moves.empty())
+      self->request(dev, caf::infinite, swap_out_atom::value, moves)
+        .then([log](std::uint32_t) { log->push_back("swapped"); },
+              [log](caf::error& err) {
+                log->push_back("answer: " + render(err));
+              });
+    return caf::behavior{[](std::int32_t) {}};
+  });
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(device_stall_suite)
@@ -130,25 +151,11 @@ BOOST_AUTO_TEST_CASE(the_manager_hears_of_a_stall_before_anyone_waiting_on_it) {
   auto dev = spawn_device_actor(f.sys, make_slow(stall_config()), false,
                                 std::chrono::milliseconds{1000});
   auto log = std::make_shared<std::vector<std::string>>();
-  auto spy = f.sys.spawn([log, dev](caf::event_based_actor* self) {
-    self->set_exit_handler([log](caf::exit_msg& msg) {
-      log->push_back("exit: " + render(msg.reason));
-    });
-    self->request(dev, caf::infinite, swap_out_atom::value,
-                  std::vector<block_move>{{0, 0}, {1, 1}})
-      .then([log](std::uint32_t) { log->push_back("swapped"); },
-            [log](caf::error& err) { log->push_back("answer: " + render(err)); });
-    return caf::behavior{[](std::int32_t) {}};
-  });
+  auto spy = spawn_spy(f.sys, dev, log, {{0, 0}, {1, 1}});
   // Registered once: a later registration (the decoy's) is ignored, so no
   // one can divert the exit.
   auto decoy_log = std::make_shared<std::vector<std::string>>();
-  auto decoy = f.sys.spawn([decoy_log](caf::event_based_actor* self) {
-    self->set_exit_handler([decoy_log](caf::exit_msg& msg) {
-      decoy_log->push_back("exit: " + render(msg.reason));
-    });
-    return caf::behavior{[](std::int32_t) {}};
-  });
+  auto decoy = spawn_spy(f.sys, dev, decoy_log, {});
   caf::anon_send(dev, registry_atom::value, caf::actor{spy}); // before the swap
   caf::anon_send(dev, registry_atom::value, caf::actor{decoy});
   f.run();
@@ -165,6 +172,29 @@ BOOST_AUTO_TEST_CASE(the_manager_hears_of_a_stall_before_anyone_waiting_on_it) {
   BOOST_TEST(decoy_log->empty());
   caf::anon_send_exit(spy, caf::exit_reason::kill);
   caf::anon_send_exit(decoy, caf::exit_reason::kill);
+  f.run();
+  f.shutdown();
+}
+
+BOOST_AUTO_TEST_CASE(the_manager_hears_of_an_exit_the_device_was_told_first_too) {
+  // Told to exit with work in flight, the device answers it (shutting_down,
+  // once the work is done) - after telling the manager, as for a stall.
+  stall_fixture f;
+  auto dev = spawn_device_actor(f.sys, make_slow(stall_config()), false,
+                                std::chrono::milliseconds{1000});
+  auto log = std::make_shared<std::vector<std::string>>();
+  auto spy = spawn_spy(f.sys, dev, log, {{0, 0}});
+  caf::anon_send(dev, registry_atom::value, spy);
+  f.run();
+  BOOST_REQUIRE(log->empty());
+  caf::anon_send_exit(dev, caf::exit_reason::user_shutdown);
+  f.run();
+  BOOST_REQUIRE_EQUAL(log->size(), 2u);
+  BOOST_TEST(has((*log)[0], "exit: exit_reason(user_shutdown)"), (*log)[0]);
+  BOOST_TEST(has((*log)[1], "answer: kvactor: shutting_down (device actor: "
+                            "stopped with this work in flight)"),
+             (*log)[1]);
+  caf::anon_send_exit(spy, caf::exit_reason::kill);
   f.run();
   f.shutdown();
 }
