@@ -182,9 +182,10 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
   self->set_exit_handler([self](const caf::exit_msg& msg) {
     if (!msg.reason)
       return; // a linked actor ended normally: CAF ignores those too
-    // The device actor says it stops (a stall) before it answers anyone
-    // waiting on it: the same stop as its down message would bring, only
-    // ahead of every call such a caller makes next.
+    // The device actor says it stops (a stall, or an exit it was told)
+    // before it answers anyone waiting on it: the same stop as its down
+    // message would bring, only ahead of every call such a caller makes
+    // next.
     if (auto part = part_name(self->state, msg.source)) {
       part_ended(self, part, msg.reason);
       return;

@@ -228,10 +228,10 @@ using device_actor = caf::typed_actor<
   caf::replies_to<info_atom>::with<storage_info>,
   // From spawn_kv_cache, once (later ones are ignored): the manager, which
   // a stall stops. It is sent an exit naming the stall (or the exit this
-  // actor was told) before anyone waiting on the work hears of it, so no
-  // caller who heard it reaches a cache that still runs (a down message,
-  // sent as the actor ends, could come after such a caller's next call).
-  // Killed or crashed, the actor runs no handler: the down message tells.
+  // actor was told) before anyone waiting on the work hears of it, so a
+  // caller who heard it finds the manager stopped (a down message, sent as
+  // the actor ends, could come after such a caller's next call). Killed or
+  // crashed, the actor runs no handler: the down message tells.
   caf::reacts_to<registry_atom, caf::actor>,
   // Internal: some submitted work completed (the storage's wake).
   caf::reacts_to<done_atom>,
