@@ -178,11 +178,8 @@ constexpr auto watchdog_period = std::chrono::milliseconds{2};
 /// end), and the actor quits with it - the manager stops the cache: the
 /// blocks the work touches cannot be handed on while it may still write
 /// them, nor can the pool, awaiting a copy-on-write copy, go on without an
-/// answer. The manager hears it first, by an exit sent before any answer:
-/// its mailbox then holds the exit ahead of every message a requester
-/// sends once answered (the down message it also gets is sent only as this
-/// actor ends, which may be after such a caller's next call - a call the
-/// still-running cache would serve). Returns the error.
+/// answer. The manager hears it first, by an exit sent before any answer
+/// (why: registry_atom in interfaces.hpp). Returns the error.
 caf::error stall(device_ptr self, const std::string& what,
                  std::chrono::milliseconds waited) {
   auto& st = self->state;
