@@ -47,6 +47,12 @@ struct op_desc {
 struct device_state {
   static inline const char* name = "kvactor.device";
 
+  /// CAF constructs the state with its actor; the destructor needs it.
+  explicit device_state(caf::local_actor* owner) : self(owner) {}
+
+  /// The actor itself: the destructor tells the cache of a kill or crash.
+  caf::local_actor* self;
+
   std::shared_ptr<storage> store;
   /// Work not complete after this long is a stalled GPU; 0 = never.
   std::chrono::milliseconds timeout{0};
@@ -74,9 +80,13 @@ struct device_state {
   std::unordered_map<std::uint32_t, std::uint32_t> swapping_out;
   /// A watchdog poll (delayed done_atom) is on its way.
   bool watchdog_armed = false;
-  /// The manager (registry_atom, from spawn_kv_cache): a stall sends it an
-  /// exit first. Null for a device actor outside a cache.
+  /// The cache's manager and pool (registry_atom, from spawn_kv_cache):
+  /// told first when this actor stops (tell_cache). Null for a device actor
+  /// outside a cache.
   caf::actor manager;
+  caf::actor pool;
+  /// The cache knows this actor stops: tell_cache ran.
+  bool cache_told = false;
   /// Staging for bytes that arrive in or leave in messages (pinned on cuda);
   /// grows by doubling. Outgrown buffers are kept until the actor goes:
   /// freeing pinned memory (cudaFreeHost) waits for the whole device, so a
@@ -96,10 +106,35 @@ struct device_state {
   /// promises unanswered, and their requesters - the pool, awaiting a
   /// copy-on-write copy and taking no other message meanwhile, among them
   /// - would wait for ever. (Each op's own cleanup still finds the state.)
+  /// The cache hears of the end here, before those answers, as from the
+  /// exit handler; CAF has set the reason (kill, or the crash's error) by
+  /// the time the state goes.
   ~device_state() {
+    if (self->fail_state())
+      tell_cache(self->fail_state(), {});
     // Not on a wake's thread: CUDA forbids its calls in a host callback,
     // so the work cannot be waited for there.
     answer_in_flight(!storage::in_wake());
+  }
+
+  /// Sends the manager and then the pool an exit with `reason`, once,
+  /// before any waiting requester is answered (why: registry_atom in
+  /// interfaces.hpp). An exit from the manager (`from`) is the cache
+  /// stopping already: no one is told. A kill is passed on as an error
+  /// naming it: CAF kills whoever is sent exit_reason::kill outright, and
+  /// the manager would not run its exit handler, which stops the cache.
+  void tell_cache(const caf::error& reason, const caf::actor_addr& from) {
+    if (cache_told)
+      return;
+    cache_told = true;
+    if (!manager || from == manager.address())
+      return;
+    auto why = reason == caf::exit_reason::kill
+                 ? make_error(errc::shutting_down, "the device actor was killed")
+                 : reason;
+    self->send_exit(manager, why);
+    if (pool && from != pool.address())
+      self->send_exit(pool, why);
   }
 
   /// Answers every waiting requester shutting_down - once its work is done
@@ -178,8 +213,8 @@ constexpr auto watchdog_period = std::chrono::milliseconds{2};
 /// end), and the actor quits with it - the manager stops the cache: the
 /// blocks the work touches cannot be handed on while it may still write
 /// them, nor can the pool, awaiting a copy-on-write copy, go on without an
-/// answer. The manager hears it first, by an exit sent before any answer
-/// (why: registry_atom in interfaces.hpp). Returns the error.
+/// answer. The manager and the pool hear it first (tell_cache). Returns
+/// the error.
 caf::error stall(device_ptr self, const std::string& what,
                  std::chrono::milliseconds waited) {
   auto& st = self->state;
@@ -189,8 +224,7 @@ caf::error stall(device_ptr self, const std::string& what,
                           + " ms (device_timeout_ms "
                           + std::to_string(st.timeout.count())
                           + "): the GPU looks stalled, the cache stops");
-  if (st.manager)
-    self->send_exit(st.manager, err);
+  st.tell_cache(err, {});
   auto open = std::move(st.queue);
   st.queue.clear();
   for (auto& p : open)
@@ -315,15 +349,14 @@ device_actor::behavior_type device_fun(device_ptr self,
   // An exit with work in flight answers every waiting requester first: a
   // promise dropped unanswered would leave the block pool, which awaits its
   // copy-on-write copies, waiting forever - and so skipping its own exit.
-  // The manager hears of the end first, as of a stall (see stall()):
-  // unless it is the one stopping the cache, it stops it before anyone
-  // waiting here is answered.
+  // The cache hears of the end first, as of a stall (tell_cache): unless
+  // the manager is the one stopping it, it stops before anyone waiting
+  // here is answered.
   self->set_exit_handler([self](const caf::exit_msg& msg) {
     if (!msg.reason)
       return; // a normal exit (of a linked actor): CAF ignores those too
     auto& st = self->state;
-    if (st.manager && msg.source != st.manager.address())
-      self->send_exit(st.manager, msg.reason);
+    st.tell_cache(msg.reason, msg.source);
     st.answer_in_flight(true);
     self->quit(msg.reason);
   });
@@ -467,9 +500,12 @@ device_actor::behavior_type device_fun(device_ptr self,
       out.values.assign(buf + bytes, buf + 2 * bytes);
       return out;
     },
-    [self](registry_atom, const caf::actor& manager) {
-      if (!self->state.manager) // once: no one may re-point it later
-        self->state.manager = manager;
+    [self](registry_atom, const caf::actor& manager, const caf::actor& pool) {
+      auto& st = self->state;
+      if (!st.manager) { // once: no one may re-point it later
+        st.manager = manager;
+        st.pool = pool;
+      }
     },
     [self](info_atom) {
       auto& s = *self->state.store;

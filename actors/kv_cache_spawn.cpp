@@ -104,10 +104,12 @@ caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
   out.manager = sys.spawn(detail::manager_fun, cfg, info, out.device, out.pool,
                           std::move(pool_index));
   // Before anyone can step the pool: its steps' effects reach the registry.
-  // Before any work reaches the device: a stall tells the manager first.
+  // Before any work reaches the device: a stall tells the manager and the
+  // pool first.
   auto mgr = caf::actor_cast<caf::actor>(out.manager);
   caf::anon_send(out.pool, registry_atom::value, mgr, info);
-  caf::anon_send(out.device, registry_atom::value, mgr);
+  caf::anon_send(out.device, registry_atom::value, mgr,
+                 caf::actor_cast<caf::actor>(out.pool));
   return out;
 }
 

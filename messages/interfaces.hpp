@@ -226,13 +226,14 @@ using device_actor = caf::typed_actor<
   // What the storage is: kind, device, device and host blocks, bytes per
   // block.
   caf::replies_to<info_atom>::with<storage_info>,
-  // From spawn_kv_cache, once (later ones are ignored): the manager, which
-  // a stall stops. It is sent an exit naming the stall (or the exit this
-  // actor was told) before anyone waiting on the work hears of it, so a
-  // caller who heard it finds the manager stopped (a down message, sent as
-  // the actor ends, could come after such a caller's next call). Killed or
-  // crashed, the actor runs no handler: the down message tells.
-  caf::reacts_to<registry_atom, caf::actor>,
+  // From spawn_kv_cache, once (later ones are ignored): the manager and the
+  // pool. When this actor stops (a stall, an exit it was told from anyone
+  // but the manager, a kill, a crash), each is sent an exit naming why
+  // before anyone waiting on the work hears of it: a caller who heard it
+  // finds the manager and the pool stopped, so its next call fails - an
+  // extend (through the handle actor) or a step too. A down message, sent
+  // as the actor ends, could come after such a caller's next call.
+  caf::reacts_to<registry_atom, caf::actor, caf::actor>,
   // Internal: some submitted work completed (the storage's wake).
   caf::reacts_to<done_atom>,
   // Internal: the watchdog's poll while replies are pending (true).

@@ -93,22 +93,40 @@ bool has(const std::string& text, const std::string& part) {
 
 using event_log = std::shared_ptr<std::vector<std::string>>;
 
-/// An actor standing in for a manager that is also a requester: it logs,
-/// in order, the exits it is sent ("exit: <reason>") and the answer to a
-/// swap-out of `moves` it asks `dev` for at its start (none if empty).
+/// An actor standing in for a part of the cache (the manager, the pool),
+/// and for a requester too: it logs, in order, the exits it is sent
+/// ("exit: <reason>"), the answer to a swap-out of `moves` it asks `dev`
+/// for at its start (none if empty), and the calls it gets ("call").
+/// Answered, it makes a call to `next` (if any): a caller's next call,
+/// sent once it heard. Sent an actor, it sends that actor an exit.
 caf::actor spawn_spy(caf::actor_system& sys, const device_actor& dev,
-                     event_log log, std::vector<block_move> moves) {
-  return sys.spawn([log, dev, moves](caf::event_based_actor* self) {
+                     event_log log, std::vector<block_move> moves,
+                     caf::actor next = {}) {
+  return sys.spawn([log, dev, moves, next](caf::event_based_actor* self) {
     self->set_exit_handler([log](caf::exit_msg& msg) {
       log->push_back("exit: " + render(msg.reason));
     });
+    auto call_next = [self, next] {
+      if (next)
+        self->send(next, std::int32_t{1});
+    };
     if (!moves.empty())
       self->request(dev, caf::infinite, swap_out_atom::value, moves)
-        .then([log](std::uint32_t) { log->push_back("swapped"); },
-              [log](caf::error& err) {
-                log->push_back("answer: " + render(err));
-              });
-    return caf::behavior{[](std::int32_t) {}};
+        .then(
+          [log, call_next](std::uint32_t) {
+            log->push_back("swapped");
+            call_next();
+          },
+          [log, call_next](caf::error& err) {
+            log->push_back("answer: " + render(err));
+            call_next();
+          });
+    return caf::behavior{
+      [log](std::int32_t) { log->push_back("call"); },
+      // Told to, it stops `whom` itself (an exit from it, as the manager's).
+      [self](const caf::actor& whom) {
+        self->send_exit(whom, caf::exit_reason::user_shutdown);
+      }};
   });
 }
 
@@ -139,64 +157,114 @@ BOOST_AUTO_TEST_CASE(a_stalled_swap_fails_its_requester_and_stops_the_cache) {
   f.shutdown(); // nothing left to stop
 }
 
-BOOST_AUTO_TEST_CASE(the_manager_hears_of_a_stall_before_anyone_waiting_on_it) {
+BOOST_AUTO_TEST_CASE(the_cache_hears_of_a_stall_before_anyone_waiting_on_it) {
   // The manager's down message is sent only as the device actor ends - on
   // a thread of its own, that can be after a caller told of the stall has
   // made its next call, which the cache would still serve. So the device
-  // sends the manager registered with it an exit first: it is ahead of
-  // every answer in the manager's mailbox, so of every message a caller
-  // sends once answered. A spy stands in for a manager that is also the
-  // requester, and logs what it gets in order.
+  // sends the manager and the pool registered with it an exit first: it is
+  // ahead of every answer in their mailboxes, so of every message a caller
+  // sends once answered. Spies stand in for a manager that is also the
+  // requester, and for the pool, which the requester calls once answered
+  // (an extend or a step would reach it so).
   stall_fixture f;
   auto dev = spawn_device_actor(f.sys, make_slow(stall_config()), false,
                                 std::chrono::milliseconds{1000});
+  auto pool_log = std::make_shared<std::vector<std::string>>();
+  auto pool = spawn_spy(f.sys, dev, pool_log, {});
   auto log = std::make_shared<std::vector<std::string>>();
-  auto spy = spawn_spy(f.sys, dev, log, {{0, 0}, {1, 1}});
+  auto spy = spawn_spy(f.sys, dev, log, {{0, 0}, {1, 1}}, pool);
   // Registered once: a later registration (the decoy's) is ignored, so no
   // one can divert the exit.
   auto decoy_log = std::make_shared<std::vector<std::string>>();
   auto decoy = spawn_spy(f.sys, dev, decoy_log, {});
-  caf::anon_send(dev, registry_atom::value, caf::actor{spy}); // before the swap
-  caf::anon_send(dev, registry_atom::value, caf::actor{decoy});
+  caf::anon_send(dev, registry_atom::value, spy, pool); // before the swap
+  caf::anon_send(dev, registry_atom::value, decoy, decoy);
   f.run();
   BOOST_TEST(log->empty());
   f.let_pass(1001ms);
   BOOST_REQUIRE_EQUAL(log->size(), 2u);
-  const std::string stalled = "swap-out of 2 blocks not complete after 1001 ms";
-  BOOST_TEST(has((*log)[0], "exit: kvactor: device_failure (device actor: "
-                              + stalled),
-             (*log)[0]);
-  BOOST_TEST(has((*log)[1], "answer: kvactor: device_failure (device actor: "
-                              + stalled),
-             (*log)[1]);
+  const std::string stalled = "kvactor: device_failure (device actor: "
+                              "swap-out of 2 blocks not complete after 1001 ms";
+  BOOST_TEST(has((*log)[0], "exit: " + stalled), (*log)[0]);
+  BOOST_TEST(has((*log)[1], "answer: " + stalled), (*log)[1]);
+  BOOST_REQUIRE_EQUAL(pool_log->size(), 2u);
+  BOOST_TEST(has((*pool_log)[0], "exit: " + stalled), (*pool_log)[0]);
+  BOOST_TEST((*pool_log)[1] == "call");
   BOOST_TEST(decoy_log->empty());
-  caf::anon_send_exit(spy, caf::exit_reason::kill);
-  caf::anon_send_exit(decoy, caf::exit_reason::kill);
+  for (auto& a : {spy, pool, decoy})
+    caf::anon_send_exit(a, caf::exit_reason::kill);
   f.run();
   f.shutdown();
 }
 
-BOOST_AUTO_TEST_CASE(the_manager_hears_of_an_exit_the_device_was_told_first_too) {
-  // Told to exit with work in flight, the device answers it (shutting_down,
-  // once the work is done) - after telling the manager, as for a stall.
+/// The logs of a manager spy (the requester) and a pool spy (called once
+/// the requester is answered) registered with a slow device, after `stop`
+/// ends the device with the swap in flight.
+template <class Stop>
+std::pair<std::vector<std::string>, std::vector<std::string>>
+logs_after(Stop stop) {
   stall_fixture f;
   auto dev = spawn_device_actor(f.sys, make_slow(stall_config()), false,
                                 std::chrono::milliseconds{1000});
+  auto pool_log = std::make_shared<std::vector<std::string>>();
+  auto pool = spawn_spy(f.sys, dev, pool_log, {});
   auto log = std::make_shared<std::vector<std::string>>();
-  auto spy = spawn_spy(f.sys, dev, log, {{0, 0}});
-  caf::anon_send(dev, registry_atom::value, spy);
+  auto spy = spawn_spy(f.sys, dev, log, {{0, 0}}, pool);
+  caf::anon_send(dev, registry_atom::value, spy, pool);
   f.run();
   BOOST_REQUIRE(log->empty());
-  caf::anon_send_exit(dev, caf::exit_reason::user_shutdown);
+  stop(f, dev, spy);
   f.run();
-  BOOST_REQUIRE_EQUAL(log->size(), 2u);
-  BOOST_TEST(has((*log)[0], "exit: exit_reason(user_shutdown)"), (*log)[0]);
-  BOOST_TEST(has((*log)[1], "answer: kvactor: shutting_down (device actor: "
-                            "stopped with this work in flight)"),
-             (*log)[1]);
-  caf::anon_send_exit(spy, caf::exit_reason::kill);
+  for (auto& a : {spy, pool})
+    caf::anon_send_exit(a, caf::exit_reason::kill);
   f.run();
   f.shutdown();
+  return {*log, *pool_log};
+}
+
+const std::string stopped_in_flight = "answer: kvactor: shutting_down (device "
+                                      "actor: stopped with this work in flight)";
+
+BOOST_AUTO_TEST_CASE(the_cache_hears_of_an_exit_the_device_was_told_first_too) {
+  // Told to exit with work in flight, the device answers it (shutting_down,
+  // once the work is done) - after telling the manager and the pool, as
+  // for a stall.
+  auto [log, pool_log] = logs_after([](auto&, auto& dev, auto&) {
+    caf::anon_send_exit(dev, caf::exit_reason::user_shutdown);
+  });
+  BOOST_REQUIRE_EQUAL(log.size(), 2u);
+  BOOST_TEST(log[0] == "exit: exit_reason(user_shutdown)");
+  BOOST_TEST(has(log[1], stopped_in_flight), log[1]);
+  BOOST_TEST(pool_log == (std::vector<std::string>{
+                           "exit: exit_reason(user_shutdown)", "call"}));
+}
+
+BOOST_AUTO_TEST_CASE(the_cache_hears_of_a_kill_first_too) {
+  // Killed, the device runs no handler: its state, as it goes, tells the
+  // manager and the pool (the reason CAF set) before it answers the work
+  // in flight.
+  auto [log, pool_log] = logs_after([](auto&, auto& dev, auto&) {
+    caf::anon_send_exit(dev, caf::exit_reason::kill);
+  });
+  // Not the kill itself: CAF would kill the manager outright, and its exit
+  // handler, which stops the cache and names why, would not run.
+  const std::string killed = "exit: kvactor: shutting_down (the device actor "
+                             "was killed)";
+  BOOST_REQUIRE_EQUAL(log.size(), 2u);
+  BOOST_TEST(log[0] == killed);
+  BOOST_TEST(has(log[1], stopped_in_flight), log[1]);
+  BOOST_TEST(pool_log == (std::vector<std::string>{killed, "call"}));
+}
+
+BOOST_AUTO_TEST_CASE(an_exit_from_the_manager_is_told_to_no_one) {
+  // The manager stopping the cache stops the pool itself: the device only
+  // answers its work in flight.
+  auto [log, pool_log] = logs_after([](auto&, auto& dev, auto& spy) {
+    caf::anon_send(spy, caf::actor_cast<caf::actor>(dev));
+  });
+  BOOST_REQUIRE_EQUAL(log.size(), 1u);
+  BOOST_TEST(has(log[0], stopped_in_flight), log[0]);
+  BOOST_TEST(pool_log == std::vector<std::string>{"call"});
 }
 
 BOOST_AUTO_TEST_CASE(a_stalled_copy_on_write_copy_frees_the_pool_awaiting_it) {

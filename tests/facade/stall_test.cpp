@@ -38,6 +38,8 @@ BOOST_AUTO_TEST_CASE(a_call_waiting_on_stalled_work_hears_the_stall) {
     m->set_timeout(std::chrono::seconds{20}); // far past the stall's 200 ms
     auto h = m->allocate(make_request(cfg, 1, 6));
     BOOST_REQUIRE_MESSAGE(h, why(h));
+    auto other = m->allocate(make_request(cfg, 3, 2));
+    BOOST_REQUIRE_MESSAGE(other, why(other));
     auto err = m->swap_out(1);
     BOOST_TEST(names_the_stall(err, "swap-out of 2 blocks not complete after"),
                render(err));
@@ -48,6 +50,14 @@ BOOST_AUTO_TEST_CASE(a_call_waiting_on_stalled_work_hears_the_stall) {
                    errc::shutting_down, "its device actor ended",
                    "swap-out of 2 blocks not complete after");
     BOOST_TEST(!(*h)->is_valid());
+    // So do an extend (through the request's handle actor, to the pool)
+    // and a step (to the pool): the pool too heard before the caller did.
+    auto grown = m->extend(**other, 1);
+    BOOST_TEST(grown, "an extend after the stall succeeded");
+    auto step = m->step(step_request{});
+    BOOST_TEST(!step, "a step after the stall succeeded");
+    if (!step)
+      KV_CHECK_ERROR(step.error(), errc::shutting_down, "its device actor ended");
   }
 }
 
