@@ -2,7 +2,6 @@
 #include "bench/trace.hpp"
 
 #include <algorithm>
-#include <cstring>
 #include <fstream>
 #include <initializer_list>
 #include <memory>
@@ -31,24 +30,35 @@ public:
   explicit line_reader(std::istream& in) : in_(in) {
   }
 
-  /// The next line (without its '\n') into `line`; false at the end.
+  /// The next line into `line`, without its end: LF, CR LF, or a lone CR
+  /// (old Mac files: taken for one line, they would get every message
+  /// the first line's number); false at the end.
   bool next(std::string& line) {
     line.clear();
     bool any = false;
     for (;;) {
       if (pos_ == len_ && !fill())
         return any;
+      if (after_cr_) { // the LF of a CR LF ends no line of its own
+        after_cr_ = false;
+        if (buf_[pos_] == '\n') {
+          ++pos_;
+          continue;
+        }
+      }
       any = true;
       auto* at = buf_ + pos_;
-      auto* nl = static_cast<const char*>(std::memchr(at, '\n', len_ - pos_));
-      auto n = nl != nullptr ? static_cast<std::size_t>(nl - at) : len_ - pos_;
+      auto* end = buf_ + len_;
+      auto* eol = std::find_if(at, end, [](char c) { return c == '\n' || c == '\r'; });
+      auto n = static_cast<std::size_t>(eol - at);
       if (line.size() + n > detail::max_text_file_bytes)
         throw line_error{"longer than "
                          + std::to_string(detail::max_text_file_bytes >> 20)
                          + " MiB: not a trace line"};
       line.append(at, n);
       pos_ += n;
-      if (nl != nullptr) {
+      if (eol != end) {
+        after_cr_ = *eol == '\r';
         ++pos_;
         return true;
       }
@@ -69,6 +79,8 @@ private:
   char buf_[64 * 1024];
   std::size_t pos_ = 0;
   std::size_t len_ = 0;
+  /// The last line ended at a CR: an LF next is part of its end.
+  bool after_cr_ = false;
 };
 
 const nlohmann::json& field(const nlohmann::json& obj, const char* name) {

@@ -187,6 +187,19 @@ BOOST_AUTO_TEST_CASE(the_header_must_come_first_and_be_complete) {
     BOOST_TEST(tr->requests[0].line == 4u);
   }
   contains(load_error("\n  \n"), "FILE: empty trace");
+  // A lone CR ends a line as LF does (old Mac files), CR LF once: each
+  // line keeps its own number.
+  for (const std::string eol : {"\r", "\r\n"}) {
+    trace_file f{eol + header + eol + req0 + eol + eol + req1 + eol};
+    auto tr = load_trace(f.path);
+    BOOST_REQUIRE_MESSAGE(tr, (tr ? "" : render(tr.error())));
+    BOOST_TEST(tr->header_line == 2u);
+    BOOST_REQUIRE(tr->requests.size() == 2u);
+    BOOST_TEST(tr->requests[0].line == 3u);
+    BOOST_TEST(tr->requests[1].line == 5u);
+    contains(load_error(header + eol + req0 + eol + "{" + eol),
+             "FILE:3: malformed JSON");
+  }
   contains(load_error(R"({"type":"header","block_size":4,"num_blocks":8,"vocab":100})"),
            "FILE:1: max_model_len: missing");
   contains(load_error(R"({"type":"header","block_size":0,"num_blocks":8,)"
