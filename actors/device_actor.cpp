@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -359,6 +360,20 @@ device_actor::behavior_type device_fun(device_ptr self,
     st.tell_cache(msg.reason, msg.source);
     st.answer_in_flight(true);
     self->quit(msg.reason);
+  });
+  // A storage that throws (an embedder's backend, or host memory running
+  // out) ends the actor with an error that says what was thrown, not CAF's
+  // bare runtime_error: the cache's stop names it. The state's destructor
+  // still tells the cache and answers the work in flight.
+  self->set_exception_handler([](std::exception_ptr& thrown) -> caf::error {
+    std::string what = "an unknown exception";
+    try {
+      std::rethrow_exception(thrown);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    return make_error(errc::device_failure, "device actor: crashed: " + what);
   });
   // The state is gone when attached functors run: hold the storage and the
   // staging (pinned on cuda) here. If the actor dies on a wake's thread (its

@@ -199,12 +199,14 @@ BOOST_AUTO_TEST_CASE(the_cache_hears_of_a_stall_before_anyone_waiting_on_it) {
 
 /// The logs of a manager spy (the requester) and a pool spy (called once
 /// the requester is answered) registered with a slow device, after `stop`
-/// ends the device with the swap in flight.
+/// (given the device's storage, the device and the manager spy) ends the
+/// device with the swap in flight.
 template <class Stop>
 std::pair<std::vector<std::string>, std::vector<std::string>>
 logs_after(Stop stop) {
   stall_fixture f;
-  auto dev = spawn_device_actor(f.sys, make_slow(stall_config()), false,
+  auto store = make_slow(stall_config());
+  auto dev = spawn_device_actor(f.sys, store, false,
                                 std::chrono::milliseconds{1000});
   auto pool_log = std::make_shared<std::vector<std::string>>();
   auto pool = spawn_spy(f.sys, dev, pool_log, {});
@@ -213,7 +215,7 @@ logs_after(Stop stop) {
   caf::anon_send(dev, registry_atom::value, spy, pool);
   f.run();
   BOOST_REQUIRE(log->empty());
-  stop(f, dev, spy);
+  stop(*store, dev, spy);
   f.run();
   for (auto& a : {spy, pool})
     caf::anon_send_exit(a, caf::exit_reason::kill);
@@ -254,6 +256,23 @@ BOOST_AUTO_TEST_CASE(the_cache_hears_of_a_kill_first_too) {
   BOOST_TEST(log[0] == killed);
   BOOST_TEST(has(log[1], stopped_in_flight), log[1]);
   BOOST_TEST(pool_log == (std::vector<std::string>{killed, "call"}));
+}
+
+BOOST_AUTO_TEST_CASE(the_cache_hears_of_a_crash_first_too) {
+  // A storage that throws crashes the device actor (no message handler
+  // finishes): its state, as it goes, tells the manager and the pool the
+  // crash's error, which names what was thrown.
+  auto [log, pool_log] = logs_after([](auto& store, auto& dev, auto&) {
+    store.throw_next();
+    caf::anon_send(dev, swap_in_atom::value, std::vector<block_move>{{1, 1}});
+  });
+  BOOST_REQUIRE_EQUAL(log.size(), 2u);
+  BOOST_TEST(log[0] == "exit: kvactor: device_failure (device actor: crashed: "
+                      "slow_storage: thrown as the test asked)");
+  BOOST_TEST(has(log[1], stopped_in_flight), log[1]);
+  BOOST_REQUIRE_EQUAL(pool_log.size(), 2u);
+  BOOST_TEST(pool_log[0] == log[0]);
+  BOOST_TEST(pool_log[1] == "call");
 }
 
 BOOST_AUTO_TEST_CASE(an_exit_from_the_manager_is_told_to_no_one) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -188,6 +189,12 @@ public:
     stalled_ = true;
   }
 
+  /// The next operation throws (an embedder's backend that does): the
+  /// device actor calling it crashes.
+  void throw_next() {
+    throw_next_ = true;
+  }
+
   std::uint64_t pending() const noexcept {
     return issued_ - completed_ - early_.size();
   }
@@ -220,6 +227,10 @@ private:
   caf::expected<ticket> issue(Op op) {
     if (failed_)
       return fault();
+    if (throw_next_) {
+      throw_next_ = false;
+      throw std::runtime_error("slow_storage: thrown as the test asked");
+    }
     auto t = op();
     if (!t)
       return t; // rejected whole: nothing was issued
@@ -234,6 +245,7 @@ private:
   std::set<ticket> early_; // complete tickets above completed_
   bool failed_ = false;
   bool stalled_ = false;
+  bool throw_next_ = false;
 };
 
 /// A slow_storage over the host backend `cfg` asks for.
