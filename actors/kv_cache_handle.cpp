@@ -2,6 +2,7 @@
 #include "kvactor/actors/kv_cache_handle.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
@@ -217,22 +218,26 @@ contiguous_kv_cache_handle::view(std::uint32_t layer, view_part part) const {
     return err;
   auto max_len = static_cast<std::size_t>(max_sequence_length());
   // A fresh snapshot per call, owned by the view: an earlier view (or its
-  // DLPack export) keeps its own, whatever happens to this handle.
-  // NOTE: allocating and zeroing 2 x max_sequence_length rows per call
-  // costs page faults a reused buffer did not; it buys views that stay
-  // valid. A snapshot is a copy anyway (a gather through the device).
+  // DLPack export) keeps its own, whatever happens to this handle. calloc,
+  // not new[](): a large buffer comes as fresh zero pages from the kernel,
+  // so only the rows the gather fills are touched - the rest of the
+  // 2 x max_sequence_length rows cost address space, not page faults and
+  // zeroing (a 32k-token model's rows for a short request: ~128 MiB).
   auto bytes = 2 * max_len * row; // no overflow: check_length
   std::shared_ptr<std::uint8_t> buf;
   try {
-    buf.reset(new std::uint8_t[bytes](), std::default_delete<std::uint8_t[]>());
-  } catch (const std::bad_alloc&) {
+    buf.reset(static_cast<std::uint8_t*>(std::calloc(std::max<std::size_t>(bytes, 1), 1)),
+              [](std::uint8_t* p) { std::free(p); });
+  } catch (const std::bad_alloc&) { // the owner's count: reset freed the rows
+    buf.reset();
+  }
+  if (!buf)
     return make_error(errc::invalid_request,
                       "request " + std::to_string(id())
                         + ": a contiguous snapshot of max_sequence_length "
                         + std::to_string(max_len) + " needs "
                         + std::to_string(bytes)
                         + " bytes of host memory, more than could be had");
-  }
   std::memcpy(buf.get(), kv.keys.data(), kv.keys.size());
   std::memcpy(buf.get() + max_len * row, kv.values.data(), kv.values.size());
   tensor_view v;

@@ -1,0 +1,120 @@
+// view_snapshot: what a contiguous handle's view costs. The contiguous
+// layout serves [max_sequence_length, heads, head_dim] per view (two of
+// them for kv_cache), a snapshot gathered from the paged pool into a fresh
+// buffer; a request holds far fewer tokens than its model's longest
+// sequence. Times --views calls of key_cache(0) and of kv_cache(0) on one
+// request of --tokens tokens, max_sequence_length --max-len, 8 KV heads x
+// 128 dims in fp16 (2 KiB a token), on the host backend; beside them, a
+// plain memcpy of the bytes the request holds (the gather's own floor).
+// Prints one JSON line.
+//
+//   view_snapshot [--tokens N] [--max-len M] [--views V]
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <nlohmann/json.hpp>
+
+#include "kvactor/actors/kv_cache_manager.hpp"
+#include "kvactor/messages/error.hpp"
+#include "latency_summary.hpp"
+
+using namespace kvactor;
+using kvactor::bench::latency_summary;
+using clock_type = std::chrono::steady_clock;
+
+int main(int argc, char** argv) {
+  std::uint64_t tokens = 64;
+  std::uint64_t max_len = 32768;
+  std::size_t views = 50;
+  for (int i = 1; i < argc; i += 2) {
+    std::string arg = argv[i];
+    if (i + 1 >= argc
+        || (arg != "--tokens" && arg != "--max-len" && arg != "--views")) {
+      std::cerr << "usage: view_snapshot [--tokens N] [--max-len M] [--views V]\n";
+      return 2;
+    }
+    auto value = std::stoull(argv[i + 1]);
+    if (arg == "--tokens")
+      tokens = value;
+    else if (arg == "--max-len")
+      max_len = value;
+    else
+      views = value;
+  }
+  if (tokens == 0 || tokens > max_len || views == 0) {
+    std::cerr << "view_snapshot: needs 0 < tokens <= max-len and views > 0\n";
+    return 2;
+  }
+  cache_config cfg;
+  cfg.storage = "host";
+  cfg.layout = "contiguous"; // which takes no prefix caching
+  cfg.prefix_caching = false;
+  cfg.model = model_config{1, 8, 128, dtype::fp16};
+  cfg.num_gpu_blocks = static_cast<std::uint32_t>(tokens / cfg.block_size + 2);
+  cfg.num_host_blocks = 0;
+  cfg.gc_interval_ms = 0;
+  caf::actor_system_config sys_cfg;
+  configure(sys_cfg, cfg);
+  caf::actor_system sys{sys_cfg};
+  auto mgr = kv_cache_manager::start(sys, cfg);
+  if (!mgr) {
+    std::cerr << render(mgr.error()) << '\n';
+    return 1;
+  }
+  allocation_request req;
+  req.max_sequence_length = max_len;
+  req.num_layers = 1;
+  req.num_heads = 8;
+  req.head_dim = 128;
+  req.initial_tokens = tokens;
+  auto h = mgr->allocate(req);
+  if (!h) {
+    std::cerr << render(h.error()) << '\n';
+    return 1;
+  }
+  auto since = [](clock_type::time_point t0) {
+    return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
+  };
+  // Each view is dropped before the next, as a caller that reads and lets
+  // go does: the buffer's memory goes back each time.
+  auto time_views = [&](bool both) {
+    std::vector<double> us;
+    for (std::size_t i = 0; i < views; ++i) {
+      auto t0 = clock_type::now();
+      auto v = both ? (*h)->kv_cache(0) : (*h)->key_cache(0);
+      us.push_back(since(t0));
+      if (!v || !*v) {
+        std::cerr << "view_snapshot: "
+                  << (v ? std::string{"no view"} : render(v.error())) << '\n';
+        std::exit(1);
+      }
+    }
+    return us;
+  };
+  const std::size_t row = 8 * 128 * 2;
+  std::vector<std::uint8_t> src(2 * tokens * row, 1), dst(src.size());
+  std::vector<double> copy_us;
+  for (std::size_t i = 0; i < views; ++i) {
+    auto t0 = clock_type::now();
+    std::memcpy(dst.data(), src.data(), src.size());
+    copy_us.push_back(since(t0));
+  }
+  auto key_us = time_views(false);
+  auto kv_us = time_views(true);
+  nlohmann::json out{{"bench", "view_snapshot"},
+                     {"tokens", tokens},
+                     {"max_sequence_length", max_len},
+                     {"view_bytes", 2 * max_len * row},
+                     {"held_bytes", 2 * tokens * row},
+                     {"key_cache", latency_summary(key_us)},
+                     {"kv_cache", latency_summary(kv_us)},
+                     {"memcpy_held_bytes", latency_summary(copy_us)}};
+  std::cout << out.dump() << std::endl;
+  return 0;
+}
