@@ -12,6 +12,7 @@
 #include <caf/actor_system.hpp>
 
 #include "kvactor/actors/block_pool_state.hpp"
+#include "kvactor/actors/crash_reason.hpp"
 #include "kvactor/actors/stray_messages.hpp"
 #include "kvactor/messages/error.hpp"
 
@@ -26,6 +27,7 @@ block_pool_fun(pool_ptr self, cache_config cfg,
                std::shared_ptr<block_pool_core> core, device_actor device,
                std::shared_ptr<index_hint> hint) {
   detail::handle_stray_messages(self);
+  detail::name_crashes(self, "block pool");
   auto& st = self->state;
   st.init(cfg, std::move(core));
   st.core().share_index(std::move(hint));

@@ -24,7 +24,8 @@
 // Every operation validates first and then commits: a failed one changes
 // nothing. Running out of host memory is not such a failure: a container's
 // std::bad_alloc may leave an operation half done, so it is fatal - the
-// block_pool actor ends (CAF's runtime_error), and every request to it is
+// block_pool actor ends ("block pool: crashed: std::bad_alloc", see
+// crash_reason.hpp; the manager stops the cache), and every request to it is
 // answered with CAF's request_receiver_down from then on, never with a
 // half-changed pool. Cost: O(1) per block touched.
 #pragma once

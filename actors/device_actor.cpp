@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <exception>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +22,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include "kvactor/actors/crash_reason.hpp"
 #include "kvactor/actors/device_state.hpp"
 #include "kvactor/actors/stray_messages.hpp"
 #include "kvactor/device/validate.hpp"
@@ -194,20 +194,10 @@ device_actor::behavior_type device_fun(device_ptr self,
     st.answer_in_flight(true);
     self->quit(msg.reason);
   });
-  // A storage that throws (an embedder's backend, or host memory running
-  // out) ends the actor with an error that says what was thrown, not CAF's
-  // bare runtime_error: the cache's stop names it. The state's destructor
-  // still tells the cache and answers the work in flight.
-  self->set_exception_handler([](std::exception_ptr& thrown) -> caf::error {
-    std::string what = "an unknown exception";
-    try {
-      std::rethrow_exception(thrown);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    return make_error(errc::device_failure, "device actor: crashed: " + what);
-  });
+  // A storage that throws ends the actor with device_failure naming what
+  // was thrown; the state's destructor still tells the cache and answers
+  // the work in flight.
+  detail::name_crashes(self, "device actor", errc::device_failure);
   // The state is gone when attached functors run: hold the storage and the
   // staging (pinned on cuda) here. If the actor dies on a wake's thread (its
   // last reference was the wake's, briefly), CAF destroys the state and runs

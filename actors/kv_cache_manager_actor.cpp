@@ -19,6 +19,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "kvactor/actors/block_pool.hpp"
+#include "kvactor/actors/crash_reason.hpp"
 #include "kvactor/actors/device_actor.hpp"
 #include "kvactor/actors/kv_cache_manager_state.hpp"
 #include "kvactor/actors/request_handle.hpp"
@@ -120,6 +121,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
             device_actor device, block_pool_actor pool,
             std::shared_ptr<index_hint> pool_index) {
   detail::handle_stray_messages(self);
+  detail::name_crashes(self, "cache manager");
   auto& st = self->state;
   st.cfg = std::move(cfg);
   st.store = store;

@@ -13,6 +13,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include "kvactor/actors/crash_reason.hpp"
 #include "kvactor/actors/pressure_tracker.hpp"
 #include "kvactor/actors/reply_book.hpp"
 #include "kvactor/actors/stray_messages.hpp"
@@ -168,6 +169,7 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
                std::uint64_t bytes_per_block, block_pool_actor pool,
                kv_cache_manager_actor manager) {
   detail::handle_stray_messages(self);
+  detail::name_crashes(self, "supervisor");
   auto& st = self->state;
   st.pool = std::move(pool);
   st.manager = std::move(manager);
