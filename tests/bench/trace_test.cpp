@@ -200,6 +200,20 @@ BOOST_AUTO_TEST_CASE(the_header_must_come_first_and_be_complete) {
     contains(load_error(header + eol + req0 + eol + "{" + eol),
              "FILE:3: malformed JSON");
   }
+  {
+    // A CR LF split between two reads of the file (64 KiB each): the LF
+    // that begins the second still ends no line of its own.
+    std::string padded = header;
+    padded.insert(padded.size() - 1, R"(,"generator":")");
+    padded.insert(padded.size() - 1, std::string(65535 - padded.size() - 1, 'x'));
+    padded.insert(padded.size() - 1, "\"");
+    BOOST_REQUIRE_EQUAL(padded.size(), 65535u);
+    trace_file f{padded + "\r\n" + req0 + "\r\n"};
+    auto tr = load_trace(f.path);
+    BOOST_REQUIRE_MESSAGE(tr, (tr ? "" : render(tr.error())));
+    BOOST_REQUIRE(tr->requests.size() == 1u);
+    BOOST_TEST(tr->requests[0].line == 2u);
+  }
   contains(load_error(R"({"type":"header","block_size":4,"num_blocks":8,"vocab":100})"),
            "FILE:1: max_model_len: missing");
   contains(load_error(R"({"type":"header","block_size":0,"num_blocks":8,)"
