@@ -2,12 +2,14 @@
 // embedder's storage backend that throws) ends with an error naming the
 // actor and what was thrown - "block pool: crashed: std::bad_alloc" -
 // rather than CAF 0.17's default: a bare sec::runtime_error, with the
-// exception printed to stderr (a library's host's stream). The manager
-// stops the cache with that text in its reason ("its block pool ended
-// (...)"), so every caller told the cache stopped learns why. What the
-// crash leaves behind is each actor's own affair: the device actor's state
-// still answers the work in flight, the manager's attached functor its
-// open promises.
+// exception printed to stderr (a library's host's stream). When a part of
+// the cache crashes (pool, device actor, supervisor), the manager stops the
+// cache with that text in its reason ("its block pool ended (...)"), so
+// every caller told the cache stopped learns why; a request handle's crash
+// ends its request (the supervisor reclaims it). What the crash leaves
+// behind is each actor's own affair: the device actor's state still
+// answers the work in flight, the manager's attached functor its open
+// promises.
 #pragma once
 
 #include <exception>

@@ -14,6 +14,7 @@
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
 
+#include "kvactor/actors/crash_reason.hpp"
 #include "kvactor/actors/reply_book.hpp"
 #include "kvactor/actors/stray_messages.hpp"
 #include "kvactor/messages/error.hpp"
@@ -196,6 +197,7 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
                                                request_handle_args args,
                                                supervisor_actor supervisor) {
   detail::handle_stray_messages(self);
+  detail::name_crashes(self, "request handle"); // no heap: fits std::function
   auto& st = self->state;
   st.args = std::move(args);
   st.supervisor = std::move(supervisor);
