@@ -56,7 +56,9 @@ int main(int argc, char** argv) {
   cfg.layout = "contiguous"; // which takes no prefix caching
   cfg.prefix_caching = false;
   cfg.model = model_config{1, 8, 128, dtype::fp16};
-  cfg.num_gpu_blocks = static_cast<std::uint32_t>(tokens / cfg.block_size + 2);
+  // Twice what the request needs: one request alone stays below critical
+  // pressure (or it would not be admitted).
+  cfg.num_gpu_blocks = static_cast<std::uint32_t>(2 * (tokens / cfg.block_size + 1));
   cfg.num_host_blocks = 0;
   cfg.gc_interval_ms = 0;
   caf::actor_system_config sys_cfg;
