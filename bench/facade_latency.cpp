@@ -41,13 +41,13 @@
 #include <vector>
 
 #include <caf/actor_system.hpp>
-#include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 #include <nlohmann/json.hpp>
 
 #include "kvactor/actors/blocking_bridge.hpp"
 #include "kvactor/actors/kv_cache_manager.hpp"
 #include "kvactor/messages/error.hpp"
+#include "bench_cache.hpp"
 #include "bookkeeping_config.hpp"
 #include "latency_summary.hpp"
 
@@ -97,14 +97,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto cfg = kvactor::bench::bookkeeping_config(100000, threads);
-  caf::actor_system_config sys_cfg;
-  configure(sys_cfg, cfg);
-  caf::actor_system sys{sys_cfg};
-  auto mgr = kv_cache_manager::start(sys, cfg);
-  if (!mgr) {
-    std::cerr << render(mgr.error()) << '\n';
+  kvactor::bench::bench_cache cache{"facade_latency", cfg};
+  if (!cache.mgr)
     return 1;
-  }
+  auto& sys = cache.sys;
+  auto& mgr = cache.mgr;
   allocation_request req;
   req.max_sequence_length = 1 << 20;
   req.num_layers = 1;

@@ -30,13 +30,13 @@
 #include <unistd.h>
 
 #include <caf/actor_system.hpp>
-#include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 #include <nlohmann/json.hpp>
 
 #include "kvactor/actors/kv_cache_manager.hpp"
 #include "kvactor/actors/request_handle.hpp"
 #include "kvactor/messages/error.hpp"
+#include "bench_cache.hpp"
 
 using namespace kvactor;
 using clock_type = std::chrono::steady_clock;
@@ -190,14 +190,11 @@ int main(int argc, char** argv) {
   cfg.gc_interval_ms = 0;
   cfg.pressure.preempt_at_critical = false;
   cfg.scheduler_threads = threads;
-  caf::actor_system_config sys_cfg;
-  configure(sys_cfg, cfg);
-  caf::actor_system sys{sys_cfg};
-  auto cache = kv_cache_manager::start(sys, cfg);
-  if (!cache) {
-    std::cerr << render(cache.error()) << '\n';
+  kvactor::bench::bench_cache started{"scale", cfg};
+  if (!started.mgr)
     return 1;
-  }
+  auto& sys = started.sys;
+  auto& cache = started.mgr;
   auto mgr = cache->actor();
   std::mt19937_64 rng{42};
   request_id next_id = 1;

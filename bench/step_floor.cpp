@@ -19,7 +19,6 @@
 #include <vector>
 
 #include <caf/actor_system.hpp>
-#include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
 #include <nlohmann/json.hpp>
@@ -27,6 +26,7 @@
 #include "kvactor/actors/kv_cache_manager.hpp"
 #include "kvactor/messages/error.hpp"
 #include "kvactor/messages/interfaces.hpp"
+#include "bench_cache.hpp"
 #include "bookkeeping_config.hpp"
 #include "latency_summary.hpp"
 
@@ -96,14 +96,11 @@ int main(int argc, char** argv) {
       threads = static_cast<std::uint32_t>(value);
   }
   auto cfg = kvactor::bench::bookkeeping_config(1024, threads);
-  caf::actor_system_config sys_cfg;
-  configure(sys_cfg, cfg);
-  caf::actor_system sys{sys_cfg};
-  auto mgr = kv_cache_manager::start(sys, cfg);
-  if (!mgr) {
-    std::cerr << render(mgr.error()) << '\n';
+  kvactor::bench::bench_cache cache{"step_floor", cfg};
+  if (!cache.mgr)
     return 1;
-  }
+  auto& sys = cache.sys;
+  auto& mgr = cache.mgr;
   step_actor lane;
   {
     caf::scoped_actor self{sys};

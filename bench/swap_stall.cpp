@@ -21,11 +21,11 @@
 #include <vector>
 
 #include <caf/actor_system.hpp>
-#include <caf/actor_system_config.hpp>
 #include <nlohmann/json.hpp>
 
 #include "kvactor/actors/kv_cache_manager.hpp"
 #include "kvactor/messages/error.hpp"
+#include "bench_cache.hpp"
 #include "latency_summary.hpp"
 
 using namespace kvactor;
@@ -156,15 +156,10 @@ int main(int argc, char** argv) {
   // loop allocates one at a time.
   cfg.num_gpu_blocks = swap_blocks + 64;
   cfg.num_host_blocks = swap_blocks;
-  caf::actor_system_config sys_cfg;
-  configure(sys_cfg, cfg);
-  caf::actor_system sys{sys_cfg};
-  auto mgr = kv_cache_manager::start(sys, cfg);
-  if (!mgr) {
-    std::cerr << "swap_stall: cannot start the cache: " << render(mgr.error())
-              << '\n';
+  kvactor::bench::bench_cache cache{"swap_stall", cfg};
+  if (!cache.mgr)
     return 1;
-  }
+  auto& mgr = cache.mgr;
   auto where = mgr->storage();
   allocation_request small;
   small.max_sequence_length = 1 << 20;

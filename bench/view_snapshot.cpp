@@ -17,11 +17,11 @@
 #include <vector>
 
 #include <caf/actor_system.hpp>
-#include <caf/actor_system_config.hpp>
 #include <nlohmann/json.hpp>
 
 #include "kvactor/actors/kv_cache_manager.hpp"
 #include "kvactor/messages/error.hpp"
+#include "bench_cache.hpp"
 #include "latency_summary.hpp"
 
 using namespace kvactor;
@@ -61,14 +61,10 @@ int main(int argc, char** argv) {
   cfg.num_gpu_blocks = static_cast<std::uint32_t>(2 * (tokens / cfg.block_size + 1));
   cfg.num_host_blocks = 0;
   cfg.gc_interval_ms = 0;
-  caf::actor_system_config sys_cfg;
-  configure(sys_cfg, cfg);
-  caf::actor_system sys{sys_cfg};
-  auto mgr = kv_cache_manager::start(sys, cfg);
-  if (!mgr) {
-    std::cerr << render(mgr.error()) << '\n';
+  kvactor::bench::bench_cache cache{"view_snapshot", cfg};
+  if (!cache.mgr)
     return 1;
-  }
+  auto& mgr = cache.mgr;
   allocation_request req;
   req.max_sequence_length = max_len;
   req.num_layers = 1;
