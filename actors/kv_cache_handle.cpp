@@ -2,16 +2,14 @@
 #include "kvactor/actors/kv_cache_handle.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <new>
 
-#include <sys/mman.h>
-
 #include <caf/sec.hpp>
 
 #include "kvactor/actors/facade_core.hpp"
+#include "kvactor/device/zero_pages.hpp"
 
 namespace kvactor {
 
@@ -30,34 +28,20 @@ caf::error as_handle_error(caf::error err, request_id id) {
 }
 
 /// A zeroed buffer of `bytes` for a contiguous snapshot, or null if the
-/// memory cannot be had. A view fills only the rows its request holds, so
-/// nothing else is touched: a small buffer comes from calloc, a large one
-/// is fresh anonymous memory (zero pages until written) advised as huge
-/// pages - faulting in the rows 4 KiB at a time cost more than copying
-/// them (about 10 us a page on the development VM: a 32 MiB request's view
-/// took 91 ms, against 1.7 ms for a memcpy of its bytes).
+/// memory cannot be had. A view fills only the rows its request holds, and
+/// zero pages (zero_pages.hpp) leave the rest untouched.
 std::shared_ptr<std::uint8_t> snapshot_buffer(std::size_t bytes) {
-  // Owned by a shared_ptr, or released again if its count cannot be had.
-  auto own = [](std::uint8_t* p, auto release) -> std::shared_ptr<std::uint8_t> {
-    if (p == nullptr)
-      return nullptr;
-    try {
-      return {p, release};
-    } catch (const std::bad_alloc&) { // the constructor released `p`
-      return nullptr;
-    }
-  };
-  constexpr std::size_t huge_page = std::size_t{2} << 20;
-  if (bytes < huge_page)
-    return own(static_cast<std::uint8_t*>(std::calloc(std::max<std::size_t>(bytes, 1), 1)),
-               [](std::uint8_t* q) { std::free(q); });
-  void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (m == MAP_FAILED)
+  bytes = std::max<std::size_t>(bytes, 1); // a view owns a buffer, if empty
+  auto* p = allocate_zero_pages(bytes);
+  if (p == nullptr)
     return nullptr;
-  ::madvise(m, bytes, MADV_HUGEPAGE); // advice: ignored where THP is off
-  return own(static_cast<std::uint8_t*>(m),
-             [bytes](std::uint8_t* q) { ::munmap(q, bytes); });
+  try {
+    return {reinterpret_cast<std::uint8_t*>(p), [bytes](std::uint8_t* q) {
+              release_zero_pages(reinterpret_cast<std::byte*>(q), bytes);
+            }};
+  } catch (const std::bad_alloc&) { // the constructor released `p`
+    return nullptr;
+  }
 }
 
 caf::error swapped_out(request_id id) {

@@ -2,35 +2,16 @@
 #include "kvactor/device/host_storage.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
-#include <sys/mman.h>
-
 #include "kvactor/device/validate.hpp"
+#include "kvactor/device/zero_pages.hpp"
 #include "kvactor/messages/error.hpp"
 
 namespace kvactor {
 
 namespace {
-
-/// calloc: large requests come from mmap as zero pages, so making a big
-/// pool costs no time until it is touched. From 4 MiB on, its aligned
-/// interior is advised as huge pages: touched a block at a time, 4 KiB
-/// faults and TLB misses held host swaps to 13-15 GB/s on the development
-/// VM, 16.5-17 GB/s so (`swap_stall --storage host`). The cost: a block
-/// first touched brings its whole 2 MiB in, as a pool in use would anyway.
-std::byte* allocate(std::size_t bytes) {
-  auto* p = bytes == 0 ? nullptr : static_cast<std::byte*>(std::calloc(bytes, 1));
-  constexpr std::uintptr_t huge = std::uintptr_t{2} << 20;
-  if (p != nullptr && bytes >= 2 * huge) {
-    auto at = (reinterpret_cast<std::uintptr_t>(p) + huge - 1) & ~(huge - 1);
-    auto end = reinterpret_cast<std::uintptr_t>(p) + bytes;
-    ::madvise(reinterpret_cast<void*>(at), end - at, MADV_HUGEPAGE);
-  }
-  return p;
-}
 
 caf::error no_memory(const char* what, std::size_t bytes) {
   return make_error(errc::device_failure,
@@ -42,14 +23,15 @@ caf::error no_memory(const char* what, std::size_t bytes) {
 
 caf::expected<std::unique_ptr<storage>>
 host_storage::make(storage_layout layout) {
-  auto pools = allocate(layout.device_bytes());
+  // Zero pages: a big pool costs no time until it is touched.
+  auto pools = allocate_zero_pages(layout.device_bytes());
   if (pools == nullptr)
     return no_memory("device pools", layout.device_bytes());
   std::byte* tier = nullptr;
   if (layout.num_host_blocks > 0) {
-    tier = allocate(layout.host_bytes());
+    tier = allocate_zero_pages(layout.host_bytes());
     if (tier == nullptr) {
-      std::free(pools);
+      release_zero_pages(pools, layout.device_bytes());
       return no_memory("host tier", layout.host_bytes());
     }
   }
@@ -62,8 +44,8 @@ host_storage::host_storage(storage_layout layout, std::byte* pools,
 }
 
 host_storage::~host_storage() {
-  std::free(pools_);
-  std::free(host_tier_);
+  release_zero_pages(pools_, layout_.device_bytes());
+  release_zero_pages(host_tier_, layout_.host_bytes());
 }
 
 void* host_storage::layer_base(std::uint32_t layer) noexcept {
