@@ -127,6 +127,13 @@ public:
     return slot_;
   }
 
+  /// True if the facade behind `core` made this handle (for the facade: a
+  /// handle passed to another cache's facade must not reach that cache,
+  /// whose request of the same id and incarnation is another request).
+  bool made_by(const detail::facade_core& core) const noexcept {
+    return core_.lock().get() == &core;
+  }
+
 protected:
   enum class view_part { keys, values, both };
 

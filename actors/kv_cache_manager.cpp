@@ -22,12 +22,27 @@ caf::error as_handle_error(caf::error err, request_id id) {
   return err == caf::sec::request_receiver_down ? ended(id) : err;
 }
 
+/// invalid_handle unless `handle` is live and this facade's: a handle of
+/// another cache (two caches in one process, a draft and a target model)
+/// would name a request of that cache - the same id, even the same
+/// incarnation number, may be another request here.
+caf::error check_handle(const detail::facade_core& core,
+                        const kv_cache_handle& handle) {
+  if (!handle.is_valid())
+    return ended(handle.id());
+  if (!handle.made_by(core))
+    return make_error(errc::invalid_handle,
+                      "request " + std::to_string(handle.id())
+                        + ": the handle belongs to another cache");
+  return caf::none;
+}
+
 /// A growth through `handle`'s actor: the table comes back.
 template <class... Ts>
 caf::error through_handle(detail::facade_core& core, kv_cache_handle& handle,
                           Ts&&... xs) {
-  if (!handle.is_valid())
-    return ended(handle.id());
+  if (auto err = check_handle(core, handle))
+    return err;
   auto err = core.ask_done<block_table>(handle.actor(), std::forward<Ts>(xs)...);
   return err ? as_handle_error(std::move(err), handle.id()) : caf::none;
 }
@@ -58,8 +73,8 @@ caf::expected<std::uint64_t> incarnation_of(detail::facade_core& core,
 template <class Atom, class... Ts>
 caf::error at_pool(detail::facade_core& core, kv_cache_handle& handle,
                    Atom atom, Ts&&... xs) {
-  if (!handle.is_valid())
-    return ended(handle.id());
+  if (auto err = check_handle(core, handle))
+    return err;
   auto cache_id = incarnation_of(core, handle);
   if (!cache_id)
     return std::move(cache_id.error());

@@ -6,6 +6,10 @@
 // Lifetime: destroy every copy of the facade before the caf::actor_system
 // (whose destructor waits for the cache's actors). Handles may outlive the
 // facade: they turn invalid.
+//
+// The calls that take a handle (extend, append, settle_drafts) fail with
+// invalid_handle for a handle whose request ended, and for a handle another
+// cache's facade made: changing nothing in either cache.
 #pragma once
 
 #include <chrono>

@@ -182,6 +182,38 @@ BOOST_AUTO_TEST_CASE(extend_of_an_ended_request_fails_with_invalid_handle) {
   BOOST_TEST(again->cache_id() != h->cache_id());
 }
 
+BOOST_AUTO_TEST_CASE(a_handle_of_another_cache_is_refused_and_changes_nothing) {
+  // Two caches in one process (a draft and a target model, say) may number
+  // their requests alike: request 1 of the second cache has the same id and
+  // the same incarnation number as request 1 of the first.
+  cache_fixture a;
+  cache_fixture b;
+  auto ha = a.alloc(a.req(1, 0, 256, iota_tokens(1, 5)));
+  auto hb = b.alloc(b.req(1, 0, 256, iota_tokens(1, 5)));
+  auto used_a = a.used_blocks();
+  auto used_b = b.used_blocks();
+  KV_CHECK_ERROR(b.m().extend(*ha, 3), errc::invalid_handle, "request 1",
+                 "another cache");
+  KV_CHECK_ERROR(b.m().append(*ha, {6, 7}), errc::invalid_handle,
+                 "another cache");
+  KV_CHECK_ERROR(b.m().append(*ha, {6, 7}, 1), errc::invalid_handle,
+                 "another cache");
+  KV_CHECK_ERROR(b.m().settle_drafts(*ha, 0), errc::invalid_handle,
+                 "another cache");
+  KV_CHECK_ERROR(b.m().extend(*ha->clone_handle(), 1), errc::invalid_handle,
+                 "another cache");
+  BOOST_TEST(ha->num_tokens() == 5u);
+  BOOST_TEST(hb->num_tokens() == 5u);
+  BOOST_TEST(a.used_blocks() == used_a);
+  BOOST_TEST(b.used_blocks() == used_b);
+  // Each facade still serves its own handles.
+  BOOST_TEST(!a.m().append(*ha, {6, 7}, 1));
+  BOOST_TEST(!a.m().settle_drafts(*ha, 1));
+  BOOST_TEST(!b.m().extend(*hb, 2));
+  BOOST_TEST(ha->num_tokens() == 7u);
+  BOOST_TEST(hb->num_tokens() == 7u);
+}
+
 BOOST_AUTO_TEST_CASE(append_grows_and_makes_full_blocks_findable) {
   cache_fixture f;
   auto a = f.alloc(f.req(1, 0, 256, iota_tokens(1, 2)));
