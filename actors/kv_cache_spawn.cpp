@@ -84,10 +84,13 @@ caf::expected<cache_system> spawn_kv_cache(caf::actor_system& sys,
     // tenants' reservations, the watermark) is checked now.
     auto sized = cfg;
     sized.num_gpu_blocks = lay.num_blocks;
+    // "FIELD: what" first, as every config error reads (the simulator
+    // finds the field's line in the scenario by it).
     if (auto err = validate(sized))
       return make_error(errc::invalid_config,
-                        "with the pool sized to " + std::to_string(lay.num_blocks)
-                          + " blocks from device memory: " + context_of(err));
+                        context_of(err) + " (with the pool sized to "
+                          + std::to_string(lay.num_blocks)
+                          + " blocks from device memory)");
   }
   storage_info info{to_string(out.store->kind()), out.store->where(),
                     lay.num_blocks, lay.num_host_blocks, lay.bytes_per_block()};

@@ -73,4 +73,26 @@ BOOST_AUTO_TEST_CASE(a_storage_of_the_wrong_layout_is_refused_at_start) {
                  "the storage has 2 layers, blocks of 4 tokens x 2 heads x 16");
 }
 
+BOOST_AUTO_TEST_CASE(a_pool_sized_at_start_is_checked_against_the_reservations) {
+  // num_gpu_blocks 0: the storage decides the count (device memory); what
+  // depends on it is checked then, worded "FIELD: what" as parse_config's.
+  auto cfg = small_config(8);
+  caf::actor_system_config sys_cfg;
+  configure(sys_cfg, cfg);
+  caf::actor_system sys{sys_cfg};
+  auto sized = cfg;
+  sized.num_gpu_blocks = 0;
+  sized.storage = "auto"; // host needs a count
+  sized.tenants[0].reserved_blocks = 100;
+  auto m = kv_cache_manager::start(sys, sized, kvactor::test::make_slow(cfg));
+  auto err = error_of(std::move(m));
+  KV_CHECK_ERROR(err, errc::invalid_config, "reserved blocks of all tenants",
+                 "(with the pool sized to 8 blocks from device memory)");
+  BOOST_TEST(context_of(err).rfind("tenants[0].reserved_blocks: ", 0) == 0,
+             context_of(err));
+  // Within the count it starts.
+  sized.tenants[0].reserved_blocks = 8;
+  BOOST_TEST(bool{kv_cache_manager::start(sys, sized, kvactor::test::make_slow(cfg))});
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -166,6 +166,15 @@ BOOST_AUTO_TEST_CASE(a_cache_error_found_at_start_names_its_line) {
     s, make_error(errc::invalid_config, "config: no device")));
   BOOST_TEST(msg == "test.json:" + std::to_string(line_of(base, "\"cache\""))
                       + ": cache: no device");
+  // A pool sized from device memory, too small for the reservations: the
+  // cache names the field first and the pool's size after it.
+  msg = message_of(cache_start_error(
+    s, make_error(errc::invalid_config,
+                  "tenants[1].reserved_blocks: too many (with the pool sized "
+                  "to 4 blocks from device memory)")));
+  BOOST_TEST(msg == "test.json:" + std::to_string(line_of(base, "\"tenants\""))
+                      + ": cache.tenants[1].reserved_blocks: too many (with the "
+                        "pool sized to 4 blocks from device memory)");
 }
 
 BOOST_AUTO_TEST_CASE(missing_required_fields_are_reported_where_their_object_starts) {
