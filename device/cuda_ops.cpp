@@ -42,7 +42,8 @@ cuda_storage::copy_blocks(const std::vector<block_copy>& pairs) {
     if (auto err = detail::launch_copy_blocks(
           geometry(), static_cast<const detail::block_pair*>(dev), pairs.size(),
           stream))
-      return fail(err, "copy_blocks launch");
+      return fail(err, "copy_blocks launch ("
+                            + std::to_string(pairs.size()) + " pairs)");
   }
   auto t = submit(role);
   if (!t)
@@ -102,7 +103,11 @@ caf::expected<ticket> cuda_storage::swap(const std::vector<block_move>& moves,
     // the failure lets the pool give these blocks to others (an error path:
     // blocking here is fine; what it returns, fail() reports anyway).
     cudaStreamSynchronize(streams_[s]);
-    return fail(err, out ? "swap_out copy" : "swap_in copy");
+    return fail(err, std::string{out ? "swap_out" : "swap_in"} + " copy ("
+                       + std::to_string(moves.size()) + " blocks in "
+                       + std::to_string(runs.size()) + " runs of "
+                       + std::to_string(layout_.block_bytes())
+                       + "-byte blocks per layer and part)");
   }
   auto t = submit(role);
   if (!t)
@@ -149,7 +154,8 @@ cuda_storage::write_slots(std::uint32_t layer, const void* key,
     if (auto err = detail::launch_write_slots(
           geometry(), layer, key, value, static_cast<const std::int64_t*>(dev),
           num_tokens, stream))
-      return fail(err, "write_slots launch");
+      return fail(err, "write_slots launch (layer " + std::to_string(layer)
+                            + ", " + std::to_string(num_tokens) + " tokens)");
   }
   auto t = submit(role);
   if (!t)
@@ -195,7 +201,9 @@ cuda_storage::gather_blocks(std::uint32_t layer,
     if (auto err = detail::launch_gather_blocks(
           geometry(), layer, static_cast<const std::uint32_t*>(dev), used,
           num_tokens, key_out, value_out, stream))
-      return fail(err, "gather_blocks launch");
+      return fail(err, "gather_blocks launch (layer " + std::to_string(layer)
+                            + ", " + std::to_string(used) + " blocks, "
+                            + std::to_string(num_tokens) + " tokens)");
   }
   auto t = submit(role);
   if (!t)

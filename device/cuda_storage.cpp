@@ -252,7 +252,7 @@ caf::error cuda_storage::upload_failed(int err, const char* what,
                         + "); nothing was launched");
 }
 
-caf::error cuda_storage::fail(int err, const char* what) {
+caf::error cuda_storage::fail(int err, const std::string& what) {
   // The error now lives in failed_. Take it off the runtime's last error
   // too: a failed init step (stream or event creation, the upload ring's
   // cudaHostAlloc) is not sticky, and left there it would be reported by
@@ -281,9 +281,16 @@ caf::error cuda_storage::order(const detail::hazard_tracker::waits& w,
 
 caf::expected<ticket> cuda_storage::submit(stream_role role) {
   auto stream = streams_[stream_of(role)];
+  // A failure here leaves the op's work queued with no ticket that anyone
+  // will wait for: let it land before the failure lets the pool give its
+  // blocks to others (an error path, as swap()'s: blocking here is fine).
+  auto failed = [&](int err, const char* what) {
+    cudaStreamSynchronize(stream);
+    return fail(err, what);
+  };
   const auto t = next_ticket_;
   if (auto err = tickets_.record(t, stream))
-    return fail(err, "cudaEventRecord");
+    return failed(err, "cudaEventRecord");
   ++next_ticket_;
   if (has_wake_) {
     // On the notifier, after the op's event: the work stream's next op need
@@ -291,13 +298,13 @@ caf::expected<ticket> cuda_storage::submit(stream_role role) {
     // seen now, so the event may be reused once t completes.
     auto notifier = notifiers_[stream_of(role)];
     if (auto err = cudaStreamWaitEvent(notifier, tickets_.event(t), 0))
-      return fail(err, "cudaStreamWaitEvent(notifier)");
+      return failed(err, "cudaStreamWaitEvent(notifier)");
     if (auto err = cudaLaunchHostFunc(notifier, &cuda_storage::on_complete,
                                       wake_box_.get()))
-      return fail(err, "cudaLaunchHostFunc");
+      return failed(err, "cudaLaunchHostFunc");
   }
   if (auto err = tickets_.trim())
-    return fail(err, "cudaEventQuery");
+    return failed(err, "cudaEventQuery");
   return t;
 }
 
@@ -329,9 +336,14 @@ caf::error cuda_storage::check_accessible(const void* p, const char* op,
   return caf::none;
 }
 
+// done() and finished() query the events even after a failure: an op is
+// answered (device_failure, once the storage failed) only when the GPU no
+// longer runs it. Answered earlier, the pool would undo it and give its
+// blocks to others while its copy still wrote them. After a sticky error
+// every query fails at once; after one that is not (a refused launch or
+// event call), work queued before it still completes; work that never
+// completes is the device actor's stall to report.
 bool cuda_storage::done(ticket t) {
-  if (!failed_.empty())
-    return true;
   bool all_done = false;
   if (auto err = tickets_.poll(t, all_done)) {
     fail(err, "cudaEventQuery");
@@ -349,8 +361,6 @@ caf::error cuda_storage::wait(ticket t) {
 }
 
 bool cuda_storage::finished(ticket t) {
-  if (!failed_.empty())
-    return true;
   bool complete = false;
   if (auto err = tickets_.poll_one(t, complete)) {
     fail(err, "cudaEventQuery");

@@ -136,8 +136,9 @@ private:
   /// device_failure if failed, else selects the device for this thread.
   caf::error usable();
 
-  /// Marks the storage failed with `what` and the CUDA error text.
-  caf::error fail(int err, const char* what);
+  /// Marks the storage failed with `what` (the call, and the op's sizes)
+  /// and the CUDA error text.
+  caf::error fail(int err, const std::string& what);
 
   /// An op's upload of `bytes` bytes (its pairs, slots or block ids) failed
   /// with `err` before its launch. A batch larger than any before grows
