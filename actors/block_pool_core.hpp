@@ -161,9 +161,11 @@ public:
   /// made: each such extend is undone - its request holds the shared block
   /// again, its new blocks return, its tokens and hashing state are as
   /// before (a failed extend changes nothing); a request freed or
-  /// preempted since has nothing left to undo. Either way the holds on both
-  /// blocks of each copy end. Returns the requests whose extends were
-  /// undone.
+  /// preempted since has nothing left to undo. Cached blocks the extend
+  /// evicted to make room stay evicted (counted, their KV events sent;
+  /// the README says so under Faults). Either
+  /// way the holds on both blocks of each copy end. Returns the requests
+  /// whose extends were undone.
   std::vector<request_id> settle_copies(const std::vector<block_copy>& copies,
                                         bool copied);
   /// Copies taken with hold_copies and not yet settled.
