@@ -80,12 +80,30 @@ void check_json_text(const std::string& text) {
 } // namespace
 
 std::string join_path(const std::string& path, const std::string& key) {
-  if (key.empty() || key.find_first_of(".[]\"") != std::string::npos)
+  if (key.empty() || key.find_first_of(".[]\":") != std::string::npos)
     return path + "["
            + nlohmann::json(key).dump(-1, ' ', false,
                                       nlohmann::json::error_handler_t::replace)
            + "]";
   return path.empty() ? key : path + "." + key;
+}
+
+std::pair<std::string, std::string> split_field(const std::string& text) {
+  bool quoted = false; // inside a JSON string of a ["..."] key
+  for (std::size_t i = 0; i + 1 < text.size(); ++i) {
+    auto c = text[i];
+    if (quoted) {
+      if (c == '\\')
+        ++i; // an escaped character, '"' included
+      else if (c == '"')
+        quoted = false;
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ':' && text[i + 1] == ' ') {
+      return {text.substr(0, i), text.substr(i + 2)};
+    }
+  }
+  return {std::string{}, text};
 }
 
 nlohmann::json parse_json(const std::string& text, std::string& duplicate,

@@ -9,6 +9,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include <caf/expected.hpp>
 #include <nlohmann/json.hpp>
@@ -51,9 +52,15 @@ struct json_text_error : std::runtime_error {
 };
 
 /// The path of member `key` of the value at `path`: "a.b" from ("a", "b"),
-/// "b" from ("", "b"); a key with '.', '[', ']' or '"' in it, or none,
-/// quoted as JSON writes it, so the path reads one way: a["x.y"].
+/// "b" from ("", "b"); a key with '.', '[', ']', '"' or ':' in it, or
+/// none, quoted as JSON writes it, so the path reads one way: a["x.y"]
+/// (and an error "PATH: what" splits one way: split_field).
 std::string join_path(const std::string& path, const std::string& key);
+
+/// An error context "FIELD: what" as the readers word it, split at the
+/// first ": " outside the path's quoted keys (a["a: b"]: what); no ": "
+/// gives an empty field and the whole text.
+std::pair<std::string, std::string> split_field(const std::string& text);
 
 /// nlohmann::json::parse(text), also finding the first key given twice in
 /// one object - which nlohmann would let the last one win, silently. Its

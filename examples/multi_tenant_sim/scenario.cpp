@@ -49,13 +49,13 @@ caf::error read_cache(const json& obj, const error_maker& fail,
     out = std::move(*cfg);
     return caf::none;
   }
-  auto text = context_of(cfg.error());
-  auto colon = text.find(": ");
-  if (colon == std::string::npos)
-    return fail("cache", text);
-  auto field = text.substr(0, colon);
-  return fail(field == "config" ? "cache" : "cache." + field,
-              text.substr(colon + 2));
+  auto [field, what] = detail::split_field(context_of(cfg.error()));
+  if (field.empty())
+    return fail("cache", what);
+  return fail(field == "config" ? "cache"
+              : field[0] == '[' ? "cache" + field
+                                : "cache." + field,
+              what);
 }
 
 /// The line of each key of the cache object, and under "" its own.

@@ -35,13 +35,7 @@ std::uint64_t workload_config::max_sequence_tokens() const {
 caf::error cache_start_error(const scenario& s, const caf::error& err) {
   // Worded as parse_config words its errors: "FIELD: what", where a field
   // "config" (or none) means the cache as a whole.
-  auto text = context_of(err);
-  std::string field;
-  std::string what = text;
-  if (auto colon = text.find(": "); colon != std::string::npos) {
-    field = text.substr(0, colon);
-    what = text.substr(colon + 2);
-  }
+  auto [field, what] = detail::split_field(context_of(err));
   auto whole = field.empty() || field == "config";
   auto at = whole ? s.cache_lines.end()
                   : s.cache_lines.find(field.substr(0, field.find_first_of(".[")));
@@ -50,7 +44,10 @@ caf::error cache_start_error(const scenario& s, const caf::error& err) {
   auto line = at == s.cache_lines.end() ? 1 : at->second;
   return make_error(errc::invalid_config,
                     s.source + ":" + std::to_string(line) + ": "
-                      + (whole ? "cache: " : "cache." + field + ": ") + what);
+                      + (whole             ? "cache: "
+                         : field[0] == '[' ? "cache" + field + ": "
+                                           : "cache." + field + ": ")
+                      + what);
 }
 
 caf::error check_fits(const scenario& s, std::uint64_t num_blocks) {

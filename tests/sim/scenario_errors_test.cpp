@@ -202,6 +202,11 @@ BOOST_AUTO_TEST_CASE(unknown_keys_are_errors_at_every_level) {
   check_error(replace_once(base, "\"storage\": \"none\",",
                            "\"storage\": \"none\",\n    \"blocks\": 3,"),
               "\"blocks\"", "cache.blocks", "unknown");
+  // A key with ": " in it is quoted, and the error still finds its line
+  // (split at the first ": " it was taken for the field's end).
+  check_error(replace_once(base, "\"storage\": \"none\",",
+                           "\"storage\": \"none\",\n    \"a: b\": 3,"),
+              "\"a: b\"", "cache[\"a: b\"]", "unknown key 'a: b'");
 }
 
 BOOST_AUTO_TEST_CASE(out_of_range_numbers_name_their_field) {

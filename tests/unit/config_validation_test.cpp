@@ -45,6 +45,22 @@ BOOST_AUTO_TEST_CASE(an_unknown_key_that_is_not_a_plain_name_is_quoted) {
   j = base();
   j["tenants"][0]["x]"] = 1;
   BOOST_TEST(fails_naming(j, R"(tenants[0]["x]"])", "unknown key 'x]'"));
+  j = base(); // a colon: "FIELD: what" must split one way
+  j["model"]["a: b"] = 1;
+  BOOST_TEST(fails_naming(j, R"(model["a: b"])", "unknown key 'a: b'"));
+}
+
+BOOST_AUTO_TEST_CASE(an_error_splits_at_the_end_of_its_field) {
+  using kvactor::detail::split_field;
+  using parts = std::pair<std::string, std::string>;
+  BOOST_TEST((split_field("model.head_dim: must be > 0")
+              == parts{"model.head_dim", "must be > 0"}));
+  BOOST_TEST((split_field(R"(model["a: b"]: unknown key 'a: b')")
+              == parts{R"(model["a: b"])", "unknown key 'a: b'"}));
+  BOOST_TEST((split_field(R"(a["x\": y"]: what: more)")
+              == parts{R"(a["x\": y"])", "what: more"}));
+  BOOST_TEST((split_field("no field here") == parts{"", "no field here"}));
+  BOOST_TEST((split_field(R"(a["open: ended)") == parts{"", R"(a["open: ended)"}));
 }
 
 BOOST_AUTO_TEST_CASE(wrong_json_type_is_reported_by_path) {
