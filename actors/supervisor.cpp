@@ -116,8 +116,12 @@ void relieve(sup_ptr self) {
       [self](caf::error&) { self->state.preempting = false; });
 }
 
-/// One GC pass: sweep orphans through the manager, evict under pressure,
+/// One GC pass: evict under pressure, sweep orphans through the manager,
 /// verify the invariant. `done` receives the figures or the first error.
+/// Eviction comes first so that the figures count each block once: the
+/// blocks it evicts were cached before the sweep, and the sweep's were
+/// held by orphans meanwhile. (Evicting after the sweep could take an
+/// orphan's blocks just cached - returned and evicted, counted twice.)
 using gc_callback = std::function<void(caf::expected<cache_gc_stats>)>;
 
 void run_gc(sup_ptr self, gc_callback done) {
@@ -125,23 +129,24 @@ void run_gc(sup_ptr self, gc_callback done) {
   auto t0 = std::chrono::steady_clock::now();
   auto rp = std::make_shared<gc_callback>(std::move(done));
   auto fail = [rp](caf::error& err) { (*rp)(std::move(err)); };
-  self->request(st.manager, caf::infinite, reclaim_atom::value)
+  // The pool reports usage only when it crosses a mark: blocks cached since
+  // then are unknown here. Refresh before sizing the eviction.
+  self->request(st.pool, caf::infinite, stats_atom::value)
     .then(
-      [self, rp, t0, fail](cache_gc_stats swept) {
-        // The pool reports usage only when it crosses a mark: blocks cached
-        // since then are unknown here. Refresh before sizing the eviction.
-        self->request(self->state.pool, caf::infinite, stats_atom::value)
+      [self, rp, t0, fail](const pool_stats& now) {
+        auto& st = self->state;
+        st.last.used_blocks = now.used_blocks;
+        st.last.cached_blocks = now.cached_blocks;
+        auto evict = st.eviction_target();
+        relieve(self);
+        caf::anon_send(st.pool, tick_atom::value); // expired pins
+        self->request(st.pool, caf::infinite, evict_atom::value, evict)
           .then(
-            [self, rp, t0, swept, fail](const pool_stats& now) {
+            [self, rp, t0, fail](std::uint32_t evicted) {
               auto& st = self->state;
-              st.last.used_blocks = now.used_blocks;
-              st.last.cached_blocks = now.cached_blocks;
-              auto evict = st.eviction_target();
-              relieve(self);
-              caf::anon_send(st.pool, tick_atom::value); // expired pins
-              self->request(st.pool, caf::infinite, evict_atom::value, evict)
+              self->request(st.manager, caf::infinite, reclaim_atom::value)
                 .then(
-                  [self, rp, t0, swept, fail](std::uint32_t evicted) {
+                  [self, rp, t0, evicted, fail](cache_gc_stats swept) {
                     auto& st = self->state;
                     self->request(st.pool, caf::infinite, check_atom::value)
                       .then(
@@ -274,6 +279,10 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
       return level;
     },
     [self](unsubscribe_atom, const caf::actor& sub) {
+      // Never the manager (its stats' level would freeze): the supervisor
+      // answers every gc, so anyone can learn its address and ask.
+      if (sub == caf::actor_cast<caf::actor>(self->state.manager))
+        return;
       auto& subs = self->state.subscribers;
       auto i = std::find(subs.begin(), subs.end(), sub);
       if (i == subs.end())

@@ -246,6 +246,60 @@ BOOST_AUTO_TEST_CASE(gc_under_high_pressure_evicts_blocks_cached_since_the_last_
 
 // -- GC -------------------------------------------------------------------------------
 
+BOOST_AUTO_TEST_CASE(gc_counts_an_orphans_blocks_once_under_high_pressure) {
+  // An orphan's full prompt blocks go to the cache when the sweep takes
+  // them back; at high pressure the same pass evicts cached blocks. Each
+  // block counts once: 3 reclaimed, not 3 returned + 3 evicted.
+  BOOST_REQUIRE(allocate(1, 4 * 52)); // high
+  auto o = orphan(make_prompt_request(cfg, 7, make_tokens(12, 7)));
+  BOOST_REQUIRE(o);
+  auto before = stats();
+  BOOST_REQUIRE(before);
+  BOOST_TEST(before->pressure == lvl::high);
+  auto g = gc();
+  BOOST_REQUIRE(g);
+  BOOST_TEST(g->caches_freed == 1u);
+  BOOST_TEST(g->blocks_reclaimed == 3u);
+  BOOST_TEST(g->memory_freed == 3 * bytes_per_block);
+  auto after = stats();
+  BOOST_REQUIRE(after);
+  BOOST_TEST(after->active_caches == 1u);
+  BOOST_TEST(after->free_blocks == before->free_blocks + 3);
+  // The next pass evicts them (still high, cached before it): counted then.
+  g = gc();
+  BOOST_REQUIRE(g);
+  auto evicted = after->cached_blocks;
+  BOOST_TEST(g->caches_freed == 0u);
+  BOOST_TEST(g->blocks_reclaimed == evicted);
+  auto last = stats();
+  BOOST_REQUIRE(last);
+  BOOST_TEST(last->eviction_count == after->eviction_count + evicted);
+}
+
+BOOST_AUTO_TEST_CASE(no_one_can_unsubscribe_the_manager_from_pressure) {
+  // The manager refuses to drop its own subscription; the supervisor, whose
+  // address any gc reply gives away, must refuse too - or the manager's
+  // stats would keep the level of that moment for good.
+  caf::scoped_actor client{sys};
+  client->send(mgr, gc_atom::value);
+  run();
+  caf::actor answered_by;
+  client->receive(
+    [&](const cache_gc_stats&) {
+      answered_by = caf::actor_cast<caf::actor>(client->current_sender());
+    },
+    [&](caf::error&) {});
+  BOOST_REQUIRE(answered_by);
+  BOOST_REQUIRE(answered_by.address() == sup.address());
+  client->send(answered_by, unsubscribe_atom::value,
+               caf::actor_cast<caf::actor>(mgr));
+  run();
+  BOOST_REQUIRE(allocate(1, 4 * 52)); // high
+  auto s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->pressure == lvl::high);
+}
+
 BOOST_AUTO_TEST_CASE(gc_on_demand_reclaims_orphans_with_real_figures) {
   BOOST_REQUIRE(allocate(1, 4));
   auto g = gc();
