@@ -42,6 +42,16 @@ struct failure_position : nlohmann::json_sax<json> {
   }
 };
 
+} // namespace
+
+std::string cache_field_path(const std::string& field) {
+  if (field.empty() || field == "config")
+    return "cache";
+  return field[0] == '[' ? "cache" + field : "cache." + field;
+}
+
+namespace {
+
 caf::error read_cache(const json& obj, const error_maker& fail,
                       cache_config& out) {
   auto cfg = parse_config(obj);
@@ -50,12 +60,7 @@ caf::error read_cache(const json& obj, const error_maker& fail,
     return caf::none;
   }
   auto [field, what] = detail::split_field(context_of(cfg.error()));
-  if (field.empty())
-    return fail("cache", what);
-  return fail(field == "config" ? "cache"
-              : field[0] == '[' ? "cache" + field
-                                : "cache." + field,
-              what);
+  return fail(cache_field_path(field), what);
 }
 
 /// The line of each key of the cache object, and under "" its own.

@@ -348,6 +348,11 @@ caf::expected<scenario> parse_scenario(const std::string& text,
 /// workloads.TENANT: ...", LINE where that workload starts.
 caf::error check_fits(const scenario& s, std::uint64_t num_blocks);
 
+/// The scenario's path of a field parse_config names ("FIELD: what"):
+/// "cache.model.head_dim", "cache[\"a: b\"]"; "cache" for none or
+/// "config" (the cache as a whole).
+std::string cache_field_path(const std::string& field);
+
 /// A config error the cache found as it started (storage "auto" without a
 /// block count on a machine without a GPU, say) as a scenario error:
 /// "FILE:LINE: cache.FIELD: ...", LINE where that field is (or the cache

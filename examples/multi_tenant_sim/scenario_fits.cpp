@@ -44,10 +44,7 @@ caf::error cache_start_error(const scenario& s, const caf::error& err) {
   auto line = at == s.cache_lines.end() ? 1 : at->second;
   return make_error(errc::invalid_config,
                     s.source + ":" + std::to_string(line) + ": "
-                      + (whole             ? "cache: "
-                         : field[0] == '[' ? "cache" + field + ": "
-                                           : "cache." + field + ": ")
-                      + what);
+                      + cache_field_path(field) + ": " + what);
 }
 
 caf::error check_fits(const scenario& s, std::uint64_t num_blocks) {
