@@ -26,14 +26,15 @@
 namespace kvactor {
 
 void add_message_types(caf::actor_system_config& cfg) {
+  // add_message_type<T> also registers std::vector<T> (and stream<T>), as
+  // "std::vector<NAME>": the vectors listed by hand below are of integers
+  // and pairs, whose element types are not registered themselves.
   cfg.add_message_type<device_kind>("kvactor::device_kind")
     .add_message_type<device>("kvactor::device")
     .add_message_type<dtype>("kvactor::dtype")
     .add_message_type<priority>("kvactor::priority")
     .add_message_type<memory_pressure>("kvactor::memory_pressure")
     .add_message_type<allocation_request>("kvactor::allocation_request")
-    .add_message_type<std::vector<allocation_request>>(
-      "kvactor::allocation_requests")
     .add_message_type<block_table>("kvactor::block_table")
     .add_message_type<block_copy>("kvactor::block_copy")
     .add_message_type<block_move>("kvactor::block_move")
