@@ -44,64 +44,25 @@ std::shared_ptr<std::uint8_t> snapshot_buffer(std::size_t bytes) {
   }
 }
 
-caf::error swapped_out(request_id id) {
-  return make_error(errc::invalid_request,
-                    "request " + std::to_string(id)
-                      + " is swapped out: swap it in first");
-}
-
 /// Layer `layer` of the tokens `h`'s request holds, gathered from its
-/// blocks. The table and the gather are two messages: had the request
-/// ended, been swapped out, grown into a copied block (copy-on-write) or
-/// dropped drafts in between, the blocks gathered may have held other
-/// bytes. A slot never turns valid again, so valid now means live
-/// throughout; the table read again, the same blocks holding at least the
-/// tokens gathered, means they stayed this request's (a swap-out and a
-/// swap-in landing on the very same blocks within one gather aside). A live
-/// request whose blocks moved on is gathered again - it is not an ended
-/// one (invalid_handle), and one swapped out meanwhile says so.
+/// blocks in one round trip: the handle actor hands the gather to the pool,
+/// which sends it to the device with the table as it is then, so the
+/// blocks are read before anyone they go to next can write them.
 caf::expected<gathered_kv> gather_own(detail::facade_core& core,
                                       const kv_cache_handle& h,
                                       std::uint32_t layer) {
-  constexpr int attempts = 4;
-  for (int attempt = 1;; ++attempt) {
-    auto tbl = core.ask<block_table>(h.actor(), table_atom::value);
-    if (!tbl)
-      return as_handle_error(std::move(tbl.error()), h.id());
-    auto& t = std::get<0>(*tbl);
-    // Swapped out, its table keeps its tokens but no device blocks.
-    if (!t.holds_tokens())
-      return swapped_out(h.id());
-    auto got = core.ask<gathered_kv>(core.cache().device, gather_atom::value,
-                                     layer, t.blocks, t.num_tokens);
-    if (!got) {
-      auto& err = got.error();
-      if (err.category() == error_category || err == caf::sec::request_timeout)
-        return std::move(err); // the device's own words; a timeout as promised
-      return make_error(errc::device_failure,
-                        "request " + std::to_string(h.id())
-                          + ": gathering layer " + std::to_string(layer)
-                          + " for its contiguous view failed: " + render(err));
-    }
-    if (!h.is_valid())
-      return ended(h.id());
-    auto again = core.ask<block_table>(h.actor(), table_atom::value);
-    if (!again)
-      return as_handle_error(std::move(again.error()), h.id());
-    auto& t2 = std::get<0>(*again);
-    if (t2.num_tokens >= t.num_tokens && t2.blocks.size() >= t.blocks.size()
-        && std::equal(t.blocks.begin(), t.blocks.end(), t2.blocks.begin()))
-      return std::move(std::get<0>(*got));
-    if (!t2.holds_tokens())
-      return swapped_out(h.id());
-    if (attempt == attempts)
-      return make_error(errc::invalid_request,
-                        "request " + std::to_string(h.id())
-                          + ": its blocks changed " + std::to_string(attempts)
-                          + " times while its contiguous view was gathered "
-                            "(growing into copied blocks, swapped, or "
-                            "dropping drafts); ask again");
-  }
+  auto got = core.ask<gathered_kv>(h.actor(), gather_atom::value, layer);
+  if (got)
+    return std::move(std::get<0>(*got));
+  auto& err = got.error();
+  if (err.category() == error_category || err == caf::sec::request_timeout)
+    return std::move(err); // the cache's own words; a timeout as promised
+  if (err == caf::sec::request_receiver_down)
+    return ended(h.id());
+  return make_error(errc::device_failure,
+                    "request " + std::to_string(h.id()) + ": gathering layer "
+                      + std::to_string(layer)
+                      + " for its contiguous view failed: " + render(err));
 }
 
 } // namespace

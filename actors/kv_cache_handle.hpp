@@ -79,8 +79,9 @@ public:
   /// Views of layer `layer`'s keys, values, or both (leading dimension 2:
   /// K then V). nullopt when the storage is `none` (bookkeeping only).
   /// Errors: invalid_handle (request ended), invalid_request (layer out of
-  /// range; a contiguous view of a swapped-out request, or of one whose
-  /// blocks other threads' calls kept changing while it was gathered).
+  /// range; a contiguous view of a swapped-out request). A contiguous view
+  /// is a snapshot of what the request held when the pool passed its gather
+  /// to the device, whatever other threads do to the request meanwhile.
   /// With storage cuda a paged view points into the device pools, which
   /// kvactor's own copies (copy-on-write, swaps, gathers) use on streams of
   /// their own: work the caller queued on its streams into these blocks

@@ -1,7 +1,8 @@
 // A contiguous view gathered while other threads change its request: the
-// request moving on (drafts dropped, swapped out) is not its end. The cache
-// runs on a storage whose gather the test holds, so the change lands between
-// the view's table and its gather for certain.
+// request moving on (drafts dropped, swapped out) is not its end, and the
+// view is what the request held when its gather reached the device. The
+// cache runs on a storage whose gather the test holds, so the change lands
+// while the device gathers for certain.
 #include <atomic>
 #include <condition_variable>
 #include <future>
@@ -184,7 +185,7 @@ BOOST_AUTO_TEST_CASE(a_contiguous_view_outlives_drafts_dropped_during_its_gather
   BOOST_REQUIRE_EQUAL(h->num_tokens(), 6u);
   c.store->open();
   auto v = view.get();
-  // The request lives on: its view is gathered again, not refused as ended.
+  // The request lives on: its view is not refused as ended.
   BOOST_TEST(h->is_valid());
   BOOST_REQUIRE_MESSAGE(v, why(v));
   BOOST_REQUIRE(v->has_value());
