@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kvactor/messages/error_context.hpp"
 #include "kvactor/metrics/kv_events.hpp"
 
 namespace kvactor::detail {
@@ -274,8 +275,18 @@ caf::error facade_core::write_kv_events(const std::string& path) {
     });
   caf::anon_send(cache_.manager, subscribe_atom::value, topic::kv_events,
                  writer);
-  std::lock_guard<std::mutex> guard{mtx_};
-  writers_.push_back(writer);
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    writers_.push_back(writer);
+  }
+  // "From now on": the manager passes the subscription on to the pool, and
+  // a step goes to the pool directly - it could overtake it. The manager's
+  // stats ask the pool after it passed the subscription on: once they are
+  // back, the pool records every later change.
+  if (auto err = ask_done<cache_manager_stats>(cache_.manager, stats_atom::value))
+    return in_context("write_kv_events: the cache did not confirm the "
+                      "subscription",
+                      err, errc::shutting_down);
   return caf::none;
 }
 

@@ -1,0 +1,65 @@
+// write_kv_events: the prefix index's changes as JSON lines, from the call
+// on - a step sent right after it (straight to the pool, past the manager
+// that passes the subscription on) is in the file too.
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "fixture.hpp"
+
+using namespace kvtest;
+
+namespace {
+
+/// BlockStored events in the JSON lines at `path` so far.
+std::size_t stored_events(const std::string& path) {
+  std::ifstream in{path};
+  std::size_t n = 0;
+  for (std::string line; std::getline(in, line);) {
+    auto batch = nlohmann::json::parse(line);
+    for (auto& e : batch["events"])
+      n += e["type"] == "BlockStored";
+  }
+  return n;
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(facade_kv_events, watchdog)
+
+BOOST_AUTO_TEST_CASE(a_step_right_after_write_kv_events_is_in_the_file) {
+  auto dir = std::filesystem::temp_directory_path();
+  for (int round = 0; round < 5; ++round) {
+    BOOST_TEST_CONTEXT("round " << round) {
+      auto path = (dir / ("kvactor_kv_events_" + std::to_string(getpid()) + "_"
+                          + std::to_string(round) + ".jsonl"))
+                    .string();
+      std::filesystem::remove(path);
+      {
+        cache_fixture f;
+        BOOST_REQUIRE(!f.m().write_kv_events(path));
+        // 17 prompt tokens: 4 full blocks of 4 enter the prefix index.
+        step_request step;
+        step.admits = {f.req(1, 17, 256, iota_tokens(1, 17))};
+        auto r = f.m().step(step);
+        BOOST_REQUIRE_MESSAGE(r, why(r));
+        BOOST_REQUIRE_EQUAL(r->admitted.size(), 1u);
+        BOOST_TEST(eventually([&] { return stored_events(path) >= 4; }),
+                   "stored events in the file: " << stored_events(path));
+        BOOST_TEST(stored_events(path) == 4u);
+      }
+      std::filesystem::remove(path);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_file_that_cannot_be_opened_is_refused) {
+  cache_fixture f;
+  auto err = f.m().write_kv_events("/nonexistent-dir/kv_events.jsonl");
+  KV_CHECK_ERROR(err, errc::invalid_request, "cannot open /nonexistent-dir/");
+}
+
+BOOST_AUTO_TEST_SUITE_END()
