@@ -131,11 +131,14 @@ public:
   caf::expected<cache_gc_stats> gc();
 
   /// Called with each new pressure level, once per change, in order, on a
-  /// thread of its own. Replaces the previous callback (from inside the
-  /// callback too). Once the last copy of the facade is gone, none runs:
-  /// its destruction waits for a call in progress, unless that call is the
-  /// one destroying it. An exception the callback throws is caught and
-  /// dropped: the next level still reaches the callback. A callback that
+  /// thread of its own. The first callback set hears the level at once if
+  /// it is above low; one set in place of another (or of an empty one)
+  /// hears the next change: read stats().pressure for the level now.
+  /// Replaces the previous callback (from inside the callback too). Once
+  /// the last copy of the facade is gone, none runs: its destruction waits
+  /// for a call in progress, unless that call is the one destroying it. An
+  /// exception the callback throws is caught and dropped: the next level
+  /// still reaches the callback. A callback that
   /// captures a copy of this facade keeps the cache running until the
   /// callback is replaced (by an empty one, say): the actor system's
   /// destructor then waits for good - capture a reference, or a weak one.
@@ -193,8 +196,9 @@ public:
                                             std::uint64_t cache_salt = 0);
 
   /// Appends every prefix-index change, from now on, to the file at `path`
-  /// as JSON lines (metrics/kv_events.hpp). Error: invalid_request if the
-  /// file cannot be opened.
+  /// as JSON lines (metrics/kv_events.hpp): returns once the pool records
+  /// them, so a step() right after is in the file. Error: invalid_request if
+  /// the file cannot be opened.
   caf::error write_kv_events(const std::string& path);
 
   /// The manager actor, for actor clients.
