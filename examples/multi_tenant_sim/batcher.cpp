@@ -90,9 +90,11 @@ std::vector<tenant_figures> batcher::final_figures() const {
   auto out = figures_;
   for (auto& kvp : live_) {
     auto& l = kvp.second;
-    if (l.admitted_once)
-      continue;
     auto& f = out[l.req.workload];
+    if (l.admitted_once) {
+      ++f.in_progress;
+      continue;
+    }
     ++f.unadmitted;
     f.unadmitted_wait = std::max(f.unadmitted_wait, step_ - l.req.arrival);
   }

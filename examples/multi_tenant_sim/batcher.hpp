@@ -220,6 +220,13 @@ public:
   std::uint64_t ended_before_free() const noexcept {
     return ended_before_free_;
   }
+  /// Swap-outs answered unknown_request: the supervisor preempted the
+  /// request while its swap-out was under way. The figures count it
+  /// preempted (it is recomputed); the cache counts a swap if its copy
+  /// completed, and no preemption (the request held its blocks until then).
+  std::uint64_t preempted_mid_swap() const noexcept {
+    return preempted_mid_swap_;
+  }
   const std::vector<std::string>& warnings() const noexcept {
     return warnings_;
   }
@@ -419,6 +426,7 @@ private:
   std::uint32_t step_finished_ = 0;
   std::uint32_t step_preempted_ = 0;
   std::uint64_t ended_before_free_ = 0;
+  std::uint64_t preempted_mid_swap_ = 0;
   std::uint64_t stalled_ = 0;
   /// This step began idle and nothing arrived (start_step); the last step
   /// run did, and ended idle (end_step): its sample holds until an arrival.

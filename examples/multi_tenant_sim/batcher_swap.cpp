@@ -48,6 +48,7 @@ caf::error batcher::swap_out_failed(request_id id, const caf::error& err) {
   if (has_code(err, errc::unknown_request)) {
     requeue_front(l); // the supervisor preempted it meanwhile
     ++figures_[l.req.workload].preempted_by_cache;
+    ++preempted_mid_swap_;
     return caf::none;
   }
   if (!has_code(err, errc::out_of_blocks))

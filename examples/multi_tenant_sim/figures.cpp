@@ -29,6 +29,7 @@ tenant_figures overall_of(const sim_outcome& r) {
     all.queue_delay.insert(all.queue_delay.end(), f.queue_delay.begin(),
                            f.queue_delay.end());
     all.unadmitted += f.unadmitted;
+    all.in_progress += f.in_progress;
     all.unadmitted_wait = std::max(all.unadmitted_wait, f.unadmitted_wait);
     all.latency.insert(all.latency.end(), f.latency.begin(), f.latency.end());
   }

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <sstream>
 #include <system_error>
+#include <unordered_set>
 #include <vector>
 
 namespace kvactor::sim {
@@ -87,10 +88,10 @@ std::string gnuplot_script(const scenario& s, const sim_outcome& r) {
         "plot f skip 1 using 1:8 with lines lw 2 title \"in use\", \\\n"
         "     f skip 1 using 1:9 with lines lw 1 title \"cached (free)\", \\\n"
         "     f skip 1 using 1:10 with lines dt 2 lc rgb \"black\" title \"total\"";
+  auto names = tenant_column_names(r); // as timeseries.csv's header
   for (auto w : drawn)
     gp << ", \\\n     f skip 1 using 1:" << tenant_col + 3 * w + 2
-       << " with lines lw 1.5 dt 2 title \"" << safe_name(r.tenants[w].name)
-       << "\"";
+       << " with lines lw 1.5 dt 2 title \"" << names[w] << "\"";
   gp << "\n"
         "set title \"pressure level (as the scheduler heard it) and preemptions\"\n"
         "set ylabel \"level\"\n"
@@ -116,6 +117,21 @@ std::string gnuplot_script(const scenario& s, const sim_outcome& r) {
         "plot f skip 1 using 1:($14*100) with lines lw 2 title \"hit rate\"\n"
         "unset multiplot\n";
   return gp.str();
+}
+
+std::vector<std::string> tenant_column_names(const sim_outcome& r) {
+  // Names that differ only where safe_name changes them would make two
+  // columns of one name: the later gets its place, and a further number
+  // should a tenant be named so already ("x_y~1").
+  std::vector<std::string> out;
+  std::unordered_set<std::string> taken;
+  for (std::size_t w = 0; w < r.tenants.size(); ++w) {
+    auto n = safe_name(r.tenants[w].name);
+    for (auto k = w; !taken.insert(n).second; ++k)
+      n = safe_name(r.tenants[w].name) + "~" + std::to_string(k);
+    out.push_back(std::move(n));
+  }
+  return out;
 }
 
 std::string safe_name(const std::string& name) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "scenario.hpp"
 #include "scheduler.hpp"
@@ -16,6 +17,12 @@ namespace kvactor::sim {
 /// A tenant name fit for a CSV header and a gnuplot string: separators,
 /// quotes, backslashes and control characters become '_'.
 std::string safe_name(const std::string& name);
+
+/// Each tenant's name in timeseries.csv's header and the plot's key:
+/// safe_name, and where two would read alike ("x,y", "x_y") the later one
+/// gets a suffix "~N" (N its place among the tenants, or the next number
+/// free).
+std::vector<std::string> tenant_column_names(const sim_outcome& r);
 
 /// Most tenants whose blocks the plot draws (those with the highest peak).
 inline constexpr std::size_t plot_tenants = 12;

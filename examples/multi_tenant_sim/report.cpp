@@ -9,7 +9,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -112,6 +111,7 @@ json tenant_json(const tenant_figures& f, const sim_outcome& r,
     {"queue_delay_steps", distribution(f.queue_delay)},
     {"unadmitted", {{"count", f.unadmitted},
                     {"longest_wait_steps", f.unadmitted_wait}}},
+    {"in_progress", f.in_progress},
     {"latency_steps", distribution(f.latency)},
     {"blocks_used", {{"mean", mean_blocks(f, r)}, {"peak", f.blocks_peak}}},
     {"speculative", drafts_json(f.drafts)},
@@ -221,6 +221,7 @@ std::string report_json(const scenario& s, const sim_outcome& r) {
       {"probes", r.probes},
       {"probe_failures", r.probe_failures},
       {"ended_before_free", r.ended_before_free},
+      {"preempted_mid_swap", r.preempted_mid_swap},
       {"chunk_extends", r.chunk_extends},
       {"preempted_mid_prefill", r.preempted_mid_prefill},
       {"invariant", {{"checked", r.invariant_checked},
@@ -255,16 +256,8 @@ std::string timeseries_csv(const sim_outcome& r) {
   std::ostringstream out;
   out << "step,waiting,running,swapped,admitted,finished,preempted,blocks_used,"
          "blocks_cached,blocks_total,usage,pressure,pressure_level,hit_rate";
-  // Names that differ only where safe_name changes them ("x,y", "x_y")
-  // would make two columns of one name: the later gets its place, and a
-  // further number should a tenant be named so already ("x_y~1").
-  std::unordered_set<std::string> taken;
-  for (std::size_t w = 0; w < r.tenants.size(); ++w) {
-    auto n = safe_name(r.tenants[w].name);
-    for (auto k = w; !taken.insert(n).second; ++k)
-      n = safe_name(r.tenants[w].name) + "~" + std::to_string(k);
+  for (auto& n : tenant_column_names(r))
     out << ',' << n << "_waiting," << n << "_running," << n << "_blocks";
-  }
   out << ",steps\n";
   char buf[64];
   for (auto& s : r.samples) {

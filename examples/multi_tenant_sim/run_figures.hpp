@@ -38,6 +38,10 @@ struct tenant_figures {
   /// queue_delay counts admitted requests only.
   std::uint64_t unadmitted = 0;
   std::uint64_t unadmitted_wait = 0;
+  /// Admitted but not finished when the figures were taken (an interrupted
+  /// or undrained run): running, swapped out, or waiting to be admitted
+  /// again. arrived = finished + rejected + turned_away + unadmitted + this.
+  std::uint64_t in_progress = 0;
   std::vector<std::uint32_t> latency;     ///< steps, arrival -> finished
   std::uint64_t blocks_peak = 0;          ///< blocks charged to the tenant
   double blocks_sum = 0;                  ///< over the steps, for the mean

@@ -72,6 +72,7 @@ void deliver(sched_actor* self) {
   out.series = b.series().totals();
   out.samples = b.series().take_rows();
   out.ended_before_free = b.ended_before_free();
+  out.preempted_mid_swap = b.preempted_mid_swap();
   out.chunk_extends = b.chunk_extends();
   out.preempted_mid_prefill = b.preempted_mid_prefill();
   out.warnings.insert(out.warnings.begin(), b.warnings().begin(),

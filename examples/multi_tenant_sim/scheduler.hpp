@@ -51,6 +51,7 @@ struct sim_outcome {
   std::string invariant_error;
   std::uint64_t pressure_entered[4] = {}; ///< changes into each level
   std::uint64_t ended_before_free = 0;    ///< batcher::ended_before_free
+  std::uint64_t preempted_mid_swap = 0;   ///< batcher::preempted_mid_swap
   std::uint64_t chunk_extends = 0;        ///< batcher::chunk_extends
   std::uint64_t preempted_mid_prefill = 0; ///< batcher::preempted_mid_prefill
   std::vector<double> step_round_trip_us; ///< per step message sent

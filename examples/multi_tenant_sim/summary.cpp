@@ -4,9 +4,11 @@
 #include "report.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 
 #include "figures.hpp"
 
@@ -34,21 +36,53 @@ std::string printable(const std::string& name) {
   return out;
 }
 
-/// printable(name) in a column `width` characters wide (UTF-8 sequences
-/// counted as one): padded, or cut to width - 1 and an ellipsis, so a
-/// long name neither shifts its row nor overflows it.
+/// Terminal columns of the UTF-8 character starting at text[i] (2 for East
+/// Asian wide and fullwidth ones, by their common ranges; 1 otherwise, a
+/// stray byte too), and its length in bytes.
+std::pair<std::size_t, std::size_t> char_at(const std::string& text, std::size_t i) {
+  auto b = static_cast<unsigned char>(text[i]);
+  std::size_t len = b < 0x80 ? 1 : b >= 0xF0 ? 4 : b >= 0xE0 ? 3 : b >= 0xC0 ? 2 : 1;
+  if (i + len > text.size())
+    len = 1;
+  std::uint32_t c = len == 1 ? b : b & (0x7F >> len);
+  for (std::size_t k = 1; k < len; ++k) {
+    auto cont = static_cast<unsigned char>(text[i + k]);
+    if ((cont & 0xC0) != 0x80)
+      return {1, 1}; // not a sequence: one byte, one column
+    c = (c << 6) | (cont & 0x3F);
+  }
+  bool wide = (c >= 0x1100 && c <= 0x115F) || (c >= 0x2E80 && c <= 0xA4CF && c != 0x303F)
+              || (c >= 0xAC00 && c <= 0xD7A3) || (c >= 0xF900 && c <= 0xFAFF)
+              || (c >= 0xFE30 && c <= 0xFE4F) || (c >= 0xFF00 && c <= 0xFF60)
+              || (c >= 0xFFE0 && c <= 0xFFE6) || (c >= 0x1F300 && c <= 0x1F64F)
+              || (c >= 0x1F900 && c <= 0x1F9FF) || (c >= 0x20000 && c <= 0x3FFFD);
+  return {wide ? 2 : 1, len};
+}
+
+/// printable(name) in a column `width` terminal columns wide (wide
+/// characters take two): padded, or cut to fit width - 1 and an ellipsis,
+/// so a long name neither shifts its row nor overflows it.
 std::string name_cell(const std::string& name, std::size_t width) {
   auto text = printable(name);
-  auto starts = [&](std::size_t i) {
-    return (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80;
-  };
-  std::size_t chars = 0, cut = text.size();
-  for (std::size_t i = 0; i < text.size(); ++i)
-    if (starts(i) && ++chars == width)
-      cut = i; // where the last column's character begins
-  if (chars > width)
-    return text.substr(0, cut) + "\xE2\x80\xA6"; // U+2026, an ellipsis
-  return text + std::string(width - chars, ' ');
+  std::size_t cols = 0;
+  for (std::size_t i = 0; i < text.size();) {
+    auto [w, len] = char_at(text, i);
+    cols += w;
+    i += len;
+  }
+  if (cols <= width)
+    return text + std::string(width - cols, ' ');
+  std::size_t used = 0, cut = 0;
+  for (std::size_t i = 0; i < text.size();) {
+    auto [w, len] = char_at(text, i);
+    if (used + w > width - 1)
+      break;
+    used += w;
+    i += len;
+    cut = i;
+  }
+  // U+2026, an ellipsis, then padding where a wide character did not fit.
+  return text.substr(0, cut) + "\xE2\x80\xA6" + std::string(width - 1 - used, ' ');
 }
 
 /// Speculative decoding's lines: the drafts' fate overall and per tenant,
@@ -197,6 +231,17 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
       }
     out << '\n';
   }
+  if (all.in_progress > 0) {
+    // Admitted, not finished: with those above, every arrival is counted.
+    out << "in progress at the end (admitted, not finished):";
+    const char* sep = " ";
+    for (auto& f : r.tenants)
+      if (f.in_progress > 0) {
+        out << sep << printable(f.name) << ' ' << f.in_progress;
+        sep = ", ";
+      }
+    out << '\n';
+  }
   if (all.turned_away > 0) {
     out << "turned away, the queue full (max_waiting " << s.max_waiting
         << "; counted in rej):";
@@ -250,6 +295,11 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
           << " after a request's last token, before its free: counted finished "
              "above)";
     out << ", " << st.swap_out_count << " swaps";
+    if (r.preempted_mid_swap > 0)
+      out << " (" << r.preempted_mid_swap
+          << " swap-outs found their request preempted by the supervisor "
+             "meanwhile: counted preempted above, and swaps here if their "
+             "copy completed)";
     if (st.swap_in_count > 0)
       out << " (" << st.swap_in_shared_blocks
           << " blocks shared back in from the prefix cache)";

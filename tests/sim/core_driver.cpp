@@ -192,6 +192,7 @@ void core_driver::swap_phase() {
     auto moves = core_.swap_out_begin(id);
     if (!moves) {
       ++swap_out_failures_;
+      swap_outs_of_preempted_ += has_code(moves.error(), errc::unknown_request);
       auto err = b_.swap_out_failed(id, moves.error());
       if (err)
         BOOST_FAIL("swap_out_failed: " << render(err));

@@ -62,6 +62,11 @@ public:
   std::uint64_t swap_out_failures() const noexcept {
     return swap_out_failures_;
   }
+  /// Of those, swap-outs of requests the supervisor had preempted (what
+  /// the manager answers unknown_request).
+  std::uint64_t swap_outs_of_preempted() const noexcept {
+    return swap_outs_of_preempted_;
+  }
   /// The most requests that ran at once.
   std::uint64_t peak_running() const noexcept {
     return peak_running_;
@@ -134,6 +139,7 @@ private:
   std::uint64_t messages_ = 0;
   std::uint64_t skip_min_gap_ = 0; ///< 0: no skipping
   std::uint64_t swap_out_failures_ = 0;
+  std::uint64_t swap_outs_of_preempted_ = 0;
   std::uint64_t peak_running_ = 0;
   std::unordered_map<request_id, std::uint64_t> prompt_len_; ///< as admitted
   std::uint64_t preempted_mid_prefill_ = 0;

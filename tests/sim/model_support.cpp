@@ -221,6 +221,8 @@ void run_and_check(const scenario& s, std::uint64_t chaos_seed,
     BOOST_TEST(x.running <= s.max_running);
   }
   sum.swap_out_failures += d.swap_out_failures();
+  // Counted preempted, and apart, for the summary to set beside the cache's.
+  BOOST_TEST(b.preempted_mid_swap() == d.swap_outs_of_preempted());
   sum.chunk_extends += b.chunk_extends();
   sum.preempted_mid_prefill += d.preempted_mid_prefill();
   sum.swapped_mid_prefill += d.swapped_mid_prefill();

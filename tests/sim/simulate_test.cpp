@@ -185,20 +185,29 @@ BOOST_AUTO_TEST_CASE(requests_never_admitted_are_counted_not_dropped) {
   auto s = parse_json(j);
   auto r = run(s);
   BOOST_TEST(r.error.empty(), r.error);
-  std::uint64_t waiting = 0;
+  std::uint64_t waiting = 0, in_progress = 0;
   for (auto& f : r.tenants) {
     BOOST_TEST_CONTEXT("tenant " << f.name) {
       BOOST_TEST(f.unadmitted == f.arrived - f.admitted - f.rejected - f.turned_away);
+      // Every arrival is in one place: done, refused, waiting or under way.
+      BOOST_TEST(f.arrived
+                 == f.finished + f.rejected + f.turned_away + f.unadmitted
+                      + f.in_progress);
       if (f.unadmitted > 0)
         BOOST_TEST(f.unadmitted_wait > 0u);
       BOOST_TEST(f.unadmitted_wait < r.steps);
     }
     waiting += f.unadmitted;
+    in_progress += f.in_progress;
   }
   BOOST_REQUIRE(waiting > 0u); // what the case is about
+  BOOST_REQUIRE(in_progress > 0u);
   std::ostringstream table;
   print_summary(table, s, r);
   BOOST_TEST(table.str().find("not admitted by the end: a ") != std::string::npos,
+             table.str());
+  BOOST_TEST(table.str().find("in progress at the end (admitted, not finished): a ")
+               != std::string::npos,
              table.str());
 }
 
@@ -263,6 +272,28 @@ BOOST_AUTO_TEST_CASE(odd_tenant_names_keep_the_summary_table_in_shape) {
   BOOST_TEST(text.find("a?b           ") != std::string::npos, text);
   BOOST_TEST(text.find(std::string(13, 'x') + "\xE2\x80\xA6 ") != std::string::npos,
              text);
+}
+
+BOOST_AUTO_TEST_CASE(wide_characters_take_two_columns_of_the_summary_table) {
+  std::string wide = "\u65E5\u672C\u8A9E\u65E5\u672C\u8A9E\u65E5\u672C\u8A9E"; // 18 columns
+  std::string narrow = "\u65E5\u672C";                                             // 4 columns
+  auto j = small_scenario();
+  j["steps"] = 5;
+  j["cache"]["tenants"][0]["name"] = wide;
+  j["cache"]["tenants"][1]["name"] = narrow;
+  j["workloads"] = {{wide, j["workloads"]["a"]}, {narrow, j["workloads"]["b"]}};
+  auto s = parse_json(j);
+  auto r = run(s);
+  BOOST_TEST(r.error.empty(), r.error);
+  std::ostringstream table;
+  print_summary(table, s, r);
+  auto text = table.str();
+  // 14 columns each, then the row's separator: cut to 6 characters (12
+  // columns), an ellipsis and a space; padded with 10 spaces.
+  auto cut = "\u65E5\u672C\u8A9E\u65E5\u672C\u8A9E\u2026  ";
+  BOOST_TEST(text.find(cut) != std::string::npos, text);
+  BOOST_TEST(text.find(narrow + std::string(11, ' ')) != std::string::npos, text);
+  BOOST_TEST(text.find(narrow + std::string(12, ' ')) == std::string::npos, text);
 }
 
 BOOST_AUTO_TEST_CASE(reports_are_written_and_agree_with_the_outcome) {
@@ -399,6 +430,10 @@ BOOST_AUTO_TEST_CASE(tenant_columns_are_named_apart_when_names_read_alike) {
                          "x_y~1_running,x_y~1_blocks")
                != std::string::npos,
              header);
+  // The plot's key names them as the header does.
+  auto gp = read_file(dir.path / "usage.gp");
+  BOOST_TEST(gp.find("title \"x_y\"") != std::string::npos, gp);
+  BOOST_TEST(gp.find("title \"x_y~1\"") != std::string::npos, gp);
   // A tenant already named like a renamed column pushes it one further.
   j["cache"]["tenants"][0]["name"] = "x_y";
   j["cache"]["tenants"][1]["name"] = "x_y~2";
