@@ -1,9 +1,11 @@
 // scale: cost per operation and memory per live request as the number of
 // live requests (one handle actor each) grows 1,000 -> 10,000 -> 100,000 over
 // a pool of 1,000,000 blocks. Operations go to the manager actor from a
-// client actor with a window of requests in flight. Prints one JSON line per
-// size; memory per live request is malloc's growth in bytes in use (and the
-// RSS's, which misses memory reused from a smaller size). A handle actor
+// client actor with a window of requests in flight, on one cache that grows
+// through the sizes. Prints one JSON line per size; memory per live request
+// is measured afterwards, each size on a fresh cache: malloc's growth in
+// bytes in use (and the RSS's, which misses memory reused from a smaller
+// size), the tables' growth included. A handle actor
 // starts (and takes its memory) after the allocate's reply, and ends after
 // the free's: each phase waits for its handles - answered an info request,
 // or gone - so that no phase's actor work spills into another's figures.
@@ -196,74 +198,111 @@ int main(int argc, char** argv) {
   auto& sys = started.sys;
   auto& cache = started.mgr;
   auto mgr = cache->actor();
+  // Timing: every size on this one cache, grown from the last, as a
+  // long-running server's cache grows. Memory: afterwards, each size on a
+  // cache of its own (fresh_cache): a cache's tables (the pool's sequences,
+  // the registries, the prefix index) keep their capacity after their
+  // requests end, so on a cache that held as many before, the table memory
+  // a live request costs would not show in the heap's growth. (Each size on
+  // a fresh cache for the timing too was 10-15 % slower at 100k, the same
+  // for a second fresh 100k: the new pools' first-touched memory, which a
+  // long-running cache has long paid for.)
+  auto fresh_cache = [&]() -> bool {
+    cache.reset();               // stops the cache...
+    sys.await_all_actors_done(); // ...and its actors are gone, tables freed
+    auto made = kv_cache_manager::start(sys, cfg);
+    if (!made) {
+      std::cerr << "scale: cannot start the cache: " << render(made.error())
+                << '\n';
+      return false;
+    }
+    cache.emplace(std::move(*made));
+    mgr = cache->actor();
+    return true;
+  };
   std::mt19937_64 rng{42};
   request_id next_id = 1;
-  // Warm up: the first requests pay for one-time allocations (CAF's memory
-  // caches, the pool's lazily touched pages) that are not per-request cost.
-  {
-    std::size_t warm = std::min<std::size_t>(sizes.empty() ? 0 : sizes.back(), 10000);
-    auto first = next_id;
-    next_id += warm;
-    std::vector<request_handle_actor> warm_handles(warm);
-    run_window(sys, warm, [&](caf::event_based_actor* self, std::size_t i,
-                              std::function<void()> k) {
-      self->request(mgr, caf::infinite, allocate_atom::value, make_req(first + i))
-        .then([k, &warm_handles, i](request_handle_actor& h, block_table&) {
-                warm_handles[i] = h;
-                k();
-              },
-              fail);
-    });
-    run_window(sys, warm, [&](caf::event_based_actor* self, std::size_t i,
-                              std::function<void()> k) {
-      self->request(mgr, caf::infinite, free_atom::value, first + i)
-        .then([k](std::uint32_t) { k(); }, fail);
-    });
-    // Their handle actors end after the frees' replies: not in the first
-    // size's figures.
-    await_gone(sys, warm_handles);
-  }
-  for (auto n : sizes) {
-    // Grow to n live requests; the memory they cost is the heap's growth
-    // (and the RSS's, which misses memory reused from an earlier size).
-    std::vector<request_id> live;
-    auto base = rss_bytes();
-    auto heap_base = heap_in_use();
-    auto first = next_id;
-    next_id += n;
-    std::vector<request_handle_actor> handles(n);
-    // The slowest allocate's round trip (32 in flight, so it includes the
-    // wait behind the others): a stall - a table growing inside one
-    // allocate - shows here, not in the mean.
+  // n new live requests: allocated, then each handle actor asked once (it
+  // starts after the allocate's reply: its start is part of the allocation
+  // and its memory part of the live request).
+  struct grown_to {
+    std::vector<request_handle_actor> handles;
+    request_id first = 0;
+    double seconds = 0;
+    /// The slowest allocate's round trip (32 in flight, so it includes the
+    /// wait behind the others): a stall - a table growing inside one
+    /// allocate - shows here, not in the mean.
     double alloc_max_s = 0;
-    auto t_alloc = run_window(sys, n, [&](caf::event_based_actor* self,
-                                          std::size_t i, std::function<void()> k) {
+  };
+  auto grow = [&](std::size_t n) {
+    grown_to g;
+    g.first = next_id;
+    next_id += n;
+    g.handles.resize(n);
+    g.seconds = run_window(sys, n, [&](caf::event_based_actor* self,
+                                       std::size_t i, std::function<void()> k) {
       auto sent = clock_type::now();
-      self->request(mgr, caf::infinite, allocate_atom::value, make_req(first + i))
-        .then([k, &handles, &alloc_max_s, i, sent](request_handle_actor& h,
-                                                   block_table&) {
+      self->request(mgr, caf::infinite, allocate_atom::value, make_req(g.first + i))
+        .then([k, &g, i, sent](request_handle_actor& h, block_table&) {
                 std::chrono::duration<double> took = clock_type::now() - sent;
-                alloc_max_s = std::max(alloc_max_s, took.count());
-                handles[i] = h;
+                g.alloc_max_s = std::max(g.alloc_max_s, took.count());
+                g.handles[i] = h;
                 k();
               },
               fail);
     });
-    // Each handle actor answers once it runs: its start is part of the
-    // allocation (timed with it) and its memory part of the live request.
-    t_alloc += run_window(sys, n, [&](caf::event_based_actor* self,
-                                      std::size_t i, std::function<void()> k) {
-      self->request(handles[i], caf::infinite, info_atom::value)
+    g.seconds += run_window(sys, n, [&](caf::event_based_actor* self,
+                                        std::size_t i, std::function<void()> k) {
+      self->request(g.handles[i], caf::infinite, info_atom::value)
         .then([k](request_info&) { k(); }, fail);
     });
-    auto grown = rss_bytes();
-    auto heap_grown = heap_in_use();
+    return g;
+  };
+  // Frees every live request and waits until their handle actors are gone
+  // (those of requests churned out ended long before: at their free).
+  auto empty_cache = [&]() -> bool {
+    std::vector<handle_entry> live;
+    run_window(sys, 1, [&](caf::event_based_actor* self, std::size_t,
+                           std::function<void()> k) {
+      self->request(mgr, caf::infinite, list_atom::value)
+        .then(
+          [k, &live](std::vector<handle_entry>& entries) {
+            live = std::move(entries);
+            k();
+          },
+          fail);
+    });
+    run_window(sys, live.size(), [&](caf::event_based_actor* self, std::size_t i,
+                                     std::function<void()> k) {
+      self->request(mgr, caf::infinite, free_atom::value, live[i].id)
+        .then([k](std::uint32_t) { k(); }, [k](caf::error&) { k(); });
+    });
+    std::vector<request_handle_actor> gone;
+    for (auto& e : live)
+      gone.push_back(e.handle);
+    await_gone(sys, gone);
+    if (auto left = cache->stats().active_caches; left != 0) {
+      std::cerr << "scale: " << left << " requests still live after emptying\n";
+      return false;
+    }
+    return true;
+  };
+  // Warm up: the first requests pay for one-time allocations (CAF's memory
+  // caches, the pool's lazily touched pages, the handle actors' slab) that
+  // are not per-request cost.
+  grow(std::min<std::size_t>(sizes.empty() ? 0 : sizes.back(), 10000));
+  if (!empty_cache())
+    return 1;
+  std::vector<nlohmann::json> lines;
+  for (auto n : sizes) {
+    auto g = grow(n);
     // The registry keeps the live handles; a reference held here would
     // keep each churned-out actor's memory until the size ends.
-    handles.clear();
-    handles.shrink_to_fit();
+    std::vector<request_id> live;
     for (std::size_t i = 0; i < n; ++i)
-      live.push_back(first + i);
+      live.push_back(g.first + i);
+    g.handles.clear();
+    g.handles.shrink_to_fit();
     // At that size: extends of random live requests, and churn (free one,
     // allocate a new one) for one in ten operations, in `rounds` rounds
     // timed apart: the median round is the figure (a 2-core VM has spells
@@ -330,57 +369,51 @@ int main(int argc, char** argv) {
     auto median_us = sorted[sorted.size() / 2];
     auto st = cache->stats();
     auto held_blocks = st.total_blocks - st.free_blocks;
-    double per_req = n ? double(grown - base) / n : 0.0;
-    double heap_per_req =
-      n ? (double(heap_grown) - double(heap_base)) / double(n) : 0.0;
-    double blocks_per_req = double(held_blocks) / double(st.active_caches);
-    nlohmann::json out{
+    lines.push_back(nlohmann::json{
       {"bench", "scale"},
       {"live_requests", n},
       {"pool_blocks", blocks},
-      {"allocate_us_per_request", 1e6 * t_alloc / n},
-      {"allocate_max_us", 1e6 * alloc_max_s},
+      {"allocate_us_per_request", 1e6 * g.seconds / n},
+      {"allocate_max_us", 1e6 * g.alloc_max_s},
       {"operations", per_round * rounds},
       {"churn_percent", churn_percent},
       {"rounds", rounds},
       {"us_per_operation", median_us},
       {"us_per_operation_rounds", round_us},
       {"ops_per_sec", 1e6 / median_us},
-      {"heap_delta_bytes", double(heap_grown) - double(heap_base)},
-      {"heap_bytes_per_live_request", heap_per_req},
-      {"rss_delta_bytes", grown - base},
-      {"bytes_per_live_request", per_req},
-      {"blocks_per_request", blocks_per_req},
-      {"heap_bytes_per_request_minus_8_per_block",
-       heap_per_req - 8.0 * blocks_per_req},
-      {"bytes_per_request_minus_8_per_block", per_req - 8.0 * blocks_per_req},
-    };
-    std::cout << out.dump() << std::endl;
-    // Back to empty for the next size, every handle actor gone (those of
-    // requests churned out ended long before: at their free).
-    std::vector<request_handle_actor> last;
-    run_window(sys, 1, [&](caf::event_based_actor* self, std::size_t,
-                           std::function<void()> k) {
-      self->request(mgr, caf::infinite, list_atom::value)
-        .then(
-          [k, &last](std::vector<handle_entry>& live) {
-            for (auto& e : live)
-              last.push_back(e.handle);
-            k();
-          },
-          fail);
+      {"blocks_per_request", double(held_blocks) / double(st.active_caches)},
     });
-    run_window(sys, ids.size(), [&](caf::event_based_actor* self, std::size_t i,
-                                    std::function<void()> k) {
-      self->request(mgr, caf::infinite, free_atom::value, ids[i])
-        .then([k](std::uint32_t) { k(); }, [k](caf::error&) { k(); });
-    });
-    await_gone(sys, last);
-    if (auto left = cache->stats().active_caches; left != 0) {
-      std::cerr << "scale: " << left << " requests still live after size " << n
-                << '\n';
+    if (!empty_cache())
       return 1;
-    }
   }
+  // Memory per live request, each size on a fresh cache: the heap's growth
+  // as it grows to n (and the RSS's, which misses memory reused from an
+  // earlier size).
+  for (std::size_t k = 0; k < sizes.size(); ++k) {
+    auto n = sizes[k];
+    if (!fresh_cache())
+      return 1;
+    auto base = rss_bytes();
+    auto heap_base = heap_in_use();
+    auto g = grow(n);
+    auto grown = rss_bytes();
+    auto heap_grown = heap_in_use();
+    g.handles.clear();
+    if (!empty_cache())
+      return 1;
+    auto& out = lines[k];
+    double blocks_per_req = out["blocks_per_request"];
+    double per_req = n ? double(grown - base) / n : 0.0;
+    double heap_per_req =
+      n ? (double(heap_grown) - double(heap_base)) / double(n) : 0.0;
+    out["heap_delta_bytes"] = double(heap_grown) - double(heap_base);
+    out["heap_bytes_per_live_request"] = heap_per_req;
+    out["rss_delta_bytes"] = grown - base;
+    out["bytes_per_live_request"] = per_req;
+    out["heap_bytes_per_request_minus_8_per_block"] = heap_per_req - 8.0 * blocks_per_req;
+    out["bytes_per_request_minus_8_per_block"] = per_req - 8.0 * blocks_per_req;
+  }
+  for (auto& out : lines)
+    std::cout << out.dump() << std::endl;
   return 0;
 }
