@@ -83,6 +83,21 @@ scenario small(const char* storage, std::uint64_t verify_every) {
   return parse_json(j);
 }
 
+/// The summary table of a short run of two tenants named `a` and `b`.
+std::string summary_of_two(const std::string& a, const std::string& b) {
+  auto j = small_scenario();
+  j["steps"] = 5;
+  j["cache"]["tenants"][0]["name"] = a;
+  j["cache"]["tenants"][1]["name"] = b;
+  j["workloads"] = {{a, j["workloads"]["a"]}, {b, j["workloads"]["b"]}};
+  auto s = parse_json(j);
+  auto r = run(s);
+  BOOST_TEST(r.error.empty(), r.error);
+  std::ostringstream table;
+  print_summary(table, s, r);
+  return table.str();
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(simulate_end_to_end)
@@ -241,20 +256,9 @@ BOOST_AUTO_TEST_CASE(a_full_queue_turns_arrivals_away_per_tenant) {
 BOOST_AUTO_TEST_CASE(odd_tenant_names_keep_the_summary_table_in_shape) {
   // A newline would start a new row; a long name shifted its row (and one
   // past the row buffer cut off the row's end, newline included).
-  std::string lines = "a\nb";
   std::string longer(300, 'x');
   longer += "\xC3\xA9"; // and a UTF-8 character at the end
-  auto j = small_scenario();
-  j["steps"] = 5;
-  j["cache"]["tenants"][0]["name"] = lines;
-  j["cache"]["tenants"][1]["name"] = longer;
-  j["workloads"] = {{lines, j["workloads"]["a"]}, {longer, j["workloads"]["b"]}};
-  auto s = parse_json(j);
-  auto r = run(s);
-  BOOST_TEST(r.error.empty(), r.error);
-  std::ostringstream table;
-  print_summary(table, s, r);
-  auto text = table.str();
+  auto text = summary_of_two("a\nb", longer);
   // The header, its rule, two tenants, a rule, overall: all as wide.
   auto at = text.find("tenant ");
   BOOST_REQUIRE(at != std::string::npos);
@@ -277,17 +281,7 @@ BOOST_AUTO_TEST_CASE(odd_tenant_names_keep_the_summary_table_in_shape) {
 BOOST_AUTO_TEST_CASE(wide_characters_take_two_columns_of_the_summary_table) {
   std::string wide = "\u65E5\u672C\u8A9E\u65E5\u672C\u8A9E\u65E5\u672C\u8A9E"; // 18 columns
   std::string narrow = "\u65E5\u672C";                                             // 4 columns
-  auto j = small_scenario();
-  j["steps"] = 5;
-  j["cache"]["tenants"][0]["name"] = wide;
-  j["cache"]["tenants"][1]["name"] = narrow;
-  j["workloads"] = {{wide, j["workloads"]["a"]}, {narrow, j["workloads"]["b"]}};
-  auto s = parse_json(j);
-  auto r = run(s);
-  BOOST_TEST(r.error.empty(), r.error);
-  std::ostringstream table;
-  print_summary(table, s, r);
-  auto text = table.str();
+  auto text = summary_of_two(wide, narrow);
   // 14 columns each, then the row's separator: cut to 6 characters (12
   // columns), an ellipsis and a space; padded with 10 spaces.
   auto cut = "\u65E5\u672C\u8A9E\u65E5\u672C\u8A9E\u2026  ";
