@@ -217,24 +217,6 @@ block_pool_fun(pool_ptr self, cache_config cfg,
         return err;
       return table_of(st.core(), id);
     },
-    [self, &st](gather_atom, request_id id, std::uint64_t cache_id,
-                std::uint32_t layer) -> caf::result<gathered_kv> {
-      // Forwarded with the table as it is now, so the device reads these
-      // blocks before any later owner's write to them (see interfaces.hpp).
-      if (auto err = check_incarnation(st.core(), id, cache_id))
-        return err;
-      auto t = table_of(st.core(), id);
-      if (!t.holds_tokens())
-        return make_error(errc::invalid_request,
-                          "request " + std::to_string(id)
-                            + " is swapped out: swap it in first");
-      if (!st.device)
-        return make_error(errc::device_failure,
-                          "request " + std::to_string(id)
-                            + ": this pool has no device to gather with");
-      return self->delegate(st.device, gather_atom::value, layer,
-                            std::move(t.blocks), t.num_tokens);
-    },
     [&st](stats_atom) {
       return st.core().stats();
     },
@@ -404,6 +386,27 @@ block_pool_fun(pool_ptr self, cache_config cfg,
         [&](std::uint64_t h, block_id b) { out.emplace_back(h, b); });
       std::sort(out.begin(), out.end());
       return out;
+    },
+    [self, &st](gather_atom, request_id id, std::uint64_t cache_id,
+                std::uint32_t layer) -> caf::result<gathered_kv> {
+      // Cold (a contiguous view): at the end with probe_atom's. (Placed
+      // before stats_atom's, scale's 100k operations measured ~5 % slower,
+      // 4 runs alternated with the build before it.) Forwarded with the
+      // table as it is now, so the device reads these blocks before any
+      // later owner's write to them (see interfaces.hpp).
+      if (auto err = check_incarnation(st.core(), id, cache_id))
+        return err;
+      auto t = table_of(st.core(), id);
+      if (!t.holds_tokens())
+        return make_error(errc::invalid_request,
+                          "request " + std::to_string(id)
+                            + " is swapped out: swap it in first");
+      if (!st.device)
+        return make_error(errc::device_failure,
+                          "request " + std::to_string(id)
+                            + ": this pool has no device to gather with");
+      return self->delegate(st.device, gather_atom::value, layer,
+                            std::move(t.blocks), t.num_tokens);
     },
     [&st](probe_atom, const std::vector<allocation_request>& reqs)
       -> caf::result<std::vector<std::uint64_t>> {

@@ -290,6 +290,24 @@ caf::error facade_core::write_kv_events(const std::string& path) {
   return caf::none;
 }
 
+caf::expected<std::uint64_t> facade_core::incarnation(request_slot& slot) {
+  if (slot.info.cache_id != 0)
+    return slot.info.cache_id;
+  if (auto known = slot.incarnation.load(std::memory_order_relaxed))
+    return known;
+  auto info = ask<request_info>(slot.actor, info_atom::value);
+  if (!info) {
+    if (info.error() == caf::sec::request_receiver_down)
+      return make_error(errc::invalid_handle,
+                        "request " + std::to_string(slot.info.request.id)
+                          + " has ended");
+    return std::move(info.error());
+  }
+  auto cache_id = std::get<0>(*info).cache_id;
+  slot.incarnation.store(cache_id, std::memory_order_relaxed);
+  return cache_id;
+}
+
 void facade_core::set_pressure_callback(std::function<void(memory_pressure)> f) {
   {
     auto& cb = *callback_;

@@ -117,6 +117,14 @@ public:
   /// A handle of the configured layout for `slot`.
   std::shared_ptr<kv_cache_handle> make_handle(std::shared_ptr<request_slot> slot);
 
+  /// The incarnation (the pool's cache id) of `slot`'s request, for calls
+  /// the facade sends the pool itself (drafts, a contiguous view's gather):
+  /// the handle actors do not relay them, so each live request's behavior
+  /// stays small. A slot made from a lookup or a fork knows it; one made
+  /// by allocate asks its handle actor once, then keeps it. Error:
+  /// invalid_handle once that actor is gone.
+  caf::expected<std::uint64_t> incarnation(request_slot& slot);
+
   /// Marks the request of handle actor `handle_id` ended. With `ended`
   /// (its ended event, not its actor's down), a slot made for it later -
   /// by a lookup or an allocate whose reply was already on its way - starts

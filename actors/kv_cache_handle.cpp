@@ -45,20 +45,22 @@ std::shared_ptr<std::uint8_t> snapshot_buffer(std::size_t bytes) {
 }
 
 /// Layer `layer` of the tokens `h`'s request holds, gathered from its
-/// blocks in one round trip: the handle actor hands the gather to the pool,
-/// which sends it to the device with the table as it is then, so the
-/// blocks are read before anyone they go to next can write them.
+/// blocks in one round trip: the pool sends the gather to the device with
+/// the table as it is then, so the blocks are read before anyone they go
+/// to next can write them.
 caf::expected<gathered_kv> gather_own(detail::facade_core& core,
                                       const kv_cache_handle& h,
                                       std::uint32_t layer) {
-  auto got = core.ask<gathered_kv>(h.actor(), gather_atom::value, layer);
+  auto cache_id = core.incarnation(*h.slot());
+  if (!cache_id)
+    return std::move(cache_id.error());
+  auto got = core.ask<gathered_kv>(core.cache().pool, gather_atom::value,
+                                   h.id(), *cache_id, layer);
   if (got)
     return std::move(std::get<0>(*got));
   auto& err = got.error();
   if (err.category() == error_category || err == caf::sec::request_timeout)
     return std::move(err); // the cache's own words; a timeout as promised
-  if (err == caf::sec::request_receiver_down)
-    return ended(h.id());
   return make_error(errc::device_failure,
                     "request " + std::to_string(h.id()) + ": gathering layer "
                       + std::to_string(layer)

@@ -47,24 +47,6 @@ caf::error through_handle(detail::facade_core& core, kv_cache_handle& handle,
   return err ? as_handle_error(std::move(err), handle.id()) : caf::none;
 }
 
-/// The incarnation `handle` serves: a slot made from a lookup or a fork
-/// knows it; one made by allocate asks its handle actor once (the first
-/// draft call), then keeps it.
-caf::expected<std::uint64_t> incarnation_of(detail::facade_core& core,
-                                            kv_cache_handle& handle) {
-  auto& slot = *handle.slot();
-  if (slot.info.cache_id != 0)
-    return slot.info.cache_id;
-  if (auto known = slot.incarnation.load(std::memory_order_relaxed))
-    return known;
-  auto info = core.ask<request_info>(handle.actor(), info_atom::value);
-  if (!info)
-    return as_handle_error(std::move(info.error()), handle.id());
-  auto cache_id = std::get<0>(*info).cache_id;
-  slot.incarnation.store(cache_id, std::memory_order_relaxed);
-  return cache_id;
-}
-
 /// A draft growth or settlement of `handle`'s incarnation, asked of the
 /// pool straight away (the handle actors do not relay these: each live
 /// request's behavior stays as small as it was). An ended incarnation
@@ -75,7 +57,7 @@ caf::error at_pool(detail::facade_core& core, kv_cache_handle& handle,
                    Atom atom, Ts&&... xs) {
   if (auto err = check_handle(core, handle))
     return err;
-  auto cache_id = incarnation_of(core, handle);
+  auto cache_id = core.incarnation(*handle.slot());
   if (!cache_id)
     return std::move(cache_id.error());
   return core.ask_done<block_table>(core.cache().pool, atom, handle.id(),

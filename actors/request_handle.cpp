@@ -226,13 +226,6 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
       return grow(self, n, std::move(tokens));
     },
 
-    [self](gather_atom, std::uint32_t layer) -> caf::result<gathered_kv> {
-      auto& st = self->state;
-      if (st.ending)
-        return ended_error(st);
-      return self->delegate(st.args.pool, gather_atom::value, st.id(),
-                            st.args.info.cache_id, layer);
-    },
     [self](stats_atom) -> caf::result<cache_handle_stats> {
       auto& st = self->state;
       if (st.ending)

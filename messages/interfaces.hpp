@@ -32,10 +32,6 @@ using request_handle_actor = caf::typed_actor<
   caf::replies_to<append_atom, std::vector<token_id>>::with<block_table>,
   // Its figures.
   caf::replies_to<stats_atom>::with<cache_handle_stats>,
-  // Its tokens of one layer, gathered contiguously (the pool's gather for
-  // its incarnation; the device replies). Errors: invalid_handle once it
-  // ended, invalid_request while swapped out, the device's.
-  caf::replies_to<gather_atom, std::uint32_t>::with<gathered_kv>,
   // What was allocated.
   caf::replies_to<info_atom>::with<request_info>,
   // Ends the request (as the manager's free); replies with blocks released.
@@ -156,8 +152,8 @@ using block_pool_actor = caf::typed_actor<
   // From a handle: its incarnation's table (request id, cache id). Error:
   // invalid_handle once that incarnation ended.
   caf::replies_to<table_atom, request_id, std::uint64_t>::with<block_table>,
-  // From a handle: its incarnation's tokens of one layer (request id, cache
-  // id, layer), gathered by the device, which replies. Forwarded to the
+  // An incarnation's tokens of one layer (request id, cache id, layer),
+  // gathered by the device, which replies: a contiguous view. Sent to the
   // device from here, with the table as it is now: whoever is given these
   // blocks later writes them through the device after this message, and
   // the device reads them before it writes them (block hazards). Errors:

@@ -1,4 +1,4 @@
-// A request's gather through its handle (what a contiguous view sends): the
+// A request's gather through the pool (what a contiguous view sends): the
 // pool passes it to the device with the table as it is then, so it reads
 // the request's bytes even if the blocks go to another request, which
 // writes them, before the device gets to it. And what a gather of a
@@ -37,10 +37,13 @@ BOOST_AUTO_TEST_CASE(a_gather_reads_its_blocks_before_their_next_owner_writes_th
   BOOST_REQUIRE(allocate(2, (cfg.num_gpu_blocks - 2) * cfg.block_size));
   auto want = gather(0, a->table);
   BOOST_REQUIRE(want);
-  // The gather goes through 1's handle and the pool to the device, which
-  // is held back: it has not read anything yet.
+  // The gather goes through the pool to the device, which is held back: it
+  // has not read anything yet.
+  auto info = lookup(1);
+  BOOST_REQUIRE(info);
   auto device = cache.device.address();
-  self->send(a->handle, gather_atom::value, std::uint32_t{0});
+  self->send(pool, gather_atom::value, request_id{1}, info->second.cache_id,
+             std::uint32_t{0});
   run_except(device);
   // Meanwhile 1 is freed and 3 gets its blocks and writes them (the write
   // queues at the device behind the gather).
@@ -93,7 +96,8 @@ BOOST_AUTO_TEST_CASE(a_gather_of_an_ended_incarnation_says_it_ended) {
   // A layer out of range is the device's to refuse.
   auto cur = lookup(1);
   BOOST_REQUIRE(cur);
-  auto bad = ask<gathered_kv>(cur->first, gather_atom::value, std::uint32_t{9});
+  auto bad = ask<gathered_kv>(pool, gather_atom::value, request_id{1},
+                              cur->second.cache_id, std::uint32_t{9});
   BOOST_TEST(says(bad, "invalid_request", ""), said(bad));
 }
 
@@ -103,14 +107,18 @@ BOOST_AUTO_TEST_SUITE(gathers_swapped)
 
 BOOST_AUTO_TEST_CASE(a_gather_of_a_swapped_out_request_says_so) {
   cache_fixture f{host_tier_config()};
-  auto a = f.allocate(1, 8);
-  BOOST_REQUIRE(a);
+  BOOST_REQUIRE(f.allocate(1, 8));
+  auto info = f.lookup(1);
+  BOOST_REQUIRE(info);
+  auto cache_id = info->second.cache_id;
   BOOST_REQUIRE(f.ask<std::uint32_t>(f.mgr, swap_out_atom::value, request_id{1}));
-  auto got = f.ask<gathered_kv>(a->handle, gather_atom::value, std::uint32_t{0});
+  auto got = f.ask<gathered_kv>(f.pool, gather_atom::value, request_id{1}, cache_id,
+                                std::uint32_t{0});
   BOOST_TEST(says(got, "invalid_request", "request 1 is swapped out: swap it in first"),
              said(got));
   BOOST_REQUIRE(f.ask<block_table>(f.mgr, swap_in_atom::value, request_id{1}));
-  auto back = f.ask<gathered_kv>(a->handle, gather_atom::value, std::uint32_t{0});
+  auto back = f.ask<gathered_kv>(f.pool, gather_atom::value, request_id{1}, cache_id,
+                                 std::uint32_t{0});
   BOOST_TEST(said(back) == "ok");
 }
 
