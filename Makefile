@@ -3,7 +3,9 @@
 #   make test   install what is missing (apt), build, run the whole suite
 BUILD ?= build
 JOBS ?= $(shell nproc)
-BUILD_TYPE ?= Release
+# Empty: Release for a new build directory (CMakeLists.txt), and whatever
+# an existing one was configured with.
+BUILD_TYPE ?=
 PACKAGES := cmake g++ make libcaf-dev libboost-test-dev nlohmann-json3-dev \
             libdlpack-dev prometheus-cpp-dev gnuplot-nox
 SUDO := $(shell [ "$$(id -u)" -eq 0 ] || echo sudo)
@@ -22,10 +24,11 @@ deps:
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-# Every time (a few seconds): a configure that failed or was interrupted
-# is redone, and BUILD_TYPE applies to an existing build directory too.
+# Every time (under a second): a configure that failed or was interrupted
+# is redone, and BUILD_TYPE, when given, applies to an existing build
+# directory too.
 configure: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+	cmake -S . -B $(BUILD) $(if $(BUILD_TYPE),-DCMAKE_BUILD_TYPE=$(BUILD_TYPE))
 
 build: configure
 	cmake --build $(BUILD) -j$(JOBS)

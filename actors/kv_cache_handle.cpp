@@ -61,6 +61,12 @@ caf::expected<gathered_kv> gather_own(detail::facade_core& core,
   auto& err = got.error();
   if (err.category() == error_category || err == caf::sec::request_timeout)
     return std::move(err); // the cache's own words; a timeout as promised
+  if (err == caf::sec::request_receiver_down) // the pool or the device went
+    return h.is_valid() ? make_error(errc::shutting_down,
+                                     "request " + std::to_string(h.id())
+                                       + ": the cache stopped during its "
+                                         "contiguous view")
+                        : ended(h.id());
   return make_error(errc::device_failure,
                     "request " + std::to_string(h.id()) + ": gathering layer "
                       + std::to_string(layer)

@@ -79,7 +79,8 @@ public:
   /// Views of layer `layer`'s keys, values, or both (leading dimension 2:
   /// K then V). nullopt when the storage is `none` (bookkeeping only).
   /// Errors: invalid_handle (request ended), invalid_request (layer out of
-  /// range; a contiguous view of a swapped-out request). A contiguous view
+  /// range; a contiguous view of a swapped-out request), shutting_down (the
+  /// cache stopped during a contiguous view's gather). A contiguous view
   /// is a snapshot of what the request held when the pool passed its gather
   /// to the device, whatever other threads do to the request meanwhile.
   /// With storage cuda a paged view points into the device pools, which

@@ -197,8 +197,9 @@ public:
 
   /// Appends every prefix-index change, from now on, to the file at `path`
   /// as JSON lines (metrics/kv_events.hpp): returns once the pool records
-  /// them, so a step() right after is in the file. Error: invalid_request if
-  /// the file cannot be opened.
+  /// them, so a step() right after has its events written (by a thread of
+  /// their own, soon after). Errors: invalid_request if the file cannot be
+  /// opened, shutting_down if the cache stopped first.
   caf::error write_kv_events(const std::string& path);
 
   /// The manager actor, for actor clients.

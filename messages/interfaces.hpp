@@ -154,9 +154,11 @@ using block_pool_actor = caf::typed_actor<
   caf::replies_to<table_atom, request_id, std::uint64_t>::with<block_table>,
   // An incarnation's tokens of one layer (request id, cache id, layer),
   // gathered by the device, which replies: a contiguous view. Sent to the
-  // device from here, with the table as it is now: whoever is given these
-  // blocks later writes them through the device after this message, and
-  // the device reads them before it writes them (block hazards). Errors:
+  // device from here, with the table as it is now: kvactor's writers of
+  // blocks given to someone later (slot writes, copies and swaps through
+  // the device actor) come after this message, and the device reads before
+  // it writes (block hazards). A writer into the pools' memory directly
+  // (paged views, layer_base) orders its own writes. Errors:
   // invalid_handle once that incarnation ended, invalid_request while its
   // blocks are in the host tier, the device's.
   caf::replies_to<gather_atom, request_id, std::uint64_t,

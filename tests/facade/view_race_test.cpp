@@ -199,8 +199,8 @@ BOOST_AUTO_TEST_CASE(a_contiguous_view_racing_a_swap_out_says_swapped_not_ended)
   auto& mgr = c.core->cache().manager;
   auto view = c.view_held_at_gather(h);
   // The swap-out's copy waits behind the held gather: it finishes after
-  // the gather, as the view reads its table again - or before. Either way
-  // the view must not call the request ended.
+  // the gather - or, queued before it, first. Either way the view must not
+  // call the request ended.
   auto swap = std::async(std::launch::async, [&] {
     return c.core->ask<std::uint32_t>(mgr, swap_out_atom::value, request_id{1});
   });

@@ -53,7 +53,7 @@ run)
   # Disabled by default (a sticky fault spoils the process's context):
   # named here, it runs, last of the suites.
   check cuda_fault_suite 45 .gpu/run.sh gpu_tests --run_test=cuda_fault_suite \
-    --log_level=message --color_output=no
+    --log_level=test_suite --color_output=no
   check gpu_bench 120 .gpu/run.sh gpu_bench 15
   check swap_stall 90 .gpu/run.sh swap_stall --storage cuda --scheduler-threads 1
   check slot_plan_bench 20 .gpu/run.sh slot_plan_bench
