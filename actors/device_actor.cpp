@@ -258,6 +258,11 @@ device_actor::behavior_type device_fun(device_ptr self,
                             + " bytes of keys and of values, got "
                             + std::to_string(w.keys.size()) + " and "
                             + std::to_string(w.values.size()));
+      // Checked before staging, as a gather is: a bad write must not leave
+      // a large pinned buffer behind (staging only grows).
+      if (auto err = detail::check_write(lay, w.layer, w.keys.data(),
+                                         w.values.data(), w.slots.data(), n))
+        return err;
       auto& st = self->state;
       if (!st.swapping_out.empty())
         drain(self); // swaps that ended but are not answered yet
