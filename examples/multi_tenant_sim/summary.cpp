@@ -85,6 +85,23 @@ std::string name_cell(const std::string& name, std::size_t width) {
   return text.substr(0, cut) + "\xE2\x80\xA6" + std::string(width - 1 - used, ' ');
 }
 
+/// "LABEL: a 3, b 1" and a newline: each tenant `cell` has words for (an
+/// empty string skips it), after its name.
+template <class Cell>
+void list_tenants(std::ostream& out, const std::string& label,
+                  const sim_outcome& r, Cell cell) {
+  out << label << ':';
+  const char* sep = " ";
+  for (auto& f : r.tenants) {
+    auto text = cell(f);
+    if (text.empty())
+      continue;
+    out << sep << printable(f.name) << ' ' << text;
+    sep = ", ";
+  }
+  out << '\n';
+}
+
 /// Speculative decoding's lines: the drafts' fate overall and per tenant,
 /// and the cache's own count beside the simulator's.
 void print_drafts(std::ostream& out, const scenario& s, const sim_outcome& r,
@@ -219,40 +236,26 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
                              : "")
       << ".\n Blocks: charged to the tenant, per step; overall: the pool's "
          "blocks in use)\n";
-  if (all.unadmitted > 0) {
-    // The delays above count admitted requests only; these waited longer.
-    out << "not admitted by the end:";
-    const char* sep = " ";
-    for (auto& f : r.tenants)
-      if (f.unadmitted > 0) {
-        out << sep << printable(f.name) << ' ' << f.unadmitted << " (waiting up to "
-            << f.unadmitted_wait << " steps)";
-        sep = ", ";
-      }
-    out << '\n';
-  }
-  if (all.in_progress > 0) {
-    // Admitted, not finished: with those above, every arrival is counted.
-    out << "in progress at the end (admitted, not finished):";
-    const char* sep = " ";
-    for (auto& f : r.tenants)
-      if (f.in_progress > 0) {
-        out << sep << printable(f.name) << ' ' << f.in_progress;
-        sep = ", ";
-      }
-    out << '\n';
-  }
-  if (all.turned_away > 0) {
-    out << "turned away, the queue full (max_waiting " << s.max_waiting
-        << "; counted in rej):";
-    const char* sep = " ";
-    for (auto& f : r.tenants)
-      if (f.turned_away > 0) {
-        out << sep << printable(f.name) << ' ' << f.turned_away;
-        sep = ", ";
-      }
-    out << '\n';
-  }
+  if (all.unadmitted > 0) // the delays above count admitted requests only
+    list_tenants(out, "not admitted by the end", r, [](const tenant_figures& f) {
+      return f.unadmitted == 0 ? std::string{}
+                               : std::to_string(f.unadmitted) + " (waiting up to "
+                                   + std::to_string(f.unadmitted_wait) + " steps)";
+    });
+  if (all.in_progress > 0) // with those above, every arrival is counted
+    list_tenants(out, "in progress at the end (admitted, not finished)", r,
+                 [](const tenant_figures& f) {
+                   return f.in_progress == 0 ? std::string{}
+                                             : std::to_string(f.in_progress);
+                 });
+  if (all.turned_away > 0)
+    list_tenants(out,
+                 "turned away, the queue full (max_waiting "
+                   + std::to_string(s.max_waiting) + "; counted in rej)",
+                 r, [](const tenant_figures& f) {
+                   return f.turned_away == 0 ? std::string{}
+                                             : std::to_string(f.turned_away);
+                 });
   out << '\n';
 
   auto at = steps_at_levels(r);
