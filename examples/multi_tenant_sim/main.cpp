@@ -8,9 +8,10 @@
 //                    [--print-default]
 //
 // Without --config it runs the embedded default scenario
-// (examples/scenarios/default.json). Exit status: 0 done, 1 the run failed,
-// 2 bad input (arguments or scenario), 130 interrupted by Ctrl-C, 143 by
-// SIGTERM (the report of what ran is still written).
+// (examples/scenarios/default.json). Exit status: 0 done, 1 the run failed
+// (the cache failed, a K/V read-back mismatched or the pool's invariant
+// broke), 2 bad input (arguments or scenario), 130 interrupted by Ctrl-C,
+// 143 by SIGTERM (the report of what ran is still written).
 #include <iostream>
 #include <string>
 #include <vector>
@@ -200,6 +201,11 @@ int main(int argc, char** argv) {
   std::cout << std::endl;
   if (!result.error.empty()) {
     std::cerr << "multi_tenant_sim: " << result.error << '\n';
+    return exit_failure;
+  }
+  // A run whose bytes or books came out wrong failed, however far it got.
+  if (auto why = failed_checks(result); !why.empty()) {
+    std::cerr << "multi_tenant_sim: " << why << '\n';
     return exit_failure;
   }
   return result.interrupted ? cli::interrupted_exit_status() : exit_ok;

@@ -16,6 +16,11 @@ namespace kvactor::sim {
 /// The per-tenant table, the overall row and a few lines about the pool.
 void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r);
 
+/// What the run's own checks found wrong: K/V read-backs that mismatched,
+/// the pool's invariant broken at the end. Empty when both held (or were
+/// not made); otherwise the run failed, whatever else it did.
+std::string failed_checks(const sim_outcome& r);
+
 /// Creates s.output_dir and checks that a file can be written there: called
 /// before a run, so that a long simulation never ends unable to report.
 /// The directories it made are added to `created` (innermost first), for

@@ -329,4 +329,15 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
     out << "warning: " << w << '\n';
 }
 
+std::string failed_checks(const sim_outcome& r) {
+  std::string why;
+  if (r.verify_failures > 0)
+    why = std::to_string(r.verify_failures) + " of "
+          + std::to_string(r.verify_checks) + " K/V read-backs mismatched";
+  if (!r.invariant_error.empty())
+    why += (why.empty() ? "" : "; ") + std::string("the pool's invariant broke: ")
+           + r.invariant_error;
+  return why;
+}
+
 } // namespace kvactor::sim

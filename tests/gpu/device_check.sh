@@ -1,11 +1,13 @@
 #!/bin/sh
-# device_check.sh: issue 3's GPU checks in one prepared go, sized for a lent
-# H200's time budget (the limits add up to 475 s, plus up to 10 s of kill
-# grace per check: about 9.5 minutes at worst; about 2 expected), logs kept.
+# device_check.sh: the GPU checks of issues 3 and 5 in one prepared go,
+# sized for a lent H200's time budget (the limits add up to 565 s, plus up
+# to 10 s of kill grace per check: about 11 minutes at worst; about 2.5
+# expected), logs kept.
 #
 #   here, after the build:   tests/gpu/device_check.sh bundle
-#       packs gpu_tests, gpu_bench, swap_stall and slot_plan_bench with the
-#       libraries the GPU machine lacks into .gpu/ (ignored; carry it)
+#       packs gpu_tests, gpu_bench, swap_stall, slot_plan_bench and
+#       multi_tenant_sim with the libraries the GPU machine lacks into .gpu/
+#       (ignored; carry it)
 #   on the GPU machine:      tests/gpu/device_check.sh run
 #       runs every check under a time limit, logs into $OUT (or ./gpu-logs)
 #       and a one-line-per-check summary.txt; exits non-zero if one failed
@@ -17,7 +19,8 @@ cd "$(dirname "$0")/../.."
 case "${1:-}" in
 bundle)
   exec ../shared/gpu/bundle.sh build/tests/gpu_tests build/bench/gpu_bench \
-    build/bench/swap_stall build/bench/slot_plan_bench
+    build/bench/swap_stall build/bench/slot_plan_bench \
+    build/examples/multi_tenant_sim
   ;;
 run)
   out=${OUT:-gpu-logs}
@@ -57,6 +60,16 @@ run)
   check gpu_bench 120 .gpu/run.sh gpu_bench 15
   check swap_stall 90 .gpu/run.sh swap_stall --storage cuda --scheduler-threads 1
   check slot_plan_bench 20 .gpu/run.sh slot_plan_bench
+  # The whole cache on cuda storage, end to end: every computed token's K/V
+  # written through the device actor, read back and compared every few
+  # steps (a mismatch or a broken invariant exits 1). The default scenario,
+  # then swap preemption (swap-outs and -ins through pinned memory), then
+  # speculative decoding (drafts written, rejected ones overwritten).
+  for scenario in default swap speculative; do
+    check "sim_$scenario" 30 .gpu/run.sh multi_tenant_sim \
+      --config "examples/scenarios/$scenario.json" --storage cuda \
+      --out "$out/sim_$scenario" --no-progress
+  done
   cat "$out/summary.txt"
   exit $status
   ;;

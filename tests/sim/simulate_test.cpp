@@ -124,6 +124,23 @@ BOOST_AUTO_TEST_CASE(a_run_on_host_storage_reads_back_what_it_wrote) {
   auto& m = s.cache.model;
   BOOST_TEST(r.tokens_written > 0u);
   BOOST_TEST(r.bytes_written == 2 * r.tokens_written * m.num_kv_heads * m.head_dim * 2);
+  BOOST_TEST(failed_checks(r) == "");
+}
+
+BOOST_AUTO_TEST_CASE(a_mismatched_read_back_or_a_broken_invariant_fails_the_run) {
+  // main exits 1 on what failed_checks names, after writing the reports.
+  sim_outcome r;
+  r.verify_checks = 40;
+  BOOST_TEST(failed_checks(r) == "");
+  r.verify_failures = 3;
+  BOOST_TEST(failed_checks(r) == "3 of 40 K/V read-backs mismatched");
+  r.invariant_error = "block 7 is free and owned";
+  BOOST_TEST(failed_checks(r)
+             == "3 of 40 K/V read-backs mismatched; the pool's invariant "
+                "broke: block 7 is free and owned");
+  r.verify_failures = 0;
+  BOOST_TEST(failed_checks(r)
+             == "the pool's invariant broke: block 7 is free and owned");
 }
 
 BOOST_AUTO_TEST_CASE(swapped_requests_come_back_with_their_bytes) {
