@@ -48,6 +48,7 @@
 #include "kvactor/actors/kv_cache_manager.hpp"
 #include "kvactor/messages/error.hpp"
 #include "bench_cache.hpp"
+#include "bench_options.hpp"
 #include "bookkeeping_config.hpp"
 #include "latency_summary.hpp"
 
@@ -63,29 +64,32 @@ int main(int argc, char** argv) {
   std::size_t shared_prefix = 0;
   std::size_t live_target = 0;
   std::size_t probe_window = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string arg = argv[i];
-    if (arg == "--requests")
-      requests = std::stoul(argv[i + 1]);
-    else if (arg == "--extends")
-      extends = std::stoul(argv[i + 1]);
-    else if (arg == "--scheduler-threads")
-      threads = static_cast<std::uint32_t>(std::stoul(argv[i + 1]));
-    else if (arg == "--prompt-len")
-      prompt_len = std::stoul(argv[i + 1]);
-    else if (arg == "--shared-prefix")
-      shared_prefix = std::stoul(argv[i + 1]);
-    else if (arg == "--live")
-      live_target = std::stoul(argv[i + 1]);
-    else if (arg == "--probe")
-      probe_window = std::stoul(argv[i + 1]);
-    else {
-      std::cerr << "usage: facade_latency [--requests N] [--extends K] "
-                   "[--scheduler-threads T] [--prompt-len P] "
-                   "[--shared-prefix S] [--live L] [--probe W]\n";
-      return 2;
-    }
-  }
+  using kvactor::bench::count;
+  if (!kvactor::bench::parse_options(
+        argc, argv,
+        "usage: facade_latency [--requests N] [--extends K] "
+        "[--scheduler-threads T] [--prompt-len P] [--shared-prefix S] "
+        "[--live L] [--probe W]\n",
+        [&](const std::string& arg, const std::string& v) {
+          if (arg == "--requests")
+            requests = count(v);
+          else if (arg == "--extends")
+            extends = count(v);
+          else if (arg == "--scheduler-threads")
+            threads = static_cast<std::uint32_t>(count(v));
+          else if (arg == "--prompt-len")
+            prompt_len = count(v);
+          else if (arg == "--shared-prefix")
+            shared_prefix = count(v);
+          else if (arg == "--live")
+            live_target = count(v);
+          else if (arg == "--probe")
+            probe_window = count(v);
+          else
+            return false;
+          return true;
+        }))
+    return 2;
   if (shared_prefix > prompt_len) {
     std::cerr << "facade_latency: --shared-prefix " << shared_prefix
               << " is longer than --prompt-len " << prompt_len << '\n';

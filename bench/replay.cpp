@@ -1,9 +1,12 @@
 // replay: REPLAY.md's bookkeeping benchmark. Replays a trace through the
-// cache in two modes - through the blocking facade, one call per operation,
-// and through the batched step message sent by a scheduler that is itself an
-// actor - and prints one JSON line per mode. Both modes make the same
-// decisions (bench/replay_scheduler.hpp), so their hit rates and preemption
-// counts agree; only the cost of reaching the cache differs.
+// cache in the two modes issue 5 asks for - through the blocking facade, one
+// call per operation, and through the batched step message sent by a
+// scheduler that is itself an actor - and a third, `core`, the pool's
+// CAF-free core called directly (the floor under both); prints one JSON
+// line per mode. Every mode makes the same decisions
+// (bench/replay_scheduler.hpp), so their hit rates and preemption counts
+// agree; only the cost of reaching the cache differs. Without --mode it
+// runs step, then facade ("both").
 //
 // The pool is the trace header's num_blocks (or --num-blocks) less one,
 // which vLLM's BlockPool keeps back as its null block: REPLAY.md's

@@ -17,6 +17,7 @@
 
 #include "kvactor/actors/block_pool_core.hpp"
 #include "kvactor/messages/error.hpp"
+#include "bench_options.hpp"
 
 using namespace kvactor;
 
@@ -173,19 +174,21 @@ int main(int argc, char** argv) {
   std::uint64_t steps = 3000;
   std::uint64_t seed = 1;
   std::uint64_t quota = 2048; // the batch tenant's max_blocks: half the pool
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string arg = argv[i];
-    if (arg == "--steps")
-      steps = std::stoull(argv[i + 1]);
-    else if (arg == "--seed")
-      seed = std::stoull(argv[i + 1]);
-    else if (arg == "--batch-quota")
-      quota = std::stoull(argv[i + 1]);
-    else {
-      std::cerr << "usage: retention [--steps N] [--seed S] [--batch-quota B]\n";
-      return 2;
-    }
-  }
+  using kvactor::bench::count;
+  if (!kvactor::bench::parse_options(
+        argc, argv, "usage: retention [--steps N] [--seed S] [--batch-quota B]\n",
+        [&](const std::string& arg, const std::string& v) {
+          if (arg == "--steps")
+            steps = count(v);
+          else if (arg == "--seed")
+            seed = count(v, UINT64_MAX);
+          else if (arg == "--batch-quota")
+            quota = count(v);
+          else
+            return false;
+          return true;
+        }))
+    return 2;
   auto calm = make_arrivals(steps, false, seed);
   auto bursty = make_arrivals(steps, true, seed);
   double rate[2][2]; // [priorities][burst]

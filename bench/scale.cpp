@@ -39,6 +39,7 @@
 #include "kvactor/actors/request_handle.hpp"
 #include "kvactor/messages/error.hpp"
 #include "bench_cache.hpp"
+#include "bench_options.hpp"
 
 using namespace kvactor;
 using clock_type = std::chrono::steady_clock;
@@ -157,29 +158,33 @@ int main(int argc, char** argv) {
   std::size_t rounds = 5;
   std::uint32_t churn_percent = 10;
   std::uint32_t threads = 0;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string arg = argv[i];
-    if (arg == "--sizes") {
-      sizes.clear();
-      std::stringstream in{argv[i + 1]};
-      for (std::string tok; std::getline(in, tok, ',');)
-        sizes.push_back(std::stoul(tok));
-    } else if (arg == "--blocks") {
-      blocks = std::stoull(argv[i + 1]);
-    } else if (arg == "--ops") {
-      ops = std::stoul(argv[i + 1]);
-    } else if (arg == "--rounds") {
-      rounds = std::max<std::size_t>(1, std::stoul(argv[i + 1]));
-    } else if (arg == "--churn-percent") {
-      churn_percent = static_cast<std::uint32_t>(std::stoul(argv[i + 1]));
-    } else if (arg == "--scheduler-threads") {
-      threads = static_cast<std::uint32_t>(std::stoul(argv[i + 1]));
-    } else {
-      std::cerr << "usage: scale [--sizes A,B,C] [--blocks N] [--ops N] "
-                   "[--rounds R] [--churn-percent P] [--scheduler-threads T]\n";
-      return 2;
-    }
-  }
+  using kvactor::bench::count;
+  if (!kvactor::bench::parse_options(
+        argc, argv,
+        "usage: scale [--sizes A,B,C] [--blocks N] [--ops N] [--rounds R] "
+        "[--churn-percent P] [--scheduler-threads T]\n",
+        [&](const std::string& arg, const std::string& v) {
+          if (arg == "--sizes") {
+            sizes.clear();
+            std::stringstream in{v};
+            for (std::string tok; std::getline(in, tok, ',');)
+              sizes.push_back(count(tok));
+          } else if (arg == "--blocks") {
+            blocks = count(v, UINT64_MAX);
+          } else if (arg == "--ops") {
+            ops = count(v);
+          } else if (arg == "--rounds") {
+            rounds = std::max<std::size_t>(1, count(v));
+          } else if (arg == "--churn-percent") {
+            churn_percent = static_cast<std::uint32_t>(count(v));
+          } else if (arg == "--scheduler-threads") {
+            threads = static_cast<std::uint32_t>(count(v));
+          } else {
+            return false;
+          }
+          return true;
+        }))
+    return 2;
   if (churn_percent > 100) {
     std::cerr << "scale: --churn-percent " << churn_percent
               << " is more than 100\n";

@@ -24,6 +24,7 @@
 #include "kvactor/device/hazards.hpp"
 #include "kvactor/device/slot_plan.hpp"
 #include "kvactor/device/validate.hpp"
+#include "bench_options.hpp"
 
 using namespace kvactor;
 
@@ -64,20 +65,21 @@ int main(int argc, char** argv) {
   l.head_dim = 128;
   std::size_t tokens = 4096;
   int runs = 2000;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    auto v = std::strtoull(argv[i + 1], nullptr, 10);
-    if (std::strcmp(argv[i], "--blocks") == 0)
-      l.num_blocks = static_cast<std::uint32_t>(v);
-    else if (std::strcmp(argv[i], "--tokens") == 0)
-      tokens = v;
-    else if (std::strcmp(argv[i], "--runs") == 0)
-      runs = static_cast<int>(v);
-    else {
-      std::fprintf(stderr, "usage: slot_plan_bench [--blocks N] [--tokens N] "
-                           "[--runs N]\n");
-      return 2;
-    }
-  }
+  using kvactor::bench::count;
+  if (!kvactor::bench::parse_options(
+        argc, argv, "usage: slot_plan_bench [--blocks N] [--tokens N] [--runs N]\n",
+        [&](const std::string& arg, const std::string& v) {
+          if (arg == "--blocks")
+            l.num_blocks = static_cast<std::uint32_t>(count(v));
+          else if (arg == "--tokens")
+            tokens = count(v);
+          else if (arg == "--runs")
+            runs = static_cast<int>(count(v, INT32_MAX));
+          else
+            return false;
+          return true;
+        }))
+    return 2;
   if (l.num_blocks == 0 || runs < 1
       || tokens > std::size_t{l.num_blocks} * l.block_size) {
     std::fprintf(stderr, "slot_plan_bench: need 0 < tokens <= blocks * 16\n");

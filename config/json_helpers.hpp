@@ -1,5 +1,6 @@
-// Helpers of the JSON readers: kvactor's config (parse_config.cpp) and the
-// simulator's scenarios share them so that both word their errors alike.
+// Helpers of the JSON readers: kvactor's config (parse_config.cpp), the
+// simulator's scenarios and the replay's traces share them so that all
+// word their errors alike.
 // Internal (namespace detail).
 #pragma once
 

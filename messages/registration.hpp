@@ -1,7 +1,8 @@
 // Registers kvactor's message types and error category with an actor system
 // config. Call it on every config whose system runs kvactor actors or talks
 // to them (both ends of a remote connection): an unregistered type is not a
-// compile error, the peer just receives an empty message.
+// compile error, the peer just receives an empty message. Also
+// tune_for_latency: the CAF settings configure() applies with it.
 #pragma once
 
 namespace caf {
