@@ -352,7 +352,20 @@ bool cuda_storage::done(ticket t) {
   return all_done;
 }
 
+// Once the storage failed, the waits still wait for the ticket's work, for
+// the reason done() queries: an error that is not sticky leaves work queued
+// before it running, and answered early, the op's blocks would go to others
+// while its copy still wrote them. After a sticky error the wait ends at
+// once. Then the failure is reported.
+caf::error cuda_storage::failed_after(int wait_result) {
+  if (wait_result != 0)
+    cudaGetLastError(); // not this thread's next launch's error
+  return device_failure(failed_);
+}
+
 caf::error cuda_storage::wait(ticket t) {
+  if (!failed_.empty())
+    return failed_after(tickets_.sync(t));
   if (auto err = usable())
     return err;
   if (auto err = tickets_.sync(t))
@@ -370,6 +383,8 @@ bool cuda_storage::finished(ticket t) {
 }
 
 caf::error cuda_storage::wait_one(ticket t) {
+  if (!failed_.empty())
+    return failed_after(tickets_.sync_one(t));
   if (auto err = usable())
     return err;
   if (auto err = tickets_.sync_one(t))
@@ -380,20 +395,26 @@ caf::error cuda_storage::wait_one(ticket t) {
 caf::error cuda_storage::wait_one_for(ticket t, std::chrono::nanoseconds limit,
                                       bool& timed_out) {
   timed_out = false;
-  if (auto err = usable())
-    return err;
+  // Failed already: waits all the same (see failed_after), then reports it.
+  const bool failed = !failed_.empty();
+  if (!failed)
+    if (auto err = usable())
+      return err;
+  auto outcome = [&]() -> caf::error {
+    return failed ? device_failure(failed_) : caf::error{};
+  };
   using clock = std::chrono::steady_clock;
   auto start = clock::now();
   for (;;) {
     bool complete = false;
     if (auto err = tickets_.poll_one(t, complete))
-      return fail(err, "cudaEventQuery");
+      return failed ? failed_after(err) : fail(err, "cudaEventQuery");
     if (complete)
-      return caf::none;
+      return outcome();
     auto waited = clock::now() - start;
     if (waited >= limit) {
       timed_out = true;
-      return caf::none;
+      return outcome();
     }
     if (waited < std::chrono::milliseconds{1})
       std::this_thread::yield();

@@ -58,6 +58,9 @@ device_buffer::device_buffer(std::size_t n) : size(n) {
 }
 
 device_buffer::~device_buffer() {
+  // A kernel on the storage's streams may still read or write it: cudaFree
+  // waits for the device in practice, but that is not promised.
+  cudaDeviceSynchronize();
   cudaFree(data);
 }
 
