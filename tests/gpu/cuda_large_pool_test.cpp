@@ -1,13 +1,17 @@
-// The cuda backend on a pool whose planes are wider than 2^31 bytes (4.6 GB
-// in all): every operation on blocks past byte 2^31 of their plane (past
-// 2^32 for V), where 32-bit offsets would wrap and the swap must take its
-// batched copies (a plane wider than cudaDevAttrMaxPitch). Only the blocks
-// touched are compared, against a host backend holding just those.
+// The cuda backend on pools past 4 GiB, two ways: planes wider than 2^31
+// bytes (4.6 GB in all: every operation on blocks past byte 2^31 of their
+// plane, past 2^32 for V, where 32-bit offsets would wrap, and the swap must
+// take its batched copies, a plane being wider than cudaDevAttrMaxPitch);
+// and eight planes under that pitch (4.5 GB: the swap's 2D copies, whose
+// last rows end past 2^32). Only the blocks touched are compared, against a
+// host backend holding just those.
 #include "twin.hpp"
 
 #if KVACTOR_HAVE_CUDA
 
+#include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include <cuda_runtime_api.h>
 
@@ -20,24 +24,32 @@ namespace {
 
 /// 1 layer of 70,000 blocks of 16 tokens x 8 heads x 128 fp16 (32 KiB):
 /// planes of 2,293,760,000 bytes, block 65,536 starts at byte 2^31.
-storage_layout large_layout() {
+storage_layout wide_planes() {
   return make_layout(1, 70000, 16, 8, 128, dtype::fp16, 64);
+}
+
+/// 4 layers of 17,000 such blocks: 8 planes of 557,056,000 bytes, under the
+/// maximum pitch; the last (layer 3's V) starts at byte 3.9e9, and its
+/// blocks past 4,126 end past 2^32.
+storage_layout many_planes() {
+  return make_layout(4, 17000, 16, 8, 128, dtype::fp16, 64);
 }
 
 constexpr std::size_t num_touched = 48;
 
-/// The device blocks the case touches, all above 65,536: a run of 8 at the
-/// bottom, 32 random ones, a run of 8 ending at the last block. Host
+/// The device blocks a case touches, all from `lowest` up: a run of 8 at
+/// the bottom, 32 random ones, a run of 8 ending at the last block. Host
 /// reference block i stands for touched[i].
-std::vector<block_id> touched_blocks(std::mt19937_64& rng) {
+std::vector<block_id> touched_blocks(std::mt19937_64& rng, block_id lowest,
+                                     block_id num_blocks) {
   std::vector<block_id> t;
-  for (block_id b = 65537; b < 65545; ++b)
+  for (block_id b = lowest; b < lowest + 8; ++b)
     t.push_back(b);
-  std::vector<block_id> middle(69992 - 65545);
-  std::iota(middle.begin(), middle.end(), block_id{65545});
+  std::vector<block_id> middle(num_blocks - 8 - (lowest + 8));
+  std::iota(middle.begin(), middle.end(), block_id(lowest + 8));
   std::shuffle(middle.begin(), middle.end(), rng);
   t.insert(t.end(), middle.begin(), middle.begin() + 32);
-  for (block_id b = 69992; b < 70000; ++b)
+  for (block_id b = num_blocks - 8; b < num_blocks; ++b)
     t.push_back(b);
   return t;
 }
@@ -59,7 +71,9 @@ struct large_pool_fits {
                   << ": skipped";
       return r;
     }
-    const auto need = large_layout().device_bytes() + (std::size_t{1} << 30);
+    const auto need = std::max(wide_planes().device_bytes(),
+                               many_planes().device_bytes())
+                      + (std::size_t{1} << 30);
     if (free_bytes < need) {
       r.message() << "the device has " << free_bytes << " bytes free, a pool "
                   << "past 2^31 bytes per plane needs " << need << ": skipped";
@@ -98,14 +112,12 @@ bool touched_match(storage& cuda, storage& host,
   return true;
 }
 
-} // namespace
-
-BOOST_AUTO_TEST_SUITE(cuda_large_pool_suite,
-                      *boost::unit_test::precondition(large_pool_fits{}))
-
-BOOST_AUTO_TEST_CASE(blocks_past_2_pow_31_bytes_per_plane_match_host_backend) {
+/// Every operation on the touched blocks (from `lowest` up) of a `big`
+/// pool, against the host backend; `batched` says which swap path the
+/// pool's planes should take (checked against the device's maximum pitch).
+void check_large_pool(const storage_layout& big, block_id lowest,
+                      bool batched) {
   std::mt19937_64 rng{test_seed()};
-  const auto big = large_layout();
   auto small = big;
   small.num_blocks = num_touched;
   storage_options opts;
@@ -123,16 +135,18 @@ BOOST_AUTO_TEST_CASE(blocks_past_2_pow_31_bytes_per_plane_match_host_backend) {
   BOOST_REQUIRE(cudaDeviceGetAttribute(&max_pitch, cudaDevAttrMaxPitch, 0)
                 == cudaSuccess);
   const auto plane = std::size_t{big.num_blocks} * big.block_bytes();
-  BOOST_TEST_MESSAGE("planes of " << plane << " bytes, max pitch " << max_pitch
-                     << (plane > static_cast<std::size_t>(max_pitch)
-                           ? ": swaps take the batched copies"
-                           : ": swaps take 2D copies (batched path untested)"));
+  const bool wide = plane > static_cast<std::size_t>(max_pitch);
+  BOOST_TEST_MESSAGE(big.num_layers << " layers, planes of " << plane
+                     << " bytes, max pitch " << max_pitch
+                     << (wide ? ": swaps take the batched copies"
+                              : ": swaps take 2D copies"));
+  BOOST_TEST(wide == batched, "the swap path this case is for");
 
   // The same random bytes in the touched blocks and both host tiers.
-  const auto touched = touched_blocks(rng);
+  const auto touched = touched_blocks(rng, lowest, big.num_blocks);
   const auto bb = big.block_bytes();
   fill_random(host.layer_base(0), small.device_bytes(), rng);
-  for (std::uint32_t q = 0; q < 2; ++q)
+  for (std::uint32_t q = 0; q < 2 * big.num_layers; ++q)
     for (std::size_t i = 0; i < num_touched; ++i)
       BOOST_REQUIRE(cudaMemcpy(block_at(cuda, q, touched[i]),
                                block_at(host, q, block_id(i)), bb,
@@ -180,9 +194,12 @@ BOOST_AUTO_TEST_CASE(blocks_past_2_pow_31_bytes_per_plane_match_host_backend) {
   device_buffer dkv{kv.size()};
   dkv.upload(kv);
   auto in = static_cast<std::uint8_t*>(dkv.data);
-  expect_ok(host.write_slots(0, kv.data(), kv.data() + n * row, hs.data(), n),
+  // The top layer: its V plane is the pool's last.
+  const auto top = big.num_layers - 1;
+  expect_ok(host.write_slots(top, kv.data(), kv.data() + n * row, hs.data(), n),
             "host write");
-  expect_ok(cuda.write_slots(0, in, in + n * row, cs.data(), n), "cuda write");
+  expect_ok(cuda.write_slots(top, in, in + n * row, cs.data(), n),
+            "cuda write");
   // In: host 56-63 to 0-7 (a run), random host blocks 8-55 to 8-15.
   auto back = shuffled(48, rng);
   std::vector<block_move> hi, ci;
@@ -205,9 +222,9 @@ BOOST_AUTO_TEST_CASE(blocks_past_2_pow_31_bytes_per_plane_match_host_backend) {
   device_buffer dk{size}, dv{size};
   dk.upload(hk);
   dv.upload(hv);
-  expect_ok(host.gather_blocks(0, hb, tokens, hk.data(), hv.data()),
+  expect_ok(host.gather_blocks(top, hb, tokens, hk.data(), hv.data()),
             "host gather");
-  auto last = cuda.gather_blocks(0, cb, tokens, dk.data, dv.data);
+  auto last = cuda.gather_blocks(top, cb, tokens, dk.data, dv.data);
   expect_ok(last, "cuda gather");
 
   BOOST_REQUIRE(!cuda.wait(*last));
@@ -217,6 +234,19 @@ BOOST_AUTO_TEST_CASE(blocks_past_2_pow_31_bytes_per_plane_match_host_backend) {
              == 0);
   BOOST_TEST((dk.download() == hk));
   BOOST_TEST((dv.download() == hv));
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(cuda_large_pool_suite,
+                      *boost::unit_test::precondition(large_pool_fits{}))
+
+BOOST_AUTO_TEST_CASE(blocks_past_2_pow_31_bytes_per_plane_match_host_backend) {
+  check_large_pool(wide_planes(), 65537, true);
+}
+
+BOOST_AUTO_TEST_CASE(two_d_swap_copies_ending_past_2_pow_32_match_host_backend) {
+  check_large_pool(many_planes(), 16000, false);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
