@@ -262,16 +262,58 @@ std::uint64_t block_pool_core::pinned_cached_blocks() const noexcept {
 }
 
 std::uint32_t block_pool_core::expire_pins(std::uint64_t now_ms) {
-  std::uint32_t done = 0;
-  for (std::size_t i = 0; i < pinned_.size();) {
-    if (pin_until_[pinned_[i]] > now_ms) {
-      ++i;
-      continue;
+  // The expired pins go deepest first, as unpin and give_way let them go:
+  // each joins the LRU's most recently used end, so eviction takes a chain
+  // from its tail and what stays cached is still a prefix a lookup reaches.
+  // pinned_'s order is no chain order (unpin_at moves its last entry), and
+  // taken in that order a chain's root could go first and be evicted first.
+  // A block's descendants expire no later than it (a pin takes every block
+  // from the start, and keeps the longest time), so the depth that orders
+  // them is the count of expired ancestors; ties by block id.
+  std::vector<std::pair<std::uint64_t, block_id>> expired; // hash.lo, block
+  for (auto b : pinned_)
+    if (pin_until_[b] <= now_ms)
+      expired.emplace_back(blocks_[b].hash.lo, b);
+  if (expired.empty())
+    return 0;
+  std::sort(expired.begin(), expired.end());
+  constexpr auto none = static_cast<std::size_t>(-1);
+  auto expired_parent = [&](std::size_t i) {
+    auto h = parent_[expired[i].second];
+    auto j = std::lower_bound(expired.begin(), expired.end(),
+                              std::make_pair(h, block_id{0}));
+    return j != expired.end() && j->first == h
+             ? static_cast<std::size_t>(j - expired.begin())
+             : none;
+  };
+  // Each depth once: up from a block to the first whose depth is known (or
+  // to a root), then down again.
+  constexpr auto unknown = static_cast<std::uint32_t>(-1);
+  std::vector<std::uint32_t> depth(expired.size(), unknown);
+  std::vector<std::size_t> path;
+  for (std::size_t i = 0; i < expired.size(); ++i) {
+    std::uint32_t d = 0;
+    for (auto j = i; depth[j] == unknown;) {
+      path.push_back(j);
+      j = expired_parent(j);
+      if (j == none || path.size() > expired.size()) // a root (or a cycle,
+        break;                                         // were hashes to collide)
+      if (depth[j] != unknown)
+        d = depth[j] + 1;
     }
-    unpin_at(i); // puts the last pin at i
-    ++done;
+    for (auto k = path.rbegin(); k != path.rend(); ++k)
+      depth[*k] = d++;
+    path.clear();
   }
-  return done;
+  std::vector<std::pair<std::uint32_t, block_id>> order; // depth, block
+  for (std::size_t i = 0; i < expired.size(); ++i)
+    order.emplace_back(depth[i], expired[i].second);
+  std::sort(order.begin(), order.end(), [](auto& a, auto& b) {
+    return a.first != b.first ? a.first > b.first : a.second < b.second;
+  });
+  for (auto& o : order)
+    unpin_at(pin_pos_[o.second]);
+  return static_cast<std::uint32_t>(order.size());
 }
 
 } // namespace kvactor::detail

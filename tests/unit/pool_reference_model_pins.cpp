@@ -66,22 +66,30 @@ pool_model::pin(std::uint16_t t, const std::vector<token_id>& tokens,
 }
 
 std::uint32_t pool_model::expire_pins(std::uint64_t now_ms) {
-  std::uint32_t done = 0;
-  for (std::size_t i = 0; i < pinned_.size();) {
-    auto& m = blocks_[pinned_[i]];
-    if (m.pin_until > now_ms) {
-      ++i;
-      continue;
-    }
-    m.pinned = false;
-    m.pin_until = 0;
-    if (m.st == state::cached)
-      lru_[m.level].push_back(pinned_[i]);
-    pinned_[i] = pinned_.back();
-    pinned_.pop_back();
-    ++done;
-  }
-  return done;
+  // Deepest first - depth: how many of the expired blocks' keys are a
+  // prefix of its own -, then by block id; each joins its LRU level's most
+  // recently used end, so eviction takes an expired chain from its tail.
+  std::vector<block_id> expired;
+  for (auto b : pinned_)
+    if (blocks_[b].pin_until <= now_ms)
+      expired.push_back(b);
+  auto ancestor = [&](block_id a, block_id b) { // a's key a proper prefix of b's
+    auto& ka = *blocks_[a].key;
+    auto& kb = *blocks_[b].key;
+    return ka.first == kb.first && ka.second.size() < kb.second.size()
+           && std::equal(ka.second.begin(), ka.second.end(), kb.second.begin());
+  };
+  std::vector<std::pair<std::size_t, block_id>> order; // depth, block
+  for (auto b : expired)
+    order.emplace_back(std::count_if(expired.begin(), expired.end(),
+                                     [&](block_id a) { return ancestor(a, b); }),
+                       b);
+  std::sort(order.begin(), order.end(), [](auto& x, auto& y) {
+    return x.first != y.first ? x.first > y.first : x.second < y.second;
+  });
+  for (auto& o : order)
+    drop_pin(o.second);
+  return static_cast<std::uint32_t>(order.size());
 }
 
 void pool_model::give_way(const std::vector<block_id>& table) {

@@ -58,6 +58,25 @@ BOOST_AUTO_TEST_CASE(unpinning_a_whole_pinned_prefix_makes_it_evictable_tail_fir
   BOOST_TEST(pool().unpin(0, p).value() == 0u);
 }
 
+BOOST_AUTO_TEST_CASE(expired_pins_go_deepest_first_as_unpinned_ones_do) {
+  // The pool keeps its pins in no chain order (one that goes moves the
+  // last into its place): taken in that order, p's root and q's tail would
+  // reach the LRU first, and the first eviction cut p off at its root.
+  auto p = run(10, 13);
+  auto q = run(50, 13);
+  cached(16, 8, {p, q});
+  BOOST_TEST(pool().pin(0, p, 1000, 0).value() == 3u);
+  BOOST_TEST(pool().pin(0, q, 1000, 0).value() == 3u);
+  BOOST_TEST(pool().expire_pins(999) == 0u);
+  BOOST_TEST(pool().expire_pins(1000) == 6u);
+  BOOST_TEST(pool().pinned_blocks() == 0u);
+  BOOST_TEST(invariant(pool()) == "ok");
+  // Both tails first: each chain keeps a prefix a lookup reaches.
+  BOOST_TEST(pool().evict(2) == 2u);
+  BOOST_TEST(alloc(prompt_req(1, p)) == 8u);
+  BOOST_TEST(alloc(prompt_req(2, q)) == 8u);
+}
+
 BOOST_AUTO_TEST_CASE(unpinned_blocks_rejoin_the_lru_at_its_recent_end_as_expiry_does) {
   auto p = run(10, 13);
   auto q = run(50, 9);
