@@ -439,9 +439,13 @@ spawn_block_pool(caf::actor_system& sys, const cache_config& cfg,
   try {
     core = std::make_shared<block_pool_core>(cfg, num_blocks);
   } catch (const std::bad_alloc&) {
+    // Named after the larger share (the simulator points at its line).
     return make_error(errc::invalid_config,
-                      "num_gpu_blocks: no host memory for the block pool's "
-                      "bookkeeping of "
+                      std::string{cfg.num_host_blocks > num_blocks
+                                    ? "num_host_blocks"
+                                    : "num_gpu_blocks"}
+                        + ": no host memory for the block pool's "
+                          "bookkeeping of "
                         + std::to_string(num_blocks) + " device and "
                         + std::to_string(cfg.num_host_blocks) + " host blocks");
   }

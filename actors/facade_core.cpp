@@ -8,6 +8,7 @@
 #include <caf/system_messages.hpp>
 
 #include <fstream>
+#include <sys/stat.h>
 #include <unordered_set>
 #include <vector>
 
@@ -92,7 +93,8 @@ void facade_core::stop() {
       return;
     stopped_ = true;
     relay = relay_;
-    writers = writers_;
+    for (auto& w : writers_)
+      writers.push_back(w.actor);
   }
   stop_known_.notify_all(); // no reason is coming now
   caf::anon_send_exit(cache_.manager, caf::exit_reason::user_shutdown);
@@ -256,29 +258,38 @@ void facade_core::invalidate_all(bool manager_gone) {
 
 caf::error facade_core::write_kv_events(const std::string& path) {
   auto out = std::make_shared<std::ofstream>(path, std::ios::app);
-  if (!*out)
+  struct stat st {};
+  if (!*out || ::stat(path.c_str(), &st) != 0)
     return make_error(errc::invalid_request,
                       "write_kv_events: cannot open " + path);
-  // A detached actor: file I/O never blocks the scheduler's workers.
-  auto writer = sys_.spawn<caf::detached>(
-    [out, manager = cache_.manager](caf::event_based_actor* self) -> caf::behavior {
-      self->monitor(manager);
-      self->set_down_handler([self](const caf::down_msg&) { self->quit(); });
-      return {
-        [out](kv_event_atom, const kv_event_batch& batch) {
-          *out << to_json(batch).dump(-1, ' ', false,
-                                      nlohmann::json::error_handler_t::replace)
-               << '\n';
-          out->flush();
-        },
-      };
-    });
-  caf::anon_send(cache_.manager, subscribe_atom::value, topic::kv_events,
-                 writer);
-  {
-    std::lock_guard<std::mutex> guard{mtx_};
-    writers_.push_back(writer);
+  // One writer per file, however it is named: a second would write every
+  // event again. Checked and recorded under one lock, so two calls racing
+  // for one file make one writer.
+  std::unique_lock<std::mutex> lock{mtx_};
+  bool known = false;
+  for (auto& w : writers_)
+    known = known || (w.device == st.st_dev && w.inode == st.st_ino);
+  if (!known) {
+    // A detached actor: file I/O never blocks the scheduler's workers.
+    auto writer = sys_.spawn<caf::detached>(
+      [out, manager = cache_.manager](caf::event_based_actor* self) -> caf::behavior {
+        self->monitor(manager);
+        self->set_down_handler([self](const caf::down_msg&) { self->quit(); });
+        return {
+          [out](kv_event_atom, const kv_event_batch& batch) {
+            *out << to_json(batch).dump(-1, ' ', false,
+                                        nlohmann::json::error_handler_t::replace)
+                 << '\n';
+            out->flush();
+          },
+        };
+      });
+    caf::anon_send(cache_.manager, subscribe_atom::value, topic::kv_events,
+                   writer);
+    writers_.push_back({static_cast<std::uint64_t>(st.st_dev),
+                        static_cast<std::uint64_t>(st.st_ino), writer});
   }
+  lock.unlock();
   // "From now on": the manager passes the subscription on to the pool, and
   // a step goes to the pool directly - it could overtake it. The manager's
   // stats ask the pool after it passed the subscription on: once they are

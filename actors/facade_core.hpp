@@ -258,7 +258,14 @@ private:
   caf::error stop_reason_;
   std::condition_variable stop_known_; ///< stop_reason_ set
   caf::actor relay_; ///< calls the pressure callback (detached)
-  std::vector<caf::actor> writers_; ///< KV event files (detached)
+  /// KV event files, one writer each (detached), known by device and
+  /// inode. Guarded by mtx_.
+  struct event_writer {
+    std::uint64_t device = 0;
+    std::uint64_t inode = 0;
+    caf::actor actor;
+  };
+  std::vector<event_writer> writers_;
   /// The pressure callback, shared with the relay that calls it. The relay
   /// calls a snapshot without holding `mtx` (so the callback may replace
   /// itself); stop() clears it and waits for a call in progress, unless

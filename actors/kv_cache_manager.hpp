@@ -198,8 +198,10 @@ public:
   /// Appends every prefix-index change, from now on, to the file at `path`
   /// as JSON lines (metrics/kv_events.hpp): returns once the pool records
   /// them, so a step() right after has its events written (by a thread of
-  /// their own, soon after). Errors: invalid_request if the file cannot be
-  /// opened, shutting_down if the cache stopped first.
+  /// their own, soon after). A file already written to (under any name)
+  /// keeps its one writer: called again, it changes nothing. Errors:
+  /// invalid_request if the file cannot be opened, shutting_down if the
+  /// cache stopped first.
   caf::error write_kv_events(const std::string& path);
 
   /// The manager actor, for actor clients.

@@ -229,6 +229,53 @@ caf::error validate_tenants(const std::vector<tenant_config>& tenants,
   return caf::none;
 }
 
+/// With preempt_at_critical, a request may hold only the blocks below the
+/// critical mark (beyond its tenant's reservation): a mark of one block
+/// leaves a tenant without a reservation none, and its every allocation
+/// exceeds_capacity.
+caf::error validate_critical_room(const cache_config& cfg) {
+  const auto n = cfg.num_gpu_blocks;
+  if (n == 0 || !cfg.pressure.preempt_at_critical
+      || pressure_mark(cfg.pressure.critical, n) > 1)
+    return caf::none;
+  for (auto& t : cfg.tenants)
+    if (t.reserved_blocks == 0)
+      return fail("pressure.critical",
+                  num(cfg.pressure.critical) + " of " + std::to_string(n)
+                    + " blocks is a mark of 1 block: one request of tenant '"
+                    + t.name + "' (no reservation) could hold none and stay "
+                    "live - at critical pressure the supervisor preempts (at "
+                    "least 2 blocks, or pressure.preempt_at_critical false)");
+  return caf::none;
+}
+
+/// The watermark's blocks, kept free from admissions, come out of the
+/// blocks no reservation holds: with the tenants' reservations they may
+/// leave a tenant without a reservation of its own no block to admit with,
+/// and its every admission would fail for good - as out_of_blocks, which
+/// says to retry.
+caf::error validate_watermark_room(const cache_config& cfg) {
+  const auto n = cfg.num_gpu_blocks;
+  if (n == 0)
+    return caf::none;
+  const auto held = static_cast<std::uint64_t>(
+    std::ceil(cfg.admission.watermark * double(n)));
+  std::uint64_t reserved = 0;
+  for (auto& t : cfg.tenants)
+    reserved += t.reserved_blocks;
+  if (held + reserved < n)
+    return caf::none;
+  for (auto& t : cfg.tenants)
+    if (t.reserved_blocks == 0)
+      return fail("admission.watermark",
+                  "holds back " + std::to_string(held) + " blocks, and the "
+                    "tenants' reserved_blocks " + std::to_string(reserved)
+                    + ": of the " + std::to_string(n) + " blocks, none is "
+                    "left for tenant '" + t.name + "' (no reservation of its "
+                    "own) to be admitted with");
+  return caf::none;
+}
+
 } // namespace
 
 // -- cache_config -------------------------------------------------------------
@@ -310,6 +357,8 @@ caf::error validate(const cache_config& cfg) {
                                     + " (one day); 0 = on demand only");
   if (auto err = validate_tenants(cfg.tenants, cfg.num_gpu_blocks))
     return err;
+  if (auto err = validate_critical_room(cfg))
+    return err;
   if (cfg.admission.policy != "immediate"
       && cfg.admission.policy != "reserve_expected")
     return fail("admission.policy", "must be immediate or reserve_expected");
@@ -323,6 +372,8 @@ caf::error validate(const cache_config& cfg) {
     return fail("admission.watermark",
                 "keeps all " + std::to_string(cfg.num_gpu_blocks)
                   + " blocks back from admissions");
+  if (auto err = validate_watermark_room(cfg))
+    return err;
   if (cfg.admission.default_expected_output > (std::uint64_t{1} << 32))
     return fail("admission.default_expected_output", "must be at most 2^32");
   if (cfg.max_pinned_blocks > max_num_blocks)

@@ -1,9 +1,12 @@
 // write_kv_events: the prefix index's changes as JSON lines, from the call
 // on - a step sent right after it (straight to the pool, past the manager
-// that passes the subscription on) is in the file too.
+// that passes the subscription on) is in the file too; a file named again
+// is written once.
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -54,6 +57,35 @@ BOOST_AUTO_TEST_CASE(a_step_right_after_write_kv_events_is_in_the_file) {
       std::filesystem::remove(path);
     }
   }
+}
+
+BOOST_AUTO_TEST_CASE(a_file_named_again_keeps_its_one_writer) {
+  auto dir = std::filesystem::temp_directory_path();
+  auto name = "kvactor_kv_events_again_" + std::to_string(getpid());
+  auto path = (dir / (name + ".jsonl")).string();
+  auto other = (dir / (name + "_other.jsonl")).string();
+  std::filesystem::remove(path);
+  std::filesystem::remove(other);
+  {
+    cache_fixture f;
+    BOOST_REQUIRE(!f.m().write_kv_events(path));
+    BOOST_REQUIRE(!f.m().write_kv_events(path)); // the same name
+    BOOST_REQUIRE(!f.m().write_kv_events((dir / "." / (name + ".jsonl")).string()));
+    BOOST_REQUIRE(!f.m().write_kv_events(other)); // another file: a writer
+    step_request step;
+    step.admits = {f.req(1, 17, 256, iota_tokens(1, 17))};
+    auto r = f.m().step(step);
+    BOOST_REQUIRE_MESSAGE(r, why(r));
+    BOOST_TEST(eventually([&] {
+      return stored_events(path) >= 4 && stored_events(other) >= 4;
+    }));
+    // A second writer of `path` would have written its copies by now.
+    std::this_thread::sleep_for(std::chrono::milliseconds{200});
+    BOOST_TEST(stored_events(path) == 4u);
+    BOOST_TEST(stored_events(other) == 4u);
+  }
+  std::filesystem::remove(path);
+  std::filesystem::remove(other);
 }
 
 BOOST_AUTO_TEST_CASE(a_file_that_cannot_be_opened_is_refused) {

@@ -1,7 +1,8 @@
 #!/bin/sh
 # cli_test.sh: multi_tenant_sim's command line as a user meets it - --help
 # exits 0; bad arguments, a missing or malformed --config, a request that
-# can never fit, a negative prefill_chunk exit 2 (the scenario errors
+# can never fit, a negative prefill_chunk, a host tier too large to book
+# exit 2 (the scenario errors
 # naming FILE:LINE: FIELD on stderr, and no output directory left behind);
 # --steps 50 --out DIR writes the reports, the shipped chunked scenario
 # prefills in chunks and reads back what it wrote, the chat scenario runs
@@ -161,6 +162,18 @@ line=$(grep -n '"output_dir"' "$dir/badout.json" | cut -d: -f1)
 expect_exit 2 badout_scenario --config "$dir/badout.json" --steps 50 --no-progress
 expect_in "$dir/badout_scenario.err" "$dir/badout.json:$line: output_dir: $dir/short/report.json/x: cannot create"
 if grep -q "ran " "$dir/badout.out"; then fail "badout: simulated before failing"; fi
+
+# A host tier whose bookkeeping this host cannot hold (2^31 - 1 blocks,
+# some 150 GB, under a 4 GiB address-space limit) is named at its own line,
+# not at num_gpu_blocks'.
+sed -e 's/"storage": "host",/"storage": "none",\
+    "num_host_blocks": 2147483647,/' "$dir/default.out" >"$dir/hosttier.json"
+line=$(grep -n '"num_host_blocks"' "$dir/hosttier.json" | cut -d: -f1)
+(ulimit -v 4194304 && exec "$sim" --config "$dir/hosttier.json" --steps 5 \
+  --out "$dir/hosttier" --no-progress) >"$dir/hosttier.out" 2>"$dir/hosttier.err"
+rc=$?
+[ "$rc" -eq 2 ] || fail "hosttier: exit $rc, expected 2 ($(head -c 300 "$dir/hosttier.err"))"
+expect_in "$dir/hosttier.err" "$dir/hosttier.json:$line: cache.num_host_blocks: no host memory for the block pool's bookkeeping of 4096 device and 2147483647 host blocks"
 
 # SIGINT (or SIGTERM) during a long run: it stops at the next step,
 # reports, exits 130 (143). The signal goes once the first step is logged

@@ -296,6 +296,38 @@ BOOST_AUTO_TEST_CASE(a_watermark_may_not_hold_back_the_whole_pool) {
   BOOST_TEST(parse_error(j) == "ok");
 }
 
+BOOST_AUTO_TEST_CASE(a_critical_mark_of_one_block_is_refused_where_it_preempts) {
+  // One block at critical: a request without a reservation could hold none
+  // and stay live - every allocation exceeds_capacity.
+  auto j = base();
+  j["num_gpu_blocks"] = 1;
+  BOOST_TEST(fails_naming(j, "pressure.critical",
+                          "a mark of 1 block: one request of tenant"));
+  j["num_gpu_blocks"] = 2;
+  BOOST_TEST(parse_error(j) == "ok");
+  j["num_gpu_blocks"] = 1;
+  j["pressure"]["preempt_at_critical"] = false;
+  BOOST_TEST(parse_error(j) == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(a_watermark_may_not_leave_an_unreserved_tenant_no_block) {
+  // 256 blocks, 0.5 holds back 128, a's reservation 128 more: b, without
+  // one, would find every admission out_of_blocks for good.
+  auto j = base();
+  j["admission"]["watermark"] = 0.5;
+  j["tenants"] = json::array({{{"name", "a"}, {"reserved_blocks", 128}},
+                              {{"name", "b"}}});
+  BOOST_TEST(fails_naming(j, "admission.watermark",
+                          "reserved_blocks 128: of the 256 blocks, none is "
+                          "left for tenant 'b'"));
+  j["tenants"][0]["reserved_blocks"] = 127; // b may take one
+  BOOST_TEST(parse_error(j) == "ok");
+  // Every tenant reserved: each admits from its own reservation.
+  j["tenants"] = json::array({{{"name", "a"}, {"reserved_blocks", 128}},
+                              {{"name", "b"}, {"reserved_blocks", 128}}});
+  BOOST_TEST(parse_error(j) == "ok");
+}
+
 BOOST_AUTO_TEST_CASE(pools_past_the_storages_byte_range_are_refused_by_name) {
   // The largest model: 2 x 1024 layers x 1024 tokens x 1024 heads x 1024
   // dims x 4 bytes = 2^43 bytes per block, so 2^20 blocks are 2^63 bytes,
