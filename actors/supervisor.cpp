@@ -33,6 +33,8 @@ struct supervisor_state {
   bool evict_at_high = true;
   bool preempt_at_critical = true;
   bool preempting = false; ///< victims chosen, preemptions in flight
+  /// Critical usage came in during a round: look again when it ends.
+  bool recheck = false;
   std::uint64_t total_blocks = 0;
   std::uint64_t bytes_per_block = 0;
   std::chrono::milliseconds gc_interval{0};
@@ -65,11 +67,15 @@ void relieve(sup_ptr self);
 /// still be critical - requests grew while its victims went, or a victim
 /// shared its blocks by then - and above the critical mark the pool reports
 /// no change: look again, with the pool's usage now. Only after a round
-/// that ended a request, so that rounds stop when nothing can go.
+/// that ended a request, or during which critical usage came in (its
+/// victims may have ended by other hands meanwhile, and others been
+/// admitted), so that rounds stop when nothing can go.
 void round_done(sup_ptr self, bool ended_some) {
   auto& st = self->state;
   st.preempting = false;
-  if (!ended_some)
+  auto again = ended_some || st.recheck;
+  st.recheck = false;
+  if (!again)
     return;
   self->request(st.pool, caf::infinite, stats_atom::value)
     .then(
@@ -87,9 +93,13 @@ void round_done(sup_ptr self, bool ended_some) {
 /// the high mark. One round at a time.
 void relieve(sup_ptr self) {
   auto& st = self->state;
-  if (!st.preempt_at_critical || st.preempting
+  if (!st.preempt_at_critical
       || st.tracker->level() < memory_pressure::critical)
     return;
+  if (st.preempting) {
+    st.recheck = true;
+    return;
+  }
   auto high = st.tracker->enter_mark(memory_pressure::high);
   auto used = st.last.used_blocks;
   if (used < high)
@@ -106,7 +116,7 @@ void relieve(sup_ptr self) {
             round_done(self, *ended);
         };
         if (victims.empty())
-          self->state.preempting = false;
+          round_done(self, false);
         for (auto& [id, cache_id] : victims)
           self->request(self->state.manager, caf::infinite,
                         preempt_atom::value, id, cache_id)

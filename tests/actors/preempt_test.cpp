@@ -128,6 +128,69 @@ struct low_marks_fixture : cache_fixture {
 
 } // namespace
 
+namespace {
+
+/// 24 blocks: high is entered at 20, critical at 23; the supervisor
+/// preempts, and no GC timer looks again on its own.
+struct no_timer_fixture : cache_fixture {
+  static cache_config config() {
+    auto c = small_config();
+    c.num_gpu_blocks = 24;
+    c.pressure.preempt_at_critical = true;
+    c.gc_interval_ms = 0;
+    return c;
+  }
+  no_timer_fixture() : cache_fixture(config()) {
+  }
+  /// Sends to the manager, runs everyone but the supervisor, the reply.
+  template <class... Ts, class... Xs>
+  caf::expected<std::tuple<Ts...>> held_ask(Xs&&... xs) {
+    self->send(mgr, std::forward<Xs>(xs)...);
+    run_except(sup.address());
+    return reply_to<Ts...>(self);
+  }
+};
+
+} // namespace
+
+// A round whose victims all ended by other hands ends nothing; critical
+// usage that came in while it ran (ignored then: one round at a time) was
+// never looked at again - above the critical mark the pool reports no
+// change - and the cache stayed critical with a victim to take.
+BOOST_FIXTURE_TEST_CASE(critical_usage_during_a_round_that_ended_nothing_is_relieved,
+                        no_timer_fixture) {
+  BOOST_REQUIRE(allocate(1, 40)); // 10 blocks
+  BOOST_REQUIRE(allocate(2, 40)); // 20: high
+  run();
+  // 23 blocks: critical. The supervisor asks the pool for victims; their
+  // names wait for it.
+  auto c = held_ask<request_handle_actor, block_table>(
+    allocate_atom::value, make_request(cfg, 3, 12));
+  BOOST_REQUIRE(c);
+  BOOST_REQUIRE(sched.prioritize(sup));
+  sched.run_once();
+  run_except(sup.address());
+  // Meanwhile the owner frees both victims (10 blocks used) and admits a
+  // request of 13 blocks: critical again, while the round is in flight.
+  BOOST_TEST(outcome(held_ask<std::uint32_t>(free_atom::value, request_id{3})) == "ok");
+  BOOST_TEST(outcome(held_ask<std::uint32_t>(free_atom::value, request_id{2})) == "ok");
+  BOOST_TEST(outcome(held_ask<request_handle_actor, block_table>(
+               allocate_atom::value, make_request(cfg, 4, 52)))
+             == "ok");
+  // The round's preemptions fail (their requests went); the next round
+  // takes the newest.
+  run();
+  auto s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(used_blocks() == 10u);
+  BOOST_TEST(s->pressure < memory_pressure::high);
+  BOOST_TEST(s->preemption_count == 1u);
+  auto live = list();
+  BOOST_REQUIRE(live);
+  BOOST_REQUIRE(live->size() == 1u);
+  BOOST_TEST(live->front().id == 1u);
+}
+
 // The pool reports usage only when it crosses a mark, and the supervisor
 // runs one round of preemption at a time: a round that fell short - here
 // requests grew by 8 blocks while its victim (7 blocks) was preempted -
