@@ -129,7 +129,9 @@ public:
   caf::expected<std::uint32_t> preempt(request_id id);
 
   /// A new request `child` sharing every block of `parent` (copy-on-write on
-  /// its first append into the shared last block).
+  /// its first append into the shared last block). Errors: unknown_request,
+  /// invalid_request (parent swapped out, or with drafts unsettled),
+  /// duplicate_request, out_of_blocks (reserve_expected).
   caf::expected<allocation_outcome> fork(request_id parent, request_id child);
 
   /// Usage, counters and per-tenant figures (block_pool_stats.cpp).

@@ -25,6 +25,7 @@ using request_handle_actor = caf::typed_actor<
   // Grow by n tokens (copy-on-write done before the reply); replies with the
   // table. Errors: exceeds_max_sequence_length, exceeds_capacity,
   // out_of_blocks, quota_exceeded, invalid_request (while swapped out),
+  // invalid_handle (its incarnation ended),
   // device_failure or shutting_down (the copy-on-write copy failed, or the
   // device stopped first: the extend was undone, the table is as before).
   caf::replies_to<extend_atom, std::uint64_t>::with<block_table>,
@@ -292,7 +293,9 @@ using kv_cache_manager_actor = caf::typed_actor<
   // Error: invalid_handle once that incarnation ended.
   caf::replies_to<free_atom, request_id, std::uint64_t>::with<std::uint32_t>,
   // (parent, child): a new request sharing the parent's blocks. Errors:
-  // unknown_request, duplicate_request.
+  // unknown_request, duplicate_request, invalid_request (the parent is
+  // swapped out or has drafts unsettled), out_of_blocks (reserve_expected:
+  // no room for the child's expected growth).
   caf::replies_to<fork_atom, request_id, request_id>::with<request_handle_actor,
                                                            block_table>,
   // Whether allocate would succeed now.
