@@ -229,6 +229,14 @@ caf::error validate_tenants(const std::vector<tenant_config>& tenants,
   return caf::none;
 }
 
+/// The first tenant without a reservation of its own, or null.
+const tenant_config* unreserved_tenant(const cache_config& cfg) {
+  for (auto& t : cfg.tenants)
+    if (t.reserved_blocks == 0)
+      return &t;
+  return nullptr;
+}
+
 /// With preempt_at_critical, a request may hold only the blocks below the
 /// critical mark (beyond its tenant's reservation): a mark of one block
 /// leaves a tenant without a reservation none, and its every allocation
@@ -238,14 +246,13 @@ caf::error validate_critical_room(const cache_config& cfg) {
   if (n == 0 || !cfg.pressure.preempt_at_critical
       || pressure_mark(cfg.pressure.critical, n) > 1)
     return caf::none;
-  for (auto& t : cfg.tenants)
-    if (t.reserved_blocks == 0)
-      return fail("pressure.critical",
-                  num(cfg.pressure.critical) + " of " + std::to_string(n)
-                    + " blocks is a mark of 1 block: one request of tenant '"
-                    + t.name + "' (no reservation) could hold none and stay "
-                    "live - at critical pressure the supervisor preempts (at "
-                    "least 2 blocks, or pressure.preempt_at_critical false)");
+  if (auto* t = unreserved_tenant(cfg))
+    return fail("pressure.critical",
+                num(cfg.pressure.critical) + " of " + std::to_string(n)
+                  + " blocks is a mark of 1 block: one request of tenant '"
+                  + t->name + "' (no reservation) could hold none and stay "
+                  "live - at critical pressure the supervisor preempts (at "
+                  "least 2 blocks, or pressure.preempt_at_critical false)");
   return caf::none;
 }
 
@@ -265,14 +272,13 @@ caf::error validate_watermark_room(const cache_config& cfg) {
     reserved += t.reserved_blocks;
   if (held + reserved < n)
     return caf::none;
-  for (auto& t : cfg.tenants)
-    if (t.reserved_blocks == 0)
-      return fail("admission.watermark",
-                  "holds back " + std::to_string(held) + " blocks, and the "
-                    "tenants' reserved_blocks " + std::to_string(reserved)
-                    + ": of the " + std::to_string(n) + " blocks, none is "
-                    "left for tenant '" + t.name + "' (no reservation of its "
-                    "own) to be admitted with");
+  if (auto* t = unreserved_tenant(cfg))
+    return fail("admission.watermark",
+                "holds back " + std::to_string(held) + " blocks, and the "
+                  "tenants' reserved_blocks " + std::to_string(reserved)
+                  + ": of the " + std::to_string(n) + " blocks, none is left "
+                  "for tenant '" + t->name + "' (no reservation of its own) "
+                  "to be admitted with");
   return caf::none;
 }
 
