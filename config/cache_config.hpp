@@ -38,6 +38,10 @@ struct pressure_config {
   /// usage is back under the high mark: lowest priority first, then the
   /// tenant furthest over its fair share, then the newest; never a tenant
   /// at or below its reservation. Off: schedulers preempt themselves.
+  /// The supervisor's preemption frees blocks at once, whatever their
+  /// owner is doing: a model that writes K/V (views, DLPack, slot writes)
+  /// while another client or thread may allocate should turn it off and
+  /// preempt itself at critical pressure (README, Using it).
   bool preempt_at_critical = true;
 };
 
