@@ -57,7 +57,10 @@ public:
 
   /// Starts a request. Errors: see kv_cache_manager_actor's allocate; with
   /// layout contiguous also invalid_request for a max_sequence_length whose
-  /// snapshot buffer could not be described.
+  /// snapshot buffer could not be described. It does not say how many
+  /// prompt tokens it found cached (cached_prefix is a hint that may be
+  /// stale by then): compute the whole prompt's K/V, or admit through
+  /// step(), whose admissions carry hit_tokens.
   caf::expected<std::shared_ptr<kv_cache_handle>>
   allocate(const allocation_request& req);
 
