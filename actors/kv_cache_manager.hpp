@@ -1,7 +1,10 @@
 // kv_cache_manager: the blocking facade for code that is not an actor
 // (ferrum's KvCacheManager). Each call is one request/response with the
 // manager actor; copies share one cache, and the last copy's destruction
-// stops it. Thread-safe: any thread may call any method.
+// stops it. Thread-safe: any thread may call any method - but not an
+// actor's handler running on the cache's scheduler threads, which a
+// blocking call holds while the reply needs them (with one such thread,
+// each call waits out its timeout): actors send messages.
 //
 // Lifetime: destroy every copy of the facade before the caf::actor_system
 // (whose destructor waits for the cache's actors). Handles may outlive the
