@@ -48,7 +48,12 @@ typename Inspector::result_type inspect(Inspector& f, draft_verdict& x) {
 /// 1. `frees` end (finished requests; blocks return, hashed ones stay
 ///    cached), then `discards` end the same way but cache nothing they let
 ///    go (requests whose K/V a failed forward pass may have left unwritten;
-///    both are reported in `freed`);
+///    both are reported in `freed`). One that ended by other hands since
+///    the scheduler last looked - the supervisor preempts at critical
+///    pressure, and may pick a request that just finished - fails
+///    unknown_request in `failed`: it is done all the same (its end came
+///    as `(preempt_atom, request_ended)` or a lifecycle event), not to be
+///    admitted again;
 /// 2. `extends` run in list order (oldest request first), each request at
 ///    most once: a second entry for the same id fails (invalid_request,
 ///    "appears twice in the step's extends"). When one lacks a block and
