@@ -270,9 +270,12 @@ caf::error facade_core::write_kv_events(const std::string& path) {
   for (auto& w : writers_)
     known = known || (w.device == st.st_dev && w.inode == st.st_ino);
   if (!known) {
-    // A detached actor: file I/O never blocks the scheduler's workers.
+    // A detached actor: file I/O never blocks the scheduler's workers. The
+    // manager comes as a spawn argument (as does the relay's below): with
+    // none, CAF 0.17 dereferences a null tuple pointer (UBSan).
     auto writer = sys_.spawn<caf::detached>(
-      [out, manager = cache_.manager](caf::event_based_actor* self) -> caf::behavior {
+      [out](caf::event_based_actor* self,
+            const kv_cache_manager_actor& manager) -> caf::behavior {
         self->monitor(manager);
         self->set_down_handler([self](const caf::down_msg&) { self->quit(); });
         return {
@@ -283,7 +286,8 @@ caf::error facade_core::write_kv_events(const std::string& path) {
             out->flush();
           },
         };
-      });
+      },
+      cache_.manager);
     caf::anon_send(cache_.manager, subscribe_atom::value, topic::kv_events,
                    writer);
     writers_.push_back({static_cast<std::uint64_t>(st.st_dev),
@@ -346,8 +350,8 @@ void facade_core::set_pressure_callback(std::function<void(memory_pressure)> f) 
   // One detached actor calls the callback, so a slow callback delays only
   // later callbacks, never the cache; one subscriber keeps them in order.
   relay_ = sys_.spawn<caf::detached>(
-    [cb = callback_,
-     manager = cache_.manager](caf::event_based_actor* self) -> caf::behavior {
+    [cb = callback_](caf::event_based_actor* self,
+                     const kv_cache_manager_actor& manager) -> caf::behavior {
       self->monitor(manager);
       self->set_down_handler([self](const caf::down_msg&) { self->quit(); });
       return {
@@ -383,7 +387,8 @@ void facade_core::set_pressure_callback(std::function<void(memory_pressure)> f) 
           }
         },
       };
-    });
+    },
+    cache_.manager);
   caf::anon_send(cache_.manager, subscribe_atom::value, topic::pressure, relay_);
 }
 
