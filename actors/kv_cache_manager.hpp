@@ -60,10 +60,10 @@ public:
 
   /// Starts a request. Errors: see kv_cache_manager_actor's allocate; with
   /// layout contiguous also invalid_request for a max_sequence_length whose
-  /// snapshot buffer could not be described. It does not say how many
-  /// prompt tokens it found cached (cached_prefix is a hint that may be
-  /// stale by then): compute the whole prompt's K/V, or admit through
-  /// step(), whose admissions carry hit_tokens.
+  /// snapshot buffer could not be described. How many prompt tokens it
+  /// found cached - whose K/V the model need not compute - is in the
+  /// handle's stats().prefix_hit_tokens (cached_prefix beforehand is a
+  /// hint that may be stale by then).
   caf::expected<std::shared_ptr<kv_cache_handle>>
   allocate(const allocation_request& req);
 

@@ -225,7 +225,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       self->request(st.pool, caf::infinite, allocate_atom::value, std::move(req))
         .then(
           [self, rp, params, owner](admission& a) mutable {
-            auto h = add_request(self, params, a.cache_id, std::move(owner));
+            auto h = add_request(self, params, a.cache_id, a.hit_tokens,
+                                 std::move(owner));
             rp.deliver(std::move(h), std::move(a.table));
           },
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
@@ -309,7 +310,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
                     i->second.info.cache_id, child)
         .then(
           [self, rp, req, owner](admission& a) mutable {
-            auto h = add_request(self, req, a.cache_id, std::move(owner));
+            // A fork hit nothing: its blocks are its parent's, written.
+            auto h = add_request(self, req, a.cache_id, 0, std::move(owner));
             rp.deliver(std::move(h), std::move(a.table));
           },
           [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
@@ -387,7 +389,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
                     count_at(fx.preempted_blocks, k), tell);
       }
       for (std::size_t i = 0; i < fx.admitted.size(); ++i)
-        add_request(self, fx.admitted[i], fx.cache_ids[i], ptr);
+        add_request(self, fx.admitted[i], fx.cache_ids[i],
+                    i < fx.hit_tokens.size() ? fx.hit_tokens[i] : 0, ptr);
     },
     [self](preempt_atom, request_id id) -> caf::result<std::uint32_t> {
       auto& reg = self->state.registry;

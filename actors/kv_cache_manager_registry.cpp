@@ -24,11 +24,13 @@ std::string unknown(request_id id) {
 
 request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
                                  std::uint64_t cache_id,
+                                 std::uint64_t hit_tokens,
                                  caf::strong_actor_ptr owner) {
   auto& st = self->state;
   request_handle_args args;
   args.info.request = without_prompt(req);
   args.info.cache_id = cache_id;
+  args.hit_tokens = hit_tokens;
   args.block_size = st.cfg.block_size;
   args.bytes_per_block = st.store.bytes_per_block;
   args.pool = st.pool;

@@ -66,9 +66,11 @@ using mgr_ptr = kv_cache_manager_actor::stateful_pointer<manager_state>;
 /// "request <id> is not allocated".
 std::string unknown(request_id id);
 
-/// Spawns and registers the handle of a request the pool just admitted.
+/// Spawns and registers the handle of a request the pool just admitted,
+/// which found `hit_tokens` of its prompt cached (its stats report them).
 request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
                                  std::uint64_t cache_id,
+                                 std::uint64_t hit_tokens,
                                  caf::strong_actor_ptr owner);
 
 /// Whether `addr` is subscribed to lifecycle events (the manager monitors

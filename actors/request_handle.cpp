@@ -240,6 +240,7 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
         .then(
           [self, rp](cache_handle_stats& s) mutable {
             s.memory_bytes = s.blocks_allocated * self->state.args.bytes_per_block;
+            s.prefix_hit_tokens = self->state.args.hit_tokens;
             rp.deliver(s);
             answered(self);
           },

@@ -22,6 +22,8 @@ namespace kvactor {
 /// Everything a handle actor starts with.
 struct request_handle_args {
   request_info info;
+  /// Prompt tokens its admission found cached (its stats report them).
+  std::uint64_t hit_tokens = 0;
   std::uint32_t block_size = 0;
   std::uint64_t bytes_per_block = 0;
   block_pool_actor pool;

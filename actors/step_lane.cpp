@@ -33,9 +33,11 @@ step_effects effects_of(const step_request& step, const step_result& res,
   fx.preempted_blocks = trace.preempted_blocks;
   fx.admitted.reserve(res.admitted.size());
   fx.cache_ids.reserve(res.admitted.size());
+  fx.hit_tokens.reserve(res.admitted.size());
   for (std::size_t k = 0; k < res.admitted.size(); ++k) {
     fx.admitted.push_back(without_prompt(step.admits[admitted_at[k]]));
     fx.cache_ids.push_back(res.admitted[k].cache_id);
+    fx.hit_tokens.push_back(res.admitted[k].hit_tokens);
   }
   return fx;
 }

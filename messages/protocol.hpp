@@ -77,6 +77,9 @@ struct step_effects {
   std::vector<request_id> preempted;
   std::vector<allocation_request> admitted; ///< as asked, prompts dropped
   std::vector<std::uint64_t> cache_ids;     ///< of `admitted`, in order
+  /// Of `admitted`, in order: prompt tokens each found cached (its
+  /// handle's stats report them).
+  std::vector<std::uint64_t> hit_tokens;
   /// Blocks whose last reference went, per entry of freed / preempted
   /// (the lifecycle events' blocks_released).
   std::vector<std::uint32_t> freed_blocks;
@@ -92,7 +95,8 @@ inline std::uint32_t count_at(const std::vector<std::uint32_t>& counts,
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_effects& x) {
   return f(caf::meta::type_name("step_effects"), x.freed, x.preempted,
-           x.admitted, x.cache_ids, x.freed_blocks, x.preempted_blocks);
+           x.admitted, x.cache_ids, x.hit_tokens, x.freed_blocks,
+           x.preempted_blocks);
 }
 
 /// Pool usage, sent to the supervisor when it crosses a pressure mark.

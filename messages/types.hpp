@@ -301,12 +301,20 @@ struct cache_handle_stats {
   /// When it was admitted or last grew - through its handle, the manager
   /// or a step - in ns since the Unix epoch (the pool's clock).
   std::uint64_t last_access = 0;
+  /// kvactor's own: the prompt tokens its admission found in the prefix
+  /// cache (whole blocks, never the last prompt token). Their K/V is in
+  /// its first blocks already, so the model computes the prompt from
+  /// token prefix_hit_tokens on. Unlike a probe (cached_prefix) it is what
+  /// the admission did, not a hint. 0 for a fork (its blocks are its
+  /// parent's, all written) and for a request without a prompt.
+  std::uint64_t prefix_hit_tokens = 0;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, cache_handle_stats& x) {
   return f(caf::meta::type_name("cache_handle_stats"), x.memory_bytes,
-           x.blocks_allocated, x.tokens_stored, x.utilization, x.last_access);
+           x.blocks_allocated, x.tokens_stored, x.utilization, x.last_access,
+           x.prefix_hit_tokens);
 }
 
 } // namespace kvactor

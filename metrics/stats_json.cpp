@@ -71,6 +71,7 @@ nlohmann::json to_json(const cache_handle_stats& x) {
     {"tokens_stored", x.tokens_stored},
     {"utilization", x.utilization},
     {"last_access", x.last_access},
+    {"prefix_hit_tokens", x.prefix_hit_tokens},
   };
 }
 

@@ -16,7 +16,7 @@ nlohmann::json to_json(const cache_manager_stats& x);
 nlohmann::json to_json(const cache_gc_stats& x);
 
 /// {"memory_bytes", "blocks_allocated", "tokens_stored", "utilization",
-/// "last_access"}.
+/// "last_access", "prefix_hit_tokens"}.
 nlohmann::json to_json(const cache_handle_stats& x);
 
 /// Every field of tenant_usage under its own name.

@@ -45,4 +45,29 @@ BOOST_AUTO_TEST_CASE(cached_prefixes_rank_waiting_prompts_by_what_they_would_hit
                  "nobody");
 }
 
+// The probe is a hint; the handle's stats say what the admission did. Here
+// the cached prefix goes between the probe and the allocate (a request that
+// needs the whole pool evicts it), and the handle says to compute it all.
+BOOST_AUTO_TEST_CASE(a_handle_says_what_its_allocate_really_hit) {
+  auto cfg = small_config(16);
+  cfg.pressure.preempt_at_critical = false; // the big request must stay
+  cache_fixture f{cfg};
+  auto system = iota_tokens(1, 16); // 4 full blocks of 4
+  auto waiting = f.req(2, 0, 256, cat(system, iota_tokens(900, 4)));
+  {
+    auto h = f.alloc(f.req(1, 0, 256, cat(system, iota_tokens(100, 3))));
+    BOOST_TEST(h->stats().prefix_hit_tokens == 0u);
+  }
+  BOOST_REQUIRE(!f.m().deallocate(1));
+  BOOST_TEST(f.m().cached_prefix(waiting).value() == 16u);
+  f.alloc(f.req(3, 64)); // every block of the pool: the prefix is evicted
+  BOOST_REQUIRE(!f.m().deallocate(3));
+  auto missed = f.alloc(waiting);
+  BOOST_TEST(missed->stats().prefix_hit_tokens == 0u);
+  // Its prompt's blocks are findable now: the next one hits them.
+  auto hit = f.alloc(f.req(4, 0, 256, waiting.prompt));
+  BOOST_TEST(hit->stats().prefix_hit_tokens == 16u);
+  BOOST_TEST(hit->stats().tokens_stored == 20u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

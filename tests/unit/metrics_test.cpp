@@ -115,13 +115,14 @@ BOOST_AUTO_TEST_CASE(gc_and_handle_stats_json_have_every_field_by_name) {
   BOOST_TEST(gc["caches_freed"].get<std::uint64_t>() == 2u);
   BOOST_TEST(gc["blocks_reclaimed"].get<std::uint64_t>() == 8u);
   BOOST_TEST(gc["gc_time_ms"].get<double>() == 1.5);
-  auto h = to_json(cache_handle_stats{2048, 2, 20, 0.625, 123456789});
-  BOOST_TEST(h.size() == 5u);
+  auto h = to_json(cache_handle_stats{2048, 2, 20, 0.625, 123456789, 16});
+  BOOST_TEST(h.size() == 6u);
   BOOST_TEST(h["memory_bytes"].get<std::uint64_t>() == 2048u);
   BOOST_TEST(h["blocks_allocated"].get<std::uint64_t>() == 2u);
   BOOST_TEST(h["tokens_stored"].get<std::uint64_t>() == 20u);
   BOOST_TEST(h["utilization"].get<double>() == 0.625);
   BOOST_TEST(h["last_access"].get<std::uint64_t>() == 123456789u);
+  BOOST_TEST(h["prefix_hit_tokens"].get<std::uint64_t>() == 16u);
 }
 
 BOOST_AUTO_TEST_CASE(usage_fraction_counts_blocks_in_use) {
