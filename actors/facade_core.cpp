@@ -232,6 +232,18 @@ facade_core::tracking facade_core::tracked() {
   return {slots_.size(), by_request_.size(), recent_ends_.size()};
 }
 
+caf::error facade_core::system_thread_error() {
+  // With one worker the wait would never end; with more, as many such
+  // calls at once would take every worker.
+  return make_error(errc::invalid_request,
+                    "a blocking kv_cache_manager or kv_cache_handle call on "
+                    "a thread of the cache's actor system (an actor's "
+                    "handler) would wait for actors that need that thread: "
+                    "send the typed message to actor() (or the handle's "
+                    "actor()) instead, or call from a detached actor or "
+                    "another thread");
+}
+
 caf::error facade_core::stop_error() {
   std::unique_lock<std::mutex> lock{mtx_};
   // A call bounced by the manager's closed mailbox comes back before its

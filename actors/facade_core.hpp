@@ -21,6 +21,7 @@
 #include "kvactor/actors/kv_cache_handle.hpp"
 #include "kvactor/actors/kv_cache_manager_actor.hpp"
 #include "kvactor/actors/recent_ids.hpp"
+#include "kvactor/actors/system_threads.hpp"
 #include "kvactor/config/cache_config.hpp"
 #include "kvactor/messages/error.hpp"
 #include "kvactor/messages/step.hpp"
@@ -178,11 +179,15 @@ public:
 
 private:
   /// The bridge call under the facade's timeout; a call to the manager or
-  /// the pool that finds it gone fails with shutting_down.
+  /// the pool that finds it gone fails with shutting_down, one made on a
+  /// thread of the cache's actor system with invalid_request (nothing
+  /// sent: see on_system_thread).
   template <class Handle, class... Ts>
   caf::expected<caf::message> call(blocking_bridge::late_reply_handler undo,
                                    blocking_bridge::reply_trim trim,
                                    const Handle& dest, Ts&&... xs) {
+    if (on_system_thread(sys_))
+      return system_thread_error();
     auto to = caf::actor_cast<caf::strong_actor_ptr>(dest);
     auto res = bridge_.call(to, caf::make_message(std::forward<Ts>(xs)...),
                             timeout(), std::move(undo), trim);
@@ -203,6 +208,9 @@ private:
   /// shutting_down, with the reason the manager stopped with when it
   /// named one (a part of the cache that ended).
   caf::error stop_error();
+
+  /// invalid_request: a blocking call on one of the system's own threads.
+  static caf::error system_thread_error();
 
   static caf::error unexpected(const caf::message& reply) {
     return make_error(errc::invalid_request,

@@ -7,6 +7,7 @@
 #include <caf/send.hpp>
 
 #include "kvactor/actors/facade_core.hpp"
+#include "kvactor/actors/system_threads.hpp"
 #include "kvactor/messages/registration.hpp"
 
 namespace kvactor {
@@ -82,6 +83,8 @@ void configure(caf::actor_system_config& sys_cfg, const cache_config& cfg) {
   if (cfg.scheduler_threads > 0)
     sys_cfg.set("scheduler.max-threads", std::size_t{cfg.scheduler_threads});
   tune_for_latency(sys_cfg);
+  // Lets the facade refuse a blocking call from an actor's handler.
+  detail::mark_system_threads(sys_cfg);
 }
 
 caf::expected<kv_cache_manager> kv_cache_manager::start(caf::actor_system& sys,

@@ -41,7 +41,10 @@ class storage;
 
 /// Prepares an actor system config for kvactor: registers the message types
 /// and error category, applies `cfg.scheduler_threads` and the latency
-/// tuning of the scheduler. Call before constructing the actor_system.
+/// tuning of the scheduler, and marks the threads the system starts, so
+/// that a blocking call of the facade made on one of them (from an actor's
+/// handler) fails with invalid_request instead of waiting for actors that
+/// may need that very thread. Call before constructing the actor_system.
 void configure(caf::actor_system_config& sys_cfg, const cache_config& cfg);
 
 class kv_cache_manager {

@@ -1,0 +1,82 @@
+// A blocking facade call from an actor's handler, on one of the cache's
+// scheduler threads, would hold a thread its own reply needs (with one
+// worker, for good): the facade refuses it at once with invalid_request,
+// sending nothing. A detached actor runs on a thread of its own and may
+// call; so may any other thread.
+#include <future>
+
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
+
+#include "fixture.hpp"
+
+using namespace kvtest;
+
+namespace {
+
+/// What the calls made inside an actor's handler came back with.
+struct from_actor {
+  caf::error allocate;
+  caf::error extend;
+  caf::error table;
+  std::uint64_t tokens = 0;
+};
+
+/// Spawns an actor (detached or on the scheduler) that, told to, makes
+/// facade calls and reports what they gave. The spawn takes an argument:
+/// CAF 0.17 dereferences a spawn's empty argument tuple (UBSan).
+template <caf::spawn_options Os>
+from_actor call_from_actor(cache_fixture& f, kv_cache_handle& h,
+                           const allocation_request& req) {
+  std::promise<from_actor> done;
+  auto a = f.sys->spawn<Os>(
+    [&](caf::event_based_actor* self, int) -> caf::behavior {
+      return {[&, self](caf::get_atom) {
+        from_actor out;
+        out.allocate = error_of(f.m().allocate(req));
+        out.extend = f.m().extend(h, 1);
+        out.table = error_of(h.checked_table());
+        out.tokens = h.num_tokens();
+        done.set_value(std::move(out));
+        self->quit();
+      }};
+    },
+    0);
+  caf::anon_send(a, caf::get_atom::value);
+  return done.get_future().get();
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(facade_system_threads, watchdog)
+
+BOOST_AUTO_TEST_CASE(an_actors_handler_gets_invalid_request_and_changes_nothing) {
+  cache_fixture f;
+  auto h = f.alloc(f.req(1, 6));
+  auto before = f.m().stats();
+  auto got = call_from_actor<caf::no_spawn_options>(f, *h, f.req(2, 4));
+  KV_CHECK_ERROR(got.allocate, errc::invalid_request, "an actor's handler",
+                 "actor()");
+  KV_CHECK_ERROR(got.extend, errc::invalid_request, "an actor's handler");
+  KV_CHECK_ERROR(got.table, errc::invalid_request, "an actor's handler");
+  BOOST_TEST(got.tokens == 0u); // a getter that cannot fail answers zero
+  // Nothing was sent: request 2 is not there, request 1 did not grow.
+  BOOST_TEST(!f.m().get_handle(2));
+  BOOST_TEST(h->num_tokens() == 6u);
+  auto after = f.m().stats();
+  BOOST_TEST(after.free_blocks == before.free_blocks);
+  BOOST_TEST(after.allocation_count == before.allocation_count);
+}
+
+BOOST_AUTO_TEST_CASE(a_detached_actor_may_call) {
+  cache_fixture f;
+  auto h = f.alloc(f.req(1, 6));
+  auto got = call_from_actor<caf::detached>(f, *h, f.req(2, 4));
+  BOOST_TEST(!got.allocate, render(got.allocate));
+  BOOST_TEST(!got.extend, render(got.extend));
+  BOOST_TEST(!got.table, render(got.table));
+  BOOST_TEST(got.tokens == 7u);
+  BOOST_TEST(f.m().get_handle(2));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
