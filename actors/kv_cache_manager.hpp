@@ -3,8 +3,10 @@
 // manager actor; copies share one cache, and the last copy's destruction
 // stops it. Thread-safe: any thread may call any method - but not an
 // actor's handler running on the cache's scheduler threads, which a
-// blocking call holds while the reply needs them (with one such thread,
-// each call waits out its timeout): actors send messages.
+// blocking call would hold while the reply needs them: there (on a system
+// set up by configure()) each call fails with invalid_request, nothing
+// sent, and the getters that cannot fail answer zeros. Actors send
+// messages; a detached actor runs on a thread of its own and may call.
 //
 // Lifetime: destroy every copy of the facade before the caf::actor_system
 // (whose destructor waits for the cache's actors). Handles may outlive the
