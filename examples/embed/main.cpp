@@ -1,6 +1,7 @@
 // embed: the smallest useful program on kvactor's public headers - start a
 // cache on host storage, allocate a request, extend it, deallocate it and
-// print the figures. Exits non-zero if any step fails.
+// print the figures; then two requests with one prompt, the second finding
+// the first's blocks cached. Exits non-zero if any step fails.
 #include <cstdlib>
 #include <iostream>
 
@@ -62,6 +63,27 @@ int run(caf::actor_system& sys, const kvactor::cache_config& cfg) {
   print("stats", s);
   if (s.active_caches != 0 || s.free_blocks != s.total_blocks)
     return fail("deallocate", caf::make_error(caf::sec::invalid_argument));
+  // Prefix caching: a prompt's full blocks stay cached after its request
+  // ends; the next request with the same prefix finds them, and its
+  // handle says how many prompt tokens the model need not compute.
+  req.prompt.resize(40);
+  for (std::size_t i = 0; i < req.prompt.size(); ++i)
+    req.prompt[i] = static_cast<kvactor::token_id>(1000 + i);
+  for (kvactor::request_id id : {2, 3}) {
+    req.id = id;
+    auto p = mgr->allocate(req);
+    if (!p)
+      return fail("allocate", p.error());
+    auto hits = (*p)->stats().prefix_hit_tokens;
+    std::cout << "request " << id << ": " << hits << " of "
+              << req.prompt.size() << " prompt tokens found cached\n";
+    if (auto err = mgr->deallocate(id))
+      return fail("deallocate", err);
+    // Request 3 finds request 2's first two blocks (the last prompt token
+    // is always computed, and it lies in the third).
+    if (hits != (id == 2 ? 0 : 2 * cfg.block_size))
+      return fail("prefix caching", caf::make_error(caf::sec::invalid_argument));
+  }
   std::cout << "embed: ok\n";
   return EXIT_SUCCESS;
 }
