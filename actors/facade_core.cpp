@@ -335,7 +335,49 @@ caf::expected<std::uint64_t> facade_core::incarnation(request_slot& slot) {
   return cache_id;
 }
 
+void facade_core::call_callback(callback_state& cb, memory_pressure level,
+                                bool change) {
+  std::shared_ptr<const std::function<void(memory_pressure)>> f;
+  {
+    std::lock_guard<std::mutex> guard{cb.mtx};
+    if (change)
+      cb.level = level;
+    else if (cb.heard_generation == cb.generation
+             || cb.level == memory_pressure::low)
+      return;
+    else
+      level = cb.level;
+    if (cb.stopped || !cb.f)
+      return;
+    f = cb.f;
+    cb.running_generation = cb.generation;
+    cb.heard_generation = cb.generation;
+    ++cb.running;
+    cb.caller = std::this_thread::get_id();
+  }
+  struct call_done { // also if the callback throws
+    callback_state& cb;
+    std::shared_ptr<const std::function<void(memory_pressure)>>& f;
+    ~call_done() {
+      // A replaced callback's last reference: its captures go before the
+      // setter that replaced it may return.
+      f.reset();
+      std::lock_guard<std::mutex> guard{cb.mtx};
+      --cb.running;
+      cb.caller = {};
+      cb.idle.notify_all();
+    }
+  } done{cb, f};
+  // Not out of the relay's handler: CAF would stop the relay, and no later
+  // level would reach any callback.
+  try {
+    (*f)(level);
+  } catch (...) {
+  }
+}
+
 void facade_core::set_pressure_callback(std::function<void(memory_pressure)> f) {
+  bool has_callback = static_cast<bool>(f);
   {
     auto& cb = *callback_;
     std::unique_lock<std::mutex> lock{cb.mtx};
@@ -357,8 +399,15 @@ void facade_core::set_pressure_callback(std::function<void(memory_pressure)> f) 
     });
   }
   std::lock_guard<std::mutex> guard{mtx_};
-  if (relay_ || stopped_)
+  if (stopped_)
     return;
+  if (relay_) {
+    // A new callback hears the level the cache is at first (the relay
+    // knows it), as the first one does from its subscription.
+    if (has_callback)
+      caf::anon_send(relay_, pressure_atom::value);
+    return;
+  }
   // One detached actor calls the callback, so a slow callback delays only
   // later callbacks, never the cache; one subscriber keeps them in order.
   relay_ = sys_.spawn<caf::detached>(
@@ -368,35 +417,12 @@ void facade_core::set_pressure_callback(std::function<void(memory_pressure)> f) 
       self->set_down_handler([self](const caf::down_msg&) { self->quit(); });
       return {
         [cb](pressure_atom, const pressure_event& ev) {
-          std::shared_ptr<const std::function<void(memory_pressure)>> f;
-          {
-            std::lock_guard<std::mutex> guard{cb->mtx};
-            if (cb->stopped || !cb->f)
-              return;
-            f = cb->f;
-            cb->running_generation = cb->generation;
-            ++cb->running;
-            cb->caller = std::this_thread::get_id();
-          }
-          struct call_done { // also if the callback throws
-            callback_state& cb;
-            std::shared_ptr<const std::function<void(memory_pressure)>>& f;
-            ~call_done() {
-              // A replaced callback's last reference: its captures go
-              // before the setter that replaced it may return.
-              f.reset();
-              std::lock_guard<std::mutex> guard{cb.mtx};
-              --cb.running;
-              cb.caller = {};
-              cb.idle.notify_all();
-            }
-          } done{*cb, f};
-          // Not out of the handler: CAF would stop the relay, and no
-          // later level would reach any callback.
-          try {
-            (*f)(ev.level);
-          } catch (...) {
-          }
+          call_callback(*cb, ev.level, true);
+        },
+        // A callback was set: it hears the last level this relay heard,
+        // unless that is low or a change reached it first.
+        [cb](pressure_atom) {
+          call_callback(*cb, memory_pressure::low, false);
         },
       };
     },

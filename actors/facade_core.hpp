@@ -289,8 +289,20 @@ private:
     /// `running_generation` (a setter waits for older ones only).
     std::uint64_t generation = 0;
     std::uint64_t running_generation = 0;
+    /// The generation of the callback called last: a callback set since
+    /// has heard no level yet.
+    std::uint64_t heard_generation = 0;
+    /// The last level the relay heard.
+    memory_pressure level = memory_pressure::low;
   };
   std::shared_ptr<callback_state> callback_;
+
+  /// On the relay, so calls are in order: calls the callback set now with
+  /// `level`, a change (`change`: the relay learns the level), or - for a
+  /// callback just set - with the last level heard, if that is above low
+  /// and the callback has heard none yet.
+  static void call_callback(callback_state& cb, memory_pressure level,
+                            bool change);
 };
 
 } // namespace kvactor::detail

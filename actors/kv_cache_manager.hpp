@@ -142,9 +142,9 @@ public:
   caf::expected<cache_gc_stats> gc();
 
   /// Called with each new pressure level, once per change, in order, on a
-  /// thread of its own. The first callback set hears the level at once if
-  /// it is above low; one set in place of another (or of an empty one)
-  /// hears the next change: read stats().pressure for the level now.
+  /// thread of its own. Each callback set first hears the level the cache
+  /// is at, if that is above low (as a pressure subscriber does) - unless
+  /// a change reaches it first.
   /// Replaces the previous callback (from inside the callback too). Once
   /// the last copy of the facade is gone, none runs: its destruction waits
   /// for a call in progress, unless that call is the one destroying it. An

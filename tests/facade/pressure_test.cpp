@@ -89,17 +89,63 @@ BOOST_AUTO_TEST_CASE(a_pressure_callback_may_replace_itself) {
   pressure_log log;
   auto first_calls = std::make_shared<std::atomic<int>>(0);
   auto& m = f.m();
-  m.set_pressure_callback([&m, &log, first_calls](memory_pressure lvl) {
+  m.set_pressure_callback([&m, &log, first_calls](memory_pressure) {
     ++*first_calls;
     m.set_pressure_callback(log.callback()); // from inside: no deadlock
-    log.callback()(lvl);
   });
   for (request_id id = 1; id <= 52; ++id) // medium, then high
     f.alloc(f.req(id, 4));
-  BOOST_TEST(eventually([&] { return log.size() >= 2; }));
+  // The new callback hears the level it was set at (medium), unless the
+  // change to high reached it first.
+  BOOST_TEST(eventually([&] {
+    auto got = log.get();
+    return !got.empty() && got.back() == memory_pressure::high;
+  }));
+  std::this_thread::sleep_for(std::chrono::milliseconds{20});
+  auto got = log.get();
+  BOOST_TEST((got == std::vector<memory_pressure>{memory_pressure::medium,
+                                                  memory_pressure::high}
+              || got == std::vector<memory_pressure>{memory_pressure::high}));
   BOOST_TEST(first_calls->load() == 1);
-  BOOST_TEST((log.get() == std::vector<memory_pressure>{memory_pressure::medium,
-                                                        memory_pressure::high}),
+}
+
+// A callback set in place of another first hears the level the cache is
+// at, as the first one and a pressure subscriber do; so does one set after
+// an empty one - and each hears it once.
+BOOST_AUTO_TEST_CASE(a_replacing_callback_hears_the_level_now) {
+  cache_fixture f;
+  pressure_log first;
+  auto& m = f.m();
+  m.set_pressure_callback(first.callback());
+  for (request_id id = 1; id <= 52; ++id) // medium, then high
+    f.alloc(f.req(id, 4));
+  BOOST_REQUIRE(eventually([&] { return first.size() >= 2; }));
+  pressure_log second;
+  m.set_pressure_callback(second.callback());
+  BOOST_TEST(eventually([&] { return second.size() >= 1; }));
+  m.set_pressure_callback(nullptr);
+  pressure_log third;
+  m.set_pressure_callback(third.callback());
+  BOOST_TEST(eventually([&] { return third.size() >= 1; }));
+  std::this_thread::sleep_for(std::chrono::milliseconds{20});
+  using levels = std::vector<memory_pressure>;
+  BOOST_TEST(second.get() == levels{memory_pressure::high},
+             boost::test_tools::per_element());
+  BOOST_TEST(third.get() == levels{memory_pressure::high},
+             boost::test_tools::per_element());
+  BOOST_TEST(first.get() == (levels{memory_pressure::medium, memory_pressure::high}),
+             boost::test_tools::per_element());
+  // Back to low: it hears the change; a callback set at low hears nothing
+  // until the next one.
+  for (request_id id = 1; id <= 52; ++id)
+    BOOST_REQUIRE(!m.deallocate(id));
+  BOOST_TEST(eventually([&] { return third.size() >= 3; }));
+  pressure_log fourth;
+  m.set_pressure_callback(fourth.callback());
+  std::this_thread::sleep_for(std::chrono::milliseconds{20});
+  BOOST_TEST(fourth.size() == 0u);
+  BOOST_TEST(third.get() == (levels{memory_pressure::high, memory_pressure::medium,
+                                    memory_pressure::low}),
              boost::test_tools::per_element());
 }
 
@@ -159,11 +205,13 @@ BOOST_AUTO_TEST_CASE(a_throwing_pressure_callback_stops_no_later_level) {
   BOOST_TEST(eventually([&] { return log.size() >= 2; }));
   BOOST_TEST(thrown->load() == 2);
   pressure_log second;
-  m.set_pressure_callback(second.callback());
+  m.set_pressure_callback(second.callback()); // hears high, the level now
   for (request_id id = 53; id <= 61; ++id) // critical
     f.alloc(f.req(id, 4));
-  BOOST_TEST(eventually([&] { return second.size() >= 1; }));
-  BOOST_TEST(second.get().front() == memory_pressure::critical);
+  BOOST_TEST(eventually([&] { return second.size() >= 2; }));
+  auto heard = second.get();
+  BOOST_TEST(heard.front() == memory_pressure::high);
+  BOOST_TEST(heard.at(1) == memory_pressure::critical);
 }
 
 BOOST_AUTO_TEST_CASE(pressure_callback_gets_each_level_once_in_order) {
