@@ -131,6 +131,9 @@ struct request_ended {
   request_id id = 0;
   std::uint64_t cache_id = 0;
   end_reason reason = end_reason::deallocated;
+  /// Blocks whose last reference went as it ended (full hashed ones stay
+  /// cached). 0 for a request that ended while a swap moved its bytes:
+  /// its blocks return when the move ends, with no event of their own.
   std::uint32_t blocks_released = 0;
   /// The id of the ended incarnation's handle actor (0 where the sender
   /// does not know it: the ends a step reply reports).
