@@ -125,8 +125,10 @@ public:
   caf::expected<std::uint32_t> reclaim(request_id id, std::uint64_t cache_id);
 
   /// release(id), counted as a preemption if `id` was resident (a swapped
-  /// or mid-swap request frees no device blocks now: not counted).
-  caf::expected<std::uint32_t> preempt(request_id id);
+  /// or mid-swap request frees no device blocks now: not counted). With
+  /// `unindex`, discard(id) instead: for a victim chosen at any moment (the
+  /// supervisor's), whose latest K/V may not have been written.
+  caf::expected<std::uint32_t> preempt(request_id id, bool unindex = false);
 
   /// A new request `child` sharing every block of `parent` (copy-on-write on
   /// its first append into the shared last block). Errors: unknown_request,

@@ -183,7 +183,8 @@ caf::expected<std::uint32_t> block_pool_core::reclaim(request_id id,
   return release(id);
 }
 
-caf::expected<std::uint32_t> block_pool_core::preempt(request_id id) {
+caf::expected<std::uint32_t> block_pool_core::preempt(request_id id,
+                                                      bool unindex) {
   auto seq = find(id);
   if (seq == nullptr)
     return make_error(errc::unknown_request, req_name(id) + " is not allocated");
@@ -193,7 +194,7 @@ caf::expected<std::uint32_t> block_pool_core::preempt(request_id id) {
   // ends (its swap was already the pool's answer to pressure). Either
   // still ends, as preempted, for its owner.
   bool resident = seq->where == residency::resident;
-  auto res = release(id);
+  auto res = unindex ? discard(id) : release(id);
   if (!res)
     return res;
   if (resident) {

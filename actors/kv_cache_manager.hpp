@@ -166,7 +166,10 @@ public:
   /// pool's step lane; the registry is current when it returns.
   caf::expected<step_result> step(step_request req);
 
-  /// Recompute-style preemption: frees the request's blocks now.
+  /// Recompute-style preemption: frees the request's blocks now; its full
+  /// hashed blocks stay cached, as a deallocate's do. For a request whose
+  /// K/V may not have been written (its pass failed, or never ran), use
+  /// discard.
   caf::error preempt(request_id id);
 
   /// Moves the request's blocks to the host tier (num_host_blocks) and frees

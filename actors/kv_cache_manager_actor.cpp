@@ -402,14 +402,16 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     [self](preempt_atom, request_id id,
            std::uint64_t cache_id) -> caf::result<std::uint32_t> {
       // The supervisor's victims, chosen a round trip ago: the id may name
-      // a newer incarnation by now, which nobody chose.
+      // a newer incarnation by now, which nobody chose. Chosen at any
+      // moment, a victim may not have had its K/V written: its blocks
+      // leave the prefix index.
       auto& reg = self->state.registry;
       auto i = reg.find(id);
       if (i == reg.end() || i->second.info.cache_id != cache_id)
         return make_error(errc::unknown_request,
                           "request " + std::to_string(id) + " (cache id "
                             + std::to_string(cache_id) + ") has ended");
-      return preempt_request(self, id, i->second);
+      return preempt_request(self, id, i->second, true);
     },
     [self](subscribe_atom, topic t, const caf::actor& sub) {
       if (!sub)

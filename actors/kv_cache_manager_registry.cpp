@@ -126,20 +126,26 @@ void reclaim_request(mgr_ptr self, request_id id, std::uint64_t cache_id) {
 }
 
 caf::result<std::uint32_t> preempt_request(mgr_ptr self, request_id id,
-                                           const manager_state::entry& e) {
+                                           const manager_state::entry& e,
+                                           bool unindex) {
   prefetch_handle(e.handle);
   // Before the promise, which takes the sender out of the message.
   bool by_owner = e.owner == self->current_sender();
   auto rp = owe(self, self->make_response_promise<std::uint32_t>(),
                 "preempt", id);
-  self->request(self->state.pool, caf::infinite, preempt_atom::value, id,
-                e.info.cache_id)
-    .then(
-      [self, rp, id, by_owner](std::uint32_t released) mutable {
-        end_request(self, id, end_reason::preempted, released, !by_owner);
-        rp.deliver(released);
-      },
-      [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+  auto ended = [self, rp, id, by_owner](std::uint32_t released) mutable {
+    end_request(self, id, end_reason::preempted, released, !by_owner);
+    rp.deliver(released);
+  };
+  auto failed = [rp](caf::error& err) mutable { rp.deliver(std::move(err)); };
+  auto& pool = self->state.pool;
+  if (unindex)
+    self->request(pool, caf::infinite, preempt_atom::value, discard_atom::value,
+                  id, e.info.cache_id)
+      .then(std::move(ended), std::move(failed));
+  else
+    self->request(pool, caf::infinite, preempt_atom::value, id, e.info.cache_id)
+      .then(std::move(ended), std::move(failed));
   return rp.promise();
 }
 

@@ -101,9 +101,11 @@ void reclaim_request(mgr_ptr self, request_id id, std::uint64_t cache_id);
 caf::result<cache_gc_stats> reclaim_orphans(mgr_ptr self);
 
 /// Preempts registered request `id` (entry `e`); its owner is told unless
-/// it asked.
+/// it asked. With `unindex`, the blocks it lets go leave the prefix index
+/// (block_pool_core::preempt).
 caf::result<std::uint32_t> preempt_request(mgr_ptr self, request_id id,
-                                           const manager_state::entry& e);
+                                           const manager_state::entry& e,
+                                           bool unindex = false);
 
 /// Marks incarnation `cache_id` of a registered request swapped out or in
 /// (a newer incarnation of the id is left alone).

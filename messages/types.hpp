@@ -303,8 +303,9 @@ struct cache_handle_stats {
   std::uint64_t last_access = 0;
   /// kvactor's own: the prompt tokens its admission found in the prefix
   /// cache (whole blocks, never the last prompt token). Their K/V is in
-  /// its first blocks already, so the model computes the prompt from
-  /// token prefix_hit_tokens on. Unlike a probe (cached_prefix) it is what
+  /// its first blocks already - or will be once the pass of the request
+  /// that admitted them writes it (README, Using it) - so the model
+  /// computes the prompt from token prefix_hit_tokens on. Unlike a probe (cached_prefix) it is what
   /// the admission did, not a hint. 0 for a fork (its blocks are its
   /// parent's, all written) and for a request without a prompt.
   std::uint64_t prefix_hit_tokens = 0;

@@ -23,7 +23,20 @@ cache_config critical_config() {
 }
 
 struct critical_fixture : cache_fixture {
-  critical_fixture() : cache_fixture(critical_config()) {
+  explicit critical_fixture(cache_config c = critical_config())
+    : cache_fixture(std::move(c)) {
+  }
+};
+
+/// Critical pressure preempts; high pressure evicts no cached block.
+cache_config lazy_critical_config() {
+  auto c = critical_config();
+  c.pressure.evict_cached_at_high = false;
+  return c;
+}
+
+struct lazy_critical_fixture : critical_fixture {
+  lazy_critical_fixture() : critical_fixture(lazy_critical_config()) {
   }
 };
 
@@ -105,6 +118,47 @@ BOOST_AUTO_TEST_CASE(critical_pressure_preempts_the_lowest_priority_first_and_te
   BOOST_TEST(notices[0].id == 5u);
   for (request_id id : {1, 3, 4})
     BOOST_TEST(outcome(lookup(id)) == "ok");
+}
+
+// The supervisor chooses its victims at any moment - one admitted a moment
+// ago, its prompt's K/V not yet written, among them - so their blocks
+// leave the prefix index: a later prompt must not hit blocks nobody wrote.
+// A preemption its owner asks for, at its own step boundary, keeps them.
+BOOST_FIXTURE_TEST_CASE(the_supervisors_victims_leave_no_prefix_to_hit,
+                        lazy_critical_fixture) {
+  BOOST_REQUIRE(allocate(1, 4 * 30));
+  auto prompt = make_tokens(4 * 10 + 1, 11); // 10 full blocks and 1 token
+  auto victim = make_prompt_request(cfg, 2, prompt);
+  victim.priority = priority::low;
+  BOOST_REQUIRE(allocate(victim));
+  BOOST_REQUIRE(allocate(3, 4 * 10));
+  auto before = stats();
+  BOOST_REQUIRE(before);
+  BOOST_REQUIRE(allocate(4, 4 * 10)); // 61 blocks: critical
+  auto notices = preempt_notices(self);
+  BOOST_REQUIRE(notices.size() == 1u);
+  BOOST_TEST(notices[0].id == 2u);
+  auto after = stats();
+  BOOST_REQUIRE(after);
+  BOOST_TEST(after->cached_blocks == before->cached_blocks);
+  BOOST_TEST(after->eviction_count - before->eviction_count == 10u);
+  BOOST_TEST(after->preemption_count == 1u);
+  BOOST_REQUIRE(free(4)); // room below the critical mark
+  auto again = allocate(make_prompt_request(cfg, 5, prompt));
+  BOOST_REQUIRE(again);
+  auto hit = handle_stats(again->handle);
+  BOOST_REQUIRE(hit);
+  BOOST_TEST(hit->prefix_hit_tokens == 0u);
+  // Preempted by its owner, at its boundary: the prefix stays cached.
+  BOOST_REQUIRE(free(5));
+  auto other = make_tokens(4 * 10 + 1, 12);
+  BOOST_REQUIRE(allocate(make_prompt_request(cfg, 6, other)));
+  BOOST_REQUIRE(preempt(6));
+  auto later = allocate(make_prompt_request(cfg, 7, other));
+  BOOST_REQUIRE(later);
+  hit = handle_stats(later->handle);
+  BOOST_REQUIRE_MESSAGE(hit, outcome(hit));
+  BOOST_TEST(hit->prefix_hit_tokens == 40u);
 }
 
 BOOST_AUTO_TEST_CASE(critical_pressure_never_preempts_requests_whose_blocks_are_all_shared) {

@@ -315,14 +315,14 @@ model_release pool_model::reclaim(request_id id, std::uint64_t cache_id) {
   return release(id);
 }
 
-model_release pool_model::preempt(request_id id) {
+model_release pool_model::preempt(request_id id, bool unindex) {
   auto it = seqs_.find(id);
   if (it == seqs_.end())
     return {errc::unknown_request};
   auto t = it->second.tenant;
   // Counted only if it frees device blocks now: resident.
   bool resident = it->second.where == residency::resident;
-  auto res = release(id);
+  auto res = unindex ? discard(id) : release(id);
   if (res.err)
     return res;
   if (resident) {

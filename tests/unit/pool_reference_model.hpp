@@ -149,7 +149,8 @@ public:
   model_release reclaim(request_id id, std::uint64_t cache_id);
   /// release, caching nothing it lets go (resident requests only).
   model_release discard(request_id id);
-  model_release preempt(request_id id);
+  /// With `unindex`, as discard (the supervisor's victims).
+  model_release preempt(request_id id, bool unindex = false);
   model_allocation fork(request_id parent, request_id child);
   std::uint32_t evict(std::uint32_t n);
   model_step_result run_step(const step_request& step);
