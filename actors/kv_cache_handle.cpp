@@ -148,6 +148,18 @@ cache_handle_stats kv_cache_handle::stats() const {
   return res ? std::get<0>(*res) : cache_handle_stats{};
 }
 
+caf::expected<cache_handle_stats> kv_cache_handle::checked_stats() const {
+  if (auto err = check_live())
+    return err;
+  auto core = core_.lock();
+  if (!core) // the facade went since check_live(), and the request with it
+    return ended(id());
+  auto res = core->ask<cache_handle_stats>(slot_->actor, stats_atom::value);
+  if (!res)
+    return as_handle_error(std::move(res.error()), id());
+  return std::get<0>(*res);
+}
+
 // -- paged ----------------------------------------------------------------------------
 
 caf::expected<std::optional<tensor_view>>

@@ -104,8 +104,14 @@ public:
   /// blocks and turns invalid with this one.
   virtual std::shared_ptr<kv_cache_handle> clone_handle() const = 0;
 
-  /// The request's figures (a round trip); zeros once it ended.
+  /// The request's figures (a round trip); zeros once it ended - and on
+  /// any failure (ferrum's contract returns plain figures): checked_stats()
+  /// tells which.
   cache_handle_stats stats() const;
+  /// The request's figures, or why there are none (the errors of
+  /// checked_table()): where a zero prefix_hit_tokens must mean "nothing
+  /// cached", not "no answer".
+  caf::expected<cache_handle_stats> checked_stats() const;
 
   /// False once the request was deallocated, preempted or reclaimed, or the
   /// manager stopped.

@@ -74,7 +74,10 @@ int run(caf::actor_system& sys, const kvactor::cache_config& cfg) {
     auto p = mgr->allocate(req);
     if (!p)
       return fail("allocate", p.error());
-    auto hits = (*p)->stats().prefix_hit_tokens;
+    auto st = (*p)->checked_stats(); // stats() would answer 0 on a failure
+    if (!st)
+      return fail("stats", st.error());
+    auto hits = st->prefix_hit_tokens;
     std::cout << "request " << id << ": " << hits << " of "
               << req.prompt.size() << " prompt tokens found cached\n";
     if (auto err = mgr->deallocate(id))

@@ -270,6 +270,24 @@ BOOST_AUTO_TEST_CASE(handle_stats_follow_the_request) {
   BOOST_TEST(s2.last_access > s.last_access);
 }
 
+// stats() answers zeros on any failure; checked_stats() says which, so a
+// zero prefix_hit_tokens read through it means nothing was cached.
+BOOST_AUTO_TEST_CASE(checked_stats_tells_zeros_from_an_end) {
+  cache_fixture f;
+  auto prompt = iota_tokens(1, 9); // 2 full blocks of 4 and a token
+  f.alloc(f.req(1, 0, 256, prompt));
+  auto h = f.alloc(f.req(2, 0, 256, prompt));
+  auto s = h->checked_stats();
+  BOOST_REQUIRE_MESSAGE(s, why(s));
+  BOOST_TEST(s->prefix_hit_tokens == 8u);
+  BOOST_TEST(s->tokens_stored == 9u);
+  BOOST_TEST(s->blocks_allocated == h->stats().blocks_allocated);
+  BOOST_REQUIRE(!f.m().deallocate(2));
+  KV_CHECK_ERROR(error_of(h->checked_stats()), errc::invalid_handle,
+                 "request 2");
+  BOOST_TEST(h->stats().prefix_hit_tokens == 0u);
+}
+
 // table() is empty on any failure (ferrum's contract returns a plain
 // table); checked_table() says which: a request that ended is
 // invalid_handle, a stopped cache shutting_down, and a call that ran out of
