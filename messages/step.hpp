@@ -150,6 +150,9 @@ struct step_result {
   /// Newest first, as chosen. A preemption stands even when the extend it
   /// made room for is undone later by a failed copy-on-write copy.
   std::vector<request_id> preempted;
+  /// Write the K/V of each before the next step - also of one the
+  /// supervisor preempted meanwhile (its notice may come first): another
+  /// admission of this step may have hit its blocks.
   std::vector<admission> admitted;
   /// In the order the step ran them - verdicts, frees, discards, extends
   /// (a victim's preemption where it happened), admits - then the admits
