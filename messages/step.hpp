@@ -144,7 +144,9 @@ typename Inspector::result_type inspect(Inspector& f, op_failure& x) {
 struct step_result {
   std::vector<request_id> freed;
   /// Tables that changed, in the order they did: a request cut by its
-  /// verdict and then extended has two entries (apply them in order).
+  /// verdict and then extended has two entries (apply them in order). An
+  /// extend that fits in the request's last block changes no block and
+  /// has no entry: its tokens are the scheduler's to count.
   std::vector<table_delta> changed;
   std::vector<block_copy> copies;    ///< copy-on-write, done before the reply
   /// Newest first, as chosen. A preemption stands even when the extend it
@@ -166,6 +168,8 @@ struct step_result {
   /// The first admit that did not fit (admission stopped there), when
   /// admission_blocked is set; read it only then - 0 is a request id too.
   request_id blocked = 0;
+  /// Admission stopped at `blocked`: it and every admit after it in the
+  /// request were not admitted (nor are they in `failed`) - wait again.
   bool admission_blocked = false;
   /// As of the reply (after copy-on-write copies finished), cached blocks
   /// counted as free.
