@@ -118,7 +118,8 @@ public:
   /// written, its forward pass having failed. Blocks others still hold stay
   /// indexed (discard the other requests of a failed pass too). One not
   /// resident ends as by release: its K/V were written before it moved.
-  caf::expected<std::uint32_t> discard(request_id id);
+  /// Its first `keep` blocks stay indexed (written by an earlier pass).
+  caf::expected<std::uint32_t> discard(request_id id, std::uint32_t keep = 0);
 
   /// release(id) only if its cache_id is still `cache_id` (a reclaim after
   /// the handle died must not free a newer request with the same id).
@@ -126,8 +127,9 @@ public:
 
   /// release(id), counted as a preemption if `id` was resident (a swapped
   /// or mid-swap request frees no device blocks now: not counted). With
-  /// `unindex`, discard(id) instead: for a victim chosen at any moment (the
-  /// supervisor's), whose latest K/V may not have been written.
+  /// `unindex`, discard(id) instead - but for the blocks its admission
+  /// found cached, written by an earlier pass: for a victim chosen at any
+  /// moment (the supervisor's), whose own K/V may not have been written.
   caf::expected<std::uint32_t> preempt(request_id id, bool unindex = false);
 
   /// A new request `child` sharing every block of `parent` (copy-on-write on

@@ -8,6 +8,8 @@
 // pass: discard ends a request without caching what it let go.
 #include "kvactor/actors/block_pool_core.hpp"
 
+#include <algorithm>
+
 #include "kvactor/messages/error.hpp"
 
 namespace kvactor::detail {
@@ -49,11 +51,13 @@ block_pool_core::settle_drafts(request_id id, std::uint64_t accepted) {
   return out;
 }
 
-caf::expected<std::uint32_t> block_pool_core::discard(request_id id) {
+caf::expected<std::uint32_t> block_pool_core::discard(request_id id,
+                                                      std::uint32_t keep) {
   auto seq = find(id);
   if (seq == nullptr || seq->where != residency::resident)
     return release(id);
-  std::vector<block_id> table(seq->blocks.begin(), seq->blocks.end());
+  keep = std::min<std::uint32_t>(keep, seq->blocks.size());
+  std::vector<block_id> table(seq->blocks.begin() + keep, seq->blocks.end());
   auto freed = release(id);
   // Those it held last are cached now (the indexed ones): out of the index,
   // in table order. A pinned one first loses its pin, with the pins below

@@ -70,6 +70,7 @@ sequence& block_pool_core::new_sequence(request_id id) {
   seq.cow_pending = false;
   seq.where = residency::resident;
   seq.release_pending = false;
+  seq.hit_blocks = 0;
   seq.drafts = 0;
   seq.expected_tokens = 0;
   seq.step_stamp = 0;
@@ -194,7 +195,7 @@ caf::expected<std::uint32_t> block_pool_core::preempt(request_id id,
   // ends (its swap was already the pool's answer to pressure). Either
   // still ends, as preempted, for its owner.
   bool resident = seq->where == residency::resident;
-  auto res = unindex ? discard(id) : release(id);
+  auto res = unindex ? discard(id, seq->hit_blocks) : release(id);
   if (!res)
     return res;
   if (resident) {

@@ -403,8 +403,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
            std::uint64_t cache_id) -> caf::result<std::uint32_t> {
       // The supervisor's victims, chosen a round trip ago: the id may name
       // a newer incarnation by now, which nobody chose. Chosen at any
-      // moment, a victim may not have had its K/V written: its blocks
-      // leave the prefix index.
+      // moment, a victim may not have had its K/V written: the blocks it
+      // brought leave the prefix index.
       auto& reg = self->state.registry;
       auto i = reg.find(id);
       if (i == reg.end() || i->second.info.cache_id != cache_id)

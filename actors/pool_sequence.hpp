@@ -72,6 +72,10 @@ struct alignas(64) sequence {
   // once but leaves it a ghost (release_pending: out of the id index, its
   // id free for a new incarnation) until the move's end returns its blocks.
   bool release_pending = false;
+  /// Its first blocks its admission found cached (at most 255): their K/V
+  /// came from an earlier request's pass, so a preemption that unindexes
+  /// (block_pool_core::preempt) leaves them in the index.
+  std::uint8_t hit_blocks = 0;
   /// Draft tokens (speculative decoding): the last `drafts` of num_tokens
   /// hold slots but are not settled - no block holding one is indexed, and
   /// with named tokens their ids wait at the end of `tail`, unhashed, until

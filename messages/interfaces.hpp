@@ -140,8 +140,9 @@ using block_pool_actor = caf::typed_actor<
   // End it as a preemption.
   caf::replies_to<preempt_atom, request_id, std::uint64_t>::with<std::uint32_t>,
   // End it as a preemption, its blocks leaving the prefix index as a
-  // discard's do: the supervisor's victims, chosen at any moment, may not
-  // have had their K/V written.
+  // discard's do - but for the prefix its admission found cached: the
+  // supervisor's victims, chosen at any moment, may not have had their own
+  // K/V written.
   caf::replies_to<preempt_atom, discard_atom, request_id,
                   std::uint64_t>::with<std::uint32_t>,
   // (parent, parent's cache id, child): child shares the parent's blocks.
@@ -332,9 +333,10 @@ using kv_cache_manager_actor = caf::typed_actor<
   // Recompute-style preemption: frees the blocks, tells the owner.
   caf::replies_to<preempt_atom, request_id>::with<std::uint32_t>,
   // The same for that incarnation only, and as a discard: the blocks it
-  // lets go leave the prefix index (the supervisor's victims, chosen at
-  // any moment - a request admitted a moment ago, its prompt's K/V not
-  // written, among them). Error: unknown_request once it ended.
+  // lets go leave the prefix index, but for the prefix its admission found
+  // cached (the supervisor's victims, chosen at any moment - a request
+  // admitted a moment ago, its prompt's K/V not written, among them).
+  // Error: unknown_request once it ended.
   caf::replies_to<preempt_atom, request_id, std::uint64_t>::with<std::uint32_t>,
   // Moves a request's blocks to the host tier (replies with blocks moved)
   // and back (replies with its new table; the bytes are identical, the

@@ -161,6 +161,45 @@ BOOST_FIXTURE_TEST_CASE(the_supervisors_victims_leave_no_prefix_to_hit,
   BOOST_TEST(hit->prefix_hit_tokens == 40u);
 }
 
+// What the victim's admission found cached was written by an earlier
+// pass: that prefix stays; only the blocks the victim brought leave.
+BOOST_FIXTURE_TEST_CASE(a_supervisors_victim_keeps_the_prefix_it_hit,
+                        lazy_critical_fixture) {
+  BOOST_REQUIRE(allocate(1, 4 * 30));
+  auto system = make_tokens(4 * 8, 21); // 8 full blocks
+  auto first = system;
+  first.push_back(7);
+  BOOST_REQUIRE(allocate(make_prompt_request(cfg, 2, first)));
+  BOOST_REQUIRE(free(2)); // its 8 full blocks cached
+  auto prompt = system;
+  auto own = make_tokens(4 * 2 + 1, 22); // 2 full blocks and a token more
+  prompt.insert(prompt.end(), own.begin(), own.end());
+  auto victim = make_prompt_request(cfg, 3, prompt);
+  victim.priority = priority::low;
+  auto v = allocate(victim);
+  BOOST_REQUIRE(v);
+  auto hit = handle_stats(v->handle);
+  BOOST_REQUIRE(hit);
+  BOOST_TEST(hit->prefix_hit_tokens == 32u);
+  BOOST_REQUIRE(allocate(4, 4 * 10));
+  auto before = stats();
+  BOOST_REQUIRE(before);
+  BOOST_REQUIRE(allocate(5, 4 * 10)); // 61 blocks: critical
+  auto notices = preempt_notices(self);
+  BOOST_REQUIRE(notices.size() == 1u);
+  BOOST_TEST(notices[0].id == 3u);
+  auto after = stats();
+  BOOST_REQUIRE(after);
+  BOOST_TEST(after->cached_blocks - before->cached_blocks == 8u);
+  BOOST_TEST(after->eviction_count - before->eviction_count == 2u);
+  BOOST_REQUIRE(free(5)); // room below the critical mark
+  auto again = allocate(make_prompt_request(cfg, 6, prompt));
+  BOOST_REQUIRE(again);
+  hit = handle_stats(again->handle);
+  BOOST_REQUIRE(hit);
+  BOOST_TEST(hit->prefix_hit_tokens == 32u);
+}
+
 BOOST_AUTO_TEST_CASE(critical_pressure_never_preempts_requests_whose_blocks_are_all_shared) {
   // Request 1 and its fork share 40 blocks: preempting either frees none.
   BOOST_REQUIRE(allocate(1, 4 * 40));

@@ -172,6 +172,7 @@ model_allocation pool_model::allocate(const allocation_request& req) {
   seq.num_tokens = p.n;
   seq.max_tokens = req.max_sequence_length;
   seq.expected_tokens = p.expected;
+  seq.hit_blocks = std::min<std::uint32_t>(p.hits, 255);
   for (std::uint32_t i = 0; i < p.hits; ++i) {
     auto b = index_.at(key_of(t, req.cache_salt, prompt, (i + 1) * block_size_));
     share(b, seq);
@@ -322,7 +323,8 @@ model_release pool_model::preempt(request_id id, bool unindex) {
   auto t = it->second.tenant;
   // Counted only if it frees device blocks now: resident.
   bool resident = it->second.where == residency::resident;
-  auto res = unindex ? discard(id) : release(id);
+  // The blocks its admission found cached stay (an earlier pass wrote them).
+  auto res = unindex ? discard(id, it->second.hit_blocks) : release(id);
   if (res.err)
     return res;
   if (resident) {
@@ -352,6 +354,7 @@ model_allocation pool_model::fork(request_id parent, request_id child) {
   c.cache_id = next_cache_id_++;
   c.admitted = next_admission_++;
   c.release_pending = false;
+  c.hit_blocks = 0; // a fork hit nothing
   for (auto b : c.blocks) {
     ++blocks_[b].refs;
     blocks_[b].level = std::max(blocks_[b].level, c.level);

@@ -63,6 +63,8 @@ struct model_sequence {
   std::vector<std::optional<prefix_key>> host_keys;
   std::vector<block_id> incoming;    ///< swapping_in
   bool release_pending = false;
+  /// Blocks its admission found cached, at most 255 (as the pool keeps).
+  std::uint32_t hit_blocks = 0;
 };
 
 struct model_tenant {
@@ -148,7 +150,8 @@ public:
   model_release release(request_id id);
   model_release reclaim(request_id id, std::uint64_t cache_id);
   /// release, caching nothing it lets go (resident requests only).
-  model_release discard(request_id id);
+  /// Its first `keep` blocks stay indexed.
+  model_release discard(request_id id, std::uint32_t keep = 0);
   /// With `unindex`, as discard (the supervisor's victims).
   model_release preempt(request_id id, bool unindex = false);
   model_allocation fork(request_id parent, request_id child);

@@ -4,6 +4,8 @@
 // discarded (nothing they let go stays indexed).
 #include "pool_reference_model.hpp"
 
+#include <algorithm>
+
 namespace kvactor::test {
 
 using detail::residency;
@@ -46,11 +48,13 @@ model_extension pool_model::settle_drafts(request_id id,
   return out;
 }
 
-model_release pool_model::discard(request_id id) {
+model_release pool_model::discard(request_id id, std::uint32_t keep) {
   auto it = seqs_.find(id);
   if (it == seqs_.end() || it->second.where != residency::resident)
     return release(id);
   auto table = it->second.blocks;
+  table.erase(table.begin(),
+              table.begin() + std::min<std::size_t>(keep, table.size()));
   auto res = release(id);
   // What went cached leaves the index, in table order (pins first go, with
   // the pinned blocks below).
