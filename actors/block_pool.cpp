@@ -139,31 +139,13 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       st.report(self);
       return {true, *res};
     },
-    [self, &st](preempt_atom, request_id id,
-                std::uint64_t cache_id) -> caf::result<std::uint32_t> {
-      if (auto err = from_manager(self, st.registry, "preempt"))
-        return err;
-      if (auto err = check_current(st.core(), id, cache_id))
-        return err;
-      auto res = st.core().preempt(id);
-      if (!res)
-        return std::move(res.error());
-      st.lanes.ended(id, cache_id, end_reason::preempted, *res);
-      st.report(self);
-      return *res;
+    [self](preempt_atom, request_id id,
+           std::uint64_t cache_id) -> caf::result<std::uint32_t> {
+      return preempt_by_manager(self, id, cache_id, false);
     },
-    [self, &st](preempt_atom, discard_atom, request_id id,
-                std::uint64_t cache_id) -> caf::result<std::uint32_t> {
-      if (auto err = from_manager(self, st.registry, "preempt"))
-        return err;
-      if (auto err = check_current(st.core(), id, cache_id))
-        return err;
-      auto res = st.core().preempt(id, true);
-      if (!res)
-        return std::move(res.error());
-      st.lanes.ended(id, cache_id, end_reason::preempted, *res);
-      st.report(self);
-      return *res;
+    [self](preempt_atom, discard_atom, request_id id,
+           std::uint64_t cache_id) -> caf::result<std::uint32_t> {
+      return preempt_by_manager(self, id, cache_id, true);
     },
     [self, &st](fork_atom, request_id parent, std::uint64_t parent_cache_id,
                 request_id child) -> caf::result<admission> {

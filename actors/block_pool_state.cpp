@@ -204,6 +204,22 @@ caf::result<std::uint32_t> end_by_manager(pool_ptr self, request_id id,
   return *res;
 }
 
+caf::result<std::uint32_t> preempt_by_manager(pool_ptr self, request_id id,
+                                              std::uint64_t cache_id,
+                                              bool unindex) {
+  auto& st = self->state;
+  if (auto err = from_manager(self, st.registry, "preempt"))
+    return err;
+  if (auto err = check_current(st.core(), id, cache_id))
+    return err;
+  auto res = st.core().preempt(id, unindex);
+  if (!res)
+    return std::move(res.error());
+  st.lanes.ended(id, cache_id, end_reason::preempted, *res);
+  st.report(self);
+  return *res;
+}
+
 caf::expected<block_table> settle(pool_ptr self, request_id id,
                                   std::uint64_t cache_id,
                                   std::uint64_t accepted, bool by_manager) {

@@ -150,6 +150,13 @@ caf::result<std::uint32_t> end_by_manager(pool_ptr self, request_id id,
                                           std::uint64_t cache_id,
                                           bool discard);
 
+/// The manager's preemption of incarnation `cache_id` of `id` (with
+/// `unindex`, the supervisor's: block_pool_core::preempt); tells the step
+/// lane.
+caf::result<std::uint32_t> preempt_by_manager(pool_ptr self, request_id id,
+                                              std::uint64_t cache_id,
+                                              bool unindex);
+
 /// Settles the draft tokens of incarnation `cache_id` of `id` (as grow
 /// names it), keeping `accepted`; reports usage, replies with the table.
 caf::expected<block_table> settle(pool_ptr self, request_id id,
