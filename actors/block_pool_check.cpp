@@ -261,12 +261,23 @@ caf::error block_pool_core::check_invariant() const {
   if (auto e = checks::shared_tails(*this, top_fill, refs))
     return e;
   // Membership of the free stack and the LRU lists.
-  std::vector<std::uint8_t> on_list(n, 0); // 1 free, 2 lru
+  std::vector<std::uint8_t> on_list(n, 0); // 1 free, 2 lru, 3 draining
   for (auto b : free_.ids()) {
     if (b >= n || on_list[b] != 0)
       return broken(blk(b) + " is on the free stack twice or out of range");
     on_list[b] = 1;
   }
+  std::uint64_t draining = 0;
+  for (auto& d : drains_)
+    for (auto b : d.blocks) {
+      if (b >= n || on_list[b] != 0)
+        return broken(blk(b) + " drains twice, or is also free");
+      on_list[b] = 3;
+      ++draining;
+    }
+  if (draining != draining_)
+    return broken("draining count " + std::to_string(draining_) + " != "
+                  + std::to_string(draining));
   if (auto links = lru_.broken_links(); !links.empty())
     return broken(links);
   lru_.for_each([&](block_id b, std::size_t level) {
@@ -309,9 +320,15 @@ caf::error block_pool_core::check_invariant() const {
           return broken(blk(b) + " is cached but not an indexed LRU entry "
                                  "(or pinned and on the LRU)");
         break;
+      case block_state::draining:
+        if (m.ref_count != 0 || on_list[b] != 3 || m.indexed || m.pinned)
+          return broken(blk(b) + " is draining but held, indexed or in no "
+                                 "drain");
+        break;
       case block_state::used:
         if (m.ref_count == 0 || on_list[b] != 0)
-          return broken(blk(b) + " is used but unreferenced or on a list");
+          return broken(blk(b) + " is used but unreferenced, on a list or "
+                                 "draining");
         if (m.tenant >= tenants_.size())
           return broken(blk(b) + " is charged to no tenant");
         ++charged[m.tenant];
@@ -388,12 +405,13 @@ caf::error block_pool_core::check_invariant() const {
     return broken("reservation shortfall " + std::to_string(shortfall_total_)
                   + " != " + std::to_string(shortfall));
   // Every reservation can be served at once: the blocks anyone may take
-  // (free and evictable) cover what the tenants below theirs still miss.
-  auto avail = free_.size() + lru_.size();
+  // (free and evictable) cover what the tenants below theirs still miss -
+  // or will when the drains end.
+  auto avail = free_.size() + lru_.size() + draining_;
   if (avail < shortfall)
     return broken("reservations short of " + std::to_string(shortfall)
                   + " blocks, only " + std::to_string(avail)
-                  + " free or evictable");
+                  + " free, evictable or draining");
   return caf::none;
 }
 

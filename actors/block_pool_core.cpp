@@ -196,7 +196,12 @@ caf::error block_pool_core::admit_blocks(std::uint16_t t, std::uint64_t n,
                         + ts.config.name + "' (" + std::to_string(avail)
                         + " free incl. " + std::to_string(lru_.size())
                         + " cached, " + std::to_string(avail - can)
-                        + " held for other tenants' reservations)");
+                        + " held for other tenants' reservations"
+                        + (draining_ == 0
+                             ? std::string{}
+                             : "; " + std::to_string(draining_)
+                                 + " more drain after a preemption")
+                        + ")");
   }
   return caf::none;
 }

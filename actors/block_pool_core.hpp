@@ -4,9 +4,11 @@
 //
 // Invariants (check_invariant() verifies them all):
 //  - every block is in exactly one state: free (on the free stack), cached
-//    (ref count 0, in the prefix index and on one LRU level) or used (ref
+//    (ref count 0, in the prefix index and on one LRU level), used (ref
 //    count > 0, equal to the number of sequence tables that hold it plus
-//    its holds: one per copy in flight it is the source or destination of);
+//    its holds: one per copy in flight it is the source or destination of)
+//    or draining (ref count 0, unindexed, in exactly one drain: let go by a
+//    supervisor's victim, not yet free - preempt_draining);
 //  - the prefix index maps a hash to a block iff that block is `indexed` with
 //    that hash; cached blocks are always indexed;
 //  - live requests are in the id index, requests released during a swap
@@ -20,7 +22,8 @@
 //  - a request's hashed blocks and tail add up to its tokens; no block
 //    holding one of its unsettled draft tokens is indexed;
 //  - the blocks anyone may take (free, or cached and not pinned) cover every
-//    tenant's reservation shortfall (pins give way to keep it so).
+//    tenant's reservation shortfall (pins give way to keep it so) - with
+//    the draining ones, which come free when their drain ends.
 // Every operation validates first and then commits: a failed one changes
 // nothing. Running out of host memory is not such a failure: a container's
 // std::bad_alloc may leave an operation half done, so it is fatal - the
@@ -131,6 +134,36 @@ public:
   /// found cached, written by an earlier pass: for a victim chosen at any
   /// moment (the supervisor's), whose own K/V may not have been written.
   caf::expected<std::uint32_t> preempt(request_id id, bool unindex = false);
+
+  // -- draining (block_pool_drain.cpp) ---------------------------------------------
+
+  /// preempt(id, true), but the blocks whose last reference goes do not
+  /// come free yet: they drain - no request holds them, nothing may take
+  /// them - until end_drain(serial) or end_drains(tag), so that a writer
+  /// still writing the victim's K/V (a forward pass under way when the
+  /// supervisor chose it) writes into blocks nobody else has. `tag`: who
+  /// may end the drain early (the stepper that admitted it; 0: nobody).
+  /// The drain's serial is last_drain() (0 when no block drains: nothing
+  /// went, or a swapped or mid-swap victim). Errors: preempt's.
+  caf::expected<std::uint32_t> preempt_draining(request_id id,
+                                                std::uint64_t tag);
+  /// The serial of the drain the last preempt_draining began, 0 if none.
+  std::uint64_t last_drain() const noexcept {
+    return last_drain_;
+  }
+  /// Ends drain `serial` (if it has not ended): its blocks come free.
+  /// Returns how many.
+  std::uint32_t end_drain(std::uint64_t serial);
+  /// Ends every drain tagged `tag` (non-zero); returns how many blocks
+  /// came free.
+  std::uint32_t end_drains(std::uint64_t tag);
+  /// Blocks draining now (neither free, cached nor used).
+  std::uint64_t draining_blocks() const noexcept {
+    return draining_;
+  }
+  std::size_t num_drains() const noexcept {
+    return drains_.size();
+  }
 
   /// A new request `child` sharing every block of `parent` (copy-on-write on
   /// its first append into the shared last block). Errors: unknown_request,
@@ -306,8 +339,9 @@ public:
   std::uint64_t cached_blocks() const noexcept {
     return lru_.size();
   }
+  /// Blocks no request holds and none drains: free or cached.
   std::uint64_t free_blocks() const noexcept {
-    return blocks_.size() - used_;
+    return blocks_.size() - used_ - draining_;
   }
   std::size_t num_sequences() const noexcept {
     return seq_index_.size();
@@ -343,7 +377,7 @@ private:
   struct checks; ///< check_invariant's parts (block_pool_check.cpp)
   /// Tests only (tests/unit/pool_test_access.hpp): corrupts state on purpose.
   friend struct block_pool_test_access;
-  enum class block_state : std::uint8_t { free, cached, used };
+  enum class block_state : std::uint8_t { free, cached, used, draining };
 
   /// Per block, 32 bytes: what every hot path touches. The parent hash
   /// (events only) and pin deadline (pins only) live in side arrays.
@@ -590,6 +624,19 @@ private:
   std::uint64_t max_pinned_ = 0;
   std::vector<block_id> pinned_;
   std::vector<pending_cow> pending_cows_;
+  /// Blocks a supervisor's victim let go, kept from reuse a while
+  /// (preempt_draining): ref count 0, unindexed, on no list.
+  struct drain {
+    std::uint64_t serial = 0;
+    std::uint64_t tag = 0;
+    std::vector<block_id> blocks;
+  };
+  std::vector<drain> drains_; ///< oldest first
+  std::uint64_t draining_ = 0;
+  std::uint64_t next_drain_ = 1;
+  std::uint64_t last_drain_ = 0;
+  /// Frees drains_[i]'s blocks and drops it; returns how many.
+  std::uint32_t end_drain_at(std::size_t i);
   // Host tier (swap): free host blocks; the others are swapped requests'.
   std::uint32_t num_host_blocks_ = 0;
   free_stack host_free_;

@@ -226,7 +226,8 @@ void block_pool_core::unpin_at(std::size_t i) {
 }
 
 void block_pool_core::give_way(const block_id* blocks, std::size_t n) {
-  while (n > 0 && free_.size() + lru_.size() < shortfall_total_) {
+  // Draining blocks count: they come free when their drain ends.
+  while (n > 0 && free_.size() + lru_.size() + draining_ < shortfall_total_) {
     auto b = blocks[--n];
     auto& m = blocks_[b];
     if (m.pinned && m.state == block_state::cached)

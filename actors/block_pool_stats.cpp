@@ -30,6 +30,7 @@ pool_stats block_pool_core::stats() const {
   s.host_total_blocks = num_host_blocks();
   s.host_free_blocks = free_host_blocks();
   s.pinned_blocks = pinned_blocks();
+  s.draining_blocks = draining_blocks();
   for (auto& ts : tenants()) {
     tenant_usage u;
     u.name = ts.config.name;

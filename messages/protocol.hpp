@@ -172,6 +172,8 @@ struct pool_stats {
   std::uint64_t swap_in_shared = 0;
   std::uint64_t draft_tokens = 0;
   std::uint64_t draft_tokens_rejected = 0;
+  /// Let go by the supervisor's victims, not yet free (preempt_grace_ms).
+  std::uint64_t draining_blocks = 0;
 };
 
 template <class Inspector>
@@ -183,7 +185,7 @@ typename Inspector::result_type inspect(Inspector& f, pool_stats& x) {
            x.preemptions, x.query_tokens, x.hit_tokens, x.tenants,
            x.swap_outs, x.swap_ins, x.host_total_blocks, x.host_free_blocks,
            x.pinned_blocks, x.swap_in_shared, x.draft_tokens,
-           x.draft_tokens_rejected);
+           x.draft_tokens_rejected, x.draining_blocks);
 }
 
 /// New tokens' K and V rows for one layer, to scatter into their slots

@@ -43,7 +43,29 @@ BOOST_AUTO_TEST_CASE(check_catches_a_cached_block_neither_listed_nor_pinned) {
 BOOST_AUTO_TEST_CASE(check_catches_a_used_block_on_a_list) {
   auto b = seq(5).blocks[0];
   access::free_blocks(*pool).push(b);
-  expect_broken(blk(b) + " is used but unreferenced or on a list");
+  expect_broken(blk(b) + " is used but unreferenced, on a list or draining");
+}
+
+BOOST_AUTO_TEST_CASE(check_catches_a_draining_block_also_free) {
+  access::free_blocks(*pool).push(drained);
+  expect_broken(blk(drained) + " drains twice, or is also free");
+}
+
+BOOST_AUTO_TEST_CASE(check_catches_a_draining_block_in_the_index) {
+  meta(drained).indexed = true;
+  expect_broken(blk(drained) + " is draining but held, indexed or in no drain");
+}
+
+BOOST_AUTO_TEST_CASE(check_catches_a_drain_holding_a_used_block) {
+  auto b = seq(5).blocks[0];
+  access::drains(*pool).front().blocks.push_back(b);
+  ++access::draining(*pool);
+  expect_broken(blk(b) + " is used but unreferenced, on a list or draining");
+}
+
+BOOST_AUTO_TEST_CASE(check_catches_a_wrong_draining_count) {
+  ++access::draining(*pool);
+  expect_broken("draining count 2 != 1");
 }
 
 BOOST_AUTO_TEST_CASE(check_catches_a_used_block_charged_to_no_tenant) {
@@ -166,10 +188,11 @@ BOOST_AUTO_TEST_CASE(check_catches_a_reservation_shortfall_that_is_not_the_sum) 
 }
 
 BOOST_AUTO_TEST_CASE(check_catches_reservations_the_pool_cannot_serve) {
-  // q reserves 100 and holds 2: 98 short, with 11 free and 2 cached.
+  // q reserves 100 and holds 2: 98 short, with 10 free, 2 cached and 1
+  // draining.
   access::tenants(*pool)[quota_tenant].config.reserved_blocks = 100;
   access::shortfall(*pool) = 98;
-  expect_broken("reservations short of 98 blocks, only 13 free or evictable");
+  expect_broken("reservations short of 98 blocks, only 13 free, evictable or draining");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

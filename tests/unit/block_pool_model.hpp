@@ -236,6 +236,8 @@ private:
   void do_release();
   void do_reclaim();
   void do_preempt();
+  /// Ends drains: the oldest (its grace ran out) or a stepper's.
+  void end_drains();
   void do_fork();
   void do_evict();
   void do_step();

@@ -139,8 +139,38 @@ void harness::do_preempt() {
   // The supervisor's way, or an owner's (by id: the random stream, and so
   // the seeds' coverage, stay as they were).
   bool unindex = id % 3 == 1;
+  if (unindex && op_ % 2 == 0) {
+    // With a grace (pressure.preempt_grace_ms), tagged with one of three
+    // steppers (do_step ends their drains, do_evict the oldest).
+    auto tag = 1 + op_ % 3;
+    auto want = model_.preempt_draining(id, tag);
+    expect_release("preempt draining", core_.preempt_draining(id, tag), want);
+    MODEL_REQUIRE(core_.last_drain() == model_.last_drain(),
+                  where() << "last_drain " << core_.last_drain() << " vs "
+                          << model_.last_drain());
+    if (model_.last_drain() != 0)
+      cov_("drain begun");
+    return;
+  }
   auto want = model_.preempt(id, unindex);
   expect_release("preempt", core_.preempt(id, unindex), want);
+}
+
+void harness::end_drains() {
+  if (model_.drains().empty())
+    return;
+  if (op_ % 2 == 0) { // the grace ran out
+    auto oldest = model_.drains().front();
+    auto want = model_.end_drain(oldest);
+    MODEL_REQUIRE(core_.end_drain(oldest) == want, where() << "end_drain");
+    cov_("drain ended by time");
+  } else { // a stepper's next step
+    auto tag = 1 + op_ % 3;
+    auto want = model_.end_drains(tag);
+    MODEL_REQUIRE(core_.end_drains(tag) == want, where() << "end_drains");
+    if (want > 0)
+      cov_("drain ended by its stepper");
+  }
 }
 
 void harness::do_fork() {
@@ -154,12 +184,14 @@ void harness::do_fork() {
 }
 
 void harness::do_evict() {
+  end_drains();
   auto n = static_cast<std::uint32_t>(below(12));
   auto want = model_.evict(n);
   MODEL_REQUIRE(core_.evict(n) == want, where() << "evict");
 }
 
 void harness::do_step() {
+  end_drains();
   step_request step;
   std::set<request_id> used;
   for (auto& [id, seq] : model_.sequences())

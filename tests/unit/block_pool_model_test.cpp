@@ -47,7 +47,8 @@ void run_and_check_coverage(const run_params& p) {
                  "step repeats an id", "settle:ok", "settle:invalid_request",
                  "drafts rejected", "drafts all accepted", "step verdict cut a table", "discard:ok",
                  "can_allocate:yes", "can_allocate:no", "chunk admitted",
-                 "cached_prefix:ok"})
+                 "cached_prefix:ok", "preempt draining:ok", "drain begun",
+                 "drain ended by time", "drain ended by its stepper"})
     BOOST_TEST(has(k), "seed " << p.seed << " never reached " << k);
   if (p.block_size > 1) // with one token per block, no block is partly full
     BOOST_TEST(has("copy on write"), "seed " << p.seed << " never copied on write");
@@ -77,7 +78,7 @@ BOOST_AUTO_TEST_CASE(core_matches_the_reference_model_on_random_operations) {
 }
 
 BOOST_AUTO_TEST_CASE(core_matches_the_reference_model_with_odd_block_sizes) {
-  run_and_check_coverage({4, 96, 3, true, 20000});
+  run_and_check_coverage({7, 96, 3, true, 20000});
   run_and_check_coverage({5, 48, 1, true, 20000});
 }
 

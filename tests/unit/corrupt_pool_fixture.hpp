@@ -1,7 +1,7 @@
 // A pool core in every kind of state check_invariant looks at - hashed and
 // forked requests, a shared partial tail, a copy in flight, cached blocks
 // on the LRU and pinned, a tenant with a quota and a reservation, a swapped
-// request and a ghost - for the cases that corrupt one thing in it and
+// request, a ghost and a drain - for the cases that corrupt one thing in it and
 // expect the check to name that thing.
 #pragma once
 
@@ -26,6 +26,7 @@ struct corrupt_pool_fixture {
   std::vector<block_id> lru;       ///< cached, on the LRU (request 3's)
   std::vector<block_id> pinned;    ///< cached and pinned, root first (4's)
   block_copy copy;                 ///< in flight, for request 2
+  block_id drained = 0;            ///< draining (request 8's)
 
   corrupt_pool_fixture() {
     cfg.block_size = 4;
@@ -69,6 +70,11 @@ struct corrupt_pool_fixture {
     // 9 and its fork 10 share a partly filled last block, both flagged.
     require(p.allocate(prompt_req(9, run(300, 6))));
     require(p.fork(9, 10));
+    // 8, a supervisor's victim: its block drains.
+    require(p.allocate(tokens_req(8, 4)));
+    drained = p.find(8)->blocks[0];
+    require(p.preempt_draining(8, 1));
+    BOOST_REQUIRE(p.draining_blocks() == 1u);
     BOOST_REQUIRE(invariant(p) == "ok");
   }
 

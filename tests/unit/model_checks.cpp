@@ -167,9 +167,11 @@ std::string reservations_diff(const detail::block_pool_core& core,
   for (auto& t : core.tenants())
     if (t.used < t.config.reserved_blocks)
       shortfall += t.config.reserved_blocks - t.used;
-  if (takeable < shortfall)
+  // Draining blocks come free when their drain ends: they count.
+  if (takeable + core.draining_blocks() < shortfall)
     return "reservations broken: " + std::to_string(takeable)
-           + " takeable blocks for a " + std::to_string(shortfall)
+           + " takeable and " + std::to_string(core.draining_blocks())
+           + " draining blocks for a " + std::to_string(shortfall)
            + " block shortfall";
   if (takeable != model.takeable_blocks() || shortfall != model.shortfall())
     return "takeable or shortfall differs from the model";
@@ -182,13 +184,17 @@ std::string usage_diff(const detail::block_pool_core& core,
                        const pool_model& model) {
   auto c = std::vector<std::uint64_t>{core.used_blocks(), core.cached_blocks(),
                                       core.free_blocks(), core.pinned_blocks(),
-                                      core.free_host_blocks()};
+                                      core.free_host_blocks(),
+                                      core.draining_blocks(), core.num_drains()};
   auto m = std::vector<std::uint64_t>{model.used_blocks(), model.cached_blocks(),
                                       model.free_blocks(), model.pinned_blocks(),
-                                      model.free_host_blocks()};
+                                      model.free_host_blocks(),
+                                      model.draining_blocks(),
+                                      model.drains().size()};
   if (c == m)
     return {};
-  return "used/cached/free/pinned/host " + str(c) + " vs " + str(m);
+  return "used/cached/free/pinned/host/draining/drains " + str(c) + " vs "
+         + str(m);
 }
 
 std::string counters_diff(const detail::pool_counters& c,

@@ -200,6 +200,13 @@ void harness::do_unpin() {
 }
 
 void harness::do_expire() {
+  // A drain's grace runs out: the oldest ends.
+  if (!model_.drains().empty()) {
+    auto oldest = model_.drains().front();
+    auto n = model_.end_drain(oldest);
+    POLICY_REQUIRE(core_.end_drain(oldest) == n, "end_drain");
+    ++cov["drain ended by time"];
+  }
   auto want = model_.expire_pins(now_ms_);
   POLICY_REQUIRE(core_.expire_pins(now_ms_) == want, "expire_pins");
   if (want > 0)
@@ -217,9 +224,21 @@ void harness::do_victims() {
     // Chosen first, it was above its reservation when chosen.
     if (id == got.front())
       POLICY_REQUIRE(t.used > t.config.reserved_blocks, "victim at reservation");
-    // As the supervisor preempts them: out of the prefix index.
-    expect_release("victim preempted", core_.preempt(id, true),
-                   model_.preempt(id, true));
+    // As the supervisor preempts them: out of the prefix index - and, on
+    // even operations, draining (pressure.preempt_grace_ms), tagged with
+    // one of three steppers.
+    if (op_ % 2 == 0) {
+      auto tag = 1 + op_ % 3;
+      expect_release("victim preempted, draining",
+                     core_.preempt_draining(id, tag),
+                     model_.preempt_draining(id, tag));
+      POLICY_REQUIRE(core_.last_drain() == model_.last_drain(), "last_drain");
+      if (model_.last_drain() != 0)
+        ++cov["victim drains"];
+    } else {
+      expect_release("victim preempted", core_.preempt(id, true),
+                     model_.preempt(id, true));
+    }
   }
   ++cov[got.empty() ? "no victims" : "victims"];
 }
@@ -230,6 +249,12 @@ void harness::do_evict() {
 }
 
 void harness::do_step() {
+  // A stepper's next step ends its drains.
+  auto tag = 1 + op_ % 3;
+  auto ended = model_.end_drains(tag);
+  POLICY_REQUIRE(core_.end_drains(tag) == ended, "end_drains");
+  if (ended > 0)
+    ++cov["drain ended by its stepper"];
   step_request step;
   for (auto k = below(3); k > 0; --k)
     step.frees.push_back(live_id());

@@ -58,6 +58,8 @@ void run_and_check_coverage(const run_params& p,
                  "unpin:ok", "unpinned some", "unpin:unknown_tenant",
                  "unpin kept an extended prefix",
                  "expired", "victims", "victim preempted:ok", "step admitted",
+                 "victim preempted, draining:ok", "victim drains",
+                 "drain ended by time", "drain ended by its stepper",
                  "event:stored", "event:removed"})
     must_reach.push_back(k);
   for (auto& k : must_reach)

@@ -154,6 +154,17 @@ public:
   model_release discard(request_id id, std::uint32_t keep = 0);
   /// With `unindex`, as discard (the supervisor's victims).
   model_release preempt(request_id id, bool unindex = false);
+  /// preempt(id, true), the blocks whose last reference went draining
+  /// (block_pool_core::preempt_draining); last_drain() names the drain.
+  model_release preempt_draining(request_id id, std::uint64_t tag);
+  std::uint64_t last_drain() const {
+    return last_drain_;
+  }
+  std::uint32_t end_drain(std::uint64_t serial);
+  std::uint32_t end_drains(std::uint64_t tag);
+  /// Serials of the drains, oldest first.
+  std::vector<std::uint64_t> drains() const;
+  std::uint64_t draining_blocks() const;
   model_allocation fork(request_id parent, request_id child);
   std::uint32_t evict(std::uint32_t n);
   model_step_result run_step(const step_request& step);
@@ -187,7 +198,7 @@ public:
   std::uint64_t used_blocks() const;
   std::uint64_t cached_blocks() const;
   std::uint64_t free_blocks() const {
-    return blocks_.size() - used_blocks();
+    return blocks_.size() - used_blocks() - draining_blocks();
   }
   /// Blocks on the free stack or an LRU level: what allocations may take.
   std::uint64_t takeable_blocks() const {
@@ -210,7 +221,7 @@ public:
   }
 
 private:
-  enum class state { free, cached, used };
+  enum class state { free, cached, used, draining };
 
   struct block {
     std::uint32_t refs = 0;
@@ -305,6 +316,16 @@ private:
   /// the order expired cached blocks rejoin the LRU.
   std::vector<block_id> pinned_;
   std::vector<block_id> host_free_; ///< back = handed out next
+  struct drain {
+    std::uint64_t serial = 0;
+    std::uint64_t tag = 0;
+    std::vector<block_id> blocks;
+  };
+  std::vector<drain> drains_; ///< oldest first
+  std::uint64_t next_drain_ = 1;
+  std::uint64_t last_drain_ = 0;
+  /// Its blocks back on the free stack, in its order; drops it.
+  std::uint32_t end_drain_at(std::size_t i);
 };
 
 } // namespace kvactor::test

@@ -49,8 +49,10 @@ pool_model::pin(std::uint16_t t, const std::vector<token_id>& tokens,
   if (pinned_.size() + fresh > max_pinned_)
     return {errc::quota_exceeded, 0};
   // Pinned cached blocks cannot be taken: never those reservations need
-  // (anyone's, the pinner's own too).
-  if (takeable_blocks() < shortfall() + off_lru)
+  // (anyone's, the pinner's own too). While blocks drain the takeable ones
+  // may fall short of the reservations: pinning none off the LRU is fine.
+  auto spare = takeable_blocks() > shortfall() ? takeable_blocks() - shortfall() : 0;
+  if (off_lru > spare)
     return {errc::out_of_blocks, 0};
   for (auto b : found) {
     auto& m = blocks_[b];
@@ -96,7 +98,7 @@ void pool_model::give_way(const std::vector<block_id>& table) {
   // Reservations come first: while the blocks anyone may take fall short
   // of them, the table's pinned cached blocks lose their pins, last first.
   for (auto b = table.rbegin(); b != table.rend(); ++b) {
-    if (takeable_blocks() >= shortfall())
+    if (takeable_blocks() + draining_blocks() >= shortfall())
       return;
     auto& m = blocks_[*b];
     if (m.pinned && m.st == state::cached)

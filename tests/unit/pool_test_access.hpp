@@ -67,6 +67,13 @@ struct block_pool_test_access {
   static std::vector<std::uint32_t>& pin_pos(core& p) {
     return p.pin_pos_;
   }
+  /// The drains (preempt_draining), oldest first, and their block count.
+  static auto& drains(core& p) {
+    return p.drains_;
+  }
+  static std::uint64_t& draining(core& p) {
+    return p.draining_;
+  }
   /// The copies in flight (pending_cow records).
   static auto& copies(core& p) {
     return p.pending_cows_;
