@@ -161,6 +161,13 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       return admission{child, res->cache_id, 0, table_of(st.core(), child)};
     },
     [self, &st](step_atom, step_request& step) -> caf::result<step_result> {
+      auto sender = self->current_sender();
+      auto stepper = caf::actor_cast<caf::actor_addr>(sender);
+      // Its steps come one after another, each once the last one's K/V are
+      // written: the blocks of its requests the supervisor preempted
+      // meanwhile are no longer written to.
+      if (st.core().num_drains() != 0)
+        st.core().end_drains(detail::lane_ledger::drain_tag(stepper));
       st.expire_due_pins();
       st.set_clock();
       auto rejected = detail::reject_foreign(st.store, step);
@@ -168,8 +175,6 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       res.failed.insert(res.failed.end(),
                         std::make_move_iterator(rejected.begin()),
                         std::make_move_iterator(rejected.end()));
-      auto sender = self->current_sender();
-      auto stepper = caf::actor_cast<caf::actor_addr>(sender);
       if (st.lanes.step_done(stepper, res, st.trace))
         self->monitor(stepper); // forgotten when it goes
       res.ended = st.lanes.take(stepper);
@@ -374,6 +379,14 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       auto n = st.core().expire_pins(block_pool_state::now_ms());
       st.report(self);
       return n;
+    },
+    [self, &st](tick_atom, std::uint64_t drain) {
+      // Only its own timer's: anyone else could end a drain early.
+      if (caf::actor_cast<caf::actor_addr>(self->current_sender())
+          != self->address())
+        return;
+      st.core().end_drain(drain);
+      st.report(self);
     },
     [&st](index_atom) {
       std::vector<std::pair<std::uint64_t, block_id>> out;

@@ -17,6 +17,7 @@ namespace kvactor::detail {
 void block_pool_state::init(const cache_config& cfg,
                             std::shared_ptr<block_pool_core> core) {
   block_size = cfg.block_size;
+  grace = std::chrono::milliseconds{cfg.pressure.preempt_grace_ms};
   core_ptr = std::move(core);
   marks = std::make_unique<pressure_tracker>(cfg.pressure,
                                              core_ptr->num_blocks());
@@ -212,7 +213,18 @@ caf::result<std::uint32_t> preempt_by_manager(pool_ptr self, request_id id,
     return err;
   if (auto err = check_current(st.core(), id, cache_id))
     return err;
-  auto res = st.core().preempt(id, unindex);
+  caf::expected<std::uint32_t> res{std::uint32_t{0}};
+  if (unindex && st.grace.count() > 0) {
+    // The supervisor's victim: its blocks drain until its stepper's next
+    // step (which ends drains tagged with it) or the grace's end.
+    auto tag = lane_ledger::drain_tag(st.lanes.stepper_of(id, cache_id));
+    res = st.core().preempt_draining(id, tag);
+    if (res && st.core().last_drain() != 0)
+      self->delayed_send(self, st.grace, tick_atom::value,
+                         st.core().last_drain());
+  } else {
+    res = st.core().preempt(id, unindex);
+  }
   if (!res)
     return std::move(res.error());
   st.lanes.ended(id, cache_id, end_reason::preempted, *res);

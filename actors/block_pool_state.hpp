@@ -3,6 +3,7 @@
 // incarnation checks. Internal to the pool actor (block_pool*.cpp).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -41,6 +42,9 @@ struct block_pool_state {
   block_pool_core::step_trace trace; ///< scratch of the step handler
   lane_ledger lanes; ///< who admitted what through a step
   std::uint32_t block_size = 0;
+  /// pressure.preempt_grace_ms: how long a supervisor's victim's blocks
+  /// drain (0: they come free at once).
+  std::chrono::milliseconds grace{0};
 
   void init(const cache_config& cfg, std::shared_ptr<block_pool_core> core);
 

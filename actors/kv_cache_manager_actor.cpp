@@ -36,7 +36,8 @@ cache_manager_stats manager_stats(const manager_state& st, pool_stats p) {
   cache_manager_stats s;
   auto bpb = st.store.bytes_per_block;
   s.total_blocks = p.total_blocks;
-  s.free_blocks = p.total_blocks - p.used_blocks;
+  s.free_blocks = p.total_blocks - p.used_blocks - p.draining_blocks;
+  s.draining_blocks = p.draining_blocks;
   s.cached_blocks = p.cached_blocks;
   s.total_memory_bytes = p.total_blocks * bpb;
   s.used_memory_bytes = p.used_blocks * bpb;

@@ -87,6 +87,21 @@ void lane_ledger::ended(request_id id, std::uint64_t cache_id, end_reason why,
   owners_.erase(i);
 }
 
+caf::actor_addr lane_ledger::stepper_of(request_id id,
+                                        std::uint64_t cache_id) const {
+  auto i = owners_.find(id);
+  if (i == owners_.end() || i->second.cache_id != cache_id)
+    return {};
+  return i->second.stepper;
+}
+
+std::uint64_t lane_ledger::drain_tag(const caf::actor_addr& stepper) {
+  if (!stepper)
+    return 0;
+  auto h = static_cast<std::uint64_t>(std::hash<caf::actor_addr>{}(stepper));
+  return h == 0 ? 1 : h; // two steppers sharing a hash end each other's drains early
+}
+
 void lane_ledger::tell(const entry& e, request_ended ev) {
   pending_[e.stepper].push_back(ev);
 }

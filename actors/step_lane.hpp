@@ -58,6 +58,14 @@ public:
   /// The ends `stepper` has not been told of, oldest first; forgets them.
   std::vector<request_ended> take(const caf::actor_addr& stepper);
 
+  /// The stepper that admitted request `id` (incarnation `cache_id`), or
+  /// a null address if none did.
+  caf::actor_addr stepper_of(request_id id, std::uint64_t cache_id) const;
+
+  /// The drain tag of `stepper`'s victims (block_pool_core::
+  /// preempt_draining): non-zero; 0 for a null address.
+  static std::uint64_t drain_tag(const caf::actor_addr& stepper);
+
   /// Whether `addr` has stepped here (and is watched for it).
   bool knows(const caf::actor_addr& addr) const {
     return steppers_.count(addr) != 0;

@@ -23,6 +23,7 @@ namespace {
 
 constexpr std::uint32_t max_model_dim = 1024; // layers, heads, head_dim
 constexpr std::uint64_t max_interval_ms = 24ull * 60 * 60 * 1000;
+constexpr std::uint64_t max_grace_ms = 60 * 1000;
 constexpr std::uint32_t max_scheduler_threads = 256;
 
 caf::error fail(const std::string& field, const std::string& what) {
@@ -135,6 +136,10 @@ caf::error validate_pressure(const pressure_config& p) {
   if (!(p.hysteresis < p.medium))
     return fail("pressure.hysteresis", "must be smaller than pressure.medium ("
                                          + num(p.medium) + ")");
+  if (p.preempt_grace_ms > max_grace_ms)
+    return fail("pressure.preempt_grace_ms",
+                "must be at most " + std::to_string(max_grace_ms)
+                  + " (a minute: its blocks are no one's meanwhile)");
   return caf::none;
 }
 
@@ -416,7 +421,8 @@ const char* default_config_json() noexcept {
   "prefix_caching": true,
   "pressure": {
     "medium": 0.6, "high": 0.8, "critical": 0.95, "hysteresis": 0.05,
-    "evict_cached_at_high": true, "preempt_at_critical": true
+    "evict_cached_at_high": true, "preempt_at_critical": true,
+    "preempt_grace_ms": 0
   },
   "admission": {
     "policy": "immediate", "watermark": 0.0, "default_expected_output": 256
@@ -459,7 +465,8 @@ nlohmann::json to_json(const cache_config& cfg) {
       {"critical", cfg.pressure.critical},
       {"hysteresis", cfg.pressure.hysteresis},
       {"evict_cached_at_high", cfg.pressure.evict_cached_at_high},
-      {"preempt_at_critical", cfg.pressure.preempt_at_critical}}},
+      {"preempt_at_critical", cfg.pressure.preempt_at_critical},
+      {"preempt_grace_ms", cfg.pressure.preempt_grace_ms}}},
     {"admission",
      {{"policy", cfg.admission.policy},
       {"watermark", cfg.admission.watermark},

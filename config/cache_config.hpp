@@ -38,11 +38,19 @@ struct pressure_config {
   /// usage is back under the high mark: lowest priority first, then the
   /// tenant furthest over its fair share, then the newest; never a tenant
   /// at or below its reservation. Off: schedulers preempt themselves.
-  /// The supervisor's preemption frees blocks at once, whatever their
-  /// owner is doing: a model that writes K/V (views, DLPack, slot writes)
-  /// while another client or thread may allocate should turn it off and
-  /// preempt itself at critical pressure (README, Using it).
+  /// The supervisor's preemption ends a request whatever its owner is
+  /// doing: a model that writes K/V (views, DLPack, slot writes) while
+  /// another client or thread may allocate needs preempt_grace_ms, or this
+  /// off and its own preemption at critical pressure (README, Using it).
   bool preempt_at_critical = true;
+  /// How long the blocks of the supervisor's victims drain - no request
+  /// holds them, none may take them - before they come free, so that a
+  /// forward pass still writing a victim's K/V writes into blocks nobody
+  /// else has: at least the longest forward pass. A victim admitted by a
+  /// step's admits drains only until its stepper's next step. 0: its
+  /// blocks come free at once (one scheduler that writes each step's K/V
+  /// before its next step needs no more). At most 60000.
+  std::uint64_t preempt_grace_ms = 0;
 };
 
 /// When may a request be admitted? Extends never wait for headroom.
@@ -127,7 +135,8 @@ inline bool operator==(const pressure_config& x,
   return x.medium == y.medium && x.high == y.high && x.critical == y.critical
          && x.hysteresis == y.hysteresis
          && x.evict_cached_at_high == y.evict_cached_at_high
-         && x.preempt_at_critical == y.preempt_at_critical;
+         && x.preempt_at_critical == y.preempt_at_critical
+         && x.preempt_grace_ms == y.preempt_grace_ms;
 }
 
 inline bool operator==(const admission_config& x,

@@ -150,13 +150,15 @@ caf::error read_pressure(const json& obj, pressure_config& out) {
   object_reader r{obj, "pressure"};
   caf::error err;
   (err = r.check_keys({"medium", "high", "critical", "hysteresis",
-                       "evict_cached_at_high", "preempt_at_critical"}))
+                       "evict_cached_at_high", "preempt_at_critical",
+                       "preempt_grace_ms"}))
     || (err = r.number("medium", out.medium))
     || (err = r.number("high", out.high))
     || (err = r.number("critical", out.critical))
     || (err = r.number("hysteresis", out.hysteresis))
     || (err = r.boolean("evict_cached_at_high", out.evict_cached_at_high))
-    || (err = r.boolean("preempt_at_critical", out.preempt_at_critical));
+    || (err = r.boolean("preempt_at_critical", out.preempt_at_critical))
+    || (err = r.count("preempt_grace_ms", out.preempt_grace_ms));
   return err;
 }
 

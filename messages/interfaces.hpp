@@ -216,6 +216,9 @@ using block_pool_actor = caf::typed_actor<
                   std::uint64_t>::with<std::uint32_t>,
   // Unpin what expired; replies with how many.
   caf::replies_to<tick_atom>::with<std::uint32_t>,
+  // The pool's own timer (from anyone else, ignored): the grace of drain
+  // `serial` ran out, its blocks come free (pressure.preempt_grace_ms).
+  caf::reacts_to<tick_atom, std::uint64_t>,
   // The prefix index: (hash, block) pairs, sorted by hash.
   caf::replies_to<index_atom>::with<std::vector<std::pair<std::uint64_t, block_id>>>>;
 

@@ -172,7 +172,7 @@ struct step_result {
   /// request were not admitted (nor are they in `failed`) - wait again.
   bool admission_blocked = false;
   /// As of the reply (after copy-on-write copies finished), cached blocks
-  /// counted as free.
+  /// counted as free, draining ones (pressure.preempt_grace_ms) not.
   std::uint64_t free_blocks = 0;
   std::uint64_t used_blocks = 0;
   /// Requests the sender admitted through its steps that ended other than

@@ -228,7 +228,8 @@ struct cache_manager_stats {
   std::uint64_t used_memory_bytes = 0;  ///< bytes of blocks in use
   std::uint64_t active_caches = 0;      ///< live requests
   std::uint64_t total_blocks = 0;
-  std::uint64_t free_blocks = 0;   ///< blocks no request holds (cached too)
+  /// Blocks no request holds and none drains (cached ones too).
+  std::uint64_t free_blocks = 0;
   double cache_hit_rate = 0;       ///< prefix hit tokens / looked-up tokens
   std::uint64_t eviction_count = 0;     ///< cached blocks evicted
   std::uint64_t allocation_count = 0;   ///< successful allocations
@@ -263,6 +264,10 @@ struct cache_manager_stats {
   /// the verification rejected (settle_drafts dropped them).
   std::uint64_t draft_tokens = 0;
   std::uint64_t draft_tokens_rejected = 0;
+  /// Blocks the supervisor's victims let go that are not free yet: they
+  /// drain until the victim's writer is surely done
+  /// (pressure.preempt_grace_ms). Neither used nor free.
+  std::uint64_t draining_blocks = 0;
 };
 
 template <class Inspector>
@@ -275,7 +280,8 @@ typename Inspector::result_type inspect(Inspector& f, cache_manager_stats& x) {
            x.prefix_query_tokens, x.prefix_hit_tokens, x.host_total_blocks,
            x.host_free_blocks, x.tenants, x.blocks_allocated,
            x.prefix_hit_blocks, x.blocks_freed, x.blocks_cached, x.cow_copies,
-           x.swap_in_shared_blocks, x.draft_tokens, x.draft_tokens_rejected);
+           x.swap_in_shared_blocks, x.draft_tokens, x.draft_tokens_rejected,
+           x.draining_blocks);
 }
 
 /// What one garbage collection did.

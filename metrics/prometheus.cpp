@@ -98,6 +98,10 @@ std::string to_prometheus(const cache_manager_stats& s) {
   gauge(reg, "kvactor:num_free_blocks",
         "Device blocks no request holds, cached ones included.",
         static_cast<double>(s.free_blocks));
+  gauge(reg, "kvactor:num_draining_blocks",
+        "Device blocks preempted requests let go, not free until their "
+        "writers are done (pressure.preempt_grace_ms).",
+        static_cast<double>(s.draining_blocks));
   gauge(reg, "kvactor:num_cached_blocks",
         "Free device blocks that still hold a findable prefix.",
         static_cast<double>(s.cached_blocks));

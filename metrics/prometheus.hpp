@@ -15,7 +15,8 @@ namespace kvactor {
 /// Pool gauges (vLLM's name where vLLM has one):
 ///   kvactor:kv_cache_usage_perc    fraction of blocks in use, 0..1
 ///                                  (usage_fraction: cached blocks are free)
-///   kvactor:num_blocks, kvactor:num_free_blocks, kvactor:num_cached_blocks
+///   kvactor:num_blocks, kvactor:num_free_blocks, kvactor:num_cached_blocks,
+///   kvactor:num_draining_blocks
 ///   kvactor:num_host_blocks, kvactor:num_free_host_blocks
 ///   kvactor:memory_bytes, kvactor:used_memory_bytes
 ///   kvactor:num_active_caches      live requests

@@ -52,6 +52,7 @@ nlohmann::json to_json(const cache_manager_stats& x) {
     {"cow_copies", x.cow_copies},
     {"draft_tokens", x.draft_tokens},
     {"draft_tokens_rejected", x.draft_tokens_rejected},
+    {"draining_blocks", x.draining_blocks},
   };
 }
 

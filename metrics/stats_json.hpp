@@ -23,7 +23,8 @@ nlohmann::json to_json(const cache_handle_stats& x);
 nlohmann::json to_json(const tenant_usage& x);
 
 /// Fraction of device blocks in use: (total_blocks - free_blocks) /
-/// total_blocks, in [0, 1]; cached free blocks count as free. 0 when the pool
+/// total_blocks, in [0, 1]; cached free blocks count as free, draining ones
+/// (not free until their drain ends) as in use. 0 when the pool
 /// has no blocks (or, inconsistently, more free blocks than blocks).
 double usage_fraction(const cache_manager_stats& x) noexcept;
 

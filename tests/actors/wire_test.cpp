@@ -49,6 +49,8 @@ protocol_messages(cache_fixture& f, const request_handle_actor& h) {
   ps.draft_tokens_rejected = 2;
   ms.draft_tokens = 6;
   ms.draft_tokens_rejected = 2;
+  ps.draining_blocks = 3;
+  ms.draining_blocks = 3;
   ps.tenants = ms.tenants;
   kv_event_batch kv{3, 4, {kv_event{true, 11, 0, 2, "b", {1, 2, 3, 4}}}, 1.5e9};
   slot_write w{1, {0, -1}, std::vector<std::uint8_t>(64, 1),

@@ -235,6 +235,18 @@ BOOST_AUTO_TEST_CASE(pressure_marks_must_be_whole_blocks) {
   BOOST_TEST(parse_error(j) == "ok");
 }
 
+BOOST_AUTO_TEST_CASE(preempt_grace_is_at_most_a_minute_and_a_count) {
+  auto j = base();
+  j["pressure"]["preempt_grace_ms"] = 60001;
+  BOOST_TEST(fails_naming(j, "pressure.preempt_grace_ms", "at most 60000"));
+  j["pressure"]["preempt_grace_ms"] = -1;
+  BOOST_TEST(fails_naming(j, "pressure.preempt_grace_ms"));
+  j["pressure"]["preempt_grace_ms"] = 60000;
+  BOOST_TEST(parse_error(j) == "ok");
+  j["pressure"]["preempt_grace_ms"] = 0;
+  BOOST_TEST(parse_error(j) == "ok");
+}
+
 BOOST_AUTO_TEST_CASE(gc_interval_is_at_most_a_day) {
   auto j = base();
   j["gc_interval_ms"] = 86400001;

@@ -41,6 +41,7 @@ cache_manager_stats filled_stats() {
   s.host_free_blocks = 200;
   s.draft_tokens = 40;
   s.draft_tokens_rejected = 12;
+  s.draining_blocks = 19;
   s.tenants = {{"alpha", 500, 600, 100, 4, 3000, 900, 2, 1},
                {"be\"ta", 100, 0, 0, 3, 1000, 100, 12, 12}};
   return s;
@@ -66,7 +67,8 @@ BOOST_AUTO_TEST_SUITE(metrics_suite)
 
 BOOST_AUTO_TEST_CASE(manager_stats_json_has_every_field_by_name) {
   auto j = to_json(filled_stats());
-  BOOST_TEST(j.size() == 28u);
+  BOOST_TEST(j.size() == 29u);
+  BOOST_TEST(j["draining_blocks"].get<std::uint64_t>() == 19u);
   BOOST_TEST(j["total_memory_bytes"].get<std::uint64_t>() == 1000u * 65536);
   BOOST_TEST(j["used_memory_bytes"].get<std::uint64_t>() == 600u * 65536);
   BOOST_TEST(j["active_caches"].get<std::uint64_t>() == 7u);
@@ -142,6 +144,7 @@ BOOST_AUTO_TEST_CASE(prometheus_text_has_every_pool_metric_with_its_value) {
     {"kvactor:num_blocks", 1000},
     {"kvactor:num_free_blocks", 400},
     {"kvactor:num_cached_blocks", 150},
+    {"kvactor:num_draining_blocks", 19},
     {"kvactor:num_host_blocks", 256},
     {"kvactor:num_free_host_blocks", 200},
     {"kvactor:memory_bytes", 1000.0 * 65536},
@@ -229,7 +232,7 @@ BOOST_AUTO_TEST_CASE(prometheus_text_lines_are_well_formed) {
       }
     }
   }
-  BOOST_TEST(num_samples == 26u + 8u * 2u);
+  BOOST_TEST(num_samples == 27u + 8u * 2u);
   // Counter families end in _total (vLLM's scraped names); gauges never do.
   for (auto& [family, kind] : types) {
     bool suffixed = family.size() > 6

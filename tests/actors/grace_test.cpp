@@ -1,0 +1,112 @@
+// pressure.preempt_grace_ms: the blocks of the supervisor's victims drain -
+// no request holds them, none may take them - until the grace runs out or
+// the victim's stepper sends its next step, so that a forward pass still
+// writing a victim's K/V writes into blocks nobody else has yet. Timers
+// fire on the deterministic scheduler's trigger_timeouts().
+#include "fixture.hpp"
+#include "lane_fixture.hpp"
+
+#include <caf/all.hpp>
+
+using namespace kvactor;
+using namespace kvactor::test;
+
+namespace {
+
+cache_config grace_config() {
+  auto c = small_config();
+  c.pressure.preempt_at_critical = true;
+  c.pressure.preempt_grace_ms = 50;
+  return c;
+}
+
+struct grace_fixture : lane_fixture {
+  grace_fixture() : lane_fixture(grace_config()) {
+  }
+};
+
+/// A low-priority request of 10 blocks: the supervisor's first victim.
+allocation_request low_priority(const cache_config& cfg, request_id id) {
+  auto req = make_request(cfg, id, 4 * 10);
+  req.priority = priority::low;
+  return req;
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(grace, grace_fixture)
+
+BOOST_AUTO_TEST_CASE(a_victims_blocks_drain_until_the_grace_runs_out) {
+  BOOST_REQUIRE(allocate(1, 4 * 30));
+  BOOST_REQUIRE(allocate(low_priority(cfg, 2)));
+  BOOST_REQUIRE(allocate(3, 4 * 10));
+  BOOST_REQUIRE(allocate(4, 4 * 11)); // 61 blocks: critical
+  auto notices = preempt_notices(self);
+  BOOST_REQUIRE(notices.size() == 1u);
+  BOOST_TEST(notices[0].id == 2u);
+  BOOST_TEST(notices[0].blocks_released == 10u);
+  auto s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->draining_blocks == 10u);
+  BOOST_TEST(s->free_blocks == 3u);
+  BOOST_TEST(s->preemption_count == 1u);
+  BOOST_TEST(s->pressure == memory_pressure::high); // 51 in use: no more victims
+  // Nobody takes them meanwhile, and a stray tick does not end the drain.
+  BOOST_TEST(outcome(allocate(5, 4 * 4)) == "out_of_blocks");
+  self->send(pool, tick_atom::value, std::uint64_t{1});
+  run();
+  s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->draining_blocks == 10u);
+  // The grace ran out.
+  sched.trigger_timeouts();
+  run();
+  s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->draining_blocks == 0u);
+  BOOST_TEST(s->free_blocks == 13u);
+  BOOST_REQUIRE(allocate(5, 4 * 4));
+}
+
+BOOST_AUTO_TEST_CASE(a_steppers_next_step_ends_its_victims_drain) {
+  caf::scoped_actor stepper{sys};
+  BOOST_REQUIRE(allocate(1, 4 * 30));
+  step_request admit;
+  admit.admits = {low_priority(cfg, 2)};
+  auto first = lane_step(stepper, admit);
+  BOOST_REQUIRE(first);
+  BOOST_REQUIRE(first->admitted.size() == 1u);
+  BOOST_REQUIRE(allocate(3, 4 * 10));
+  BOOST_REQUIRE(allocate(4, 4 * 11)); // critical: 2 goes, and drains
+  auto s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->draining_blocks == 10u);
+  // Another stepper's step ends nothing of it.
+  BOOST_REQUIRE(lane_step(self, step_request{}));
+  s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->draining_blocks == 10u);
+  // Its own next step does - it wrote the last step's K/V before sending
+  // it - and may admit into those blocks at once.
+  step_request next;
+  next.admits = {make_request(cfg, 5, 4 * 8)};
+  auto res = lane_step(stepper, next);
+  BOOST_REQUIRE(res);
+  BOOST_TEST(res->admitted.size() == 1u);
+  BOOST_TEST(!res->admission_blocked);
+  BOOST_REQUIRE(res->ended.size() == 1u);
+  BOOST_TEST(res->ended[0].id == 2u);
+  BOOST_TEST(res->ended[0].reason == end_reason::preempted);
+  s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->draining_blocks == 0u);
+  BOOST_TEST(s->free_blocks == 5u);
+  // The drain's timer comes later and finds it gone.
+  sched.trigger_timeouts();
+  run();
+  s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->free_blocks == 5u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
