@@ -163,11 +163,10 @@ block_pool_fun(pool_ptr self, cache_config cfg,
     [self, &st](step_atom, step_request& step) -> caf::result<step_result> {
       auto sender = self->current_sender();
       auto stepper = caf::actor_cast<caf::actor_addr>(sender);
-      // Its steps come one after another, each once the last one's K/V are
-      // written: the blocks of its requests the supervisor preempted
-      // meanwhile are no longer written to.
-      if (st.core().num_drains() != 0)
-        st.core().end_drains(detail::lane_ledger::drain_tag(stepper));
+      // Its earlier steps' K/V are written, it says: the blocks of its
+      // requests the supervisor preempted meanwhile are written no more.
+      if (step.earlier_steps_written && st.core().num_drains() != 0)
+        st.core().end_drains(st.lanes.drain_tag(stepper));
       st.expire_due_pins();
       st.set_clock();
       auto rejected = detail::reject_foreign(st.store, step);

@@ -170,7 +170,12 @@ caf::error block_pool_core::fits_alone(const std::string& who,
 
 std::uint64_t block_pool_core::takeable(std::uint16_t t) const noexcept {
   auto avail = static_cast<std::uint64_t>(free_.size() + lru_.size());
-  auto held = shortfall_total_ - shortfall(t);
+  // Other tenants' reservations hold back free blocks - less the draining
+  // ones, which cover them first: a victim's drain must not take from
+  // everyone else the room its tenant's reservation is owed (that tenant
+  // waits for the drain's end instead).
+  auto others = shortfall_total_ - shortfall(t);
+  auto held = others > draining_ ? others - draining_ : 0;
   return avail > held ? avail - held : 0;
 }
 
@@ -234,7 +239,8 @@ caf::error block_pool_core::admit_headroom(std::uint16_t t, std::uint64_t n,
   auto mine = reserve ? static_cast<i64>(tenants_[t].promised) : 0;
   auto own = static_cast<i64>(shortfall(t));
   // admit_blocks checked n <= takeable(t) = shared + own: what t's own
-  // reservation cannot give comes from the shared blocks.
+  // reservation cannot give comes from the shared blocks. (While blocks
+  // drain, takeable may exceed shared + own: this check is the stricter.)
   auto from_own = std::min(static_cast<i64>(n), own);
   auto from_shared = static_cast<i64>(n) - from_own;
   auto lack = [&](i64 shared_left, i64 own_left, i64 promised) {

@@ -265,7 +265,9 @@ public:
   /// Pins give way to reservations: when pinned blocks are let go while the
   /// reservations are short of blocks, as many as they need lose their pins
   /// and are cached like any other (give_way), so the pool always covers
-  /// them.
+  /// them - with its draining blocks, which cover reservations first (a
+  /// tenant whose victim drains may wait for the drain's end; the others
+  /// keep the free blocks).
   /// `salt`: the cache_salt the prefix was allocated under.
   caf::expected<std::uint32_t> pin(std::uint16_t t,
                                    const std::vector<token_id>& tokens,

@@ -4,9 +4,9 @@
 // victim may be under way - and without a drain its blocks would be the
 // next allocation's while that pass still writes into them (see the
 // README, "The supervisor's preemption"). A drain ends when its grace
-// runs out or when the stepper that admitted the victim sends its next
-// step (it wrote the last one's K/V by then); the block_pool actor does
-// both. Draining blocks are neither free, cached nor used: pressure drops
+// runs out or when the stepper that admitted the victim sends a step
+// promising its earlier steps' K/V are written (earlier_steps_written);
+// the block_pool actor does both. Draining blocks are neither free, cached nor used: pressure drops
 // at once (no second round of victims for the same blocks), but no one
 // allocates them until the drain ends.
 #include "kvactor/actors/block_pool_core.hpp"
@@ -34,7 +34,10 @@ block_pool_core::preempt_draining(request_id id, std::uint64_t tag) {
   for (auto b : table)
     if (blocks_[b].state == block_state::free)
       d.blocks.push_back(b);
+  // Should that ever not hold, the blocks stay free: never one lost.
   assert(free_.size() - stacked == d.blocks.size());
+  if (free_.size() - stacked != d.blocks.size())
+    return res;
   for (std::size_t i = 0; i < d.blocks.size(); ++i)
     free_.pop();
   if (d.blocks.empty())

@@ -136,15 +136,17 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
   // A pinned cached block can no longer be taken: pinning it takes it, as
   // far as reservations are concerned - the pinner's own too, or another
   // reserved tenant would find its share gone to the pinner's shortfall.
+  // Draining blocks cover reservations first (see takeable).
   auto avail = static_cast<std::uint64_t>(free_.size() + lru_.size());
-  auto spare = avail > shortfall_total_ ? avail - shortfall_total_ : 0;
+  auto held = shortfall_total_ > draining_ ? shortfall_total_ - draining_ : 0;
+  auto spare = avail > held ? avail - held : 0;
   if (off_lru > spare)
     return make_error(errc::out_of_blocks,
                       "pinning " + std::to_string(off_lru)
                         + " cached blocks would take blocks held for "
                           "reservations (" + std::to_string(avail)
-                        + " free or evictable, "
-                        + std::to_string(shortfall_total_) + " held)");
+                        + " free or evictable, " + std::to_string(held)
+                        + " held)");
   // Saturating: a time to live past the end of the clock pins for good.
   auto until = ttl_ms > UINT64_MAX - now_ms ? UINT64_MAX : now_ms + ttl_ms;
   for (std::uint32_t i = 0; i < hits; ++i) {

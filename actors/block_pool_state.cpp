@@ -215,9 +215,10 @@ caf::result<std::uint32_t> preempt_by_manager(pool_ptr self, request_id id,
     return err;
   caf::expected<std::uint32_t> res{std::uint32_t{0}};
   if (unindex && st.grace.count() > 0) {
-    // The supervisor's victim: its blocks drain until its stepper's next
-    // step (which ends drains tagged with it) or the grace's end.
-    auto tag = lane_ledger::drain_tag(st.lanes.stepper_of(id, cache_id));
+    // The supervisor's victim: its blocks drain until the grace's end, or
+    // a step of its stepper with earlier_steps_written (which ends the
+    // drains tagged with it).
+    auto tag = st.lanes.drain_tag(st.lanes.stepper_of(id, cache_id));
     res = st.core().preempt_draining(id, tag);
     if (res && st.core().last_drain() != 0)
       self->delayed_send(self, st.grace, tick_atom::value,

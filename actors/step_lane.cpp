@@ -63,7 +63,9 @@ bool lane_ledger::step_done(const caf::actor_addr& stepper,
     return false; // an anonymous step owns nothing
   for (auto& a : res.admitted)
     owners_[a.id] = entry{a.cache_id, stepper};
-  return steppers_.insert(stepper).second;
+  auto fresh = steppers_.try_emplace(stepper, next_tag_).second;
+  next_tag_ += fresh;
+  return fresh;
 }
 
 void lane_ledger::forget(const caf::actor_addr& stepper) {
@@ -95,11 +97,9 @@ caf::actor_addr lane_ledger::stepper_of(request_id id,
   return i->second.stepper;
 }
 
-std::uint64_t lane_ledger::drain_tag(const caf::actor_addr& stepper) {
-  if (!stepper)
-    return 0;
-  auto h = static_cast<std::uint64_t>(std::hash<caf::actor_addr>{}(stepper));
-  return h == 0 ? 1 : h; // two steppers sharing a hash end each other's drains early
+std::uint64_t lane_ledger::drain_tag(const caf::actor_addr& stepper) const {
+  auto i = steppers_.find(stepper);
+  return i == steppers_.end() ? 0 : i->second;
 }
 
 void lane_ledger::tell(const entry& e, request_ended ev) {

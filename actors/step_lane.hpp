@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include <caf/actor_addr.hpp>
@@ -63,8 +62,10 @@ public:
   caf::actor_addr stepper_of(request_id id, std::uint64_t cache_id) const;
 
   /// The drain tag of `stepper`'s victims (block_pool_core::
-  /// preempt_draining): non-zero; 0 for a null address.
-  static std::uint64_t drain_tag(const caf::actor_addr& stepper);
+  /// preempt_draining): a number of its own while it is known here (ids
+  /// and hashes of actor addresses repeat across processes); 0 for one
+  /// unknown (it admitted nothing: no victim of it drains).
+  std::uint64_t drain_tag(const caf::actor_addr& stepper) const;
 
   /// Whether `addr` has stepped here (and is watched for it).
   bool knows(const caf::actor_addr& addr) const {
@@ -98,7 +99,9 @@ private:
   /// inside one step: id_map.hpp).
   id_map<entry> owners_;
   std::unordered_map<caf::actor_addr, std::vector<request_ended>> pending_;
-  std::unordered_set<caf::actor_addr> steppers_;
+  /// Known steppers and their drain tags.
+  std::unordered_map<caf::actor_addr, std::uint64_t> steppers_;
+  std::uint64_t next_tag_ = 1;
 };
 
 } // namespace kvactor::detail

@@ -47,7 +47,8 @@ struct pressure_config {
   /// holds them, none may take them - before they come free, so that a
   /// forward pass still writing a victim's K/V writes into blocks nobody
   /// else has: at least the longest forward pass. A victim admitted by a
-  /// step's admits drains only until its stepper's next step. 0: its
+  /// step's admits drains only until its stepper's next step with
+  /// earlier_steps_written (messages/step.hpp). 0: its
   /// blocks come free at once (one scheduler that writes each step's K/V
   /// before its next step needs no more). At most 60000.
   std::uint64_t preempt_grace_ms = 0;

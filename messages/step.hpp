@@ -84,13 +84,22 @@ struct step_request {
   std::vector<draft_verdict> verdicts;
   /// Run after `frees` (step 1 above).
   std::vector<request_id> discards;
+  /// The sender's promise that the K/V of all its earlier steps are
+  /// written (its forward passes run one at a time, each done before its
+  /// next step): the blocks of the requests its steps admitted that the
+  /// supervisor preempted since - draining, under
+  /// pressure.preempt_grace_ms - come free first thing in this step,
+  /// rather than when the grace runs out. Leave it false where passes
+  /// overlap steps (an asynchronous scheduler) or several threads step
+  /// through one sender (the facade's steps all share one).
+  bool earlier_steps_written = false;
 };
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_request& x) {
   return f(caf::meta::type_name("step_request"), x.frees, x.extends, x.tokens,
            x.admits, x.preempt_on_shortage, x.admit_after_preemption,
-           x.verdicts, x.discards);
+           x.verdicts, x.discards, x.earlier_steps_written);
 }
 
 /// A request whose table changed: blocks[first...] are now `blocks` (new

@@ -96,7 +96,8 @@ std::string to_prometheus(const cache_manager_stats& s) {
   gauge(reg, "kvactor:num_blocks", "Device blocks in the pool.",
         static_cast<double>(s.total_blocks));
   gauge(reg, "kvactor:num_free_blocks",
-        "Device blocks no request holds, cached ones included.",
+        "Device blocks no request holds and none drains, cached ones "
+        "included.",
         static_cast<double>(s.free_blocks));
   gauge(reg, "kvactor:num_draining_blocks",
         "Device blocks preempted requests let go, not free until their "

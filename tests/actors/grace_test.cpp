@@ -1,8 +1,9 @@
 // pressure.preempt_grace_ms: the blocks of the supervisor's victims drain -
 // no request holds them, none may take them - until the grace runs out or
-// the victim's stepper sends its next step, so that a forward pass still
-// writing a victim's K/V writes into blocks nobody else has yet. Timers
-// fire on the deterministic scheduler's trigger_timeouts().
+// the victim's stepper promises its earlier steps' K/V are written, so that
+// a forward pass still writing a victim's K/V writes into blocks nobody
+// else has yet. Timers fire on the deterministic scheduler's
+// trigger_timeouts().
 #include "fixture.hpp"
 #include "lane_fixture.hpp"
 
@@ -81,22 +82,28 @@ BOOST_AUTO_TEST_CASE(a_steppers_next_step_ends_its_victims_drain) {
   auto s = stats();
   BOOST_REQUIRE(s);
   BOOST_TEST(s->draining_blocks == 10u);
-  // Another stepper's step ends nothing of it.
-  BOOST_REQUIRE(lane_step(self, step_request{}));
+  // Another stepper's step ends nothing of it, even with the promise; nor
+  // does its own next step without it (the facade's never has it).
+  step_request promise;
+  promise.earlier_steps_written = true;
+  BOOST_REQUIRE(lane_step(self, promise));
+  auto told = lane_step(stepper, step_request{});
+  BOOST_REQUIRE(told);
+  BOOST_REQUIRE(told->ended.size() == 1u);
+  BOOST_TEST(told->ended[0].id == 2u);
+  BOOST_TEST(told->ended[0].reason == end_reason::preempted);
   s = stats();
   BOOST_REQUIRE(s);
   BOOST_TEST(s->draining_blocks == 10u);
-  // Its own next step does - it wrote the last step's K/V before sending
-  // it - and may admit into those blocks at once.
+  // Its own step promising its earlier steps' K/V are written ends it, and
+  // may admit into those blocks at once.
   step_request next;
   next.admits = {make_request(cfg, 5, 4 * 8)};
+  next.earlier_steps_written = true;
   auto res = lane_step(stepper, next);
   BOOST_REQUIRE(res);
   BOOST_TEST(res->admitted.size() == 1u);
   BOOST_TEST(!res->admission_blocked);
-  BOOST_REQUIRE(res->ended.size() == 1u);
-  BOOST_TEST(res->ended[0].id == 2u);
-  BOOST_TEST(res->ended[0].reason == end_reason::preempted);
   s = stats();
   BOOST_REQUIRE(s);
   BOOST_TEST(s->draining_blocks == 0u);

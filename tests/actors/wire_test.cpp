@@ -27,6 +27,7 @@ protocol_messages(cache_fixture& f, const request_handle_actor& h) {
   step.tokens = {5, 6, 7, 8};
   step.verdicts = {draft_verdict{9, 1}};
   step.discards = {10};
+  step.earlier_steps_written = true;
   step.admits = {req};
   step.admit_after_preemption = true;
   step_result res;

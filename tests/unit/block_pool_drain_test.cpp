@@ -118,6 +118,26 @@ BOOST_FIXTURE_TEST_CASE(blocks_someone_else_holds_do_not_drain, pool_fixture) {
   BOOST_TEST(pool().draining_blocks() == 0u);
 }
 
+BOOST_FIXTURE_TEST_CASE(draining_blocks_cover_reservations_first,
+                        pool_fixture) {
+  // Tenant a reserves 8 blocks and holds 12; its request goes, leaving a
+  // 8 short. Its 12 blocks drain: they cover that shortfall, so the other
+  // tenant keeps the 2 free blocks - a waits for the drain's end instead.
+  cfg.tenants = {tenant_config{}, tenant("a", 0, 8)};
+  make(16);
+  alloc(tokens_req(1, 48, "a"));
+  alloc(tokens_req(2, 8));
+  BOOST_REQUIRE(pool().preempt_draining(1, 0));
+  BOOST_TEST(pool().draining_blocks() == 12u);
+  BOOST_TEST(pool().can_allocate(tokens_req(3, 8)));
+  alloc(tokens_req(3, 8));
+  auto owed = pool().allocate(tokens_req(4, 4, "a"));
+  BOOST_TEST(code(owed) == "out_of_blocks");
+  BOOST_TEST(invariant(pool()) == "ok");
+  BOOST_TEST(pool().end_drain(pool().last_drain()) == 12u);
+  alloc(tokens_req(4, 32, "a"));
+}
+
 BOOST_FIXTURE_TEST_CASE(an_unknown_victim_fails_and_changes_nothing,
                         pool_fixture) {
   alloc(tokens_req(1, 8));

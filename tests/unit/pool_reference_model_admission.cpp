@@ -24,6 +24,8 @@ std::uint64_t pool_model::takeable(std::uint16_t t) const {
   for (std::size_t u = 0; u < tenants_.size(); ++u)
     if (u != t && tenants_[u].used < tenants_[u].config.reserved_blocks)
       held += tenants_[u].config.reserved_blocks - tenants_[u].used;
+  // Draining blocks cover reservations first: they come free soon.
+  held = held > draining_blocks() ? held - draining_blocks() : 0;
   auto avail = takeable_blocks();
   return avail > held ? avail - held : 0;
 }

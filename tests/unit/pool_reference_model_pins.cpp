@@ -49,9 +49,10 @@ pool_model::pin(std::uint16_t t, const std::vector<token_id>& tokens,
   if (pinned_.size() + fresh > max_pinned_)
     return {errc::quota_exceeded, 0};
   // Pinned cached blocks cannot be taken: never those reservations need
-  // (anyone's, the pinner's own too). While blocks drain the takeable ones
-  // may fall short of the reservations: pinning none off the LRU is fine.
-  auto spare = takeable_blocks() > shortfall() ? takeable_blocks() - shortfall() : 0;
+  // (anyone's, the pinner's own too) - but for those draining blocks
+  // cover, which come free soon.
+  auto held = shortfall() > draining_blocks() ? shortfall() - draining_blocks() : 0;
+  auto spare = takeable_blocks() > held ? takeable_blocks() - held : 0;
   if (off_lru > spare)
     return {errc::out_of_blocks, 0};
   for (auto b : found) {
