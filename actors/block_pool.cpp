@@ -384,8 +384,7 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       if (caf::actor_cast<caf::actor_addr>(self->current_sender())
           != self->address())
         return;
-      st.core().end_drain(drain);
-      st.report(self);
+      st.core().end_drain(drain); // usage (used blocks) stays as it was
     },
     [&st](index_atom) {
       std::vector<std::pair<std::uint64_t, block_id>> out;

@@ -170,12 +170,7 @@ caf::error block_pool_core::fits_alone(const std::string& who,
 
 std::uint64_t block_pool_core::takeable(std::uint16_t t) const noexcept {
   auto avail = static_cast<std::uint64_t>(free_.size() + lru_.size());
-  // Other tenants' reservations hold back free blocks - less the draining
-  // ones, which cover them first: a victim's drain must not take from
-  // everyone else the room its tenant's reservation is owed (that tenant
-  // waits for the drain's end instead).
-  auto others = shortfall_total_ - shortfall(t);
-  auto held = others > draining_ ? others - draining_ : 0;
+  auto held = held_back(shortfall_total_ - shortfall(t)); // others' reserves
   return avail > held ? avail - held : 0;
 }
 

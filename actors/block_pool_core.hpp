@@ -431,6 +431,13 @@ private:
 
   /// Blocks tenant `t` may take now: free and cached, less others' reserves.
   std::uint64_t takeable(std::uint16_t t) const noexcept;
+  /// Of `shortfall` blocks reservations miss, those the free and cached
+  /// blocks must hold back: the draining ones cover reservations first (a
+  /// victim's drain must not take from everyone else the room its tenant's
+  /// reservation is owed - that tenant waits for the drain's end instead).
+  std::uint64_t held_back(std::uint64_t shortfall) const noexcept {
+    return shortfall > draining_ ? shortfall - draining_ : 0;
+  }
   /// Whether tenant `t` may take `n` more blocks (quota and reservations);
   /// the error says which limit. `unlisted` of them (revived pinned blocks)
   /// count toward the quota but come off neither the free nor the LRU list.

@@ -6,9 +6,9 @@
 // README, "The supervisor's preemption"). A drain ends when its grace
 // runs out or when the stepper that admitted the victim sends a step
 // promising its earlier steps' K/V are written (earlier_steps_written);
-// the block_pool actor does both. Draining blocks are neither free, cached nor used: pressure drops
-// at once (no second round of victims for the same blocks), but no one
-// allocates them until the drain ends.
+// the block_pool actor does both. Draining blocks are neither free, cached
+// nor used: pressure drops at once (no second round of victims for the
+// same blocks), but no one allocates them until the drain ends.
 #include "kvactor/actors/block_pool_core.hpp"
 
 #include <algorithm>
