@@ -94,24 +94,48 @@ caf::expected<ticket> cuda_storage::swap(const std::vector<block_move>& moves,
   }
   if (auto err = order(w, role))
     return err;
-  auto runs = detail::coalesce_moves(moves);
+  // Short runs by the swap kernel, long ones by the copy engines, one after
+  // the other on the direction's stream (swap_plan.hpp says why).
+  const auto split = detail::split_runs(detail::coalesce_moves(moves),
+                                        layout_.block_bytes());
+  const auto& short_runs = split.by_kernel;
+  const auto& long_runs = split.by_copy_engine;
+  const char* op = out ? "swap_out" : "swap_in";
+  auto& ring = swap_uploads_[out ? 0 : 1];
+  auto sizes = [&] {
+    return std::to_string(moves.size()) + " blocks: "
+           + std::to_string(short_runs.size()) + " runs by the kernel, "
+           + std::to_string(long_runs.size()) + " by copy engines; "
+           + std::to_string(layout_.block_bytes())
+           + "-byte blocks per layer and part";
+  };
+  if (!short_runs.empty()) {
+    void* dev = nullptr;
+    const auto bytes = short_runs.size() * sizeof(detail::swap_run);
+    if (auto err = ring.stage(short_runs.data(), bytes, streams_[s], dev))
+      return upload_failed(err, out ? "swap_out upload" : "swap_in upload",
+                           bytes);
+    if (auto err = detail::launch_swap_kernel(
+          geometry(), host_tier_, layout_.num_host_blocks,
+          static_cast<const detail::swap_run*>(dev), short_runs.size(), dir,
+          streams_[s]))
+      return fail(err, std::string{op} + " kernel launch (" + sizes() + ")");
+  }
   if (auto err = detail::launch_swap(geometry(), host_tier_,
-                                     layout_.num_host_blocks, runs.data(),
-                                     runs.size(), dir, max_pitch_,
+                                     layout_.num_host_blocks, long_runs.data(),
+                                     long_runs.size(), dir, max_pitch_,
                                      streams_[s])) {
-    // The runs before the failed one may be queued: let them land before
+    // The work before the failed copy may be queued: let it land before
     // the failure lets the pool give these blocks to others (an error path:
     // blocking here is fine; what it returns, fail() reports anyway).
     cudaStreamSynchronize(streams_[s]);
-    return fail(err, std::string{out ? "swap_out" : "swap_in"} + " copy ("
-                       + std::to_string(moves.size()) + " blocks in "
-                       + std::to_string(runs.size()) + " runs of "
-                       + std::to_string(layout_.block_bytes())
-                       + "-byte blocks per layer and part)");
+    return fail(err, std::string{op} + " copy (" + sizes() + ")");
   }
   auto t = submit(role);
   if (!t)
     return t;
+  if (!short_runs.empty())
+    ring.consumed(*t);
   for (auto& m : moves) {
     src.note_read(src_of(m), s, *t);
     dst.note_write(dst_of(m), s, *t);

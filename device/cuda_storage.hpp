@@ -159,7 +159,8 @@ private:
   /// callback on its notifier, and returns the ticket.
   caf::expected<ticket> submit(stream_role role);
 
-  /// swap_out and swap_in: one run-coalesced copy on the direction's stream.
+  /// swap_out and swap_in: the runs by the swap kernel (short) and the copy
+  /// engines (long), on the direction's stream.
   caf::expected<ticket> swap(const std::vector<block_move>& moves,
                              detail::swap_direction dir);
 
@@ -188,6 +189,12 @@ private:
   std::size_t max_pitch_ = 0;      // cudaDevAttrMaxPitch
   detail::ticket_table tickets_;
   detail::upload_ring uploads_;
+  // The swap kernel's runs, one ring per swap stream: a slot of the compute
+  // ring would come round again (16 ops later: half a forward pass) while a
+  // long swap still held it, and the op reusing it would wait on the host.
+  // A swap stream's own slot comes round 16 swaps later, after its swap.
+  detail::upload_ring swap_uploads_[2] = {detail::upload_ring{tickets_},
+                                          detail::upload_ring{tickets_}};
   detail::hazard_tracker device_hazards_;
   detail::hazard_tracker host_hazards_;
   ticket next_ticket_ = 1;

@@ -59,22 +59,29 @@ constexpr std::int64_t clamp_grid(std::int64_t work, std::int64_t cap) {
   return work < 1 ? 1 : (work < cap ? work : cap);
 }
 
-// Streaming loads and stores (ld/st.global.cs, evict-first): each byte is
-// touched once and should not push hot data such as attention inputs out of
-// L2. On the CPU, plain ones.
-template <class T>
+// Streaming loads and stores (ld/st.global.cs, evict-first: each byte is
+// touched once and need not stay in L2) or plain ones; kernels.hpp's
+// streaming_hints says which the movers use, and why. On the CPU, plain
+// ones.
+template <class T, bool Streaming = streaming_hints>
 KVACTOR_KERNEL_FN T load_once(const T* p) {
 #if defined(__CUDA_ARCH__)
-  return __ldcs(p);
+  if constexpr (Streaming)
+    return __ldcs(p);
+  else
+    return *p;
 #else
   return *p;
 #endif
 }
 
-template <class T>
+template <class T, bool Streaming = streaming_hints>
 KVACTOR_KERNEL_FN void store_once(T* p, const T& v) {
 #if defined(__CUDA_ARCH__)
-  __stcs(p, v);
+  if constexpr (Streaming)
+    __stcs(p, v);
+  else
+    *p = v;
 #else
   *p = v;
 #endif
@@ -85,7 +92,7 @@ KVACTOR_KERNEL_FN void store_once(T* p, const T& v) {
 /// copy_unroll predicated loads before any store, so every thread keeps that
 /// many requests in flight.
 /// REQUIRES: dst and src do not overlap; both aligned to sizeof(T).
-template <class T>
+template <class T, bool Streaming = streaming_hints>
 KVACTOR_KERNEL_FN void copy_chunk(T* __restrict__ dst,
                                   const T* __restrict__ src, std::int64_t n,
                                   int lane, int width) {
@@ -96,29 +103,38 @@ KVACTOR_KERNEL_FN void copy_chunk(T* __restrict__ dst,
     for (int u = 0; u < copy_unroll; ++u) {
       const std::int64_t i = base + std::int64_t{u} * width;
       if (i < n)
-        v[u] = load_once(src + i);
+        v[u] = load_once<T, Streaming>(src + i);
     }
     KVACTOR_UNROLL
     for (int u = 0; u < copy_unroll; ++u) {
       const std::int64_t i = base + std::int64_t{u} * width;
       if (i < n)
-        store_once(dst + i, v[u]);
+        store_once<T, Streaming>(dst + i, v[u]);
     }
   }
 }
 
 // -- copy_blocks ----------------------------------------------------------------------
 
-/// Grid: (pairs, 2 * num_layers planes), each clamped, strided over both.
-constexpr grid_dims copy_blocks_grid(std::int64_t num_pairs,
-                                     std::int64_t num_planes) {
-  return {clamp_grid(num_pairs, max_grid_x), clamp_grid(num_planes, max_grid_y)};
+/// Planes of one pair each CUDA block of copy_blocks copies, one after the
+/// other (gpu_bench sweeps it, "copy_blocks kernel N planes/CTA": on the
+/// H200 1 was best, 64 lost 1.5 %).
+constexpr std::int64_t copy_planes_per_cta = 1;
+
+/// Grid: (pairs, 2 * num_layers planes / planes_per_cta), each clamped,
+/// strided over both.
+constexpr grid_dims copy_blocks_grid(
+  std::int64_t num_pairs, std::int64_t num_planes,
+  std::int64_t planes_per_cta = copy_planes_per_cta) {
+  const std::int64_t per = planes_per_cta < 1 ? 1 : planes_per_cta;
+  return {clamp_grid(num_pairs, max_grid_x),
+          clamp_grid((num_planes + per - 1) / per, max_grid_y)};
 }
 
 /// CUDA block (p, q) copies pair p's block in plane q: one chunk of
 /// block_bytes (32 KiB for 16 tokens x 8 heads x 128 fp16 = one round of 8
 /// int4 per thread).
-template <class T>
+template <class T, bool Streaming = streaming_hints>
 KVACTOR_KERNEL_FN void copy_blocks_thread(
   thread_pos at,
   char* pool,                           // [num_planes][num_blocks][block_bytes]
@@ -132,26 +148,33 @@ KVACTOR_KERNEL_FN void copy_blocks_thread(
     const std::int64_t dst = std::int64_t{bp.dst} * block_bytes;
     for (std::int64_t q = at.block_y; q < num_planes; q += at.grid_y) {
       char* plane = pool + q * plane_bytes;
-      copy_chunk(reinterpret_cast<T*>(plane + dst),
-                 reinterpret_cast<const T*>(plane + src), n,
-                 static_cast<int>(at.thread), threads_per_block);
+      copy_chunk<T, Streaming>(reinterpret_cast<T*>(plane + dst),
+                               reinterpret_cast<const T*>(plane + src), n,
+                               static_cast<int>(at.thread), threads_per_block);
     }
   }
 }
 
 // -- write_slots ----------------------------------------------------------------------
 
-/// Grid: one warp per row (2 rows per token: K and V), clamped, strided.
-constexpr grid_dims write_slots_grid(std::int64_t num_tokens) {
-  return {clamp_grid((2 * num_tokens + warps_per_block - 1) / warps_per_block,
-                     max_grid_x),
-          1};
+/// Rows each warp of write_slots moves, one after the other (gpu_bench
+/// sweeps it, "write_slots kernel N rows/warp": on the H200 1 was best or
+/// equal, 8 lost 10 %).
+constexpr std::int64_t write_rows_per_warp = 1;
+
+/// Grid: one warp per rows_per_warp rows (2 rows per token: K and V),
+/// clamped, strided.
+constexpr grid_dims write_slots_grid(
+  std::int64_t num_tokens, std::int64_t rows_per_warp = write_rows_per_warp) {
+  const std::int64_t per = (rows_per_warp < 1 ? 1 : rows_per_warp)
+                           * warps_per_block;
+  return {clamp_grid((2 * num_tokens + per - 1) / per, max_grid_x), 1};
 }
 
 /// Each warp moves one row r: token r / 2's K (r even) or V (r odd), to
 /// slot slots[r / 2] (block * block_size + offset; a row of a plane is at
 /// slot * row_bytes). Slot -1 skips the token (padding).
-template <class T>
+template <class T, bool Streaming = write_streaming_hints>
 KVACTOR_KERNEL_FN void write_slots_thread(
   thread_pos at,
   char* __restrict__ k_plane,             // [num_blocks * block_size][row_bytes]
@@ -174,8 +197,8 @@ KVACTOR_KERNEL_FN void write_slots_thread(
     const bool is_v = (r & 1) != 0;
     const char* src = (is_v ? value : key) + t * row_bytes;
     char* dst = (is_v ? v_plane : k_plane) + slot * row_bytes;
-    copy_chunk(reinterpret_cast<T*>(dst), reinterpret_cast<const T*>(src), n,
-               lane, 32);
+    copy_chunk<T, Streaming>(reinterpret_cast<T*>(dst),
+                             reinterpret_cast<const T*>(src), n, lane, 32);
   }
 }
 
@@ -198,7 +221,7 @@ constexpr grid_dims gather_blocks_grid(std::int64_t num_chunks) {
 /// CUDA block (j, kv) copies the first min(block_size, num_tokens - j *
 /// block_size) rows of list block j of the K (kv = 0) or V plane: one
 /// contiguous run, to rows j * block_size.. of the output.
-template <class T>
+template <class T, bool Streaming = streaming_hints>
 KVACTOR_KERNEL_FN void gather_blocks_thread(
   thread_pos at,
   const char* __restrict__ k_plane,         // [num_blocks][block_size][row_bytes]
@@ -215,11 +238,59 @@ KVACTOR_KERNEL_FN void gather_blocks_thread(
     const std::int64_t left = num_tokens - first;
     const std::int64_t rows = left < block_size ? left : block_size;
     const std::int64_t src = std::int64_t{blocks[j]} * block_bytes;
-    copy_chunk(
+    copy_chunk<T, Streaming>(
       reinterpret_cast<T*>((is_v ? value_out : key_out) + first * row_bytes),
       reinterpret_cast<const T*>((is_v ? v_plane : k_plane) + src),
       rows * row_bytes / static_cast<std::int64_t>(sizeof(T)),
       static_cast<int>(at.thread), threads_per_block);
+  }
+}
+
+// -- swap_runs --------------------------------------------------------------------------
+
+/// CUDA blocks a swap kernel uses at most by default: enough bytes in flight
+/// (16 x 32 KiB per round) to cover PCIe's latency at its full bandwidth,
+/// few enough that attention kernels keep nearly every SM (gpu_bench
+/// sweeps it, "swap_in kernel N CTAs": on the H200 4 moved 87 %, 8 and
+/// more 93 % of pinned memcpy bandwidth).
+constexpr std::int64_t swap_ctas = 16;
+
+/// Grid: (CUDA blocks), at most max_ctas, strided over the (run, plane)
+/// pieces.
+constexpr grid_dims swap_runs_grid(std::int64_t num_pieces,
+                                   std::int64_t max_ctas = swap_ctas) {
+  return {clamp_grid(num_pieces, max_ctas < 1 ? 1 : max_ctas), 1};
+}
+
+/// The pieces of a swap: piece w is run w / num_planes in plane w %
+/// num_planes, count * block_bytes contiguous bytes on either side (the
+/// planes of one run are neighbours, so a CUDA block's consecutive pieces
+/// share a run). Device and host sides have the same layout but their own
+/// number of blocks per plane (`*_plane_bytes`). One CUDA block per piece
+/// at a time; `to_host` picks the direction. The host side is pinned memory
+/// the GPU reads and writes over PCIe (zero-copy).
+template <class T>
+KVACTOR_KERNEL_FN void swap_runs_thread(
+  thread_pos at,
+  char* device_pool,            // [num_planes][device blocks][block_bytes]
+  char* host_tier,              // [num_planes][host blocks][block_bytes]
+  const swap_run* __restrict__ runs, // [num_runs]
+  std::int64_t num_runs, std::int64_t num_planes,
+  std::int64_t device_plane_bytes, std::int64_t host_plane_bytes,
+  std::int64_t block_bytes, bool to_host) {
+  const std::int64_t pieces = num_runs * num_planes;
+  for (std::int64_t w = at.block_x; w < pieces; w += at.grid_x) {
+    const swap_run run = runs[w / num_planes];
+    const std::int64_t q = w % num_planes;
+    char* dev = device_pool + q * device_plane_bytes
+                + std::int64_t{run.device_first} * block_bytes;
+    char* host = host_tier + q * host_plane_bytes
+                 + std::int64_t{run.host_first} * block_bytes;
+    const std::int64_t n = std::int64_t{run.count} * block_bytes
+                           / static_cast<std::int64_t>(sizeof(T));
+    copy_chunk(reinterpret_cast<T*>(to_host ? host : dev),
+               reinterpret_cast<const T*>(to_host ? dev : host), n,
+               static_cast<int>(at.thread), threads_per_block);
   }
 }
 

@@ -32,33 +32,71 @@ dim3 as_dim3(kernel::grid_dims g) {
 // (kernel::*_thread), with the shapes of their arguments, are in
 // kernel_bodies.hpp, where the CPU tests run them.
 
-template <class T>
+template <class T, bool Streaming>
 __global__ void __launch_bounds__(threads_per_block, 4) copy_blocks_kernel(
   char* pool, const block_pair* __restrict__ pairs, std::int64_t num_pairs,
   std::int64_t num_planes, std::int64_t plane_bytes, std::int64_t block_bytes) {
-  kernel::copy_blocks_thread<T>(here(), pool, pairs, num_pairs, num_planes,
-                                plane_bytes, block_bytes);
+  kernel::copy_blocks_thread<T, Streaming>(here(), pool, pairs, num_pairs,
+                                           num_planes, plane_bytes,
+                                           block_bytes);
 }
 
-template <class T>
+// Programmatic dependent launch (Hopper on): a kernel launched with
+// cudaLaunchAttributeProgrammaticStreamSerialization may be scheduled while
+// the kernel before it in the stream still runs, once that one's CUDA
+// blocks all called let_dependents_launch(). wait_for_prior_grids() then
+// holds it until every earlier grid finished and its writes are visible,
+// so calling it before touching memory keeps stream order exactly; only
+// the launch's latency overlaps. No-ops before sm_90.
+__device__ __forceinline__ void let_dependents_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void wait_for_prior_grids() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+/// Pdl: launched with programmatic dependent launch (launch_write_slots).
+template <class T, bool Streaming, bool Pdl>
 __global__ void __launch_bounds__(threads_per_block, 4) write_slots_kernel(
   char* __restrict__ k_plane, char* __restrict__ v_plane,
   const char* __restrict__ key, const char* __restrict__ value,
   const std::int64_t* __restrict__ slots, std::int64_t num_tokens,
   std::int64_t row_bytes) {
-  kernel::write_slots_thread<T>(here(), k_plane, v_plane, key, value, slots,
-                                num_tokens, row_bytes);
+  if constexpr (Pdl) {
+    let_dependents_launch();
+    wait_for_prior_grids();
+  }
+  kernel::write_slots_thread<T, Streaming>(here(), k_plane, v_plane, key,
+                                           value, slots, num_tokens,
+                                           row_bytes);
 }
 
-template <class T>
+template <class T, bool Streaming>
 __global__ void __launch_bounds__(threads_per_block, 4) gather_blocks_kernel(
   const char* __restrict__ k_plane, const char* __restrict__ v_plane,
   const std::uint32_t* __restrict__ blocks, char* __restrict__ key_out,
   char* __restrict__ value_out, std::int64_t num_chunks,
   std::int64_t num_tokens, std::int64_t block_size, std::int64_t row_bytes) {
-  kernel::gather_blocks_thread<T>(here(), k_plane, v_plane, blocks, key_out,
-                                  value_out, num_chunks, num_tokens,
-                                  block_size, row_bytes);
+  kernel::gather_blocks_thread<T, Streaming>(here(), k_plane, v_plane, blocks,
+                                             key_out, value_out, num_chunks,
+                                             num_tokens, block_size,
+                                             row_bytes);
+}
+
+template <class T>
+__global__ void __launch_bounds__(threads_per_block, 4) swap_runs_kernel(
+  char* device_pool, char* host_tier, const swap_run* __restrict__ runs,
+  std::int64_t num_runs, std::int64_t num_planes,
+  std::int64_t device_plane_bytes, std::int64_t host_plane_bytes,
+  std::int64_t block_bytes, bool to_host) {
+  kernel::swap_runs_thread<T>(here(), device_pool, host_tier, runs, num_runs,
+                              num_planes, device_plane_bytes, host_plane_bytes,
+                              block_bytes, to_host);
 }
 
 __device__ __forceinline__ std::uint64_t mix64(std::uint64_t x) {
@@ -86,6 +124,19 @@ __global__ void fill_random_kernel(
       mix64(~seed + static_cast<std::uint64_t>(i)));
 }
 
+/// Whether the current device has programmatic dependent launch (compute
+/// capability 9.0 on).
+bool has_programmatic_launch() {
+  int dev = 0, major = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess
+      || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)
+           != cudaSuccess) {
+    cudaGetLastError(); // not sticky; the launch reports what is
+    return false;
+  }
+  return major >= 9;
+}
+
 unsigned grid_of(std::int64_t work, std::int64_t cap) {
   return static_cast<unsigned>(kernel::clamp_grid(work, cap));
 }
@@ -101,17 +152,21 @@ int last_error() {
 } // namespace
 
 int launch_copy_blocks(const pool_geometry& pool, const block_pair* pairs,
-                       std::size_t num_pairs, void* stream) {
+                       std::size_t num_pairs, void* stream,
+                       int planes_per_cta, bool streaming) {
   if (num_pairs == 0)
     return 0;
   const auto block_bytes = static_cast<std::int64_t>(pool.block_bytes());
   const auto planes = std::int64_t{2} * pool.num_layers;
-  const auto grid = as_dim3(
-    kernel::copy_blocks_grid(static_cast<std::int64_t>(num_pairs), planes));
+  const auto grid = as_dim3(kernel::copy_blocks_grid(
+    static_cast<std::int64_t>(num_pairs), planes,
+    planes_per_cta > 0 ? planes_per_cta : kernel::copy_planes_per_cta));
   const auto bits = address_bits(pool.base) | pool.block_bytes();
   return with_vector_type(bits, [&](auto tag) {
     using T = decltype(tag);
-    copy_blocks_kernel<T><<<grid, threads_per_block, 0, as_stream(stream)>>>(
+    auto k = streaming ? copy_blocks_kernel<T, true>
+                       : copy_blocks_kernel<T, false>;
+    k<<<grid, threads_per_block, 0, as_stream(stream)>>>(
       static_cast<char*>(pool.base), pairs,
       static_cast<std::int64_t>(num_pairs), planes,
       block_bytes * pool.num_blocks, block_bytes);
@@ -122,31 +177,49 @@ int launch_copy_blocks(const pool_geometry& pool, const block_pair* pairs,
 int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
                        const void* key, const void* value,
                        const std::int64_t* slots, std::size_t num_tokens,
-                       void* stream) {
+                       void* stream, int rows_per_warp, bool streaming,
+                       bool overlap_launch) {
   if (num_tokens == 0)
     return 0;
   const auto plane_bytes = pool.block_bytes() * pool.num_blocks;
   auto k_plane = static_cast<char*>(pool.base) + std::size_t{layer} * 2 * plane_bytes;
   auto v_plane = k_plane + plane_bytes;
-  const auto grid = as_dim3(
-    kernel::write_slots_grid(static_cast<std::int64_t>(num_tokens)));
+  const auto grid = as_dim3(kernel::write_slots_grid(
+    static_cast<std::int64_t>(num_tokens),
+    rows_per_warp > 0 ? rows_per_warp : kernel::write_rows_per_warp));
   const auto bits = address_bits(pool.base) | pool.row_bytes
                     | address_bits(key) | address_bits(value);
+  const bool pdl = overlap_launch && has_programmatic_launch();
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = dim3(threads_per_block);
+  cfg.stream = as_stream(stream);
+  cfg.attrs = &attr;
+  cfg.numAttrs = pdl ? 1 : 0;
   return with_vector_type(bits, [&](auto tag) {
     using T = decltype(tag);
-    write_slots_kernel<T><<<grid, threads_per_block, 0, as_stream(stream)>>>(
-      k_plane, v_plane, static_cast<const char*>(key),
-      static_cast<const char*>(value), slots,
-      static_cast<std::int64_t>(num_tokens),
-      static_cast<std::int64_t>(pool.row_bytes));
-    return last_error();
+    auto launch = [&](auto kernel_fn) {
+      return static_cast<int>(cudaLaunchKernelEx(
+        &cfg, kernel_fn, k_plane, v_plane, static_cast<const char*>(key),
+        static_cast<const char*>(value), slots,
+        static_cast<std::int64_t>(num_tokens),
+        static_cast<std::int64_t>(pool.row_bytes)));
+    };
+    if (streaming)
+      return pdl ? launch(write_slots_kernel<T, true, true>)
+                 : launch(write_slots_kernel<T, true, false>);
+    return pdl ? launch(write_slots_kernel<T, false, true>)
+               : launch(write_slots_kernel<T, false, false>);
   });
 }
 
 int launch_gather_blocks(const pool_geometry& pool, std::uint32_t layer,
                          const std::uint32_t* blocks, std::size_t num_list,
                          std::size_t num_tokens, void* key_out,
-                         void* value_out, void* stream) {
+                         void* value_out, void* stream, bool streaming) {
   if (num_tokens == 0)
     return 0;
   const auto bs = static_cast<std::int64_t>(pool.block_size);
@@ -161,7 +234,9 @@ int launch_gather_blocks(const pool_geometry& pool, std::uint32_t layer,
                     | address_bits(key_out) | address_bits(value_out);
   return with_vector_type(bits, [&](auto tag) {
     using T = decltype(tag);
-    gather_blocks_kernel<T><<<grid, threads_per_block, 0, as_stream(stream)>>>(
+    auto k = streaming ? gather_blocks_kernel<T, true>
+                       : gather_blocks_kernel<T, false>;
+    k<<<grid, threads_per_block, 0, as_stream(stream)>>>(
       k_plane, v_plane, blocks, static_cast<char*>(key_out),
       static_cast<char*>(value_out), chunks,
       static_cast<std::int64_t>(num_tokens), bs,
@@ -231,6 +306,31 @@ int launch_swap(const pool_geometry& pool, void* host_base,
   return 0;
 }
 
+int launch_swap_kernel(const pool_geometry& pool, void* host_base,
+                       std::uint32_t num_host_blocks, const swap_run* runs,
+                       std::size_t num_runs, swap_direction dir, void* stream,
+                       int max_ctas) {
+  if (num_runs == 0)
+    return 0;
+  const auto bb = pool.block_bytes();
+  const auto planes = std::int64_t{2} * pool.num_layers;
+  const auto grid = as_dim3(kernel::swap_runs_grid(
+    static_cast<std::int64_t>(num_runs) * planes,
+    max_ctas > 0 ? max_ctas : kernel::swap_ctas));
+  const auto bits = address_bits(pool.base) | address_bits(host_base) | bb;
+  return with_vector_type(bits, [&](auto tag) {
+    using T = decltype(tag);
+    swap_runs_kernel<T><<<grid, threads_per_block, 0, as_stream(stream)>>>(
+      static_cast<char*>(pool.base), static_cast<char*>(host_base), runs,
+      static_cast<std::int64_t>(num_runs), planes,
+      static_cast<std::int64_t>(bb * pool.num_blocks),
+      static_cast<std::int64_t>(bb * num_host_blocks),
+      static_cast<std::int64_t>(bb),
+      dir == swap_direction::device_to_host);
+    return last_error();
+  });
+}
+
 int launch_fill_random(void* dst, std::size_t bytes, std::uint64_t seed,
                        void* stream) {
   if (bytes == 0)
@@ -249,11 +349,19 @@ namespace {
 template <class T>
 cudaError_t preload_movers() {
   cudaFuncAttributes a;
-  if (auto err = cudaFuncGetAttributes(&a, copy_blocks_kernel<T>))
+  if (auto err = cudaFuncGetAttributes(&a, copy_blocks_kernel<T, streaming_hints>))
     return err;
-  if (auto err = cudaFuncGetAttributes(&a, write_slots_kernel<T>))
+  // The defaults the storage launches, both ways (before sm_90 without
+  // programmatic dependent launch).
+  if (auto err = cudaFuncGetAttributes(
+        &a, write_slots_kernel<T, write_streaming_hints, true>))
     return err;
-  return cudaFuncGetAttributes(&a, gather_blocks_kernel<T>);
+  if (auto err = cudaFuncGetAttributes(
+        &a, write_slots_kernel<T, write_streaming_hints, false>))
+    return err;
+  if (auto err = cudaFuncGetAttributes(&a, swap_runs_kernel<T>))
+    return err;
+  return cudaFuncGetAttributes(&a, gather_blocks_kernel<T, streaming_hints>);
 }
 
 } // namespace

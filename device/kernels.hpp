@@ -14,6 +14,18 @@
 
 namespace kvactor::detail {
 
+/// Whether the byte movers (copy_blocks, gather_blocks, the swap kernel)
+/// load and store with evict-first hints (ld/st.global.cs) rather than plain
+/// ones. Measured on the H200 (gpu_bench, bench/HISTORY.md): copy_blocks
+/// moved 93 % of the device-to-device memcpy bandwidth with plain ones in
+/// every run, 89 % with the hints in five runs of six; gather_blocks 94 %
+/// and 92 % against 91 % and 88 %.
+constexpr bool streaming_hints = false;
+
+/// The same for write_slots, where the hints measured better: 67 % against
+/// 64 % (8 heads), 85 % against 83 % (32 heads) with plain ones.
+constexpr bool write_streaming_hints = true;
+
 /// Where and how big the device pools are (storage.hpp's layout):
 ///   base: [num_layers][2 (K, V)][num_blocks][block_size][num_heads][head_dim]
 /// row_bytes = num_heads * head_dim * element size (one token of K or V).
@@ -47,17 +59,35 @@ enum class swap_direction : std::uint8_t { device_to_host, host_to_device };
 
 /// Copies, for each pair, the K and V block of every layer: one launch for the
 /// whole batch. REQUIRES: `pairs` in device memory, [num_pairs]; ids below
-/// num_blocks; destinations distinct and not sources.
+/// num_blocks; destinations distinct and not sources. `planes_per_cta`: how
+/// many of a pair's 2 * num_layers planes one CUDA block copies (0: the
+/// measured default, kernel_bodies.hpp's copy_planes_per_cta; gpu_bench
+/// sweeps it). `streaming`: evict-first loads and stores (ld/st.cs) or
+/// plain ones (streaming_hints; gpu_bench compares the two).
 int launch_copy_blocks(const pool_geometry& pool, const block_pair* pairs,
-                       std::size_t num_pairs, void* stream);
+                       std::size_t num_pairs, void* stream,
+                       int planes_per_cta = 0,
+                       bool streaming = streaming_hints);
 
 /// Scatters token i's K and V rows (key, value: [num_tokens, num_heads,
 /// head_dim], device-accessible) of layer `layer` into slot slots[i]; -1
 /// skips. REQUIRES: `slots` in device memory; every slot -1 or in range.
+/// `rows_per_warp`: rows (one token's K or V) each warp moves (0: the
+/// measured default, kernel_bodies.hpp's write_rows_per_warp).
+/// `streaming`: evict-first loads and stores or plain ones.
+/// `overlap_launch`: programmatic dependent launch where the device has it
+/// (sm_90 on): a forward pass's back-to-back writes (one per layer) each
+/// launch while the kernel before them still runs, and wait for it before
+/// touching memory, so stream order holds. Measured on the H200: 75 %
+/// against 67 % of memcpy bandwidth for 4096 tokens x 8 heads a layer,
+/// kernels of 8 us whose launch gaps weigh. The defaults are the measured
+/// best; gpu_bench compares the others.
 int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
                        const void* key, const void* value,
                        const std::int64_t* slots, std::size_t num_tokens,
-                       void* stream);
+                       void* stream, int rows_per_warp = 0,
+                       bool streaming = write_streaming_hints,
+                       bool overlap_launch = true);
 
 /// Copies the first `num_tokens` tokens of `blocks` ([num_list], device
 /// memory) of layer `layer` into key_out and value_out ([num_tokens,
@@ -66,7 +96,8 @@ int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
 int launch_gather_blocks(const pool_geometry& pool, std::uint32_t layer,
                          const std::uint32_t* blocks, std::size_t num_list,
                          std::size_t num_tokens, void* key_out,
-                         void* value_out, void* stream);
+                         void* value_out, void* stream,
+                         bool streaming = streaming_hints);
 
 /// Moves every layer's K and V of each run between the device pools and the
 /// host tier (`host_base`: the same layout with `num_host_blocks`, pinned).
@@ -80,6 +111,17 @@ int launch_swap(const pool_geometry& pool, void* host_base,
                 std::uint32_t num_host_blocks, const swap_run* runs,
                 std::size_t num_runs, swap_direction dir,
                 std::size_t max_pitch, void* stream);
+
+/// The same moves as launch_swap by a kernel instead of the copy engines:
+/// the GPU reads and writes the pinned host tier directly (zero-copy over
+/// PCIe), one CUDA block per (run, plane) piece at a time, at most
+/// `max_ctas` CUDA blocks (0: kernel_bodies.hpp's swap_ctas). For short
+/// runs, where each copy-engine copy costs more than its bytes.
+/// REQUIRES: `runs` in device memory, [num_runs]; `host_base` pinned.
+int launch_swap_kernel(const pool_geometry& pool, void* host_base,
+                       std::uint32_t num_host_blocks, const swap_run* runs,
+                       std::size_t num_runs, swap_direction dir, void* stream,
+                       int max_ctas = 0);
 
 /// Fills `bytes` bytes at `dst` (device-accessible) with pseudo-random bytes
 /// derived from `seed` (a hash of the offset: no two 8-byte words alike).

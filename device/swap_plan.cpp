@@ -25,6 +25,17 @@ std::vector<swap_run> coalesce_moves(std::vector<block_move> moves) {
   return runs;
 }
 
+swap_split split_runs(const std::vector<swap_run>& runs,
+                      std::size_t block_bytes, std::size_t min_copy_bytes) {
+  swap_split out;
+  for (auto& r : runs)
+    (std::size_t{r.count} * block_bytes >= min_copy_bytes
+       ? out.by_copy_engine
+       : out.by_kernel)
+      .push_back(r);
+  return out;
+}
+
 std::vector<strided_copy> swap_copies(const pool_geometry& pool,
                                       std::uint32_t num_host_blocks,
                                       const swap_run* runs,

@@ -2,7 +2,7 @@
 // and random block mappings each run, poisoned outputs, fp16/bf16 shapes at
 // several block sizes and head counts, odd shapes and offset pointers for
 // narrow vectors; the swap also through its batched fallback for planes past
-// the max pitch.
+// the max pitch, and with every run by the swap kernel.
 #include <algorithm>
 #include <numeric>
 
@@ -79,6 +79,51 @@ BOOST_AUTO_TEST_CASE(swap_without_2d_copies_matches_host_backend) {
     expect_ok(tw.host->swap_in(in), "host swap_in runs");
     swap(in, false);
     BOOST_TEST(tw.same("swap_in, batched pieces"));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(swap_kernel_alone_matches_host_backend) {
+  // Every run by the swap kernel, long ones too (the storage gives those to
+  // the copy engines), at the default grid and at one CUDA block. Driven
+  // through the launcher on the storage's own memory and stream.
+  std::mt19937_64 rng{test_seed()};
+  for (auto& l : test_shapes()) {
+    twin tw{l, rng};
+    auto& cuda = static_cast<cuda_storage&>(*tw.cuda);
+    const detail::pool_geometry pool{cuda.layer_base(0), l.num_layers,
+                                     l.num_blocks, l.block_size, row_bytes(l)};
+    auto swap = [&](const std::vector<block_move>& moves, bool out, int ctas) {
+      auto runs = detail::coalesce_moves(moves);
+      auto role = out ? cuda_storage::stream_role::device_to_host
+                      : cuda_storage::stream_role::host_to_device;
+      device_buffer dev{runs.size() * sizeof(detail::swap_run) + 1};
+      BOOST_REQUIRE(cudaMemcpy(dev.data, runs.data(),
+                               runs.size() * sizeof(detail::swap_run),
+                               cudaMemcpyHostToDevice)
+                    == cudaSuccess);
+      auto err = detail::launch_swap_kernel(
+        pool, cuda.host_layer_base(0), l.num_host_blocks,
+        static_cast<const detail::swap_run*>(dev.data), runs.size(),
+        out ? detail::swap_direction::device_to_host
+            : detail::swap_direction::host_to_device,
+        cuda.native_stream(role), ctas);
+      BOOST_REQUIRE_MESSAGE(err == 0, detail::cuda_error_text(err));
+      BOOST_REQUIRE(cudaStreamSynchronize(static_cast<cudaStream_t>(
+                      cuda.native_stream(role)))
+                    == cudaSuccess); // before dev goes
+    };
+    auto out = random_moves(l, rng);
+    expect_ok(tw.host->swap_out(out), "host swap_out");
+    swap(out, true, 0);
+    BOOST_TEST(tw.same("swap_out by the kernel"));
+    auto in = run_moves(l);
+    expect_ok(tw.host->swap_in(in), "host swap_in runs");
+    swap(in, false, 1);
+    BOOST_TEST(tw.same("swap_in runs by the kernel, one CUDA block"));
+    in = random_moves(l, rng);
+    expect_ok(tw.host->swap_in(in), "host swap_in");
+    swap(in, false, 0);
+    BOOST_TEST(tw.same("swap_in by the kernel"));
   }
 }
 

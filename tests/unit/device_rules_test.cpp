@@ -63,6 +63,25 @@ BOOST_AUTO_TEST_CASE(coalesce_moves_merges_runs_consecutive_on_both_sides) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(split_runs_sends_long_runs_to_copy_engines) {
+  using detail::swap_run;
+  const std::vector<swap_run> runs{{0, 0, 1}, {4, 8, 4}, {10, 2, 3}, {20, 30, 8}};
+  // 32 KiB blocks: 128 KiB from 4 blocks on.
+  auto split = detail::split_runs(runs, 32 * 1024);
+  BOOST_REQUIRE(split.by_kernel.size() == 2u);
+  BOOST_REQUIRE(split.by_copy_engine.size() == 2u);
+  BOOST_TEST(split.by_kernel[0].device_first == 0u);
+  BOOST_TEST(split.by_kernel[1].device_first == 10u);
+  BOOST_TEST(split.by_copy_engine[0].device_first == 4u);
+  BOOST_TEST(split.by_copy_engine[1].device_first == 20u);
+  // 128 KiB blocks: every run to the copy engines; threshold 0 likewise.
+  BOOST_TEST(detail::split_runs(runs, 128 * 1024).by_kernel.empty());
+  BOOST_TEST(detail::split_runs(runs, 16, 0).by_kernel.empty());
+  // A threshold past every run: all to the kernel.
+  BOOST_TEST(detail::split_runs(runs, 16, 1 << 20).by_copy_engine.empty());
+  BOOST_TEST(detail::split_runs({}, 16).by_kernel.empty());
+}
+
 BOOST_AUTO_TEST_CASE(swap_copies_move_every_plane_of_every_block) {
   // Replays the strided copies with memcpy, as cudaMemcpy2DAsync would do
   // them (and as the per-plane pieces do when a pitch is too wide), between

@@ -203,7 +203,7 @@ void check_copy_blocks(std::uint32_t layers, std::uint32_t num_blocks,
   BOOST_TEST((pool.snapshot() == want));
 }
 
-template <class T>
+template <class T, bool Streaming = false>
 void check_write_slots(std::uint32_t num_blocks, std::int64_t block_size,
                        std::int64_t row_bytes, std::int64_t num_tokens,
                        k::grid_dims grid, std::uint64_t seed) {
@@ -238,9 +238,10 @@ void check_write_slots(std::uint32_t num_blocks, std::int64_t block_size,
   }
   run_logged<T>(grid, {&k_plane, &v_plane, &key, &value}, 2, targets,
                 [&](k::thread_pos at) {
-    k::write_slots_thread<T>(at, k_plane.bytes_of(), v_plane.bytes_of(),
-                             key.bytes_of(), value.bytes_of(), slots.data(),
-                             num_tokens, row_bytes);
+    k::write_slots_thread<T, Streaming>(at, k_plane.bytes_of(),
+                                        v_plane.bytes_of(), key.bytes_of(),
+                                        value.bytes_of(), slots.data(),
+                                        num_tokens, row_bytes);
   });
   BOOST_TEST((k_plane.snapshot() == want_k));
   BOOST_TEST((v_plane.snapshot() == want_v));
@@ -291,6 +292,55 @@ void check_gather(std::uint32_t num_blocks, std::int64_t block_size,
 
 } // namespace
 
+/// The swap kernel between a pool of `num_blocks` and a host tier of
+/// `num_host`, both `planes` planes of `block_bytes` blocks: random runs
+/// (disjoint on each side, lengths 1-3), each direction.
+template <class T>
+void check_swap_runs(std::uint32_t planes, std::uint32_t num_blocks,
+                     std::uint32_t num_host, std::int64_t block_bytes,
+                     bool to_host, k::grid_dims grid, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const std::int64_t dev_plane = block_bytes * num_blocks;
+  const std::int64_t host_plane = block_bytes * num_host;
+  buffer<T> pool(static_cast<std::size_t>(planes * dev_plane), rng);
+  buffer<T> tier(static_cast<std::size_t>(planes * host_plane), rng);
+  // Runs: walk both sides in random strides, so runs never overlap.
+  std::vector<kvactor::detail::swap_run> runs;
+  std::uint32_t d = 0, h = 0;
+  while (true) {
+    d += static_cast<std::uint32_t>(rng() % 3);
+    h += static_cast<std::uint32_t>(rng() % 3);
+    const auto count = 1 + static_cast<std::uint32_t>(rng() % 3);
+    if (d + count > num_blocks || h + count > num_host)
+      break;
+    runs.push_back({d, h, count});
+    d += count;
+    h += count;
+  }
+  std::shuffle(runs.begin(), runs.end(), rng);
+  auto& dst = to_host ? tier : pool;
+  auto& src = to_host ? pool : tier;
+  auto want = dst.snapshot();
+  std::vector<target_bytes> targets{target_bytes(want.size())};
+  for (std::int64_t q = 0; q < planes; ++q)
+    for (auto& r : runs) {
+      const auto n = static_cast<std::size_t>(r.count * block_bytes);
+      const auto dev = static_cast<std::size_t>(q * dev_plane
+                                                + r.device_first * block_bytes);
+      const auto host = static_cast<std::size_t>(q * host_plane
+                                                 + r.host_first * block_bytes);
+      const auto to = to_host ? host : dev;
+      std::memcpy(want.data() + to, src.bytes_of() + (to_host ? dev : host), n);
+      targets[0].mark(to, n);
+    }
+  run_logged<T>(grid, {&dst, &src}, 1, targets, [&](k::thread_pos at) {
+    k::swap_runs_thread<T>(at, pool.bytes_of(), tier.bytes_of(), runs.data(),
+                           static_cast<std::int64_t>(runs.size()), planes,
+                           dev_plane, host_plane, block_bytes, to_host);
+  });
+  BOOST_TEST((dst.snapshot() == want));
+}
+
 BOOST_AUTO_TEST_SUITE(kernel_bodies_suite)
 
 BOOST_AUTO_TEST_CASE(grids_cover_the_work_and_clamp_to_cuda_limits) {
@@ -300,6 +350,10 @@ BOOST_AUTO_TEST_CASE(grids_cover_the_work_and_clamp_to_cuda_limits) {
   g = k::copy_blocks_grid(std::int64_t{1} << 40, 70000);
   BOOST_TEST(g.x == k::max_grid_x);
   BOOST_TEST(g.y == k::max_grid_y);
+  g = k::copy_blocks_grid(5, 64, 8); // 8 planes per CUDA block
+  BOOST_TEST(g.y == 8);
+  g = k::copy_blocks_grid(5, 6, 4); // rounded up: no plane left out
+  BOOST_TEST(g.y == 2);
   g = k::copy_blocks_grid(0, 0); // never a zero grid
   BOOST_TEST(g.x == 1);
   BOOST_TEST(g.y == 1);
@@ -307,6 +361,8 @@ BOOST_AUTO_TEST_CASE(grids_cover_the_work_and_clamp_to_cuda_limits) {
   BOOST_TEST(k::write_slots_grid(4).x == 1);
   BOOST_TEST(k::write_slots_grid(5).x == 2);
   BOOST_TEST(k::write_slots_grid(4096).x == 1024);
+  BOOST_TEST(k::write_slots_grid(4096, 4).x == 256);
+  BOOST_TEST(k::write_slots_grid(5, 4).x == 1);
   BOOST_TEST(k::gather_blocks_grid(7).y == 2);
   // A gather reads only the list blocks its tokens need.
   BOOST_TEST(k::gather_chunks(10, 33, 16) == 3);
@@ -320,6 +376,7 @@ BOOST_AUTO_TEST_CASE(copy_blocks_copies_every_plane_of_every_pair) {
   for (std::uint64_t seed : {1u, 2u, 3u}) {
     check_copy_blocks<v16>(3, 12, 192, 5, k::copy_blocks_grid(5, 6), seed);
     check_copy_blocks<v16>(3, 12, 192, 5, {2, 4}, seed);
+    check_copy_blocks<v16>(3, 12, 192, 5, k::copy_blocks_grid(5, 6, 4), seed);
     // A block larger than one round of the whole CUDA block (256 threads x
     // 8 vectors = 32 KiB), with a ragged last round.
     check_copy_blocks<v16>(1, 4, 40960 + 16 * 3, 2, k::copy_blocks_grid(2, 2), seed);
@@ -333,6 +390,9 @@ BOOST_AUTO_TEST_CASE(write_slots_scatters_rows_and_skips_padding) {
   for (std::uint64_t seed : {1u, 2u, 3u}) {
     // 16-token blocks, 8 heads x 4 dims x 2 bytes per row.
     check_write_slots<v16>(8, 16, 64, 100, k::write_slots_grid(100), seed);
+    check_write_slots<v16>(8, 16, 64, 100, k::write_slots_grid(100, 3), seed);
+    // Rows longer than a warp's round (32 lanes x 8 x 16 B = 4 KiB).
+    check_write_slots<v16>(4, 4, 9600, 12, k::write_slots_grid(12, 2), seed);
     // A grid of 3 CUDA blocks for 100 tokens: each warp strides over rows.
     check_write_slots<v16>(8, 16, 64, 100, {3, 1}, seed);
     // Rows longer than a warp's round (32 lanes x 8 x 16 B = 4 KiB).
@@ -354,6 +414,27 @@ BOOST_AUTO_TEST_CASE(gather_copies_only_the_rows_of_its_tokens) {
   }
   check_gather<vec<8>>(6, 4, 24, 3, 9, k::gather_blocks_grid(3), 4);
   check_gather<vec<1>>(6, 4, 5, 3, 9, {2, 2}, 5);
+}
+
+BOOST_AUTO_TEST_CASE(swap_runs_moves_every_plane_of_every_run_both_ways) {
+  BOOST_TEST(k::swap_runs_grid(5).x == 5);
+  BOOST_TEST(k::swap_runs_grid(1000).x == k::swap_ctas);
+  BOOST_TEST(k::swap_runs_grid(1000, 3).x == 3);
+  BOOST_TEST(k::swap_runs_grid(0).x == 1);
+  for (std::uint64_t seed : {1u, 2u}) {
+    for (bool out : {true, false}) {
+      // 3 layers (6 planes), a pool of 30 blocks and a tier of 20: the
+      // default grid (fewer CUDA blocks than pieces: strided), a grid of
+      // one, and one larger than the work.
+      check_swap_runs<v16>(6, 30, 20, 192, out, k::swap_runs_grid(60), seed);
+      check_swap_runs<v16>(6, 30, 20, 192, out, {1, 1}, seed);
+      check_swap_runs<v16>(2, 8, 8, 64, out, {200, 1}, seed);
+      // Runs longer than one round of a CUDA block (32 KiB).
+      check_swap_runs<v16>(2, 6, 6, 20000, out, k::swap_runs_grid(12), seed);
+    }
+  }
+  check_swap_runs<vec<2>>(4, 9, 7, 6, true, {3, 1}, 5);
+  check_swap_runs<vec<1>>(4, 9, 7, 7, false, {3, 1}, 6);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
