@@ -151,8 +151,12 @@ cuda_storage::write_slots(std::uint32_t layer, const void* key,
   constexpr const char* op = "write_slots";
   if (auto err = usable())
     return err;
+  // A forward pass writes every layer with the same mapping: checked and
+  // planned for the first layer, recognised by one memcmp after that.
+  const bool planned = slot_mapping != nullptr
+                       && slots_.same_as_last(slot_mapping, num_tokens);
   if (auto err = detail::check_write(layout_, layer, key, value, slot_mapping,
-                                     num_tokens))
+                                     num_tokens, !planned))
     return err;
   if (num_tokens > 0) {
     if (auto err = check_accessible(key, op, "key"))
@@ -162,7 +166,8 @@ cuda_storage::write_slots(std::uint32_t layer, const void* key,
   }
   // One pass: the blocks written (hazards per block, not per token) and,
   // if a slot is named twice, the mapping in which its last token wins.
-  slots_.plan(slot_mapping, num_tokens);
+  if (!planned)
+    slots_.plan(slot_mapping, num_tokens);
   detail::hazard_tracker::waits w{};
   for (auto b : slots_.blocks())
     device_hazards_.need_write(b, stream_of(role), w);

@@ -16,6 +16,8 @@ slot_planner::slot_planner(std::uint32_t num_blocks, std::uint32_t block_size)
 }
 
 void slot_planner::plan(const std::int64_t* slots, std::size_t n) {
+  last_.assign(slots, slots + n);
+  planned_ = true;
   if (blocks_.size() < n)
     blocks_.resize(n); // room for every token's block
   std::size_t count = 0;

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "kvactor/messages/types.hpp"
@@ -29,6 +30,18 @@ public:
   /// Plans `slots[0..n)`. REQUIRES: each slot is -1 (skip) or below
   /// num_blocks * block_size (check_write ensures it).
   void plan(const std::int64_t* slots, std::size_t n);
+
+  /// Whether `slots[0..n)` equals the mapping the last plan() planned: its
+  /// plan (and its range check) still hold. A forward pass writes every
+  /// layer with the same mapping, so the cuda backend validates and plans
+  /// once per step, not once per layer (one memcmp instead: about 1 us
+  /// for 4096 tokens, against 20-35 us). REQUIRES: slots non-null if n > 0.
+  bool same_as_last(const std::int64_t* slots, std::size_t n) const noexcept {
+    return planned_ && n == last_.size()
+           && (n == 0
+               || std::memcmp(slots, last_.data(), n * sizeof(std::int64_t))
+                    == 0);
+  }
 
   /// The blocks the last plan writes, each once, in no particular order.
   struct block_span {
@@ -68,6 +81,8 @@ private:
   std::vector<block_id> blocks_; // [count_) are the last plan's; grows only
   std::size_t count_ = 0;
   std::vector<std::int64_t> dedup_;
+  std::vector<std::int64_t> last_; // the mapping the last plan() planned
+  bool planned_ = false;
   bool repeats_ = false;
 };
 

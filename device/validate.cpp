@@ -98,7 +98,7 @@ caf::error check_swap(const storage_layout& layout,
 caf::error check_write(const storage_layout& layout, std::uint32_t layer,
                        const void* key, const void* value,
                        const std::int64_t* slot_mapping,
-                       std::size_t num_tokens) {
+                       std::size_t num_tokens, bool check_slots) {
   constexpr const char* op = "write_slots";
   if (auto err = check_layer(layout, layer, op))
     return err;
@@ -109,6 +109,8 @@ caf::error check_write(const storage_layout& layout, std::uint32_t layer,
                key == nullptr     ? "key"
                : value == nullptr ? "value"
                                   : "slot_mapping");
+  if (!check_slots)
+    return caf::none;
   const auto num_slots = std::int64_t{layout.num_blocks} * layout.block_size;
   // s in [-1, num_slots) iff s + 1 in [0, num_slots], one unsigned compare;
   // or-ed over the batch without an early exit, the loop vectorises (it

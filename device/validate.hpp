@@ -23,11 +23,12 @@ caf::error check_swap(const storage_layout& layout,
                       const std::vector<block_move>& moves, const char* op);
 
 /// layer < num_layers; with num_tokens > 0 the three pointers are non-null;
-/// every slot is -1 or below num_blocks * block_size.
+/// every slot is -1 or below num_blocks * block_size (unless `check_slots`
+/// is false: the caller knows this mapping passed before).
 caf::error check_write(const storage_layout& layout, std::uint32_t layer,
                        const void* key, const void* value,
                        const std::int64_t* slot_mapping,
-                       std::size_t num_tokens);
+                       std::size_t num_tokens, bool check_slots = true);
 
 /// layer < num_layers; every block id below num_blocks; num_tokens at most
 /// blocks.size() * block_size. (What a gather asks, before any output

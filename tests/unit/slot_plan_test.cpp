@@ -73,6 +73,25 @@ BOOST_AUTO_TEST_CASE(of_tokens_naming_one_slot_the_last_writes) {
   BOOST_TEST(p.blocks().size() == 0u);
 }
 
+BOOST_AUTO_TEST_CASE(the_same_mapping_again_is_recognised) {
+  slot_planner p{8, 16};
+  std::vector<std::int64_t> a{3, 40, -1, 17, 100};
+  BOOST_TEST(!p.same_as_last(a.data(), a.size())); // nothing planned yet
+  BOOST_TEST(!p.same_as_last(nullptr, 0));
+  p.plan(a.data(), a.size());
+  auto copy = a; // equal contents in another buffer
+  BOOST_TEST(p.same_as_last(copy.data(), copy.size()));
+  copy[4] = 101;
+  BOOST_TEST(!p.same_as_last(copy.data(), copy.size()));
+  BOOST_TEST(!p.same_as_last(a.data(), a.size() - 1)); // a prefix
+  // The caller's buffer changed after the plan: compared with the copy.
+  a[0] = 4;
+  BOOST_TEST(!p.same_as_last(a.data(), a.size()));
+  p.plan(nullptr, 0);
+  BOOST_TEST(p.same_as_last(nullptr, 0));
+  BOOST_TEST(!p.same_as_last(copy.data(), copy.size()));
+}
+
 BOOST_AUTO_TEST_CASE(random_mappings_match_the_reference) {
   std::mt19937_64 rng{20261130};
   for (std::uint32_t bs : {1u, 4u, 16u, 64u, 128u}) {
