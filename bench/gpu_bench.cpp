@@ -22,6 +22,7 @@
 #include "kvactor/device/cuda_storage.hpp"
 #include "kvactor/device/kernels.hpp"
 #include "kvactor/device/storage.hpp"
+#include "kvactor/device/swap_plan.hpp"
 #include "kvactor/messages/error.hpp"
 
 using namespace kvactor;
@@ -302,6 +303,38 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
   }, timing::gated);
   report("copy_blocks", l, pairs.size(), 2 * bpb * pairs.size(), ms, c.d2d,
          timing::gated);
+  // The kernel alone at other grid shapes: planes of a pair per CUDA block
+  // (the storage launches kernel_bodies.hpp's copy_planes_per_cta).
+  {
+    detail::block_pair* dev_pairs = nullptr;
+    check(cudaMalloc(reinterpret_cast<void**>(&dev_pairs),
+                     pairs.size() * sizeof(detail::block_pair)),
+          "cudaMalloc");
+    check(cudaMemcpy(dev_pairs, pairs.data(),
+                     pairs.size() * sizeof(detail::block_pair),
+                     cudaMemcpyHostToDevice),
+          "cudaMemcpy");
+    const detail::pool_geometry geo{st->layer_base(0), l.num_layers,
+                                    l.num_blocks, l.block_size,
+                                    l.block_bytes() / l.block_size};
+    for (int per : {1, 2, 4, 8, 64, -1}) {
+      // -1: one plane per CUDA block, the other kind of loads and stores.
+      const bool streaming = per > 0 ? detail::streaming_hints
+                                     : !detail::streaming_hints;
+      per = per > 0 ? per : 1;
+      auto kms = median_ms(compute, 3, runs, [&](int) {
+        check(static_cast<cudaError_t>(detail::launch_copy_blocks(
+                geo, dev_pairs, pairs.size(), compute, per, streaming)),
+              "launch_copy_blocks");
+      }, timing::gated);
+      const std::string name = "copy_blocks kernel " + std::to_string(per)
+                               + " planes/CTA"
+                               + (streaming ? " ld/st.cs" : " plain ld/st");
+      report(name.c_str(), l, pairs.size(), 2 * bpb * pairs.size(), kms,
+             c.d2d, timing::gated);
+    }
+    cudaFree(dev_pairs);
+  }
 
   // Swaps: the whole host tier, random blocks on both sides.
   auto dev_ids = shuffled(l.num_blocks, rng);
@@ -310,25 +343,70 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
   for (std::uint32_t i = 0; i < l.num_host_blocks; ++i)
     moves.push_back({dev_ids[i], host_ids[i]});
   const double swap_bytes = bpb * moves.size();
-  // Each storage swap twice: gated (its copies alone, the line named as
-  // before) and ungated (named "... ungated": its host work - validation,
-  // sorting, coalescing, hazard checks - inside the events, as the memcpy
-  // baselines below have their submission inside theirs).
-  auto swap_both_ways = [&](const char* op, const char* op_ungated,
-                            const std::vector<block_move>& mv, bool out) {
+  // Each storage swap ungated: its host work (validation, sorting,
+  // coalescing, hazard checks, submission) inside the events, as the memcpy
+  // baselines below have their submission inside theirs. Never gated: a
+  // swap of a thousand scattered blocks submits a thousand copies, more than
+  // a held stream queues, so the call itself would wait for the gate (seen
+  // on the H200: the first gated swap_out waited the gate's 30 s out).
+  auto swap_timed = [&](const char* op, const std::vector<block_move>& mv,
+                        bool out) {
     auto stream = out ? d2h : h2d;
     auto& ceil = out ? c.d2h : c.h2d;
     auto call = [&](int) {
       require(out ? st->swap_out(mv) : st->swap_in(mv),
               out ? "swap_out" : "swap_in");
     };
-    for (auto how : {timing::gated, timing::ungated})
-      report(how == timing::gated ? op : op_ungated, l, mv.size(),
-             bpb * mv.size(), median_ms(stream, 2, runs / 2, call, how), ceil,
-             how);
+    report(op, l, mv.size(), bpb * mv.size(),
+           median_ms(stream, 2, runs / 2, call), ceil, timing::ungated);
   };
-  swap_both_ways("swap_out", "swap_out ungated", moves, true);
-  swap_both_ways("swap_in", "swap_in ungated", moves, false);
+  swap_timed("swap_out", moves, true);
+  swap_timed("swap_in", moves, false);
+  // The two movers alone on the same moves (the storage splits a swap's
+  // runs between them by length, swap_plan.hpp): every run by the copy
+  // engines, and every run by the swap kernel at several grid sizes.
+  {
+    auto runs_all = detail::coalesce_moves(moves);
+    const auto runs_bytes = runs_all.size() * sizeof(detail::swap_run);
+    void* dev_runs = nullptr;
+    check(cudaMalloc(&dev_runs, runs_bytes), "cudaMalloc");
+    check(cudaMemcpy(dev_runs, runs_all.data(), runs_bytes,
+                     cudaMemcpyHostToDevice),
+          "cudaMemcpy");
+    int pitch = 0;
+    check(cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, 0),
+          "cudaDeviceGetAttribute");
+    const detail::pool_geometry geo{st->layer_base(0), l.num_layers,
+                                    l.num_blocks, l.block_size,
+                                    l.block_bytes() / l.block_size};
+    for (bool out : {true, false}) {
+      auto stream = out ? d2h : h2d;
+      auto& ceil = out ? c.d2h : c.h2d;
+      const auto dir = out ? detail::swap_direction::device_to_host
+                           : detail::swap_direction::host_to_device;
+      const std::string side = out ? "swap_out" : "swap_in";
+      auto ce = median_ms(stream, 2, runs / 2, [&](int) {
+        check(static_cast<cudaError_t>(detail::launch_swap(
+                geo, host, l.num_host_blocks, runs_all.data(), runs_all.size(),
+                dir, static_cast<std::size_t>(pitch), stream)),
+              "launch_swap");
+      });
+      report((side + " copy engines").c_str(), l, moves.size(), swap_bytes, ce,
+             ceil, timing::ungated);
+      for (int ctas : {4, 8, 16, 32, 64}) {
+        auto km = median_ms(stream, 2, runs / 2, [&](int) {
+          check(static_cast<cudaError_t>(detail::launch_swap_kernel(
+                  geo, host, l.num_host_blocks,
+                  static_cast<const detail::swap_run*>(dev_runs),
+                  runs_all.size(), dir, stream, ctas)),
+                "launch_swap_kernel");
+        });
+        report((side + " kernel " + std::to_string(ctas) + " CTAs").c_str(), l,
+               moves.size(), swap_bytes, km, ceil, timing::ungated);
+      }
+    }
+    cudaFree(dev_runs);
+  }
   // Runs of 16 consecutive blocks on each side, the runs in random order on
   // the host side, so that they do not coalesce further.
   std::vector<block_move> runs16;
@@ -338,8 +416,7 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
       runs16.push_back({l.num_blocks - l.num_host_blocks + 16 * r + k,
                         16 * run_ids[r] + k});
   if (!runs16.empty())
-    swap_both_ways("swap_out runs of 16", "swap_out runs of 16 ungated",
-                   runs16, true);
+    swap_timed("swap_out runs of 16", runs16, true);
   // vLLM's per-block copies, on a subset (each call costs microseconds).
   // Ungated: a plain memcpy loop's submission is its host work; compare
   // these with the storage swaps' ungated lines.
@@ -406,6 +483,57 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
   });
   report("write_slots kernel x32 layers", l, tokens, 2.0 * input * l.num_layers,
          ms, c.d2d, timing::ungated);
+  // Other grid shapes: rows per warp (kernel_bodies.hpp's
+  // write_rows_per_warp is what the storage launches).
+  // Like for like: as many back-to-back device-to-device memcpys of one
+  // layer's bytes each (its K and V rows, contiguous), what a plain copy
+  // reaches at this size, launch gaps included.
+  {
+    void* copy_dst = nullptr;
+    check(cudaMalloc(&copy_dst, input * l.num_layers), "cudaMalloc");
+    auto mms = median_ms(compute, 3, runs, [&](int) {
+      for (std::uint32_t layer = 0; layer < l.num_layers; ++layer)
+        check(cudaMemcpyAsync(static_cast<std::byte*>(copy_dst) + layer * input,
+                              in_of(layer), input, cudaMemcpyDeviceToDevice,
+                              compute),
+              "cudaMemcpyAsync");
+    });
+    report("d2d memcpy x32 layers, same bytes", l, tokens,
+           2.0 * input * l.num_layers, mms, c.d2d, timing::ungated);
+    cudaFree(copy_dst);
+  }
+  // The other kinds of loads and stores, and without programmatic
+  // dependent launch (the defaults are kernels.hpp's).
+  for (int variant = 1; variant < 4; ++variant) {
+    const bool streaming = (variant & 1) ? !detail::write_streaming_hints
+                                         : detail::write_streaming_hints;
+    const bool pdl = (variant & 2) == 0;
+    auto kms = median_ms(compute, 3, runs, [&](int) {
+      for (std::uint32_t layer = 0; layer < l.num_layers; ++layer)
+        check(static_cast<cudaError_t>(detail::launch_write_slots(
+                geo, layer, in_of(layer), in_of(layer) + tokens * row,
+                dev_slots, tokens, compute, 0, streaming, pdl)),
+              "launch_write_slots");
+    });
+    std::string name = "write_slots kernel";
+    name += streaming ? " ld/st.cs" : " plain ld/st";
+    name += pdl ? "" : " no PDL";
+    report(name.c_str(), l, tokens, 2.0 * input * l.num_layers, kms, c.d2d,
+           timing::ungated);
+  }
+  for (int per : {2, 4, 8}) {
+    auto kms = median_ms(compute, 3, runs, [&](int) {
+      for (std::uint32_t layer = 0; layer < l.num_layers; ++layer)
+        check(static_cast<cudaError_t>(detail::launch_write_slots(
+                geo, layer, in_of(layer), in_of(layer) + tokens * row,
+                dev_slots, tokens, compute, per)),
+              "launch_write_slots");
+    });
+    const std::string name = "write_slots kernel " + std::to_string(per)
+                             + " rows/warp";
+    report(name.c_str(), l, tokens, 2.0 * input * l.num_layers, kms, c.d2d,
+           timing::ungated);
+  }
   cudaFree(dev_slots);
   cudaFree(inputs);
 
@@ -424,6 +552,29 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
             "gather_blocks");
   }, timing::gated);
   report("gather_blocks", l, list, 4.0 * n * row, ms, c.d2d, timing::gated);
+  {
+    const detail::pool_geometry geo{st->layer_base(0), l.num_layers,
+                                    l.num_blocks, l.block_size, row};
+    std::uint32_t* dev_list = nullptr;
+    check(cudaMalloc(reinterpret_cast<void**>(&dev_list),
+                     list * sizeof(std::uint32_t)),
+          "cudaMalloc");
+    check(cudaMemcpy(dev_list, blocks.data(), list * sizeof(std::uint32_t),
+                     cudaMemcpyHostToDevice),
+          "cudaMemcpy");
+    for (bool streaming : {false, true}) {
+      auto gms = median_ms(compute, 3, runs, [&](int i) {
+        check(static_cast<cudaError_t>(detail::launch_gather_blocks(
+                geo, static_cast<std::uint32_t>(i) % l.num_layers, dev_list,
+                list, n, out_k, out_k + n * row, compute, streaming)),
+              "launch_gather_blocks");
+      }, timing::gated);
+      report(streaming ? "gather_blocks kernel ld/st.cs"
+                       : "gather_blocks kernel plain",
+             l, list, 4.0 * n * row, gms, c.d2d, timing::gated);
+    }
+    cudaFree(dev_list);
+  }
   cudaFree(out);
 }
 
