@@ -502,22 +502,25 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
            2.0 * input * l.num_layers, mms, c.d2d, timing::ungated);
     cudaFree(copy_dst);
   }
-  // The other kinds of loads and stores, and without programmatic
-  // dependent launch (the defaults are kernels.hpp's).
-  for (int variant = 1; variant < 4; ++variant) {
-    const bool streaming = (variant & 1) ? !detail::write_streaming_hints
-                                         : detail::write_streaming_hints;
+  // The other kinds of loads and stores, without programmatic dependent
+  // launch, and with the slot read before the row (the defaults are
+  // kernels.hpp's).
+  for (int variant = 1; variant < 8; ++variant) {
+    const bool streaming = (variant & 1) ? !detail::streaming_hints
+                                         : detail::streaming_hints;
     const bool pdl = (variant & 2) == 0;
+    const bool early = (variant & 4) == 0;
     auto kms = median_ms(compute, 3, runs, [&](int) {
       for (std::uint32_t layer = 0; layer < l.num_layers; ++layer)
         check(static_cast<cudaError_t>(detail::launch_write_slots(
                 geo, layer, in_of(layer), in_of(layer) + tokens * row,
-                dev_slots, tokens, compute, 0, streaming, pdl)),
+                dev_slots, tokens, compute, 0, streaming, pdl, early)),
               "launch_write_slots");
     });
     std::string name = "write_slots kernel";
     name += streaming ? " ld/st.cs" : " plain ld/st";
     name += pdl ? "" : " no PDL";
+    name += early ? "" : " slot first";
     report(name.c_str(), l, tokens, 2.0 * input * l.num_layers, kms, c.d2d,
            timing::ungated);
   }

@@ -173,8 +173,10 @@ constexpr grid_dims write_slots_grid(
 
 /// Each warp moves one row r: token r / 2's K (r even) or V (r odd), to
 /// slot slots[r / 2] (block * block_size + offset; a row of a plane is at
-/// slot * row_bytes). Slot -1 skips the token (padding).
-template <class T, bool Streaming = write_streaming_hints>
+/// slot * row_bytes). Slot -1 skips the token (padding). EarlySlot: a row
+/// of one round loads its bytes before it needs its slot (launch_write_slots
+/// says why); a skipped token's loads are then wasted.
+template <class T, bool Streaming = streaming_hints, bool EarlySlot = true>
 KVACTOR_KERNEL_FN void write_slots_thread(
   thread_pos at,
   char* __restrict__ k_plane,             // [num_blocks * block_size][row_bytes]
@@ -191,10 +193,37 @@ KVACTOR_KERNEL_FN void write_slots_thread(
                         + at.thread / 32;
        r < rows; r += stride) {
     const std::int64_t t = r >> 1;
+    const bool is_v = (r & 1) != 0;
+    if constexpr (EarlySlot) {
+      if (n <= std::int64_t{32} * copy_unroll) {
+        // A row of one round: the slot's load and the row's loads all go
+        // out before either is needed, so their latencies overlap.
+        const std::int64_t slot = slots[t];
+        const T* src = reinterpret_cast<const T*>((is_v ? value : key)
+                                                  + t * row_bytes);
+        T v[copy_unroll];
+        KVACTOR_UNROLL
+        for (int u = 0; u < copy_unroll; ++u) {
+          const std::int64_t i = lane + std::int64_t{u} * 32;
+          if (i < n)
+            v[u] = load_once<T, Streaming>(src + i);
+        }
+        if (slot < 0)
+          continue;
+        T* dst = reinterpret_cast<T*>((is_v ? v_plane : k_plane)
+                                      + slot * row_bytes);
+        KVACTOR_UNROLL
+        for (int u = 0; u < copy_unroll; ++u) {
+          const std::int64_t i = lane + std::int64_t{u} * 32;
+          if (i < n)
+            store_once<T, Streaming>(dst + i, v[u]);
+        }
+        continue;
+      }
+    }
     const std::int64_t slot = slots[t];
     if (slot < 0)
       continue;
-    const bool is_v = (r & 1) != 0;
     const char* src = (is_v ? value : key) + t * row_bytes;
     char* dst = (is_v ? v_plane : k_plane) + slot * row_bytes;
     copy_chunk<T, Streaming>(reinterpret_cast<T*>(dst),

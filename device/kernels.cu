@@ -61,7 +61,7 @@ __device__ __forceinline__ void wait_for_prior_grids() {
 }
 
 /// Pdl: launched with programmatic dependent launch (launch_write_slots).
-template <class T, bool Streaming, bool Pdl>
+template <class T, bool Streaming, bool Pdl, bool EarlySlot>
 __global__ void __launch_bounds__(threads_per_block, 4) write_slots_kernel(
   char* __restrict__ k_plane, char* __restrict__ v_plane,
   const char* __restrict__ key, const char* __restrict__ value,
@@ -71,9 +71,8 @@ __global__ void __launch_bounds__(threads_per_block, 4) write_slots_kernel(
     let_dependents_launch();
     wait_for_prior_grids();
   }
-  kernel::write_slots_thread<T, Streaming>(here(), k_plane, v_plane, key,
-                                           value, slots, num_tokens,
-                                           row_bytes);
+  kernel::write_slots_thread<T, Streaming, EarlySlot>(
+    here(), k_plane, v_plane, key, value, slots, num_tokens, row_bytes);
 }
 
 template <class T, bool Streaming>
@@ -178,7 +177,7 @@ int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
                        const void* key, const void* value,
                        const std::int64_t* slots, std::size_t num_tokens,
                        void* stream, int rows_per_warp, bool streaming,
-                       bool overlap_launch) {
+                       bool overlap_launch, bool early_slot) {
   if (num_tokens == 0)
     return 0;
   const auto plane_bytes = pool.block_bytes() * pool.num_blocks;
@@ -208,11 +207,18 @@ int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
         static_cast<std::int64_t>(num_tokens),
         static_cast<std::int64_t>(pool.row_bytes)));
     };
+    if (early_slot) {
+      if (streaming)
+        return pdl ? launch(write_slots_kernel<T, true, true, true>)
+                   : launch(write_slots_kernel<T, true, false, true>);
+      return pdl ? launch(write_slots_kernel<T, false, true, true>)
+                 : launch(write_slots_kernel<T, false, false, true>);
+    }
     if (streaming)
-      return pdl ? launch(write_slots_kernel<T, true, true>)
-                 : launch(write_slots_kernel<T, true, false>);
-    return pdl ? launch(write_slots_kernel<T, false, true>)
-               : launch(write_slots_kernel<T, false, false>);
+      return pdl ? launch(write_slots_kernel<T, true, true, false>)
+                 : launch(write_slots_kernel<T, true, false, false>);
+    return pdl ? launch(write_slots_kernel<T, false, true, false>)
+               : launch(write_slots_kernel<T, false, false, false>);
   });
 }
 
@@ -354,10 +360,10 @@ cudaError_t preload_movers() {
   // The defaults the storage launches, both ways (before sm_90 without
   // programmatic dependent launch).
   if (auto err = cudaFuncGetAttributes(
-        &a, write_slots_kernel<T, write_streaming_hints, true>))
+        &a, write_slots_kernel<T, streaming_hints, true, true>))
     return err;
   if (auto err = cudaFuncGetAttributes(
-        &a, write_slots_kernel<T, write_streaming_hints, false>))
+        &a, write_slots_kernel<T, streaming_hints, false, true>))
     return err;
   if (auto err = cudaFuncGetAttributes(&a, swap_runs_kernel<T>))
     return err;

@@ -14,17 +14,14 @@
 
 namespace kvactor::detail {
 
-/// Whether the byte movers (copy_blocks, gather_blocks, the swap kernel)
-/// load and store with evict-first hints (ld/st.global.cs) rather than plain
-/// ones. Measured on the H200 (gpu_bench, bench/HISTORY.md): copy_blocks
-/// moved 93 % of the device-to-device memcpy bandwidth with plain ones in
-/// every run, 89 % with the hints in five runs of six; gather_blocks 94 %
-/// and 92 % against 91 % and 88 %.
+/// Whether the byte movers load and store with evict-first hints
+/// (ld/st.global.cs) rather than plain ones. Measured on the H200
+/// (gpu_bench, bench/HISTORY.md): copy_blocks moved 93 % of the
+/// device-to-device memcpy bandwidth with plain ones in every run, 89 %
+/// with the hints in five runs of six; gather_blocks 94 % and 92 % against
+/// 91 % and 88 %; write_slots within 1 % either way, but its early slot
+/// read (launch_write_slots) spills registers with the hints.
 constexpr bool streaming_hints = false;
-
-/// The same for write_slots, where the hints measured better: 67 % against
-/// 64 % (8 heads), 85 % against 83 % (32 heads) with plain ones.
-constexpr bool write_streaming_hints = true;
 
 /// Where and how big the device pools are (storage.hpp's layout):
 ///   base: [num_layers][2 (K, V)][num_blocks][block_size][num_heads][head_dim]
@@ -78,16 +75,19 @@ int launch_copy_blocks(const pool_geometry& pool, const block_pair* pairs,
 /// `overlap_launch`: programmatic dependent launch where the device has it
 /// (sm_90 on): a forward pass's back-to-back writes (one per layer) each
 /// launch while the kernel before them still runs, and wait for it before
-/// touching memory, so stream order holds. Measured on the H200: 75 %
-/// against 67 % of memcpy bandwidth for 4096 tokens x 8 heads a layer,
-/// kernels of 8 us whose launch gaps weigh. The defaults are the measured
-/// best; gpu_bench compares the others.
+/// touching memory, so stream order holds. `early_slot`: a row of one
+/// round (at most 32 lanes x 8 vectors: 4 KiB with 16-byte vectors) reads
+/// its slot and its bytes at once, rather than the slot first. Measured on
+/// the H200 for 4096 tokens x 8 heads a layer (kernels of 8 us, one wave,
+/// whose fixed latencies weigh): 0.65 of memcpy bandwidth with neither,
+/// 0.75 with programmatic launch, 0.78 with both. The defaults are the
+/// measured best; gpu_bench compares the others.
 int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
                        const void* key, const void* value,
                        const std::int64_t* slots, std::size_t num_tokens,
                        void* stream, int rows_per_warp = 0,
-                       bool streaming = write_streaming_hints,
-                       bool overlap_launch = true);
+                       bool streaming = streaming_hints,
+                       bool overlap_launch = true, bool early_slot = true);
 
 /// Copies the first `num_tokens` tokens of `blocks` ([num_list], device
 /// memory) of layer `layer` into key_out and value_out ([num_tokens,
