@@ -175,15 +175,16 @@ caf::error cuda_storage::init() {
                 + " bytes, pinned and on the device)";
     return fail(err, what.c_str());
   }
-  // The swap kernel's runs: 12 bytes per run, a run per block at most.
+  // The swap kernel's runs: a run per host block at most.
   if (layout_.num_host_blocks > 0)
     for (auto& ring : swap_uploads_)
-      if (auto err = ring.init(device_, std::size_t{12} * layout_.num_host_blocks)) {
+      if (auto err = ring.init(device_, sizeof(detail::swap_run)
+                                          * layout_.num_host_blocks)) {
         auto what = "swap upload ring ("
                     + std::to_string(detail::upload_ring::num_slots)
                     + " slots x "
                     + std::to_string(detail::upload_ring::initial_capacity(
-                      std::size_t{12} * layout_.num_host_blocks))
+                      sizeof(detail::swap_run) * layout_.num_host_blocks))
                     + " bytes, pinned and on the device)";
         return fail(err, what.c_str());
       }

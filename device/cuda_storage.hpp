@@ -23,8 +23,9 @@
 namespace kvactor {
 
 /// Streams: compute (copy_blocks, write_slots, gather_blocks), device→host
-/// (swap_out) and host→device (swap_in), plus the upload ring's own stream
-/// for per-op metadata. Ordering: before an op goes on its stream, that
+/// (swap_out) and host→device (swap_in), plus an upload stream for each
+/// op's metadata in each of three upload rings (the compute ops', and one
+/// per swap stream for the swap kernel's runs). Ordering: before an op goes on its stream, that
 /// stream waits (cudaStreamWaitEvent) for the newest conflicting op of each
 /// other stream on the blocks it touches (read-after-write, write-after-read,
 /// write-after-write; detail::hazard_tracker), device and host tier alike.
@@ -41,7 +42,9 @@ namespace kvactor {
 /// checked, so sizes are trusted.
 /// REQUIRES: key, value and each output hold num_tokens rows, all of them
 ///   device-accessible (a shorter buffer is read or written out of bounds:
-///   a fault, which fails the storage for good, not an invalid_request).
+///   a fault, which fails the storage for good, not an invalid_request) -
+///   also the rows of tokens whose slot is -1, which write_slots may read
+///   (a short row's bytes are loaded beside its slot, kernels.hpp).
 /// The buffers are not tracked, and the storage's streams are created
 /// cudaStreamNonBlocking: nothing orders them after any stream of the
 /// caller's, not even the legacy default stream.

@@ -1,4 +1,5 @@
-// Stages each op's small metadata (copy pairs, slot mapping, block list) in
+// Stages each op's small metadata (copy pairs, slot mapping, block list, a
+// swap's short runs) in
 // device memory without putting a host-to-device copy in the compute stream's
 // critical path, and without device-wide synchronisation on the hot path.
 // CUDA types stay opaque (forward declarations).

@@ -293,9 +293,9 @@ constexpr grid_dims swap_runs_grid(std::int64_t num_pieces,
 
 /// The pieces of a swap: piece w is run w / num_planes in plane w %
 /// num_planes, count * block_bytes contiguous bytes on either side (the
-/// planes of one run are neighbours, so a CUDA block's consecutive pieces
-/// share a run). Device and host sides have the same layout but their own
-/// number of blocks per plane (`*_plane_bytes`). One CUDA block per piece
+/// planes of one run are neighbouring pieces). Device and host sides have
+/// the same layout but their own number of blocks per plane
+/// (`*_plane_bytes`). One CUDA block per piece
 /// at a time; `to_host` picks the direction. The host side is pinned memory
 /// the GPU reads and writes over PCIe (zero-copy).
 template <class T>

@@ -5,6 +5,8 @@
 #include "kvactor/device/kernels.hpp"
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <vector>
 
 #include "kvactor/device/kernel_bodies.hpp"
@@ -123,17 +125,39 @@ __global__ void fill_random_kernel(
       mix64(~seed + static_cast<std::uint64_t>(i)));
 }
 
-/// Whether the current device has programmatic dependent launch (compute
-/// capability 9.0 on).
-bool has_programmatic_launch() {
-  int dev = 0, major = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess
-      || cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)
-           != cudaSuccess) {
+/// Whether write_slots may be launched with programmatic dependent launch
+/// on the current device: the device has it (compute capability 9.0 on)
+/// and the code it runs was compiled for it. PTX of an older target (a
+/// build for "80" run on an H200, JIT-compiled there) lacks the kernel's
+/// griddepcontrol.wait, and launched that way would not wait for the
+/// kernel before it. Asked once per device.
+bool programmatic_launch_ok() {
+  static std::array<std::atomic<int>, 64> known{}; // 0 unknown, 1 no, 2 yes
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
     cudaGetLastError(); // not sticky; the launch reports what is
     return false;
   }
-  return major >= 9;
+  if (dev < 0 || dev >= static_cast<int>(known.size()))
+    return false;
+  if (int k = known[static_cast<std::size_t>(dev)].load(std::memory_order_relaxed))
+    return k == 2;
+  int major = 0;
+  cudaFuncAttributes a{};
+  const bool asked =
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)
+      == cudaSuccess
+    && cudaFuncGetAttributes(&a, write_slots_kernel<int4, streaming_hints,
+                                                    true, true>)
+         == cudaSuccess;
+  if (!asked) {
+    cudaGetLastError(); // not sticky; asked again at the next launch
+    return false;
+  }
+  const bool ok = major >= 9 && a.ptxVersion >= 90;
+  known[static_cast<std::size_t>(dev)].store(ok ? 2 : 1,
+                                             std::memory_order_relaxed);
+  return ok;
 }
 
 unsigned grid_of(std::int64_t work, std::int64_t cap) {
@@ -188,7 +212,7 @@ int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
     rows_per_warp > 0 ? rows_per_warp : kernel::write_rows_per_warp));
   const auto bits = address_bits(pool.base) | pool.row_bytes
                     | address_bits(key) | address_bits(value);
-  const bool pdl = overlap_launch && has_programmatic_launch();
+  const bool pdl = overlap_launch && programmatic_launch_ok();
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
@@ -201,11 +225,23 @@ int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
   return with_vector_type(bits, [&](auto tag) {
     using T = decltype(tag);
     auto launch = [&](auto kernel_fn) {
-      return static_cast<int>(cudaLaunchKernelEx(
-        &cfg, kernel_fn, k_plane, v_plane, static_cast<const char*>(key),
-        static_cast<const char*>(value), slots,
-        static_cast<std::int64_t>(num_tokens),
-        static_cast<std::int64_t>(pool.row_bytes)));
+      auto go = [&] {
+        return cudaLaunchKernelEx(&cfg, kernel_fn, k_plane, v_plane,
+                                  static_cast<const char*>(key),
+                                  static_cast<const char*>(value), slots,
+                                  static_cast<std::int64_t>(num_tokens),
+                                  static_cast<std::int64_t>(pool.row_bytes));
+      };
+      auto err = go();
+      if (err != cudaSuccess && cfg.numAttrs > 0) {
+        // A driver that refuses the attribute: without it (the kernel's
+        // wait then returns at once; stream order is the plain one). A
+        // sticky error fails the second launch the same way.
+        cudaGetLastError();
+        cfg.numAttrs = 0;
+        err = go();
+      }
+      return static_cast<int>(err);
     };
     if (early_slot) {
       if (streaming)
@@ -251,12 +287,13 @@ int launch_gather_blocks(const pool_geometry& pool, std::uint32_t layer,
   });
 }
 
-// Why one cudaMemcpy2DAsync per run: copy engines move the bytes (no SM time
-// taken from attention kernels, which a zero-copy kernel would need), and one
-// call moves a run's 2 * num_layers planes at once: with 32 layers and 32 KiB
-// blocks a single random block is already 2 MiB per call, so the per-call
-// cost (a few us) is amortised over ~40 us of PCIe transfer. vLLM's one
-// cudaMemcpyAsync per block per plane pays that cost for every 32 KiB.
+// The copy engines' share of a swap, its long runs (swap_plan.hpp's
+// split_runs; short runs go to the swap kernel above). Why one
+// cudaMemcpy2DAsync per run: copy engines move the bytes without SM time,
+// and one call moves a run's 2 * num_layers planes at once. The engines pay
+// per row of such a copy, though: on the H200, rows of 32 KiB moved at
+// 0.71-0.77 of pinned bandwidth, rows of 128 KiB and more at 0.92-1.0.
+// vLLM's one cudaMemcpyAsync per block per plane also pays a call each.
 // When a plane is wider than cudaDevAttrMaxPitch (2^31 - 1 bytes on Hopper: a
 // large pool), 2D copies are refused; then every (run, plane) piece goes in
 // one cudaMemcpyBatchAsync, still one call for the whole swap.

@@ -16,8 +16,7 @@ slot_planner::slot_planner(std::uint32_t num_blocks, std::uint32_t block_size)
 }
 
 void slot_planner::plan(const std::int64_t* slots, std::size_t n) {
-  last_.assign(slots, slots + n);
-  planned_ = true;
+  planned_ = false; // until this plan is whole (an allocation may throw)
   if (blocks_.size() < n)
     blocks_.resize(n); // room for every token's block
   std::size_t count = 0;
@@ -52,6 +51,8 @@ void slot_planner::plan(const std::int64_t* slots, std::size_t n) {
     dedup_[i] = -1;
   }
   count_ = count;
+  last_.assign(slots, slots + n);
+  planned_ = true;
   // Clear the slot bits again, block by block: a block's slots are one run
   // of bits, within one word when the block is smaller than a word.
   for (auto b : blocks()) {

@@ -1,9 +1,10 @@
 // The cuda backend on pools past 4 GiB, two ways: planes wider than 2^31
 // bytes (4.6 GB in all: every operation on blocks past byte 2^31 of their
-// plane, past 2^32 for V, where 32-bit offsets would wrap, and the swap must
-// take its batched copies, a plane being wider than cudaDevAttrMaxPitch);
-// and eight planes under that pitch (4.5 GB: the swap's 2D copies, whose
-// last rows end past 2^32). Only the blocks touched are compared, against a
+// plane, past 2^32 for V, where 32-bit offsets would wrap, and the swap's
+// long runs must take its batched copies, a plane being wider than
+// cudaDevAttrMaxPitch; its short runs take the swap kernel); and eight
+// planes under that pitch (4.5 GB: the long runs' 2D copies, whose last
+// rows end past 2^32). Only the blocks touched are compared, against a
 // host backend holding just those.
 #include "twin.hpp"
 

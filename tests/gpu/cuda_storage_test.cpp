@@ -101,6 +101,7 @@ BOOST_AUTO_TEST_CASE(swap_kernel_alone_matches_host_backend) {
                                runs.size() * sizeof(detail::swap_run),
                                cudaMemcpyHostToDevice)
                     == cudaSuccess);
+      landed(); // before the storage's non-blocking stream reads them
       auto err = detail::launch_swap_kernel(
         pool, cuda.host_layer_base(0), l.num_host_blocks,
         static_cast<const detail::swap_run*>(dev.data), runs.size(),
@@ -144,6 +145,74 @@ BOOST_AUTO_TEST_CASE(swap_out_and_in_match_host_backend) {
     expect_ok(tw.host->swap_in(runs), "host swap_in runs");
     expect_ok(tw.cuda->swap_in(runs), "cuda swap_in runs");
     BOOST_TEST(tw.same("swap_in"));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(one_mapping_for_every_layer_matches_host_backend) {
+  // As a forward pass writes: the same slot mapping (some slots named
+  // twice) for every layer, each layer its own K/V, then a new mapping for
+  // every layer again. The cuda backend checks and plans a mapping once
+  // and recognises it for the next layers (slot_plan.hpp).
+  std::mt19937_64 rng{test_seed()};
+  for (auto& l : test_shapes()) {
+    twin tw{l, rng};
+    const auto row = row_bytes(l);
+    const std::size_t n = std::min<std::size_t>(l.num_blocks * l.block_size,
+                                                200);
+    for (int step = 0; step < 2; ++step) {
+      auto slots = random_slots(l, n, rng);
+      for (std::size_t i = 1; i < n; ++i)
+        if (rng() % 7 == 0)
+          slots[i] = slots[rng() % i];
+      for (std::uint32_t layer = 0; layer < l.num_layers; ++layer) {
+        bytes kv(2 * n * row);
+        fill_random(kv.data(), kv.size(), rng);
+        device_buffer dkv{kv.size()};
+        dkv.upload(kv);
+        auto d = static_cast<std::uint8_t*>(dkv.data);
+        expect_ok(tw.host->write_slots(layer, kv.data(), kv.data() + n * row,
+                                       slots.data(), n),
+                  "host write");
+        auto t = tw.cuda->write_slots(layer, d, d + n * row, slots.data(), n);
+        expect_ok(t, "cuda write");
+        BOOST_REQUIRE(!tw.cuda->wait(*t)); // before dkv goes
+      }
+    }
+    BOOST_TEST(tw.same("one mapping for every layer"));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(many_swaps_in_a_row_match_host_backend) {
+  // More swaps in each direction than a swap ring has slots (16), queued
+  // back to back: scattered blocks (the swap kernel) and runs (the copy
+  // engines where a run is long enough) in the same calls, host blocks
+  // reused from swap to swap (write after write and after read).
+  std::mt19937_64 rng{test_seed()};
+  for (auto& l : test_shapes()) {
+    twin tw{l, rng};
+    for (int round = 0; round < 40; ++round) { // 20 each way
+      auto mixed = random_moves(l, rng);
+      auto runs = run_moves(l);
+      mixed.resize(mixed.size() / 2);
+      // Runs on device blocks and host blocks the scattered half leaves.
+      std::vector<bool> dev_used(l.num_blocks), host_used(l.num_host_blocks);
+      for (auto& m : mixed) {
+        dev_used[m.device_block] = true;
+        host_used[m.host_block] = true;
+      }
+      for (auto& m : runs)
+        if (!dev_used[m.device_block] && !host_used[m.host_block]) {
+          dev_used[m.device_block] = true;
+          host_used[m.host_block] = true;
+          mixed.push_back(m);
+        }
+      const bool out = round % 2 == 0;
+      expect_ok(out ? tw.host->swap_out(mixed) : tw.host->swap_in(mixed),
+                "host swap");
+      expect_ok(out ? tw.cuda->swap_out(mixed) : tw.cuda->swap_in(mixed),
+                "cuda swap");
+    }
+    BOOST_TEST(tw.same("many swaps in a row"));
   }
 }
 

@@ -24,7 +24,9 @@ namespace kvactor::test {
 /// While the compute stream is held, submit at most 16 compute calls
 /// (copy_blocks, write_slots, gather_blocks) after the gate: each takes one
 /// of the upload ring's 16 slots, and the 17th would wait on the host for
-/// the op that used its slot before, which the gate holds.
+/// the op that used its slot before, which the gate holds. Likewise at
+/// most 16 swaps with short runs (each stages its runs in its swap
+/// stream's ring) while that swap stream is held.
 class stream_gate {
 public:
   explicit stream_gate(cudaStream_t stream);

@@ -203,7 +203,7 @@ void check_copy_blocks(std::uint32_t layers, std::uint32_t num_blocks,
   BOOST_TEST((pool.snapshot() == want));
 }
 
-template <class T, bool EarlySlot = false>
+template <class T, bool EarlySlot = true>
 void check_write_slots(std::uint32_t num_blocks, std::int64_t block_size,
                        std::int64_t row_bytes, std::int64_t num_tokens,
                        k::grid_dims grid, std::uint64_t seed) {
@@ -393,10 +393,13 @@ BOOST_AUTO_TEST_CASE(write_slots_scatters_rows_and_skips_padding) {
     check_write_slots<v16>(8, 16, 64, 100, k::write_slots_grid(100, 3), seed);
     // Rows longer than a warp's round (32 lanes x 8 x 16 B = 4 KiB).
     check_write_slots<v16>(4, 4, 9600, 12, k::write_slots_grid(12, 2), seed);
-    // The slot read beside a one-round row's loads, and a longer row
-    // (which takes the plain path).
-    check_write_slots<v16, true>(8, 16, 64, 100, k::write_slots_grid(100), seed);
-    check_write_slots<v16, true>(4, 4, 9600, 12, k::write_slots_grid(12), seed);
+    // The early slot read (the default) at its boundary: a row of exactly
+    // one round (32 lanes x 8 x 16 B = 4 KiB) and of one vector more, which
+    // takes the slot-first path; and that path for every row.
+    check_write_slots<v16>(4, 4, 4096, 12, k::write_slots_grid(12), seed);
+    check_write_slots<v16>(4, 4, 4096 + 16, 12, k::write_slots_grid(12), seed);
+    check_write_slots<v16, false>(8, 16, 64, 100, k::write_slots_grid(100), seed);
+    check_write_slots<v16, false>(4, 4, 9600, 12, k::write_slots_grid(12, 2), seed);
     // A grid of 3 CUDA blocks for 100 tokens: each warp strides over rows.
     check_write_slots<v16>(8, 16, 64, 100, {3, 1}, seed);
     // Rows longer than a warp's round (32 lanes x 8 x 16 B = 4 KiB).
