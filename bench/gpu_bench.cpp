@@ -2,9 +2,13 @@
 // and gather_blocks on random data and random block mappings, each beside the
 // ceiling measured in the same run (device-to-device memcpy, pinned copies)
 // and beside vLLM's one-cudaMemcpyAsync-per-block swap. Prints a table line
-// and a JSON line per measurement, each saying what its events enclose: the
-// storage's swaps are timed both gated and ungated, the memcpy baselines
-// ungated, so that the swap comparison is like for like.
+// and a JSON line per measurement, each saying what its events enclose:
+// "gated" (the GPU work alone) or "ungated" (host submission included: the
+// swaps, like the memcpy baselines they are compared with). Beside each
+// default it sweeps the alternatives the launchers take (grid shapes,
+// load/store hints, programmatic launch, the early slot read, each swap
+// mover alone), so that a new GPU shows at once whether a default still
+// holds (the H200's figures: bench/HISTORY.md).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
