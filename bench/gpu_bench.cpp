@@ -6,16 +6,14 @@
 // "gated" (the GPU work alone) or "ungated" (host submission included: the
 // swaps, like the memcpy baselines they are compared with). Beside each
 // default it sweeps the alternatives the launchers take (grid shapes,
-// load/store hints, programmatic launch, the early slot read, each swap
-// mover alone), so that a new GPU shows at once whether a default still
-// holds (the H200's figures: bench/HISTORY.md).
+// copy_blocks' and gather's load/store hints, write_slots' programmatic
+// launch and early slot read, each swap mover alone), so that a new GPU
+// shows at once whether a default still holds (the H200's figures:
+// bench/HISTORY.md). The timing itself: gpu_timing.hpp.
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -28,188 +26,12 @@
 #include "kvactor/device/storage.hpp"
 #include "kvactor/device/swap_plan.hpp"
 #include "kvactor/messages/error.hpp"
+#include "gpu_timing.hpp"
 
 using namespace kvactor;
+using namespace kvactor::bench;
 
 namespace {
-
-constexpr double GiB = 1024.0 * 1024.0 * 1024.0;
-
-/// Set while a stream waits at a gate (below): failing then must open it
-/// first, or CUDA's teardown at exit could wait for the spinning host
-/// function until the time limit kills the process.
-std::atomic<std::atomic<bool>*> open_on_failure{nullptr};
-
-[[noreturn]] void fail_and_exit() {
-  if (auto flag = open_on_failure.load())
-    flag->store(true, std::memory_order_release);
-  std::exit(1);
-}
-
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) {
-    std::fprintf(stderr, "gpu_bench: %s: %s\n", what, cudaGetErrorString(err));
-    fail_and_exit();
-  }
-}
-
-template <class T>
-T require(caf::expected<T> x, const char* what) {
-  if (!x) {
-    std::fprintf(stderr, "gpu_bench: %s: %s\n", what, render(x.error()).c_str());
-    fail_and_exit();
-  }
-  return std::move(*x);
-}
-
-void fill(void* p, std::size_t bytes, std::uint64_t seed) {
-  check(static_cast<cudaError_t>(detail::launch_fill_random(p, bytes, seed, nullptr)),
-        "fill_random");
-  check(cudaDeviceSynchronize(), "fill_random sync");
-}
-
-/// Holds a stream until opened. A storage call does host work (validation,
-/// planning, hazard checks, uploads) before its GPU work; with the stream
-/// held meanwhile, the events time the GPU's work alone. A call that waits
-/// for the held stream itself would never return: after 30 s the gate opens
-/// on its own and the measurement fails, naming it, instead of hanging.
-struct gate {
-  std::atomic<bool> open{false};
-  std::atomic<bool> forced{false};
-  static void CUDART_CB hold(void* self) {
-    auto g = static_cast<gate*>(self);
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (!g->open.load(std::memory_order_acquire)) {
-      // spin: a host function may make no CUDA call, and this one is short
-      if (std::chrono::steady_clock::now() > deadline) {
-        g->forced.store(true);
-        return;
-      }
-    }
-  }
-};
-
-/// What a measurement's CUDA events enclose.
-enum class timing : std::uint8_t {
-  /// The GPU work alone: the stream waits at a gate until the call returned,
-  /// so its host work (validation, planning, hazards, uploads) is left out.
-  gated,
-  /// The call's host submission too: the events bracket the call, and the
-  /// GPU may start as soon as the call enqueued something.
-  ungated,
-};
-
-const char* to_string(timing t) {
-  return t == timing::gated ? "gated" : "ungated";
-}
-
-/// Median milliseconds of `runs` timed calls of op(i) on `stream` (CUDA
-/// events around each), after `warmup` untimed ones, timed as `how` says.
-/// NOTE: gate only an op that never waits for `stream` itself (one storage
-/// call: several could wrap the upload ring and wait for a slot whose
-/// consumer sits behind the gate).
-template <class F>
-double median_ms(cudaStream_t stream, int warmup, int runs, F&& op,
-                 timing how = timing::ungated) {
-  const bool gated = how == timing::gated;
-  cudaEvent_t start, stop;
-  check(cudaEventCreate(&start), "cudaEventCreate");
-  check(cudaEventCreate(&stop), "cudaEventCreate");
-  std::vector<float> times;
-  for (int i = 0; i < warmup + runs; ++i) {
-    gate g;
-    if (gated) {
-      check(cudaLaunchHostFunc(stream, &gate::hold, &g), "cudaLaunchHostFunc");
-      open_on_failure.store(&g.open);
-    }
-    check(cudaEventRecord(start, stream), "cudaEventRecord");
-    op(i);
-    check(cudaEventRecord(stop, stream), "cudaEventRecord");
-    g.open.store(true, std::memory_order_release);
-    open_on_failure.store(nullptr);
-    check(cudaEventSynchronize(stop), "cudaEventSynchronize");
-    if (g.forced.load()) {
-      std::fprintf(stderr, "gpu_bench: a gated call waited 30 s for the stream "
-                           "its gate held (run %d): no figure\n", i);
-      fail_and_exit();
-    }
-    float ms = 0;
-    check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
-    if (i >= warmup)
-      times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
-struct ceiling {
-  const char* name;
-  double gbps;
-};
-
-/// One measurement: a table line (ending in how it was timed) and a JSON
-/// line (key "timed": "gated" or "ungated").
-void report(const char* op, const storage_layout& l, std::size_t items,
-            double bytes, double ms, const ceiling& c, timing how) {
-  const double gbps = bytes / (ms * 1e-3) / 1e9;
-  const double kib = static_cast<double>(l.block_bytes()) / 1024;
-  std::printf("%-30s %2u heads %4.0f KiB %6zu items %7.2f GiB %9.3f ms "
-              "%8.1f GB/s  %.3f of %s (%.1f GB/s)  [%s]\n",
-              op, l.num_heads, kib, items, bytes / GiB, ms, gbps, gbps / c.gbps,
-              c.name, c.gbps,
-              how == timing::gated ? "gated: GPU work only"
-                                   : "ungated: host submission included");
-  std::printf("{\"bench\":\"gpu\",\"op\":\"%s\",\"layers\":%u,\"block_size\":%u,"
-              "\"heads\":%u,\"head_dim\":%u,\"block_bytes\":%zu,\"items\":%zu,"
-              "\"bytes\":%.0f,\"median_ms\":%.4f,\"gbps\":%.2f,"
-              "\"ceiling\":\"%s\",\"ceiling_gbps\":%.2f,\"fraction\":%.4f,"
-              "\"timed\":\"%s\"}\n",
-              op, l.num_layers, l.block_size, l.num_heads, l.head_dim,
-              l.block_bytes(), items, bytes, ms, gbps, c.name, c.gbps,
-              gbps / c.gbps, to_string(how));
-  std::fflush(stdout);
-}
-
-struct ceilings {
-  ceiling d2d, h2d, d2h;
-};
-
-/// Plain copies measured in this run: d2d 1 GiB (bytes read + written),
-/// pinned 256 MiB each way (bytes moved).
-ceilings measure_ceilings(cudaStream_t s, int runs) {
-  const std::size_t big = std::size_t{1} << 30;
-  const std::size_t pinned = std::size_t{256} << 20;
-  void *a = nullptr, *b = nullptr, *h = nullptr;
-  check(cudaMalloc(&a, big), "cudaMalloc");
-  check(cudaMalloc(&b, big), "cudaMalloc");
-  check(cudaHostAlloc(&h, pinned, cudaHostAllocDefault), "cudaHostAlloc");
-  fill(a, big, 1);
-  fill(h, pinned, 2);
-  auto d2d = median_ms(s, 3, runs, [&](int) {
-    check(cudaMemcpyAsync(b, a, big, cudaMemcpyDeviceToDevice, s), "d2d");
-  });
-  auto h2d = median_ms(s, 3, runs, [&](int) {
-    check(cudaMemcpyAsync(b, h, pinned, cudaMemcpyHostToDevice, s), "h2d");
-  });
-  auto d2h = median_ms(s, 3, runs, [&](int) {
-    check(cudaMemcpyAsync(h, a, pinned, cudaMemcpyDeviceToHost, s), "d2h");
-  });
-  cudaFree(a);
-  cudaFree(b);
-  cudaFreeHost(h);
-  ceilings c{{"d2d memcpy", 2.0 * big / (d2d * 1e-3) / 1e9},
-             {"pinned h2d memcpy", pinned / (h2d * 1e-3) / 1e9},
-             {"pinned d2h memcpy", pinned / (d2h * 1e-3) / 1e9}};
-  std::printf("ceilings: d2d memcpy 1 GiB %.1f GB/s (read + written), pinned "
-              "256 MiB h2d %.1f GB/s, d2h %.1f GB/s\n",
-              c.d2d.gbps, c.h2d.gbps, c.d2h.gbps);
-  std::printf("{\"bench\":\"gpu\",\"op\":\"ceilings\",\"d2d_gbps\":%.2f,"
-              "\"h2d_gbps\":%.2f,\"d2h_gbps\":%.2f}\n",
-              c.d2d.gbps, c.h2d.gbps, c.d2h.gbps);
-  return c;
-}
 
 std::vector<block_id> shuffled(std::uint32_t n, std::mt19937_64& rng) {
   std::vector<block_id> ids(n);
@@ -478,69 +300,47 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   const detail::pool_geometry geo{st->layer_base(0), l.num_layers, l.num_blocks,
                                   l.block_size, row};
-  ms = median_ms(compute, 3, runs, [&](int) {
-    for (std::uint32_t layer = 0; layer < l.num_layers; ++layer)
-      check(static_cast<cudaError_t>(detail::launch_write_slots(
-              geo, layer, in_of(layer), in_of(layer) + tokens * row, dev_slots,
-              tokens, compute)),
-            "launch_write_slots");
-  });
-  report("write_slots kernel x32 layers", l, tokens, 2.0 * input * l.num_layers,
-         ms, c.d2d, timing::ungated);
-  // Other grid shapes: rows per warp (kernel_bodies.hpp's
-  // write_rows_per_warp is what the storage launches).
+  // Every layer's write back to back, the launcher's parameters given.
+  auto write_layers = [&](int rows_per_warp, bool pdl, bool early) {
+    return median_ms(compute, 3, runs, [&](int) {
+      for (std::uint32_t layer = 0; layer < l.num_layers; ++layer)
+        check(static_cast<cudaError_t>(detail::launch_write_slots(
+                geo, layer, in_of(layer), in_of(layer) + tokens * row,
+                dev_slots, tokens, compute, rows_per_warp, pdl, early)),
+              "launch_write_slots");
+    });
+  };
+  auto report_write = [&](const std::string& name, double write_ms) {
+    report(name.c_str(), l, tokens, 2.0 * input * l.num_layers, write_ms,
+           c.d2d, timing::ungated);
+  };
+  report_write("write_slots kernel x32 layers", write_layers(0, true, true));
   // Like for like: as many back-to-back device-to-device memcpys of one
   // layer's bytes each (its K and V rows, contiguous), what a plain copy
   // reaches at this size, launch gaps included.
   {
     void* copy_dst = nullptr;
     check(cudaMalloc(&copy_dst, input * l.num_layers), "cudaMalloc");
-    auto mms = median_ms(compute, 3, runs, [&](int) {
+    report_write("d2d memcpy x32 layers, same bytes",
+                 median_ms(compute, 3, runs, [&](int) {
       for (std::uint32_t layer = 0; layer < l.num_layers; ++layer)
         check(cudaMemcpyAsync(static_cast<std::byte*>(copy_dst) + layer * input,
                               in_of(layer), input, cudaMemcpyDeviceToDevice,
                               compute),
               "cudaMemcpyAsync");
-    });
-    report("d2d memcpy x32 layers, same bytes", l, tokens,
-           2.0 * input * l.num_layers, mms, c.d2d, timing::ungated);
+    }));
     cudaFree(copy_dst);
   }
-  // The other kinds of loads and stores, without programmatic dependent
-  // launch, and with the slot read before the row (the defaults are
-  // kernels.hpp's).
-  for (int variant = 1; variant < 8; ++variant) {
-    const bool streaming = (variant & 1) ? !detail::streaming_hints
-                                         : detail::streaming_hints;
-    const bool pdl = (variant & 2) == 0;
-    const bool early = (variant & 4) == 0;
-    auto kms = median_ms(compute, 3, runs, [&](int) {
-      for (std::uint32_t layer = 0; layer < l.num_layers; ++layer)
-        check(static_cast<cudaError_t>(detail::launch_write_slots(
-                geo, layer, in_of(layer), in_of(layer) + tokens * row,
-                dev_slots, tokens, compute, 0, streaming, pdl, early)),
-              "launch_write_slots");
-    });
-    std::string name = "write_slots kernel";
-    name += streaming ? " ld/st.cs" : " plain ld/st";
-    name += pdl ? "" : " no PDL";
-    name += early ? "" : " slot first";
-    report(name.c_str(), l, tokens, 2.0 * input * l.num_layers, kms, c.d2d,
-           timing::ungated);
-  }
-  for (int per : {2, 4, 8}) {
-    auto kms = median_ms(compute, 3, runs, [&](int) {
-      for (std::uint32_t layer = 0; layer < l.num_layers; ++layer)
-        check(static_cast<cudaError_t>(detail::launch_write_slots(
-                geo, layer, in_of(layer), in_of(layer) + tokens * row,
-                dev_slots, tokens, compute, per)),
-              "launch_write_slots");
-    });
-    const std::string name = "write_slots kernel " + std::to_string(per)
-                             + " rows/warp";
-    report(name.c_str(), l, tokens, 2.0 * input * l.num_layers, kms, c.d2d,
-           timing::ungated);
-  }
+  // Without programmatic dependent launch, with the slot read before the
+  // row, and at other grid shapes: rows per warp (the defaults, which the
+  // storage launches, are kernels.hpp's and kernel_bodies.hpp's).
+  report_write("write_slots kernel no PDL", write_layers(0, false, true));
+  report_write("write_slots kernel slot first", write_layers(0, true, false));
+  report_write("write_slots kernel no PDL slot first",
+               write_layers(0, false, false));
+  for (int per : {2, 4, 8})
+    report_write("write_slots kernel " + std::to_string(per) + " rows/warp",
+                 write_layers(per, true, true));
   cudaFree(dev_slots);
   cudaFree(inputs);
 

@@ -62,18 +62,17 @@ __device__ __forceinline__ void wait_for_prior_grids() {
 #endif
 }
 
-/// Pdl: launched with programmatic dependent launch (launch_write_slots).
-template <class T, bool Streaming, bool Pdl, bool EarlySlot>
+/// Launched with programmatic dependent launch or without
+/// (launch_write_slots): without, the wait returns at once.
+template <class T, bool EarlySlot>
 __global__ void __launch_bounds__(threads_per_block, 4) write_slots_kernel(
   char* __restrict__ k_plane, char* __restrict__ v_plane,
   const char* __restrict__ key, const char* __restrict__ value,
   const std::int64_t* __restrict__ slots, std::int64_t num_tokens,
   std::int64_t row_bytes) {
-  if constexpr (Pdl) {
-    let_dependents_launch();
-    wait_for_prior_grids();
-  }
-  kernel::write_slots_thread<T, Streaming, EarlySlot>(
+  let_dependents_launch();
+  wait_for_prior_grids();
+  kernel::write_slots_thread<T, streaming_hints, EarlySlot>(
     here(), k_plane, v_plane, key, value, slots, num_tokens, row_bytes);
 }
 
@@ -147,8 +146,7 @@ bool programmatic_launch_ok() {
   const bool asked =
     cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)
       == cudaSuccess
-    && cudaFuncGetAttributes(&a, write_slots_kernel<int4, streaming_hints,
-                                                    true, true>)
+    && cudaFuncGetAttributes(&a, write_slots_kernel<int4, true>)
          == cudaSuccess;
   if (!asked) {
     cudaGetLastError(); // not sticky; asked again at the next launch
@@ -200,8 +198,8 @@ int launch_copy_blocks(const pool_geometry& pool, const block_pair* pairs,
 int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
                        const void* key, const void* value,
                        const std::int64_t* slots, std::size_t num_tokens,
-                       void* stream, int rows_per_warp, bool streaming,
-                       bool overlap_launch, bool early_slot) {
+                       void* stream, int rows_per_warp, bool overlap_launch,
+                       bool early_slot) {
   if (num_tokens == 0)
     return 0;
   const auto plane_bytes = pool.block_bytes() * pool.num_blocks;
@@ -243,18 +241,8 @@ int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
       }
       return static_cast<int>(err);
     };
-    if (early_slot) {
-      if (streaming)
-        return pdl ? launch(write_slots_kernel<T, true, true, true>)
-                   : launch(write_slots_kernel<T, true, false, true>);
-      return pdl ? launch(write_slots_kernel<T, false, true, true>)
-                 : launch(write_slots_kernel<T, false, false, true>);
-    }
-    if (streaming)
-      return pdl ? launch(write_slots_kernel<T, true, true, false>)
-                 : launch(write_slots_kernel<T, true, false, false>);
-    return pdl ? launch(write_slots_kernel<T, false, true, false>)
-               : launch(write_slots_kernel<T, false, false, false>);
+    return early_slot ? launch(write_slots_kernel<T, true>)
+                      : launch(write_slots_kernel<T, false>);
   });
 }
 
@@ -394,13 +382,7 @@ cudaError_t preload_movers() {
   cudaFuncAttributes a;
   if (auto err = cudaFuncGetAttributes(&a, copy_blocks_kernel<T, streaming_hints>))
     return err;
-  // The defaults the storage launches, both ways (before sm_90 without
-  // programmatic dependent launch).
-  if (auto err = cudaFuncGetAttributes(
-        &a, write_slots_kernel<T, streaming_hints, true, true>))
-    return err;
-  if (auto err = cudaFuncGetAttributes(
-        &a, write_slots_kernel<T, streaming_hints, false, true>))
+  if (auto err = cudaFuncGetAttributes(&a, write_slots_kernel<T, true>))
     return err;
   if (auto err = cudaFuncGetAttributes(&a, swap_runs_kernel<T>))
     return err;

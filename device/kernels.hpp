@@ -20,7 +20,8 @@ namespace kvactor::detail {
 /// device-to-device memcpy bandwidth with plain ones in every run, 89 %
 /// with the hints in five runs of six; gather_blocks 94 % and 92 % against
 /// 91 % and 88 %; write_slots within 1 % either way, but its early slot
-/// read (launch_write_slots) spills registers with the hints.
+/// read (launch_write_slots) spilled registers with the hints (runs 5 and
+/// 9), and it has no choice since.
 constexpr bool streaming_hints = false;
 
 /// Where and how big the device pools are (storage.hpp's layout):
@@ -71,8 +72,7 @@ int launch_copy_blocks(const pool_geometry& pool, const block_pair* pairs,
 /// skips. REQUIRES: `slots` in device memory; every slot -1 or in range.
 /// `rows_per_warp`: rows (one token's K or V) each warp moves (0: the
 /// measured default, kernel_bodies.hpp's write_rows_per_warp).
-/// `streaming`: evict-first loads and stores or plain ones.
-/// `overlap_launch`: programmatic dependent launch where the device has it
+/// Loads and stores as streaming_hints says. `overlap_launch`: programmatic dependent launch where the device has it
 /// (sm_90 on): a forward pass's back-to-back writes (one per layer) each
 /// launch while the kernel before them still runs, and wait for it before
 /// touching memory, so stream order holds. `early_slot`: a row of one
@@ -86,7 +86,6 @@ int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
                        const void* key, const void* value,
                        const std::int64_t* slots, std::size_t num_tokens,
                        void* stream, int rows_per_warp = 0,
-                       bool streaming = streaming_hints,
                        bool overlap_launch = true, bool early_slot = true);
 
 /// Copies the first `num_tokens` tokens of `blocks` ([num_list], device
