@@ -61,6 +61,15 @@ random_slots(const storage_layout& l, std::size_t n, std::mt19937_64& rng) {
   return slots;
 }
 
+/// About one token in `one_in` (from the second on) names an earlier
+/// token's slot again: the last writer must win.
+inline void name_again(std::vector<std::int64_t>& slots, std::uint64_t one_in,
+                       std::mt19937_64& rng) {
+  for (std::size_t i = 1; i < slots.size(); ++i)
+    if (rng() % one_in == 0)
+      slots[i] = slots[rng() % i];
+}
+
 inline void expect_ok(const caf::expected<ticket>& t, const char* what) {
   BOOST_REQUIRE_MESSAGE(t, what << ": " << why(t));
 }

@@ -161,9 +161,7 @@ BOOST_AUTO_TEST_CASE(one_mapping_for_every_layer_matches_host_backend) {
                                                 200);
     for (int step = 0; step < 2; ++step) {
       auto slots = random_slots(l, n, rng);
-      for (std::size_t i = 1; i < n; ++i)
-        if (rng() % 7 == 0)
-          slots[i] = slots[rng() % i];
+      name_again(slots, 7, rng);
       for (std::uint32_t layer = 0; layer < l.num_layers; ++layer) {
         bytes kv(2 * n * row);
         fill_random(kv.data(), kv.size(), rng);
@@ -241,9 +239,7 @@ BOOST_AUTO_TEST_CASE(write_slots_matches_host_backend) {
     // tokens that name an earlier token's slot again: the last one wins, as
     // on the host backend (no two threads race for a slot).
     auto slots2 = random_slots(l, n, rng);
-    for (std::size_t i = 1; i < n; ++i)
-      if (rng() % 5 == 0)
-        slots2[i] = slots2[rng() % i];
+    name_again(slots2, 5, rng);
     void* pk = nullptr;
     void* pv = nullptr;
     BOOST_REQUIRE(cudaHostAlloc(&pk, n * row, cudaHostAllocDefault) == cudaSuccess);
