@@ -300,13 +300,17 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   const detail::pool_geometry geo{st->layer_base(0), l.num_layers, l.num_blocks,
                                   l.block_size, row};
-  // Every layer's write back to back, the launcher's parameters given.
-  auto write_layers = [&](int rows_per_warp, bool pdl, bool early) {
+  // Every layer's write back to back, the launcher's parameters given:
+  // the first layer's overlap mode, then the next layers'.
+  using detail::write_overlap;
+  auto write_layers = [&](int rows_per_warp, write_overlap first,
+                          write_overlap next, bool early) {
     return median_ms(compute, 3, runs, [&](int) {
       for (std::uint32_t layer = 0; layer < l.num_layers; ++layer)
         check(static_cast<cudaError_t>(detail::launch_write_slots(
                 geo, layer, in_of(layer), in_of(layer) + tokens * row,
-                dev_slots, tokens, compute, rows_per_warp, pdl, early)),
+                dev_slots, tokens, compute, rows_per_warp,
+                layer == 0 ? first : next, early)),
               "launch_write_slots");
     });
   };
@@ -314,7 +318,11 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
     report(name.c_str(), l, tokens, 2.0 * input * l.num_layers, write_ms,
            c.d2d, timing::ungated);
   };
-  report_write("write_slots kernel x32 layers", write_layers(0, true, true));
+  // As the storage launches a pass's layers (cuda_ops.cpp): the first waits
+  // for the kernels before it, the next ones overlap it (write_chain.hpp).
+  report_write("write_slots kernel x32 layers",
+               write_layers(0, write_overlap::launch, write_overlap::work,
+                            true));
   // Like for like: as many back-to-back device-to-device memcpys of one
   // layer's bytes each (its K and V rows, contiguous), what a plain copy
   // reaches at this size, launch gaps included.
@@ -331,16 +339,23 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
     }));
     cudaFree(copy_dst);
   }
-  // Without programmatic dependent launch, with the slot read before the
-  // row, and at other grid shapes: rows per warp (the defaults, which the
-  // storage launches, are kernels.hpp's and kernel_bodies.hpp's).
-  report_write("write_slots kernel no PDL", write_layers(0, false, true));
-  report_write("write_slots kernel slot first", write_layers(0, true, false));
-  report_write("write_slots kernel no PDL slot first",
-               write_layers(0, false, false));
+  // Each layer waiting for the one before it (overlapping launches only,
+  // the default until session 39), without programmatic dependent launch,
+  // with the slot read before the row, and at other grid shapes: rows per
+  // warp (the defaults, which the storage launches, are kernels.hpp's and
+  // kernel_bodies.hpp's).
+  report_write("write_slots kernel layers wait",
+               write_layers(0, write_overlap::launch, write_overlap::launch,
+                            true));
+  report_write("write_slots kernel no PDL",
+               write_layers(0, write_overlap::none, write_overlap::none, true));
+  report_write("write_slots kernel slot first",
+               write_layers(0, write_overlap::launch, write_overlap::work,
+                            false));
   for (int per : {2, 4, 8})
     report_write("write_slots kernel " + std::to_string(per) + " rows/warp",
-                 write_layers(per, true, true));
+                 write_layers(per, write_overlap::launch, write_overlap::work,
+                              true));
   cudaFree(dev_slots);
   cudaFree(inputs);
 

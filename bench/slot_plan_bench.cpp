@@ -8,8 +8,10 @@
 //   slot_plan_bench [--blocks N (8192)] [--tokens N (4096)] [--runs N (2000)]
 //
 // Prints two JSON lines per mapping shape - "layer": "first" (a new
-// mapping, validated and planned) and "next" (the same mapping again, as a
-// forward pass's later layers write it: one memcmp, then the hazards) -
+// mapping, validated and planned, the hazards checked per block and
+// recorded as a group) and "next" (the same mapping again, as a forward
+// pass's later layers write it: one memcmp, and the group's ticket
+// renewed) -
 // for the shapes decode (every token in a random slot, as gpu_bench
 // writes), prefill (runs of whole blocks), repeats (a decode mapping with
 // every 8th token naming an earlier token's slot).
@@ -109,14 +111,21 @@ int main(int argc, char** argv) {
         if (detail::check_write(l, 0, slots.data(), slots.data(), slots.data(),
                                 tokens, !planned))
           return 1;
+        // As cuda_ops.cpp: a repeated mapping right after its own write
+        // renews the hazard group; a new one is checked block by block.
+        const bool renew = planned && hazards.writes_pending(0);
         if (!planned)
           planner.plan(slots.data(), tokens);
-        detail::hazard_tracker::waits w{};
-        for (auto blk : planner.blocks())
-          hazards.need_write(blk, 0, w);
         auto t = next++;
-        for (auto blk : planner.blocks())
-          hazards.note_write(blk, 0, t);
+        if (renew) {
+          hazards.renew_writes(t);
+        } else {
+          detail::hazard_tracker::waits w{};
+          for (auto blk : planner.blocks())
+            hazards.need_write(blk, 0, w);
+          const auto written = planner.blocks();
+          hazards.note_writes(written.begin(), written.size(), 0, t);
+        }
         auto dt = std::chrono::duration<double, std::micro>(
                     std::chrono::steady_clock::now() - t0)
                     .count();

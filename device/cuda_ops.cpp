@@ -149,6 +149,7 @@ cuda_storage::write_slots(std::uint32_t layer, const void* key,
                           std::size_t num_tokens) {
   constexpr auto role = stream_role::compute;
   constexpr const char* op = "write_slots";
+  const auto s = stream_of(role);
   if (auto err = usable())
     return err;
   // A forward pass writes every layer with the same mapping: checked and
@@ -164,25 +165,46 @@ cuda_storage::write_slots(std::uint32_t layer, const void* key,
     if (auto err = check_accessible(value, op, "value"))
       return err;
   }
+  // The pass's next layer: the mapping the last write wrote, and no op
+  // since touched a device block (writes_pending) or staged an upload. Its
+  // blocks' hazards are then that write's, on this stream: nothing to wait
+  // for, and one ticket renewed instead of every block's. Its mapping is
+  // still on the device. And its kernel may overlap the ones before it,
+  // which write other layers (write_chain.hpp).
+  const bool next_layer = planned && written_plan_ == slots_.plans()
+                          && device_hazards_.writes_pending(s)
+                          && uploads_.stages() == mapping_stage_;
   // One pass: the blocks written (hazards per block, not per token) and,
   // if a slot is named twice, the mapping in which its last token wins.
   if (!planned)
     slots_.plan(slot_mapping, num_tokens);
-  detail::hazard_tracker::waits w{};
-  for (auto b : slots_.blocks())
-    device_hazards_.need_write(b, stream_of(role), w);
-  if (auto err = order(w, role))
-    return err;
+  if (!next_layer) {
+    detail::hazard_tracker::waits w{};
+    for (auto b : slots_.blocks())
+      device_hazards_.need_write(b, s, w);
+    if (auto err = order(w, role))
+      return err;
+  }
+  const void* dev = next_layer ? mapping_dev_ : nullptr;
   if (num_tokens > 0) {
-    void* dev = nullptr;
-    auto stream = streams_[stream_of(role)];
-    if (auto err = uploads_.stage(slots_.mapping(slot_mapping),
-                                  num_tokens * sizeof(std::int64_t), stream, dev))
-      return upload_failed(err, "write_slots upload",
-                           num_tokens * sizeof(std::int64_t));
+    auto stream = streams_[s];
+    auto overlap = detail::write_overlap::launch;
+    if (next_layer) {
+      if (chain_.join(layer))
+        overlap = detail::write_overlap::work;
+    } else {
+      void* staged = nullptr;
+      if (auto err = uploads_.stage(slots_.mapping(slot_mapping),
+                                    num_tokens * sizeof(std::int64_t), stream,
+                                    staged))
+        return upload_failed(err, "write_slots upload",
+                             num_tokens * sizeof(std::int64_t));
+      dev = staged;
+      chain_.restart(layer);
+    }
     if (auto err = detail::launch_write_slots(
           geometry(), layer, key, value, static_cast<const std::int64_t*>(dev),
-          num_tokens, stream))
+          num_tokens, stream, 0, overlap))
       return fail(err, "write_slots launch (layer " + std::to_string(layer)
                             + ", " + std::to_string(num_tokens) + " tokens)");
   }
@@ -190,9 +212,16 @@ cuda_storage::write_slots(std::uint32_t layer, const void* key,
   if (!t)
     return t;
   if (num_tokens > 0)
-    uploads_.consumed(*t);
-  for (auto b : slots_.blocks())
-    device_hazards_.note_write(b, stream_of(role), *t);
+    uploads_.consumed(*t); // also the reused slot: stages() unchanged
+  if (next_layer) {
+    device_hazards_.renew_writes(*t);
+  } else {
+    const auto blocks = slots_.blocks();
+    device_hazards_.note_writes(blocks.begin(), blocks.size(), s, *t);
+    written_plan_ = slots_.plans();
+    mapping_dev_ = dev;
+    mapping_stage_ = uploads_.stages();
+  }
   return t;
 }
 

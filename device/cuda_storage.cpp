@@ -129,7 +129,8 @@ cuda_storage::cuda_storage(storage_layout layout, int device)
     slots_(layout.num_blocks, layout.block_size),
     uploads_(tickets_),
     device_hazards_(layout.num_blocks, num_streams),
-    host_hazards_(layout.num_host_blocks, num_streams) {
+    host_hazards_(layout.num_host_blocks, num_streams),
+    chain_(layout.num_layers) {
 }
 
 caf::error cuda_storage::init() {

@@ -19,6 +19,7 @@
 #include "kvactor/device/kernels.hpp"
 #include "kvactor/device/slot_plan.hpp"
 #include "kvactor/device/storage.hpp"
+#include "kvactor/device/write_chain.hpp"
 
 namespace kvactor {
 
@@ -193,13 +194,21 @@ private:
   detail::ticket_table tickets_;
   detail::upload_ring uploads_;
   // The swap kernel's runs, one ring per swap stream: a slot of the compute
-  // ring would come round again (16 ops later: half a forward pass) while a
-  // long swap still held it, and the op reusing it would wait on the host.
+  // ring would come round again (16 compute ops later) while a long swap
+  // still held it, and the op reusing it would wait on the host.
   // A swap stream's own slot comes round 16 swaps later, after its swap.
   detail::upload_ring swap_uploads_[2] = {detail::upload_ring{tickets_},
                                           detail::upload_ring{tickets_}};
   detail::hazard_tracker device_hazards_;
   detail::hazard_tracker host_hazards_;
+  // write_slots' next layers (cuda_ops.cpp): the plan the last write wrote
+  // (slots_.plans()), its mapping's device copy and the upload count
+  // (uploads_.stages()) that copy is valid at, and the layers whose kernels
+  // may still run together.
+  std::uint64_t written_plan_ = 0;
+  const void* mapping_dev_ = nullptr;
+  std::uint64_t mapping_stage_ = 0;
+  detail::write_chain chain_;
   ticket next_ticket_ = 1;
   std::string failed_;             // empty while healthy
   bool has_wake_ = false;

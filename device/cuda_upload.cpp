@@ -84,6 +84,7 @@ int upload_ring::reserve(slot& s, std::size_t bytes) {
 
 int upload_ring::stage(const void* data, std::size_t bytes,
                        CUstream_st* consumer, void*& dev) {
+  ++stages_;
   last_ = next_;
   next_ = (next_ + 1) % num_slots;
   auto& s = slots_[last_];

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "kvactor/device/cuda_tickets.hpp"
@@ -66,8 +67,17 @@ public:
             void*& dev);
 
   /// Ticket `t` (the op just submitted) reads the slot stage() returned.
+  /// Also for a later op that reads the same slot again, while stages()
+  /// has not changed since that stage(): the slot then waits for it too.
   void consumed(ticket t) noexcept {
     slots_[last_].user = t;
+  }
+
+  /// How many times stage() was called, failed calls included (each takes
+  /// the next slot): the device buffer of the last stage() still holds its
+  /// bytes, for later ops to read, while this count stays the same.
+  std::uint64_t stages() const noexcept {
+    return stages_;
   }
 
   CUstream_st* stream() const noexcept {
@@ -97,6 +107,7 @@ private:
   std::vector<void*> retired_host_; // pinned, freed by the destructor
   std::size_t next_ = 0;
   std::size_t last_ = 0;
+  std::uint64_t stages_ = 0;
 };
 
 } // namespace kvactor::detail

@@ -47,9 +47,11 @@ __global__ void __launch_bounds__(threads_per_block, 4) copy_blocks_kernel(
 // cudaLaunchAttributeProgrammaticStreamSerialization may be scheduled while
 // the kernel before it in the stream still runs, once that one's CUDA
 // blocks all called let_dependents_launch(). wait_for_prior_grids() then
-// holds it until every earlier grid finished and its writes are visible,
-// so calling it before touching memory keeps stream order exactly; only
-// the launch's latency overlaps. No-ops before sm_90.
+// holds it until every earlier grid finished and its writes are visible:
+// called before touching memory it keeps stream order exactly, and only
+// the launch's latency overlaps; called last (write_overlap::work), the
+// kernel's work overlaps the earlier kernels' while it still finishes
+// after them. No-ops before sm_90.
 __device__ __forceinline__ void let_dependents_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -63,17 +65,22 @@ __device__ __forceinline__ void wait_for_prior_grids() {
 }
 
 /// Launched with programmatic dependent launch or without
-/// (launch_write_slots): without, the wait returns at once.
+/// (launch_write_slots): without, the wait returns at once. `wait_first`:
+/// wait for the earlier kernels before the work (write_overlap::launch) or
+/// after it (write_overlap::work).
 template <class T, bool EarlySlot>
 __global__ void __launch_bounds__(threads_per_block, 4) write_slots_kernel(
   char* __restrict__ k_plane, char* __restrict__ v_plane,
   const char* __restrict__ key, const char* __restrict__ value,
   const std::int64_t* __restrict__ slots, std::int64_t num_tokens,
-  std::int64_t row_bytes) {
+  std::int64_t row_bytes, bool wait_first) {
   let_dependents_launch();
-  wait_for_prior_grids();
+  if (wait_first)
+    wait_for_prior_grids();
   kernel::write_slots_thread<T, streaming_hints, EarlySlot>(
     here(), k_plane, v_plane, key, value, slots, num_tokens, row_bytes);
+  if (!wait_first)
+    wait_for_prior_grids();
 }
 
 template <class T, bool Streaming>
@@ -198,8 +205,8 @@ int launch_copy_blocks(const pool_geometry& pool, const block_pair* pairs,
 int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
                        const void* key, const void* value,
                        const std::int64_t* slots, std::size_t num_tokens,
-                       void* stream, int rows_per_warp, bool overlap_launch,
-                       bool early_slot) {
+                       void* stream, int rows_per_warp,
+                       write_overlap overlap, bool early_slot) {
   if (num_tokens == 0)
     return 0;
   const auto plane_bytes = pool.block_bytes() * pool.num_blocks;
@@ -210,7 +217,9 @@ int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
     rows_per_warp > 0 ? rows_per_warp : kernel::write_rows_per_warp));
   const auto bits = address_bits(pool.base) | pool.row_bytes
                     | address_bits(key) | address_bits(value);
-  const bool pdl = overlap_launch && programmatic_launch_ok();
+  const bool pdl = overlap != write_overlap::none && programmatic_launch_ok();
+  // Without the attribute the kernel waits for nothing either way.
+  const bool wait_first = overlap != write_overlap::work;
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
@@ -228,7 +237,8 @@ int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
                                   static_cast<const char*>(key),
                                   static_cast<const char*>(value), slots,
                                   static_cast<std::int64_t>(num_tokens),
-                                  static_cast<std::int64_t>(pool.row_bytes));
+                                  static_cast<std::int64_t>(pool.row_bytes),
+                                  wait_first);
       };
       auto err = go();
       if (err != cudaSuccess && cfg.numAttrs > 0) {

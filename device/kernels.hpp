@@ -67,26 +67,44 @@ int launch_copy_blocks(const pool_geometry& pool, const block_pair* pairs,
                        int planes_per_cta = 0,
                        bool streaming = streaming_hints);
 
+/// How a write_slots kernel overlaps the kernel before it in its stream:
+/// programmatic dependent launch (sm_90 on; without it every mode is none).
+enum class write_overlap : std::uint8_t {
+  /// A plain launch: it starts once the kernel before it finished.
+  none,
+  /// Launched while the kernel before it runs; waits for the kernels before
+  /// it to finish before it touches memory. Stream order holds exactly;
+  /// only the launch's latency overlaps.
+  launch,
+  /// Launched while the kernel before it runs, and works at once; waits for
+  /// the kernels before it only before it exits, so kernels still finish in
+  /// stream order (an event after it still covers everything before it).
+  /// Only for a write that no still-running kernel's work touches or feeds:
+  /// another layer of the same mapping, right after write_slots kernels of
+  /// other layers (cuda_storage's write chain). A forward pass's layers
+  /// then overlap one kernel's tail with the next one's start.
+  work,
+};
+
 /// Scatters token i's K and V rows (key, value: [num_tokens, num_heads,
 /// head_dim], device-accessible) of layer `layer` into slot slots[i]; -1
 /// skips. REQUIRES: `slots` in device memory; every slot -1 or in range.
 /// `rows_per_warp`: rows (one token's K or V) each warp moves (0: the
 /// measured default, kernel_bodies.hpp's write_rows_per_warp).
-/// Loads and stores as streaming_hints says. `overlap_launch`: programmatic dependent launch where the device has it
-/// (sm_90 on): a forward pass's back-to-back writes (one per layer) each
-/// launch while the kernel before them still runs, and wait for it before
-/// touching memory, so stream order holds. `early_slot`: a row of one
-/// round (at most 32 lanes x 8 vectors: 4 KiB with 16-byte vectors) reads
-/// its slot and its bytes at once, rather than the slot first. Measured on
-/// the H200 for 4096 tokens x 8 heads a layer (kernels of 8 us, one wave,
-/// whose fixed latencies weigh): 0.65 of memcpy bandwidth with neither,
-/// 0.75 with programmatic launch, 0.78 with both. The defaults are the
-/// measured best; gpu_bench compares the others.
+/// Loads and stores as streaming_hints says. `overlap`: see write_overlap.
+/// `early_slot`: a row of one round (at most 32 lanes x 8 vectors: 4 KiB
+/// with 16-byte vectors) reads its slot and its bytes at once, rather than
+/// the slot first. Measured on the H200 for 4096 tokens x 8 heads a layer
+/// (kernels of 8 us, one wave, whose fixed latencies weigh): 0.65 of memcpy
+/// bandwidth with neither, 0.75 with write_overlap::launch, 0.78 with the
+/// early slot as well. The defaults are the measured best; gpu_bench
+/// compares the others.
 int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
                        const void* key, const void* value,
                        const std::int64_t* slots, std::size_t num_tokens,
                        void* stream, int rows_per_warp = 0,
-                       bool overlap_launch = true, bool early_slot = true);
+                       write_overlap overlap = write_overlap::launch,
+                       bool early_slot = true);
 
 /// Copies the first `num_tokens` tokens of `blocks` ([num_list], device
 /// memory) of layer `layer` into key_out and value_out ([num_tokens,

@@ -17,6 +17,7 @@ slot_planner::slot_planner(std::uint32_t num_blocks, std::uint32_t block_size)
 
 void slot_planner::plan(const std::int64_t* slots, std::size_t n) {
   planned_ = false; // until this plan is whole (an allocation may throw)
+  ++plans_;
   if (blocks_.size() < n)
     blocks_.resize(n); // room for every token's block
   std::size_t count = 0;

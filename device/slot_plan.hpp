@@ -43,6 +43,13 @@ public:
                     == 0);
   }
 
+  /// How many times plan() was called: a caller that keeps work derived
+  /// from one plan (cuda_storage: the mapping's upload, the blocks' hazard
+  /// group) notes this count and checks it still holds.
+  std::uint64_t plans() const noexcept {
+    return plans_;
+  }
+
   /// The blocks the last plan writes, each once, in no particular order.
   struct block_span {
     const block_id* first;
@@ -82,6 +89,7 @@ private:
   std::size_t count_ = 0;
   std::vector<std::int64_t> dedup_;
   std::vector<std::int64_t> last_; // the mapping the last plan() planned
+  std::uint64_t plans_ = 0;
   bool planned_ = false;
   bool repeats_ = false;
 };

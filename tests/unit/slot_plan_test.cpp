@@ -78,7 +78,9 @@ BOOST_AUTO_TEST_CASE(the_same_mapping_again_is_recognised) {
   std::vector<std::int64_t> a{3, 40, -1, 17, 100};
   BOOST_TEST(!p.same_as_last(a.data(), a.size())); // nothing planned yet
   BOOST_TEST(!p.same_as_last(nullptr, 0));
+  BOOST_TEST(p.plans() == 0u);
   p.plan(a.data(), a.size());
+  BOOST_TEST(p.plans() == 1u); // what the storage's reuse of a plan checks
   auto copy = a; // equal contents in another buffer
   BOOST_TEST(p.same_as_last(copy.data(), copy.size()));
   copy[4] = 101;
@@ -88,6 +90,7 @@ BOOST_AUTO_TEST_CASE(the_same_mapping_again_is_recognised) {
   a[0] = 4;
   BOOST_TEST(!p.same_as_last(a.data(), a.size()));
   p.plan(nullptr, 0);
+  BOOST_TEST(p.plans() == 2u);
   BOOST_TEST(p.same_as_last(nullptr, 0));
   BOOST_TEST(!p.same_as_last(copy.data(), copy.size()));
 }
