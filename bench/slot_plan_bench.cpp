@@ -1,9 +1,10 @@
 // slot_plan_bench: the host work of one cuda write_slots call, on the CPU -
 // validating the slot mapping, planning it (distinct blocks, last writers)
-// and the cross-stream hazard checks and records per block written. It runs
-// before each launch, so at 8 heads x 128 dims, where the kernel needs
-// about 8 us for 4096 tokens on an H200, it decides whether the host keeps
-// the GPU fed. Needs no GPU.
+// and the cross-stream hazard checks per block written, for a new mapping;
+// one memcmp and one hazard group renewed for a forward pass's next layer.
+// It runs before each launch, so at 8 heads x 128 dims, where the kernel
+// needs about 8 us for 4096 tokens on an H200, it decides whether the host
+// keeps the GPU fed. Needs no GPU.
 //
 //   slot_plan_bench [--blocks N (8192)] [--tokens N (4096)] [--runs N (2000)]
 //

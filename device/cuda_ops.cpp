@@ -186,12 +186,11 @@ cuda_storage::write_slots(std::uint32_t layer, const void* key,
       return err;
   }
   const void* dev = next_layer ? mapping_dev_ : nullptr;
+  bool overlapped = false;
   if (num_tokens > 0) {
     auto stream = streams_[s];
-    auto overlap = detail::write_overlap::launch;
     if (next_layer) {
-      if (chain_.join(layer))
-        overlap = detail::write_overlap::work;
+      overlapped = chain_.join(layer);
     } else {
       void* staged = nullptr;
       if (auto err = uploads_.stage(slots_.mapping(slot_mapping),
@@ -204,7 +203,9 @@ cuda_storage::write_slots(std::uint32_t layer, const void* key,
     }
     if (auto err = detail::launch_write_slots(
           geometry(), layer, key, value, static_cast<const std::int64_t*>(dev),
-          num_tokens, stream, 0, overlap))
+          num_tokens, stream, 0,
+          overlapped ? detail::write_overlap::work
+                     : detail::write_overlap::launch))
       return fail(err, "write_slots launch (layer " + std::to_string(layer)
                             + ", " + std::to_string(num_tokens) + " tokens)");
   }
@@ -215,6 +216,8 @@ cuda_storage::write_slots(std::uint32_t layer, const void* key,
     uploads_.consumed(*t); // also the reused slot: stages() unchanged
   if (next_layer) {
     device_hazards_.renew_writes(*t);
+    ++next_layers_.reused;
+    next_layers_.overlapped += overlapped;
   } else {
     const auto blocks = slots_.blocks();
     device_hazards_.note_writes(blocks.begin(), blocks.size(), s, *t);

@@ -37,6 +37,11 @@ namespace kvactor {
 /// the op's work stream (one each, waiting on the op's event), never on the
 /// work stream itself: a host function there would hold the stream's next op
 /// until CUDA's callback thread ran it, a host round trip between ops.
+/// A forward pass's write_slots of one mapping, layer after layer with no
+/// other op between, reuse the first layer's plan, mapping upload and
+/// hazard group, and each next layer's kernel may run beside the ones
+/// before it that write other layers (write_chain.hpp); kernels on the
+/// compute stream still finish in stream order.
 /// Caller buffers: write_slots' key/value and gather_blocks' outputs must be
 /// device-accessible (device memory or pinned host memory); pageable host
 /// memory is rejected (invalid_request). Only each buffer's first byte is
@@ -119,6 +124,18 @@ public:
 
   /// Pinned (cudaHostAlloc) memory.
   std::shared_ptr<std::uint8_t> host_buffer(std::size_t bytes) override;
+
+  /// write_slots calls that were a forward pass's next layer (the mapping's
+  /// plan, upload and hazard group reused) and, of those, the ones whose
+  /// kernel was launched to overlap the kernels before it
+  /// (write_overlap::work): for tests and benchmarks.
+  struct next_layer_counts {
+    std::uint64_t reused = 0;
+    std::uint64_t overlapped = 0;
+  };
+  next_layer_counts next_layer_writes() const noexcept {
+    return next_layers_;
+  }
 
   /// The cudaStream_t of `role`, for benchmarks and tests that time or order
   /// their own work against this storage's.
@@ -209,6 +226,7 @@ private:
   const void* mapping_dev_ = nullptr;
   std::uint64_t mapping_stage_ = 0;
   detail::write_chain chain_;
+  next_layer_counts next_layers_;
   ticket next_ticket_ = 1;
   std::string failed_;             // empty while healthy
   bool has_wake_ = false;

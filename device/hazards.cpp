@@ -18,7 +18,7 @@ hazard_tracker::hazard_tracker(std::size_t num_blocks, std::size_t num_streams)
 void hazard_tracker::note_writes(const block_id* first, std::size_t n,
                                  std::size_t stream, ticket t) noexcept {
   settle();
-  assert(n <= blocks_.size());
+  assert(n <= group_.blocks.capacity()); // distinct blocks: reserved
   group_.blocks.assign(first, first + n);
   group_.stream = stream;
   group_.last = t;

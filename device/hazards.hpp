@@ -6,6 +6,7 @@
 #pragma once
 
 #include <array>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -35,7 +36,8 @@ namespace kvactor::detail {
 /// group to that write's ticket: O(1) per layer instead of O(blocks). Any
 /// other call first applies the group to its blocks' entries, leaving them
 /// exactly as note_write() of each block by the group's newest ticket would
-/// have (the older tickets are covered by it: one stream, in order).
+/// have (the older tickets are covered by it: one stream, in order): the
+/// next copy, gather or swap pays that O(blocks) once per step.
 /// Thread-safety: none (the storage's caller thread only).
 class hazard_tracker {
 public:
@@ -46,6 +48,9 @@ public:
 
   /// REQUIRES: num_streams <= max_streams.
   hazard_tracker(std::size_t num_blocks, std::size_t num_streams);
+  // Not copyable: a copied group would lose the capacity reserved for it.
+  hazard_tracker(const hazard_tracker&) = delete;
+  hazard_tracker& operator=(const hazard_tracker&) = delete;
 
   // Inline, and one entry (one cache line at most) per block: write_slots
   // calls them for every block a batch of thousands of tokens writes.
@@ -95,6 +100,7 @@ public:
   /// Ticket `t`, on the group's stream, writes the group's blocks again.
   /// REQUIRES: writes_pending(that stream).
   void renew_writes(ticket t) noexcept {
+    assert(group_.pending);
     group_.last = t;
   }
 

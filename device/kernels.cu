@@ -67,16 +67,22 @@ __device__ __forceinline__ void wait_for_prior_grids() {
 /// Launched with programmatic dependent launch or without
 /// (launch_write_slots): without, the wait returns at once. `wait_first`:
 /// wait for the earlier kernels before the work (write_overlap::launch) or
-/// after it (write_overlap::work).
+/// after it (write_overlap::work). Every kernel before the next one in
+/// stream order has then either finished or, in work mode, not let the
+/// next one launch before it itself launched: a work-mode kernel overlaps
+/// at most the kernels back to the last one that waited first.
 template <class T, bool EarlySlot>
 __global__ void __launch_bounds__(threads_per_block, 4) write_slots_kernel(
   char* __restrict__ k_plane, char* __restrict__ v_plane,
   const char* __restrict__ key, const char* __restrict__ value,
   const std::int64_t* __restrict__ slots, std::int64_t num_tokens,
   std::int64_t row_bytes, bool wait_first) {
-  let_dependents_launch();
+  // A kernel that waits first lets the next one launch only once it waited:
+  // a next kernel in work mode may then overlap this one, never the ones
+  // before it (write_chain.hpp's chain starts here).
   if (wait_first)
     wait_for_prior_grids();
+  let_dependents_launch();
   kernel::write_slots_thread<T, streaming_hints, EarlySlot>(
     here(), k_plane, v_plane, key, value, slots, num_tokens, row_bytes);
   if (!wait_first)

@@ -73,16 +73,19 @@ enum class write_overlap : std::uint8_t {
   /// A plain launch: it starts once the kernel before it finished.
   none,
   /// Launched while the kernel before it runs; waits for the kernels before
-  /// it to finish before it touches memory. Stream order holds exactly;
-  /// only the launch's latency overlaps.
+  /// it to finish before it touches memory, and only then lets the next
+  /// kernel launch. Stream order holds exactly; only the launch's latency
+  /// overlaps.
   launch,
-  /// Launched while the kernel before it runs, and works at once; waits for
-  /// the kernels before it only before it exits, so kernels still finish in
-  /// stream order (an event after it still covers everything before it).
-  /// Only for a write that no still-running kernel's work touches or feeds:
-  /// another layer of the same mapping, right after write_slots kernels of
-  /// other layers (cuda_storage's write chain). A forward pass's layers
-  /// then overlap one kernel's tail with the next one's start.
+  /// Launched while the kernel before it runs, works at once and lets the
+  /// next kernel launch at once; waits for the kernels before it only
+  /// before it exits, so kernels still finish in stream order (an event
+  /// after it still covers everything before it). It may overlap every
+  /// kernel back to the last one launched otherwise (its chain), so only
+  /// for a write that none of them touches or feeds: another layer of the
+  /// same mapping, right after write_slots kernels of other layers
+  /// (write_chain.hpp). A forward pass's layers then overlap one kernel's
+  /// tail with the next one's start.
   work,
 };
 
@@ -95,10 +98,11 @@ enum class write_overlap : std::uint8_t {
 /// `early_slot`: a row of one round (at most 32 lanes x 8 vectors: 4 KiB
 /// with 16-byte vectors) reads its slot and its bytes at once, rather than
 /// the slot first. Measured on the H200 for 4096 tokens x 8 heads a layer
-/// (kernels of 8 us, one wave, whose fixed latencies weigh): 0.65 of memcpy
-/// bandwidth with neither, 0.75 with write_overlap::launch, 0.78 with the
-/// early slot as well. The defaults are the measured best; gpu_bench
-/// compares the others.
+/// (kernels of 8 us, one wave, whose fixed latencies weigh), 32 layers back
+/// to back: 0.65 of memcpy bandwidth with neither, 0.74 with every layer
+/// in write_overlap::launch, 0.77 with the early slot as well (session 38).
+/// The storage now launches a pass's next layers in write_overlap::work,
+/// not yet measured; gpu_bench compares the modes.
 int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
                        const void* key, const void* value,
                        const std::int64_t* slots, std::size_t num_tokens,

@@ -107,7 +107,9 @@ public:
   /// the token; of tokens that name the same slot, the last one's rows are
   /// written (a block freed and reallocated within one batch). `slot_mapping`
   /// is in host memory. REQUIRES: key and value are complete when called
-  /// (cuda: the storage's streams do not wait for the caller's).
+  /// (cuda: the storage's streams do not wait for the caller's), and lie
+  /// outside the pools (cuda: a forward pass's writes of other layers may
+  /// run at the same time, kernels.hpp's write_overlap::work).
   virtual caf::expected<ticket>
   write_slots(std::uint32_t layer, const void* key, const void* value,
               const std::int64_t* slot_mapping, std::size_t num_tokens) = 0;

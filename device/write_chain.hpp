@@ -4,13 +4,15 @@
 //
 // A forward pass writes each layer once per step, all with the same slot
 // mapping. The first layer's kernel waits for everything before it
-// (write_overlap::launch); each next layer's kernel, queued right behind
-// the previous one, may do its work at once and wait only before it exits
-// - unless some kernel of the chain wrote the same layer: two writes of
-// one slot must not race, the later one must win. The chain is every
-// kernel since its first: each may overlap all the others (a kernel
-// launches once the one before it started), so a repeated layer anywhere
-// in it starts a new chain.
+// (write_overlap::launch) and only then lets the next kernel launch; each
+// next layer's kernel, queued right behind the previous one, may do its
+// work at once, let the next launch at once, and wait only before it
+// exits - unless some kernel of the chain wrote the same layer: two
+// writes of one slot must not race, the later one must win. The chain is
+// every kernel since its first: each may overlap all the others, none
+// before the first; so a repeated layer anywhere in it starts a new chain.
+// tests/unit/write_chain_test.cpp checks this against a model of those
+// launch rules.
 #pragma once
 
 #include <cstdint>

@@ -1,10 +1,13 @@
-// A forward pass's write_slots, queued back to back without waits, against
-// the host backend: the cuda backend reuses a repeated mapping's plan, its
-// upload and its blocks' hazard group, and lets the next layers' kernels
-// overlap the ones before them (write_chain.hpp). Layers written twice
-// with the same mapping must still end with the later bytes, and ops in
-// between must still be ordered against the writes.
+// A forward pass's write_slots queued back to back against the host
+// backend: the cuda backend reuses a repeated mapping's plan, upload and
+// hazard group, and launches the next layers' kernels to overlap the ones
+// before them (write_chain.hpp). Every input is on the device before the
+// first write, and the compute stream is held while the calls are
+// submitted, so the kernels then run back to back, as in a forward pass.
+// Layers written twice with one mapping must end with the later bytes, and
+// ops in between must stay ordered against the writes.
 #include <algorithm>
+#include <memory>
 
 #include "twin.hpp"
 
@@ -13,31 +16,61 @@
 #include <cuda_runtime_api.h>
 
 #include "batches.hpp"
+#include "kvactor/device/cuda_storage.hpp"
+#include "stream_gate.hpp"
 
 using namespace kvactor;
 using namespace kvactor::test;
 
 namespace {
 
-/// Writes layer `layer` of both backends from fresh random K/V rows,
-/// keeping the device copy alive in `keep` (the writes are not waited for).
+/// One write's fresh random K/V rows, on the host and on the device.
+struct layer_input {
+  layer_input(std::size_t n, std::size_t row, std::mt19937_64& rng)
+    : host(2 * n * row), dev(2 * n * row), n(n), row(row) {
+    fill_random(host.data(), host.size(), rng);
+    dev.upload(host); // waits until the bytes landed
+  }
+  const std::uint8_t* host_key() const {
+    return host.data();
+  }
+  const std::uint8_t* host_value() const {
+    return host.data() + n * row;
+  }
+  const std::uint8_t* dev_key() const {
+    return static_cast<const std::uint8_t*>(dev.data);
+  }
+  const std::uint8_t* dev_value() const {
+    return dev_key() + n * row;
+  }
+  bytes host;
+  device_buffer dev;
+  std::size_t n, row;
+};
+
+/// Writes `layer` of both backends from `in`; the cuda write is not waited
+/// for.
 ticket write_both(twin& tw, std::uint32_t layer,
                   const std::vector<std::int64_t>& slots,
-                  std::vector<std::unique_ptr<device_buffer>>& keep,
-                  std::mt19937_64& rng) {
-  const auto row = row_bytes(tw.layout);
-  const auto n = slots.size();
-  bytes kv(2 * n * row);
-  fill_random(kv.data(), kv.size(), rng);
-  keep.push_back(std::make_unique<device_buffer>(kv.size()));
-  keep.back()->upload(kv);
-  auto d = static_cast<std::uint8_t*>(keep.back()->data);
-  expect_ok(tw.host->write_slots(layer, kv.data(), kv.data() + n * row,
-                                 slots.data(), n),
+                  const layer_input& in) {
+  expect_ok(tw.host->write_slots(layer, in.host_key(), in.host_value(),
+                                 slots.data(), slots.size()),
             "host write");
-  auto t = tw.cuda->write_slots(layer, d, d + n * row, slots.data(), n);
+  auto t = tw.cuda->write_slots(layer, in.dev_key(), in.dev_value(),
+                                slots.data(), slots.size());
   expect_ok(t, "cuda write");
   return *t;
+}
+
+cuda_storage& cuda_of(twin& tw) {
+  auto c = dynamic_cast<cuda_storage*>(tw.cuda.get());
+  BOOST_REQUIRE(c != nullptr);
+  return *c;
+}
+
+cudaStream_t compute_stream(twin& tw) {
+  return static_cast<cudaStream_t>(
+    cuda_of(tw).native_stream(cuda_storage::stream_role::compute));
 }
 
 } // namespace
@@ -46,86 +79,135 @@ BOOST_AUTO_TEST_SUITE(cuda_layer_writes_suite,
                       *boost::unit_test::precondition(gpu_present{}))
 
 BOOST_AUTO_TEST_CASE(layer_writes_queued_back_to_back_match_host_backend) {
-  // Per step: every layer with one mapping (some slots named twice), then
-  // random layers again with it (repeats restart the chain), now and then
-  // another op in between that reads or writes the same blocks (a copy, a
-  // gather, a swap out), which the next write must wait for.
+  // Per step, behind a held compute stream: one mapping (some slots named
+  // twice) written to every layer, then random layers again - patterns
+  // like x y x y and x y y x, which restart the chain - and now and then
+  // another op on the same blocks (a copy, a gather of any layer, a swap
+  // out) that the next write must wait for. Short writes (tens of tokens),
+  // so that many kernels are resident at once once the stream opens.
   std::mt19937_64 rng{test_seed()};
+  std::uint64_t reused = 0, overlapped = 0;
   for (auto& l : test_shapes()) {
     twin tw{l, rng};
-    std::vector<std::unique_ptr<device_buffer>> keep;
     const auto row = row_bytes(l);
     const std::size_t n = std::min<std::size_t>(l.num_blocks * l.block_size,
-                                                200);
-    ticket last = 0;
-    for (int step = 0; step < 3; ++step) {
+                                                48);
+    for (int step = 0; step < 4; ++step) {
       auto slots = random_slots(l, n, rng);
       name_again(slots, 7, rng);
+      // The writes' layers, and before which write an op comes (0 none,
+      // 1 copy, 2 gather, 3 swap out): at most 4 ops a step, so that with
+      // the mapping's upload again after each, at most 9 calls take one of
+      // the upload ring's 16 slots while the stream is held.
+      std::vector<std::uint32_t> layers;
       for (std::uint32_t layer = 0; layer < l.num_layers; ++layer)
-        last = write_both(tw, layer, slots, keep, rng);
-      for (int extra = 0; extra < 12; ++extra) {
-        const auto layer = static_cast<std::uint32_t>(rng() % l.num_layers);
-        switch (rng() % 6) {
-        case 0: {
-          auto pairs = random_pairs(l.num_blocks, rng);
-          expect_ok(tw.host->copy_blocks(pairs), "host copy");
-          expect_ok(tw.cuda->copy_blocks(pairs), "cuda copy");
-          break;
+        layers.push_back(layer);
+      const auto x = static_cast<std::uint32_t>(rng() % l.num_layers);
+      const auto y = static_cast<std::uint32_t>(rng() % l.num_layers);
+      for (auto layer : {x, y, x, y, x, y, y, x})
+        layers.push_back(layer);
+      for (int extra = 0; extra < 8; ++extra)
+        layers.push_back(static_cast<std::uint32_t>(rng() % l.num_layers));
+      std::vector<int> op_before(layers.size(), 0);
+      for (int k = 0; k < 4; ++k)
+        op_before[1 + rng() % (layers.size() - 1)] = 1 + static_cast<int>(rng() % 3);
+      std::vector<std::unique_ptr<layer_input>> inputs;
+      for (std::size_t j = 0; j < layers.size(); ++j)
+        inputs.push_back(std::make_unique<layer_input>(n, row, rng));
+      auto ids = shuffled(l.num_blocks, rng);
+      std::vector<block_id> gathered(ids.begin(),
+                                     ids.begin() + l.num_blocks / 3 + 1);
+      const std::size_t m = gathered.size() * l.block_size;
+      bytes hk(m * row), hv(m * row);
+      device_buffer dk{m * row * 4}, dv{m * row * 4};
+      int gathers = 0;
+      ticket last = 0;
+      {
+        stream_gate gate{compute_stream(tw)};
+        for (std::size_t j = 0; j < layers.size(); ++j) {
+          switch (op_before[j]) {
+          case 1: {
+            auto pairs = random_pairs(l.num_blocks, rng);
+            expect_ok(tw.host->copy_blocks(pairs), "host copy");
+            expect_ok(tw.cuda->copy_blocks(pairs), "cuda copy");
+            break;
+          }
+          case 2: {
+            const auto layer = static_cast<std::uint32_t>(rng() % l.num_layers);
+            auto k = static_cast<std::uint8_t*>(dk.data) + gathers * m * row;
+            auto v = static_cast<std::uint8_t*>(dv.data) + gathers * m * row;
+            ++gathers;
+            expect_ok(tw.host->gather_blocks(layer, gathered, m, hk.data(),
+                                             hv.data()),
+                      "host gather");
+            expect_ok(tw.cuda->gather_blocks(layer, gathered, m, k, v),
+                      "cuda gather");
+            break;
+          }
+          case 3: {
+            auto moves = random_moves(l, rng);
+            expect_ok(tw.host->swap_out(moves), "host swap_out");
+            expect_ok(tw.cuda->swap_out(moves), "cuda swap_out");
+            break;
+          }
+          default:
+            break;
+          }
+          last = write_both(tw, layers[j], slots, *inputs[j]);
         }
-        case 1: {
-          auto ids = shuffled(l.num_blocks, rng);
-          std::vector<block_id> blocks(ids.begin(),
-                                       ids.begin() + l.num_blocks / 3 + 1);
-          const std::size_t m = blocks.size() * l.block_size;
-          bytes hk(m * row), hv(m * row);
-          keep.push_back(std::make_unique<device_buffer>(2 * m * row));
-          auto d = static_cast<std::uint8_t*>(keep.back()->data);
-          expect_ok(tw.host->gather_blocks(layer, blocks, m, hk.data(),
-                                           hv.data()),
-                    "host gather");
-          expect_ok(tw.cuda->gather_blocks(layer, blocks, m, d, d + m * row),
-                    "cuda gather");
-          break;
-        }
-        case 2: {
-          auto moves = random_moves(l, rng);
-          expect_ok(tw.host->swap_out(moves), "host swap_out");
-          expect_ok(tw.cuda->swap_out(moves), "cuda swap_out");
-          break;
-        }
-        default:
-          break;
-        }
-        last = write_both(tw, layer, slots, keep, rng);
+        gate.open();
+        BOOST_REQUIRE(!gate.forced());
       }
+      BOOST_REQUIRE(!tw.cuda->wait(last));
     }
-    BOOST_REQUIRE(!tw.cuda->wait(last));
     BOOST_TEST(tw.same("layer writes back to back"));
+    reused += cuda_of(tw).next_layer_writes().reused;
+    overlapped += cuda_of(tw).next_layer_writes().overlapped;
   }
+  // The shortcut and the overlap were taken, not merely allowed.
+  BOOST_TEST(reused > 0u);
+  BOOST_TEST(overlapped > 0u);
 }
 
 BOOST_AUTO_TEST_CASE(a_layer_written_twice_in_a_row_keeps_the_later_bytes) {
   // Kernels long enough to overlap if nothing held them back (4096 tokens
-  // of 8 heads x 128 fp16 per layer, 8 us each on an H200): every layer,
-  // then each layer twice in a row with new bytes, then every layer again.
-  // A second write of a layer racing its first would leave some of the
-  // first's rows behind.
+  // of 8 heads x 128 fp16 per layer, 8 us each on an H200), queued behind
+  // a held stream: every layer, then each layer twice in a row with new
+  // bytes, then every layer again, last to first. A write of a layer
+  // racing the one before it would leave some of the earlier rows behind.
   std::mt19937_64 rng{test_seed()};
   const auto l = make_layout(8, 320, 16, 8, 128, dtype::fp16, 0);
   twin tw{l, rng};
-  std::vector<std::unique_ptr<device_buffer>> keep;
-  auto slots = random_slots(l, 4096, rng);
-  ticket last = 0;
+  const auto slots = random_slots(l, 4096, rng);
+  std::vector<std::uint32_t> layers;
   for (std::uint32_t layer = 0; layer < l.num_layers; ++layer)
-    last = write_both(tw, layer, slots, keep, rng);
+    layers.push_back(layer);
   for (std::uint32_t layer = 0; layer < l.num_layers; ++layer) {
-    last = write_both(tw, layer, slots, keep, rng);
-    last = write_both(tw, layer, slots, keep, rng);
+    layers.push_back(layer);
+    layers.push_back(layer);
   }
   for (std::uint32_t layer = l.num_layers; layer-- > 0;)
-    last = write_both(tw, layer, slots, keep, rng);
+    layers.push_back(layer);
+  std::vector<std::unique_ptr<layer_input>> inputs;
+  for (std::size_t j = 0; j < layers.size(); ++j)
+    inputs.push_back(std::make_unique<layer_input>(slots.size(),
+                                                   row_bytes(l), rng));
+  ticket last = 0;
+  {
+    stream_gate gate{compute_stream(tw)};
+    for (std::size_t j = 0; j < layers.size(); ++j)
+      last = write_both(tw, layers[j], slots, *inputs[j]);
+    gate.open();
+    BOOST_REQUIRE(!gate.forced());
+  }
   BOOST_REQUIRE(!tw.cuda->wait(last));
   BOOST_TEST(tw.same("layers written twice in a row"));
+  const auto counts = cuda_of(tw).next_layer_writes();
+  BOOST_TEST(counts.reused == layers.size() - 1);
+  // Layer 0's second pass restarts the chain and so does each repeat:
+  // 7 next layers of the first pass, each layer's first write of the
+  // second pass but layer 0's, and the third pass but its first.
+  BOOST_TEST(counts.overlapped == 7u + 7u + 7u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -22,9 +22,10 @@ namespace kvactor::test {
 /// function has returned before its flag goes (also when a failed check
 /// unwinds the test before anything synchronised).
 /// While the compute stream is held, submit at most 16 compute calls
-/// (copy_blocks, write_slots, gather_blocks) after the gate: each takes one
-/// of the upload ring's 16 slots, and the 17th would wait on the host for
-/// the op that used its slot before, which the gate holds. Likewise at
+/// that upload (copy_blocks, gather_blocks, and write_slots but a forward
+/// pass's next layers, which reuse their mapping's upload) after the gate:
+/// each takes one of the upload ring's 16 slots, and the 17th would wait on
+/// the host for the op that used its slot before, which the gate holds. Likewise at
 /// most 16 swaps with short runs (each stages its runs in its swap
 /// stream's ring) while that swap stream is held.
 class stream_gate {
