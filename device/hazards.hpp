@@ -23,7 +23,8 @@ namespace kvactor::detail {
 ///   write of b: the last write (write-after-write) and every read since it
 ///               (write-after-read).
 /// Work on one stream is ordered by the stream itself, so s never waits on
-/// s. Waiting on a stream's newest conflicting ticket covers its older ones
+/// s (the one exception, write_slots kernels of one chain that may run
+/// together, write other layers' bytes of their blocks: write_chain.hpp). Waiting on a stream's newest conflicting ticket covers its older ones
 /// (a stream's events complete in order), and a write waited for every
 /// earlier access of its block, so note_write may forget the reads it covers.
 /// Tickets that already completed may stay recorded: the caller skips them.

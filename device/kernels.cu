@@ -142,7 +142,8 @@ __global__ void fill_random_kernel(
 /// and the code it runs was compiled for it. PTX of an older target (a
 /// build for "80" run on an H200, JIT-compiled there) lacks the kernel's
 /// griddepcontrol.wait, and launched that way would not wait for the
-/// kernel before it. Asked once per device.
+/// kernel before it (nor, in write_overlap::work, finish after it). Asked
+/// once per device.
 bool programmatic_launch_ok() {
   static std::array<std::atomic<int>, 64> known{}; // 0 unknown, 1 no, 2 yes
   int dev = 0;
