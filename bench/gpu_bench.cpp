@@ -1,5 +1,6 @@
 // gpu_bench: bandwidth of the cuda storage's copy_blocks, swaps, write_slots
-// and gather_blocks on random data and random block mappings, each beside the
+// (layer by layer, and every layer at once: write_layers) and gather_blocks
+// on random data and random block mappings, each beside the
 // ceiling measured in the same run (device-to-device memcpy, pinned copies)
 // and beside vLLM's one-cudaMemcpyAsync-per-block swap. Prints a table line
 // and a JSON line per measurement, each saying what its events enclose:
@@ -296,6 +297,17 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
   }, timing::gated);
   report("write_slots x32 layers", l, tokens, 2.0 * input * l.num_layers, ms,
          c.d2d, timing::gated);
+  // Every layer in one op (write_layers: one launch), from the same inputs
+  // (a layer's K, then its V: both strided by one layer's K and V).
+  for (auto how : {timing::ungated, timing::gated}) {
+    ms = median_ms(compute, 3, runs, [&](int) {
+      require(st->write_layers(0, l.num_layers, in_of(0), in_of(0) + tokens * row,
+                               input, slots.data(), tokens),
+              "write_layers");
+    }, how);
+    report("write_layers x32 layers", l, tokens, 2.0 * input * l.num_layers,
+           ms, c.d2d, how);
+  }
   // The kernel alone, as a forward pass runs it: the slot mapping already in
   // device memory, one launch per layer back to back. The line above adds
   // the storage's per-call host work (validation, slot planning and hazard
@@ -335,6 +347,13 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
   report_write("write_slots kernel x32 layers",
                write_layers(0, write_overlap::launch, write_overlap::work,
                             true));
+  report_write("write_layers kernel x32 layers",
+               median_ms(compute, 3, runs, [&](int) {
+    check(static_cast<cudaError_t>(detail::launch_write_layers(
+            geo, 0, l.num_layers, in_of(0), in_of(0) + tokens * row, input,
+            dev_slots, tokens, compute)),
+          "launch_write_layers");
+  }));
   // Like for like: as many back-to-back device-to-device memcpys of one
   // layer's bytes each (its K and V rows, contiguous), what a plain copy
   // reaches at this size, launch gaps included.

@@ -229,6 +229,67 @@ cuda_storage::write_slots(std::uint32_t layer, const void* key,
 }
 
 caf::expected<ticket>
+cuda_storage::write_layers(std::uint32_t first_layer, std::uint32_t num_layers,
+                           const void* key, const void* value,
+                           std::size_t layer_stride,
+                           const std::int64_t* slot_mapping,
+                           std::size_t num_tokens) {
+  constexpr auto role = stream_role::compute;
+  constexpr const char* op = "write_layers";
+  const auto s = stream_of(role);
+  if (auto err = usable())
+    return err;
+  const bool planned = slot_mapping != nullptr
+                       && slots_.same_as_last(slot_mapping, num_tokens);
+  if (auto err = detail::check_write_layers(layout_, first_layer, num_layers,
+                                            key, value, layer_stride,
+                                            slot_mapping, num_tokens, !planned))
+    return err;
+  if (num_tokens > 0) {
+    if (auto err = check_accessible(key, op, "key"))
+      return err;
+    if (auto err = check_accessible(value, op, "value"))
+      return err;
+  }
+  if (!planned)
+    slots_.plan(slot_mapping, num_tokens);
+  detail::hazard_tracker::waits w{};
+  for (auto b : slots_.blocks())
+    device_hazards_.need_write(b, s, w);
+  if (auto err = order(w, role))
+    return err;
+  const auto stride = layer_stride != 0 ? layer_stride
+                                        : num_tokens * layout_.row_bytes();
+  if (num_tokens > 0) {
+    void* dev = nullptr;
+    auto stream = streams_[s];
+    if (auto err = uploads_.stage(slots_.mapping(slot_mapping),
+                                  num_tokens * sizeof(std::int64_t), stream,
+                                  dev))
+      return upload_failed(err, "write_layers upload",
+                           num_tokens * sizeof(std::int64_t));
+    if (auto err = detail::launch_write_layers(
+          geometry(), first_layer, num_layers, key, value, stride,
+          static_cast<const std::int64_t*>(dev), num_tokens, stream))
+      return fail(err, "write_layers launch (layers "
+                         + std::to_string(first_layer) + " + "
+                         + std::to_string(num_layers) + ", "
+                         + std::to_string(num_tokens) + " tokens)");
+  }
+  auto t = submit(role);
+  if (!t)
+    return t;
+  if (num_tokens > 0)
+    uploads_.consumed(*t);
+  const auto blocks = slots_.blocks();
+  device_hazards_.note_writes(blocks.begin(), blocks.size(), s, *t);
+  // Not one layer of a pass: a write_slots of this mapping next takes the
+  // first layer's path (its chain would not know the layers written here).
+  written_plan_ = 0;
+  return t;
+}
+
+caf::expected<ticket>
 cuda_storage::gather_blocks(std::uint32_t layer,
                             const std::vector<block_id>& blocks,
                             std::size_t num_tokens, void* key_out,

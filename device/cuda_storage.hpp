@@ -106,6 +106,12 @@ public:
   caf::expected<ticket>
   write_slots(std::uint32_t layer, const void* key, const void* value,
               const std::int64_t* slot_mapping, std::size_t num_tokens) override;
+  /// One launch for every layer (kernels.hpp's launch_write_layers).
+  caf::expected<ticket>
+  write_layers(std::uint32_t first_layer, std::uint32_t num_layers,
+               const void* key, const void* value, std::size_t layer_stride,
+               const std::int64_t* slot_mapping,
+               std::size_t num_tokens) override;
   caf::expected<ticket>
   gather_blocks(std::uint32_t layer, const std::vector<block_id>& blocks,
                 std::size_t num_tokens, void* key_out, void* value_out) override;

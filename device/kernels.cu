@@ -89,6 +89,22 @@ __global__ void __launch_bounds__(threads_per_block, 4) write_slots_kernel(
     wait_for_prior_grids();
 }
 
+/// write_slots for consecutive layers in one launch: CUDA block row y
+/// writes layer first + y, whose K plane is 2 * y planes past first_plane
+/// and whose rows are y * layer_stride past key and value.
+template <class T>
+__global__ void __launch_bounds__(threads_per_block, 4) write_layers_kernel(
+  char* __restrict__ first_plane, std::int64_t plane_bytes,
+  const char* __restrict__ key, const char* __restrict__ value,
+  std::int64_t layer_stride, const std::int64_t* __restrict__ slots,
+  std::int64_t num_tokens, std::int64_t row_bytes) {
+  const std::int64_t y = blockIdx.y;
+  char* k_plane = first_plane + y * 2 * plane_bytes;
+  kernel::write_slots_thread<T, streaming_hints, true>(
+    here(), k_plane, k_plane + plane_bytes, key + y * layer_stride,
+    value + y * layer_stride, slots, num_tokens, row_bytes);
+}
+
 template <class T, bool Streaming>
 __global__ void __launch_bounds__(threads_per_block, 4) gather_blocks_kernel(
   const char* __restrict__ k_plane, const char* __restrict__ v_plane,
@@ -137,6 +153,20 @@ __global__ void fill_random_kernel(
       mix64(~seed + static_cast<std::uint64_t>(i)));
 }
 
+unsigned grid_of(std::int64_t work, std::int64_t cap) {
+  return static_cast<unsigned>(kernel::clamp_grid(work, cap));
+}
+
+cudaStream_t as_stream(void* s) {
+  return static_cast<cudaStream_t>(s);
+}
+
+int last_error() {
+  return static_cast<int>(cudaGetLastError());
+}
+
+} // namespace
+
 /// Whether write_slots may be launched with programmatic dependent launch
 /// on the current device: the device has it (compute capability 9.0 on)
 /// and the code it runs was compiled for it. PTX of an older target (a
@@ -171,20 +201,6 @@ bool programmatic_launch_ok() {
                                              std::memory_order_relaxed);
   return ok;
 }
-
-unsigned grid_of(std::int64_t work, std::int64_t cap) {
-  return static_cast<unsigned>(kernel::clamp_grid(work, cap));
-}
-
-cudaStream_t as_stream(void* s) {
-  return static_cast<cudaStream_t>(s);
-}
-
-int last_error() {
-  return static_cast<int>(cudaGetLastError());
-}
-
-} // namespace
 
 int launch_copy_blocks(const pool_geometry& pool, const block_pair* pairs,
                        std::size_t num_pairs, void* stream,
@@ -260,6 +276,40 @@ int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
     };
     return early_slot ? launch(write_slots_kernel<T, true>)
                       : launch(write_slots_kernel<T, false>);
+  });
+}
+
+int launch_write_layers(const pool_geometry& pool, std::uint32_t first_layer,
+                        std::uint32_t num_layers, const void* key,
+                        const void* value, std::size_t layer_stride,
+                        const std::int64_t* slots, std::size_t num_tokens,
+                        void* stream) {
+  if (num_tokens == 0 || num_layers == 0)
+    return 0;
+  const auto plane_bytes = pool.block_bytes() * pool.num_blocks;
+  const auto grid = kernel::write_slots_grid(static_cast<std::int64_t>(num_tokens));
+  const auto bits = address_bits(pool.base) | pool.row_bytes
+                    | address_bits(key) | address_bits(value) | layer_stride;
+  constexpr std::uint32_t max_grid_y = 65535;
+  return with_vector_type(bits, [&](auto tag) {
+    using T = decltype(tag);
+    for (std::uint32_t done = 0; done < num_layers;) {
+      const auto now = std::min(num_layers - done, max_grid_y);
+      auto first_plane = static_cast<char*>(pool.base)
+                         + std::size_t{first_layer + done} * 2 * plane_bytes;
+      auto k = static_cast<const char*>(key) + std::size_t{done} * layer_stride;
+      auto v = static_cast<const char*>(value) + std::size_t{done} * layer_stride;
+      write_layers_kernel<T><<<dim3(static_cast<unsigned>(grid.x), now),
+                               threads_per_block, 0, as_stream(stream)>>>(
+        first_plane, static_cast<std::int64_t>(plane_bytes), k, v,
+        static_cast<std::int64_t>(layer_stride), slots,
+        static_cast<std::int64_t>(num_tokens),
+        static_cast<std::int64_t>(pool.row_bytes));
+      if (auto err = last_error())
+        return err;
+      done += now;
+    }
+    return 0;
   });
 }
 
@@ -400,6 +450,8 @@ cudaError_t preload_movers() {
   if (auto err = cudaFuncGetAttributes(&a, copy_blocks_kernel<T, streaming_hints>))
     return err;
   if (auto err = cudaFuncGetAttributes(&a, write_slots_kernel<T, true>))
+    return err;
+  if (auto err = cudaFuncGetAttributes(&a, write_layers_kernel<T>))
     return err;
   if (auto err = cudaFuncGetAttributes(&a, swap_runs_kernel<T>))
     return err;

@@ -89,6 +89,12 @@ enum class write_overlap : std::uint8_t {
   work,
 };
 
+/// Whether write_slots kernels launched now (on the current device) use
+/// programmatic dependent launch: compute capability 9.0 on, and kernels
+/// compiled for it (an older target's PTX lacks the waits). Without it
+/// every write_overlap is a plain launch. Asked of the device once.
+bool programmatic_launch_ok();
+
 /// Scatters token i's K and V rows (key, value: [num_tokens, num_heads,
 /// head_dim], device-accessible) of layer `layer` into slot slots[i]; -1
 /// skips. REQUIRES: `slots` in device memory; every slot -1 or in range.
@@ -109,6 +115,20 @@ int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
                        void* stream, int rows_per_warp = 0,
                        write_overlap overlap = write_overlap::launch,
                        bool early_slot = true);
+
+/// launch_write_slots for the `num_layers` layers from `first_layer` in one
+/// launch (grid: write_slots' x, one row of CUDA blocks per layer, in
+/// launches of at most 65535 layers): layer first_layer + i's rows at
+/// key + i * layer_stride and value + i * layer_stride. For a batch of
+/// every layer's K/V at once, where per-layer kernels would each pay their
+/// launch and tail. A plain launch, ordered after everything before it.
+/// REQUIRES: as launch_write_slots, for every layer; layer_stride at least
+/// num_tokens rows.
+int launch_write_layers(const pool_geometry& pool, std::uint32_t first_layer,
+                        std::uint32_t num_layers, const void* key,
+                        const void* value, std::size_t layer_stride,
+                        const std::int64_t* slots, std::size_t num_tokens,
+                        void* stream);
 
 /// Copies the first `num_tokens` tokens of `blocks` ([num_list], device
 /// memory) of layer `layer` into key_out and value_out ([num_tokens,

@@ -2,8 +2,8 @@
 // rule, and the checks every kind shares.
 #include "kvactor/device/storage.hpp"
 
+#include <cstddef>
 #include <new>
-
 #include <string>
 
 #include "kvactor/device/host_storage.hpp"
@@ -91,6 +91,33 @@ make_storage(const storage_options& opts) {
   return make_error(errc::invalid_config,
                     "storage: unknown kind (none, host, cuda, auto): "
                       + opts.kind);
+}
+
+caf::expected<ticket>
+storage::write_layers(std::uint32_t first_layer, std::uint32_t num_layers,
+                      const void* key, const void* value,
+                      std::size_t layer_stride,
+                      const std::int64_t* slot_mapping,
+                      std::size_t num_tokens) {
+  // The whole batch first: past this, a layer's write fails only when the
+  // backend itself failed (device_failure), which fails all its work.
+  if (auto err = detail::check_write_layers(layout_, first_layer, num_layers,
+                                            key, value, layer_stride,
+                                            slot_mapping, num_tokens))
+    return err;
+  const auto stride = layer_stride != 0 ? layer_stride
+                                        : num_tokens * layout_.row_bytes();
+  auto k = static_cast<const std::byte*>(key);
+  auto v = static_cast<const std::byte*>(value);
+  caf::expected<ticket> last{ticket{0}};
+  for (std::uint32_t i = 0; i < num_layers; ++i) {
+    last = write_slots(first_layer + i, num_tokens > 0 ? k + i * stride : k,
+                       num_tokens > 0 ? v + i * stride : v, slot_mapping,
+                       num_tokens);
+    if (!last)
+      return last;
+  }
+  return last;
 }
 
 std::shared_ptr<std::uint8_t> storage::host_buffer(std::size_t bytes) {

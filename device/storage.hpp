@@ -40,6 +40,10 @@ struct storage_layout {
   std::size_t elem_bytes() const noexcept {
     return size_of(dtype);
   }
+  /// One token of one layer's K (or V): a row.
+  std::size_t row_bytes() const noexcept {
+    return std::size_t{num_heads} * head_dim * elem_bytes();
+  }
   /// One block of one layer's K (or V).
   std::size_t block_bytes() const noexcept {
     return std::size_t{block_size} * num_heads * head_dim * elem_bytes();
@@ -113,6 +117,21 @@ public:
   virtual caf::expected<ticket>
   write_slots(std::uint32_t layer, const void* key, const void* value,
               const std::int64_t* slot_mapping, std::size_t num_tokens) = 0;
+
+  /// write_slots for the `num_layers` layers from `first_layer` in one op:
+  /// layer first_layer + i's rows are at key + i * layer_stride and value +
+  /// i * layer_stride (bytes; 0 means num_tokens rows, layers packed). For
+  /// a batch whose K/V of every layer are at hand together - a KV transfer
+  /// from a prefill node, a restore from an external cache - which one op
+  /// moves at copy speed (cuda: one launch for all layers) where one op per
+  /// layer pays each layer's launch. Same rules and REQUIRES as
+  /// write_slots; the whole batch is checked first (layer range, stride,
+  /// pointers, slots) and a bad one writes nothing. This default writes
+  /// layer by layer through write_slots and returns the last ticket.
+  virtual caf::expected<ticket>
+  write_layers(std::uint32_t first_layer, std::uint32_t num_layers,
+               const void* key, const void* value, std::size_t layer_stride,
+               const std::int64_t* slot_mapping, std::size_t num_tokens);
 
   /// Gathers the first `num_tokens` tokens held by `blocks` of layer `layer`
   /// into `key_out` and `value_out` (each [num_tokens, num_heads, head_dim],

@@ -95,13 +95,13 @@ caf::error check_swap(const storage_layout& layout,
   return caf::none;
 }
 
-caf::error check_write(const storage_layout& layout, std::uint32_t layer,
-                       const void* key, const void* value,
-                       const std::int64_t* slot_mapping,
-                       std::size_t num_tokens, bool check_slots) {
-  constexpr const char* op = "write_slots";
-  if (auto err = check_layer(layout, layer, op))
-    return err;
+namespace {
+
+/// check_write's rules past the layer, errors naming `op`.
+caf::error check_write_rows(const char* op, const storage_layout& layout,
+                            const void* key, const void* value,
+                            const std::int64_t* slot_mapping,
+                            std::size_t num_tokens, bool check_slots) {
   if (num_tokens == 0)
     return caf::none;
   if (key == nullptr || value == nullptr || slot_mapping == nullptr)
@@ -128,6 +128,53 @@ caf::error check_write(const storage_layout& layout, std::uint32_t layer,
                  std::to_string(s) + " at token " + std::to_string(i)
                    + " (num_slots " + std::to_string(num_slots) + ")");
   }
+}
+
+} // namespace
+
+caf::error check_write(const storage_layout& layout, std::uint32_t layer,
+                       const void* key, const void* value,
+                       const std::int64_t* slot_mapping,
+                       std::size_t num_tokens, bool check_slots) {
+  constexpr const char* op = "write_slots";
+  if (auto err = check_layer(layout, layer, op))
+    return err;
+  return check_write_rows(op, layout, key, value, slot_mapping, num_tokens,
+                          check_slots);
+}
+
+caf::error check_write_layers(const storage_layout& layout,
+                              std::uint32_t first_layer,
+                              std::uint32_t num_layers, const void* key,
+                              const void* value, std::size_t layer_stride,
+                              const std::int64_t* slot_mapping,
+                              std::size_t num_tokens, bool check_slots) {
+  constexpr const char* op = "write_layers";
+  if (num_layers == 0)
+    return bad(op, "no layers", "num_layers 0");
+  if (first_layer >= layout.num_layers
+      || num_layers > layout.num_layers - first_layer)
+    return bad(op, "layers out of range",
+               std::to_string(first_layer) + " + "
+                 + std::to_string(num_layers) + " (num_layers "
+                 + std::to_string(layout.num_layers) + ")");
+  using u128 = unsigned __int128; // no product below can overflow it
+  const auto rows = u128{num_tokens} * layout.num_heads * layout.head_dim
+                    * layout.elem_bytes();
+  if (layer_stride != 0 && layer_stride < rows)
+    return bad(op, "layer stride shorter than a layer's rows",
+               std::to_string(layer_stride) + " bytes for "
+                 + std::to_string(num_tokens) + " tokens");
+  // The last layer's rows must be addressable from key and value.
+  const auto stride = layer_stride != 0 ? layer_stride : rows;
+  if (stride * (num_layers - 1) + rows
+      > u128{std::numeric_limits<std::ptrdiff_t>::max()})
+    return bad(op, "layers' rows past the address space",
+               std::to_string(num_layers) + " layers of "
+                 + std::to_string(static_cast<std::uint64_t>(stride))
+                 + " bytes");
+  return check_write_rows(op, layout, key, value, slot_mapping, num_tokens,
+                          check_slots);
 }
 
 caf::error check_gather_request(const storage_layout& layout,

@@ -30,6 +30,16 @@ caf::error check_write(const storage_layout& layout, std::uint32_t layer,
                        const std::int64_t* slot_mapping,
                        std::size_t num_tokens, bool check_slots = true);
 
+/// write_layers' batch: 1 <= num_layers, first_layer + num_layers within
+/// the layout, layer_stride 0 or at least num_tokens rows, and check_write's
+/// rules. Errors read "write_layers: <what>: <value>".
+caf::error check_write_layers(const storage_layout& layout,
+                              std::uint32_t first_layer,
+                              std::uint32_t num_layers, const void* key,
+                              const void* value, std::size_t layer_stride,
+                              const std::int64_t* slot_mapping,
+                              std::size_t num_tokens, bool check_slots = true);
+
 /// layer < num_layers; every block id below num_blocks; num_tokens at most
 /// blocks.size() * block_size. (What a gather asks, before any output
 /// memory is set aside for it.)
