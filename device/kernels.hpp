@@ -106,9 +106,11 @@ bool programmatic_launch_ok();
 /// the slot first. Measured on the H200 for 4096 tokens x 8 heads a layer
 /// (kernels of 8 us, one wave, whose fixed latencies weigh), 32 layers back
 /// to back: 0.65 of memcpy bandwidth with neither, 0.74 with every layer
-/// in write_overlap::launch, 0.77 with the early slot as well (session 38).
+/// in write_overlap::launch, 0.77 with the early slot as well (session 38,
+/// when a launch-mode kernel let the next one launch before it waited).
 /// The storage now launches a pass's next layers in write_overlap::work,
-/// not yet measured; gpu_bench compares the modes.
+/// and a launch-mode kernel waits first: neither measured yet; gpu_bench
+/// compares the modes.
 int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
                        const void* key, const void* value,
                        const std::int64_t* slots, std::size_t num_tokens,
