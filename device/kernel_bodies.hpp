@@ -231,6 +231,34 @@ KVACTOR_KERNEL_FN void write_slots_thread(
   }
 }
 
+// -- write_layers ---------------------------------------------------------------------
+
+/// Grid: write_slots_grid's x, one row of CUDA blocks per layer (at most
+/// max_grid_y: the launcher launches more layers in further grids).
+constexpr grid_dims write_layers_grid(std::int64_t num_tokens,
+                                      std::int64_t num_layers) {
+  return {write_slots_grid(num_tokens).x, clamp_grid(num_layers, max_grid_y)};
+}
+
+/// Row y of CUDA blocks does write_slots for the grid's layer y: its K
+/// plane 2 * y planes past first_plane, its V plane right after that, its
+/// rows y * layer_stride past key and value.
+template <class T, bool Streaming = streaming_hints>
+KVACTOR_KERNEL_FN void write_layers_thread(
+  thread_pos at,
+  char* __restrict__ first_plane, // [layers][2][num_blocks * block_size][row_bytes]
+  std::int64_t plane_bytes,
+  const char* __restrict__ key,   // [layers] x layer_stride: [num_tokens][row_bytes]
+  const char* __restrict__ value, // the same
+  std::int64_t layer_stride, const std::int64_t* __restrict__ slots,
+  std::int64_t num_tokens, std::int64_t row_bytes) {
+  const std::int64_t y = at.block_y;
+  char* k_plane = first_plane + y * 2 * plane_bytes;
+  write_slots_thread<T, Streaming, true>(
+    at, k_plane, k_plane + plane_bytes, key + y * layer_stride,
+    value + y * layer_stride, slots, num_tokens, row_bytes);
+}
+
 // -- gather_blocks --------------------------------------------------------------------
 
 /// The list blocks a gather of `num_tokens` tokens reads.

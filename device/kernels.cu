@@ -89,20 +89,15 @@ __global__ void __launch_bounds__(threads_per_block, 4) write_slots_kernel(
     wait_for_prior_grids();
 }
 
-/// write_slots for consecutive layers in one launch: CUDA block row y
-/// writes layer first + y, whose K plane is 2 * y planes past first_plane
-/// and whose rows are y * layer_stride past key and value.
+/// A plain launch: never lets the next kernel launch early.
 template <class T>
 __global__ void __launch_bounds__(threads_per_block, 4) write_layers_kernel(
   char* __restrict__ first_plane, std::int64_t plane_bytes,
   const char* __restrict__ key, const char* __restrict__ value,
   std::int64_t layer_stride, const std::int64_t* __restrict__ slots,
   std::int64_t num_tokens, std::int64_t row_bytes) {
-  const std::int64_t y = blockIdx.y;
-  char* k_plane = first_plane + y * 2 * plane_bytes;
-  kernel::write_slots_thread<T, streaming_hints, true>(
-    here(), k_plane, k_plane + plane_bytes, key + y * layer_stride,
-    value + y * layer_stride, slots, num_tokens, row_bytes);
+  kernel::write_layers_thread<T>(here(), first_plane, plane_bytes, key, value,
+                                 layer_stride, slots, num_tokens, row_bytes);
 }
 
 template <class T, bool Streaming>
@@ -287,19 +282,22 @@ int launch_write_layers(const pool_geometry& pool, std::uint32_t first_layer,
   if (num_tokens == 0 || num_layers == 0)
     return 0;
   const auto plane_bytes = pool.block_bytes() * pool.num_blocks;
-  const auto grid = kernel::write_slots_grid(static_cast<std::int64_t>(num_tokens));
+  // The stride moves the rows' addresses only past the first layer.
   const auto bits = address_bits(pool.base) | pool.row_bytes
-                    | address_bits(key) | address_bits(value) | layer_stride;
-  constexpr std::uint32_t max_grid_y = 65535;
+                    | address_bits(key) | address_bits(value)
+                    | (num_layers > 1 ? layer_stride : 0);
+  constexpr auto max_y = static_cast<std::uint32_t>(kernel::max_grid_y);
   return with_vector_type(bits, [&](auto tag) {
     using T = decltype(tag);
     for (std::uint32_t done = 0; done < num_layers;) {
-      const auto now = std::min(num_layers - done, max_grid_y);
+      const auto now = std::min(num_layers - done, max_y);
+      const auto grid = kernel::write_layers_grid(
+        static_cast<std::int64_t>(num_tokens), now);
       auto first_plane = static_cast<char*>(pool.base)
                          + std::size_t{first_layer + done} * 2 * plane_bytes;
       auto k = static_cast<const char*>(key) + std::size_t{done} * layer_stride;
       auto v = static_cast<const char*>(value) + std::size_t{done} * layer_stride;
-      write_layers_kernel<T><<<dim3(static_cast<unsigned>(grid.x), now),
+      write_layers_kernel<T><<<as_dim3(grid),
                                threads_per_block, 0, as_stream(stream)>>>(
         first_plane, static_cast<std::int64_t>(plane_bytes), k, v,
         static_cast<std::int64_t>(layer_stride), slots,

@@ -123,9 +123,12 @@ int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
 /// launches of at most 65535 layers): layer first_layer + i's rows at
 /// key + i * layer_stride and value + i * layer_stride. For a batch of
 /// every layer's K/V at once, where per-layer kernels would each pay their
-/// launch and tail. A plain launch, ordered after everything before it.
-/// REQUIRES: as launch_write_slots, for every layer; layer_stride at least
-/// num_tokens rows.
+/// launch and tail. A plain launch, ordered after everything before it;
+/// the storage never queues a write_overlap::work kernel right behind it
+/// (a write_slots after it starts a new chain). REQUIRES: as
+/// launch_write_slots, for every layer; with num_layers > 1, layer_stride
+/// at least num_tokens rows (0 is not "packed" here: every layer would
+/// read layer 0's rows).
 int launch_write_layers(const pool_geometry& pool, std::uint32_t first_layer,
                         std::uint32_t num_layers, const void* key,
                         const void* value, std::size_t layer_stride,

@@ -125,9 +125,15 @@ public:
   /// from a prefill node, a restore from an external cache - which one op
   /// moves at copy speed (cuda: one launch for all layers) where one op per
   /// layer pays each layer's launch. Same rules and REQUIRES as
-  /// write_slots; the whole batch is checked first (layer range, stride,
-  /// pointers, slots) and a bad one writes nothing. This default writes
-  /// layer by layer through write_slots and returns the last ticket.
+  /// write_slots; the whole batch is checked first (at least one layer,
+  /// all in range, the stride, the pointers, the slots; validate.hpp's
+  /// check_write_layers) and a bad one writes nothing (invalid_request);
+  /// no tokens writes nothing, and then the pointers may be null. The
+  /// ticket covers every layer's write (done() and wait(); finished() and
+  /// wait_one() by their rule for shared blocks). This default writes
+  /// layer by layer through write_slots and returns the last one's ticket:
+  /// a device_failure partway leaves the earlier layers written, as any
+  /// failed backend's work is lost anyway.
   virtual caf::expected<ticket>
   write_layers(std::uint32_t first_layer, std::uint32_t num_layers,
                const void* key, const void* value, std::size_t layer_stride,

@@ -158,21 +158,25 @@ caf::error check_write_layers(const storage_layout& layout,
                std::to_string(first_layer) + " + "
                  + std::to_string(num_layers) + " (num_layers "
                  + std::to_string(layout.num_layers) + ")");
-  using u128 = unsigned __int128; // no product below can overflow it
-  const auto rows = u128{num_tokens} * layout.num_heads * layout.head_dim
-                    * layout.elem_bytes();
+  if (num_tokens == 0)
+    return caf::none; // no rows: no stride to check, nothing to read
+  // check_layout keeps 2 * num_layers * block bytes below 2^63, so a
+  // layer's rows times the layers stay far below 2^128.
+  using u128 = unsigned __int128;
+  const auto rows = u128{num_tokens} * layout.row_bytes();
   if (layer_stride != 0 && layer_stride < rows)
     return bad(op, "layer stride shorter than a layer's rows",
                std::to_string(layer_stride) + " bytes for "
-                 + std::to_string(num_tokens) + " tokens");
+                 + std::to_string(num_tokens) + " tokens of "
+                 + std::to_string(layout.row_bytes()) + " bytes");
   // The last layer's rows must be addressable from key and value.
-  const auto stride = layer_stride != 0 ? layer_stride : rows;
+  const auto stride = layer_stride != 0 ? u128{layer_stride} : rows;
   if (stride * (num_layers - 1) + rows
       > u128{std::numeric_limits<std::ptrdiff_t>::max()})
     return bad(op, "layers' rows past the address space",
                std::to_string(num_layers) + " layers of "
-                 + std::to_string(static_cast<std::uint64_t>(stride))
-                 + " bytes");
+                 + std::to_string(num_tokens) + " tokens, layer stride "
+                 + std::to_string(layer_stride));
   return check_write_rows(op, layout, key, value, slot_mapping, num_tokens,
                           check_slots);
 }

@@ -31,8 +31,10 @@ caf::error check_write(const storage_layout& layout, std::uint32_t layer,
                        std::size_t num_tokens, bool check_slots = true);
 
 /// write_layers' batch: 1 <= num_layers, first_layer + num_layers within
-/// the layout, layer_stride 0 or at least num_tokens rows, and check_write's
-/// rules. Errors read "write_layers: <what>: <value>".
+/// the layout, check_write's rules, and with num_tokens > 0: layer_stride
+/// 0 or at least num_tokens rows, and the last layer's rows addressable
+/// (below PTRDIFF_MAX bytes past key and value). Errors read
+/// "write_layers: <what>: <value>".
 caf::error check_write_layers(const storage_layout& layout,
                               std::uint32_t first_layer,
                               std::uint32_t num_layers, const void* key,

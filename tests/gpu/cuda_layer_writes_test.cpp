@@ -225,9 +225,11 @@ BOOST_AUTO_TEST_CASE(a_layer_written_twice_in_a_row_keeps_the_later_bytes) {
 }
 
 BOOST_AUTO_TEST_CASE(write_layers_matches_host_backend) {
-  // Every layer's write in one op (one launch on cuda), packed and strided,
-  // with slots named twice; then a pass of per-layer writes of the same
-  // mapping, which must wait for it, and write_layers again.
+  // Every layer's write in one op (one launch on cuda) - all layers packed,
+  // then all but the first strided - with slots named twice, compared on
+  // its own; then, behind a held stream, the same layers again through
+  // write_layers and a pass of per-layer writes of the same mapping right
+  // behind it, which must wait for it.
   std::mt19937_64 rng{test_seed()};
   for (auto& l : test_shapes()) {
     twin tw{l, rng};
@@ -236,28 +238,50 @@ BOOST_AUTO_TEST_CASE(write_layers_matches_host_backend) {
                                                 300);
     auto slots = random_slots(l, n, rng);
     name_again(slots, 5, rng);
-    std::vector<std::unique_ptr<layer_input>> keep;
-    ticket last = 0;
     for (std::size_t pad : {std::size_t{0}, 3 * row + 8}) {
+      const std::uint32_t first = pad == 0 || l.num_layers == 1 ? 0 : 1;
+      const std::uint32_t count = l.num_layers - first;
       const std::size_t stride = n * row + pad;
-      bytes key(l.num_layers * stride), value(l.num_layers * stride);
-      fill_random(key.data(), key.size(), rng);
-      fill_random(value.data(), value.size(), rng);
-      device_buffer dk{key.size()}, dv{value.size()};
-      dk.upload(key);
-      dv.upload(value);
       const std::size_t arg = pad == 0 ? 0 : stride;
-      expect_ok(tw.host->write_layers(0, l.num_layers, key.data(),
-                                      value.data(), arg, slots.data(), n),
-                "host write_layers");
-      auto t = tw.cuda->write_layers(0, l.num_layers, dk.data, dv.data, arg,
-                                     slots.data(), n);
-      expect_ok(t, "cuda write_layers");
-      for (std::uint32_t layer = 0; layer < l.num_layers; ++layer) {
-        keep.push_back(std::make_unique<layer_input>(n, row, rng));
-        last = write_both(tw, layer, slots, *keep.back());
+      // Two batches of every layer's rows: one alone, one behind the gate.
+      std::vector<bytes> keys(2), values(2);
+      std::vector<std::unique_ptr<device_buffer>> dev;
+      for (int b = 0; b < 2; ++b) {
+        keys[b].resize(count * stride);
+        values[b].resize(count * stride);
+        fill_random(keys[b].data(), keys[b].size(), rng);
+        fill_random(values[b].data(), values[b].size(), rng);
+        dev.push_back(std::make_unique<device_buffer>(keys[b].size()));
+        dev.back()->upload(keys[b]);
+        dev.push_back(std::make_unique<device_buffer>(values[b].size()));
+        dev.back()->upload(values[b]);
       }
-      BOOST_REQUIRE(!tw.cuda->wait(last)); // before dk and dv go
+      auto write_all = [&](int b) {
+        expect_ok(tw.host->write_layers(first, count, keys[b].data(),
+                                        values[b].data(), arg, slots.data(),
+                                        n),
+                  "host write_layers");
+        auto t = tw.cuda->write_layers(first, count, dev[2 * b]->data,
+                                       dev[2 * b + 1]->data, arg,
+                                       slots.data(), n);
+        expect_ok(t, "cuda write_layers");
+        return *t;
+      };
+      BOOST_REQUIRE(!tw.cuda->wait(write_all(0)));
+      BOOST_TEST(tw.same("write_layers"));
+      std::vector<std::unique_ptr<layer_input>> inputs;
+      for (std::uint32_t layer = first; layer < l.num_layers; ++layer)
+        inputs.push_back(std::make_unique<layer_input>(n, row, rng));
+      ticket last = 0;
+      {
+        stream_gate gate{compute_stream(tw)};
+        last = write_all(1);
+        for (std::uint32_t layer = first; layer < l.num_layers; ++layer)
+          last = write_both(tw, layer, slots, *inputs[layer - first]);
+        gate.open();
+        BOOST_REQUIRE(!gate.forced());
+      }
+      BOOST_REQUIRE(!tw.cuda->wait(last));
       BOOST_TEST(tw.same("write_layers, then layer by layer"));
     }
   }

@@ -3,6 +3,7 @@
 // packed and strided inputs, skipped slots, a slot named twice; a bad batch
 // fails whole, naming what was wrong, and writes nothing. (The cuda
 // backend's single launch is compared with this one by gpu_tests.)
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -94,7 +95,9 @@ BOOST_AUTO_TEST_CASE(write_layers_equals_write_slots_layer_by_layer) {
       pair_of_hosts twins{l, rng};
       const auto row = l.row_bytes();
       const std::size_t n = l.num_blocks * l.block_size / 2 + 1;
-      const std::uint32_t first = 1, count = l.num_layers - 1;
+      // Every layer but the first, or (strided) every layer.
+      const std::uint32_t first = pad == 0 ? 1 : 0;
+      const std::uint32_t count = l.num_layers - first;
       // pad 0: layers packed (stride 0 = n rows); else a larger stride.
       const std::size_t stride = n * row + pad;
       const auto slots = random_slots(l, n, rng);
@@ -142,16 +145,35 @@ BOOST_AUTO_TEST_CASE(a_bad_batch_fails_whole_and_writes_nothing) {
   fails(st->write_layers(0, 2, key.data(), value.data(), n * l.row_bytes() - 1,
                          slots.data(), n),
         "layer stride shorter");
+  fails(st->write_layers(1, UINT32_MAX, key.data(), value.data(), 0,
+                         slots.data(), n),
+        "layers out of range"); // first + count wraps in 32 bits
+  fails(st->write_layers(0, 2, key.data(), value.data(),
+                         static_cast<std::size_t>(PTRDIFF_MAX), slots.data(), n),
+        "past the address space");
   fails(st->write_layers(0, 2, nullptr, value.data(), 0, slots.data(), n),
         "null pointer");
   slots[4] = 32; // one past the last slot: every layer must stay unwritten
   fails(st->write_layers(0, 4, key.data(), value.data(), 0, slots.data(), n),
         "slot out of range");
   BOOST_TEST((pools_of(*st) == before));
-  // An empty batch of tokens is fine and writes nothing.
-  auto t = st->write_layers(0, 4, nullptr, nullptr, 0, nullptr, 0);
-  BOOST_REQUIRE_MESSAGE(t, why(t));
+  // An empty batch of tokens is fine and writes nothing, whatever its
+  // stride (no rows to reach).
+  for (std::size_t stride : {std::size_t{0}, std::size_t{1},
+                             static_cast<std::size_t>(PTRDIFF_MAX)}) {
+    auto t = st->write_layers(0, 4, nullptr, nullptr, stride, nullptr, 0);
+    BOOST_REQUIRE_MESSAGE(t, why(t));
+  }
   BOOST_TEST((pools_of(*st) == before));
+  // The bookkeeping-only backend takes the same checks, then has no bytes.
+  storage_options opts;
+  opts.kind = "none";
+  opts.layout = l;
+  auto none = make_storage(opts);
+  BOOST_REQUIRE_MESSAGE(none, why(none));
+  fails((*none)->write_layers(3, 2, key.data(), value.data(), 0, slots.data(),
+                              n),
+        "layers out of range");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
