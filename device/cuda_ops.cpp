@@ -143,6 +143,34 @@ caf::expected<ticket> cuda_storage::swap(const std::vector<block_move>& moves,
   return t;
 }
 
+caf::error cuda_storage::check_inputs(const char* op, const void* key,
+                                      const void* value,
+                                      std::size_t num_tokens) {
+  if (num_tokens == 0)
+    return caf::none;
+  if (auto err = check_accessible(key, op, "key"))
+    return err;
+  return check_accessible(value, op, "value");
+}
+
+caf::error cuda_storage::order_planned_writes() {
+  constexpr auto role = stream_role::compute;
+  detail::hazard_tracker::waits w{};
+  for (auto b : slots_.blocks())
+    device_hazards_.need_write(b, stream_of(role), w);
+  return order(w, role);
+}
+
+caf::error cuda_storage::stage_mapping(const char* what,
+                                       const std::int64_t* slot_mapping,
+                                       std::size_t num_tokens, void*& dev) {
+  const auto bytes = num_tokens * sizeof(std::int64_t);
+  if (auto err = uploads_.stage(slots_.mapping(slot_mapping), bytes,
+                                streams_[stream_of(stream_role::compute)], dev))
+    return upload_failed(err, what, bytes);
+  return caf::none;
+}
+
 caf::expected<ticket>
 cuda_storage::write_slots(std::uint32_t layer, const void* key,
                           const void* value, const std::int64_t* slot_mapping,
@@ -159,12 +187,8 @@ cuda_storage::write_slots(std::uint32_t layer, const void* key,
   if (auto err = detail::check_write(layout_, layer, key, value, slot_mapping,
                                      num_tokens, !planned))
     return err;
-  if (num_tokens > 0) {
-    if (auto err = check_accessible(key, op, "key"))
-      return err;
-    if (auto err = check_accessible(value, op, "value"))
-      return err;
-  }
+  if (auto err = check_inputs(op, key, value, num_tokens))
+    return err;
   // The pass's next layer: the mapping the last write wrote, and no op
   // since touched a device block (writes_pending) or staged an upload. Its
   // blocks' hazards are then that write's, on this stream: nothing to wait
@@ -179,10 +203,7 @@ cuda_storage::write_slots(std::uint32_t layer, const void* key,
   if (!planned)
     slots_.plan(slot_mapping, num_tokens);
   if (!next_layer) {
-    detail::hazard_tracker::waits w{};
-    for (auto b : slots_.blocks())
-      device_hazards_.need_write(b, s, w);
-    if (auto err = order(w, role))
+    if (auto err = order_planned_writes())
       return err;
   }
   const void* dev = next_layer ? mapping_dev_ : nullptr;
@@ -193,11 +214,9 @@ cuda_storage::write_slots(std::uint32_t layer, const void* key,
       overlapped = chain_.join(layer);
     } else {
       void* staged = nullptr;
-      if (auto err = uploads_.stage(slots_.mapping(slot_mapping),
-                                    num_tokens * sizeof(std::int64_t), stream,
-                                    staged))
-        return upload_failed(err, "write_slots upload",
-                             num_tokens * sizeof(std::int64_t));
+      if (auto err = stage_mapping("write_slots upload", slot_mapping,
+                                   num_tokens, staged))
+        return err;
       dev = staged;
       chain_.restart(layer);
     }
@@ -245,32 +264,22 @@ cuda_storage::write_layers(std::uint32_t first_layer, std::uint32_t num_layers,
                                             key, value, layer_stride,
                                             slot_mapping, num_tokens, !planned))
     return err;
-  if (num_tokens > 0) {
-    if (auto err = check_accessible(key, op, "key"))
-      return err;
-    if (auto err = check_accessible(value, op, "value"))
-      return err;
-  }
+  if (auto err = check_inputs(op, key, value, num_tokens))
+    return err;
   if (!planned)
     slots_.plan(slot_mapping, num_tokens);
-  detail::hazard_tracker::waits w{};
-  for (auto b : slots_.blocks())
-    device_hazards_.need_write(b, s, w);
-  if (auto err = order(w, role))
+  if (auto err = order_planned_writes())
     return err;
   const auto stride = layer_stride != 0 ? layer_stride
                                         : num_tokens * layout_.row_bytes();
   if (num_tokens > 0) {
     void* dev = nullptr;
-    auto stream = streams_[s];
-    if (auto err = uploads_.stage(slots_.mapping(slot_mapping),
-                                  num_tokens * sizeof(std::int64_t), stream,
-                                  dev))
-      return upload_failed(err, "write_layers upload",
-                           num_tokens * sizeof(std::int64_t));
+    if (auto err = stage_mapping("write_layers upload", slot_mapping,
+                                 num_tokens, dev))
+      return err;
     if (auto err = detail::launch_write_layers(
           geometry(), first_layer, num_layers, key, value, stride,
-          static_cast<const std::int64_t*>(dev), num_tokens, stream))
+          static_cast<const std::int64_t*>(dev), num_tokens, streams_[s]))
       return fail(err, "write_layers launch (layers "
                          + std::to_string(first_layer) + " + "
                          + std::to_string(num_layers) + ", "

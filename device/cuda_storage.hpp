@@ -191,6 +191,17 @@ private:
   caf::expected<ticket> swap(const std::vector<block_move>& moves,
                              detail::swap_direction dir);
 
+  /// The writes' shared steps (write_slots, write_layers): both inputs
+  /// device-accessible when there are tokens; the compute stream ordered
+  /// after every other stream's pending access of the planned blocks
+  /// (slots_.blocks()); the planned mapping staged for the compute stream,
+  /// `dev` its device copy (`what` names the upload if it fails).
+  caf::error check_inputs(const char* op, const void* key, const void* value,
+                          std::size_t num_tokens);
+  caf::error order_planned_writes();
+  caf::error stage_mapping(const char* what, const std::int64_t* slot_mapping,
+                           std::size_t num_tokens, void*& dev);
+
   /// invalid_request unless `p` is device-accessible (or null): pinned host
   /// memory, or memory of this device. Checks the first byte only: the size
   /// of the buffer behind `p` is trusted (checking the range would need the

@@ -15,36 +15,17 @@
 #include "kvactor/device/host_storage.hpp"
 #include "kvactor/device/storage.hpp"
 #include "kvactor/messages/error.hpp"
+#include "host_storage_support.hpp"
 
 using namespace kvactor;
+using namespace kvactor::test::host_storage_tests;
 
 namespace {
 
 using bytes = std::vector<std::uint8_t>;
 
-/// The error of a failed expected, "" otherwise (error() of a value is UB).
-template <class T>
-std::string why(const caf::expected<T>& x) {
-  return x ? std::string{} : render(x.error());
-}
-
 bool has(const caf::error& err, errc code) {
   return has_code(err, code);
-}
-
-storage_layout layout_of(std::uint32_t layers, std::uint32_t blocks,
-                         std::uint32_t block_size, std::uint32_t heads,
-                         std::uint32_t dim, kvactor::dtype dt,
-                         std::uint32_t host_blocks) {
-  storage_layout l;
-  l.num_layers = layers;
-  l.num_blocks = blocks;
-  l.block_size = block_size;
-  l.num_heads = heads;
-  l.head_dim = dim;
-  l.dtype = dt;
-  l.num_host_blocks = host_blocks;
-  return l;
 }
 
 /// Shapes with different element sizes, odd dimensions and 1-token blocks.
@@ -53,20 +34,6 @@ std::vector<storage_layout> shapes() {
           layout_of(3, 20, 16, 1, 4, dtype::fp8_e4m3, 8),
           layout_of(1, 9, 1, 3, 5, dtype::fp32, 5),
           layout_of(2, 12, 8, 4, 16, dtype::bf16, 12)};
-}
-
-std::unique_ptr<storage> make_host(const storage_layout& l) {
-  storage_options opts;
-  opts.kind = "host";
-  opts.layout = l;
-  auto st = make_storage(opts);
-  BOOST_REQUIRE_MESSAGE(st, why(st));
-  return std::move(*st);
-}
-
-void fill_random(std::uint8_t* p, std::size_t n, std::mt19937_64& rng) {
-  for (std::size_t i = 0; i < n; ++i)
-    p[i] = static_cast<std::uint8_t>(rng() >> 56);
 }
 
 /// Element-by-element reference of the documented layout

@@ -14,43 +14,19 @@
 
 #include "kvactor/device/storage.hpp"
 #include "kvactor/messages/error.hpp"
+#include "host_storage_support.hpp"
 
 using namespace kvactor;
+using namespace kvactor::test::host_storage_tests;
 
 namespace {
 
 using bytes = std::vector<std::uint8_t>;
 
-template <class T>
-std::string why(const caf::expected<T>& x) {
-  return x ? std::string{} : render(x.error());
-}
-
 storage_layout shape(std::uint32_t layers, std::uint32_t blocks,
                      std::uint32_t block_size, std::uint32_t heads,
                      std::uint32_t dim, kvactor::dtype dt) {
-  storage_layout l;
-  l.num_layers = layers;
-  l.num_blocks = blocks;
-  l.block_size = block_size;
-  l.num_heads = heads;
-  l.head_dim = dim;
-  l.dtype = dt;
-  return l;
-}
-
-std::unique_ptr<storage> make_host(const storage_layout& l) {
-  storage_options opts;
-  opts.kind = "host";
-  opts.layout = l;
-  auto st = make_storage(opts);
-  BOOST_REQUIRE_MESSAGE(st, why(st));
-  return std::move(*st);
-}
-
-void fill_random(std::uint8_t* p, std::size_t n, std::mt19937_64& rng) {
-  for (std::size_t i = 0; i < n; ++i)
-    p[i] = static_cast<std::uint8_t>(rng() >> 56);
+  return layout_of(layers, blocks, block_size, heads, dim, dt, 0);
 }
 
 bytes pools_of(storage& st) {
