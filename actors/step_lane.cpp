@@ -98,6 +98,10 @@ caf::actor_addr lane_ledger::stepper_of(request_id id,
 }
 
 std::uint64_t lane_ledger::drain_tag(const caf::actor_addr& stepper) const {
+  // No stepper (a victim admitted by allocate or fork, an anonymous step):
+  // no tag - and a null address is never looked up (see take()).
+  if (!stepper)
+    return 0;
   auto i = steppers_.find(stepper);
   return i == steppers_.end() ? 0 : i->second;
 }

@@ -116,4 +116,40 @@ BOOST_AUTO_TEST_CASE(a_steppers_next_step_ends_its_victims_drain) {
   BOOST_TEST(s->free_blocks == 5u);
 }
 
+BOOST_AUTO_TEST_CASE(a_victim_no_stepper_admitted_drains_while_steppers_exist) {
+  // A stepper is known (it admitted request 1), and the victim came in by
+  // allocate: its drain has no stepper's tag, and neither that stepper's
+  // promise nor an anonymous one ends it - only the grace. (The pool used
+  // to look the victim's null stepper up and crash.)
+  caf::scoped_actor stepper{sys};
+  step_request admit;
+  admit.admits = {make_request(cfg, 1, 4 * 30)};
+  auto first = lane_step(stepper, admit);
+  BOOST_REQUIRE(first);
+  BOOST_REQUIRE(first->admitted.size() == 1u);
+  BOOST_REQUIRE(allocate(low_priority(cfg, 2)));
+  BOOST_REQUIRE(allocate(3, 4 * 10));
+  BOOST_REQUIRE(allocate(4, 4 * 11)); // critical: 2 goes, and drains
+  auto notices = preempt_notices(self);
+  BOOST_REQUIRE(notices.size() == 1u);
+  BOOST_TEST(notices[0].id == 2u);
+  auto s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->draining_blocks == 10u);
+  step_request promise;
+  promise.earlier_steps_written = true;
+  BOOST_REQUIRE(lane_step(stepper, promise));
+  caf::anon_send(lane, step_atom::value, promise); // no sender at all
+  run();
+  s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->draining_blocks == 10u);
+  sched.trigger_timeouts();
+  run();
+  s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->draining_blocks == 0u);
+  BOOST_TEST(s->free_blocks == 13u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
