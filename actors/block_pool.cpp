@@ -132,7 +132,7 @@ block_pool_fun(pool_ptr self, cache_config cfg,
         return err;
       if (st.core().find(id, cache_id) == nullptr)
         return {false, std::uint32_t{0}};
-      auto res = st.core().release(id);
+      auto res = st.core().reclaim(id, cache_id);
       if (!res)
         return std::move(res.error());
       st.lanes.ended(id, cache_id, end_reason::reclaimed, *res);

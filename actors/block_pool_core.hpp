@@ -124,8 +124,12 @@ public:
   /// Its first `keep` blocks stay indexed (written by an earlier pass).
   caf::expected<std::uint32_t> discard(request_id id, std::uint32_t keep = 0);
 
-  /// release(id) only if its cache_id is still `cache_id` (a reclaim after
-  /// the handle died must not free a newer request with the same id).
+  /// Ends `id` only if its cache_id is still `cache_id` (a reclaim after
+  /// the handle died must not free a newer request with the same id), as
+  /// preempt(id, true) does: its owner or handle went, or nobody received
+  /// it (a reply after its caller gave up), so its K/V may never have been
+  /// written - the blocks whose last reference goes leave the index, all
+  /// but those its admission found cached. 0 if that incarnation ended.
   caf::expected<std::uint32_t> reclaim(request_id id, std::uint64_t cache_id);
 
   /// release(id), counted as a preemption if `id` was resident (a swapped

@@ -179,9 +179,12 @@ caf::expected<std::uint32_t> block_pool_core::release(request_id id) {
 
 caf::expected<std::uint32_t> block_pool_core::reclaim(request_id id,
                                                       std::uint64_t cache_id) {
-  if (find(id, cache_id) == nullptr)
+  auto seq = find(id, cache_id);
+  if (seq == nullptr)
     return std::uint32_t{0};
-  return release(id);
+  // Its owner or handle went, or nobody got it: its K/V may never have
+  // been written. What stays indexed is what preempt(id, true) keeps.
+  return discard(id, seq->hit_blocks);
 }
 
 caf::expected<std::uint32_t> block_pool_core::preempt(request_id id,

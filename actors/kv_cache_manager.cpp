@@ -136,10 +136,11 @@ namespace {
 
 /// For a late reply to an allocate or fork whose caller timed out: ends
 /// the request nobody holds a handle of (through its handle actor, which
-/// names its own incarnation).
+/// names its own incarnation), as unclaimed - nobody wrote its K/V, so its
+/// prompt's fresh blocks must not stay in the prefix index.
 void end_unclaimed(caf::message& reply) {
   if (reply.match_elements<request_handle_actor, block_table>())
-    caf::anon_send(reply.get_as<request_handle_actor>(0), free_atom::value);
+    caf::anon_send(reply.get_as<request_handle_actor>(0), unclaimed_atom::value);
 }
 
 } // namespace
@@ -322,12 +323,13 @@ caf::expected<step_result> kv_cache_manager::step(step_request req) {
   auto known = core_->handles_of(req);
   // A reply that comes after the caller timed out: its admissions are
   // ended again, each by its incarnation (the pool told the manager of
-  // them before it replied), so a timed-out step admits nothing.
+  // them before it replied), as unclaimed (nobody writes their K/V), so a
+  // timed-out step admits nothing and caches nothing.
   auto undo = [manager = core_->cache().manager](caf::message& reply) {
     if (!reply.match_elements<step_result>())
       return;
     for (auto& a : reply.get_as<step_result>(0).admitted)
-      caf::anon_send(manager, free_atom::value, a.id, a.cache_id);
+      caf::anon_send(manager, unclaimed_atom::value, a.id, a.cache_id);
   };
   auto res = core_->ask_undoable<step_result>(undo, core_->cache().pool,
                                               step_atom::value, std::move(req));

@@ -484,6 +484,13 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
         return;
       reclaim_request(self, id, cache_id);
     },
+    [self](unclaimed_atom, request_id id, std::uint64_t cache_id) {
+      // A reply that found its caller gone: nobody writes its K/V.
+      auto& reg = self->state.registry;
+      auto i = reg.find(id);
+      if (i != reg.end() && i->second.info.cache_id == cache_id)
+        reclaim_request(self, id, cache_id);
+    },
     [self](reclaim_atom) -> caf::result<cache_gc_stats> {
       return reclaim_orphans(self);
     },

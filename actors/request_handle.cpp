@@ -264,6 +264,12 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
       return self->delegate(st.args.manager, free_atom::value, st.id(),
                             st.args.info.cache_id);
     },
+    [self](unclaimed_atom) {
+      auto& st = self->state;
+      if (!st.ending)
+        self->send(st.args.manager, unclaimed_atom::value, st.id(),
+                   st.args.info.cache_id);
+    },
     [self](end_atom, end_reason) {
       // Only the manager ends a handle, with its request: from anyone else
       // this would leave the request live and its handle gone, unreclaimed.

@@ -21,6 +21,7 @@ using info_atom = caf::atom_constant<caf::atom("info")>;
 using end_atom = caf::atom_constant<caf::atom("end")>;
 using ended_atom = caf::atom_constant<caf::atom("ended")>;
 using reclaim_atom = caf::atom_constant<caf::atom("reclaim")>;
+using unclaimed_atom = caf::atom_constant<caf::atom("unclaimed")>;
 using subscribe_atom = caf::atom_constant<caf::atom("subscribe")>;
 using unsubscribe_atom = caf::atom_constant<caf::atom("unsub")>;
 using pressure_atom = caf::atom_constant<caf::atom("pressure")>;

@@ -37,6 +37,9 @@ using request_handle_actor = caf::typed_actor<
   caf::replies_to<info_atom>::with<request_info>,
   // Ends the request (as the manager's free); replies with blocks released.
   caf::replies_to<free_atom>::with<std::uint32_t>,
+  // Nobody received this request (its allocate's or fork's reply came
+  // after the caller gave up): it ends as the manager's unclaimed does.
+  caf::reacts_to<unclaimed_atom>,
   // From the manager: the request ended; the actor quits.
   caf::reacts_to<end_atom, end_reason>>;
 
@@ -301,6 +304,12 @@ using kv_cache_manager_actor = caf::typed_actor<
   // From a handle: end the incarnation it serves (request id, cache id).
   // Error: invalid_handle once that incarnation ended.
   caf::replies_to<free_atom, request_id, std::uint64_t>::with<std::uint32_t>,
+  // End incarnation (request id, cache id), admitted by an allocate, fork
+  // or step whose reply came after its caller gave up: nobody writes its
+  // K/V, so it ends as a reclaim does (the blocks it lets go leave the
+  // prefix index, all but those its admission found cached). Ignored once
+  // that incarnation ended.
+  caf::reacts_to<unclaimed_atom, request_id, std::uint64_t>,
   // (parent, child): a new request sharing the parent's blocks. Errors:
   // unknown_request, duplicate_request, invalid_request (the parent is
   // swapped out or has drafts unsettled), out_of_blocks (reserve_expected:

@@ -233,17 +233,25 @@ BOOST_AUTO_TEST_CASE(an_allocation_answered_after_its_timeout_is_ended) {
   // Long prompts (2000 blocks to hash and look up) answered after a timeout
   // of nothing beyond the bridge's spin: the caller gets request_timeout,
   // and the allocation made meanwhile must not stay behind.
+  // Nobody wrote its prompt's K/V, so none of its blocks may stay in the
+  // prefix index: the same prompt again finds nothing cached, where a
+  // prompt whose caller got its handle (and freed it) is found.
   auto cfg = small_config(100000);
   cache_fixture f{cfg};
-  std::size_t timed_out = 0;
-  for (request_id id = 1; id <= 40; ++id) {
+  auto prompt_of = [](request_id id) {
     std::vector<token_id> prompt(8000);
     for (std::size_t i = 0; i < prompt.size(); ++i)
       prompt[i] = static_cast<token_id>(id * 10000 + i);
+    return prompt;
+  };
+  std::vector<bool> answered(41, false);
+  std::size_t timed_out = 0;
+  for (request_id id = 1; id <= 40; ++id) {
     f.m().set_timeout(std::chrono::milliseconds{0});
-    auto h = f.m().allocate(f.req(id, 0, 8192, std::move(prompt)));
+    auto h = f.m().allocate(f.req(id, 0, 8192, prompt_of(id)));
     f.m().set_timeout(std::chrono::seconds{60});
     if (h) {
+      answered[id] = true;
       BOOST_REQUIRE(!f.m().deallocate(id));
     } else {
       BOOST_REQUIRE_MESSAGE(h.error() == caf::sec::request_timeout, why(h));
@@ -253,6 +261,15 @@ BOOST_AUTO_TEST_CASE(an_allocation_answered_after_its_timeout_is_ended) {
   BOOST_TEST_MESSAGE(timed_out << " of 40 allocations timed out");
   BOOST_TEST(eventually([&] { return f.m().stats().active_caches == 0u; }));
   BOOST_TEST(f.m().list_handles().empty());
+  for (request_id id = 1; id <= 40; ++id) {
+    auto h = f.m().allocate(f.req(100 + id, 0, 8192, prompt_of(id)));
+    BOOST_REQUIRE_MESSAGE(h, why(h));
+    const auto hit = (*h)->stats().prefix_hit_tokens;
+    BOOST_TEST((answered[id] ? hit > 0u : hit == 0u),
+               "request " << id << (answered[id] ? " answered" : " timed out")
+                          << ": " << hit << " tokens hit");
+    BOOST_REQUIRE(!f.m().deallocate(100 + id));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(errors_render_with_code_and_context) {

@@ -246,6 +246,35 @@ BOOST_FIXTURE_TEST_CASE(reclaim_ignores_a_newer_request_with_the_same_id,
   BOOST_TEST(pool().counters().preemptions == 0u);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_reclaim_caches_only_what_its_admission_found_cached,
+                        pool_fixture) {
+  // Its owner went, or nobody got it: its K/V may never have been written.
+  // The prompt's blocks it brought leave the index (free, not cached);
+  // the prefix it found cached, an earlier pass's, stays.
+  auto p = run(10, 8);      // 2 full blocks of 4 tokens
+  auto q = p + run(500, 9); // p's 2 blocks hit, 2 full ones more, 1 token
+  alloc(prompt_req(1, p));
+  release(1);
+  BOOST_TEST(pool().cached_blocks() == 2u);
+  auto second = pool().allocate(prompt_req(2, q));
+  BOOST_REQUIRE(second);
+  auto freed = pool().reclaim(2, second->cache_id);
+  BOOST_REQUIRE(freed);
+  BOOST_TEST(*freed == 5u);
+  BOOST_TEST(!pool().find(2));
+  BOOST_TEST(pool().cached_blocks() == 2u); // p's, not q's own
+  BOOST_TEST(invariant(pool()) == "ok");
+  BOOST_TEST(alloc(prompt_req(3, q)) == 8u); // p's 2 blocks
+  BOOST_TEST(pool().find(3)->hit_blocks == 2u);
+  // Unclaimed with nothing found cached: nothing of it stays.
+  release(3);
+  auto fresh = pool().allocate(prompt_req(4, run(900, 8)));
+  BOOST_REQUIRE(fresh);
+  BOOST_REQUIRE(pool().reclaim(4, fresh->cache_id));
+  BOOST_TEST(pool().cached_prefix(prompt_req(5, run(900, 8))).value() == 0u);
+  BOOST_TEST(invariant(pool()) == "ok");
+}
+
 BOOST_FIXTURE_TEST_CASE(preempt_releases_and_counts, pool_fixture) {
   cfg.tenants = {tenant_config{}, tenant("t")};
   make(16);

@@ -313,7 +313,8 @@ model_release pool_model::reclaim(request_id id, std::uint64_t cache_id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end() || it->second.cache_id != cache_id)
     return {};
-  return release(id);
+  // Its K/V may never have been written: as an unindexing preemption.
+  return discard(id, it->second.hit_blocks);
 }
 
 model_release pool_model::preempt(request_id id, bool unindex) {
