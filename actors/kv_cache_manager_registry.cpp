@@ -15,6 +15,7 @@
 
 #include "kvactor/actors/request_handle.hpp"
 #include "kvactor/messages/error.hpp"
+#include "kvactor/messages/error_context.hpp"
 
 namespace kvactor::detail {
 
@@ -94,11 +95,13 @@ caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
     end_request(self, id, end_reason::deallocated, released, false);
     rp.deliver(released);
   };
-  auto failed = [rp, id, by_handle](caf::error& err) mutable {
+  auto failed = [rp, id, by_handle, discard](caf::error& err) mutable {
     if (by_handle && has_code(err, errc::unknown_request))
       err = make_error(errc::invalid_handle,
                        "request " + std::to_string(id) + " has ended");
-    rp.deliver(std::move(err));
+    rp.deliver(as_ours(std::string{discard ? "discard" : "free"}
+                         + " of request " + std::to_string(id),
+                       err, errc::shutting_down));
   };
   auto& pool = self->state.pool;
   if (discard)
@@ -137,7 +140,10 @@ caf::result<std::uint32_t> preempt_request(mgr_ptr self, request_id id,
     end_request(self, id, end_reason::preempted, released, !by_owner);
     rp.deliver(released);
   };
-  auto failed = [rp](caf::error& err) mutable { rp.deliver(std::move(err)); };
+  auto failed = [rp, id](caf::error& err) mutable {
+    rp.deliver(as_ours("preemption of request " + std::to_string(id), err,
+                       errc::shutting_down));
+  };
   auto& pool = self->state.pool;
   if (unindex)
     self->request(pool, caf::infinite, preempt_atom::value, discard_atom::value,
@@ -186,9 +192,10 @@ caf::result<cache_gc_stats> reclaim_orphans(mgr_ptr self) {
                 if (--*pending == 0)
                   answer(rp);
               },
-              [rp, pending, failed, answer](caf::error& err) mutable {
+              [rp, pending, failed, answer, id = id](caf::error& err) mutable {
                 if (!*failed)
-                  *failed = std::move(err);
+                  *failed = as_ours("gc: reclaiming request " + std::to_string(id),
+                                    err, errc::shutting_down);
                 if (--*pending == 0)
                   answer(rp);
               });
@@ -196,7 +203,10 @@ caf::result<cache_gc_stats> reclaim_orphans(mgr_ptr self) {
         if (*pending == 0)
           rp.deliver(*stats);
       },
-      [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+      [rp](caf::error& err) mutable {
+        rp.deliver(as_ours("gc: listing the pool's requests", err,
+                           errc::shutting_down));
+      });
   return rp.promise();
 }
 

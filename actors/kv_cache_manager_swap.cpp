@@ -55,7 +55,11 @@ void swap_request(mgr_ptr self, request_id id, std::uint64_t cache_id,
             else
               done(moved);
           },
-          [done](caf::error& err) mutable { done(std::move(err)); });
+          [done, id, out](caf::error& err) mutable {
+            done(as_ours("swap-" + std::string{out ? "out" : "in"}
+                           + " of request " + std::to_string(id),
+                         err, errc::shutting_down));
+          });
     };
     if (out)
       phase2(swap_out_atom::value);

@@ -18,6 +18,7 @@
 #include "kvactor/actors/reply_book.hpp"
 #include "kvactor/actors/stray_messages.hpp"
 #include "kvactor/messages/error.hpp"
+#include "kvactor/messages/error_context.hpp"
 
 namespace kvactor {
 
@@ -177,8 +178,12 @@ caf::result<block_table> grow(handle_ptr self, std::uint64_t n,
   detail::booked_promise<block_table> rp{
     st.owed, self->make_response_promise<block_table>(),
     detail::owed_what{tokens.empty() ? "extend" : "append", true, st.id()}};
-  auto fail = [self, rp](caf::error& err) mutable {
-    rp.deliver(std::move(err));
+  const bool named = !tokens.empty();
+  auto fail = [self, rp, named](caf::error& err) mutable {
+    // The pool's own errors name the request; CAF's (the pool ended) not.
+    rp.deliver(as_ours(std::string{named ? "append" : "extend"} + " of request "
+                         + std::to_string(self->state.id()),
+                       err, errc::shutting_down));
     answered(self);
   };
   self->request(st.args.pool, caf::infinite, extend_atom::value, st.id(),
@@ -245,7 +250,9 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
             answered(self);
           },
           [self, rp](caf::error& err) mutable {
-            rp.deliver(std::move(err));
+            rp.deliver(as_ours("stats of request "
+                                 + std::to_string(self->state.id()),
+                               err, errc::shutting_down));
             answered(self);
           });
       return rp.promise();

@@ -51,4 +51,11 @@ caf::error in_context(const std::string& what, const caf::error& err,
   return err;
 }
 
+caf::error as_ours(const std::string& what, const caf::error& err,
+                   errc foreign) {
+  if (!err || err.category() == error_category)
+    return err;
+  return make_error(foreign, what + ": " + render(err));
+}
+
 } // namespace kvactor

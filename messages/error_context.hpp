@@ -18,4 +18,11 @@ namespace kvactor {
 caf::error in_context(const std::string& what, const caf::error& err,
                       std::optional<errc> foreign = std::nullopt);
 
+/// `err` as it is if it is kvactor's own (or no error); CAF's own (say
+/// request_receiver_down: an actor asked has ended) becomes an error of
+/// code `foreign` naming `what` and CAF's words. For replies passed on
+/// from another cache actor, whose own errors name what failed already.
+caf::error as_ours(const std::string& what, const caf::error& err,
+                   errc foreign);
+
 } // namespace kvactor
