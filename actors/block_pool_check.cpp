@@ -356,9 +356,14 @@ caf::error block_pool_core::check_invariant() const {
   if (pinned != pinned_.size())
     return broken("pinned list holds " + std::to_string(pinned_.size())
                   + " blocks, " + std::to_string(pinned) + " are pinned");
-  for (auto b : pinned_)
+  for (auto b : pinned_) {
     if (b >= n || !blocks_[b].pinned || !blocks_[b].indexed)
       return broken(blk(b) + " is on the pinned list but not pinned and indexed");
+    if (pin_until_[b] < next_pin_expiry_)
+      return broken(blk(b) + "'s pin ends at " + std::to_string(pin_until_[b])
+                    + " ms, before the earliest expiry the pool expects ("
+                    + std::to_string(next_pin_expiry_) + ")");
+  }
   // Pins are prefix-closed: a pinned block's parent is pinned (else it
   // could be evicted, leaving the pinned block out of any lookup's reach).
   for (std::size_t i = 0; i < pinned_.size(); ++i) {

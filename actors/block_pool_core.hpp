@@ -289,7 +289,8 @@ public:
   /// Cached blocks that are pinned (cached_blocks() counts the others).
   std::uint64_t pinned_cached_blocks() const noexcept;
 
-  /// Unpins blocks whose time ran out; returns how many.
+  /// Unpins blocks whose time ran out; returns how many. O(1) until the
+  /// earliest pin's deadline (every hot message calls it), then O(pins).
   std::uint32_t expire_pins(std::uint64_t now_ms);
   std::uint64_t pinned_blocks() const noexcept {
     return pinned_.size();
@@ -636,6 +637,10 @@ private:
   std::uint64_t watermark_blocks_ = 0;
   std::uint64_t max_pinned_ = 0;
   std::vector<block_id> pinned_;
+  /// No pin ends before this (a lower bound of pin_until_ over pinned_,
+  /// exact after each expire_pins scan; unpins leave it low, which costs
+  /// one scan at most).
+  std::uint64_t next_pin_expiry_ = UINT64_MAX;
   std::vector<pending_cow> pending_cows_;
   /// Blocks a supervisor's victim let go, kept from reuse a while
   /// (preempt_draining): ref count 0, unindexed, on no list.

@@ -152,6 +152,7 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
     auto b = find_indexed(scratch_[i].lo);
     auto& m = blocks_[b];
     pin_until_[b] = std::max(pin_until_[b], until);
+    next_pin_expiry_ = std::min(next_pin_expiry_, until);
     if (m.pinned)
       continue;
     m.pinned = true;
@@ -271,10 +272,16 @@ std::uint32_t block_pool_core::expire_pins(std::uint64_t now_ms) {
   // A block's descendants expire no later than it (a pin takes every block
   // from the start, and keeps the longest time), so the depth that orders
   // them is the count of expired ancestors; ties by block id.
+  if (now_ms < next_pin_expiry_)
+    return 0;
   std::vector<std::pair<std::uint64_t, block_id>> expired; // hash.lo, block
-  for (auto b : pinned_)
+  next_pin_expiry_ = UINT64_MAX;
+  for (auto b : pinned_) {
     if (pin_until_[b] <= now_ms)
       expired.emplace_back(blocks_[b].hash.lo, b);
+    else
+      next_pin_expiry_ = std::min(next_pin_expiry_, pin_until_[b]);
+  }
   if (expired.empty())
     return 0;
   std::sort(expired.begin(), expired.end());

@@ -77,6 +77,33 @@ BOOST_AUTO_TEST_CASE(expired_pins_go_deepest_first_as_unpinned_ones_do) {
   BOOST_TEST(alloc(prompt_req(2, q)) == 8u);
 }
 
+BOOST_AUTO_TEST_CASE(pins_expire_at_their_own_deadlines_whatever_came_before) {
+  // Every hot message asks for expiry, which scans the pins only once the
+  // earliest deadline came. Pins made after a scan with earlier deadlines
+  // than the ones left, a pin renewed, and a pin unpinned before its time
+  // must each still expire exactly at its own deadline.
+  auto p = run(10, 13);
+  auto q = run(50, 13);
+  auto r = run(90, 13);
+  cached(16, 12, {p, q, r});
+  BOOST_TEST(pool().pin(0, p, 1000, 0).value() == 3u); // until 1000
+  BOOST_TEST(pool().expire_pins(10) == 0u);            // scanned: next 1000
+  BOOST_TEST(pool().pin(0, q, 90, 10).value() == 3u);  // until 100
+  BOOST_TEST(pool().expire_pins(99) == 0u);
+  BOOST_TEST(pool().expire_pins(100) == 3u); // q's, before p's bound
+  BOOST_TEST(invariant(pool()) == "ok");
+  BOOST_TEST(pool().pin(0, r, 400, 100).value() == 3u); // until 500
+  BOOST_TEST(pool().unpin(0, r).value() == 3u);          // gone early
+  BOOST_TEST(pool().expire_pins(500) == 0u);
+  BOOST_TEST(pool().pin(0, p, 1500, 500).value() == 3u); // renewed: 2000
+  BOOST_TEST(pool().expire_pins(1999) == 0u);
+  BOOST_TEST(pool().pinned_blocks() == 3u);
+  BOOST_TEST(invariant(pool()) == "ok");
+  BOOST_TEST(pool().expire_pins(2000) == 3u);
+  BOOST_TEST(pool().pinned_blocks() == 0u);
+  BOOST_TEST(invariant(pool()) == "ok");
+}
+
 BOOST_AUTO_TEST_CASE(unpinned_blocks_rejoin_the_lru_at_its_recent_end_as_expiry_does) {
   auto p = run(10, 13);
   auto q = run(50, 9);
