@@ -169,8 +169,28 @@ int last_error() {
 /// griddepcontrol.wait, and launched that way would not wait for the
 /// kernel before it (nor, in write_overlap::work, finish after it). Asked
 /// once per device.
+namespace {
+
+/// programmatic_launch_ok's answer per device: 0 unknown, 1 no, 2 yes.
+std::array<std::atomic<int>, 64> programmatic_known{};
+
+/// A driver refused the launch attribute on the current device: no
+/// further launch there asks for it (nor pays a failed launch first).
+void programmatic_launch_refused() {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return;
+  }
+  if (dev >= 0 && dev < static_cast<int>(programmatic_known.size()))
+    programmatic_known[static_cast<std::size_t>(dev)].store(
+      1, std::memory_order_relaxed);
+}
+
+} // namespace
+
 bool programmatic_launch_ok() {
-  static std::array<std::atomic<int>, 64> known{}; // 0 unknown, 1 no, 2 yes
+  auto& known = programmatic_known;
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) {
     cudaGetLastError(); // not sticky; the launch reports what is
@@ -261,11 +281,14 @@ int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
       auto err = go();
       if (err != cudaSuccess && cfg.numAttrs > 0) {
         // A driver that refuses the attribute: without it (the kernel's
-        // wait then returns at once; stream order is the plain one). A
-        // sticky error fails the second launch the same way.
+        // wait then returns at once; stream order is the plain one), and
+        // without it from now on if that launch works. A sticky error
+        // fails the second launch the same way.
         cudaGetLastError();
         cfg.numAttrs = 0;
         err = go();
+        if (err == cudaSuccess)
+          programmatic_launch_refused();
       }
       return static_cast<int>(err);
     };

@@ -92,7 +92,9 @@ enum class write_overlap : std::uint8_t {
 /// Whether write_slots kernels launched now (on the current device) use
 /// programmatic dependent launch: compute capability 9.0 on, and kernels
 /// compiled for it (an older target's PTX lacks the waits). Without it
-/// every write_overlap is a plain launch. Asked of the device once.
+/// every write_overlap is a plain launch. Asked of the device once; false
+/// from then on if a driver refuses the launch attribute there (the launch
+/// goes without it).
 bool programmatic_launch_ok();
 
 /// Scatters token i's K and V rows (key, value: [num_tokens, num_heads,

@@ -139,6 +139,28 @@ bool twin::same(const std::string& what) {
   BOOST_REQUIRE(cudaMemcpy(dev.data(), cuda->layer_base(0), dev.size(),
                            cudaMemcpyDeviceToHost)
                 == cudaSuccess);
+  return same_as(dev, what);
+}
+
+bool twin::same_after(ticket last, const std::string& what) {
+  if (const auto err = cuda->wait_one(last))
+    BOOST_FAIL(what << ": wait_one: " << render(err));
+  // A non-blocking stream waits for no other stream (the legacy default
+  // stream, which cudaMemcpy uses, would wait for blocking ones).
+  cudaStream_t s = nullptr;
+  BOOST_REQUIRE(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)
+                == cudaSuccess);
+  std::vector<std::uint8_t> dev(layout.device_bytes());
+  const auto copied = cudaMemcpyAsync(dev.data(), cuda->layer_base(0),
+                                      dev.size(), cudaMemcpyDeviceToHost, s);
+  const auto synced = cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+  BOOST_REQUIRE(copied == cudaSuccess && synced == cudaSuccess);
+  return same_as(dev, what);
+}
+
+bool twin::same_as(const std::vector<std::uint8_t>& dev,
+                   const std::string& what) {
   bool ok = same_tier(static_cast<const std::uint8_t*>(host->layer_base(0)),
                       dev.data(), dev.size(), layout.num_blocks, layout,
                       "device pools", what);

@@ -75,9 +75,20 @@ struct twin {
   /// of cuda's work first.
   bool same(const std::string& what);
 
+  /// As same(), but waits for `last` alone (wait_one, not every ticket)
+  /// and reads the device pools on a stream of its own, not synchronising
+  /// the device: equal only if `last`'s completion covered every earlier
+  /// op that wrote what it compares (e.g. a write chain's kernels finish
+  /// in stream order).
+  bool same_after(ticket last, const std::string& what);
+
   storage_layout layout;
   std::unique_ptr<storage> host;
   std::unique_ptr<storage> cuda;
+
+private:
+  /// Compares `dev` (cuda's device pools, read back) and the host tiers.
+  bool same_as(const std::vector<std::uint8_t>& dev, const std::string& what);
 };
 
 } // namespace kvactor::test
