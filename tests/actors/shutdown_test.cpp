@@ -276,6 +276,29 @@ BOOST_AUTO_TEST_CASE(every_call_to_a_killed_handle_is_answered) {
   BOOST_TEST(f.used_blocks() == 0u); // and the request was reclaimed
 }
 
+// A handle's extend passed on to a pool that ended just before: CAF
+// bounces it to the handle, which answers with the cache's shutting_down
+// naming the extend - not CAF's bare request_receiver_down, which names
+// nothing (and which the facade reads as the handle's own end).
+BOOST_AUTO_TEST_CASE(an_extend_in_flight_when_the_pool_ends_is_answered_as_ours) {
+  cache_fixture f;
+  f.check_on_exit = false;
+  auto a = f.allocate(1, 9);
+  BOOST_REQUIRE(a);
+  caf::scoped_actor client{f.sys};
+  auto grow = client->request(a->handle, caf::infinite, extend_atom::value,
+                              std::uint64_t{4}); // waits in the handle's mailbox
+  caf::anon_send_exit(f.pool, caf::exit_reason::kill);
+  BOOST_REQUIRE(f.sched.prioritize(f.pool));
+  f.sched.run_once(); // the pool ends before the handle asks it
+  f.run();
+  std::string got = "no answer";
+  grow.receive([&](block_table&) { got = "ok"; },
+               [&](caf::error& err) { got = render(err); });
+  BOOST_TEST(got.find("shutting_down (extend of request 1") != std::string::npos,
+             got);
+}
+
 // An exit message without a reason is what a linked actor sends when it
 // ends normally; CAF's default ignores it, and so does the manager now (it
 // shut the whole cache down on one before).

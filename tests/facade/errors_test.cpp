@@ -287,6 +287,17 @@ BOOST_AUTO_TEST_CASE(errors_render_with_code_and_context) {
   // pointer.
   BOOST_TEST(!has_code(caf::error{}, errc::out_of_blocks));
   BOOST_TEST(!in_context("extend of request 7", caf::error{}));
+  // Passed on from another cache actor: the cache's own errors as they
+  // are, CAF's (an actor asked has ended) with a code and what failed.
+  BOOST_TEST(!as_ours("extend of request 7", caf::error{}, errc::shutting_down));
+  BOOST_TEST(render(as_ours("extend of request 7", err, errc::shutting_down))
+             == render(err));
+  auto bounced = as_ours("extend of request 7",
+                         caf::make_error(caf::sec::request_receiver_down),
+                         errc::shutting_down);
+  BOOST_TEST(has_code(bounced, errc::shutting_down));
+  BOOST_TEST(context_of(bounced).rfind("extend of request 7: ", 0) == 0u,
+             context_of(bounced));
   cache_fixture f;
   auto h = f.alloc(f.req(1, 4));
   BOOST_TEST(!has_code(f.m().extend(*h, 1), errc::out_of_blocks));
