@@ -326,16 +326,27 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
                                   l.block_size, row};
   // Every layer's write back to back, the launcher's parameters given:
   // the first layer's overlap mode, then the next layers'.
+  // With `events`, an event is recorded after each kernel, as the storage
+  // records each call's ticket: whether that keeps the kernels from
+  // overlapping shows beside the line without.
   using detail::write_overlap;
+  std::vector<cudaEvent_t> tickets(l.num_layers);
+  for (auto& ev : tickets)
+    check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
+          "cudaEventCreateWithFlags");
   auto write_layers = [&](int rows_per_warp, write_overlap first,
-                          write_overlap next, bool early) {
+                          write_overlap next, bool early,
+                          bool events = false) {
     return median_ms(compute, 3, runs, [&](int) {
-      for (std::uint32_t layer = 0; layer < l.num_layers; ++layer)
+      for (std::uint32_t layer = 0; layer < l.num_layers; ++layer) {
         check(static_cast<cudaError_t>(detail::launch_write_slots(
                 geo, layer, in_of(layer), in_of(layer) + tokens * row,
                 dev_slots, tokens, compute, rows_per_warp,
                 layer == 0 ? first : next, early)),
               "launch_write_slots");
+        if (events)
+          check(cudaEventRecord(tickets[layer], compute), "cudaEventRecord");
+      }
     });
   };
   auto report_write = [&](const std::string& name, double write_ms) {
@@ -375,6 +386,9 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
   // with the slot read before the row, and at other grid shapes: rows per
   // warp (the defaults, which the storage launches, are kernels.hpp's and
   // kernel_bodies.hpp's).
+  report_write("write_slots kernel x32 layers, events between",
+               write_layers(0, write_overlap::launch, write_overlap::work,
+                            true, true));
   report_write("write_slots kernel layers wait",
                write_layers(0, write_overlap::launch, write_overlap::launch,
                             true));
@@ -387,6 +401,8 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
     report_write("write_slots kernel " + std::to_string(per) + " rows/warp",
                  write_layers(per, write_overlap::launch, write_overlap::work,
                               true));
+  for (auto ev : tickets)
+    cudaEventDestroy(ev);
   cudaFree(dev_slots);
   cudaFree(inputs);
 
