@@ -257,6 +257,7 @@ public:
   /// Requests to preempt so that about `blocks` blocks come free: lowest
   /// priority first, then the tenant furthest over its fair share, then the
   /// newest; never one of a tenant at or below its (non-zero) reservation.
+  /// O(blocks held + requests x log(requests) + victims x tenants).
   std::vector<request_id> choose_victims(std::uint64_t blocks) const;
 
   /// Keeps the cached full blocks of `tokens` (tenant `t`'s namespace) from
