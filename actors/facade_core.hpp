@@ -177,6 +177,12 @@ public:
     timeout_ms_.store(t.count(), std::memory_order_relaxed);
   }
 
+  /// The actor the facade's calls come from: the stepper of its steps,
+  /// so the owner of what they admit.
+  caf::actor sender() const {
+    return bridge_.self();
+  }
+
 private:
   /// The bridge call under the facade's timeout; a call to the manager or
   /// the pool that finds it gone fails with shutting_down, one made on a

@@ -325,11 +325,13 @@ caf::expected<step_result> kv_cache_manager::step(step_request req) {
   // ended again, each by its incarnation (the pool told the manager of
   // them before it replied), as unclaimed (nobody writes their K/V), so a
   // timed-out step admits nothing and caches nothing.
-  auto undo = [manager = core_->cache().manager](caf::message& reply) {
+  // Sent as their owner, the bridge: the manager takes it from no one else.
+  auto undo = [manager = core_->cache().manager,
+               owner = core_->sender()](caf::message& reply) {
     if (!reply.match_elements<step_result>())
       return;
     for (auto& a : reply.get_as<step_result>(0).admitted)
-      caf::anon_send(manager, unclaimed_atom::value, a.id, a.cache_id);
+      caf::send_as(owner, manager, unclaimed_atom::value, a.id, a.cache_id);
   };
   auto res = core_->ask_undoable<step_result>(undo, core_->cache().pool,
                                               step_atom::value, std::move(req));

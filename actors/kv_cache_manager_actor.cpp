@@ -485,11 +485,20 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       reclaim_request(self, id, cache_id);
     },
     [self](unclaimed_atom, request_id id, std::uint64_t cache_id) {
-      // A reply that found its caller gone: nobody writes its K/V.
+      // A reply that found its caller gone: nobody writes its K/V. Only
+      // from its handle actor (an allocate's or fork's) or its owner (the
+      // facade's bridge, for a step's): from anyone else it would end a
+      // request its owner still uses.
       auto& reg = self->state.registry;
       auto i = reg.find(id);
-      if (i != reg.end() && i->second.info.cache_id == cache_id)
-        reclaim_request(self, id, cache_id);
+      if (i == reg.end() || i->second.info.cache_id != cache_id)
+        return;
+      auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
+      if (!from
+          || (from != i->second.handle.address()
+              && from != caf::actor_cast<caf::actor_addr>(i->second.owner)))
+        return;
+      reclaim_request(self, id, cache_id);
     },
     [self](reclaim_atom) -> caf::result<cache_gc_stats> {
       return reclaim_orphans(self);

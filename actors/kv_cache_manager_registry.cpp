@@ -114,7 +114,8 @@ caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
 }
 
 /// Asks the pool to reclaim incarnation `cache_id` of `id` (its owner or
-/// its handle is gone) and ends the registry entry if the pool did: if the
+/// its handle is gone, or nobody received it) and ends the registry entry
+/// if the pool did: if the
 /// pool had ended that incarnation already, the entry under `id` may by the
 /// time of the reply be a newer one, which must stay.
 void reclaim_request(mgr_ptr self, request_id id, std::uint64_t cache_id) {

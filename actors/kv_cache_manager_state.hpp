@@ -91,7 +91,8 @@ caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
                                         bool discard = false);
 
 /// Asks the pool to reclaim incarnation `cache_id` of `id` (its owner or
-/// its handle went) and ends the registry entry if the pool did.
+/// its handle went, or nobody received it) and ends the registry entry if
+/// the pool did.
 void reclaim_request(mgr_ptr self, request_id id, std::uint64_t cache_id);
 
 /// GC's sweep (the supervisor's `reclaim_atom`): ends every request the

@@ -307,8 +307,9 @@ using kv_cache_manager_actor = caf::typed_actor<
   // End incarnation (request id, cache id), admitted by an allocate, fork
   // or step whose reply came after its caller gave up: nobody writes its
   // K/V, so it ends as a reclaim does (the blocks it lets go leave the
-  // prefix index, all but those its admission found cached). Ignored once
-  // that incarnation ended.
+  // prefix index, all but those its admission found cached). From its
+  // handle actor or its owner; ignored from anyone else, and once that
+  // incarnation ended.
   caf::reacts_to<unclaimed_atom, request_id, std::uint64_t>,
   // (parent, child): a new request sharing the parent's blocks. Errors:
   // unknown_request, duplicate_request, invalid_request (the parent is

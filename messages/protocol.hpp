@@ -20,7 +20,8 @@ namespace kvactor {
 enum class end_reason : std::uint8_t {
   deallocated, ///< its owner freed it
   preempted,   ///< its blocks were taken back to make room (recompute later)
-  reclaimed,   ///< its handle actor or its owner died
+  reclaimed,   ///< its handle actor or its owner died, GC found it an
+               ///< orphan, or nobody received it (a late reply)
   shutdown,    ///< the manager stopped
 };
 

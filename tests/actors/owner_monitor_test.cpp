@@ -88,6 +88,27 @@ struct owner_fixture : cache_fixture {
 
 BOOST_FIXTURE_TEST_SUITE(owner_monitors, owner_fixture)
 
+BOOST_AUTO_TEST_CASE(only_its_owner_or_handle_may_end_a_request_as_unclaimed) {
+  // The facade's undo of a reply that came after its caller gave up ends
+  // the request as a reclaim; from anyone else the message would end a
+  // request its owner still uses.
+  as_owner(allocate_atom::value, make_request(cfg, 1, 8));
+  BOOST_REQUIRE(active() == 1u);
+  auto found = ask_from<request_handle_actor, request_info>(
+    self, mgr, lookup_atom::value, request_id{1});
+  BOOST_REQUIRE(found);
+  const auto cache_id = std::get<1>(*found).cache_id;
+  caf::scoped_actor stranger{sys};
+  stranger->send(mgr, unclaimed_atom::value, request_id{1}, cache_id);
+  caf::anon_send(mgr, unclaimed_atom::value, request_id{1}, cache_id);
+  run();
+  BOOST_TEST(active() == 1u);
+  as_owner(unclaimed_atom::value, request_id{1}, cache_id + 1); // not it
+  BOOST_TEST(active() == 1u);
+  as_owner(unclaimed_atom::value, request_id{1}, cache_id);
+  BOOST_TEST(active() == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(an_owner_that_subscribes_keeps_one_monitor_over_many_requests) {
   run();
   as_owner(subscribe_atom::value, topic::lifecycle, owner);

@@ -276,17 +276,23 @@ BOOST_AUTO_TEST_CASE(a_step_answered_after_its_timeout_admits_nothing) {
   // Long prompts (2000 blocks to hash and look up) answered after a timeout
   // of nothing beyond the bridge's spin: the caller gets request_timeout,
   // and what the step admitted meanwhile must not stay behind.
+  // Nor its prompt's blocks in the prefix index: nobody wrote their K/V.
   auto cfg = small_config(100000);
   cache_fixture f{cfg};
+  auto prompt_of = [](request_id id) {
+    return iota_tokens(static_cast<token_id>(id * 10000), 8000);
+  };
+  std::vector<bool> answered(41, false);
   std::size_t timed_out = 0;
   for (request_id id = 1; id <= 40; ++id) {
     step_request step;
-    step.admits.push_back(f.req(id, 0, 8192, iota_tokens(static_cast<token_id>(id * 10000), 8000)));
+    step.admits.push_back(f.req(id, 0, 8192, prompt_of(id)));
     BOOST_REQUIRE(!f.m().set_timeout(std::chrono::milliseconds{0}));
     auto r = f.m().step(std::move(step));
     BOOST_REQUIRE(!f.m().set_timeout(std::chrono::seconds{60}));
     if (r) {
       BOOST_REQUIRE_EQUAL(r->admitted.size(), 1u);
+      answered[id] = true;
       BOOST_REQUIRE(!f.m().deallocate(id));
     } else {
       BOOST_REQUIRE_MESSAGE(r.error() == caf::sec::request_timeout, why(r));
@@ -296,6 +302,15 @@ BOOST_AUTO_TEST_CASE(a_step_answered_after_its_timeout_admits_nothing) {
   BOOST_TEST_MESSAGE(timed_out << " of 40 steps timed out");
   BOOST_TEST(eventually([&] { return f.m().stats().active_caches == 0u; }));
   BOOST_TEST(f.m().list_handles().empty());
+  for (request_id id = 1; id <= 40; ++id) {
+    auto h = f.m().allocate(f.req(100 + id, 0, 8192, prompt_of(id)));
+    BOOST_REQUIRE_MESSAGE(h, why(h));
+    const auto hit = (*h)->stats().prefix_hit_tokens;
+    BOOST_TEST((answered[id] ? hit > 0u : hit == 0u),
+               "request " << id << (answered[id] ? " answered" : " timed out")
+                          << ": " << hit << " tokens hit");
+    BOOST_REQUIRE(!f.m().deallocate(100 + id));
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_negative_timeout_is_refused_and_changes_nothing) {
