@@ -30,6 +30,11 @@ using sequence_blocks = small_vector<block_id, inline_blocks>;
 /// first two cache lines (find() fetches both at once), and each sequence
 /// starts on a line of its own.
 struct alignas(64) sequence {
+  sequence()
+    : tail_shared(false), cow_pending(false), hashable(false),
+      release_pending(false) {
+  }
+
   // -- first two cache lines -------------------------------------------------
   request_id id = 0;
   std::uint64_t cache_id = 0; ///< unique over the pool's lifetime
@@ -45,20 +50,25 @@ struct alignas(64) sequence {
   residency where = residency::resident;
   /// LRU level its blocks join when released (retention_of).
   std::uint8_t level = 5;
+  // Flags, one byte for all four.
   /// Its partially filled last block may be shared: set by fork (which
   /// gives a partial block a second holder) and by a failed copy-on-write
   /// copy (which gives it back); checked before appending, which copies
   /// the block first unless only copies in flight still read it.
-  bool tail_shared = false;
+  bool tail_shared : 1;
   /// Its copy-on-write copy is under way (extend with hold_copies): the
   /// blocks it fills meanwhile enter the prefix index only once the copy
   /// is made (settle_copies), as their contents build on it.
-  bool cow_pending = false;
+  bool cow_pending : 1;
   // Hashing state: the first `num_hashed` blocks are full and hashed, `chain`
   // is the last one's hash (the namespace seed if none) and `tail` holds the
   // tokens after them (fewer than a block, plus any drafts). Lost
   // (hashable = false) once tokens arrive unnamed.
-  bool hashable = false;
+  bool hashable : 1;
+  // A release during a move (swapping_out, swapping_in) ends the request at
+  // once but leaves it a ghost (release_pending: out of the id index, its
+  // id free for a new incarnation) until the move's end returns its blocks.
+  bool release_pending : 1;
   sequence_blocks blocks; ///< 64 bytes: bytes 48 to 112
   // -- the rest ----------------------------------------------------------------
   /// Tokens it is expected to reach (admission headroom); 0 = no promise.
@@ -68,14 +78,12 @@ struct alignas(64) sequence {
   /// most once per step).
   std::uint64_t step_stamp = 0;
   std::uint32_t num_hashed = 0;
-  // A release during a move (swapping_out, swapping_in) ends the request at
-  // once but leaves it a ghost (release_pending: out of the id index, its
-  // id free for a new incarnation) until the move's end returns its blocks.
-  bool release_pending = false;
-  /// Its first blocks its admission found cached (at most 255): their K/V
-  /// came from an earlier request's pass, so a preemption that unindexes
-  /// (block_pool_core::preempt) leaves them in the index.
-  std::uint8_t hit_blocks = 0;
+  /// Its first blocks whose K/V were written before it came (at most
+  /// 65535): those its admission found cached, an earlier request's pass
+  /// wrote them; a fork's, its parent's leading indexed blocks. An end that cannot
+  /// know its own K/V were written (an unindexing preemption, a reclaim)
+  /// leaves them in the index.
+  std::uint16_t hit_blocks = 0;
   /// Draft tokens (speculative decoding): the last `drafts` of num_tokens
   /// hold slots but are not settled - no block holding one is indexed, and
   /// with named tokens their ids wait at the end of `tail`, unhashed, until

@@ -275,6 +275,25 @@ BOOST_FIXTURE_TEST_CASE(a_reclaim_caches_only_what_its_admission_found_cached,
   BOOST_TEST(invariant(pool()) == "ok");
 }
 
+BOOST_FIXTURE_TEST_CASE(a_reclaimed_fork_keeps_its_parents_written_blocks_cached,
+                        pool_fixture) {
+  // A fork follows its parent's pass: the parent's indexed blocks are
+  // written, and stay cached when the fork, their last holder, is
+  // reclaimed - its own blocks since do not.
+  auto p = run(10, 9); // 2 full blocks, 1 token more
+  alloc(prompt_req(1, p));
+  auto child = pool().fork(1, 2);
+  BOOST_REQUIRE(child);
+  BOOST_TEST(pool().find(2)->hit_blocks == 2u);
+  release(1);
+  auto grown = pool().extend(2, 8, nullptr); // unnamed: 2 blocks more
+  BOOST_REQUIRE(grown);
+  BOOST_REQUIRE(pool().reclaim(2, child->cache_id));
+  BOOST_TEST(pool().cached_blocks() == 2u);
+  BOOST_TEST(invariant(pool()) == "ok");
+  BOOST_TEST(alloc(prompt_req(3, p)) == 8u);
+}
+
 BOOST_FIXTURE_TEST_CASE(preempt_releases_and_counts, pool_fixture) {
   cfg.tenants = {tenant_config{}, tenant("t")};
   make(16);

@@ -172,7 +172,7 @@ model_allocation pool_model::allocate(const allocation_request& req) {
   seq.num_tokens = p.n;
   seq.max_tokens = req.max_sequence_length;
   seq.expected_tokens = p.expected;
-  seq.hit_blocks = std::min<std::uint32_t>(p.hits, 255);
+  seq.hit_blocks = std::min<std::uint32_t>(p.hits, 65535);
   for (std::uint32_t i = 0; i < p.hits; ++i) {
     auto b = index_.at(key_of(t, req.cache_salt, prompt, (i + 1) * block_size_));
     share(b, seq);
@@ -355,7 +355,11 @@ model_allocation pool_model::fork(request_id parent, request_id child) {
   c.cache_id = next_cache_id_++;
   c.admitted = next_admission_++;
   c.release_pending = false;
-  c.hit_blocks = 0; // a fork hit nothing
+  // Its parent's leading indexed blocks, written before the fork.
+  c.hit_blocks = 0;
+  while (c.hit_blocks < c.blocks.size() && c.hit_blocks < 65535
+         && blocks_[c.blocks[c.hit_blocks]].key)
+    ++c.hit_blocks;
   for (auto b : c.blocks) {
     ++blocks_[b].refs;
     blocks_[b].level = std::max(blocks_[b].level, c.level);

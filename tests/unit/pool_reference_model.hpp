@@ -63,7 +63,8 @@ struct model_sequence {
   std::vector<std::optional<prefix_key>> host_keys;
   std::vector<block_id> incoming;    ///< swapping_in
   bool release_pending = false;
-  /// Blocks its admission found cached, at most 255 (as the pool keeps).
+  /// Blocks written before it came, at most 65535 (as the pool keeps): its
+  /// admission's hits, or a fork's parent's leading indexed blocks.
   std::uint32_t hit_blocks = 0;
 };
 
