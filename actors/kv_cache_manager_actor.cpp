@@ -26,6 +26,7 @@
 #include "kvactor/actors/stray_messages.hpp"
 #include "kvactor/actors/supervisor.hpp"
 #include "kvactor/messages/error.hpp"
+#include "kvactor/messages/error_context.hpp"
 
 namespace kvactor::detail {
 
@@ -230,7 +231,10 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
                                  std::move(owner));
             rp.deliver(std::move(h), std::move(a.table));
           },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+          [rp, id = params.id](caf::error& err) mutable {
+            rp.deliver(as_ours("allocate of request " + std::to_string(id),
+                               err, errc::shutting_down));
+          });
       return rp.promise();
     },
     [self](extend_atom, request_id id,
@@ -315,7 +319,10 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
             auto h = add_request(self, req, a.cache_id, 0, std::move(owner));
             rp.deliver(std::move(h), std::move(a.table));
           },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+          [rp, child = req.id](caf::error& err) mutable {
+            rp.deliver(as_ours("fork of request " + std::to_string(child), err,
+                               errc::shutting_down));
+          });
       return rp.promise();
     },
     [self](can_alloc_atom, const allocation_request& req) -> caf::result<bool> {
@@ -332,7 +339,9 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
           [self, rp](pool_stats& p) mutable {
             rp.deliver(manager_stats(self->state, std::move(p)));
           },
-          [rp](caf::error& err) mutable { rp.deliver(std::move(err)); });
+          [rp](caf::error& err) mutable {
+            rp.deliver(as_ours("stats", err, errc::shutting_down));
+          });
       return rp.promise();
     },
     [self](gc_atom) -> caf::result<cache_gc_stats> {

@@ -85,7 +85,11 @@ void swap_request(mgr_ptr self, request_id id, std::uint64_t cache_id,
                     std::move(moves))
         .then(on_copied, on_failed);
   };
-  auto failed = [done](caf::error& err) mutable { done(std::move(err)); };
+  auto failed = [done, id, out](caf::error& err) mutable {
+    done(as_ours("swap-" + std::string{out ? "out" : "in"} + " of request "
+                   + std::to_string(id),
+                 err, errc::shutting_down));
+  };
   if (out)
     self->request(st.pool, caf::infinite, swap_out_atom::value, id, cache_id)
       .then(copy, failed);

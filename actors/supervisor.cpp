@@ -18,6 +18,7 @@
 #include "kvactor/actors/reply_book.hpp"
 #include "kvactor/actors/stray_messages.hpp"
 #include "kvactor/messages/error.hpp"
+#include "kvactor/messages/error_context.hpp"
 
 namespace kvactor {
 
@@ -138,7 +139,9 @@ void run_gc(sup_ptr self, gc_callback done) {
   auto& st = self->state;
   auto t0 = std::chrono::steady_clock::now();
   auto rp = std::make_shared<gc_callback>(std::move(done));
-  auto fail = [rp](caf::error& err) { (*rp)(std::move(err)); };
+  auto fail = [rp](caf::error& err) {
+    (*rp)(as_ours("gc", err, errc::shutting_down));
+  };
   // The pool reports usage only when it crosses a mark: blocks cached since
   // then are unknown here. Refresh before sizing the eviction.
   self->request(st.pool, caf::infinite, stats_atom::value)
