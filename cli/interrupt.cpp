@@ -25,11 +25,14 @@ long long monotonic_ns() {
 }
 
 extern "C" void on_signal(int sig) {
-  auto now = monotonic_ns();
-  // The signal before the flag: who sees the flag reads the signal.
-  int none = 0;
-  if (first_signal.compare_exchange_strong(none, sig)) {
-    first_at_ns.store(now);
+  auto now = monotonic_ns(); // > 0: the monotonic clock counts from boot
+  // The first signal claims its time first: one that comes on another
+  // thread a moment later then finds a time to measure from (claimed
+  // after, it read 0 and killed the process at once). The signal before
+  // the flag: who sees the flag reads the signal.
+  long long unset = 0;
+  if (first_at_ns.compare_exchange_strong(unset, now)) {
+    first_signal.store(sig);
     flag.store(true);
     return;
   }
@@ -45,7 +48,10 @@ void install_interrupt_handler() {
   struct sigaction sa;
   std::memset(&sa, 0, sizeof(sa));
   sa.sa_handler = on_signal;
+  // Neither signal interrupts the handler on its own thread.
   sigemptyset(&sa.sa_mask);
+  sigaddset(&sa.sa_mask, SIGINT);
+  sigaddset(&sa.sa_mask, SIGTERM);
   sa.sa_flags = SA_RESTART;
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
