@@ -160,17 +160,6 @@ int last_error() {
   return static_cast<int>(cudaGetLastError());
 }
 
-} // namespace
-
-/// Whether write_slots may be launched with programmatic dependent launch
-/// on the current device: the device has it (compute capability 9.0 on)
-/// and the code it runs was compiled for it. PTX of an older target (a
-/// build for "80" run on an H200, JIT-compiled there) lacks the kernel's
-/// griddepcontrol.wait, and launched that way would not wait for the
-/// kernel before it (nor, in write_overlap::work, finish after it). Asked
-/// once per device.
-namespace {
-
 /// programmatic_launch_ok's answer per device: 0 unknown, 1 no, 2 yes.
 std::array<std::atomic<int>, 64> programmatic_known{};
 
@@ -189,6 +178,13 @@ void programmatic_launch_refused() {
 
 } // namespace
 
+/// Whether write_slots may be launched with programmatic dependent launch
+/// on the current device: the device has it (compute capability 9.0 on)
+/// and the code it runs was compiled for it. PTX of an older target (a
+/// build for "80" run on an H200, JIT-compiled there) lacks the kernel's
+/// griddepcontrol.wait, and launched that way would not wait for the
+/// kernel before it (nor, in write_overlap::work, finish after it). Asked
+/// once per device.
 bool programmatic_launch_ok() {
   auto& known = programmatic_known;
   int dev = 0;
@@ -212,8 +208,11 @@ bool programmatic_launch_ok() {
     return false;
   }
   const bool ok = major >= 9 && a.ptxVersion >= 90;
-  known[static_cast<std::size_t>(dev)].store(ok ? 2 : 1,
-                                             std::memory_order_relaxed);
+  // Unless a refusal came meanwhile (another thread's launch): it stays.
+  int unknown = 0;
+  if (!known[static_cast<std::size_t>(dev)].compare_exchange_strong(
+        unknown, ok ? 2 : 1, std::memory_order_relaxed))
+    return unknown == 2;
   return ok;
 }
 
