@@ -87,7 +87,7 @@ BOOST_AUTO_TEST_CASE(pins_expire_at_their_own_deadlines_whatever_came_before) {
   auto r = run(90, 13);
   cached(16, 12, {p, q, r});
   BOOST_TEST(pool().pin(0, p, 1000, 0).value() == 3u); // until 1000
-  BOOST_TEST(pool().expire_pins(10) == 0u);            // scanned: next 1000
+  BOOST_TEST(pool().expire_pins(10) == 0u);            // before 1000: no scan
   BOOST_TEST(pool().pin(0, q, 90, 10).value() == 3u);  // until 100
   BOOST_TEST(pool().expire_pins(99) == 0u);
   BOOST_TEST(pool().expire_pins(100) == 3u); // q's, before p's bound
