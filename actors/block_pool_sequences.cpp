@@ -246,13 +246,11 @@ caf::expected<allocation_outcome> block_pool_core::fork(request_id parent,
   c.blocks = p.blocks;
   c.hashable = p.hashable;
   c.num_hashed = p.num_hashed;
-  // Its parent's indexed blocks were written (a fork follows its parent's
-  // pass): an end that cannot know its own K/V were leaves them indexed.
-  std::uint16_t written = 0;
-  while (written < c.blocks.size() && written < 65535
-         && blocks_[c.blocks[written]].indexed)
-    ++written;
-  c.hit_blocks = written;
+  // The blocks its parent's admission found cached are its first too, and
+  // as surely written. Not the parent's own: nothing tells the pool its
+  // pass ran (a fork may come before it), so an end that cannot know its
+  // K/V were written (a reclaim, the supervisor's) leaves only these.
+  c.hit_blocks = p.hit_blocks;
   c.chain = p.chain;
   c.tail = p.tail;
   p.tail_shared = c.tail_shared = p.num_tokens % block_size_ != 0;

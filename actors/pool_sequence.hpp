@@ -80,9 +80,9 @@ struct alignas(64) sequence {
   std::uint32_t num_hashed = 0;
   /// Its first blocks whose K/V were written before it came (at most
   /// 65535): those its admission found cached, an earlier request's pass
-  /// wrote them; a fork's, its parent's leading indexed blocks. An end that cannot
-  /// know its own K/V were written (an unindexing preemption, a reclaim)
-  /// leaves them in the index.
+  /// wrote them (a fork's: its parent's). An end that cannot know its own
+  /// K/V were written (an unindexing preemption, a reclaim) leaves them in
+  /// the index.
   std::uint16_t hit_blocks = 0;
   /// Draft tokens (speculative decoding): the last `drafts` of num_tokens
   /// hold slots but are not settled - no block holding one is indexed, and

@@ -355,11 +355,7 @@ model_allocation pool_model::fork(request_id parent, request_id child) {
   c.cache_id = next_cache_id_++;
   c.admitted = next_admission_++;
   c.release_pending = false;
-  // Its parent's leading indexed blocks, written before the fork.
-  c.hit_blocks = 0;
-  while (c.hit_blocks < c.blocks.size() && c.hit_blocks < 65535
-         && blocks_[c.blocks[c.hit_blocks]].key)
-    ++c.hit_blocks;
+  // c.hit_blocks: its parent's, the blocks its admission found cached.
   for (auto b : c.blocks) {
     ++blocks_[b].refs;
     blocks_[b].level = std::max(blocks_[b].level, c.level);

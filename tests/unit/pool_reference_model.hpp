@@ -63,8 +63,8 @@ struct model_sequence {
   std::vector<std::optional<prefix_key>> host_keys;
   std::vector<block_id> incoming;    ///< swapping_in
   bool release_pending = false;
-  /// Blocks written before it came, at most 65535 (as the pool keeps): its
-  /// admission's hits, or a fork's parent's leading indexed blocks.
+  /// Blocks its admission found cached, at most 65535 (as the pool keeps);
+  /// a fork's are its parent's.
   std::uint32_t hit_blocks = 0;
 };
 
