@@ -261,15 +261,7 @@ BOOST_AUTO_TEST_CASE(an_allocation_answered_after_its_timeout_is_ended) {
   BOOST_TEST_MESSAGE(timed_out << " of 40 allocations timed out");
   BOOST_TEST(eventually([&] { return f.m().stats().active_caches == 0u; }));
   BOOST_TEST(f.m().list_handles().empty());
-  for (request_id id = 1; id <= 40; ++id) {
-    auto h = f.m().allocate(f.req(100 + id, 0, 8192, prompt_of(id)));
-    BOOST_REQUIRE_MESSAGE(h, why(h));
-    const auto hit = (*h)->stats().prefix_hit_tokens;
-    BOOST_TEST((answered[id] ? hit > 0u : hit == 0u),
-               "request " << id << (answered[id] ? " answered" : " timed out")
-                          << ": " << hit << " tokens hit");
-    BOOST_REQUIRE(!f.m().deallocate(100 + id));
-  }
+  f.expect_hits_only_if_answered(answered, prompt_of);
 }
 
 BOOST_AUTO_TEST_CASE(errors_render_with_code_and_context) {

@@ -209,6 +209,25 @@ struct cache_fixture {
     return s.total_blocks - s.free_blocks;
   }
 
+  /// Allocates prompt_of(id) again, for each id from 1 below
+  /// answered.size() (as request 100 + id), and frees it: it must hit
+  /// cached blocks where answered[id], none where not - a request nobody
+  /// received (its reply came after its caller gave up) leaves no block
+  /// in the prefix index, nobody having written its K/V.
+  template <class PromptOf>
+  void expect_hits_only_if_answered(const std::vector<bool>& answered,
+                                    PromptOf prompt_of) {
+    for (request_id id = 1; id < answered.size(); ++id) {
+      auto h = m().allocate(req(100 + id, 0, 8192, prompt_of(id)));
+      BOOST_REQUIRE_MESSAGE(h, why(h));
+      const auto hit = (*h)->stats().prefix_hit_tokens;
+      BOOST_TEST((answered[id] ? hit > 0u : hit == 0u),
+                 "request " << id << (answered[id] ? " answered" : " not")
+                            << ": " << hit << " tokens hit");
+      BOOST_REQUIRE(!m().deallocate(100 + id));
+    }
+  }
+
   cache_config cfg;
   caf::actor_system_config sys_cfg;
   std::optional<caf::actor_system> sys;
