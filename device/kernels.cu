@@ -163,17 +163,25 @@ int last_error() {
 /// programmatic_launch_ok's answer per device: 0 unknown, 1 no, 2 yes.
 std::array<std::atomic<int>, 64> programmatic_known{};
 
+/// The current device's entry in programmatic_known (its number in `dev`),
+/// or null: no device to ask (an error that is not sticky: the launch
+/// reports what is), or one past the table.
+std::atomic<int>* programmatic_entry(int& dev) {
+  if (cudaGetDevice(&dev) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  if (dev < 0 || dev >= static_cast<int>(programmatic_known.size()))
+    return nullptr;
+  return &programmatic_known[static_cast<std::size_t>(dev)];
+}
+
 /// A driver refused the launch attribute on the current device: no
 /// further launch there asks for it (nor pays a failed launch first).
 void programmatic_launch_refused() {
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    cudaGetLastError();
-    return;
-  }
-  if (dev >= 0 && dev < static_cast<int>(programmatic_known.size()))
-    programmatic_known[static_cast<std::size_t>(dev)].store(
-      1, std::memory_order_relaxed);
+  if (auto* known = programmatic_entry(dev))
+    known->store(1, std::memory_order_relaxed);
 }
 
 } // namespace
@@ -186,15 +194,11 @@ void programmatic_launch_refused() {
 /// kernel before it (nor, in write_overlap::work, finish after it). Asked
 /// once per device.
 bool programmatic_launch_ok() {
-  auto& known = programmatic_known;
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    cudaGetLastError(); // not sticky; the launch reports what is
+  auto* known = programmatic_entry(dev);
+  if (known == nullptr)
     return false;
-  }
-  if (dev < 0 || dev >= static_cast<int>(known.size()))
-    return false;
-  if (int k = known[static_cast<std::size_t>(dev)].load(std::memory_order_relaxed))
+  if (int k = known->load(std::memory_order_relaxed))
     return k == 2;
   int major = 0;
   cudaFuncAttributes a{};
@@ -210,8 +214,8 @@ bool programmatic_launch_ok() {
   const bool ok = major >= 9 && a.ptxVersion >= 90;
   // Unless a refusal came meanwhile (another thread's launch): it stays.
   int unknown = 0;
-  if (!known[static_cast<std::size_t>(dev)].compare_exchange_strong(
-        unknown, ok ? 2 : 1, std::memory_order_relaxed))
+  if (!known->compare_exchange_strong(unknown, ok ? 2 : 1,
+                                      std::memory_order_relaxed))
     return unknown == 2;
   return ok;
 }
