@@ -1,6 +1,7 @@
 // The manager actor's state and the helpers its handlers share: the
-// registry (spawning, registering and ending request handles) and the
-// two-phase swap. Internal to the manager (kv_cache_manager_actor*.cpp).
+// registry (spawning, registering and ending request handles), the
+// two-phase swap, and what the manager watches. Internal to the manager
+// (kv_cache_manager_*.cpp).
 #pragma once
 
 #include <cstdint>
@@ -120,6 +121,18 @@ void set_swapped(mgr_ptr self, request_id id, std::uint64_t cache_id,
 /// or the request's new table.
 caf::result<std::uint32_t> swap_out_request(mgr_ptr self, request_id id);
 caf::result<block_table> swap_in_request(mgr_ptr self, request_id id);
+
+/// Who the manager watches (kv_cache_manager_watch.cpp): monitors the
+/// cache's parts - when one ends, or the manager is told to exit, the
+/// cache stops (every request ends, owed replies get shutting_down) - and
+/// reclaims a dead owner's requests; a kill still stops every part.
+void watch_cache(mgr_ptr self);
+
+/// Routes a subscription to `t` (pressure: the supervisor's, kv_events:
+/// the pool's; lifecycle: the manager's own, monitored) or its end. A null
+/// `sub` is ignored.
+void subscribe(mgr_ptr self, topic t, const caf::actor& sub);
+void unsubscribe(mgr_ptr self, topic t, const caf::actor& sub);
 
 /// The manager's behavior (kv_cache_manager_actor.cpp); spawn_kv_cache
 /// spawns it over the other actors of a cache, with the hint `pool`
