@@ -269,6 +269,14 @@ cache_manager_stats kv_cache_manager::stats() const {
   return res ? std::move(std::get<0>(*res)) : cache_manager_stats{};
 }
 
+caf::expected<cache_manager_stats> kv_cache_manager::checked_stats() const {
+  auto res = core_->ask<cache_manager_stats>(core_->cache().manager,
+                                             stats_atom::value);
+  if (!res)
+    return std::move(res.error());
+  return std::move(std::get<0>(*res));
+}
+
 caf::expected<cache_gc_stats> kv_cache_manager::gc() {
   auto res = core_->ask<cache_gc_stats>(core_->cache().manager, gc_atom::value);
   if (!res)

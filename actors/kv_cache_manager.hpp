@@ -135,8 +135,12 @@ public:
   caf::expected<std::vector<std::uint64_t>>
   cached_prefixes(const std::vector<allocation_request>& reqs) const;
 
-  /// The current figures (zeros if the manager does not answer).
+  /// The current figures (zeros if the manager does not answer: ferrum's
+  /// contract returns plain figures); checked_stats() tells which.
   cache_manager_stats stats() const;
+  /// The current figures, or why there are none (shutting_down once the
+  /// cache stopped, timeout): where a zero must mean "none", not "no answer".
+  caf::expected<cache_manager_stats> checked_stats() const;
 
   /// Runs GC now.
   caf::expected<cache_gc_stats> gc();
