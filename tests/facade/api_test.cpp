@@ -80,7 +80,7 @@ BOOST_AUTO_TEST_CASE(allocate_gives_ceil_n_over_block_size_blocks_and_n_tokens) 
       ++id;
     }
   }
-  auto s = f.m().stats();
+  auto s = f.checked_stats();
   BOOST_TEST(s.active_caches == 7u);
   BOOST_TEST(s.total_blocks - s.free_blocks == total);
   BOOST_TEST(s.used_memory_bytes == total * test_bytes_per_block);
@@ -119,7 +119,7 @@ BOOST_AUTO_TEST_CASE(allocate_with_a_prompt_shares_its_cached_full_blocks) {
   auto d = f.alloc(f.req(4, 0, 256, iota_tokens(5000, 9)));
   for (auto blk : d->table().blocks)
     BOOST_TEST((std::count(ta.blocks.begin(), ta.blocks.end(), blk) == 0));
-  auto s = f.m().stats();
+  auto s = f.checked_stats();
   BOOST_TEST(s.prefix_query_tokens == 10u + 11u + 8u + 9u);
   BOOST_TEST(s.prefix_hit_tokens == 8u + 4u);
   BOOST_TEST(s.cache_hit_rate
@@ -326,7 +326,7 @@ BOOST_AUTO_TEST_CASE(deallocate_invalidates_every_reference_and_returns_blocks) 
     KV_CHECK_ERROR(error_of(r->kv_cache(1)), errc::invalid_handle);
   }
   BOOST_TEST(f.used_blocks() == 0u);
-  BOOST_TEST(f.m().stats().active_caches == 0u);
+  BOOST_TEST(f.checked_stats().active_caches == 0u);
   BOOST_TEST(!f.m().get_handle(7));
   BOOST_TEST(f.m().list_handles().empty());
   KV_CHECK_ERROR(f.m().deallocate(7), errc::unknown_request, "request 7");
@@ -337,7 +337,7 @@ BOOST_AUTO_TEST_CASE(deallocate_invalidates_every_reference_and_returns_blocks) 
 BOOST_AUTO_TEST_CASE(can_allocate_answers_without_changing_anything) {
   cache_fixture f;
   auto h = f.alloc(f.req(1, 8));
-  auto before = f.m().stats();
+  auto before = f.checked_stats();
   BOOST_TEST(f.m().can_allocate(f.req(2, 8)));
   // 64 blocks, critical pressure at 61: one request may hold 60.
   BOOST_TEST(f.m().can_allocate(f.req(2, 60 * 4)));
@@ -350,7 +350,7 @@ BOOST_AUTO_TEST_CASE(can_allocate_answers_without_changing_anything) {
   bad_tenant.tenant = "nobody";
   BOOST_TEST(!f.m().can_allocate(bad_tenant));
   BOOST_TEST(!f.m().can_allocate(f.req(2, 300, 256))); // > max length
-  auto after = f.m().stats();
+  auto after = f.checked_stats();
   BOOST_TEST(after.free_blocks == before.free_blocks);
   BOOST_TEST(after.active_caches == before.active_caches);
   BOOST_TEST(after.allocation_count == before.allocation_count);
@@ -363,7 +363,7 @@ BOOST_AUTO_TEST_CASE(can_allocate_answers_without_changing_anything) {
 
 BOOST_AUTO_TEST_CASE(stats_fields_are_consistent) {
   cache_fixture f;
-  auto s0 = f.m().stats();
+  auto s0 = f.checked_stats();
   BOOST_TEST(s0.total_blocks == 64u);
   BOOST_TEST(s0.free_blocks == 64u);
   BOOST_TEST(s0.total_memory_bytes == 64u * test_bytes_per_block);
@@ -378,7 +378,7 @@ BOOST_AUTO_TEST_CASE(stats_fields_are_consistent) {
   auto prompt = iota_tokens(40, 9); // 3 blocks, 2 of them full
   auto p = f.alloc(f.req(1, 0, 256, prompt));
   auto r = f.alloc(f.req(2, 5));
-  auto s1 = f.m().stats();
+  auto s1 = f.checked_stats();
   BOOST_TEST(s1.active_caches == 2u);
   BOOST_TEST(s1.free_blocks == 59u);
   BOOST_TEST(s1.used_memory_bytes == 5u * test_bytes_per_block);
@@ -389,7 +389,7 @@ BOOST_AUTO_TEST_CASE(stats_fields_are_consistent) {
 
   // Deallocated: the prompt's 2 full blocks stay cached, and count as free.
   BOOST_REQUIRE(!f.m().deallocate(1));
-  auto s2 = f.m().stats();
+  auto s2 = f.checked_stats();
   BOOST_TEST(s2.free_blocks == 62u);
   BOOST_TEST(s2.cached_blocks == 2u);
   BOOST_TEST(s2.active_caches == 1u);
@@ -397,7 +397,7 @@ BOOST_AUTO_TEST_CASE(stats_fields_are_consistent) {
 
   // The same prompt again revives them: 8 of 9 tokens hit.
   auto q = f.alloc(f.req(3, 0, 256, prompt));
-  auto s3 = f.m().stats();
+  auto s3 = f.checked_stats();
   BOOST_TEST(s3.cached_blocks == 0u);
   BOOST_TEST(s3.free_blocks == 59u);
   BOOST_TEST(s3.prefix_query_tokens == 18u);
@@ -409,7 +409,7 @@ BOOST_AUTO_TEST_CASE(stats_fields_are_consistent) {
   auto refused = f.m().allocate(f.req(4, 100 * 4, 1000));
   BOOST_REQUIRE(!refused);
   KV_CHECK_ERROR(refused.error(), errc::exceeds_capacity, "needs 100 blocks");
-  auto s4 = f.m().stats();
+  auto s4 = f.checked_stats();
   BOOST_TEST(s4.allocation_failures == 1u);
   BOOST_TEST(s4.tenants[0].allocation_failures == 1u);
   BOOST_TEST(s4.free_blocks == s3.free_blocks);

@@ -56,7 +56,7 @@ BOOST_AUTO_TEST_CASE(fork_shares_every_block_and_copies_on_append) {
   BOOST_TEST((*d)->table().blocks == ta.blocks);
   BOOST_TEST(same_block(*a, ta2.blocks[1], ta.blocks[1]));
   BOOST_TEST(f.used_blocks() == 4u);
-  auto s = f.m().stats();
+  auto s = f.checked_stats();
   BOOST_TEST(s.active_caches == 3u);
 }
 
@@ -89,7 +89,7 @@ BOOST_AUTO_TEST_CASE(fork_errors_name_the_request) {
   KV_CHECK_ERROR(error_of(f.m().fork(1, 2)), errc::duplicate_request,
                  "request 2");
   BOOST_TEST(f.used_blocks() == used);
-  BOOST_TEST(f.m().stats().active_caches == 2u);
+  BOOST_TEST(f.checked_stats().active_caches == 2u);
   BOOST_TEST(b->table().num_tokens == 5u);
 }
 
@@ -103,7 +103,7 @@ BOOST_AUTO_TEST_CASE(preempt_frees_the_blocks_and_invalidates_the_handle) {
   BOOST_TEST(!clone->is_valid());
   BOOST_TEST(other->is_valid());
   BOOST_TEST(f.used_blocks() == 1u);
-  auto s = f.m().stats();
+  auto s = f.checked_stats();
   BOOST_TEST(s.preemption_count == 1u);
   BOOST_TEST(s.active_caches == 1u);
   BOOST_TEST(!f.m().get_handle(1));
@@ -206,7 +206,7 @@ BOOST_AUTO_TEST_CASE(step_preempts_the_newest_request_on_shortage) {
   BOOST_TEST(r->admission_blocked);
   BOOST_TEST(r->blocked == 20u);
   BOOST_TEST(!f.m().get_handle(20));
-  BOOST_TEST(f.m().stats().preemption_count == 1u);
+  BOOST_TEST(f.checked_stats().preemption_count == 1u);
   // Without preemption, the shortage fails the extend alone. (With 7 of
   // 8 blocks in use after this one, 1 can grow to 8 blocks - all of them,
   // no supervisor preempting at critical pressure here.)
@@ -258,7 +258,7 @@ BOOST_AUTO_TEST_CASE(actor_serves_the_same_cache_as_the_facade) {
     BOOST_TEST(g->num_tokens() == 9u);
   }
   // ...and owned by it: it is reclaimed once its owner is gone.
-  BOOST_TEST(eventually([&] { return f.m().stats().active_caches == 1u; }));
+  BOOST_TEST(eventually([&] { return f.checked_stats().active_caches == 1u; }));
   BOOST_TEST(eventually([&] { return !g->is_valid(); }));
   BOOST_TEST(!f.m().get_handle(2));
   BOOST_TEST(f.used_blocks() == 2u);

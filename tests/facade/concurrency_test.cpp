@@ -68,7 +68,7 @@ BOOST_AUTO_TEST_CASE(thirty_two_client_actors_hammer_one_manager) {
       BOOST_ERROR(msg);
   }
   BOOST_TEST(rep->ops.load() == std::uint64_t{num_clients} * ops_per_client);
-  auto s = f.m().stats();
+  auto s = f.checked_stats();
   BOOST_TEST(s.active_caches == 0u);
   BOOST_TEST(s.free_blocks == s.total_blocks);
   BOOST_TEST(s.used_memory_bytes == 0u);
@@ -200,7 +200,7 @@ BOOST_AUTO_TEST_CASE(plain_threads_share_one_facade) {
     BOOST_ERROR(msg);
   BOOST_TEST_MESSAGE(rep.ops.load() << " facade calls, " << rep.refused.load()
                                     << " refused as expected");
-  auto s = m.stats();
+  auto s = f.checked_stats();
   BOOST_TEST(s.active_caches == 0u);
   BOOST_TEST(s.free_blocks == s.total_blocks);
   BOOST_TEST(m.list_handles().empty());

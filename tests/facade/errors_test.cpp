@@ -29,7 +29,9 @@ struct snapshot {
   std::vector<std::pair<request_id, block_table>> tables;
 
   static snapshot of(kv_cache_manager& m) {
-    auto s = m.stats();
+    auto c = m.checked_stats();
+    BOOST_REQUIRE_MESSAGE(c, "stats: " << why(c));
+    auto& s = *c;
     snapshot out{s.free_blocks,       s.cached_blocks, s.active_caches,
                  s.used_memory_bytes, s.allocation_count, {}};
     for (auto& [id, h] : m.list_handles())
@@ -129,7 +131,7 @@ BOOST_AUTO_TEST_CASE(bad_allocations_are_refused_with_their_own_code) {
   refuse(r, errc::exceeds_capacity,
          {"request 14 needs 5 blocks", "the max_blocks 4 of tenant 'batch'"});
   // The failures counted, nothing else did.
-  auto s = f.m().stats();
+  auto s = f.checked_stats();
   BOOST_TEST(s.allocation_failures == 3u);
   BOOST_TEST(static_cast<bool>(f.m().allocate(f.req(15, 51 * 4, 1000))));
   BOOST_TEST(more->is_valid());
@@ -259,7 +261,7 @@ BOOST_AUTO_TEST_CASE(an_allocation_answered_after_its_timeout_is_ended) {
     }
   }
   BOOST_TEST_MESSAGE(timed_out << " of 40 allocations timed out");
-  BOOST_TEST(eventually([&] { return f.m().stats().active_caches == 0u; }));
+  BOOST_TEST(eventually([&] { return f.checked_stats().active_caches == 0u; }));
   BOOST_TEST(f.m().list_handles().empty());
   f.expect_hits_only_if_answered(answered, prompt_of);
 }

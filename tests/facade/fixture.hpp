@@ -129,6 +129,14 @@ inline bool eventually(const std::function<bool()>& pred,
   return true;
 }
 
+/// A handle's figures, or the test fails (stats() would read zeros - and
+/// a zero hit count must mean "nothing cached", not "no answer").
+inline cache_handle_stats stats_of(const kv_cache_handle& h) {
+  auto s = h.checked_stats();
+  BOOST_REQUIRE_MESSAGE(s, "stats of request " << h.id() << ": " << why(s));
+  return *s;
+}
+
 /// Fails the whole binary if not destroyed within `limit`: a hang (shutdown,
 /// a lost reply) ends the test run with a message instead of blocking CI.
 /// Used as the fixture of every suite; nothing here asserts off the main
@@ -182,8 +190,24 @@ struct cache_fixture {
   }
 
   ~cache_fixture() {
+    if (mgr && check_at_end)
+      check_accounting();
     mgr.reset();
     sys.reset();
+  }
+
+  /// The end-of-test check: a GC pass, which verifies the pool's invariant
+  /// (every block free, cached or owned, exactly once) after its sweep,
+  /// and which must find no request the test lost track of. A test that
+  /// stops the cache itself clears `check_at_end`.
+  void check_accounting() {
+    auto g = mgr->gc();
+    if (!g)
+      BOOST_ERROR("end-of-test gc: " << why(g));
+    else
+      BOOST_TEST(g->caches_freed == 0u,
+                 "end-of-test gc reclaimed " << g->caches_freed
+                                             << " request(s) nobody held");
   }
 
   kv_cache_manager& m() {
@@ -203,9 +227,16 @@ struct cache_fixture {
     return *h;
   }
 
-  /// Blocks no request holds (cached included) must be all once idle.
+  /// The manager's figures, or the test fails (stats() would read zeros).
+  cache_manager_stats checked_stats() {
+    auto s = mgr->checked_stats();
+    BOOST_REQUIRE_MESSAGE(s, "stats: " << why(s));
+    return *s;
+  }
+
+  /// Blocks not free (cached included); 0 once idle.
   std::uint64_t used_blocks() {
-    auto s = mgr->stats();
+    auto s = checked_stats();
     return s.total_blocks - s.free_blocks;
   }
 
@@ -220,7 +251,7 @@ struct cache_fixture {
     for (request_id id = 1; id < answered.size(); ++id) {
       auto h = m().allocate(req(100 + id, 0, 8192, prompt_of(id)));
       BOOST_REQUIRE_MESSAGE(h, why(h));
-      const auto hit = (*h)->stats().prefix_hit_tokens;
+      const auto hit = stats_of(**h).prefix_hit_tokens;
       BOOST_TEST((answered[id] ? hit > 0u : hit == 0u),
                  "request " << id << (answered[id] ? " answered" : " not")
                             << ": " << hit << " tokens hit");
@@ -229,6 +260,7 @@ struct cache_fixture {
   }
 
   cache_config cfg;
+  bool check_at_end = true;
   caf::actor_system_config sys_cfg;
   std::optional<caf::actor_system> sys;
   std::optional<kv_cache_manager> mgr;

@@ -60,11 +60,11 @@ BOOST_AUTO_TEST_CASE(gc_under_high_pressure_evicts_cached_blocks_and_says_so) {
   auto p = f.alloc(f.req(2, 0, 256, iota_tokens(10, 37)));
   BOOST_TEST(f.used_blocks() == 60u);
   BOOST_TEST(eventually([&] {
-    return f.m().stats().pressure == memory_pressure::high;
+    return f.checked_stats().pressure == memory_pressure::high;
   }));
   // Its end leaves 9 cached blocks at 50 used: still high.
   BOOST_REQUIRE(!f.m().deallocate(2));
-  auto s = f.m().stats();
+  auto s = f.checked_stats();
   BOOST_TEST(s.cached_blocks == 9u);
   BOOST_TEST(s.free_blocks == 14u);
   // GC evicts the cached blocks toward the medium mark (38 held).
@@ -73,14 +73,14 @@ BOOST_AUTO_TEST_CASE(gc_under_high_pressure_evicts_cached_blocks_and_says_so) {
   BOOST_TEST(g->caches_freed == 0u);
   BOOST_TEST(g->blocks_reclaimed == 9u);
   BOOST_TEST(g->memory_freed == 9u * test_bytes_per_block);
-  auto after = f.m().stats();
+  auto after = f.checked_stats();
   BOOST_TEST(after.cached_blocks == 0u);
   BOOST_TEST(after.eviction_count == 9u);
   BOOST_TEST(after.free_blocks == 14u);
   BOOST_TEST(bulk->is_valid());
   // Evicted means not findable: the same prompt now hits nothing.
   auto again = f.alloc(f.req(3, 0, 256, iota_tokens(10, 5)));
-  BOOST_TEST(f.m().stats().prefix_hit_tokens == 0u);
+  BOOST_TEST(f.checked_stats().prefix_hit_tokens == 0u);
   BOOST_TEST(static_cast<bool>(f.m().gc()));
 }
 
@@ -243,7 +243,7 @@ BOOST_AUTO_TEST_CASE(pressure_callback_gets_each_level_once_in_order) {
     memory_pressure::high,   memory_pressure::medium, memory_pressure::low};
   BOOST_TEST(log.get() == all, boost::test_tools::per_element());
   BOOST_TEST(eventually([&] {
-    return f.m().stats().pressure == memory_pressure::low;
+    return f.checked_stats().pressure == memory_pressure::low;
   }));
   // A new callback replaces the old one.
   pressure_log second;

@@ -47,7 +47,7 @@ BOOST_AUTO_TEST_CASE(drafts_are_findable_only_once_kept_and_rejected_ones_go) {
   BOOST_TEST(again.blocks[0] == kept.blocks[0]);
   BOOST_TEST(again.blocks[1] == probe.blocks[1]);
   BOOST_TEST(again.blocks[2] == kept.blocks[2]);
-  auto s = f.m().stats();
+  auto s = f.checked_stats();
   BOOST_TEST(s.draft_tokens == 5u);
   BOOST_TEST(s.draft_tokens_rejected == 3u);
 }
@@ -137,14 +137,14 @@ BOOST_AUTO_TEST_CASE(discard_ends_a_request_and_caches_none_of_its_blocks) {
   BOOST_TEST(!f.m().discard(1));
   BOOST_TEST(!h->is_valid());
   BOOST_TEST(!clone->is_valid());
-  auto s = f.m().stats();
+  auto s = f.checked_stats();
   BOOST_TEST(s.cached_blocks == 0u);
   BOOST_TEST(s.active_caches == 0u);
   // The same prompt computes its blocks anew; deallocated, they stay.
   auto again = f.alloc(f.req(2, 0, 256, prompt));
-  BOOST_TEST(f.m().stats().prefix_hit_blocks == 0u);
+  BOOST_TEST(f.checked_stats().prefix_hit_blocks == 0u);
   BOOST_TEST(!f.m().deallocate(2));
-  BOOST_TEST(f.m().stats().cached_blocks == 3u);
+  BOOST_TEST(f.checked_stats().cached_blocks == 3u);
   KV_CHECK_ERROR(f.m().discard(1), errc::unknown_request, "request 1");
 }
 
