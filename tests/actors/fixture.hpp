@@ -109,8 +109,9 @@ public:
   supervisor_actor sup;
   /// Bytes per block of the storage (all layers, K and V).
   std::uint64_t bytes_per_block = 0;
-  /// Run GC (with its invariant check) in the destructor; off for tests that
-  /// stop the cache themselves.
+  /// In the destructor: check the pool's invariant, then run GC (which
+  /// checks it again after its sweep) and require that it found no orphan;
+  /// off for tests that stop the cache themselves.
   bool check_on_exit = true;
 
   /// Runs every pending job.
