@@ -8,7 +8,6 @@
 #include <vector>
 
 #include <caf/actor_system.hpp>
-#include <caf/logger.hpp>
 #include <caf/send.hpp>
 #include <caf/stateful_actor.hpp>
 #include <caf/typed_event_based_actor.hpp>
@@ -313,10 +312,17 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
       if (caf::actor_cast<caf::actor_addr>(self->current_sender())
           != self->address())
         return;
-      // A timer pass answers nobody; a broken invariant is logged.
+      // A timer pass answers nobody. A broken invariant means the pool's
+      // accounting can no longer be trusted - a block may be handed to two
+      // requests, mixing their K/V without an error - so the cache stops
+      // (fail-stop): the supervisor ends with the violation, and the
+      // manager stops the cache with a reason naming it. (CAF's log, the
+      // other place to put it, is compiled out in Debian's CAF.) Other
+      // failures - the pool or manager going, which stops the cache anyway -
+      // change nothing here.
       run_gc(self, [self](caf::expected<cache_gc_stats> res) {
-        if (!res)
-          CAF_LOG_ERROR("periodic GC failed:" << render(res.error()));
+        if (!res && has_code(res.error(), errc::invariant_violation))
+          self->quit(in_context("periodic GC", res.error()));
       });
       self->delayed_send(self, st.gc_interval, tick_atom::value);
     },
