@@ -147,15 +147,20 @@ facade_core::slot_for(const request_handle_actor& h, const request_info& info) {
   return s;
 }
 
-void facade_core::confirm_slots(
+caf::error facade_core::confirm_slots(
   const std::vector<std::shared_ptr<request_slot>>& slots) {
+  auto res = ask<std::vector<handle_entry>>(cache_.manager, list_atom::value);
+  if (!res)
+    return in_context("confirming " + std::to_string(slots.size())
+                        + " handle(s) against the manager's list",
+                      res.error());
   std::unordered_set<std::uint64_t> live;
-  if (auto res = ask<std::vector<handle_entry>>(cache_.manager, list_atom::value))
-    for (auto& e : std::get<0>(*res))
-      live.insert(e.handle.id());
+  for (auto& e : std::get<0>(*res))
+    live.insert(e.handle.id());
   for (auto& s : slots)
     if (live.count(s->handle_id) == 0)
       invalidate(s->handle_id, true);
+  return caf::none;
 }
 
 std::shared_ptr<kv_cache_handle>

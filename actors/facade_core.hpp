@@ -110,10 +110,13 @@ public:
   }
 
   /// Asks the manager for its live requests and marks each of `slots`
-  /// whose handle actor is not among them ended (all of them if the list
-  /// fails). A slot still live then was tracked before the list was made:
-  /// its end, whenever it comes, finds it. For slots may_have_forgotten.
-  void confirm_slots(const std::vector<std::shared_ptr<request_slot>>& slots);
+  /// whose handle actor is not among them ended. A slot still live then was
+  /// tracked before the list was made: its end, whenever it comes, finds
+  /// it. For slots may_have_forgotten. If the list fails (a timeout, the
+  /// cache stopping), nothing is marked and the error says so: the caller
+  /// hands out no handle it could not confirm (one marked ended while its
+  /// request lived would hold its blocks with every call refused).
+  caf::error confirm_slots(const std::vector<std::shared_ptr<request_slot>>& slots);
 
   /// A handle of the configured layout for `slot`.
   std::shared_ptr<kv_cache_handle> make_handle(std::shared_ptr<request_slot> slot);

@@ -8,6 +8,7 @@
 
 #include "kvactor/actors/facade_core.hpp"
 #include "kvactor/actors/system_threads.hpp"
+#include "kvactor/messages/error_context.hpp"
 #include "kvactor/messages/registration.hpp"
 
 namespace kvactor {
@@ -143,6 +144,12 @@ void end_unclaimed(caf::message& reply) {
     caf::anon_send(reply.get_as<request_handle_actor>(0), unclaimed_atom::value);
 }
 
+/// "fork of request <parent> as <child>", leading a failed fork's errors.
+std::string fork_name(request_id parent, request_id child) {
+  return "fork of request " + std::to_string(parent) + " as "
+         + std::to_string(child);
+}
+
 } // namespace
 
 caf::expected<std::shared_ptr<kv_cache_handle>>
@@ -160,7 +167,11 @@ kv_cache_manager::allocate(const allocation_request& req) {
   info.request = without_prompt(req); // not a copy of the prompt
   auto slot = core_->slot_for(*res, info);
   if (core_->may_have_forgotten(since))
-    core_->confirm_slots({slot});
+    if (auto err = core_->confirm_slots({slot})) {
+      // No handle goes out: nobody will use the request.
+      caf::anon_send(*res, unclaimed_atom::value);
+      return in_context("allocate of request " + std::to_string(req.id), err);
+    }
   return core_->make_handle(std::move(slot));
 }
 
@@ -226,16 +237,23 @@ kv_cache_manager::fork(request_id parent, request_id child) {
     // handle goes out, so none may stay allocated - a failed fork changes
     // nothing, and has changed nothing by the time it returns. (The handle
     // actor ends its own incarnation; one that ended already says so.)
-    core_->ask<std::uint32_t>(made, free_atom::value);
+    // If the free times out as well, the handle actor ends the request
+    // when it gets to it (a request nobody received: its K/V unwritten).
+    if (!core_->ask<std::uint32_t>(made, free_atom::value))
+      caf::anon_send(made, unclaimed_atom::value);
     if (!info)
-      return std::move(info.error());
+      return in_context(fork_name(parent, child) + ": looking up the child",
+                        info.error());
     return make_error(errc::unknown_request,
-                      "fork: child request " + std::to_string(child)
-                        + " ended before its handle was made");
+                      fork_name(parent, child)
+                        + ": the child ended before its handle was made");
   }
   auto slot = core_->slot_for(made, std::get<1>(*info));
   if (core_->may_have_forgotten(since))
-    core_->confirm_slots({slot});
+    if (auto err = core_->confirm_slots({slot})) {
+      caf::anon_send(made, unclaimed_atom::value);
+      return in_context(fork_name(parent, child), err);
+    }
   return core_->make_handle(std::move(slot));
 }
 
@@ -296,8 +314,8 @@ std::shared_ptr<kv_cache_handle> kv_cache_manager::get_handle(request_id id) con
   if (!res)
     return nullptr;
   auto slot = core_->slot_for(std::get<0>(*res), std::get<1>(*res));
-  if (core_->may_have_forgotten(since))
-    core_->confirm_slots({slot});
+  if (core_->may_have_forgotten(since) && core_->confirm_slots({slot}))
+    return nullptr; // as for a failed lookup
   return core_->make_handle(std::move(slot));
 }
 
@@ -313,8 +331,8 @@ kv_cache_manager::list_handles() const {
   slots.reserve(std::get<0>(*res).size());
   for (auto& e : std::get<0>(*res))
     slots.push_back(core_->slot_for(e.handle, e.info));
-  if (core_->may_have_forgotten(since))
-    core_->confirm_slots(slots);
+  if (core_->may_have_forgotten(since) && core_->confirm_slots(slots))
+    return out; // as for a failed list
   out.reserve(slots.size());
   for (std::size_t i = 0; i < slots.size(); ++i)
     out.emplace_back(std::get<0>(*res)[i].id, core_->make_handle(slots[i]));

@@ -128,6 +128,34 @@ BOOST_AUTO_TEST_CASE(a_slot_whose_end_was_forgotten_is_confirmed_with_the_manage
   BOOST_TEST(!core->slot_for(actor, info)->valid.load());
 }
 
+BOOST_AUTO_TEST_CASE(a_slot_that_could_not_be_confirmed_is_left_as_it_was) {
+  // When the manager's list fails, nothing tells a live request from an
+  // ended one: no slot is marked (marked ended, a live request would keep
+  // its blocks with every call refused), and the caller learns why - an
+  // allocate or fork then hands out no handle and ends the request.
+  one_request r;
+  auto& [f, h, core, actor, info] = r;
+  auto slot = core->slot_for(actor, info);
+  // From an actor's handler the facade refuses to block: the list fails.
+  std::promise<caf::error> done;
+  auto a = f.sys->spawn(
+    [&](caf::event_based_actor* self, int) -> caf::behavior {
+      return {[&, self](caf::get_atom) {
+        done.set_value(core->confirm_slots({slot}));
+        self->quit();
+      }};
+    },
+    0);
+  caf::anon_send(a, caf::get_atom::value);
+  auto err = done.get_future().get();
+  KV_CHECK_ERROR(err, errc::invalid_request,
+                 "confirming 1 handle(s) against the manager's list");
+  BOOST_TEST(slot->valid.load());
+  BOOST_TEST(h->is_valid());
+  BOOST_TEST(!f.m().extend(*h, 1));
+  BOOST_TEST(core->tracked().slots == 1u);
+}
+
 BOOST_AUTO_TEST_CASE(a_slot_made_after_the_manager_went_is_born_invalid) {
   // A lookup or allocate reply delivered just before the manager died
   // (killed: no exit handler, no end events) makes its slot after the
