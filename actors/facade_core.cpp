@@ -104,14 +104,19 @@ void facade_core::stop() {
     caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
   invalidate_all();
   // No pressure callback starts from now on; one running finishes first
-  // (unless it is the one stopping the facade). Pressure events still
-  // queued at the relay are dropped.
+  // (unless it is the one stopping the facade, or this is an actor's
+  // handler on the cache's scheduler: a callback making a facade call
+  // needs those threads, and with one worker waiting here would hold the
+  // cache until that call timed out). Pressure events still queued at the
+  // relay are dropped.
   auto& cb = *callback_;
+  const bool may_wait = !on_system_thread(sys_);
   std::unique_lock<std::mutex> lock{cb.mtx};
   cb.stopped = true;
   cb.f = nullptr;
   cb.idle.wait(lock, [&] {
-    return cb.running == 0 || cb.caller == std::this_thread::get_id();
+    return cb.running == 0 || cb.caller == std::this_thread::get_id()
+           || !may_wait;
   });
 }
 
@@ -383,6 +388,7 @@ void facade_core::call_callback(callback_state& cb, memory_pressure level,
 
 void facade_core::set_pressure_callback(std::function<void(memory_pressure)> f) {
   bool has_callback = static_cast<bool>(f);
+  const bool may_wait = !on_system_thread(sys_); // as in stop()
   {
     auto& cb = *callback_;
     std::unique_lock<std::mutex> lock{cb.mtx};
@@ -400,7 +406,7 @@ void facade_core::set_pressure_callback(std::function<void(memory_pressure)> f) 
     // "no call at all" waited for every one of them.
     cb.idle.wait(lock, [&] {
       return cb.running == 0 || cb.running_generation >= mine
-             || cb.caller == std::this_thread::get_id();
+             || cb.caller == std::this_thread::get_id() || !may_wait;
     });
   }
   std::lock_guard<std::mutex> guard{mtx_};

@@ -3,6 +3,8 @@
 // worker, for good): the facade refuses it at once with invalid_request,
 // sending nothing. A detached actor runs on a thread of its own and may
 // call; so may any other thread.
+#include <atomic>
+#include <chrono>
 #include <future>
 
 #include <caf/event_based_actor.hpp>
@@ -77,6 +79,45 @@ BOOST_AUTO_TEST_CASE(a_detached_actor_may_call) {
   BOOST_TEST(!got.table, render(got.table));
   BOOST_TEST(got.tokens == 7u);
   BOOST_TEST(f.m().get_handle(2));
+}
+
+BOOST_AUTO_TEST_CASE(an_actor_replacing_a_running_callback_does_not_wait_for_it) {
+  // With one worker, an actor's handler that waited for the running
+  // pressure callback would hold the thread that callback's own facade
+  // call needs: both stuck until the call timed out.
+  auto cfg = small_config(); // 64 blocks: medium from 39 used
+  cfg.scheduler_threads = 1;
+  cache_fixture f{cfg};
+  BOOST_REQUIRE(!f.m().set_timeout(std::chrono::seconds{20})); // < watchdog
+  auto bulk = f.alloc(f.req(1, 40 * 4));
+  std::promise<void> entered;
+  std::promise<void> go;
+  auto go_now = go.get_future().share();
+  std::promise<caf::error> stats_in_callback;
+  std::atomic<bool> first{true};
+  f.m().set_pressure_callback([&](memory_pressure) {
+    if (!first.exchange(false))
+      return;
+    entered.set_value();
+    go_now.wait();
+    stats_in_callback.set_value(error_of(f.m().checked_stats()));
+  });
+  entered.get_future().wait(); // the level the cache is at: medium
+  std::promise<void> handling;
+  auto a = f.sys->spawn(
+    [&](caf::event_based_actor* self, int) -> caf::behavior {
+      return {[&, self](caf::get_atom) {
+        handling.set_value(); // the only worker is this handler's now
+        f.m().set_pressure_callback(nullptr);
+        self->quit();
+      }};
+    },
+    0);
+  caf::anon_send(a, caf::get_atom::value);
+  handling.get_future().wait();
+  go.set_value();
+  auto err = stats_in_callback.get_future().get();
+  BOOST_TEST(!err, "the callback's stats call: " << render(err));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
