@@ -190,6 +190,10 @@ struct cache_fixture {
   }
 
   ~cache_fixture() {
+    // First: a test's callback may capture its locals, declared after the
+    // fixture and gone by now - and the check's GC changes the level.
+    if (mgr)
+      mgr->set_pressure_callback(nullptr);
     if (mgr && check_at_end)
       check_accounting();
     mgr.reset();

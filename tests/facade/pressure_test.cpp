@@ -3,6 +3,7 @@
 // callbacks that may replace themselves or throw.
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <future>
 #include <mutex>
 #include <stdexcept>
@@ -15,20 +16,25 @@ using namespace kvtest;
 
 namespace {
 
-/// Thread-safe record of pressure callbacks.
+/// Thread-safe record of pressure callbacks. The callback shares the
+/// record: a log declared after the cache may go before the cache stops
+/// calling it.
 struct pressure_log {
-  std::mutex mtx;
-  std::vector<memory_pressure> levels;
+  struct record {
+    std::mutex mtx;
+    std::vector<memory_pressure> levels;
+  };
+  std::shared_ptr<record> rec = std::make_shared<record>();
 
   std::function<void(memory_pressure)> callback() {
-    return [this](memory_pressure lvl) {
-      std::lock_guard<std::mutex> guard{mtx};
-      levels.push_back(lvl);
+    return [r = rec](memory_pressure lvl) {
+      std::lock_guard<std::mutex> guard{r->mtx};
+      r->levels.push_back(lvl);
     };
   }
   std::vector<memory_pressure> get() {
-    std::lock_guard<std::mutex> guard{mtx};
-    return levels;
+    std::lock_guard<std::mutex> guard{rec->mtx};
+    return rec->levels;
   }
   std::size_t size() {
     return get().size();

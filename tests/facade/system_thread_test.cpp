@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <memory>
 
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
@@ -94,9 +95,10 @@ BOOST_AUTO_TEST_CASE(an_actor_replacing_a_running_callback_does_not_wait_for_it)
   std::promise<void> go;
   auto go_now = go.get_future().share();
   std::promise<caf::error> stats_in_callback;
-  std::atomic<bool> first{true};
-  f.m().set_pressure_callback([&](memory_pressure) {
-    if (!first.exchange(false))
+  // Later calls (the test's end changes the level) touch only what they own.
+  auto first = std::make_shared<std::atomic<bool>>(true);
+  f.m().set_pressure_callback([&, first](memory_pressure) {
+    if (!first->exchange(false))
       return;
     entered.set_value();
     go_now.wait();
