@@ -254,6 +254,31 @@ BOOST_AUTO_TEST_CASE(write_slots_matches_host_backend) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(fresh_pools_read_zeros_as_the_host_backends_do) {
+  // The host backend's pools are zero pages; a cuda storage zeroes its own
+  // at start, so a block nobody wrote reads the same on both.
+  const auto l = test_shapes().front();
+  {
+    // Garbage where the pools will likely be: cudaMalloc recycles.
+    device_buffer junk{l.device_bytes()};
+    BOOST_REQUIRE(cudaMemset(junk.data, 0xA5, junk.size) == cudaSuccess);
+    BOOST_REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  }
+  storage_options opts;
+  opts.layout = l;
+  opts.kind = "cuda";
+  auto c = make_storage(opts);
+  BOOST_REQUIRE_MESSAGE(c, why(c));
+  std::vector<std::uint8_t> got(l.device_bytes(), 0xFF);
+  BOOST_REQUIRE(cudaMemcpy(got.data(), (*c)->layer_base(0), got.size(),
+                           cudaMemcpyDeviceToHost)
+                == cudaSuccess);
+  const auto nonzero = std::count_if(got.begin(), got.end(),
+                                     [](std::uint8_t b) { return b != 0; });
+  BOOST_TEST(nonzero == 0, nonzero << " of " << got.size()
+                                   << " bytes of fresh pools are not zero");
+}
+
 BOOST_AUTO_TEST_CASE(gather_blocks_matches_host_backend) {
   std::mt19937_64 rng{test_seed()};
   constexpr std::uint8_t poison = 0xA5;
