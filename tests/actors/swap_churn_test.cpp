@@ -228,8 +228,12 @@ BOOST_AUTO_TEST_SUITE(swap_churn_suite)
 BOOST_AUTO_TEST_CASE(swaps_racing_frees_and_readmissions_keep_every_block) {
   auto run = [](std::uint64_t seed) {
     churn c{seed};
-    for (int i = 0; i < 3000; ++i)
+    for (int i = 0; i < 3000; ++i) {
+      // A failure names its seed and operation: rerun that seed to see it.
+      BOOST_TEST_CONTEXT("seed " << seed << ", operation " << i)
       c.one_op();
+    }
+    BOOST_TEST_CONTEXT("seed " << seed << ", the final drain")
     c.finish();
     std::string report;
     for (auto& [k, v] : c.cov)

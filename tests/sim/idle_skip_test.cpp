@@ -248,7 +248,10 @@ BOOST_AUTO_TEST_CASE(an_interrupt_stops_a_long_idle_stretch) {
   std::atomic<bool> flag{false};
   progress quiet{false};
   std::thread stopper{[&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds{300});
+    // Long enough for the actor system to start and the skips to begin on
+    // a loaded CI machine (a flag seen before the first skip would fail the
+    // count below); the skips then run at millions of steps a second.
+    std::this_thread::sleep_for(std::chrono::milliseconds{1000});
     flag.store(true);
   }};
   auto r = simulate(s, flag, quiet);
