@@ -307,7 +307,7 @@ BOOST_AUTO_TEST_CASE(gc_on_demand_reclaims_orphans_with_real_figures) {
   BOOST_TEST(g->caches_freed == 0u);
   BOOST_TEST(g->blocks_reclaimed == 0u);
   BOOST_TEST(g->memory_freed == 0u);
-  BOOST_TEST(g->gc_time_ms >= 0.0);
+  BOOST_TEST(g->gc_time_ms > 0.0); // timed: it ran
   // Orphans: the pool holds them, the manager never heard of them.
   auto o1 = orphan(make_request(cfg, 7, 10));
   auto o2 = orphan(make_request(cfg, 8, 1));

@@ -53,7 +53,7 @@ BOOST_AUTO_TEST_CASE(gc_on_an_idle_cache_reclaims_nothing_and_checks_the_invaria
   BOOST_TEST(g->caches_freed == 0u);
   BOOST_TEST(g->blocks_reclaimed == 0u);
   BOOST_TEST(g->memory_freed == 0u);
-  BOOST_TEST(g->gc_time_ms >= 0.0);
+  BOOST_TEST(g->gc_time_ms > 0.0); // timed: it ran
   BOOST_TEST(h->is_valid());
   BOOST_TEST(f.used_blocks() == 3u);
 }
