@@ -48,6 +48,14 @@ T value_or(const caf::expected<T>& x, U&& fallback) {
   return x ? *x : T(std::forward<U>(fallback));
 }
 
+/// x's value, or the test fails: where a fallback would equal what the
+/// test expects (a zero count, a flag off), value_or could not fail.
+template <class T>
+T must(caf::expected<T> x) {
+  BOOST_REQUIRE_MESSAGE(x, "expected a value, got " << outcome(x));
+  return std::move(*x);
+}
+
 /// The error a helper returns when no reply arrived.
 caf::error no_reply(const std::string& what);
 

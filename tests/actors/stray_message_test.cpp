@@ -52,7 +52,7 @@ BOOST_AUTO_TEST_CASE(a_client_without_a_handler_for_the_reply_stops_nothing) {
   });
   self->send(careless, mgr, request_id{1});
   run();
-  BOOST_TEST(value_or(stats(), cache_manager_stats{}).active_caches == 0u);
+  BOOST_TEST(must(stats()).active_caches == 0u);
   BOOST_TEST(outcome(allocate(2, 5)) == "ok");
   caf::anon_send_exit(careless, caf::exit_reason::user_shutdown);
   run();
