@@ -2,6 +2,7 @@
 #include "kvactor/actors/blocking_bridge.hpp"
 
 #include <algorithm>
+#include <string>
 #include <thread>
 
 #include <caf/actor_companion.hpp>
@@ -18,6 +19,19 @@ namespace {
 caf::actor_companion* companion_of(const caf::strong_actor_ptr& ptr) {
   return static_cast<caf::actor_companion*>(
     caf::actor_cast<caf::abstract_actor*>(ptr));
+}
+
+/// request_timeout naming what timed out: "no reply within 5 ms to
+/// 'extend' sent to actor 42" (the code stays CAF's: callers compare it).
+caf::error timed_out(const caf::message& msg, caf::actor_id dest,
+                     std::chrono::milliseconds timeout) {
+  std::string what = "a message";
+  if (!msg.empty() && msg.match_element<caf::atom_value>(0))
+    what = "'" + caf::to_string(msg.get_as<caf::atom_value>(0)) + "'";
+  return caf::make_error(caf::sec::request_timeout,
+                         "no reply within " + std::to_string(timeout.count())
+                           + " ms to " + what + " sent to actor "
+                           + std::to_string(dest));
 }
 
 } // namespace
@@ -135,7 +149,7 @@ blocking_bridge::call(const caf::strong_actor_ptr& dest, caf::message msg,
             s->abandoned = true; // the reply goes to on_late
           else
             pending_.erase(i);
-          return caf::make_error(caf::sec::request_timeout);
+          return timed_out(keep, dest->id(), timeout);
         }
       }
       // deliver (or fail_all) took the slot and is about to set `done`:

@@ -240,7 +240,9 @@ public:
 
   /// How long a call waits for its reply (default 60 s; milliseconds::max()
   /// waits for good; 0 gives up after a brief spin). A call that times out
-  /// fails with caf::sec::request_timeout; an allocate, fork or step
+  /// fails with caf::sec::request_timeout, its context naming the message
+  /// and the wait ("no reply within 5 ms to 'extend' sent to actor 42");
+  /// an allocate, fork or step
   /// answered after that has what it admitted ended again, so it leaves no
   /// request behind (a step's extends and frees still take effect). Other
   /// calls that time out may still take effect (an extend may still grow

@@ -259,6 +259,10 @@ BOOST_AUTO_TEST_CASE(an_allocation_answered_after_its_timeout_is_ended) {
       BOOST_REQUIRE(!f.m().deallocate(id));
     } else {
       BOOST_REQUIRE_MESSAGE(h.error() == caf::sec::request_timeout, why(h));
+      // It says what timed out, and after how long.
+      BOOST_TEST(why(h).find("no reply within 0 ms to 'allocate'")
+                   != std::string::npos,
+                 why(h));
       ++timed_out;
     }
   }
