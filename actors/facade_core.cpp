@@ -279,6 +279,17 @@ void facade_core::invalidate_all(bool manager_gone) {
 }
 
 caf::error facade_core::write_kv_events(const std::string& path) {
+  // What would fail the confirmation below fails first, before a file is
+  // opened or a writer subscribed: a failed call changes nothing (and a
+  // retry would find the file known and make no writer).
+  if (on_system_thread(sys_))
+    return in_context("write_kv_events", system_thread_error());
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    if (stopped_ || manager_gone_)
+      return make_error(errc::shutting_down,
+                        "write_kv_events: the cache stopped");
+  }
   auto out = std::make_shared<std::ofstream>(path, std::ios::app);
   struct stat st {};
   if (!*out || ::stat(path.c_str(), &st) != 0)
@@ -320,10 +331,14 @@ caf::error facade_core::write_kv_events(const std::string& path) {
   // a step goes to the pool directly - it could overtake it. The manager's
   // stats ask the pool after it passed the subscription on: once they are
   // back, the pool records every later change.
+  // (A timeout stays one: the cache may well be running.)
   if (auto err = ask_done<cache_manager_stats>(cache_.manager, stats_atom::value))
     return in_context("write_kv_events: the cache did not confirm the "
                       "subscription",
-                      err, errc::shutting_down);
+                      err,
+                      err == caf::sec::request_timeout
+                        ? std::nullopt
+                        : std::optional<errc>{errc::shutting_down});
   return caf::none;
 }
 

@@ -5,10 +5,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <string>
 #include <thread>
 #include <unistd.h>
 
+#include <caf/event_based_actor.hpp>
+#include <caf/send.hpp>
 #include <nlohmann/json.hpp>
 
 #include "fixture.hpp"
@@ -92,6 +95,37 @@ BOOST_AUTO_TEST_CASE(a_file_that_cannot_be_opened_is_refused) {
   cache_fixture f;
   auto err = f.m().write_kv_events("/nonexistent-dir/kv_events.jsonl");
   KV_CHECK_ERROR(err, errc::invalid_request, "cannot open /nonexistent-dir/");
+}
+
+BOOST_AUTO_TEST_CASE(a_call_from_an_actors_handler_changes_nothing) {
+  // Refused before the file is opened or a writer subscribed: a retry from
+  // a thread of the caller's own then makes the writer.
+  auto path = (std::filesystem::temp_directory_path()
+               / ("kvactor_kv_events_actor_" + std::to_string(getpid())
+                  + ".jsonl"))
+                .string();
+  std::filesystem::remove(path);
+  cache_fixture f;
+  std::promise<caf::error> done;
+  auto a = f.sys->spawn(
+    [&](caf::event_based_actor* self, int) -> caf::behavior {
+      return {[&, self](caf::get_atom) {
+        done.set_value(f.m().write_kv_events(path));
+        self->quit();
+      }};
+    },
+    0);
+  caf::anon_send(a, caf::get_atom::value);
+  auto err = done.get_future().get();
+  KV_CHECK_ERROR(err, errc::invalid_request, "write_kv_events");
+  BOOST_TEST(!std::filesystem::exists(path));
+  BOOST_REQUIRE(!f.m().write_kv_events(path));
+  step_request step;
+  step.admits = {f.req(1, 9, 256, iota_tokens(1, 9))}; // 2 full blocks
+  BOOST_REQUIRE(f.m().step(step));
+  BOOST_TEST(eventually([&] { return stored_events(path) >= 2; }),
+             "stored events in the file: " << stored_events(path));
+  std::filesystem::remove(path);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
