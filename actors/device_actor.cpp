@@ -42,6 +42,15 @@ using device_ptr = device_actor::stateful_pointer<device_state>;
 /// (or a lost wake) is noticed.
 constexpr auto watchdog_period = std::chrono::milliseconds{2};
 
+/// Storage none holds no bytes: a write or a gather is refused before its
+/// staging buffer - which only grows - is made for it.
+caf::error holds_data(const storage& s, const char* op) {
+  if (s.kind() != storage_kind::none)
+    return caf::none;
+  return make_error(errc::invalid_request,
+                    std::string{op} + ": storage none holds no data");
+}
+
 /// The GPU has not completed `what` in `waited`: every waiting requester
 /// gets device_failure saying so, without waiting (the work may never
 /// end), and the actor quits with it - the manager stops the cache: the
@@ -263,6 +272,8 @@ device_actor::behavior_type device_fun(device_ptr self,
       if (auto err = detail::check_write(lay, w.layer, w.keys.data(),
                                          w.values.data(), w.slots.data(), n))
         return err;
+      if (auto err = holds_data(*self->state.store, "slot_write"))
+        return err;
       auto& st = self->state;
       if (!st.swapping_out.empty())
         drain(self); // swaps that ended but are not answered yet
@@ -318,6 +329,8 @@ device_actor::behavior_type device_fun(device_ptr self,
       // buffer behind (staging only grows).
       if (auto err = detail::check_gather_request(lay, layer, blocks,
                                                   num_tokens))
+        return err;
+      if (auto err = holds_data(*self->state.store, "gather"))
         return err;
       auto& st = self->state;
       auto bytes = num_tokens * row;

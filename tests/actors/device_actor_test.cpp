@@ -76,6 +76,26 @@ BOOST_AUTO_TEST_CASE(device_actor_writes_gathers_copies_and_rejects_bad_batches)
 
 BOOST_AUTO_TEST_SUITE_END()
 
+BOOST_AUTO_TEST_CASE(storage_none_refuses_writes_and_gathers_before_staging) {
+  // Refused by the device actor itself, before a staging buffer (which
+  // only grows) is made for bytes that have nowhere to go.
+  auto cfg = small_config();
+  cfg.storage = "none";
+  cache_fixture f{cfg};
+  auto a = f.allocate(1, 8);
+  BOOST_REQUIRE(a);
+  auto w = f.write_tokens(a->table, 0, 0, 8, 1);
+  BOOST_REQUIRE(!w);
+  BOOST_TEST(render(w.error()).find("slot_write: storage none holds no data")
+               != std::string::npos,
+             render(w.error()));
+  auto g = f.gather(0, a->table);
+  BOOST_REQUIRE(!g);
+  BOOST_TEST(render(g.error()).find("gather: storage none holds no data")
+               != std::string::npos,
+             render(g.error()));
+}
+
 BOOST_AUTO_TEST_CASE(device_actor_swaps_blocks_out_and_back_byte_for_byte) {
   cache_fixture f{host_tier_config()};
   auto a = f.allocate(1, 8);
