@@ -42,6 +42,11 @@ cache_manager_stats filled_stats() {
   s.draft_tokens = 40;
   s.draft_tokens_rejected = 12;
   s.draining_blocks = 19;
+  s.blocks_allocated = 21;
+  s.prefix_hit_blocks = 22;
+  s.blocks_freed = 23;
+  s.blocks_cached = 24;
+  s.cow_copies = 25;
   s.tenants = {{"alpha", 500, 600, 100, 4, 3000, 900, 2, 1},
                {"be\"ta", 100, 0, 0, 3, 1000, 100, 12, 12}};
   return s;
@@ -91,6 +96,11 @@ BOOST_AUTO_TEST_CASE(manager_stats_json_has_every_field_by_name) {
   BOOST_TEST(j["prefix_hit_tokens"].get<std::uint64_t>() == 1000u);
   BOOST_TEST(j["host_total_blocks"].get<std::uint64_t>() == 256u);
   BOOST_TEST(j["host_free_blocks"].get<std::uint64_t>() == 200u);
+  BOOST_TEST(j["blocks_allocated"].get<std::uint64_t>() == 21u);
+  BOOST_TEST(j["prefix_hit_blocks"].get<std::uint64_t>() == 22u);
+  BOOST_TEST(j["blocks_freed"].get<std::uint64_t>() == 23u);
+  BOOST_TEST(j["blocks_cached"].get<std::uint64_t>() == 24u);
+  BOOST_TEST(j["cow_copies"].get<std::uint64_t>() == 25u);
   BOOST_REQUIRE(j["tenants"].is_array());
   BOOST_REQUIRE(j["tenants"].size() == 2u);
   BOOST_TEST(j["tenants"][1]["name"].get<std::string>() == "be\"ta");
@@ -160,7 +170,20 @@ BOOST_AUTO_TEST_CASE(prometheus_text_has_every_pool_metric_with_its_value) {
     {"kvactor:swap_outs_total", 15},
     {"kvactor:swap_ins_total", 16},
     {"kvactor:swap_in_shared_blocks_total", 17},
+    {"kvactor:blocks_allocated_total", 21},
+    {"kvactor:prefix_hit_blocks_total", 22},
+    {"kvactor:blocks_freed_total", 23},
+    {"kvactor:blocks_cached_total", 24},
+    {"kvactor:cow_copies_total", 25},
+    {"kvactor:draft_tokens_total", 40},
+    {"kvactor:draft_tokens_rejected_total", 12},
   };
+  // Every pool-wide sample is one of these (the tenants' carry labels): a
+  // metric added without a check here fails.
+  std::size_t pool_wide = 0;
+  for (auto& [name, value] : s)
+    pool_wide += name.find('{') == std::string::npos;
+  BOOST_TEST(pool_wide == expected.size());
   for (auto& [name, value] : expected) {
     BOOST_TEST_CONTEXT(name) {
       BOOST_REQUIRE(s.count(name) == 1u);
