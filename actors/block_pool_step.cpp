@@ -2,6 +2,8 @@
 // preempt-the-newest policy, first-come-first-served admissions) in one call.
 #include "kvactor/actors/block_pool_core.hpp"
 
+#include <algorithm>
+
 #include "kvactor/messages/error.hpp"
 #include "kvactor/messages/error_context.hpp"
 
@@ -77,6 +79,11 @@ void block_pool_core::run_extends(const step_request& step, bool named,
       seqs_[slot[i]].last_access = clock_ns_;
       continue; // the common case: no block taken, nothing to report
     }
+    // Where the victim scan for ops[i] goes on from: the entries it passed
+    // would free nothing for ops[i] and still would not after a victim's
+    // preemption (which only lowers its own tenant's use), so each retry
+    // scans on from the last victim - O(n) for all of ops[i]'s retries.
+    auto cursor = last;
     for (;;) {
       auto res = extend(op.id, op.num_tokens, tokens, hold_copies,
                         op.num_draft);
@@ -107,13 +114,15 @@ void block_pool_core::run_extends(const step_request& step, bool named,
       // ran short).
       while (last > i + 1 && !resident(last - 1))
         --last;
+      cursor = std::min(cursor, last);
       auto t = seqs_[slot[i]].tenant;
       auto victim = i;
-      for (auto v = last; v-- > i + 1;)
+      for (auto v = cursor; v-- > i + 1;)
         if (resident(v) && frees_for(t, seqs_[slot[v]].tenant)) {
           victim = v;
           break;
         }
+      cursor = victim;
       slot[victim] = gone;
       if (auto freed = preempt(ops[victim].id)) {
         r.preempted.push_back(ops[victim].id);
