@@ -103,20 +103,23 @@ void facade_core::stop() {
   for (auto& w : writers)
     caf::anon_send_exit(w, caf::exit_reason::user_shutdown);
   invalidate_all();
+  // Calls still waiting fail now, later ones at once: a running pressure
+  // callback's facade call among them, which would otherwise wait for the
+  // manager - and on one of the cache's scheduler threads, with one
+  // worker, for this very thread (the manager's exit queued behind it).
+  bridge_.fail_all(make_error(errc::shutting_down,
+                              "the facade stopped: its last copy went"),
+                   true);
   // No pressure callback starts from now on; one running finishes first
-  // (unless it is the one stopping the facade, or this is an actor's
-  // handler on the cache's scheduler: a callback making a facade call
-  // needs those threads, and with one worker waiting here would hold the
-  // cache until that call timed out). Pressure events still queued at the
-  // relay are dropped.
+  // (unless it is the one stopping the facade), so what it references -
+  // the facade, say - stays good while it runs. Pressure events still
+  // queued at the relay are dropped.
   auto& cb = *callback_;
-  const bool may_wait = !on_system_thread(sys_);
   std::unique_lock<std::mutex> lock{cb.mtx};
   cb.stopped = true;
   cb.f = nullptr;
   cb.idle.wait(lock, [&] {
-    return cb.running == 0 || cb.caller == std::this_thread::get_id()
-           || !may_wait;
+    return cb.running == 0 || cb.caller == std::this_thread::get_id();
   });
 }
 
@@ -403,7 +406,11 @@ void facade_core::call_callback(callback_state& cb, memory_pressure level,
 
 void facade_core::set_pressure_callback(std::function<void(memory_pressure)> f) {
   bool has_callback = static_cast<bool>(f);
-  const bool may_wait = !on_system_thread(sys_); // as in stop()
+  // On the cache's scheduler threads the setter does not wait for a
+  // running call of the old callback: a callback making a facade call
+  // needs those threads, and with one worker waiting here would hold the
+  // cache until that call timed out.
+  const bool may_wait = !on_system_thread(sys_);
   {
     auto& cb = *callback_;
     std::unique_lock<std::mutex> lock{cb.mtx};

@@ -285,8 +285,8 @@ private:
   std::vector<event_writer> writers_;
   /// The pressure callback, shared with the relay that calls it. The relay
   /// calls a snapshot without holding `mtx` (so the callback may replace
-  /// itself); stop() clears it and waits for a call in progress, unless
-  /// that call is the one stopping the facade.
+  /// itself); stop() fails the bridge's calls, clears it and waits for a
+  /// call in progress, unless that call is the one stopping the facade.
   struct callback_state {
     std::mutex mtx;
     std::condition_variable idle;

@@ -158,10 +158,12 @@ public:
   /// callback is replaced (by an empty one, say): the actor system's
   /// destructor then waits for good - capture a reference, or a weak one.
   /// Once this returns, a call of the callback it replaced is over - except
-  /// where this runs in an actor's handler on the cache's scheduler threads
-  /// (the same goes for the last copy's destruction there): waiting could
-  /// hold a thread the running callback's own facade calls need, so it
-  /// returns at once, and what the old callback captured must outlive it.
+  /// where this runs in an actor's handler on the cache's scheduler
+  /// threads: waiting could hold a thread the running callback's own
+  /// facade calls need, so it returns at once, and what the old callback
+  /// captured must outlive it. (The last copy's destruction waits on any
+  /// thread: it first fails every facade call waiting and refuses new
+  /// ones, so a running callback's calls return at once.)
   void set_pressure_callback(std::function<void(memory_pressure)> f);
 
   /// The live request's handle, or null.

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <future>
 #include <memory>
+#include <optional>
 
 #include <caf/event_based_actor.hpp>
 #include <caf/send.hpp>
@@ -120,6 +121,57 @@ BOOST_AUTO_TEST_CASE(an_actor_replacing_a_running_callback_does_not_wait_for_it)
   go.set_value();
   auto err = stats_in_callback.get_future().get();
   BOOST_TEST(!err, "the callback's stats call: " << render(err));
+}
+
+BOOST_AUTO_TEST_CASE(an_actor_dropping_the_last_copy_waits_for_a_running_callback) {
+  // The last copy's destruction waits for a running callback (which may
+  // reference the facade, as the README suggests), even in an actor's
+  // handler: it fails the facade's waiting calls first, so the callback's
+  // own call returns without the scheduler thread this handler holds.
+  auto cfg = small_config(); // 64 blocks: medium from 39 used
+  cfg.scheduler_threads = 1;
+  cache_fixture f{cfg};
+  BOOST_REQUIRE(!f.m().set_timeout(std::chrono::seconds{20})); // < watchdog
+  auto bulk = f.alloc(f.req(1, 40 * 4));
+  bulk.reset();
+  auto owned = std::make_shared<std::optional<kv_cache_manager>>(
+    std::move(*f.mgr));
+  f.mgr.reset(); // the actor's copy is the last
+  kv_cache_manager& m = **owned;
+  std::promise<void> entered;
+  std::promise<void> go;
+  auto go_now = go.get_future().share();
+  std::promise<caf::error> stats_in_callback;
+  auto first = std::make_shared<std::atomic<bool>>(true);
+  auto finished = std::make_shared<std::atomic<bool>>(false);
+  m.set_pressure_callback([&, first, finished](memory_pressure) {
+    if (!first->exchange(false))
+      return;
+    entered.set_value();
+    go_now.wait();
+    stats_in_callback.set_value(error_of(m.checked_stats()));
+    finished->store(true);
+  });
+  entered.get_future().wait(); // the level the cache is at: medium
+  std::promise<void> handling;
+  std::promise<bool> dropped;
+  auto a = f.sys->spawn(
+    [&, finished](caf::event_based_actor* self, int) -> caf::behavior {
+      return {[&, self, finished](caf::get_atom) {
+        handling.set_value(); // the only worker is this handler's now
+        owned->reset();
+        dropped.set_value(finished->load());
+        self->quit();
+      }};
+    },
+    0);
+  caf::anon_send(a, caf::get_atom::value);
+  handling.get_future().wait();
+  go.set_value();
+  BOOST_TEST(dropped.get_future().get(), "the last copy went before the "
+                                         "running callback finished");
+  KV_CHECK_ERROR(stats_in_callback.get_future().get(), errc::shutting_down,
+                 "the facade stopped");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
