@@ -20,14 +20,15 @@
 
 namespace kvactor::bench {
 
-/// `value` as an unsigned count up to `max`: decimal digits only
+/// `value` as an unsigned count in [min, max]: decimal digits only
 /// (std::stoull would take "-1" as 2^64 - 1, and "8x" as 8). Throws
 /// std::invalid_argument.
 inline std::uint64_t count(const std::string& value,
-                           std::uint64_t max = UINT32_MAX) {
+                           std::uint64_t max = UINT32_MAX,
+                           std::uint64_t min = 0) {
   if (value.empty() || value.size() > 19
       || value.find_first_not_of("0123456789") != std::string::npos
-      || std::stoull(value) > max)
+      || std::stoull(value) > max || std::stoull(value) < min)
     throw std::invalid_argument{"not a count"};
   return std::stoull(value);
 }

@@ -431,7 +431,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (auto err = check_fits(*tr, opt.cache.num_gpu_blocks)) {
-    std::cerr << "replay: " << render(err) << '\n';
+    std::cerr << "replay: " << render(err) << " (the pool's size from "
+              << pool_source
+              << (opt.reserved_blocks ? ", less vLLM's null block" : "") << ")\n";
     return 1;
   }
   opt.cache.scheduler_threads = threads;
@@ -441,19 +443,20 @@ int main(int argc, char** argv) {
   // From here Ctrl-C stops the run at its next step; its line is printed,
   // marked "interrupted", and no further mode runs.
   install_interrupt_handler();
+  // A line that did not reach stdout (a full disk) fails the run: exit 0
+  // would claim figures nobody got.
+  auto print = [](const nlohmann::json& line) {
+    std::cout << line.dump() << std::endl;
+    if (!std::cout)
+      throw std::runtime_error("cannot write to stdout");
+  };
   try {
     if (mode == "core")
-      std::cout << repeated(repeat, [&] { return replay_core(*tr, opt); }).dump()
-                << std::endl;
+      print(repeated(repeat, [&] { return replay_core(*tr, opt); }));
     if ((mode == "step" || mode == "both") && !interrupted())
-      std::cout << repeated(repeat, [&] { return replay_step(sys, *tr, opt); })
-                     .dump()
-                << std::endl;
+      print(repeated(repeat, [&] { return replay_step(sys, *tr, opt); }));
     if ((mode == "facade" || mode == "both") && !interrupted())
-      std::cout << repeated(repeat,
-                            [&] { return replay_facade(sys, *tr, opt); })
-                     .dump()
-                << std::endl;
+      print(repeated(repeat, [&] { return replay_facade(sys, *tr, opt); }));
   } catch (std::exception& e) {
     std::cerr << "replay: " << e.what() << '\n';
     return 1;

@@ -27,6 +27,7 @@
 #include "kvactor/messages/error.hpp"
 #include "kvactor/messages/interfaces.hpp"
 #include "bench_cache.hpp"
+#include "bench_options.hpp"
 #include "bookkeeping_config.hpp"
 #include "latency_summary.hpp"
 
@@ -83,18 +84,20 @@ caf::behavior echo(caf::event_based_actor*) {
 int main(int argc, char** argv) {
   std::size_t steps = 200000;
   std::uint32_t threads = 0;
-  for (int i = 1; i < argc; i += 2) {
-    std::string arg = argv[i];
-    if (i + 1 >= argc || (arg != "--steps" && arg != "--scheduler-threads")) {
-      std::cerr << "usage: step_floor [--steps N] [--scheduler-threads T]\n";
-      return 2;
-    }
-    auto value = std::stoul(argv[i + 1]);
-    if (arg == "--steps")
-      steps = value;
-    else
-      threads = static_cast<std::uint32_t>(value);
-  }
+  using kvactor::bench::count;
+  if (!kvactor::bench::parse_options(
+        argc, argv,
+        "usage: step_floor [--steps N >= 1] [--scheduler-threads T]\n",
+        [&](const std::string& arg, const std::string& v) {
+          if (arg == "--steps")
+            steps = count(v, UINT32_MAX, 1);
+          else if (arg == "--scheduler-threads")
+            threads = static_cast<std::uint32_t>(count(v));
+          else
+            return false;
+          return true;
+        }))
+    return 2;
   auto cfg = kvactor::bench::bookkeeping_config(1024, threads);
   kvactor::bench::bench_cache cache{"step_floor", cfg};
   if (!cache.mgr)

@@ -30,6 +30,7 @@
 #include "kvactor/actors/kv_cache_manager.hpp"
 #include "kvactor/messages/error.hpp"
 #include "bench_cache.hpp"
+#include "bench_options.hpp"
 #include "latency_summary.hpp"
 
 using namespace kvactor;
@@ -107,38 +108,54 @@ bool run_cycles(kv_cache_manager& mgr, allocation_request req,
   return true;
 }
 
+constexpr const char* usage =
+  "usage: swap_stall [--storage auto|cuda|host] [--swap-mib M] "
+  "[--requests N >= R] [--extends K] [--rounds R] "
+  "[--scheduler-threads T] [--layers L] [--heads H] "
+  "[--head-dim D]\n"
+  "  (M and R at least 1; L, H and D in [1, 1024], as the cache takes)\n";
+
+/// The options from the command line; false, after printing what was wrong
+/// and the usage, for a bad one.
 bool parse(int argc, char** argv, options& o) {
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string arg = argv[i];
-    std::string val = argv[i + 1];
-    try {
-      if (arg == "--storage")
-        o.storage = val;
-      else if (arg == "--swap-mib")
-        o.swap_mib = std::stoull(val);
-      else if (arg == "--requests")
-        o.requests = std::stoul(val);
-      else if (arg == "--extends")
-        o.extends = std::stoul(val);
-      else if (arg == "--rounds")
-        o.rounds = std::stoul(val);
-      else if (arg == "--scheduler-threads")
-        o.threads = static_cast<std::uint32_t>(std::stoul(val));
-      else if (arg == "--layers")
-        o.layers = static_cast<std::uint32_t>(std::stoul(val));
-      else if (arg == "--heads")
-        o.heads = static_cast<std::uint32_t>(std::stoul(val));
-      else if (arg == "--head-dim")
-        o.head_dim = static_cast<std::uint32_t>(std::stoul(val));
-      else
-        return false;
-    } catch (const std::exception&) {
-      std::cerr << "swap_stall: " << arg << ": not a number: " << val << '\n';
-      return false;
-    }
+  using kvactor::bench::count;
+  // The model's sizes as validate() bounds them: a 0 made the block's bytes
+  // 0 and the pool's size a division by it (SIGFPE); past 1024 their
+  // product could wrap.
+  constexpr std::uint64_t max_dim = 1024;
+  if (!kvactor::bench::parse_options(
+        argc, argv, usage,
+        [&](const std::string& arg, const std::string& v) {
+          if (arg == "--storage")
+            o.storage = v;
+          else if (arg == "--swap-mib")
+            o.swap_mib = count(v, UINT32_MAX, 1);
+          else if (arg == "--requests")
+            o.requests = count(v);
+          else if (arg == "--extends")
+            o.extends = count(v);
+          else if (arg == "--rounds")
+            o.rounds = count(v, UINT32_MAX, 1);
+          else if (arg == "--scheduler-threads")
+            o.threads = static_cast<std::uint32_t>(count(v));
+          else if (arg == "--layers")
+            o.layers = static_cast<std::uint32_t>(count(v, max_dim, 1));
+          else if (arg == "--heads")
+            o.heads = static_cast<std::uint32_t>(count(v, max_dim, 1));
+          else if (arg == "--head-dim")
+            o.head_dim = static_cast<std::uint32_t>(count(v, max_dim, 1));
+          else
+            return false;
+          return true;
+        }))
+    return false;
+  if (o.requests < o.rounds) {
+    std::cerr << "swap_stall: --requests " << o.requests
+              << " is fewer than --rounds " << o.rounds << '\n'
+              << usage;
+    return false;
   }
-  return argc % 2 == 1 && o.swap_mib > 0 && o.rounds > 0
-         && o.requests >= o.rounds;
+  return true;
 }
 
 /// What the swapper did during the busy phases.
@@ -197,13 +214,8 @@ bool busy_round(kv_cache_manager& mgr, const allocation_request& small,
 
 int main(int argc, char** argv) {
   options o;
-  if (!parse(argc, argv, o)) {
-    std::cerr << "usage: swap_stall [--storage auto|cuda|host] [--swap-mib M] "
-                 "[--requests N >= R] [--extends K] [--rounds R] "
-                 "[--scheduler-threads T] [--layers L] [--heads H] "
-                 "[--head-dim D]\n";
+  if (!parse(argc, argv, o))
     return 2;
-  }
   cache_config cfg;
   cfg.storage = o.storage;
   cfg.model = model_config{o.layers, o.heads, o.head_dim, dtype::fp16};

@@ -350,12 +350,17 @@ caf::expected<trace> load_trace(const std::string& path) {
         throw line_error{"prompt_len: must be > 0"};
       if (olen == 0)
         throw line_error{"output_len: must be > 0"};
-      // (Compared without the sum, which two huge lengths would wrap.)
+      // (Compared, and printed, without the sum where two huge lengths
+      // would wrap it.)
       if (plen > out.max_model_len || olen > out.max_model_len - plen)
         throw line_error{"prompt_len + output_len: "
                          + (plen > out.max_model_len
                               ? "prompt_len " + std::to_string(plen) + " alone is"
-                              : std::to_string(plen + olen) + " tokens,")
+                              : (olen > UINT64_MAX - plen
+                                   ? std::to_string(plen) + " + "
+                                       + std::to_string(olen)
+                                   : std::to_string(plen + olen))
+                                  + " tokens,")
                          + " more than max_model_len "
                          + std::to_string(out.max_model_len)};
       r.prompt = tokens(obj, "prompt", plen, out.vocab);

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "kvactor/actors/kv_cache_manager.hpp"
 #include "kvactor/messages/error.hpp"
 #include "bench_cache.hpp"
+#include "bench_options.hpp"
 #include "latency_summary.hpp"
 
 using namespace kvactor;
@@ -32,21 +34,21 @@ int main(int argc, char** argv) {
   std::uint64_t tokens = 64;
   std::uint64_t max_len = 32768;
   std::size_t views = 50;
-  for (int i = 1; i < argc; i += 2) {
-    std::string arg = argv[i];
-    if (i + 1 >= argc
-        || (arg != "--tokens" && arg != "--max-len" && arg != "--views")) {
-      std::cerr << "usage: view_snapshot [--tokens N] [--max-len M] [--views V]\n";
-      return 2;
-    }
-    auto value = std::stoull(argv[i + 1]);
-    if (arg == "--tokens")
-      tokens = value;
-    else if (arg == "--max-len")
-      max_len = value;
-    else
-      views = value;
-  }
+  using kvactor::bench::count;
+  if (!kvactor::bench::parse_options(
+        argc, argv, "usage: view_snapshot [--tokens N] [--max-len M] [--views V]\n",
+        [&](const std::string& arg, const std::string& v) {
+          if (arg == "--tokens")
+            tokens = count(v);
+          else if (arg == "--max-len")
+            max_len = count(v);
+          else if (arg == "--views")
+            views = count(v);
+          else
+            return false;
+          return true;
+        }))
+    return 2;
   if (tokens == 0 || tokens > max_len || views == 0) {
     std::cerr << "view_snapshot: needs 0 < tokens <= max-len and views > 0\n";
     return 2;
@@ -96,7 +98,16 @@ int main(int argc, char** argv) {
     return us;
   };
   const std::size_t row = 8 * 128 * 2;
-  std::vector<std::uint8_t> src(2 * tokens * row, 1), dst(src.size());
+  std::vector<std::uint8_t> src, dst;
+  try {
+    src.assign(2 * tokens * row, 1);
+    dst.resize(src.size());
+  } catch (const std::bad_alloc&) {
+    std::cerr << "view_snapshot: --tokens " << tokens << ": no host memory for "
+              << "the memcpy's two buffers of " << 2 * tokens * row
+              << " bytes\n";
+    return 1;
+  }
   std::vector<double> copy_us;
   for (std::size_t i = 0; i < views; ++i) {
     auto t0 = clock_type::now();
