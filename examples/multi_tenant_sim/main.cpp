@@ -12,6 +12,7 @@
 // (the cache failed, a K/V read-back mismatched or the pool's invariant
 // broke), 2 bad input (arguments or scenario), 130 interrupted by Ctrl-C,
 // 143 by SIGTERM (the report of what ran is still written).
+#include <csignal>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -178,6 +179,9 @@ int main(int argc, char** argv) {
     return exit_bad_input;
   }
   kvactor::cli::install_interrupt_handler();
+  // A reader that went (`multi_tenant_sim | head`) must not kill the run
+  // before its reports are written: the summary's write fails instead.
+  std::signal(SIGPIPE, SIG_IGN);
   progress bar{opt.progress};
   auto result = simulate(s, kvactor::cli::interrupt_flag(), bar);
   bar.finish(result.interrupted ? "interrupted: stopping, writing the report of "
@@ -199,6 +203,12 @@ int main(int argc, char** argv) {
   for (auto& f : *files)
     std::cout << ' ' << f;
   std::cout << std::endl;
+  if (!std::cout) {
+    // The files are written; the summary did not reach its reader.
+    std::cerr << "multi_tenant_sim: standard output: the summary could not "
+                 "be written\n";
+    return exit_failure;
+  }
   if (!result.error.empty()) {
     std::cerr << "multi_tenant_sim: " << result.error << '\n';
     return exit_failure;

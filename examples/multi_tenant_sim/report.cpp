@@ -135,13 +135,36 @@ json system_prompts_json(const system_prompt_config& sp) {
           {"share", sp.share}};
 }
 
+/// Writes `text` to `path` whole or not at all: into a temporary file next
+/// to it, closed and checked (a full disk shows at the flush), then renamed
+/// over it - a run killed mid-write leaves no half report under the name.
 caf::error write_file(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream f{path, std::ios::binary | std::ios::trunc};
+  auto tmp = path;
+  tmp += ".tmp";
+  auto failed = [&](const char* what) {
+    auto why = errno != 0 ? std::string{std::strerror(errno)} : "unknown error";
+    std::error_code ec;
+    std::filesystem::remove(tmp, ec);
+    return make_error(errc::invalid_config,
+                      path.string() + ": cannot " + what + " (" + why + ")");
+  };
+  errno = 0;
+  std::ofstream f{tmp, std::ios::binary | std::ios::trunc};
   if (f)
     f << text;
+  if (f)
+    f.flush();
   if (!f)
-    return make_error(errc::invalid_config, path.string() + ": cannot write ("
-                                              + std::strerror(errno) + ")");
+    return failed("write");
+  f.close();
+  if (f.fail())
+    return failed("write");
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    errno = ec.value();
+    return failed("rename its temporary file");
+  }
   return caf::none;
 }
 
@@ -319,6 +342,12 @@ write_reports(const scenario& s, const sim_outcome& r, std::ostream& log) {
   // Again: the directory may have gone while the simulation ran.
   if (auto err = prepare_output_dir(s))
     return err;
+  // An earlier run's files must not pass for this one's, whichever of
+  // this run's fails to be written.
+  for (auto name : {"report.json", "timeseries.csv", "usage.gp", "usage.png"}) {
+    std::error_code ec;
+    fs::remove(dir / name, ec);
+  }
   std::vector<std::string> written;
   auto put = [&](const char* name, const std::string& text) -> caf::error {
     auto path = dir / name;
@@ -333,9 +362,6 @@ write_reports(const scenario& s, const sim_outcome& r, std::ostream& log) {
     return err;
   if (auto err = put("usage.gp", gnuplot_script(s, r)))
     return err;
-  // An earlier run's drawing must not pass for this one's.
-  std::error_code ec;
-  std::filesystem::remove(dir / "usage.png", ec);
   if (r.samples.empty()) {
     log << "no step completed: no plot drawn\n";
     return written;

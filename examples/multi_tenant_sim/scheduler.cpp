@@ -93,11 +93,14 @@ void check_and_deliver(sched_actor* self) {
         deliver(self);
       },
       [self](caf::error& err) {
-        // Any other error: the pool is gone (a failed run), nothing checked.
+        // Any other error: the pool is gone (a failed run) or did not
+        // answer in time - nothing checked, which fails the run too.
         auto& out = *self->state.out;
         if (has_code(err, errc::invariant_violation)) {
           out.invariant_checked = true;
           out.invariant_error = render(err);
+        } else {
+          out.invariant_unchecked = render(err);
         }
         deliver(self);
       });

@@ -49,6 +49,8 @@ struct sim_outcome {
   /// block pool's check_atom): whether it was, and what broke if it did.
   bool invariant_checked = false;
   std::string invariant_error;
+  /// Why the check could not run (a timeout, the pool gone), if it did not.
+  std::string invariant_unchecked;
   std::uint64_t pressure_entered[4] = {}; ///< changes into each level
   std::uint64_t ended_before_free = 0;    ///< batcher::ended_before_free
   std::uint64_t preempted_mid_swap = 0;   ///< batcher::preempted_mid_swap

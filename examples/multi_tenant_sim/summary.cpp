@@ -337,6 +337,10 @@ std::string failed_checks(const sim_outcome& r) {
   if (!r.invariant_error.empty())
     why += (why.empty() ? "" : "; ") + std::string("the pool's invariant broke: ")
            + r.invariant_error;
+  else if (!r.invariant_checked)
+    why += (why.empty() ? "" : "; ")
+           + std::string("the pool's invariant was not checked")
+           + (r.invariant_unchecked.empty() ? "" : ": " + r.invariant_unchecked);
   return why;
 }
 

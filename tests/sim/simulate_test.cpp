@@ -130,6 +130,11 @@ BOOST_AUTO_TEST_CASE(a_run_on_host_storage_reads_back_what_it_wrote) {
 BOOST_AUTO_TEST_CASE(a_mismatched_read_back_or_a_broken_invariant_fails_the_run) {
   // main exits 1 on what failed_checks names, after writing the reports.
   sim_outcome r;
+  BOOST_TEST(failed_checks(r) == "the pool's invariant was not checked");
+  r.invariant_unchecked = "system_error(request_timeout)";
+  BOOST_TEST(failed_checks(r) == "the pool's invariant was not checked: "
+                                 "system_error(request_timeout)");
+  r.invariant_checked = true;
   r.verify_checks = 40;
   BOOST_TEST(failed_checks(r) == "");
   r.verify_failures = 3;
