@@ -48,7 +48,14 @@ caf::error in_context(const std::string& what, const caf::error& err,
                       what + ": " + context_of(err));
   if (foreign)
     return make_error(*foreign, what + ": " + render(err));
-  return err;
+  // CAF's code and category stay (callers compare them: a timeout is still
+  // caf::sec::request_timeout); the context leads with `what`.
+  auto& ctx = err.context();
+  std::string was = has_text(ctx) ? ctx.get_as<std::string>(0)
+                  : ctx.empty()   ? std::string{}
+                                  : to_string(ctx);
+  return caf::error{err.code(), err.category(),
+                    caf::make_message(was.empty() ? what : what + ": " + was)};
 }
 
 caf::error as_ours(const std::string& what, const caf::error& err,

@@ -14,7 +14,8 @@ namespace kvactor {
 /// `err` with `what` leading its context ("<what>: <context>"), its code
 /// kept. An error of another category (CAF's own) becomes an error of code
 /// `foreign` with its rendering as the context, or, without `foreign`,
-/// stays as it is. No error stays no error.
+/// keeps CAF's code and category with `what` leading its context (a
+/// timeout stays caf::sec::request_timeout). No error stays no error.
 caf::error in_context(const std::string& what, const caf::error& err,
                       std::optional<errc> foreign = std::nullopt);
 
