@@ -19,6 +19,13 @@
 
 namespace kvactor::detail {
 
+namespace {
+
+/// What a facade call gets once the last copy of the facade went.
+constexpr const char* facade_stopped = "the facade stopped: its last copy went";
+
+} // namespace
+
 facade_core::facade_core(caf::actor_system& sys, cache_config cfg,
                          cache_system cache)
   : sys_(sys), cfg_(std::move(cfg)), cache_(std::move(cache)), bridge_(sys) {
@@ -107,9 +114,7 @@ void facade_core::stop() {
   // callback's facade call among them, which would otherwise wait for the
   // manager - and on one of the cache's scheduler threads, with one
   // worker, for this very thread (the manager's exit queued behind it).
-  bridge_.fail_all(make_error(errc::shutting_down,
-                              "the facade stopped: its last copy went"),
-                   true);
+  bridge_.fail_all(make_error(errc::shutting_down, facade_stopped), true);
   // No pressure callback starts from now on; one running finishes first
   // (unless it is the one stopping the facade), so what it references -
   // the facade, say - stays good while it runs. Pressure events still
@@ -266,9 +271,11 @@ caf::error facade_core::stop_error() {
   stop_known_.wait_for(lock, std::chrono::seconds{1}, [&] {
     return static_cast<bool>(stop_reason_) || stopped_;
   });
-  return stop_reason_ ? stop_reason_
-                      : make_error(errc::shutting_down,
-                                   "the cache manager has stopped");
+  if (stop_reason_)
+    return stop_reason_;
+  return make_error(errc::shutting_down,
+                    stopped_ ? std::string{facade_stopped}
+                             : std::string{"the cache manager has stopped"});
 }
 
 void facade_core::invalidate_all(bool manager_gone) {
