@@ -235,10 +235,11 @@ kv_cache_manager::fork(request_id parent, request_id child) {
     // The child ended already (preempted at critical pressure; the id may
     // even be live again, another incarnation) or the lookup timed out: no
     // handle goes out, so none may stay allocated - a failed fork changes
-    // nothing, and has changed nothing by the time it returns. (The handle
-    // actor ends its own incarnation; one that ended already says so.)
-    // If the free times out as well, the handle actor ends the request
-    // when it gets to it (a request nobody received: its K/V unwritten).
+    // nothing, and when the free answers, has changed nothing by the time
+    // it returns. (The handle actor ends its own incarnation; one that
+    // ended already says so.) If the free times out as well, the handle
+    // actor ends the request when it gets to it (a request nobody
+    // received: its K/V unwritten) - the id may read as allocated until.
     if (!core_->ask<std::uint32_t>(made, free_atom::value))
       caf::anon_send(made, unclaimed_atom::value);
     if (!info)

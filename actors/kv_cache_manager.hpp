@@ -225,8 +225,10 @@ public:
   /// them, so a step() right after has its events written (by a thread of
   /// their own, soon after). A file already written to (under any name)
   /// keeps its one writer: called again, it changes nothing. Errors:
-  /// invalid_request if the file cannot be opened, shutting_down if the
-  /// cache stopped first.
+  /// invalid_request if the file cannot be opened or the call is made in an
+  /// actor's handler on the cache's threads (both before anything changed),
+  /// shutting_down if the cache stopped first, request_timeout if the pool
+  /// did not confirm in time (the writer is subscribed: events may follow).
   caf::error write_kv_events(const std::string& path);
 
   /// The manager actor, for actor clients.

@@ -321,8 +321,12 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
       // failures - the pool or manager going, which stops the cache anyway -
       // change nothing here.
       run_gc(self, [self](caf::expected<cache_gc_stats> res) {
-        if (!res && has_code(res.error(), errc::invariant_violation))
-          self->quit(in_context("periodic GC", res.error()));
+        if (!res && has_code(res.error(), errc::invariant_violation)) {
+          auto why = in_context("periodic GC", res.error());
+          // gc() calls waiting here hear the violation too.
+          self->state.owed.fail_all("the supervisor", render(why));
+          self->quit(why);
+        }
       });
       self->delayed_send(self, st.gc_interval, tick_atom::value);
     },

@@ -3,7 +3,9 @@
 // reclaimed), runs GC on a timer and on demand, turns
 // pool usage into pressure levels (with hysteresis) and broadcasts each change
 // to its subscribers; under high pressure it evicts cached blocks toward the
-// medium mark, at critical its broadcast asks schedulers to preempt.
+// medium mark, at critical its broadcast asks schedulers to preempt. A
+// timer GC that finds the pool's invariant broken ends the supervisor with
+// the violation, and the manager stops the cache (fail-stop).
 #pragma once
 
 #include <cstdint>

@@ -61,7 +61,8 @@ using supervisor_actor = caf::typed_actor<
   caf::reacts_to<unsubscribe_atom, caf::actor>,
   // The current level.
   caf::replies_to<pressure_atom>::with<memory_pressure>,
-  // GC timer.
+  // GC timer (its own: from anyone else, ignored). A pass that finds the
+  // invariant broken ends the supervisor, and with it the cache.
   caf::reacts_to<tick_atom>>;
 
 /// Where a scheduler sends its steps (messages/step.hpp): the block pool

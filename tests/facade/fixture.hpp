@@ -238,7 +238,8 @@ struct cache_fixture {
     return *s;
   }
 
-  /// Blocks not free (cached included); 0 once idle.
+  /// Blocks held by requests (total less free, cached blocks counting as
+  /// free); 0 once idle.
   std::uint64_t used_blocks() {
     auto s = checked_stats();
     return s.total_blocks - s.free_blocks;
