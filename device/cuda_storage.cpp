@@ -144,21 +144,6 @@ caf::error cuda_storage::init() {
                           + " bytes) failed: " + cuda_text(err));
   }
   pools_ = static_cast<std::byte*>(p);
-  // Zeroed, as the host backend's pools are (its zero pages): a block
-  // nobody wrote reads the same on both, the host backend being the
-  // reference. Waited for here: the work streams are non-blocking and
-  // would not wait for the default stream's memset. (An H200 writes about
-  // 3 TB/s: some 40 ms for its whole memory, once.)
-  if (auto err = cudaMemset(p, 0, dev_bytes)) {
-    cudaGetLastError();
-    return device_failure("storage cuda: cudaMemset of the " + std::to_string(dev_bytes)
-                          + "-byte pools failed: " + cuda_text(err));
-  }
-  if (auto err = cudaDeviceSynchronize()) {
-    cudaGetLastError();
-    return device_failure("storage cuda: cudaDeviceSynchronize after zeroing the pools "
-                          "failed: " + cuda_text(err));
-  }
   if (layout_.num_host_blocks > 0) {
     const auto host_bytes = layout_.host_bytes();
     if (auto err = cudaHostAlloc(&p, host_bytes, cudaHostAllocDefault)) {
@@ -178,6 +163,15 @@ caf::error cuda_storage::init() {
   for (auto& s : notifiers_)
     if (auto err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking))
       return fail(err, "cudaStreamCreate(notifier)");
+  // The pools start zeroed, as the host backend's do (its zero pages): a
+  // block nobody wrote reads the same on both, the host backend being the
+  // reference. On a stream of ours and waited for there - not the whole
+  // device, whose other work in the process is none of ours. (An H200
+  // writes about 3 TB/s: some 40 ms for its whole memory, once.)
+  if (auto err = cudaMemsetAsync(pools_, 0, dev_bytes, streams_[0]))
+    return fail(err, "cudaMemsetAsync (zeroing the pools)");
+  if (auto err = cudaStreamSynchronize(streams_[0]))
+    return fail(err, "cudaStreamSynchronize (zeroing the pools)");
   // Slots that hold the largest batch the layout allows without growing: a
   // copy of num_blocks pairs or a write to every slot (8 bytes each), a
   // gather of num_blocks blocks (4 bytes each); the ring caps this.
