@@ -50,6 +50,68 @@ from_actor call_from_actor(cache_fixture& f, kv_cache_handle& h,
   return done.get_future().get();
 }
 
+/// A cache on one scheduler thread at medium pressure (40 of 64 blocks
+/// held), its calls timing out within the watchdog's limit.
+struct one_worker_at_medium : cache_fixture {
+  one_worker_at_medium() : cache_fixture(one_worker()) {
+    BOOST_REQUIRE(!m().set_timeout(std::chrono::seconds{20}));
+    alloc(req(1, 40 * 4));
+  }
+  static cache_config one_worker() {
+    auto cfg = small_config(); // 64 blocks: medium from 39 used
+    cfg.scheduler_threads = 1;
+    return cfg;
+  }
+};
+
+/// A pressure callback on `m` whose first call (the level the cache is at)
+/// waits until released, then makes a facade call (stats) and records what
+/// it gave. Later calls (the test's end changes the level) touch only what
+/// they own.
+struct held_callback {
+  explicit held_callback(kv_cache_manager& m) {
+    auto first = std::make_shared<std::atomic<bool>>(true);
+    m.set_pressure_callback([&m, this, first](memory_pressure) {
+      if (!first->exchange(false))
+        return;
+      entered.set_value();
+      go_now.wait();
+      result.set_value(error_of(m.checked_stats()));
+      finished->store(true);
+    });
+    entered.get_future().wait();
+  }
+  std::promise<void> entered;
+  std::promise<void> go;
+  std::shared_future<void> go_now = go.get_future().share();
+  std::promise<caf::error> result;
+  std::shared_ptr<std::atomic<bool>> finished
+    = std::make_shared<std::atomic<bool>>(false);
+};
+
+/// Runs `body` in an actor's handler - on the cache's only scheduler
+/// thread - and releases `cb`'s running call once the handler holds it;
+/// returns when the handler is done.
+template <class Body>
+void in_handler_while_held(cache_fixture& f, held_callback& cb, Body body) {
+  std::promise<void> handling;
+  std::promise<void> done;
+  auto a = f.sys->spawn(
+    [&](caf::event_based_actor* self, int) -> caf::behavior {
+      return {[&, self](caf::get_atom) {
+        handling.set_value();
+        body();
+        done.set_value();
+        self->quit();
+      }};
+    },
+    0);
+  caf::anon_send(a, caf::get_atom::value);
+  handling.get_future().wait();
+  cb.go.set_value();
+  done.get_future().wait();
+}
+
 } // namespace
 
 BOOST_FIXTURE_TEST_SUITE(facade_system_threads, watchdog)
@@ -87,39 +149,10 @@ BOOST_AUTO_TEST_CASE(an_actor_replacing_a_running_callback_does_not_wait_for_it)
   // With one worker, an actor's handler that waited for the running
   // pressure callback would hold the thread that callback's own facade
   // call needs: both stuck until the call timed out.
-  auto cfg = small_config(); // 64 blocks: medium from 39 used
-  cfg.scheduler_threads = 1;
-  cache_fixture f{cfg};
-  BOOST_REQUIRE(!f.m().set_timeout(std::chrono::seconds{20})); // < watchdog
-  auto bulk = f.alloc(f.req(1, 40 * 4));
-  std::promise<void> entered;
-  std::promise<void> go;
-  auto go_now = go.get_future().share();
-  std::promise<caf::error> stats_in_callback;
-  // Later calls (the test's end changes the level) touch only what they own.
-  auto first = std::make_shared<std::atomic<bool>>(true);
-  f.m().set_pressure_callback([&, first](memory_pressure) {
-    if (!first->exchange(false))
-      return;
-    entered.set_value();
-    go_now.wait();
-    stats_in_callback.set_value(error_of(f.m().checked_stats()));
-  });
-  entered.get_future().wait(); // the level the cache is at: medium
-  std::promise<void> handling;
-  auto a = f.sys->spawn(
-    [&](caf::event_based_actor* self, int) -> caf::behavior {
-      return {[&, self](caf::get_atom) {
-        handling.set_value(); // the only worker is this handler's now
-        f.m().set_pressure_callback(nullptr);
-        self->quit();
-      }};
-    },
-    0);
-  caf::anon_send(a, caf::get_atom::value);
-  handling.get_future().wait();
-  go.set_value();
-  auto err = stats_in_callback.get_future().get();
+  one_worker_at_medium f;
+  held_callback cb{f.m()};
+  in_handler_while_held(f, cb, [&] { f.m().set_pressure_callback(nullptr); });
+  auto err = cb.result.get_future().get();
   BOOST_TEST(!err, "the callback's stats call: " << render(err));
 }
 
@@ -128,49 +161,19 @@ BOOST_AUTO_TEST_CASE(an_actor_dropping_the_last_copy_waits_for_a_running_callbac
   // reference the facade, as the README suggests), even in an actor's
   // handler: it fails the facade's waiting calls first, so the callback's
   // own call returns without the scheduler thread this handler holds.
-  auto cfg = small_config(); // 64 blocks: medium from 39 used
-  cfg.scheduler_threads = 1;
-  cache_fixture f{cfg};
-  BOOST_REQUIRE(!f.m().set_timeout(std::chrono::seconds{20})); // < watchdog
-  auto bulk = f.alloc(f.req(1, 40 * 4));
-  bulk.reset();
+  one_worker_at_medium f;
   auto owned = std::make_shared<std::optional<kv_cache_manager>>(
     std::move(*f.mgr));
   f.mgr.reset(); // the actor's copy is the last
-  kv_cache_manager& m = **owned;
-  std::promise<void> entered;
-  std::promise<void> go;
-  auto go_now = go.get_future().share();
-  std::promise<caf::error> stats_in_callback;
-  auto first = std::make_shared<std::atomic<bool>>(true);
-  auto finished = std::make_shared<std::atomic<bool>>(false);
-  m.set_pressure_callback([&, first, finished](memory_pressure) {
-    if (!first->exchange(false))
-      return;
-    entered.set_value();
-    go_now.wait();
-    stats_in_callback.set_value(error_of(m.checked_stats()));
-    finished->store(true);
+  held_callback cb{**owned};
+  bool finished_first = false;
+  in_handler_while_held(f, cb, [&] {
+    owned->reset();
+    finished_first = cb.finished->load();
   });
-  entered.get_future().wait(); // the level the cache is at: medium
-  std::promise<void> handling;
-  std::promise<bool> dropped;
-  auto a = f.sys->spawn(
-    [&, finished](caf::event_based_actor* self, int) -> caf::behavior {
-      return {[&, self, finished](caf::get_atom) {
-        handling.set_value(); // the only worker is this handler's now
-        owned->reset();
-        dropped.set_value(finished->load());
-        self->quit();
-      }};
-    },
-    0);
-  caf::anon_send(a, caf::get_atom::value);
-  handling.get_future().wait();
-  go.set_value();
-  BOOST_TEST(dropped.get_future().get(), "the last copy went before the "
-                                         "running callback finished");
-  KV_CHECK_ERROR(stats_in_callback.get_future().get(), errc::shutting_down,
+  BOOST_TEST(finished_first, "the last copy went before the running "
+                             "callback finished");
+  KV_CHECK_ERROR(cb.result.get_future().get(), errc::shutting_down,
                  "the facade stopped");
 }
 
