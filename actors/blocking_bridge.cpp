@@ -39,21 +39,28 @@ caf::error timed_out(const caf::message& msg, caf::actor_id dest,
 blocking_bridge::blocking_bridge(caf::actor_system& sys) {
   companion_ = caf::actor_cast<caf::strong_actor_ptr>(
     sys.spawn<caf::actor_companion>());
+  // This runs inside the sender's enqueue - mostly its message handler
+  // (the manager's, the pool's): nothing may throw out of it, or that actor
+  // would die of it and the cache with it. What throws (a bad_alloc) is
+  // dropped here; deliver() fails its caller first.
   companion_of(companion_)->on_enqueue([this](caf::mailbox_element_ptr ptr) {
     if (!ptr)
       return;
-    auto msg = ptr->move_content_to_message();
-    if (ptr->mid.is_response()) {
-      deliver(ptr->mid.request_id().integer_value(), std::move(msg));
-      return;
+    try {
+      auto msg = ptr->move_content_to_message();
+      if (ptr->mid.is_response()) {
+        deliver(ptr->mid.request_id().integer_value(), std::move(msg));
+        return;
+      }
+      if (msg.match_elements<caf::down_msg>())
+        fail_calls_to(msg.get_as<caf::down_msg>(0).source.id());
+      // Under notify_mtx_, so that once on_notification(nullptr) returned
+      // no handler runs any more (its owner may then go).
+      std::lock_guard<std::mutex> guard{notify_mtx_};
+      if (notify_)
+        notify_(msg);
+    } catch (...) {
     }
-    if (msg.match_elements<caf::down_msg>())
-      fail_calls_to(msg.get_as<caf::down_msg>(0).source.id());
-    // Under notify_mtx_, so that once on_notification(nullptr) returned no
-    // handler runs any more (its owner may then go).
-    std::lock_guard<std::mutex> guard{notify_mtx_};
-    if (notify_)
-      notify_(msg);
   });
 }
 
@@ -79,8 +86,16 @@ void blocking_bridge::deliver(std::uint64_t id, caf::message msg) {
     s->on_late(msg);
     return;
   }
-  if (s->trim)
-    s->trim(msg);
+  if (s->trim) {
+    try {
+      s->trim(msg);
+    } catch (...) { // the caller must not wait for a reply it lost
+      fail(*s, caf::make_error(caf::sec::runtime_error,
+                               std::string{"the reply could not be taken in "
+                                           "(trimming it threw)"}));
+      return;
+    }
+  }
   s->reply = std::move(msg);
   s->done.store(true, std::memory_order_release);
   std::lock_guard<std::mutex> guard{s->mtx};

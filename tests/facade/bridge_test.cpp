@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <future>
+#include <new>
 #include <thread>
 
 #include <caf/actor_system.hpp>
@@ -50,6 +51,11 @@ void halve(caf::message& reply) {
   ++trims;
   if (reply.match_elements<std::int32_t>())
     reply = caf::make_message(reply.get_as<std::int32_t>(0) / 2);
+}
+
+/// A trim that runs out of memory.
+void throw_bad_alloc(caf::message&) {
+  throw std::bad_alloc{};
 }
 
 } // namespace
@@ -113,6 +119,26 @@ BOOST_AUTO_TEST_CASE(a_reply_is_trimmed_on_the_repliers_thread_unless_late) {
   BOOST_TEST((res.error() == caf::sec::request_timeout));
   BOOST_TEST(got.get() == 20000);
   BOOST_TEST(trims == 1);
+  caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
+}
+
+BOOST_AUTO_TEST_CASE(a_trim_that_throws_fails_its_call_and_spares_the_replier) {
+  // The trim runs inside the replier's enqueue: a throw there would kill
+  // the replier (in a cache, the manager or the pool). The caller gets an
+  // error instead of waiting for good, and the replier answers on.
+  caf::actor_system_config cfg;
+  caf::actor_system sys{cfg};
+  auto echo = caf::actor_cast<caf::strong_actor_ptr>(sys.spawn(sleepy_echo));
+  kvactor::detail::blocking_bridge bridge{sys};
+  auto res = bridge.call(echo, caf::make_message(std::int32_t{10}),
+                         std::chrono::milliseconds::max(), nullptr,
+                         throw_bad_alloc);
+  BOOST_REQUIRE(!res);
+  BOOST_TEST((res.error() == caf::sec::runtime_error), caf::to_string(res.error()));
+  res = bridge.call(echo, caf::make_message(std::int32_t{20}),
+                    std::chrono::milliseconds::max());
+  BOOST_REQUIRE(res);
+  BOOST_TEST(res->get_as<std::int32_t>(0) == 20);
   caf::anon_send_exit(echo, caf::exit_reason::user_shutdown);
 }
 
