@@ -283,9 +283,8 @@ kv_cache_manager::cached_prefixes(const std::vector<allocation_request>& reqs) c
 }
 
 cache_manager_stats kv_cache_manager::stats() const {
-  auto res = core_->ask<cache_manager_stats>(core_->cache().manager,
-                                             stats_atom::value);
-  return res ? std::move(std::get<0>(*res)) : cache_manager_stats{};
+  auto res = checked_stats();
+  return res ? std::move(*res) : cache_manager_stats{};
 }
 
 caf::expected<cache_manager_stats> kv_cache_manager::checked_stats() const {
