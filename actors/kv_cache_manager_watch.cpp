@@ -14,8 +14,6 @@
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>
 
-#include "kvactor/actors/request_handle.hpp"
-#include "kvactor/actors/supervisor.hpp"
 #include "kvactor/messages/error.hpp"
 #include "kvactor/messages/error_context.hpp"
 
