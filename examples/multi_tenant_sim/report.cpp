@@ -141,8 +141,7 @@ json system_prompts_json(const system_prompt_config& sp) {
 caf::error write_file(const std::filesystem::path& path, const std::string& text) {
   auto tmp = path;
   tmp += ".tmp";
-  auto failed = [&](const char* what) {
-    auto why = errno != 0 ? std::string{std::strerror(errno)} : "unknown error";
+  auto failed = [&](const char* what, const std::string& why) {
     std::error_code ec;
     std::filesystem::remove(tmp, ec);
     return make_error(errc::invalid_config,
@@ -152,19 +151,13 @@ caf::error write_file(const std::filesystem::path& path, const std::string& text
   std::ofstream f{tmp, std::ios::binary | std::ios::trunc};
   if (f)
     f << text;
-  if (f)
-    f.flush();
-  if (!f)
-    return failed("write");
-  f.close();
+  f.close(); // flushes: a full disk shows here
   if (f.fail())
-    return failed("write");
+    return failed("write", errno != 0 ? std::strerror(errno) : "unknown error");
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    errno = ec.value();
-    return failed("rename its temporary file");
-  }
+  if (ec)
+    return failed("rename its temporary file", ec.message());
   return caf::none;
 }
 
