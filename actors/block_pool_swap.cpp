@@ -144,6 +144,7 @@ block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
                       req_name(id) + " (incarnation " + std::to_string(cache_id)
                         + ") has no swap in progress");
   auto before = counters_.blocks_freed;
+  std::uint64_t freed_back = 0;
   if (ok) {
     // The shared blocks are the indexed ones with the hash they left with;
     // the copies are fresh, private and not findable. The request's hash
@@ -162,16 +163,31 @@ block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
     ++counters_.swap_ins;
   } else {
     count_promise(*seq, false);
+    // The blocks taken fresh at begin: the shared ones are still indexed
+    // under the hash they left with (an index lets go of cached blocks
+    // only, and these are held), the fresh ones were never indexed.
+    std::uint64_t taken = 0;
+    for (std::size_t i = 0; i < seq->incoming.size(); ++i) {
+      auto& m = blocks_[seq->incoming[i]];
+      taken += !(m.indexed && m.hash == seq->host_hashes[i]);
+    }
     auto level = retention_level(*seq);
     for (auto i = seq->incoming.rbegin(); i != seq->incoming.rend(); ++i)
       unref(*i, level);
     give_way(seq->incoming.data(), seq->incoming.size());
     seq->incoming.clear();
     seq->where = residency::swapped;
+    // As far as the flow counters go, nothing moved (as a copy-on-write's
+    // undo): the fresh blocks were never handed out, the revived ones never
+    // let go. The reply still counts what came back, for whoever waits.
+    freed_back = counters_.blocks_freed - before;
+    counters_.blocks_allocated -= taken;
+    counters_.blocks_freed = before;
   }
   if (seq->release_pending)
     release_now(*seq);
-  return static_cast<std::uint32_t>(counters_.blocks_freed - before);
+  return static_cast<std::uint32_t>(counters_.blocks_freed - before
+                                    + freed_back);
 }
 
 } // namespace kvactor::detail

@@ -147,11 +147,24 @@ model_release pool_model::swap_in_done(request_id id, std::uint64_t cache_id,
     seq.where = residency::resident;
     ++counters_.swap_ins;
   } else {
+    // Undone, the flow counters included: the fresh blocks were never
+    // handed out, the shared ones never let go. The release still counts
+    // what came back.
+    std::uint64_t taken = 0;
+    for (std::size_t i = 0; i < seq.incoming.size(); ++i)
+      taken += !(seq.host_keys[i].has_value()
+                 && blocks_[seq.incoming[i]].key == seq.host_keys[i]);
     for (auto b = seq.incoming.rbegin(); b != seq.incoming.rend(); ++b)
       unref(*b, seq.level);
     give_way(seq.incoming);
     seq.incoming.clear();
     seq.where = residency::swapped;
+    auto back = counters_.blocks_freed - before;
+    counters_.blocks_allocated -= taken;
+    counters_.blocks_freed = before;
+    auto res = finish_swap(seq, before);
+    res.freed += static_cast<std::uint32_t>(back);
+    return res;
   }
   return finish_swap(seq, before);
 }
