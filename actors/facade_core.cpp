@@ -199,10 +199,29 @@ void facade_core::invalidate(std::uint64_t handle_id, bool ended) {
   if (auto s = i->second.slot.lock())
     s->valid = false;
   // Whether or not a handle still references the slot.
+  untrack(i);
+}
+
+void facade_core::untrack(slot_map::iterator i) {
   auto j = by_request_.find(i->second.request);
-  if (j != by_request_.end() && j->second == handle_id)
+  if (j != by_request_.end() && j->second == i->first)
     by_request_.erase(j);
   slots_.erase(i);
+}
+
+void facade_core::drop_unconfirmed(
+  std::vector<std::shared_ptr<request_slot>>&& slots) {
+  std::vector<std::uint64_t> ids;
+  ids.reserve(slots.size());
+  for (auto& s : slots)
+    ids.push_back(s->handle_id);
+  slots.clear(); // only the handles' references remain
+  std::lock_guard<std::mutex> guard{mtx_};
+  for (auto id : ids) {
+    auto i = slots_.find(id);
+    if (i != slots_.end() && i->second.slot.expired())
+      untrack(i);
+  }
 }
 
 std::uint64_t facade_core::invalidate_request(const request_ended& ev) {

@@ -118,6 +118,14 @@ public:
   /// request lived would hold its blocks with every call refused).
   caf::error confirm_slots(const std::vector<std::shared_ptr<request_slot>>& slots);
 
+  /// Lets go of `slots`, made for a lookup whose confirmation failed (no
+  /// handle went out), and untracks each that no handle references now:
+  /// had its end been forgotten, nothing else would ever untrack it. Not
+  /// marked ended - the request may live; a later lookup tracks it again.
+  /// (Pass a vector built by push_back: a braced list's copies outlive the
+  /// call.)
+  void drop_unconfirmed(std::vector<std::shared_ptr<request_slot>>&& slots);
+
   /// A handle of the configured layout for `slot`.
   std::shared_ptr<kv_cache_handle> make_handle(std::shared_ptr<request_slot> slot);
 
@@ -259,8 +267,11 @@ private:
   /// end is one reply late; the list only has to outlast replies in
   /// flight).
   static constexpr std::size_t recent_ends_cap = 4096;
+  using slot_map = id_map<slot_entry>;
+  /// Forgets the slot at `i` and its request's mapping to it (under mtx_).
+  void untrack(slot_map::iterator i);
   std::mutex mtx_;
-  id_map<slot_entry> slots_;         ///< by handle id
+  slot_map slots_;                   ///< by handle id
   id_map<std::uint64_t> by_request_; ///< request id -> handle id
   recent_ids recent_ends_{recent_ends_cap}; ///< handle ids
   /// Ends put into recent_ends_, ever (changed under mtx_; read without:

@@ -314,8 +314,12 @@ std::shared_ptr<kv_cache_handle> kv_cache_manager::get_handle(request_id id) con
   if (!res)
     return nullptr;
   auto slot = core_->slot_for(std::get<0>(*res), std::get<1>(*res));
-  if (core_->may_have_forgotten(since) && core_->confirm_slots({slot}))
+  if (core_->may_have_forgotten(since) && core_->confirm_slots({slot})) {
+    std::vector<std::shared_ptr<detail::request_slot>> made;
+    made.push_back(std::move(slot)); // not a braced list: it keeps a copy
+    core_->drop_unconfirmed(std::move(made));
     return nullptr; // as for a failed lookup
+  }
   return core_->make_handle(std::move(slot));
 }
 
@@ -331,8 +335,10 @@ kv_cache_manager::list_handles() const {
   slots.reserve(std::get<0>(*res).size());
   for (auto& e : std::get<0>(*res))
     slots.push_back(core_->slot_for(e.handle, e.info));
-  if (core_->may_have_forgotten(since) && core_->confirm_slots(slots))
+  if (core_->may_have_forgotten(since) && core_->confirm_slots(slots)) {
+    core_->drop_unconfirmed(std::move(slots));
     return out; // as for a failed list
+  }
   out.reserve(slots.size());
   for (std::size_t i = 0; i < slots.size(); ++i)
     out.emplace_back(std::get<0>(*res)[i].id, core_->make_handle(slots[i]));

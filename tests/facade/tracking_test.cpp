@@ -156,6 +156,34 @@ BOOST_AUTO_TEST_CASE(a_slot_that_could_not_be_confirmed_is_left_as_it_was) {
   BOOST_TEST(core->tracked().slots == 1u);
 }
 
+BOOST_AUTO_TEST_CASE(a_lookup_that_could_not_be_confirmed_leaves_no_slot_behind) {
+  // get_handle and list_handles hand out nothing when the confirmation
+  // fails; a slot they made that no handle references is untracked then -
+  // its end may be the one forgotten, and nothing else would untrack it.
+  // A slot a handle references stays, as it was.
+  one_request r;
+  auto& [f, h, core, actor, info] = r;
+  auto gone = f.alloc(f.req(2, 4));
+  auto gone_actor = gone->actor();
+  gone.reset();
+  request_info gone_info;
+  gone_info.request = f.req(2, 4);
+  BOOST_TEST(core->tracked().slots == 2u);
+  std::vector<std::shared_ptr<detail::request_slot>> made;
+  made.push_back(core->slot_for(actor, info));
+  made.push_back(core->slot_for(gone_actor, gone_info));
+  core->drop_unconfirmed(std::move(made));
+  BOOST_TEST(core->tracked().slots == 1u);
+  BOOST_TEST(core->tracked().requests == 1u);
+  BOOST_TEST(h->is_valid());
+  BOOST_TEST(!f.m().extend(*h, 1));
+  // Not marked ended: request 2 lives on, and a lookup tracks it again.
+  auto again = f.m().get_handle(2);
+  BOOST_REQUIRE(again);
+  BOOST_TEST(again->is_valid());
+  BOOST_TEST(core->tracked().slots == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(a_slot_made_after_the_manager_went_is_born_invalid) {
   // A lookup or allocate reply delivered just before the manager died
   // (killed: no exit handler, no end events) makes its slot after the
