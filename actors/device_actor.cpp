@@ -213,8 +213,11 @@ device_actor::behavior_type device_fun(device_ptr self,
   // this functor there, and dropping either would run CUDA calls in a CUDA
   // host callback (the storage's stream synchronisation, cudaFreeHost),
   // which CUDA forbids: another thread drops them.
+  // The wake stays set: it only posts to this actor's address, which leads
+  // nowhere once the actor is gone, while clearing it would clear the wake
+  // of the next device actor on this storage (a restart's, spawned before
+  // this one ended).
   self->attach_functor([store = st.store, staging = st.staging]() mutable {
-    store->set_wake(nullptr);
     if (storage::in_wake())
       std::thread([s = std::move(store), a = std::move(staging)] {}).detach();
   });

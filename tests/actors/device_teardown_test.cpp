@@ -63,4 +63,37 @@ BOOST_FIXTURE_TEST_CASE(a_device_actor_dropped_on_a_wake_releases_nothing_there,
   BOOST_TEST(log->buffers_in_wake() == 0);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_device_actor_that_ends_leaves_its_successors_wake_alone,
+                        cache_fixture) {
+  // A storage handed to a new cache while the old cache's device actor is
+  // still on its way out (a restart right after a facade went: its actors
+  // end asynchronously): the old actor's cleanup must not clear the wake the
+  // new one set, or the new one hears of completions only through its
+  // watchdog's poll.
+  auto store = make_slow(cfg);
+  auto old_dev = spawn_device_actor(sys, store, false);
+  run();
+  auto new_dev = spawn_device_actor(sys, store, false);
+  run();
+  BOOST_REQUIRE(store->has_wake());
+  self->send_exit(old_dev, caf::exit_reason::user_shutdown);
+  run();
+  old_dev = nullptr;
+  run();
+  BOOST_TEST(store->has_wake());
+  // And the wake is the new actor's: a completion reaches it (no watchdog
+  // poll runs here: its timeouts are not triggered).
+  self->send(new_dev, copy_atom::value, std::vector<block_copy>{{0, 1}});
+  run();
+  store->complete();
+  run();
+  bool answered = false;
+  self->receive([&](std::uint32_t n) { answered = n == 1; },
+                [&](caf::error& err) { BOOST_FAIL(render(err)); },
+                caf::after(std::chrono::seconds(0)) >> [] {});
+  BOOST_TEST(answered);
+  self->send_exit(new_dev, caf::exit_reason::user_shutdown);
+  run();
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -195,6 +195,11 @@ public:
     throw_next_ = true;
   }
 
+  /// Whether a wake is set (a device actor's, until its successor's).
+  bool has_wake() const noexcept {
+    return static_cast<bool>(wake_);
+  }
+
   std::uint64_t pending() const noexcept {
     return issued_ - completed_ - early_.size();
   }
