@@ -46,12 +46,18 @@ __global__ void __launch_bounds__(threads_per_block, 4) copy_blocks_kernel(
 // Programmatic dependent launch (Hopper on): a kernel launched with
 // cudaLaunchAttributeProgrammaticStreamSerialization may be scheduled while
 // the kernel before it in the stream still runs, once that one's CUDA
-// blocks all called let_dependents_launch(). wait_for_prior_grids() then
-// holds it until every earlier grid finished and its writes are visible:
-// called before touching memory it keeps stream order exactly, and only
-// the launch's latency overlaps; called last (write_overlap::work), the
-// kernel's work overlaps the earlier kernels' while it still finishes
-// after them. No-ops before sm_90.
+// blocks all called let_dependents_launch(). wait_for_prior_grids()
+// (griddepcontrol.wait) then holds it until the grid right before it in
+// the stream finished and that grid's writes are visible - that one grid
+// alone. It covers every earlier grid only because each grid finishes
+// after the one before it: a kernel launched with the attribute calls the
+// wait before it exits (every one here does, write_slots_kernel), and a
+// plain launch starts only once everything before it completed. A kernel
+// launched with the attribute that skipped the wait would break this for
+// every kernel after it. Called before touching memory, the wait keeps
+// stream order exactly, and only the launch's latency overlaps; called
+// last (write_overlap::work), the kernel's work overlaps the earlier
+// kernels' while it still finishes after them. No-ops before sm_90.
 __device__ __forceinline__ void let_dependents_launch() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
