@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <string>
 #include <vector>
 
 #include "kvactor/device/kernel_bodies.hpp"
@@ -182,9 +183,17 @@ std::atomic<int>* programmatic_entry(int& dev) {
   return &programmatic_known[static_cast<std::size_t>(dev)];
 }
 
-/// A driver refused the launch attribute on the current device: no
-/// further launch there asks for it (nor pays a failed launch first).
-void programmatic_launch_refused() {
+/// The cudaError_t of the first refused launch (programmatic_launch_refusal),
+/// cudaSuccess while none was.
+std::atomic<int> first_refusal{cudaSuccess};
+
+/// A driver refused the launch attribute on the current device with `err`:
+/// no further launch there asks for it (nor pays a failed launch first),
+/// and the first such error is kept.
+void programmatic_launch_refused(cudaError_t err) {
+  int none = cudaSuccess;
+  first_refusal.compare_exchange_strong(none, static_cast<int>(err),
+                                        std::memory_order_relaxed);
   int dev = 0;
   if (auto* known = programmatic_entry(dev))
     known->store(1, std::memory_order_relaxed);
@@ -224,6 +233,15 @@ bool programmatic_launch_ok() {
                                       std::memory_order_relaxed))
     return unknown == 2;
   return ok;
+}
+
+std::string programmatic_launch_refusal() {
+  const auto err = static_cast<cudaError_t>(
+    first_refusal.load(std::memory_order_relaxed));
+  if (err == cudaSuccess)
+    return {};
+  return std::string{cudaGetErrorName(err)} + " (" + cudaGetErrorString(err)
+         + ")";
 }
 
 int launch_copy_blocks(const pool_geometry& pool, const block_pair* pairs,
@@ -291,13 +309,15 @@ int launch_write_slots(const pool_geometry& pool, std::uint32_t layer,
       if (err != cudaSuccess && cfg.numAttrs > 0) {
         // A driver that refuses the attribute: without it (the kernel's
         // wait then returns at once; stream order is the plain one), and
-        // without it from now on if that launch works. A sticky error
-        // fails the second launch the same way.
+        // without it from now on if that launch works, the refusal kept
+        // (programmatic_launch_refusal). A sticky error fails the second
+        // launch the same way, and the caller gets that.
+        const auto refusal = err;
         cudaGetLastError();
         cfg.numAttrs = 0;
         err = go();
         if (err == cudaSuccess)
-          programmatic_launch_refused();
+          programmatic_launch_refused(refusal);
       }
       return static_cast<int>(err);
     };

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace kvactor::detail {
 
@@ -96,6 +97,13 @@ enum class write_overlap : std::uint8_t {
 /// from then on if a driver refuses the launch attribute there (the launch
 /// goes without it).
 bool programmatic_launch_ok();
+
+/// Why programmatic_launch_ok() went false after a launch: the CUDA error
+/// (name and text) of the first launch with the attribute that a driver
+/// refused, on any device, when the launch then went without it; empty if
+/// none was refused. A device that lacks it (compute capability below 9.0,
+/// or no sm_90 code) refuses nothing: empty too.
+std::string programmatic_launch_refusal();
 
 /// Scatters token i's K and V rows (key, value: [num_tokens, num_heads,
 /// head_dim], device-accessible) of layer `layer` into slot slots[i]; -1

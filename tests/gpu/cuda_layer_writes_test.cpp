@@ -8,6 +8,7 @@
 // ops in between must stay ordered against the writes.
 #include <algorithm>
 #include <memory>
+#include <string>
 
 #include "twin.hpp"
 
@@ -183,14 +184,20 @@ BOOST_AUTO_TEST_CASE(layer_writes_queued_back_to_back_match_host_backend) {
   BOOST_REQUIRE(cudaDeviceGetAttribute(&major,
                                        cudaDevAttrComputeCapabilityMajor, dev)
                 == cudaSuccess);
+  const auto refusal = detail::programmatic_launch_refusal();
   BOOST_TEST_MESSAGE("programmatic dependent launch: "
                      << (detail::programmatic_launch_ok() ? "used"
-                                                          : "not available"));
+                                                          : "not available")
+                     << (refusal.empty() ? "" : ", refused: ") << refusal);
   if (major >= 9)
     BOOST_TEST(detail::programmatic_launch_ok(),
                "compute capability " << major
-                 << ", yet no programmatic launch: the build has no sm_90 "
-                    "code, or the driver refused the launch attribute");
+                 << ", yet no programmatic launch: "
+                 << (refusal.empty()
+                       ? "no refusal kept, so the build has no sm_90 code (or "
+                         "the device could not be asked)"
+                       : "the driver refused the launch attribute: "
+                           + refusal));
 }
 
 BOOST_AUTO_TEST_CASE(a_layer_written_twice_in_a_row_keeps_the_later_bytes) {
