@@ -67,6 +67,7 @@ caf::error stall(device_ptr self, const std::string& what,
                           + " ms (device_timeout_ms "
                           + std::to_string(st.timeout.count())
                           + "): the GPU looks stalled, the cache stops");
+  st.store->mark_stalled(); // its teardown must not wait for the GPU
   st.tell_cache(err, {});
   auto open = std::move(st.queue);
   st.queue.clear();

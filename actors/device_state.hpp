@@ -142,8 +142,11 @@ struct device_state {
     queue.clear();
     bool hung = false;
     for (auto& p : open) {
-      if (wait_first && store && !hung)
+      if (wait_first && store && !hung) {
         wait_bounded(p.t, hung); // its own error: shutting_down anyway
+        if (hung)
+          store->mark_stalled(); // nor may the storage's teardown wait
+      }
       p.finish(make_error(errc::shutting_down,
                           hung ? "device actor: stopped with this work in "
                                  "flight, the GPU stalled (not complete "

@@ -182,6 +182,15 @@ public:
   /// Sets the function called (from any thread) when some ticket completes.
   virtual void set_wake(std::function<void()> wake) = 0;
 
+  /// Tells the backend that its work looks stalled (the device actor gave
+  /// up waiting for it, after device_timeout_ms): its teardown must not
+  /// wait for work that may never end. The cuda backend then leaks what
+  /// unfinished work may still touch (pools, streams) instead of
+  /// synchronising; the default does nothing, right for backends whose
+  /// work is complete when submitted.
+  virtual void mark_stalled() noexcept {
+  }
+
   /// True while this thread runs a wake (a CUDA host callback for cuda),
   /// where no storage may be destroyed: CUDA forbids CUDA calls there, and
   /// a storage's destructor synchronises its streams.

@@ -6,6 +6,7 @@
 // anyone, then quits; the manager stops the rest - and so when the device
 // actor is told to exit), where before they all waited for ever. Time is the deterministic scheduler's: it passes only
 // when a test lets it.
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -143,7 +144,10 @@ BOOST_AUTO_TEST_CASE(a_stalled_swap_fails_its_requester_and_stops_the_cache) {
   BOOST_TEST(f.store->pending() == 1u);
   f.let_pass(999ms); // slow, not stalled: nothing happens
   BOOST_TEST(f.reply() == "no reply");
+  BOOST_TEST(!*f.store->told_stalled);
   f.let_pass(2ms);
+  // And the storage knows: its teardown must not wait for the GPU.
+  BOOST_TEST(*f.store->told_stalled);
   auto got = f.reply();
   BOOST_TEST(has(got, "device_failure"), got);
   BOOST_TEST(has(got, "swap-out of 3 blocks not complete after 1001 ms "
@@ -239,6 +243,23 @@ BOOST_AUTO_TEST_CASE(the_cache_hears_of_an_exit_the_device_was_told_first_too) {
   BOOST_TEST(has(log[1], stopped_in_flight), log[1]);
   BOOST_TEST(pool_log == (std::vector<std::string>{
                            "exit: exit_reason(user_shutdown)", "call"}));
+}
+
+BOOST_AUTO_TEST_CASE(an_exit_with_stalled_work_gives_up_on_it_and_says_so) {
+  // Told to exit, the device waits for its work in flight at most the
+  // timeout: stalled, the work is answered as such, and the storage is
+  // told, so that its teardown does not wait for the GPU either.
+  std::shared_ptr<std::atomic<bool>> told;
+  auto [log, pool_log] = logs_after([&](auto& store, auto& dev, auto&) {
+    told = store.told_stalled;
+    store.stall();
+    caf::anon_send_exit(dev, caf::exit_reason::user_shutdown);
+  });
+  BOOST_REQUIRE_EQUAL(log.size(), 2u);
+  BOOST_TEST(has(log[1], "stopped with this work in flight, the GPU stalled "
+                         "(not complete within device_timeout_ms)"),
+             log[1]);
+  BOOST_TEST(*told);
 }
 
 BOOST_AUTO_TEST_CASE(the_cache_hears_of_a_kill_first_too) {
@@ -402,6 +423,7 @@ BOOST_AUTO_TEST_CASE(with_no_timeout_the_device_waits_for_ever) {
   f.let_pass(std::chrono::hours{24});
   BOOST_TEST(f.reply() == "no reply");
   BOOST_TEST(f.manager_end() == "running");
+  BOOST_TEST(!*f.store->told_stalled);
   f.store->complete();
   f.run();
   BOOST_TEST(f.reply() == "ok");

@@ -3,6 +3,7 @@
 // (complete, complete_one), and fail() turns it into a faulted device.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -85,6 +86,11 @@ public:
   /// Set: host buffers and the storage report their release there.
   std::shared_ptr<release_log> log;
 
+  /// Whether the device actor told the storage its work stalled
+  /// (mark_stalled); shared, to outlive the storage.
+  std::shared_ptr<std::atomic<bool>> told_stalled
+    = std::make_shared<std::atomic<bool>>(false);
+
   storage_kind kind() const noexcept override {
     return inner_->kind();
   }
@@ -146,6 +152,9 @@ public:
   }
   void set_wake(std::function<void()> wake) override {
     wake_ = std::move(wake);
+  }
+  void mark_stalled() noexcept override {
+    *told_stalled = true;
   }
   std::shared_ptr<std::uint8_t> host_buffer(std::size_t bytes) override {
     auto buf = inner_->host_buffer(bytes);
