@@ -494,18 +494,26 @@ int launch_fill_random(void* dst, std::size_t bytes, std::uint64_t seed,
 
 namespace {
 
+/// Every variant a launcher may pick, the storage's and the others
+/// (gpu_bench's and the tests' direct launches, some behind a held stream).
 template <class T>
 cudaError_t preload_movers() {
   cudaFuncAttributes a;
-  if (auto err = cudaFuncGetAttributes(&a, copy_blocks_kernel<T, streaming_hints>))
+  if (auto err = cudaFuncGetAttributes(&a, copy_blocks_kernel<T, true>))
+    return err;
+  if (auto err = cudaFuncGetAttributes(&a, copy_blocks_kernel<T, false>))
     return err;
   if (auto err = cudaFuncGetAttributes(&a, write_slots_kernel<T, true>))
+    return err;
+  if (auto err = cudaFuncGetAttributes(&a, write_slots_kernel<T, false>))
     return err;
   if (auto err = cudaFuncGetAttributes(&a, write_layers_kernel<T>))
     return err;
   if (auto err = cudaFuncGetAttributes(&a, swap_runs_kernel<T>))
     return err;
-  return cudaFuncGetAttributes(&a, gather_blocks_kernel<T, streaming_hints>);
+  if (auto err = cudaFuncGetAttributes(&a, gather_blocks_kernel<T, true>))
+    return err;
+  return cudaFuncGetAttributes(&a, gather_blocks_kernel<T, false>);
 }
 
 } // namespace
