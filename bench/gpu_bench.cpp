@@ -309,11 +309,11 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
            ms, c.d2d, how);
   }
   // The kernel alone, as a forward pass runs it: the slot mapping already in
-  // device memory, one launch per layer back to back. The line above adds
-  // the storage's per-call host work (validation, slot planning and hazard
-  // bookkeeping - timed on the CPU by slot_plan_bench - and the mapping's
-  // upload through pinned memory), which at 8 heads may cost more than the
-  // ~8 us the kernel needs per layer.
+  // device memory, one launch per layer back to back. The storage lines
+  // above add the storage's per-call host work (validation, slot planning
+  // and hazard bookkeeping - timed on the CPU by slot_plan_bench - and the
+  // mapping's upload through pinned memory), which at 8 heads may cost more
+  // than the ~8 us the kernel needs per layer.
   std::int64_t* dev_slots = nullptr;
   check(cudaMalloc(reinterpret_cast<void**>(&dev_slots),
                    tokens * sizeof(std::int64_t)),
@@ -329,13 +329,20 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
   // With `events`, an event is recorded after each kernel, as the storage
   // records each call's ticket: whether that keeps the kernels from
   // overlapping shows beside the line without.
+  // Gated, the variants compare the kernels alone: ungated, the 32
+  // cudaLaunchKernelEx calls of a run (some microseconds each on a slow host
+  // CPU, the H200 machine's) against kernels of ~8 us may pace the GPU, and
+  // the line would time the submission. Safe to gate: a launch and an event record only enqueue, never wait for the
+  // stream, and every kernel variant was loaded when the storage started
+  // (preload_kernels: a lazy load at the first launch could wait for the
+  // held stream).
   using detail::write_overlap;
   std::vector<cudaEvent_t> tickets(l.num_layers);
   for (auto& ev : tickets)
     check(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
           "cudaEventCreateWithFlags");
   auto write_layers = [&](int rows_per_warp, write_overlap first,
-                          write_overlap next, bool early,
+                          write_overlap next, bool early, timing how,
                           bool events = false) {
     return median_ms(compute, 3, runs, [&](int) {
       for (std::uint32_t layer = 0; layer < l.num_layers; ++layer) {
@@ -347,24 +354,29 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
         if (events)
           check(cudaEventRecord(tickets[layer], compute), "cudaEventRecord");
       }
-    });
+    }, how);
   };
-  auto report_write = [&](const std::string& name, double write_ms) {
+  auto report_write = [&](const std::string& name, double write_ms,
+                          timing how) {
     report(name.c_str(), l, tokens, 2.0 * input * l.num_layers, write_ms,
-           c.d2d, timing::ungated);
+           c.d2d, how);
   };
   // As the storage launches a pass's layers (cuda_ops.cpp): the first waits
   // for the kernels before it, the next ones overlap it (write_chain.hpp).
-  report_write("write_slots kernel x32 layers",
-               write_layers(0, write_overlap::launch, write_overlap::work,
-                            true));
+  // Ungated as in bench/HISTORY.md's runs; gated, the figure the variants
+  // below compare with.
+  for (auto how : {timing::ungated, timing::gated})
+    report_write("write_slots kernel x32 layers",
+                 write_layers(0, write_overlap::launch, write_overlap::work,
+                              true, how),
+                 how);
   report_write("write_layers kernel x32 layers",
                median_ms(compute, 3, runs, [&](int) {
     check(static_cast<cudaError_t>(detail::launch_write_layers(
             geo, 0, l.num_layers, in_of(0), in_of(0) + tokens * row, input,
             dev_slots, tokens, compute)),
           "launch_write_layers");
-  }));
+  }), timing::ungated);
   // Like for like: as many back-to-back device-to-device memcpys of one
   // layer's bytes each (its K and V rows, contiguous), what a plain copy
   // reaches at this size, launch gaps included.
@@ -378,29 +390,37 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
                               in_of(layer), input, cudaMemcpyDeviceToDevice,
                               compute),
               "cudaMemcpyAsync");
-    }));
+    }), timing::ungated);
     cudaFree(copy_dst);
   }
   // Each layer waiting for the one before it (overlapping launches only,
   // the default until session 39), without programmatic dependent launch,
   // with the slot read before the row, and at other grid shapes: rows per
   // warp (the defaults, which the storage launches, are kernels.hpp's and
-  // kernel_bodies.hpp's).
+  // kernel_bodies.hpp's). All gated: compare them with the gated line of
+  // the default above.
+  const auto gated = timing::gated;
   report_write("write_slots kernel x32 layers, events between",
                write_layers(0, write_overlap::launch, write_overlap::work,
-                            true, true));
+                            true, gated, true),
+               gated);
   report_write("write_slots kernel layers wait",
                write_layers(0, write_overlap::launch, write_overlap::launch,
-                            true));
+                            true, gated),
+               gated);
   report_write("write_slots kernel no PDL",
-               write_layers(0, write_overlap::none, write_overlap::none, true));
+               write_layers(0, write_overlap::none, write_overlap::none, true,
+                            gated),
+               gated);
   report_write("write_slots kernel slot first",
                write_layers(0, write_overlap::launch, write_overlap::work,
-                            false));
+                            false, gated),
+               gated);
   for (int per : {2, 4, 8})
     report_write("write_slots kernel " + std::to_string(per) + " rows/warp",
                  write_layers(per, write_overlap::launch, write_overlap::work,
-                              true));
+                              true, gated),
+                 gated);
   for (auto ev : tickets)
     cudaEventDestroy(ev);
   cudaFree(dev_slots);
