@@ -82,7 +82,8 @@ public:
   };
 
   /// Picks the device, sizes the pool (num_blocks 0: gpu_memory_utilization
-  /// of the free memory) and allocates everything. device_failure with the
+  /// of the free memory) and allocates everything; the pools and the host
+  /// tier start zeroed, as the host backend's. device_failure with the
   /// CUDA error text and the sizes asked for when memory or device is
   /// lacking; invalid_config for an impossible layout.
   static caf::expected<std::unique_ptr<storage>>

@@ -4,6 +4,8 @@
 // narrow vectors; the swap also through its batched fallback for planes past
 // the max pitch, and with every run by the swap kernel.
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <numeric>
 
 #include "twin.hpp"
@@ -255,20 +257,35 @@ BOOST_AUTO_TEST_CASE(write_slots_matches_host_backend) {
 }
 
 BOOST_AUTO_TEST_CASE(fresh_pools_read_zeros_as_the_host_backends_do) {
-  // The host backend's pools are zero pages; a cuda storage zeroes its own
-  // at start, so a block nobody wrote reads the same on both.
+  // The host backend's pools and host tier are zero pages; a cuda storage
+  // zeroes its own at start, so a block nobody wrote reads the same on both.
   const auto l = test_shapes().front();
+  BOOST_REQUIRE(l.num_host_blocks > 0);
   {
     // Garbage where the pools will likely be: cudaMalloc recycles.
     device_buffer junk{l.device_bytes()};
     BOOST_REQUIRE(cudaMemset(junk.data, 0xA5, junk.size) == cudaSuccess);
     BOOST_REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
   }
+  void* host_junk = nullptr;
+  BOOST_REQUIRE(cudaHostAlloc(&host_junk, l.host_bytes(), cudaHostAllocDefault)
+                == cudaSuccess);
+  std::memset(host_junk, 0xA5, l.host_bytes());
+  const auto host_junk_at = reinterpret_cast<std::uintptr_t>(host_junk);
+  BOOST_REQUIRE(cudaFreeHost(host_junk) == cudaSuccess);
   storage_options opts;
   opts.layout = l;
   opts.kind = "cuda";
   auto c = make_storage(opts);
   BOOST_REQUIRE_MESSAGE(c, why(c));
+  // Whether the host tier's check below meant something: pinned memory
+  // may come back from the OS zeroed anyway.
+  BOOST_TEST_MESSAGE("fresh host tier "
+                     << (reinterpret_cast<std::uintptr_t>((*c)->host_layer_base(0))
+                             == host_junk_at
+                           ? "is"
+                           : "is not")
+                     << " where the pinned junk was");
   std::vector<std::uint8_t> got(l.device_bytes(), 0xFF);
   BOOST_REQUIRE(cudaMemcpy(got.data(), (*c)->layer_base(0), got.size(),
                            cudaMemcpyDeviceToHost)
@@ -277,6 +294,12 @@ BOOST_AUTO_TEST_CASE(fresh_pools_read_zeros_as_the_host_backends_do) {
                                      [](std::uint8_t b) { return b != 0; });
   BOOST_TEST(nonzero == 0, nonzero << " of " << got.size()
                                    << " bytes of fresh pools are not zero");
+  const auto tier = static_cast<const std::uint8_t*>((*c)->host_layer_base(0));
+  const auto tier_nonzero = std::count_if(tier, tier + l.host_bytes(),
+                                          [](std::uint8_t b) { return b != 0; });
+  BOOST_TEST(tier_nonzero == 0, tier_nonzero << " of " << l.host_bytes()
+                                             << " bytes of a fresh host tier "
+                                                "are not zero");
 }
 
 BOOST_AUTO_TEST_CASE(gather_blocks_matches_host_backend) {
