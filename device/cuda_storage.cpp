@@ -221,6 +221,16 @@ cuda_storage::~cuda_storage() {
   // the members' own cleanup (upload ring, ticket events) is done too, then
   // gets its device back: exit_device_ is the first member, destroyed last.
   exit_device_.enter(device_);
+  // A stalled GPU (mark_stalled) whose work still runs: synchronising would
+  // hang the destroying thread, and freeing what the work may still touch
+  // would hand it to someone else. Everything is left to the process.
+  if (stalled_->load() && busy()) {
+    (void) wake_box_.release();
+    uploads_.abandon();
+    for (auto& r : swap_uploads_)
+      r.abandon();
+    return;
+  }
   for (auto s : streams_)
     if (s != nullptr)
       cudaStreamSynchronize(s);
@@ -451,6 +461,30 @@ caf::error cuda_storage::wait_one_for(ticket t, std::chrono::nanoseconds limit,
   }
 }
 
+void cuda_storage::mark_stalled() noexcept {
+  stalled_->store(true);
+}
+
+bool cuda_storage::busy() noexcept {
+  // Not ready is work still queued; any other error is a failed device,
+  // whose calls return at once.
+  auto running = [](CUstream_st* s) {
+    if (s == nullptr)
+      return false;
+    auto err = cudaStreamQuery(s);
+    if (err == cudaErrorNotReady)
+      return true;
+    if (err != cudaSuccess)
+      cudaGetLastError();
+    return false;
+  };
+  for (std::size_t i = 0; i < num_streams; ++i)
+    if (running(streams_[i]) || running(notifiers_[i]))
+      return true;
+  return running(uploads_.stream()) || running(swap_uploads_[0].stream())
+         || running(swap_uploads_[1].stream());
+}
+
 void cuda_storage::set_wake(std::function<void()> wake) {
   has_wake_ = static_cast<bool>(wake);
   std::lock_guard<std::mutex> guard{wake_box_->mtx};
@@ -488,9 +522,12 @@ std::shared_ptr<std::uint8_t> cuda_storage::host_buffer(std::size_t bytes) {
   // Freed on whichever thread drops the last reference (a fresh one, when
   // the device actor dies in a wake): on the storage's device too, or a
   // thread that never named one would start device 0's context.
+  // After a stall it is leaked: cudaFreeHost would wait for the device.
   auto dev = device_;
   return std::shared_ptr<std::uint8_t>(static_cast<std::uint8_t*>(p),
-                                       [dev](std::uint8_t* x) {
+                                       [dev, stalled = stalled_](std::uint8_t* x) {
+                                         if (stalled->load())
+                                           return;
                                          detail::cuda_device_guard guard;
                                          guard.enter(dev);
                                          cudaFreeHost(x);

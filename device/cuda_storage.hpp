@@ -4,6 +4,7 @@
 // in the order it was submitted.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -128,6 +129,11 @@ public:
   caf::error wait_one_for(ticket t, std::chrono::nanoseconds limit,
                           bool& timed_out) override;
   void set_wake(std::function<void()> wake) override;
+  /// From now on, teardown waits for no unfinished work: the destructor
+  /// leaks the streams, the pools, the host tier and the upload buffers if
+  /// any stream is still busy then, and a host_buffer freed later is
+  /// leaked too (cudaFreeHost would wait for the device).
+  void mark_stalled() noexcept override;
 
   /// Pinned (cudaHostAlloc) memory.
   std::shared_ptr<std::uint8_t> host_buffer(std::size_t bytes) override;
@@ -214,6 +220,9 @@ private:
   /// A notifier's host function: calls the wake in `box` (a wake_box).
   static void on_complete(void* box);
 
+  /// Whether any stream (work, notifier, upload) still has work queued.
+  bool busy() noexcept;
+
   // First member, so destroyed last: the destructor makes device_ current
   // through it, and the members' own CUDA cleanup runs before it restores.
   detail::cuda_device_guard exit_device_;
@@ -248,6 +257,10 @@ private:
   ticket next_ticket_ = 1;
   std::string failed_;             // empty while healthy
   bool has_wake_ = false;
+  /// mark_stalled() was called; shared with host_buffer()'s deleters,
+  /// which may run after the storage is gone.
+  std::shared_ptr<std::atomic<bool>> stalled_
+    = std::make_shared<std::atomic<bool>>(false);
   /// What the completion callbacks read - they get its address, not the
   /// storage's. After a fault the destructor's synchronisation of the
   /// notifiers returns at once, maybe while a callback that had started

@@ -84,6 +84,15 @@ public:
     return stream_;
   }
 
+  /// Leaves the stream, the buffers and the events to the process: the
+  /// destructor then frees nothing. For a stalled GPU's teardown, where
+  /// freeing pinned memory (cudaFreeHost) would wait for the device.
+  void abandon() noexcept {
+    stream_ = nullptr;
+    slots_ = {};
+    retired_host_.clear();
+  }
+
 private:
   struct slot {
     void* host = nullptr; // pinned
