@@ -1,7 +1,7 @@
 #!/bin/sh
 # device_check.sh: the GPU checks of issues 3 and 5 in one prepared go,
 # sized for a lent H200's time budget and its 600 s per command (the limits
-# add up to 550 s, plus up to 2 s of kill grace per check: 578 s at worst;
+# add up to 560 s, plus up to 2 s of kill grace per check: 588 s at worst;
 # about 1 minute expected), logs kept.
 #
 #   here, after the build:   tests/gpu/device_check.sh bundle
@@ -47,9 +47,10 @@ run)
   : >"$out/summary.txt"
   # Each test suite in its own process: a sticky CUDA fault in one case
   # fails everything after it in the same process.
-  check nvidia-smi 20 nvidia-smi
+  check nvidia-smi 10 nvidia-smi
   for suite in cuda_storage_suite:45 cuda_layer_writes_suite:45 \
-    cuda_ordering_suite:45 cache_on_cuda_suite:30 cuda_large_pool_suite:45; do
+    cuda_ordering_suite:45 cache_on_cuda_suite:30 cuda_large_pool_suite:45 \
+    cuda_stall_teardown_suite:20; do
     check "${suite%:*}" "${suite#*:}" .gpu/run.sh gpu_tests \
       --run_test="${suite%:*}" --log_level=test_suite --color_output=no
   done
