@@ -261,11 +261,13 @@ BOOST_AUTO_TEST_CASE(fresh_pools_read_zeros_as_the_host_backends_do) {
   // zeroes its own at start, so a block nobody wrote reads the same on both.
   const auto l = test_shapes().front();
   BOOST_REQUIRE(l.num_host_blocks > 0);
+  std::uintptr_t junk_at = 0;
   {
     // Garbage where the pools will likely be: cudaMalloc recycles.
     device_buffer junk{l.device_bytes()};
     BOOST_REQUIRE(cudaMemset(junk.data, 0xA5, junk.size) == cudaSuccess);
     BOOST_REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    junk_at = reinterpret_cast<std::uintptr_t>(junk.data);
   }
   void* host_junk = nullptr;
   BOOST_REQUIRE(cudaHostAlloc(&host_junk, l.host_bytes(), cudaHostAllocDefault)
@@ -278,8 +280,14 @@ BOOST_AUTO_TEST_CASE(fresh_pools_read_zeros_as_the_host_backends_do) {
   opts.kind = "cuda";
   auto c = make_storage(opts);
   BOOST_REQUIRE_MESSAGE(c, why(c));
-  // Whether the host tier's check below meant something: pinned memory
-  // may come back from the OS zeroed anyway.
+  // Whether the checks below meant something: memory elsewhere, or pinned
+  // memory that came back from the OS, may be zero anyway.
+  BOOST_TEST_MESSAGE("fresh pools "
+                     << (reinterpret_cast<std::uintptr_t>((*c)->layer_base(0))
+                             == junk_at
+                           ? "are"
+                           : "are not")
+                     << " where the device junk was");
   BOOST_TEST_MESSAGE("fresh host tier "
                      << (reinterpret_cast<std::uintptr_t>((*c)->host_layer_base(0))
                              == host_junk_at
