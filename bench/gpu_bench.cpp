@@ -160,7 +160,7 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
       report(name.c_str(), l, pairs.size(), 2 * bpb * pairs.size(), kms,
              c.d2d, timing::gated);
     }
-    cudaFree(dev_pairs);
+    check(cudaFree(dev_pairs), "cudaFree");
   }
 
   // Swaps: the whole host tier, random blocks on both sides.
@@ -232,7 +232,7 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
                moves.size(), swap_bytes, km, ceil, timing::ungated);
       }
     }
-    cudaFree(dev_runs);
+    check(cudaFree(dev_runs), "cudaFree");
   }
   // Runs of 16 consecutive blocks on each side, the runs in random order on
   // the host side, so that they do not coalesce further.
@@ -391,7 +391,7 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
                               compute),
               "cudaMemcpyAsync");
     }), timing::ungated);
-    cudaFree(copy_dst);
+    check(cudaFree(copy_dst), "cudaFree");
   }
   // Each layer waiting for the one before it (overlapping launches only,
   // the default until session 39), without programmatic dependent launch,
@@ -422,9 +422,9 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
                               true, gated),
                  gated);
   for (auto ev : tickets)
-    cudaEventDestroy(ev);
-  cudaFree(dev_slots);
-  cudaFree(inputs);
+    check(cudaEventDestroy(ev), "cudaEventDestroy");
+  check(cudaFree(dev_slots), "cudaFree");
+  check(cudaFree(inputs), "cudaFree");
 
   // gather_blocks: 256 MiB of random blocks of one layer (K and V), full.
   const std::size_t list = std::min<std::size_t>(
@@ -462,9 +462,9 @@ void bench_shape(std::uint32_t heads, const ceilings& c, int runs,
                        : "gather_blocks kernel plain",
              l, list, 4.0 * n * row, gms, c.d2d, timing::gated);
     }
-    cudaFree(dev_list);
+    check(cudaFree(dev_list), "cudaFree");
   }
-  cudaFree(out);
+  check(cudaFree(out), "cudaFree");
 }
 
 } // namespace
@@ -500,6 +500,6 @@ int main(int argc, char** argv) {
   std::mt19937_64 rng{std::random_device{}()};
   for (std::uint32_t heads : {8u, 32u})
     bench_shape(heads, c, runs, pool_gib, rng);
-  cudaStreamDestroy(s);
+  check(cudaStreamDestroy(s), "cudaStreamDestroy");
   return 0;
 }

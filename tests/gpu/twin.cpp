@@ -154,8 +154,9 @@ bool twin::same_after(ticket last, const std::string& what) {
   const auto copied = cudaMemcpyAsync(dev.data(), cuda->layer_base(0),
                                       dev.size(), cudaMemcpyDeviceToHost, s);
   const auto synced = cudaStreamSynchronize(s);
-  cudaStreamDestroy(s);
-  BOOST_REQUIRE(copied == cudaSuccess && synced == cudaSuccess);
+  const auto destroyed = cudaStreamDestroy(s);
+  BOOST_REQUIRE(copied == cudaSuccess && synced == cudaSuccess
+                && destroyed == cudaSuccess);
   return same_as(dev, what);
 }
 
