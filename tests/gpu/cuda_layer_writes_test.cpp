@@ -7,6 +7,8 @@
 // Layers written twice with one mapping must end with the later bytes, and
 // ops in between must stay ordered against the writes.
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -243,6 +245,65 @@ BOOST_AUTO_TEST_CASE(a_layer_written_twice_in_a_row_keeps_the_later_bytes) {
     // second pass but layer 0's, and the third pass but its first.
     BOOST_TEST(counts.overlapped == 7u + 7u + 7u);
   }
+}
+
+BOOST_AUTO_TEST_CASE(launcher_chains_with_no_event_between_match_host_backend) {
+  // The storage records a ticket's event after every write_slots kernel, so
+  // the cases above never run two programmatically launched kernels back
+  // to back (whether an event between lets the next one launch early is
+  // not documented). Here the launcher alone, nothing between its kernels:
+  // behind a held compute stream, every layer (launch, then work), every
+  // layer from the last down (launch on the layer just written, then
+  // work), and every layer again from the first. Short writes, so that many
+  // kernels are resident at once when the stream opens. The slots are
+  // distinct: the launcher has no last-writer rule (the storage's plan has).
+  std::mt19937_64 rng{test_seed()};
+  using detail::write_overlap;
+  const auto l = make_layout(8, 320, 16, 8, 128, dtype::fp16, 0);
+  const auto row = row_bytes(l);
+  std::vector<std::uint32_t> layers;
+  std::vector<write_overlap> modes;
+  for (int pass = 0; pass < 3; ++pass)
+    for (std::uint32_t i = 0; i < l.num_layers; ++i) {
+      layers.push_back(pass == 1 ? l.num_layers - 1 - i : i);
+      modes.push_back(i == 0 ? write_overlap::launch : write_overlap::work);
+    }
+  for (std::size_t tokens : {48, 256}) {
+    twin tw{l, rng};
+    const auto slots = random_slots(l, tokens, rng);
+    bytes slot_bytes(tokens * sizeof(std::int64_t));
+    std::memcpy(slot_bytes.data(), slots.data(), slot_bytes.size());
+    device_buffer dev_slots{slot_bytes.size()};
+    dev_slots.upload(slot_bytes);
+    std::vector<std::unique_ptr<layer_input>> inputs;
+    for (std::size_t j = 0; j < layers.size(); ++j)
+      inputs.push_back(std::make_unique<layer_input>(tokens, row, rng));
+    const detail::pool_geometry geo{tw.cuda->layer_base(0), l.num_layers,
+                                    l.num_blocks, l.block_size, row};
+    const auto stream = compute_stream(tw);
+    {
+      stream_gate gate{stream};
+      for (std::size_t j = 0; j < layers.size(); ++j) {
+        const auto& in = *inputs[j];
+        expect_ok(tw.host->write_slots(layers[j], in.host_key(),
+                                       in.host_value(), slots.data(), tokens),
+                  "host write");
+        const int err = detail::launch_write_slots(
+          geo, layers[j], in.dev_key(), in.dev_value(),
+          static_cast<const std::int64_t*>(dev_slots.data), tokens, stream,
+          0, modes[j]);
+        BOOST_REQUIRE_MESSAGE(err == 0, "launch_write_slots: "
+                                          << detail::cuda_error_text(err));
+      }
+      gate.open();
+      BOOST_REQUIRE(!gate.forced());
+    }
+    BOOST_REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
+    BOOST_TEST(tw.same("launcher chains, no event between"));
+  }
+  BOOST_TEST_MESSAGE("programmatic dependent launch: "
+                     << (detail::programmatic_launch_ok() ? "used"
+                                                          : "not available"));
 }
 
 BOOST_AUTO_TEST_CASE(write_layers_matches_host_backend) {
