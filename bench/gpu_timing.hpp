@@ -127,8 +127,8 @@ double median_ms(cudaStream_t stream, int warmup, int runs, F&& op,
     if (i >= warmup)
       times.push_back(ms);
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
+  check(cudaEventDestroy(start), "cudaEventDestroy");
+  check(cudaEventDestroy(stop), "cudaEventDestroy");
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
 }
@@ -185,9 +185,9 @@ inline ceilings measure_ceilings(cudaStream_t s, int runs) {
   auto d2h = median_ms(s, 3, runs, [&](int) {
     check(cudaMemcpyAsync(h, a, pinned, cudaMemcpyDeviceToHost, s), "d2h");
   });
-  cudaFree(a);
-  cudaFree(b);
-  cudaFreeHost(h);
+  check(cudaFree(a), "cudaFree");
+  check(cudaFree(b), "cudaFree");
+  check(cudaFreeHost(h), "cudaFreeHost");
   ceilings c{{"d2d memcpy", 2.0 * big / (d2d * 1e-3) / 1e9},
              {"pinned h2d memcpy", pinned / (h2d * 1e-3) / 1e9},
              {"pinned d2h memcpy", pinned / (d2h * 1e-3) / 1e9}};
