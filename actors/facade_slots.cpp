@@ -1,0 +1,184 @@
+// facade_core: which handles the facade tracks - one slot per handle actor,
+// made from a reply (allocate, lookup, list, fork), marked invalid when its
+// request's ended event (or its manager's death) comes, confirmed with the
+// manager when more ends came meanwhile than the facade remembers - and
+// each slot's incarnation.
+#include "kvactor/actors/facade_core.hpp"
+
+#include <unordered_set>
+#include <vector>
+
+#include "kvactor/messages/error_context.hpp"
+
+namespace kvactor::detail {
+
+std::shared_ptr<request_slot>
+facade_core::slot_for(const request_handle_actor& h, const request_info& info) {
+  auto s = std::make_shared<request_slot>();
+  s->info = info;
+  s->actor = h;
+  s->handle_id = h.id();
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    // Ended before this slot was made (its reply crossed the end), or the
+    // facade stopped or its manager went: born invalid, and not tracked (no
+    // end is coming to untrack it).
+    if (stopped_ || manager_gone_ || recent_ends_.contains(h.id())) {
+      s->valid = false;
+      return s;
+    }
+    auto [i, fresh] = slots_.try_emplace(h.id());
+    if (!fresh)
+      if (auto existing = i->second.slot.lock())
+        return existing;
+    i->second.slot = s;
+    i->second.request = info.request.id;
+    // The id maps to its newest incarnation: a lookup that raced the end
+    // of an older one must not take the mapping from a newer one. Each
+    // incarnation has its own handle actor, spawned in admission order, so
+    // the larger actor id is the newer one.
+    auto [j, added] = by_request_.try_emplace(info.request.id, h.id());
+    if (!added && j->second < h.id())
+      j->second = h.id();
+  }
+  return s;
+}
+
+caf::error facade_core::confirm_slots(
+  const std::vector<std::shared_ptr<request_slot>>& slots) {
+  auto res = ask<std::vector<handle_entry>>(cache_.manager, list_atom::value);
+  if (!res)
+    return in_context("confirming " + std::to_string(slots.size())
+                        + " handle(s) against the manager's list",
+                      res.error());
+  std::unordered_set<std::uint64_t> live;
+  for (auto& e : std::get<0>(*res))
+    live.insert(e.handle.id());
+  for (auto& s : slots)
+    if (live.count(s->handle_id) == 0)
+      invalidate(s->handle_id, true);
+  return caf::none;
+}
+
+std::shared_ptr<kv_cache_handle>
+facade_core::make_handle(std::shared_ptr<request_slot> slot) {
+  if (cfg_.layout == "contiguous")
+    return std::make_shared<contiguous_kv_cache_handle>(std::move(slot),
+                                                        weak_from_this());
+  return std::make_shared<paged_kv_cache_handle>(std::move(slot),
+                                                 weak_from_this());
+}
+
+void facade_core::invalidate(std::uint64_t handle_id, bool ended) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  // Remembered whether or not it has a slot now: a reply on its way may
+  // make one (again) later.
+  if (ended) {
+    recent_ends_.insert(handle_id);
+    ++ends_taken_;
+  }
+  auto i = slots_.find(handle_id);
+  if (i == slots_.end())
+    return;
+  if (auto s = i->second.slot.lock())
+    s->valid = false;
+  // Whether or not a handle still references the slot.
+  untrack(i);
+}
+
+void facade_core::untrack(slot_map::iterator i) {
+  auto j = by_request_.find(i->second.request);
+  if (j != by_request_.end() && j->second == i->first)
+    by_request_.erase(j);
+  slots_.erase(i);
+}
+
+void facade_core::drop_unconfirmed(
+  std::vector<std::shared_ptr<request_slot>>&& slots) {
+  std::vector<std::uint64_t> ids;
+  ids.reserve(slots.size());
+  for (auto& s : slots)
+    ids.push_back(s->handle_id);
+  slots.clear(); // only the handles' references remain
+  std::lock_guard<std::mutex> guard{mtx_};
+  for (auto id : ids) {
+    auto i = slots_.find(id);
+    if (i != slots_.end() && i->second.slot.expired())
+      untrack(i);
+  }
+}
+
+std::uint64_t facade_core::invalidate_request(const request_ended& ev) {
+  if (ev.handle != 0) {
+    invalidate(ev.handle, true);
+    return ev.handle;
+  }
+  std::uint64_t handle_id;
+  {
+    std::lock_guard<std::mutex> guard{mtx_};
+    auto i = by_request_.find(ev.id);
+    if (i == by_request_.end())
+      return 0;
+    // A slot made by allocate does not know its cache id (0: the pool's
+    // start at 1); one made from a lookup does.
+    auto k = slots_.find(i->second);
+    auto s = k != slots_.end() ? k->second.slot.lock() : nullptr;
+    if (s && s->info.cache_id != 0 && s->info.cache_id > ev.cache_id)
+      return 0; // a newer incarnation's
+    handle_id = i->second;
+  }
+  invalidate(handle_id);
+  return handle_id;
+}
+
+std::unordered_map<request_id, std::uint64_t>
+facade_core::handles_of(const step_request& step) {
+  std::unordered_map<request_id, std::uint64_t> out;
+  auto note = [&](request_id id) {
+    if (auto i = by_request_.find(id); i != by_request_.end())
+      out.emplace(id, i->second);
+  };
+  std::lock_guard<std::mutex> guard{mtx_};
+  for (auto id : step.frees)
+    note(id);
+  for (auto id : step.discards)
+    note(id);
+  for (auto& op : step.extends)
+    note(op.id);
+  return out;
+}
+
+facade_core::tracking facade_core::tracked() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  return {slots_.size(), by_request_.size(), recent_ends_.size()};
+}
+
+void facade_core::invalidate_all(bool manager_gone) {
+  std::lock_guard<std::mutex> guard{mtx_};
+  manager_gone_ = manager_gone_ || manager_gone;
+  for (auto& kvp : slots_)
+    if (auto s = kvp.second.slot.lock())
+      s->valid = false;
+  slots_.clear();
+  by_request_.clear();
+}
+
+caf::expected<std::uint64_t> facade_core::incarnation(request_slot& slot) {
+  if (slot.info.cache_id != 0)
+    return slot.info.cache_id;
+  if (auto known = slot.incarnation.load(std::memory_order_relaxed))
+    return known;
+  auto info = ask<request_info>(slot.actor, info_atom::value);
+  if (!info) {
+    if (info.error() == caf::sec::request_receiver_down)
+      return make_error(errc::invalid_handle,
+                        "request " + std::to_string(slot.info.request.id)
+                          + " has ended");
+    return std::move(info.error());
+  }
+  auto cache_id = std::get<0>(*info).cache_id;
+  slot.incarnation.store(cache_id, std::memory_order_relaxed);
+  return cache_id;
+}
+
+} // namespace kvactor::detail
