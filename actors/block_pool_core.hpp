@@ -260,6 +260,10 @@ public:
   /// O(blocks held + requests x log(requests) + victims x tenants).
   std::vector<request_id> choose_victims(std::uint64_t blocks) const;
 
+  /// Blocks only `s` holds (no other request, no device copy): what
+  /// preempting it frees.
+  std::uint64_t exclusive_blocks(const sequence& s) const noexcept;
+
   /// Keeps the cached full blocks of `tokens` (tenant `t`'s namespace) from
   /// eviction until `now_ms + ttl_ms`. Returns how many blocks are pinned.
   /// Errors (nothing pinned then): quota_exceeded past max_pinned_blocks;

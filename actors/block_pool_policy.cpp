@@ -21,6 +21,13 @@ block_pool_core::tenant_index(const std::string& name) const {
                     "tenant '" + name + "' is not configured");
 }
 
+std::uint64_t block_pool_core::exclusive_blocks(const sequence& s) const noexcept {
+  std::uint64_t mine = 0;
+  for (auto b : s.blocks)
+    mine += blocks_[b].ref_count - blocks_[b].holds == 1;
+  return mine;
+}
+
 std::vector<request_id> block_pool_core::choose_victims(std::uint64_t blocks) const {
   // A tenant's fair share: its reservation, or an equal split of the pool
   // if that is more.
@@ -39,9 +46,7 @@ std::vector<request_id> block_pool_core::choose_victims(std::uint64_t blocks) co
   for_each_sequence([&](const sequence& s) {
     if (s.where != residency::resident)
       return;
-    std::uint64_t mine = 0;
-    for (auto b : s.blocks)
-      mine += blocks_[b].ref_count - blocks_[b].holds == 1;
+    auto mine = exclusive_blocks(s);
     if (mine > 0)
       by_tenant[s.tenant].push_back(candidate{&s, mine});
   });

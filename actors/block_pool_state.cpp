@@ -205,6 +205,37 @@ caf::result<std::uint32_t> end_by_manager(pool_ptr self, request_id id,
   return *res;
 }
 
+namespace {
+
+/// The supervisor's victims are chosen a round trip before their
+/// preemption lands; by then memory may have come free (other requests
+/// ended), the victim may have gone to the host tier (its device blocks
+/// leave with the copy) or have forked (its blocks shared, none freed by
+/// its end). Such a victim is refused, with why, and lives on.
+caf::error still_a_victim(block_pool_state& st, request_id id) {
+  auto& core = st.core();
+  auto seq = core.find(id);
+  auto no = [&](const std::string& why) {
+    return make_error(errc::invalid_request,
+                      "request " + std::to_string(id)
+                        + " is no longer preempted for memory pressure: "
+                        + why);
+  };
+  if (seq->where != residency::resident)
+    return no("it is swapped out or swapping, its device blocks leave "
+              "with the copy");
+  auto used = core.used_blocks();
+  auto target = st.marks->relief_target();
+  if (used < target)
+    return no(std::to_string(used) + " blocks are in use, under the "
+              + std::to_string(target) + " a relief brings usage under");
+  if (core.exclusive_blocks(*seq) == 0)
+    return no("every block it holds is shared, its end frees none");
+  return caf::none;
+}
+
+} // namespace
+
 caf::result<std::uint32_t> preempt_by_manager(pool_ptr self, request_id id,
                                               std::uint64_t cache_id,
                                               bool unindex) {
@@ -213,6 +244,9 @@ caf::result<std::uint32_t> preempt_by_manager(pool_ptr self, request_id id,
     return err;
   if (auto err = check_current(st.core(), id, cache_id))
     return err;
+  if (unindex)
+    if (auto err = still_a_victim(st, id))
+      return err;
   caf::expected<std::uint32_t> res{std::uint32_t{0}};
   if (unindex && st.grace.count() > 0) {
     // The supervisor's victim: its blocks drain until the grace's end, or

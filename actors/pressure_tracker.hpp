@@ -65,6 +65,20 @@ public:
     return enter_[static_cast<int>(level) - 1];
   }
 
+  /// Blocks in use below which `level` is left (level > low).
+  std::uint64_t leave_mark(memory_pressure level) const noexcept {
+    return leave_[static_cast<int>(level) - 1];
+  }
+
+  /// What preemption at critical pressure brings usage under: the high
+  /// mark, and out of critical too - with a hysteresis wider than the gap
+  /// between the two marks, usage just under the high mark still reads
+  /// critical, and a relief that stopped there would leave it so.
+  std::uint64_t relief_target() const noexcept {
+    return std::min(enter_mark(memory_pressure::high),
+                    leave_mark(memory_pressure::critical));
+  }
+
 private:
   std::uint64_t mark(double fraction) const noexcept {
     return pressure_mark(fraction, total_);

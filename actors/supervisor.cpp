@@ -63,17 +63,18 @@ using sup_ptr = supervisor_actor::stateful_pointer<supervisor_state>;
 
 void relieve(sup_ptr self);
 
-/// A round of preemption ended; `ended_some`: it ended a request. Usage may
-/// still be critical - requests grew while its victims went, or a victim
-/// shared its blocks by then - and above the critical mark the pool reports
-/// no change: look again, with the pool's usage now. Only after a round
-/// that ended a request, or during which critical usage came in (its
-/// victims may have ended by other hands meanwhile, and others been
-/// admitted), so that rounds stop when nothing can go.
-void round_done(sup_ptr self, bool ended_some) {
+/// A round of preemption ended; `acted`: it had victims (each ended, or was
+/// refused as stale - it ended by other hands, went to the host tier or
+/// shared its blocks meanwhile). Usage may still be critical - requests
+/// grew while its victims went, or a victim shared its blocks by then -
+/// and above the critical mark the pool reports no change: look again,
+/// with the pool's usage now. Only after a round that had victims, or
+/// during which critical usage came in, so that rounds stop when nothing
+/// can go (the pool then names none).
+void round_done(sup_ptr self, bool acted) {
   auto& st = self->state;
   st.preempting = false;
-  auto again = ended_some || st.recheck;
+  auto again = acted || st.recheck;
   st.recheck = false;
   if (!again)
     return;
@@ -90,7 +91,10 @@ void round_done(sup_ptr self, bool ended_some) {
 
 /// At critical pressure: preempt (recompute-style, through the manager, which
 /// tells each owner) the victims the pool names, until usage is back under
-/// the high mark. One round at a time.
+/// the high mark and out of critical (relief_target). One round at a time.
+/// Each preemption lands a round trip after the choice: the pool refuses a
+/// victim that no longer relieves anything by then (see the manager's
+/// preempt_atom with a cache id).
 void relieve(sup_ptr self) {
   auto& st = self->state;
   if (!st.preempt_at_critical
@@ -100,28 +104,28 @@ void relieve(sup_ptr self) {
     st.recheck = true;
     return;
   }
-  auto high = st.tracker->enter_mark(memory_pressure::high);
+  auto target = st.tracker->relief_target();
   auto used = st.last.used_blocks;
-  if (used < high)
+  if (used < target)
     return;
   st.preempting = true;
-  self->request(st.pool, caf::infinite, victims_atom::value, used - high + 1)
+  self->request(st.pool, caf::infinite, victims_atom::value, used - target + 1)
     .then(
       [self](std::vector<std::pair<request_id, std::uint64_t>>& victims) {
+        // Ended or refused, each victim counts: a refused one was stale,
+        // and fresh victims may still be needed.
         auto pending = std::make_shared<std::size_t>(victims.size());
-        auto ended = std::make_shared<bool>(false);
-        auto one_done = [self, pending, ended](bool ok) {
-          *ended = *ended || ok;
+        auto one_done = [self, pending] {
           if (--*pending == 0)
-            round_done(self, *ended);
+            round_done(self, true);
         };
         if (victims.empty())
           round_done(self, false);
         for (auto& [id, cache_id] : victims)
           self->request(self->state.manager, caf::infinite,
                         preempt_atom::value, id, cache_id)
-            .then([one_done](std::uint32_t) { one_done(true); },
-                  [one_done](caf::error&) { one_done(false); });
+            .then([one_done](std::uint32_t) { one_done(); },
+                  [one_done](caf::error&) { one_done(); });
       },
       [self](caf::error&) { self->state.preempting = false; });
 }

@@ -350,7 +350,10 @@ using kv_cache_manager_actor = caf::typed_actor<
   // lets go leave the prefix index, but for the prefix its admission found
   // cached (the supervisor's victims, chosen at any moment - a request
   // admitted a moment ago, its prompt's K/V not written, among them).
-  // Error: unknown_request once it ended.
+  // Error: unknown_request once it ended; invalid_request, the request
+  // living on, once preempting it relieves nothing (usage fell under the
+  // relief target - the high mark, and out of critical - or it is swapped
+  // out or swapping, or every block it holds is shared).
   caf::replies_to<preempt_atom, request_id, std::uint64_t>::with<std::uint32_t>,
   // Moves a request's blocks to the host tier (replies with blocks moved)
   // and back (replies with its new table; the bytes are identical, the

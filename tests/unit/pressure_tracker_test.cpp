@@ -139,4 +139,34 @@ BOOST_AUTO_TEST_CASE(a_pool_hovering_at_a_mark_does_not_flap) {
   BOOST_TEST((t.level() == memory_pressure::medium));
 }
 
+BOOST_AUTO_TEST_CASE(a_relief_target_is_out_of_critical_and_under_high) {
+  // Usage under the relief target reads below critical, whatever the
+  // marks: with the defaults that is the high mark; with a hysteresis
+  // wider than the gap between high and critical, the lower mark where
+  // critical is left.
+  for (double hysteresis : {0.0, 0.02, 0.05, 0.15}) {
+    for (double critical : {0.81, 0.82, 0.9, 0.95}) {
+      pressure_config cfg;
+      cfg.high = 0.8;
+      cfg.critical = critical;
+      cfg.hysteresis = hysteresis;
+      pressure_tracker t{cfg, 64};
+      t.update(64);
+      BOOST_REQUIRE((t.level() == memory_pressure::critical));
+      auto target = t.relief_target();
+      BOOST_TEST(target <= t.enter_mark(memory_pressure::high));
+      t.update(target - 1);
+      BOOST_TEST((t.level() < memory_pressure::critical),
+                 "critical " << critical << " hysteresis " << hysteresis);
+    }
+  }
+  pressure_config wide;
+  wide.high = 0.8;
+  wide.critical = 0.82;
+  wide.hysteresis = 0.05;
+  pressure_tracker t{wide, 64};
+  BOOST_TEST(t.enter_mark(memory_pressure::high) == 52u);
+  BOOST_TEST(t.relief_target() == 50u); // critical is left under 0.77 * 64
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,149 @@
+// The supervisor's victims are chosen a round trip before their preemption
+// lands, and the pool checks them again then: a victim whose preemption no
+// longer relieves anything - memory came free meanwhile, it went to the
+// host tier, its blocks became shared - lives on. And a relief brings usage
+// out of critical, not only under the high mark, when the hysteresis is
+// wider than the gap between the two.
+#include "fixture.hpp"
+
+#include <caf/all.hpp>
+
+#include "kvactor/config/cache_config.hpp"
+
+using namespace kvactor;
+using namespace kvactor::test;
+
+namespace {
+
+struct stale_victim_fixture : cache_fixture {
+  static cache_config config() {
+    auto c = small_config();
+    c.pressure.preempt_at_critical = true;
+    c.num_host_blocks = 16;
+    return c;
+  }
+  explicit stale_victim_fixture(cache_config c = config())
+    : cache_fixture(std::move(c)) {
+  }
+
+  /// 1: 30 blocks, 2 (low priority): 10, 3: 10; then 4: 11 - 61 of 64,
+  /// critical. The supervisor has asked the pool for victims (2) and is
+  /// held with the answer in its mailbox.
+  void reach_critical_with_the_victims_held() {
+    BOOST_REQUIRE(allocate(1, 4 * 30));
+    auto low = make_request(cfg, 2, 4 * 10);
+    low.priority = priority::low;
+    BOOST_REQUIRE(allocate(low));
+    BOOST_REQUIRE(allocate(3, 4 * 10));
+    auto held = sup.address();
+    self->send(mgr, allocate_atom::value, make_request(cfg, 4, 4 * 11));
+    run_except(held);
+    BOOST_REQUIRE(sched.prioritize(sup));
+    sched.run_once(); // the usage report: critical, victims asked for
+    run_except(held);
+    BOOST_REQUIRE((reply_to<request_handle_actor, block_table>(self)));
+    // (No used_blocks() here: it runs every actor, the supervisor too.)
+  }
+};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(stale_victims, stale_victim_fixture)
+
+BOOST_AUTO_TEST_CASE(a_victim_is_spared_once_memory_came_free_meanwhile) {
+  reach_critical_with_the_victims_held();
+  // 3 ends: 51 blocks, under the high mark (52) - nothing to relieve.
+  self->send(mgr, free_atom::value, request_id{3});
+  run_except(sup.address());
+  BOOST_REQUIRE(reply_to<std::uint32_t>(self));
+  run(); // the supervisor preempts 2: refused
+  BOOST_TEST(outcome(lookup(2)) == "ok");
+  BOOST_TEST(preempt_notices(self).empty());
+  BOOST_TEST(used_blocks() == 51u);
+  BOOST_TEST(must(stats()).preemption_count == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_victim_swapped_out_meanwhile_keeps_its_host_copy) {
+  reach_critical_with_the_victims_held();
+  // 2 goes to the host tier: its device blocks leave with the copy.
+  self->send(mgr, swap_out_atom::value, request_id{2});
+  run_except(sup.address());
+  BOOST_REQUIRE(reply_to<std::uint32_t>(self));
+  run(); // the supervisor preempts 2: refused, its host copy kept
+  BOOST_TEST(outcome(lookup(2)) == "ok");
+  BOOST_TEST(preempt_notices(self).empty());
+  auto s = must(stats());
+  BOOST_TEST(s.host_free_blocks == 6u);
+  // And it comes back.
+  auto back = ask<block_table>(mgr, swap_in_atom::value, request_id{2});
+  BOOST_TEST(outcome(back) == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(a_victim_whose_blocks_became_shared_is_spared_for_another) {
+  reach_critical_with_the_victims_held();
+  // 2 forks: every block it holds is shared with the child now, so its end
+  // would free none. Usage is still critical: the supervisor looks again,
+  // and the next victim (the newest with blocks of its own, 4) goes.
+  self->send(mgr, fork_atom::value, request_id{2}, request_id{5});
+  run_except(sup.address());
+  BOOST_REQUIRE((reply_to<request_handle_actor, block_table>(self)));
+  run();
+  BOOST_TEST(outcome(lookup(2)) == "ok");
+  BOOST_TEST(outcome(lookup(5)) == "ok");
+  auto notices = preempt_notices(self);
+  BOOST_REQUIRE(notices.size() == 1u);
+  BOOST_TEST(notices[0].id == 4u);
+  BOOST_TEST(used_blocks() == 50u);
+}
+
+BOOST_AUTO_TEST_CASE(a_victim_still_needed_is_preempted) {
+  // The control: nothing changed meanwhile, and the victim goes.
+  reach_critical_with_the_victims_held();
+  run();
+  BOOST_TEST(outcome(lookup(2)) == "unknown_request");
+  auto notices = preempt_notices(self);
+  BOOST_REQUIRE(notices.size() == 1u);
+  BOOST_TEST(notices[0].id == 2u);
+  BOOST_TEST(used_blocks() == 51u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+namespace {
+
+/// Critical is left only below 0.77 (49 of 64 blocks), under the high
+/// mark (52): validate() accepts such marks.
+cache_config wide_hysteresis_config() {
+  auto c = stale_victim_fixture::config();
+  c.pressure.high = 0.8;
+  c.pressure.critical = 0.82;
+  c.pressure.hysteresis = 0.05;
+  return c;
+}
+
+struct wide_hysteresis_fixture : stale_victim_fixture {
+  wide_hysteresis_fixture() : stale_victim_fixture(wide_hysteresis_config()) {
+  }
+};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(relief_target, wide_hysteresis_fixture)
+
+BOOST_AUTO_TEST_CASE(a_relief_leaves_critical_even_below_the_high_mark) {
+  BOOST_REQUIRE(!validate(cfg));
+  BOOST_REQUIRE(allocate(1, 4 * 30));
+  auto low = make_request(cfg, 2, 4 * 10);
+  low.priority = priority::low;
+  BOOST_REQUIRE(allocate(low));
+  BOOST_REQUIRE(allocate(3, 4 * 10));
+  // 61 blocks: critical (53). Under the high mark alone (51: 2 preempted)
+  // would still read critical; out of it takes under 50: 4 goes too.
+  BOOST_REQUIRE(allocate(4, 4 * 11));
+  run();
+  BOOST_TEST(used_blocks() < 50u);
+  BOOST_TEST(outcome(lookup(2)) == "unknown_request");
+  BOOST_TEST((must(stats()).pressure < memory_pressure::critical));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
