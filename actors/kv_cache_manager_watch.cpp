@@ -1,15 +1,14 @@
 // Who the cache manager watches and how it stops: the cache's parts (pool,
 // device actor, supervisor - one unit: when one ends, the cache stops with
 // a reason naming it), the owners of requests (when one dies, its requests
-// are reclaimed) and the lifecycle subscribers (dropped when they die), and
+// are reclaimed, by way of their handle actors) and the lifecycle
+// subscribers (dropped when they die), and
 // the subscriptions that route each topic to the actor that publishes it.
 // The handlers themselves are in kv_cache_manager_actor.cpp.
 #include "kvactor/actors/kv_cache_manager_state.hpp"
 
 #include <algorithm>
 #include <string>
-#include <utility>
-#include <vector>
 
 #include <caf/actor_system.hpp>
 #include <caf/send.hpp>
@@ -87,22 +86,26 @@ void watch_cache(mgr_ptr self) {
     // names each request's owner; one scan (an owner dies rarely, a
     // request starts and ends often: no per-owner id set to keep), and
     // none for an owner that held nothing any more.
+    // Through each request's handle actor, as an unclaimed request (the
+    // handle sends it back, and the reclaim follows): a free the owner
+    // sent its handle just before it quit is still in that handle's
+    // mailbox, while this down message came straight here - reclaimed
+    // first, the request would lose what it cached, and the free fail.
+    // The handle passes the free on first, and both reach this manager in
+    // that order; the reclaim then finds the request ended.
     if (auto o = st.owned.find(dm.source); o != st.owned.end()) {
       auto holds = o->second;
       st.owned.erase(o);
-      std::vector<std::pair<request_id, std::uint64_t>> held;
       if (holds > 0)
         for (auto& [id, e] : st.registry)
           if (e.owner && e.owner.get() == dm.source.get()) {
-            held.emplace_back(id, e.info.cache_id);
+            self->send(e.handle, unclaimed_atom::value);
             // Its count is gone with the entry: the end of this request,
             // a pool round trip away, must not take one off the count of a
             // request the dead owner's allocate still in flight registers
             // meanwhile (and watches anew) - that request would leak.
             e.owner = nullptr;
           }
-      for (auto& [id, cache_id] : held)
-        reclaim_request(self, id, cache_id);
     }
     // It may have been a lifecycle subscriber too: drop it there as well.
     auto& subs = st.lifecycle;

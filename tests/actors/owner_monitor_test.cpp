@@ -153,12 +153,13 @@ BOOST_AUTO_TEST_CASE(an_owner_keeps_one_monitor_while_alive_and_its_exit_reclaim
 
 BOOST_AUTO_TEST_CASE(an_owner_dying_with_an_allocate_in_flight_leaves_nothing) {
   // The owner holds request 1 and has allocate(2) at the pool when it dies.
-  // The manager takes in its down message first (reclaim 1 goes to the
-  // pool), then the pool's admission of 2: registered under the dead owner,
-  // which is watched anew (a monitor of a dead actor: a second down, queued
-  // behind the reclaim's answer). That answer ended 1 and took one off the
-  // owner's count - the count 2 had just started: the second down found the
-  // owner holding nothing, and request 2 stayed, blocks and all, for good.
+  // The manager takes in its down message first (1's reclaim is under way,
+  // by its handle actor), then the pool's admission of 2: registered under
+  // the dead owner, which is watched anew (a monitor of a dead actor: a
+  // second down, queued behind the reclaim's answer). That answer ended 1
+  // and took one off the owner's count - the count 2 had just started: the
+  // second down found the owner holding nothing, and request 2 stayed,
+  // blocks and all, for good.
   run();
   as_owner(allocate_atom::value, make_request(cfg, 1, 4));
   BOOST_REQUIRE(active() == 1u);
@@ -166,11 +167,10 @@ BOOST_AUTO_TEST_CASE(an_owner_dying_with_an_allocate_in_flight_leaves_nothing) {
   step(mgr); // allocate(2) -> the pool
   caf::anon_send_exit(owner, caf::exit_reason::kill);
   step(owner); // it goes: its down message to the manager
-  step(mgr);   // the down: reclaim(1) -> the pool
+  step(mgr);   // the down: 1 unclaimed -> its handle actor
   step(pool);  // allocate(2) admitted
-  step(pool);  // reclaim(1) done
   step(mgr);   // 2 registered under the dead owner, watched anew
-  run();
+  run();       // 1 reclaimed, answered; the second down
   BOOST_TEST(outcome(lookup(2)) == "unknown_request");
   BOOST_TEST(active() == 0u);
   BOOST_TEST(used_blocks() == 0u);
@@ -202,6 +202,49 @@ BOOST_AUTO_TEST_CASE(subscribing_and_unsubscribing_leaves_no_monitor_behind) {
   }
   BOOST_TEST(monitors() == watched);
   kill_owner(); // and its request goes with it
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// -- an owner's last messages ----------------------------------------------------
+
+BOOST_FIXTURE_TEST_SUITE(owner_exits, cache_fixture)
+
+BOOST_AUTO_TEST_CASE(a_free_sent_through_the_handle_just_before_the_owner_quits_is_a_free) {
+  // "Finish and exit": the owner frees through its handle actor and quits.
+  // Its down message goes straight to the manager, the free by way of the
+  // handle: reclaimed first, the request lost what it cached (a reclaim
+  // unindexes what it brought) and the free failed.
+  caf::scoped_actor sub{sys};
+  subscribe(topic::lifecycle, sub);
+  auto prompt = make_tokens(13, 7); // 3 full blocks and 1 token
+  {
+    caf::scoped_actor owner{sys};
+    auto a = allocate_from(owner, make_prompt_request(cfg, 1, prompt));
+    BOOST_REQUIRE(a);
+    owner->send(a->handle, free_atom::value);
+  } // the owner quits here
+  run();
+  auto ended = ended_events(sub);
+  BOOST_REQUIRE(ended.size() == 1u);
+  BOOST_TEST((ended[0].reason == end_reason::deallocated));
+  BOOST_REQUIRE(allocate(make_prompt_request(cfg, 2, prompt)));
+  BOOST_TEST(must(stats()).prefix_hit_tokens == 12u);
+  BOOST_REQUIRE(free(2));
+}
+
+BOOST_AUTO_TEST_CASE(an_owner_that_quits_without_a_free_has_its_request_reclaimed) {
+  caf::scoped_actor sub{sys};
+  subscribe(topic::lifecycle, sub);
+  {
+    caf::scoped_actor owner{sys};
+    BOOST_REQUIRE(allocate_from(owner, make_request(cfg, 1, 13)));
+  }
+  run();
+  auto ended = ended_events(sub);
+  BOOST_REQUIRE(ended.size() == 1u);
+  BOOST_TEST((ended[0].reason == end_reason::reclaimed));
+  BOOST_TEST(outcome(lookup(1)) == "unknown_request");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
