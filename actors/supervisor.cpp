@@ -35,6 +35,10 @@ struct supervisor_state {
   bool preempting = false; ///< victims chosen, preemptions in flight
   /// Critical usage came in during a round: look again when it ends.
   bool recheck = false;
+  /// A timer GC pass is waiting on the pool or the manager: a tick then
+  /// starts none (a pool held up - by a slow device copy, say - would
+  /// otherwise queue one full pass per interval, to run back to back).
+  bool timer_gc_running = false;
   std::uint64_t total_blocks = 0;
   std::uint64_t bytes_per_block = 0;
   std::chrono::milliseconds gc_interval{0};
@@ -324,7 +328,12 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
       // other place to put it, is compiled out in Debian's CAF.) Other
       // failures - the pool or manager going, which stops the cache anyway -
       // change nothing here.
+      self->delayed_send(self, st.gc_interval, tick_atom::value);
+      if (st.timer_gc_running)
+        return;
+      st.timer_gc_running = true;
       run_gc(self, [self](caf::expected<cache_gc_stats> res) {
+        self->state.timer_gc_running = false;
         if (!res && has_code(res.error(), errc::invariant_violation)) {
           auto why = in_context("periodic GC", res.error());
           // gc() calls waiting here hear the violation too.
@@ -332,7 +341,6 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
           self->quit(why);
         }
       });
-      self->delayed_send(self, st.gc_interval, tick_atom::value);
     },
   };
 }

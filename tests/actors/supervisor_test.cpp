@@ -400,3 +400,33 @@ BOOST_AUTO_TEST_CASE(the_pool_actor_answers_its_own_messages) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(supervisor_timer)
+
+BOOST_AUTO_TEST_CASE(a_tick_while_a_timer_gc_pass_waits_starts_no_second_pass) {
+  // A pool held up (by a slow device copy, say) kept one GC pass waiting
+  // per interval, each to run a full stats-evict-sweep-check back to back
+  // once the pool was free. The timer keeps ticking; a pass waiting makes
+  // the next tick start none.
+  cache_fixture f{timer_config()};
+  auto pool_mailbox = [&] {
+    auto a = caf::actor_cast<caf::abstract_actor*>(f.pool);
+    return dynamic_cast<caf::scheduled_actor*>(a)->mailbox().size();
+  };
+  f.run();
+  auto held = f.pool.address();
+  f.sched.trigger_timeouts(); // tick 1: its pass asks the pool (held)
+  f.run_except(held);
+  auto waiting = pool_mailbox();
+  BOOST_REQUIRE(waiting >= 1u);
+  f.sched.trigger_timeouts(); // tick 2, the pass still waiting: none
+  f.run_except(held);
+  BOOST_TEST(pool_mailbox() == waiting);
+  f.run(); // the pass ends
+  f.sched.trigger_timeouts(); // tick 3: a pass again
+  f.run_except(held);
+  BOOST_TEST(pool_mailbox() >= 1u);
+  f.run();
+}
+
+BOOST_AUTO_TEST_SUITE_END()
