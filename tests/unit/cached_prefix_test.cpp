@@ -8,6 +8,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include "pool_fixture.hpp"
+#include "pool_test_access.hpp"
 
 using namespace kvactor;
 using namespace kvactor::test;
@@ -92,6 +93,33 @@ BOOST_AUTO_TEST_CASE(bad_requests_fail_as_allocate_would_and_change_nothing) {
   // A live id is no error: the probe allocates nothing.
   BOOST_TEST(pool().cached_prefix(prompt_req(1, p)).value() == 12u);
   BOOST_TEST(state(pool()) == before);
+}
+
+BOOST_AUTO_TEST_CASE(a_block_whose_index_key_collides_is_never_shared) {
+  // The index is keyed by 64 bits of a block's 128-bit hash; every lookup
+  // compares the other 64 too. A cached block whose key matches but whose
+  // full hash differs - a collision, made here by changing the other half -
+  // serves no hit: not to allocate, a probe, a pin or a swap-in.
+  cfg.max_pinned_blocks = 8;
+  make(16);
+  auto p = run(10, 13); // 3 full blocks of 4 and a partial one
+  alloc(prompt_req(1, p));
+  auto first = blocks(1).at(0);
+  release(1);
+  BOOST_REQUIRE(pool().cached_prefix(prompt_req(2, p)).value() == 12u);
+  using access = detail::block_pool_test_access;
+  access::meta(pool(), first).hash.hi ^= 1;
+  BOOST_TEST(pool().cached_prefix(prompt_req(2, p)).value() == 0u);
+  BOOST_TEST(pool().pin(0, p, 1000, 0).value() == 0u);
+  auto hits = pool().counters().prefix_hit_blocks;
+  BOOST_TEST(alloc(prompt_req(2, p)) == 0u);
+  BOOST_TEST(pool().counters().prefix_hit_blocks == hits);
+  for (auto b : blocks(2))
+    BOOST_TEST(b != first);
+  // Its own first block cannot be indexed under the taken key: the next
+  // prompt still hits nothing.
+  BOOST_TEST(pool().cached_prefix(prompt_req(3, p)).value() == 0u);
+  release(2);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

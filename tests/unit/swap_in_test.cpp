@@ -3,6 +3,7 @@
 // and reservations, a failed device copy (swapping out: swap_core_test.cpp).
 #include <boost/test/unit_test.hpp>
 
+#include "pool_test_access.hpp"
 #include "swap_fixture.hpp"
 
 using namespace kvactor;
@@ -35,6 +36,26 @@ BOOST_FIXTURE_TEST_CASE(swap_in_shares_the_prefix_still_cached_and_copies_the_re
   alloc(prompt_req(3, p));
   BOOST_TEST(seq(3).blocks[0] == 0u);
   BOOST_TEST(seq(3).blocks[1] == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(swap_in_copies_a_block_whose_index_key_collides,
+                        swap_fixture) {
+  // The index's key is half of a block's hash; a swap-in compares the other
+  // half too: a cached block whose key matches but whose hash differs (a
+  // collision, made by changing the other half) is copied back, not shared.
+  auto p = run(50, 10);
+  alloc(prompt_req(1, p)); // 0 1 2; 0 and 1 indexed
+  out_begin(1);
+  out_done(1, true); // 0 and 1 cached, 2 free
+  detail::block_pool_test_access::meta(pool(), 0).hash.hi ^= 1;
+  auto in = in_begin(1);
+  // Block 0's copy and the tail come back by copy; block 1 (its own hash
+  // intact) is shared.
+  BOOST_REQUIRE(in.size() == 2u);
+  BOOST_TEST(seq(1).incoming[0] != 0u);
+  BOOST_TEST(seq(1).incoming[1] == 1u);
+  in_done(1, true);
+  BOOST_TEST(pool().counters().swap_in_shared == 1u);
 }
 
 BOOST_FIXTURE_TEST_CASE(swap_in_shares_a_prefix_another_request_still_uses,
