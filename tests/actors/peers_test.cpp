@@ -3,8 +3,8 @@
 // manager, a reclaim only for a handle that went, the supervisor's timer
 // and usage from itself and the pool, the pool's supervisor once - since
 // the supervisor's and the pool's addresses are no secret (a gc reply
-// comes from the one, the step lane is the other); and the supervisor's
-// preemptions hit the incarnations it chose, not newer ones of their ids.
+// comes from the one, the step lane is the other). (The supervisor's
+// preemptions hit the incarnations it chose: stale_victim_test.cpp.)
 #include "fixture.hpp"
 
 #include <caf/all.hpp>
@@ -13,16 +13,6 @@ using namespace kvactor;
 using namespace kvactor::test;
 
 namespace {
-
-struct critical_fixture : cache_fixture {
-  static cache_config config() {
-    auto c = small_config();
-    c.pressure.preempt_at_critical = true;
-    return c;
-  }
-  critical_fixture() : cache_fixture(config()) {
-  }
-};
 
 /// Request 1 (9 tokens, 3 blocks), live: its allocation and lookup.
 struct peers_fixture : cache_fixture {
@@ -112,36 +102,3 @@ BOOST_AUTO_TEST_CASE(the_supervisor_and_the_pool_act_only_on_their_own_peers) {
 
 BOOST_AUTO_TEST_SUITE_END()
 
-BOOST_FIXTURE_TEST_SUITE(critical_victims, critical_fixture)
-
-BOOST_AUTO_TEST_CASE(a_victim_that_ended_and_came_back_is_not_preempted) {
-  // The supervisor names victims by incarnation: between the pool's choice
-  // and the preempt reaching the manager, the victim's id may end and be
-  // admitted again - a request nobody chose.
-  BOOST_REQUIRE(allocate(1, 4 * 30));
-  auto low = make_request(cfg, 2, 4 * 10);
-  low.priority = priority::low;
-  BOOST_REQUIRE(allocate(low)); // the victim-to-be
-  BOOST_REQUIRE(allocate(3, 4 * 10));
-  auto held = sup.address();
-  // 61 blocks: critical. The supervisor asks the pool for victims (2), and
-  // is held with the answer in its mailbox.
-  self->send(mgr, allocate_atom::value, make_request(cfg, 4, 4 * 11));
-  run_except(held);
-  BOOST_REQUIRE(sched.prioritize(sup));
-  sched.run_once(); // the usage report: critical, victims asked for
-  run_except(held);
-  // Meanwhile 2 ends and comes back, small: no longer critical.
-  self->send(mgr, free_atom::value, request_id{2});
-  run_except(held);
-  self->send(mgr, allocate_atom::value, make_request(cfg, 2, 4));
-  run_except(held);
-  run(); // the supervisor preempts (2, its old cache id): refused
-  BOOST_TEST(outcome(lookup(2)) == "ok");
-  BOOST_TEST(value_or(table(2), block_table{}).num_tokens == 4u);
-  BOOST_TEST(preempt_notices(self).empty());
-  for (request_id id : {1, 3, 4})
-    BOOST_TEST(outcome(lookup(id)) == "ok");
-}
-
-BOOST_AUTO_TEST_SUITE_END()

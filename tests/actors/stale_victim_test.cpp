@@ -1,7 +1,8 @@
 // The supervisor's victims are chosen a round trip before their preemption
-// lands, and the pool checks them again then: a victim whose preemption no
-// longer relieves anything - memory came free meanwhile, it went to the
-// host tier, its blocks became shared - lives on. And a relief brings usage
+// lands, and checked again then: a victim that ended and came back (a new
+// incarnation nobody chose), or whose preemption no longer relieves
+// anything - memory came free meanwhile, it went to the host tier, its
+// blocks became shared - lives on. And a relief brings usage
 // out of critical, not only under the high mark, when the hysteresis is
 // wider than the gap between the two.
 #include "fixture.hpp"
@@ -94,6 +95,24 @@ BOOST_AUTO_TEST_CASE(a_victim_whose_blocks_became_shared_is_spared_for_another) 
   BOOST_REQUIRE(notices.size() == 1u);
   BOOST_TEST(notices[0].id == 4u);
   BOOST_TEST(used_blocks() == 50u);
+}
+
+BOOST_AUTO_TEST_CASE(a_victim_that_ended_and_came_back_is_not_preempted) {
+  // The supervisor names victims by incarnation: between the pool's choice
+  // and the preempt reaching the manager, the victim's id may end and be
+  // admitted again - a request nobody chose.
+  reach_critical_with_the_victims_held();
+  // Meanwhile 2 ends and comes back, small: no longer critical.
+  self->send(mgr, free_atom::value, request_id{2});
+  run_except(sup.address());
+  self->send(mgr, allocate_atom::value, make_request(cfg, 2, 4));
+  run_except(sup.address());
+  run(); // the supervisor preempts (2, its old cache id): refused
+  BOOST_TEST(outcome(lookup(2)) == "ok");
+  BOOST_TEST(value_or(table(2), block_table{}).num_tokens == 4u);
+  BOOST_TEST(preempt_notices(self).empty());
+  for (request_id id : {1, 3, 4})
+    BOOST_TEST(outcome(lookup(id)) == "ok");
 }
 
 BOOST_AUTO_TEST_CASE(a_victim_still_needed_is_preempted) {
