@@ -5,6 +5,7 @@
 #include <functional>
 #include <chrono>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include <caf/actor_system.hpp>
@@ -35,6 +36,11 @@ struct supervisor_state {
   bool preempting = false; ///< victims chosen, preemptions in flight
   /// Critical usage came in during a round: look again when it ends.
   bool recheck = false;
+  /// The victims the last round could not preempt (ended meanwhile, not
+  /// the manager's - an orphan, until a GC sweep - or refused as stale):
+  /// a round that the pool answers with these alone is not tried again
+  /// (an orphan, named every time, would keep the rounds going for good).
+  std::vector<std::pair<request_id, std::uint64_t>> refused;
   /// A timer GC pass is waiting on the pool or the manager: a tick then
   /// starts none (a pool held up - by a slow device copy, say - would
   /// otherwise queue one full pass per interval, to run back to back).
@@ -74,7 +80,8 @@ void relieve(sup_ptr self);
 /// and above the critical mark the pool reports no change: look again,
 /// with the pool's usage now. Only after a round that had victims, or
 /// during which critical usage came in, so that rounds stop when nothing
-/// can go (the pool then names none).
+/// can go (the pool then names none, or only the victims the round before
+/// could not preempt).
 void round_done(sup_ptr self, bool acted) {
   auto& st = self->state;
   st.preempting = false;
@@ -117,19 +124,33 @@ void relieve(sup_ptr self) {
     .then(
       [self](std::vector<std::pair<request_id, std::uint64_t>>& victims) {
         // Ended or refused, each victim counts: a refused one was stale,
-        // and fresh victims may still be needed.
+        // and fresh victims may still be needed - unless the pool named
+        // only those the last round could not preempt.
+        auto& st = self->state;
+        auto tried = [&](const std::pair<request_id, std::uint64_t>& v) {
+          return std::find(st.refused.begin(), st.refused.end(), v)
+                 != st.refused.end();
+        };
+        auto again = !victims.empty()
+                     && std::all_of(victims.begin(), victims.end(), tried);
+        st.refused.clear();
+        if (victims.empty() || again) {
+          round_done(self, false);
+          return;
+        }
         auto pending = std::make_shared<std::size_t>(victims.size());
         auto one_done = [self, pending] {
           if (--*pending == 0)
             round_done(self, true);
         };
-        if (victims.empty())
-          round_done(self, false);
-        for (auto& [id, cache_id] : victims)
-          self->request(self->state.manager, caf::infinite,
-                        preempt_atom::value, id, cache_id)
+        for (auto& v : victims)
+          self->request(st.manager, caf::infinite, preempt_atom::value,
+                        v.first, v.second)
             .then([one_done](std::uint32_t) { one_done(); },
-                  [one_done](caf::error&) { one_done(); });
+                  [self, one_done, v](caf::error&) {
+                    self->state.refused.push_back(v);
+                    one_done();
+                  });
       },
       [self](caf::error&) { self->state.preempting = false; });
 }

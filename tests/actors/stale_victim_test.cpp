@@ -115,6 +115,31 @@ BOOST_AUTO_TEST_CASE(a_victim_that_ended_and_came_back_is_not_preempted) {
     BOOST_TEST(outcome(lookup(id)) == "ok");
 }
 
+BOOST_AUTO_TEST_CASE(an_orphan_named_as_victim_again_and_again_ends_the_rounds) {
+  // A request the pool holds and the manager does not know (an orphan,
+  // until a GC sweep) is refused every time it is named: a round that
+  // named only victims the round before could not preempt starts no other
+  // (after the retry of refused rounds, the pool named the orphan for
+  // ever, and the scheduler never went idle).
+  BOOST_REQUIRE(allocate(1, 4 * 30));
+  auto low = make_request(cfg, 2, 4 * 10);
+  low.priority = priority::low;
+  BOOST_REQUIRE(orphan(low));
+  BOOST_REQUIRE(allocate(3, 4 * 10));
+  self->send(mgr, allocate_atom::value, make_request(cfg, 4, 4 * 11));
+  constexpr std::size_t limit = 100000;
+  BOOST_REQUIRE_MESSAGE(sched.run(limit) < limit, "the scheduler never went idle");
+  BOOST_REQUIRE((reply_to<request_handle_actor, block_table>(self)));
+  BOOST_TEST(used_blocks() == 61u);
+  // The sweep reclaims it; the pressure falls with it.
+  auto swept = gc();
+  BOOST_REQUIRE(swept);
+  BOOST_TEST(swept->caches_freed == 1u);
+  BOOST_TEST(used_blocks() == 51u);
+  for (request_id id : {1, 3, 4})
+    BOOST_TEST(outcome(lookup(id)) == "ok");
+}
+
 BOOST_AUTO_TEST_CASE(a_victim_still_needed_is_preempted) {
   // The control: nothing changed meanwhile, and the victim goes.
   reach_critical_with_the_victims_held();
