@@ -177,12 +177,15 @@ block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
     give_way(seq->incoming.data(), seq->incoming.size());
     seq->incoming.clear();
     seq->where = residency::swapped;
-    // As far as the flow counters go, nothing moved (as a copy-on-write's
-    // undo): the fresh blocks were never handed out, the revived ones never
-    // let go. The reply still counts what came back, for whoever waits.
+    // As far as the flow counters go, the fresh blocks were never handed
+    // out (as a copy-on-write's undo). A shared block whose last holder
+    // let go now - revived from the cache at begin, or released by another
+    // request during the copy - did go: counted, as any last reference.
+    // The reply counts every block that came back, for whoever waits.
     freed_back = counters_.blocks_freed - before;
     counters_.blocks_allocated -= taken;
-    counters_.blocks_freed = before;
+    counters_.blocks_freed -= taken;
+    before = counters_.blocks_freed;
   }
   if (seq->release_pending)
     release_now(*seq);

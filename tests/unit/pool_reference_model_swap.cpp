@@ -147,8 +147,8 @@ model_release pool_model::swap_in_done(request_id id, std::uint64_t cache_id,
     seq.where = residency::resident;
     ++counters_.swap_ins;
   } else {
-    // Undone, the flow counters included: the fresh blocks were never
-    // handed out, the shared ones never let go. The release still counts
+    // Undone, the fresh blocks' flow included: never handed out. A shared
+    // block whose last holder let go now did go. The release still counts
     // what came back.
     std::uint64_t taken = 0;
     for (std::size_t i = 0; i < seq.incoming.size(); ++i)
@@ -161,8 +161,8 @@ model_release pool_model::swap_in_done(request_id id, std::uint64_t cache_id,
     seq.where = residency::swapped;
     auto back = counters_.blocks_freed - before;
     counters_.blocks_allocated -= taken;
-    counters_.blocks_freed = before;
-    auto res = finish_swap(seq, before);
+    counters_.blocks_freed -= taken;
+    auto res = finish_swap(seq, counters_.blocks_freed);
     res.freed += static_cast<std::uint32_t>(back);
     return res;
   }

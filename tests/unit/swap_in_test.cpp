@@ -215,11 +215,16 @@ BOOST_FIXTURE_TEST_CASE(failed_swap_in_puts_revived_blocks_back_in_the_cache,
   alloc(prompt_req(1, p));
   out_begin(1);
   out_done(1, true);
-  auto before = describe(pool(), true);
+  auto before = describe(pool(), false);
+  auto flow = pool().counters();
   in_begin(1);
   BOOST_TEST(pool().cached_blocks() == 0u);
   BOOST_TEST(in_done(1, false) == 3u);
-  BOOST_TEST(describe(pool(), true) == before); // the flow counters too
+  BOOST_TEST(describe(pool(), false) == before);
+  // The fresh block was never handed out; the two revived ones were let go
+  // again, as any last reference.
+  BOOST_TEST(pool().counters().blocks_allocated == flow.blocks_allocated);
+  BOOST_TEST(pool().counters().blocks_freed == flow.blocks_freed + 2);
   BOOST_TEST(pool().cached_blocks() == 2u);
   BOOST_TEST(pool().counters().swap_in_shared == 0u);
   in_begin(1);
@@ -246,6 +251,26 @@ BOOST_FIXTURE_TEST_CASE(failed_swap_in_keeps_it_swapped_and_returns_the_blocks,
   BOOST_TEST((in_begin(1) == in));
   in_done(1, true);
   BOOST_TEST(pool().counters().swap_ins == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_failed_swap_in_counts_a_free_made_during_its_copy,
+                        swap_fixture) {
+  // Request 2 shares 1's prefix; 1 swaps out and back in, and 2 ends during
+  // the copy: the shared blocks' last reference is then the swap-in's, and
+  // its failure lets them go - a real free, as 2's end would have been.
+  auto p = run(50, 10);
+  alloc(prompt_req(2, p));
+  alloc(prompt_req(1, p));
+  out_begin(1);
+  out_done(1, true);
+  auto flow = pool().counters();
+  in_begin(1);
+  BOOST_TEST(pool().release(2).value() == 1u); // its own tail block
+  in_done(1, false);
+  BOOST_TEST(pool().counters().blocks_allocated == flow.blocks_allocated);
+  // 2's three blocks, its prefix's last reference the swap-in's.
+  BOOST_TEST(pool().counters().blocks_freed == flow.blocks_freed + 3);
+  BOOST_TEST(pool().used_blocks() == 0u);
 }
 
 BOOST_FIXTURE_TEST_CASE(swap_in_obeys_free_blocks_quota_and_reservations,
