@@ -156,7 +156,9 @@ caf::error cuda_storage::init() {
     }
     host_tier_ = static_cast<std::byte*>(p);
     // Zeroed as the pools below are, for the same reason (cudaHostAlloc
-    // promises no contents): host memory, so a plain memset, some GB/s.
+    // promises no contents): host memory, so a plain memset.
+    // NOTE: one thread at some GB/s - about 0.1 s per GiB of host tier,
+    // once at start.
     std::memset(host_tier_, 0, host_bytes);
   }
   if (auto err = detail::preload_kernels())
@@ -486,6 +488,11 @@ bool cuda_storage::busy() noexcept {
 }
 
 void cuda_storage::set_wake(std::function<void()> wake) {
+  // A new device actor on this storage (a restart's) after a stall that
+  // passed - the work ended after all - frees its buffers again: only
+  // work still queued keeps the storage marked stalled.
+  if (wake && stalled_->load() && !busy())
+    stalled_->store(false);
   has_wake_ = static_cast<bool>(wake);
   std::lock_guard<std::mutex> guard{wake_box_->mtx};
   wake_box_->wake = has_wake_ ? std::make_shared<const std::function<void()>>(

@@ -132,7 +132,8 @@ public:
   /// From now on, teardown waits for no unfinished work: the destructor
   /// leaks the streams, the pools, the host tier and the upload buffers if
   /// any stream is still busy then, and a host_buffer freed later is
-  /// leaked too (cudaFreeHost would wait for the device).
+  /// leaked too (cudaFreeHost would wait for the device) - until a new
+  /// wake is set (a restart's device actor) with no work queued any more.
   void mark_stalled() noexcept override;
 
   /// Pinned (cudaHostAlloc) memory.

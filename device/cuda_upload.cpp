@@ -18,7 +18,8 @@ upload_ring::~upload_ring() {
       cudaEventDestroy(s.uploaded);
     if (s.dev != nullptr)
       free_dev(s.dev);
-    cudaFreeHost(s.host);
+    if (s.host != nullptr) // none after abandon(): no CUDA call at all
+      cudaFreeHost(s.host);
   }
   for (auto p : retired_host_)
     cudaFreeHost(p);
