@@ -171,7 +171,7 @@ private:
   /// device_failure if failed, else selects the device for this thread.
   caf::error usable();
   /// What a wait answers once the storage failed, `wait_result` being its
-  /// wait for the ticket's work all the same (cuda_storage.cpp).
+  /// wait for the ticket's work all the same (cuda_storage_wait.cpp).
   caf::error failed_after(int wait_result);
 
   /// Marks the storage failed with `what` (the call, and the op's sizes)
