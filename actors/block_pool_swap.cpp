@@ -144,7 +144,6 @@ block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
                       req_name(id) + " (incarnation " + std::to_string(cache_id)
                         + ") has no swap in progress");
   auto before = counters_.blocks_freed;
-  std::uint64_t freed_back = 0;
   if (ok) {
     // The shared blocks are the indexed ones with the hash they left with;
     // the copies are fresh, private and not findable. The request's hash
@@ -182,15 +181,13 @@ block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
     // let go now - revived from the cache at begin, or released by another
     // request during the copy - did go: counted, as any last reference.
     // The reply counts every block that came back, for whoever waits.
-    freed_back = counters_.blocks_freed - before;
     counters_.blocks_allocated -= taken;
     counters_.blocks_freed -= taken;
-    before = counters_.blocks_freed;
+    before -= taken;
   }
   if (seq->release_pending)
     release_now(*seq);
-  return static_cast<std::uint32_t>(counters_.blocks_freed - before
-                                    + freed_back);
+  return static_cast<std::uint32_t>(counters_.blocks_freed - before);
 }
 
 } // namespace kvactor::detail

@@ -159,12 +159,9 @@ model_release pool_model::swap_in_done(request_id id, std::uint64_t cache_id,
     give_way(seq.incoming);
     seq.incoming.clear();
     seq.where = residency::swapped;
-    auto back = counters_.blocks_freed - before;
     counters_.blocks_allocated -= taken;
     counters_.blocks_freed -= taken;
-    auto res = finish_swap(seq, counters_.blocks_freed);
-    res.freed += static_cast<std::uint32_t>(back);
-    return res;
+    before -= taken;
   }
   return finish_swap(seq, before);
 }
