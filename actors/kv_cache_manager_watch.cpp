@@ -2,8 +2,8 @@
 // device actor, supervisor - one unit: when one ends, the cache stops with
 // a reason naming it), the owners of requests (when one dies, its requests
 // are reclaimed, by way of their handle actors) and the lifecycle
-// subscribers (dropped when they die), and
-// the subscriptions that route each topic to the actor that publishes it.
+// subscribers (dropped when they die), and the subscriptions that route
+// each topic to the actor that publishes it.
 // The handlers themselves are in kv_cache_manager_actor.cpp.
 #include "kvactor/actors/kv_cache_manager_state.hpp"
 
