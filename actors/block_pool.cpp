@@ -335,7 +335,9 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       if (!left.empty() && st.device)
         self->send(st.device, swap_out_atom::value, settle_atom::value,
                    std::move(left));
-      st.report(self);
+      // Failed: the blocks a relief counted as leaving stay. Usage is
+      // reported even in the same band, so that the supervisor looks again.
+      st.report(self, !ok && !ended);
       return {*res, ended};
     },
     [self, &st](swap_in_atom, request_id id, std::uint64_t cache_id,
@@ -351,9 +353,14 @@ block_pool_fun(pool_ptr self, cache_config cfg,
     },
     [&st](victims_atom, std::uint64_t blocks) {
       // Named by incarnation: the supervisor preempts them a round trip
-      // later, when an id may name a newer request.
+      // later, when an id may name a newer request. Blocks that swaps in
+      // flight take away count as gone (a failed swap-out reports usage
+      // again, so a relief still follows).
       std::vector<std::pair<request_id, std::uint64_t>> out;
-      for (auto id : st.core().choose_victims(blocks))
+      auto leaving = st.core().blocks_leaving();
+      if (leaving >= blocks)
+        return out;
+      for (auto id : st.core().choose_victims(blocks - leaving))
         if (auto seq = st.core().find(id))
           out.emplace_back(id, seq->cache_id);
       return out;

@@ -264,6 +264,13 @@ public:
   /// preempting it frees.
   std::uint64_t exclusive_blocks(const sequence& s) const noexcept;
 
+  /// Blocks the swaps in flight will free whatever their outcome, or once
+  /// they succeed: the exclusive blocks of requests swapping out (live or
+  /// ended meanwhile) and of ended requests swapping in. A relief counts
+  /// them as going already - else a big swap-out costs an extra victim.
+  /// O(blocks of those requests).
+  std::uint64_t blocks_leaving() const noexcept;
+
   /// Keeps the cached full blocks of `tokens` (tenant `t`'s namespace) from
   /// eviction until `now_ms + ttl_ms`. Returns how many blocks are pinned.
   /// Errors (nothing pinned then): quota_exceeded past max_pinned_blocks;

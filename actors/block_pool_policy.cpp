@@ -28,6 +28,25 @@ std::uint64_t block_pool_core::exclusive_blocks(const sequence& s) const noexcep
   return mine;
 }
 
+std::uint64_t block_pool_core::blocks_leaving() const noexcept {
+  std::uint64_t n = 0;
+  for_each_sequence([&](const sequence& s) {
+    if (s.where == residency::swapping_out)
+      n += exclusive_blocks(s);
+  });
+  // A ghost's blocks go at its swap's end, whatever the outcome: those it
+  // had (swapping out) or those it was given (swapping in).
+  for_each_ghost([&](const sequence& s) {
+    if (s.where != residency::swapping_in) {
+      n += exclusive_blocks(s);
+      return;
+    }
+    for (auto b : s.incoming)
+      n += b != no_block && blocks_[b].ref_count - blocks_[b].holds == 1;
+  });
+  return n;
+}
+
 std::vector<request_id> block_pool_core::choose_victims(std::uint64_t blocks) const {
   // A tenant's fair share: its reservation, or an equal split of the pool
   // if that is more.

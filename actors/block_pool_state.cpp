@@ -23,10 +23,10 @@ void block_pool_state::init(const cache_config& cfg,
                                              core_ptr->num_blocks());
 }
 
-void block_pool_state::report(block_pool_actor::pointer self) {
+void block_pool_state::report(block_pool_actor::pointer self, bool always) {
   publish_events();
   auto b = marks->band(core().used_blocks());
-  if (b == band || !supervisor)
+  if ((b == band && !always) || !supervisor)
     return;
   band = b;
   self->send(supervisor, usage_atom::value,
@@ -225,10 +225,15 @@ caf::error still_a_victim(block_pool_state& st, request_id id) {
     return no("it is swapped out or swapping, its device blocks leave "
               "with the copy");
   auto used = core.used_blocks();
+  auto leaving = core.blocks_leaving();
   auto target = st.marks->relief_target();
-  if (used < target)
-    return no(std::to_string(used) + " blocks are in use, under the "
-              + std::to_string(target) + " a relief brings usage under");
+  if (used < target + leaving)
+    return no(std::to_string(used) + " blocks are in use"
+              + (leaving == 0 ? std::string{}
+                              : ", " + std::to_string(leaving)
+                                  + " of them leaving with swaps in flight")
+              + ", under the " + std::to_string(target)
+              + " a relief brings usage under");
   if (core.exclusive_blocks(*seq) == 0)
     return no("every block it holds is shared, its end frees none");
   return caf::none;

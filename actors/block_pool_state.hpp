@@ -56,8 +56,8 @@ struct block_pool_state {
   }
 
   /// After each message: KV events to their subscribers, usage crossings to
-  /// the supervisor.
-  void report(block_pool_actor::pointer self);
+  /// the supervisor (`always`: the usage even within the same band).
+  void report(block_pool_actor::pointer self, bool always = false);
 
   void publish_events();
 

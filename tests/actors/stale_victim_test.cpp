@@ -2,10 +2,12 @@
 // lands, and checked again then: a victim that ended and came back (a new
 // incarnation nobody chose), or whose preemption no longer relieves
 // anything - memory came free meanwhile, it went to the host tier, its
-// blocks became shared - lives on. And a relief brings usage
-// out of critical, not only under the high mark, when the hysteresis is
-// wider than the gap between the two.
+// blocks became shared - lives on. Blocks a swap-out in flight takes away
+// count as relief already (and a failed swap-out still gets one). And a
+// relief brings usage out of critical, not only under the high mark, when
+// the hysteresis is wider than the gap between the two.
 #include "fixture.hpp"
+#include "slow_storage.hpp"
 
 #include <caf/all.hpp>
 
@@ -144,6 +146,71 @@ BOOST_AUTO_TEST_CASE(a_victim_still_needed_is_preempted) {
   // The control: nothing changed meanwhile, and the victim goes.
   reach_critical_with_the_victims_held();
   run();
+  BOOST_TEST(outcome(lookup(2)) == "unknown_request");
+  auto notices = preempt_notices(self);
+  BOOST_REQUIRE(notices.size() == 1u);
+  BOOST_TEST(notices[0].id == 2u);
+  BOOST_TEST(used_blocks() == 51u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+namespace {
+
+/// The stale-victim cache on a slow storage: a swap's copy stays in flight
+/// until the test completes (or fails) it.
+struct swap_relief_fixture : cache_fixture {
+  std::shared_ptr<slow_storage> store;
+
+  explicit swap_relief_fixture(
+    std::shared_ptr<slow_storage> s = make_slow(stale_victim_fixture::config()))
+    : cache_fixture(stale_victim_fixture::config(), s), store(std::move(s)) {
+  }
+
+  /// 1: 30 blocks, 2 (low priority): 10, 3: 10, whose swap-out is in
+  /// flight; then 4: 11 - 61 of 64, critical, with 3's 10 blocks leaving.
+  /// The supervisor's round has run.
+  void reach_critical_while_3_swaps_out() {
+    BOOST_REQUIRE(allocate(1, 4 * 30));
+    auto low = make_request(cfg, 2, 4 * 10);
+    low.priority = priority::low;
+    BOOST_REQUIRE(allocate(low));
+    BOOST_REQUIRE(allocate(3, 4 * 10));
+    self->send(mgr, swap_out_atom::value, request_id{3});
+    run();
+    BOOST_REQUIRE(store->pending() == 1u);
+    BOOST_REQUIRE(allocate(4, 4 * 11));
+  }
+};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_SUITE(swaps_in_flight, swap_relief_fixture)
+
+BOOST_AUTO_TEST_CASE(a_swap_out_in_flight_counts_as_relief) {
+  // The relief needs 10 blocks (61 down to 51, under 52); 3's swap-out
+  // takes 10 away once the copy is done: no victim (before, 2 was
+  // preempted too, for nothing).
+  reach_critical_while_3_swaps_out();
+  BOOST_TEST(preempt_notices(self).empty());
+  store->complete();
+  run();
+  BOOST_TEST(outcome(reply_to<std::uint32_t>(self)) == "ok");
+  BOOST_TEST(outcome(lookup(2)) == "ok");
+  BOOST_TEST(used_blocks() == 51u);
+  BOOST_TEST(must(stats()).preemption_count == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_swap_out_still_gets_its_relief) {
+  // The copy fails: 3 stays resident, its blocks with it, and usage is
+  // still critical in the same band - the pool reports it anyway, and the
+  // supervisor's next round preempts 2.
+  reach_critical_while_3_swaps_out();
+  store->fail();
+  sched.trigger_timeouts(); // the device watchdog's poll
+  run();
+  BOOST_TEST(outcome(reply_to<std::uint32_t>(self)) == "device_failure");
+  BOOST_TEST(outcome(lookup(3)) == "ok");
   BOOST_TEST(outcome(lookup(2)) == "unknown_request");
   auto notices = preempt_notices(self);
   BOOST_REQUIRE(notices.size() == 1u);

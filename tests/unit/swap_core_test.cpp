@@ -193,3 +193,37 @@ BOOST_FIXTURE_TEST_CASE(a_full_host_tier_is_out_of_blocks_and_changes_nothing,
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(blocks_leaving_suite)
+
+// What a relief counts as going already (the supervisor's victims):
+// the blocks that swaps in flight take away, and only those.
+BOOST_FIXTURE_TEST_CASE(swaps_in_flight_count_their_private_blocks_as_leaving,
+                        swap_fixture) {
+  alloc(prompt_req(1, run(0, 13)));                   // 0 1 2 3
+  alloc(prompt_req(2, run(0, 9)));                    // shares 0 1, then 4
+  alloc(tokens_req(3, 8));                            // 5 6
+  BOOST_TEST(pool().blocks_leaving() == 0u);
+  // Swapping out: its blocks shared with 2 stay in use after the copy.
+  out_begin(1);
+  BOOST_TEST(pool().blocks_leaving() == 2u);
+  // Ended mid-copy, a ghost: its blocks go at the copy's end all the same.
+  auto first = seq(1).cache_id;
+  BOOST_TEST(*pool().release(1) == 0u);
+  BOOST_TEST(pool().blocks_leaving() == 2u);
+  out_done(1, false, first);
+  BOOST_TEST(pool().blocks_leaving() == 0u);
+  // Swapping in, live: its fresh blocks stay. Ended mid-copy: they go.
+  out_begin(3);
+  out_done(3, true);
+  BOOST_TEST(in_begin(3).size() == 2u);
+  BOOST_TEST(pool().blocks_leaving() == 0u);
+  auto third = seq(3).cache_id;
+  BOOST_TEST(*pool().release(3) == 0u);
+  BOOST_TEST(pool().blocks_leaving() == 2u);
+  in_done(3, true, third);
+  BOOST_TEST(pool().blocks_leaving() == 0u);
+  ok();
+}
+
+BOOST_AUTO_TEST_SUITE_END()
