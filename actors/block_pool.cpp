@@ -151,6 +151,7 @@ block_pool_fun(pool_ptr self, cache_config cfg,
                 request_id child) -> caf::result<admission> {
       if (auto err = from_manager(self, st.registry, "fork"))
         return err;
+      parent_cache_id = named_incarnation(st.core(), parent, parent_cache_id);
       if (auto err = check_current(st.core(), parent, parent_cache_id))
         return err;
       st.set_clock();

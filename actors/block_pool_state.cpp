@@ -117,6 +117,14 @@ caf::error check_incarnation(const block_pool_core& core, request_id id,
                     "request " + std::to_string(id) + " has ended");
 }
 
+std::uint64_t named_incarnation(const block_pool_core& core, request_id id,
+                                std::uint64_t cache_id) {
+  if (cache_id != current_incarnation)
+    return cache_id;
+  auto seq = core.find(id);
+  return seq != nullptr ? seq->cache_id : cache_id;
+}
+
 caf::error check_current(const block_pool_core& core, request_id id,
                          std::uint64_t cache_id) {
   if (core.find(id, cache_id) != nullptr)
@@ -195,6 +203,7 @@ caf::result<std::uint32_t> end_by_manager(pool_ptr self, request_id id,
   auto& st = self->state;
   if (auto err = from_manager(self, st.registry, discard ? "discard" : "free"))
     return err;
+  cache_id = named_incarnation(st.core(), id, cache_id);
   if (auto err = check_current(st.core(), id, cache_id))
     return err;
   auto res = discard ? st.core().discard(id) : st.core().release(id);
@@ -247,6 +256,7 @@ caf::result<std::uint32_t> preempt_by_manager(pool_ptr self, request_id id,
   auto& st = self->state;
   if (auto err = from_manager(self, st.registry, "preempt"))
     return err;
+  cache_id = named_incarnation(st.core(), id, cache_id);
   if (auto err = check_current(st.core(), id, cache_id))
     return err;
   if (unindex)

@@ -114,6 +114,12 @@ caf::error check_incarnation(const block_pool_core& core, request_id id,
 caf::error check_current(const block_pool_core& core, request_id id,
                          std::uint64_t cache_id);
 
+/// `cache_id`, or for current_incarnation the live incarnation of `id` (if
+/// any): the manager names no incarnation for an id whose admission it
+/// has not heard back about yet - the pool, which has it first, does.
+std::uint64_t named_incarnation(const block_pool_core& core, request_id id,
+                                std::uint64_t cache_id);
+
 /// None if the current message comes from the manager, or if no manager
 /// registered (a pool spawned alone). The step lane hands the pool's
 /// address to schedulers, so what only the manager may ask - admitting

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cassert>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <caf/actor_system.hpp>
@@ -33,6 +34,29 @@
 namespace kvactor::detail {
 
 namespace {
+
+/// Whether a new admission of `id` would be a duplicate: it is in the
+/// registry and no end of it is in flight (after a free the client did not
+/// wait for, the pool - which has both in order - judges).
+bool registered(const manager_state& st, request_id id) {
+  return st.registry.count(id) != 0 && !st.ending.contains(id);
+}
+
+/// The incarnation a by-id operation on `id` names: the registry's
+/// (prefetching its handle, which the operation's end visits) or - while
+/// the manager's own admission of `id` is in flight, for a client that did
+/// not wait for its reply - current_incarnation: the pool has that
+/// admission first. None: `id` is not allocated.
+std::optional<std::uint64_t> incarnation_of(mgr_ptr self, request_id id) {
+  auto& st = self->state;
+  if (st.admitting.contains(id))
+    return current_incarnation;
+  auto i = st.registry.find(id);
+  if (i == st.registry.end())
+    return std::nullopt;
+  prefetch_handle(i->second.handle);
+  return i->second.info.cache_id;
+}
 
 /// The manager's stats: the pool's, in bytes too, with the level heard.
 cache_manager_stats manager_stats(const manager_state& st, pool_stats p) {
@@ -103,7 +127,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       st.pool_index->prefetch(req.id); // the pool's duplicate check
       if (auto err = check_device(st.store, req))
         return err;
-      if (st.registry.count(req.id) != 0)
+      if (registered(st, req.id))
         return make_error(errc::duplicate_request,
                           "request " + std::to_string(req.id)
                             + " is already allocated");
@@ -113,14 +137,17 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
                     self->make_response_promise<request_handle_actor, block_table>(),
                     "allocate", req.id);
       auto params = without_prompt(req);
+      st.admitting.add(params.id);
       self->request(st.pool, caf::infinite, allocate_atom::value, std::move(req))
         .then(
           [self, rp, params, owner](admission& a) mutable {
+            self->state.admitting.remove(params.id);
             auto h = add_request(self, params, a.cache_id, a.hit_tokens,
                                  std::move(owner));
             rp.deliver(std::move(h), std::move(a.table));
           },
-          [rp, id = params.id](caf::error& err) mutable {
+          [self, rp, id = params.id](caf::error& err) mutable {
+            self->state.admitting.remove(id);
             rp.deliver(as_ours("allocate of request " + std::to_string(id),
                                err, errc::shutting_down));
           });
@@ -158,19 +185,16 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     },
     [self](free_atom, request_id id) -> caf::result<std::uint32_t> {
       self->state.pool_index->prefetch(id); // fetched during our lookup
-      auto& reg = self->state.registry;
-      auto i = reg.find(id);
-      if (i == reg.end())
+      auto cache_id = incarnation_of(self, id);
+      if (!cache_id)
         return make_error(errc::unknown_request, unknown(id));
-      prefetch_handle(i->second.handle);
-      return free_request(self, id, i->second.info.cache_id, false);
+      return free_request(self, id, *cache_id, false);
     },
     [self](discard_atom, request_id id) -> caf::result<std::uint32_t> {
-      auto& reg = self->state.registry;
-      auto i = reg.find(id);
-      if (i == reg.end())
+      auto cache_id = incarnation_of(self, id);
+      if (!cache_id)
         return make_error(errc::unknown_request, unknown(id));
-      return free_request(self, id, i->second.info.cache_id, false, true);
+      return free_request(self, id, *cache_id, false, true);
     },
     [self](free_atom, request_id id,
            std::uint64_t cache_id) -> caf::result<std::uint32_t> {
@@ -186,29 +210,45 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     [self](fork_atom, request_id parent, request_id child)
       -> caf::result<request_handle_actor, block_table> {
       auto& st = self->state;
-      auto i = st.registry.find(parent);
-      if (i == st.registry.end())
+      auto parent_cache_id = incarnation_of(self, parent);
+      if (!parent_cache_id)
         return make_error(errc::unknown_request, unknown(parent));
-      if (st.registry.count(child) != 0)
+      if (registered(st, child))
         return make_error(errc::duplicate_request,
                           "request " + std::to_string(child)
                             + " is already allocated");
-      auto req = i->second.info.request;
-      req.id = child;
       // Before the promise, which takes the sender out of the message.
       auto owner = owner_of(self);
       auto rp = owe(self,
                     self->make_response_promise<request_handle_actor, block_table>(),
                     "fork", child);
+      st.admitting.add(child);
       self->request(st.pool, caf::infinite, fork_atom::value, parent,
-                    i->second.info.cache_id, child)
+                    *parent_cache_id, child)
         .then(
-          [self, rp, req, owner](admission& a) mutable {
+          [self, rp, parent, child, owner](admission& a) mutable {
+            auto& st = self->state;
+            st.admitting.remove(child);
+            // The parent the pool forked: registered by now (its admission
+            // came back first), and still (its end, if any, comes after).
+            auto i = st.registry.find(parent);
+            if (i == st.registry.end()) {
+              // Only an orphan (which GC sweeps) is unknown here: so is
+              // its child.
+              reclaim_request(self, child, a.cache_id);
+              rp.deliver(make_error(errc::unknown_request,
+                                    "fork of request " + std::to_string(child)
+                                      + ": " + unknown(parent)));
+              return;
+            }
+            auto req = i->second.info.request;
+            req.id = child;
             // A fork hit nothing: its blocks are its parent's, written.
             auto h = add_request(self, req, a.cache_id, 0, std::move(owner));
             rp.deliver(std::move(h), std::move(a.table));
           },
-          [rp, child = req.id](caf::error& err) mutable {
+          [self, rp, child](caf::error& err) mutable {
+            self->state.admitting.remove(child);
             rp.deliver(as_ours("fork of request " + std::to_string(child), err,
                                errc::shutting_down));
           });
@@ -216,7 +256,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     },
     [self](can_alloc_atom, const allocation_request& req) -> caf::result<bool> {
       auto& st = self->state;
-      if (check_device(st.store, req) || st.registry.count(req.id) != 0)
+      if (check_device(st.store, req) || registered(st, req.id))
         return false;
       return self->delegate(st.pool, can_alloc_atom::value, req);
     },
@@ -256,7 +296,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     },
     [self](table_atom, request_id id) -> caf::result<block_table> {
       auto& st = self->state;
-      if (st.registry.count(id) == 0)
+      if (!incarnation_of(self, id))
         return make_error(errc::unknown_request, unknown(id));
       return self->delegate(st.pool, table_atom::value, id);
     },
@@ -292,11 +332,10 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
                     i < fx.hit_tokens.size() ? fx.hit_tokens[i] : 0, ptr);
     },
     [self](preempt_atom, request_id id) -> caf::result<std::uint32_t> {
-      auto& reg = self->state.registry;
-      auto i = reg.find(id);
-      if (i == reg.end())
+      auto cache_id = incarnation_of(self, id);
+      if (!cache_id)
         return make_error(errc::unknown_request, unknown(id));
-      return preempt_request(self, id, i->second);
+      return preempt_request(self, id, *cache_id);
     },
     [self](preempt_atom, request_id id,
            std::uint64_t cache_id) -> caf::result<std::uint32_t> {
@@ -310,7 +349,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
         return make_error(errc::unknown_request,
                           "request " + std::to_string(id) + " (cache id "
                             + std::to_string(cache_id) + ") has ended");
-      return preempt_request(self, id, i->second, true);
+      prefetch_handle(i->second.handle);
+      return preempt_request(self, id, cache_id, true);
     },
     [self](subscribe_atom, topic t, const caf::actor& sub) {
       subscribe(self, t, sub);

@@ -91,11 +91,14 @@ caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
                                         bool by_handle, bool discard) {
   auto rp = owe(self, self->make_response_promise<std::uint32_t>(),
                 discard ? "discard" : "free", id);
+  self->state.ending.add(id);
   auto done = [self, rp, id](std::uint32_t released) mutable {
+    self->state.ending.remove(id);
     end_request(self, id, end_reason::deallocated, released, false);
     rp.deliver(released);
   };
-  auto failed = [rp, id, by_handle, discard](caf::error& err) mutable {
+  auto failed = [self, rp, id, by_handle, discard](caf::error& err) mutable {
+    self->state.ending.remove(id);
     if (by_handle && has_code(err, errc::unknown_request))
       err = make_error(errc::invalid_handle,
                        "request " + std::to_string(id) + " has ended");
@@ -119,39 +122,47 @@ caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
 /// pool had ended that incarnation already, the entry under `id` may by the
 /// time of the reply be a newer one, which must stay.
 void reclaim_request(mgr_ptr self, request_id id, std::uint64_t cache_id) {
+  self->state.ending.add(id);
   self->request(self->state.pool, caf::infinite, reclaim_atom::value, id,
                 cache_id)
     .then(
       [self, id](bool found, std::uint32_t released) {
+        self->state.ending.remove(id);
         if (found)
           end_request(self, id, end_reason::reclaimed, released, false);
       },
-      [](caf::error&) {});
+      [self, id](caf::error&) { self->state.ending.remove(id); });
 }
 
 caf::result<std::uint32_t> preempt_request(mgr_ptr self, request_id id,
-                                           const manager_state::entry& e,
+                                           std::uint64_t cache_id,
                                            bool unindex) {
-  prefetch_handle(e.handle);
   // Before the promise, which takes the sender out of the message.
-  bool by_owner = e.owner == self->current_sender();
+  auto sender = self->current_sender();
   auto rp = owe(self, self->make_response_promise<std::uint32_t>(),
                 "preempt", id);
-  auto ended = [self, rp, id, by_owner](std::uint32_t released) mutable {
+  self->state.ending.add(id);
+  auto ended = [self, rp, id, sender](std::uint32_t released) mutable {
+    auto& st = self->state;
+    st.ending.remove(id);
+    // The entry of what the pool ended (the registry has caught up).
+    auto i = st.registry.find(id);
+    bool by_owner = i != st.registry.end() && i->second.owner == sender;
     end_request(self, id, end_reason::preempted, released, !by_owner);
     rp.deliver(released);
   };
-  auto failed = [rp, id](caf::error& err) mutable {
+  auto failed = [self, rp, id](caf::error& err) mutable {
+    self->state.ending.remove(id);
     rp.deliver(as_ours("preemption of request " + std::to_string(id), err,
                        errc::shutting_down));
   };
   auto& pool = self->state.pool;
   if (unindex)
     self->request(pool, caf::infinite, preempt_atom::value, discard_atom::value,
-                  id, e.info.cache_id)
+                  id, cache_id)
       .then(std::move(ended), std::move(failed));
   else
-    self->request(pool, caf::infinite, preempt_atom::value, id, e.info.cache_id)
+    self->request(pool, caf::infinite, preempt_atom::value, id, cache_id)
       .then(std::move(ended), std::move(failed));
   return rp.promise();
 }

@@ -22,6 +22,26 @@
 
 namespace kvactor::detail {
 
+/// How many messages for each id are in flight (manager_state::admitting):
+/// empty nearly always, so a look-up costs a size check.
+class id_counts {
+public:
+  void add(request_id id) {
+    ++n_[id];
+  }
+  void remove(request_id id) {
+    auto i = n_.find(id);
+    if (i != n_.end() && --i->second == 0)
+      n_.erase(i);
+  }
+  bool contains(request_id id) const {
+    return !n_.empty() && n_.count(id) != 0;
+  }
+
+private:
+  std::unordered_map<request_id, std::uint32_t> n_;
+};
+
 /// Everything the manager actor keeps: its config and peers, the registry
 /// of live requests, the owners it monitors and the lifecycle subscribers.
 struct manager_state {
@@ -55,6 +75,16 @@ struct manager_state {
   /// the registry finds its requests.
   std::unordered_map<caf::actor_addr, std::size_t> owned;
   std::vector<caf::actor> lifecycle;
+  /// Ids whose admission (allocate, fork) or end (free, discard, preempt,
+  /// reclaim) went to the pool and is not answered yet, with how many: the
+  /// registry follows the pool by that round trip. A client that sends its
+  /// next message for such an id without waiting for the reply still gets
+  /// what the pool, which has both in order, makes of it - a free right
+  /// after an allocate frees what it admitted (the manager names the
+  /// pool's current incarnation then), an allocate right after a free is
+  /// no duplicate (the pool judges).
+  id_counts admitting;
+  id_counts ending;
   /// Replies owed while the pool or the device works: answered with
   /// shutting_down if the manager exits first - by its exit handler, or
   /// if killed by the functor attached at spawn (the state is gone then).
@@ -83,7 +113,8 @@ bool is_lifecycle_subscriber(const manager_state& st, const caf::actor_addr& add
 void end_request(mgr_ptr self, request_id id, end_reason why,
                  std::uint32_t released, bool tell_owner);
 
-/// Ends registered request `id` (incarnation `cache_id`) as a free - from
+/// Ends request `id` (incarnation `cache_id`, or current_incarnation for
+/// an id whose admission is in flight) as a free - from
 /// its handle (`by_handle`: invalid_handle once ended) or by id - through
 /// the pool (with `discard`, caching nothing it lets go), then
 /// end_request. Callers prefetch the handle actor.
@@ -102,11 +133,12 @@ void reclaim_request(mgr_ptr self, request_id id, std::uint64_t cache_id);
 /// first error.
 caf::result<cache_gc_stats> reclaim_orphans(mgr_ptr self);
 
-/// Preempts registered request `id` (entry `e`); its owner is told unless
-/// it asked. With `unindex`, the blocks it lets go leave the prefix index
-/// (block_pool_core::preempt).
+/// Preempts incarnation `cache_id` of request `id` (current_incarnation:
+/// whichever the pool holds, for an id whose admission is in flight); its
+/// owner is told unless it asked. With `unindex`, the blocks it lets go
+/// leave the prefix index (block_pool_core::preempt).
 caf::result<std::uint32_t> preempt_request(mgr_ptr self, request_id id,
-                                           const manager_state::entry& e,
+                                           std::uint64_t cache_id,
                                            bool unindex = false);
 
 /// Marks incarnation `cache_id` of a registered request swapped out or in

@@ -131,7 +131,10 @@ using block_pool_actor = caf::typed_actor<
   // Operations the manager asks for name the incarnation its registry knows
   // (request id, cache id): the registry follows the pool a few messages
   // late, and an id alone could reach a newer incarnation. Each fails with
-  // unknown_request once that incarnation ended. Ending, forking and
+  // unknown_request once that incarnation ended. (current_incarnation, for
+  // free, discard, preempt and a fork's parent: whichever is live - the
+  // manager's form for an id whose admission it has sent and not heard
+  // back about, which the pool has first.) Ending, forking and
   // swapping are the manager's to ask (invalid_request from anyone else:
   // schedulers hold the pool's address as their step lane).
   // End a request.
