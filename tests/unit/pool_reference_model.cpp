@@ -1,9 +1,9 @@
 // pool_reference_model: allocation, extension, release, fork and eviction,
 // each written out step by step as the documented policy reads, with no
 // attempt at speed. The block mechanics they share, quotas, reservations and
-// admission headroom, steps, pins and victims, swapping, and drafts and
-// discards have their own files
-// (pool_reference_model_{blocks,admission,step,pins,swap,rollback}.cpp).
+// admission headroom, steps, pins and victims, swapping, drafts and
+// discards, and copies held in flight have their own files
+// (pool_reference_model_{blocks,admission,step,pins,swap,rollback,copies}.cpp).
 #include "pool_reference_model.hpp"
 
 #include <algorithm>
@@ -218,7 +218,7 @@ pool_model::cached_prefix(const allocation_request& req) const {
 
 model_extension pool_model::extend(request_id id, std::uint64_t n,
                                    const std::vector<token_id>* tokens,
-                                   std::uint64_t drafts) {
+                                   std::uint64_t drafts, bool hold) {
   auto it = seqs_.find(id);
   if (it == seqs_.end())
     return failed_extension(errc::unknown_request);
@@ -242,28 +242,43 @@ model_extension pool_model::extend(request_id id, std::uint64_t n,
   auto add = (seq.num_tokens + n + block_size_ - 1) / block_size_ - old_size;
   if (add > 0 && old_size + add > tenants_[seq.tenant].lone_cap)
     return failed_extension(errc::exceeds_capacity);
-  // Appending into a partly filled block that others share: copy it first.
-  bool cow = seq.num_tokens % block_size_ != 0
-             && blocks_[seq.blocks.back()].refs > 1;
+  // Appending into a partly filled block that others may read: copy it first.
+  auto reason = copy_reason(seq);
+  bool cow = reason != nullptr;
   if (auto e = admit(seq.tenant, add + cow))
     return failed_extension(*e);
   out.changed = add + cow > 0;
   out.first_changed = static_cast<std::uint32_t>(old_size - cow);
+  auto old = seq.blocks.empty() ? 0 : seq.blocks.back();
   if (cow) {
-    auto old = seq.blocks.back();
+    ++copy_reasons_[reason];
     auto copy = take(seq.tenant, seq.level);
-    --blocks_[old].refs;
+    if (hold) {
+      // Both blocks stay in use until the device answers; a failed copy
+      // brings the request back as it is now.
+      held_.push_back(held_copy{block_copy{old, copy}, seq, 1 + add});
+      ++blocks_[old].refs;
+      ++blocks_[copy].refs;
+    }
     seq.blocks.back() = copy;
     out.copies.push_back(block_copy{old, copy});
     ++counters_.cow_copies;
   }
   for (std::uint64_t i = 0; i < add; ++i)
     seq.blocks.push_back(take(seq.tenant, seq.level));
+  if (cow) {
+    // Let go once the new blocks are taken: none of them is the source.
+    unref(old, seq.level);
+    give_way({old});
+  }
+  seq.shared_tail = false;
   seq.drafts = drafts;
   counters_.draft_tokens += drafts;
   if (seq.hashable && tokens != nullptr) {
     seq.tokens.insert(seq.tokens.end(), tokens->begin(), tokens->end());
-    index_settled(seq, (seq.num_tokens) / block_size_);
+    // With its copy in flight, what it fills waits for the copy (settle).
+    if (copy_of(seq) == nullptr)
+      index_settled(seq, (seq.num_tokens) / block_size_);
   } else if (seq.hashable) {
     seq.hashable = false;
     seq.tokens.clear();
@@ -350,6 +365,9 @@ model_allocation pool_model::fork(request_id parent, request_id child) {
     if (auto e = headroom(ps.tenant, 0,
                           growth(ps) + (ps.num_tokens % block_size_ != 0)))
       return {*e};
+  // Both may read its partly filled last block now: neither writes into
+  // it before copying it while the other still holds it.
+  ps.shared_tail = ps.num_tokens % block_size_ != 0;
   model_sequence c = p->second;
   c.id = child;
   c.cache_id = next_cache_id_++;

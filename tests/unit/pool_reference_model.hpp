@@ -6,7 +6,8 @@
 // the documented policy (block_pool_core.hpp, messages/step.hpp) and predicts
 // the core's every answer, block ids included: allocation with quotas,
 // reservations and admission headroom, swapping in two phases, pins with a
-// time to live (or unpinned early), and the choice of preemption victims.
+// time to live (or unpinned early), the choice of preemption victims, and
+// copy-on-write copies held until the device answers (settle_copies).
 #pragma once
 
 #include <array>
@@ -66,6 +67,12 @@ struct model_sequence {
   /// Blocks its admission found cached, at most 65535 (as the pool keeps);
   /// a fork's are its parent's.
   std::uint32_t hit_blocks = 0;
+  /// It came onto its partly filled last block by a fork or by a failed
+  /// copy, and has not grown since: others may read that block, so before
+  /// writing into it, it takes a copy unless it is the only reader left
+  /// (pool_reference_model_copies.cpp). Otherwise it wrote there last and
+  /// holds the most tokens in it: it writes in place.
+  bool shared_tail = false;
 };
 
 struct model_tenant {
@@ -143,9 +150,10 @@ public:
   std::pair<maybe_errc, std::uint64_t>
   cached_prefix(const allocation_request& req) const;
   /// `tokens`: null or exactly n ids; the last `drafts` of them drafts.
+  /// With `hold`, a copy-on-write copy stays in flight until settle_copies.
   model_extension extend(request_id id, std::uint64_t n,
                          const std::vector<token_id>* tokens,
-                         std::uint64_t drafts = 0);
+                         std::uint64_t drafts = 0, bool hold = false);
   /// Keeps the first `accepted` of `id`'s drafts, drops the rest.
   model_extension settle_drafts(request_id id, std::uint64_t accepted);
   model_release release(request_id id);
@@ -168,7 +176,27 @@ public:
   std::uint64_t draining_blocks() const;
   model_allocation fork(request_id parent, request_id child);
   std::uint32_t evict(std::uint32_t n);
-  model_step_result run_step(const step_request& step);
+  model_step_result run_step(const step_request& step, bool hold = false);
+
+  /// The device made (`copied`) or failed `copies`, taken with `hold`:
+  /// made, their requests' filled blocks enter the index; failed, each
+  /// live request's extend is undone. The holds end either way. Returns
+  /// the requests whose extends were undone, newest first.
+  std::vector<request_id> settle_copies(const std::vector<block_copy>& copies,
+                                        bool copied);
+  std::size_t copies_in_flight() const {
+    return held_.size();
+  }
+  /// References to `b`: its holders' tables and the copies in flight.
+  std::uint32_t refs(block_id b) const {
+    return blocks_[b].refs;
+  }
+  /// References to `b` held by copies in flight (its refs count them).
+  std::uint32_t holds(block_id b) const;
+  /// Copy-on-write copies so far by why they were needed (coverage).
+  const std::map<std::string, std::size_t>& copy_reasons() const {
+    return copy_reasons_;
+  }
 
   model_moves swap_out_begin(request_id id);
   model_release swap_out_done(request_id id, std::uint64_t cache_id, bool ok);
@@ -327,6 +355,27 @@ private:
   std::uint64_t last_drain_ = 0;
   /// Its blocks back on the free stack, in its order; drops it.
   std::uint32_t end_drain_at(std::size_t i);
+
+  // -- copies in flight (pool_reference_model_copies.cpp) ----------------------
+
+  /// A copy-on-write copy taken with `hold`: its request as the extend
+  /// found it (what a failed copy brings back) and the blocks the extend
+  /// took (the copy and the new ones, which the undo returns as never
+  /// handed out).
+  struct held_copy {
+    block_copy copy;
+    model_sequence before;
+    std::uint64_t taken = 0;
+  };
+  std::vector<held_copy> held_; ///< oldest first
+  /// The copy in flight of request `seq`'s incarnation, or null.
+  const held_copy* copy_of(const model_sequence& seq) const;
+  /// Why `seq` must copy its partly filled last block before writing into
+  /// it (a coverage key), or null if it may write in place.
+  const char* copy_reason(const model_sequence& seq) const;
+  std::map<std::string, std::size_t> copy_reasons_;
+  /// The failed copy's extend undone, if its request is still live.
+  bool undo(const held_copy& h);
 };
 
 } // namespace kvactor::test

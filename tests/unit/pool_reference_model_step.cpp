@@ -13,7 +13,7 @@ using detail::residency;
 
 // -- steps ------------------------------------------------------------------------------
 
-model_step_result pool_model::run_step(const step_request& step) {
+model_step_result pool_model::run_step(const step_request& step, bool hold) {
   model_step_result r;
   for (auto& v : step.verdicts) {
     auto res = settle_drafts(v.id, v.accepted);
@@ -68,7 +68,7 @@ model_step_result pool_model::run_step(const step_request& step) {
     }
     for (;;) {
       auto res = extend(op.id, op.num_tokens, named ? &tokens[i] : nullptr,
-                        op.num_draft);
+                        op.num_draft, hold);
       if (!res.err) {
         if (res.changed) {
           auto& seq = seqs_.at(op.id);
