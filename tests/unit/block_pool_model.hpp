@@ -1,7 +1,9 @@
 // The block pool model test's harness (block_pool_model_test.cpp): a
 // block_pool_core and pool_reference_model side by side, the seeded random
 // inputs and the choice of operation. The operations, each run on both and
-// their answers compared, are in block_pool_model_ops.cpp.
+// their answers compared, are in block_pool_model_ops.cpp; settling the
+// copy-on-write copies that extends and steps hold is in
+// block_pool_model_held.cpp.
 #pragma once
 
 #include <algorithm>
@@ -77,7 +79,9 @@ public:
   void run() {
     for (op_ = 0; op_ < p_.ops; ++op_) {
       auto r = rng_() % 100;
-      if (r < 22)
+      if (!in_flight_.empty())
+        settle_or_end(); // the copies first: only an end may come between
+      else if (r < 22)
         do_allocate();
       else if (r < 48)
         do_extend();
@@ -99,6 +103,8 @@ public:
         do_step();
       compare();
     }
+    for (auto& [why, n] : model_.copy_reasons())
+      cov_.n[why] += n;
   }
 
   const coverage& cov() const {
@@ -169,6 +175,22 @@ private:
     auto it = seqs.begin();
     std::advance(it, below(seqs.size()));
     return it->first;
+  }
+
+  /// The other live requests whose partly filled last block is `id`'s.
+  std::vector<request_id> tail_sharers(request_id id) const {
+    std::vector<request_id> out;
+    auto& seqs = model_.sequences();
+    auto it = seqs.find(id);
+    if (it == seqs.end() || it->second.blocks.empty()
+        || it->second.num_tokens % p_.block_size == 0)
+      return out;
+    for (auto& [other, seq] : seqs)
+      if (other != id && !seq.blocks.empty()
+          && seq.blocks.back() == it->second.blocks.back()
+          && seq.num_tokens % p_.block_size != 0)
+        out.push_back(other);
+    return out;
   }
 
   allocation_request random_request() {
@@ -242,6 +264,21 @@ private:
   void do_evict();
   void do_step();
 
+  // -- copies in flight (block_pool_model_held.cpp) ---------------------------------
+
+  /// With copies in flight: settles them (all, or now and then a part),
+  /// made or failed at random - or first ends a request.
+  void settle_or_end();
+  /// The live request that took a copy in flight, 0 if none is left.
+  request_id copier() const;
+  /// Ends (releases, discards, preempts or reclaims) a copy's request, now
+  /// and then another.
+  void end_copier();
+  void settle(const std::vector<block_copy>& copies, bool made);
+  /// Whether another request holds `id`'s partly filled last block with
+  /// more tokens in it (it wrote there while `id`'s copy was in flight).
+  bool written_past(request_id id) const;
+
   // -- comparison ------------------------------------------------------------------
 
   std::string where() const {
@@ -259,6 +296,8 @@ private:
   std::size_t op_ = 0;
   coverage cov_;
   test::event_checker events_{p_.block_size};
+  /// Copies the last extend or step holds, to settle before anything else.
+  std::vector<block_copy> in_flight_;
 };
 
 } // namespace kvactor::test::block_pool_model

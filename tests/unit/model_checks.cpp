@@ -2,6 +2,7 @@
 #include "model_checks.hpp"
 
 #include "kvactor/messages/error.hpp"
+#include "pool_test_access.hpp"
 
 namespace kvactor::test {
 
@@ -185,16 +186,32 @@ std::string usage_diff(const detail::block_pool_core& core,
   auto c = std::vector<std::uint64_t>{core.used_blocks(), core.cached_blocks(),
                                       core.free_blocks(), core.pinned_blocks(),
                                       core.free_host_blocks(),
-                                      core.draining_blocks(), core.num_drains()};
+                                      core.draining_blocks(), core.num_drains(),
+                                      core.copies_in_flight()};
   auto m = std::vector<std::uint64_t>{model.used_blocks(), model.cached_blocks(),
                                       model.free_blocks(), model.pinned_blocks(),
                                       model.free_host_blocks(),
                                       model.draining_blocks(),
-                                      model.drains().size()};
+                                      model.drains().size(),
+                                      model.copies_in_flight()};
   if (c == m)
     return {};
-  return "used/cached/free/pinned/host/draining/drains " + str(c) + " vs "
-         + str(m);
+  return "used/cached/free/pinned/host/draining/drains/copies " + str(c)
+         + " vs " + str(m);
+}
+
+std::string references_diff(detail::block_pool_core& core,
+                            const pool_model& model) {
+  using access = detail::block_pool_test_access;
+  for (block_id b = 0; b < core.num_blocks(); ++b) {
+    auto& m = access::meta(core, b);
+    if (m.ref_count != model.refs(b) || m.holds != model.holds(b))
+      return "block " + std::to_string(b) + ": " + std::to_string(m.ref_count)
+             + " references, " + std::to_string(m.holds) + " held, vs "
+             + std::to_string(model.refs(b)) + ", "
+             + std::to_string(model.holds(b));
+  }
+  return {};
 }
 
 std::string counters_diff(const detail::pool_counters& c,

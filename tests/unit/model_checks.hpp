@@ -55,9 +55,16 @@ std::string str(const model_step_result& r);
 std::string sequences_diff(const detail::block_pool_core& core,
                            const pool_model& model);
 
-/// Used, cached, free, pinned and free host blocks, core against model.
+/// Used, cached, free, pinned and free host blocks, drains and copies in
+/// flight, core against model.
 std::string usage_diff(const detail::block_pool_core& core,
                        const pool_model& model);
+
+/// Every block's references (its holders' tables and copies in flight) and
+/// of them the copies' holds, core against model: a block the contract
+/// keeps held is in use on both sides, counted the same.
+std::string references_diff(detail::block_pool_core& core,
+                            const pool_model& model);
 
 /// Every lifetime counter, core against model.
 std::string counters_diff(const detail::pool_counters& core,
