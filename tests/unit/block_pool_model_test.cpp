@@ -50,8 +50,18 @@ void run_and_check_coverage(const run_params& p) {
                  "cached_prefix:ok", "preempt draining:ok", "drain begun",
                  "drain ended by time", "drain ended by its stepper"})
     BOOST_TEST(has(k), "seed " << p.seed << " never reached " << k);
-  if (p.block_size > 1) // with one token per block, no block is partly full
+  if (p.block_size > 1) { // with one token per block, no block is partly full
     BOOST_TEST(has("copy on write"), "seed " << p.seed << " never copied on write");
+    // Copies held until the device answers: made, failed, and either after
+    // their request ended; a failed one handing back a block its sharer
+    // wrote past meanwhile.
+    for (auto k : {"held copy committed", "held copy undone",
+                   "held copy's request ended", "held commit after free",
+                   "held undo after free",
+                   "held undo hands back a block written past",
+                   "held copies settled in parts"})
+      BOOST_TEST(has(k), "seed " << p.seed << " never reached " << k);
+  }
   if (p.prefix_caching)
     for (auto k : {"prefix hit", "event:stored", "event:removed",
                    "chunk admitted after a hit", "salted prefix hit",
