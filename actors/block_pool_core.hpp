@@ -432,6 +432,10 @@ private:
     std::uint64_t need = 0;     ///< blocks for them
     std::uint32_t hits = 0;     ///< of which shared from the index
     std::uint64_t revived = 0;  ///< hits on cached (unheld) blocks
+    /// Leading hits on cached blocks: written by a pass that ended (a hit
+    /// on a block another request holds may be on one its admission just
+    /// indexed, unwritten yet). The sequence's hit_blocks.
+    std::uint32_t written = 0;
     std::uint64_t pinned = 0;   ///< of which pinned (on no list)
     bool hashing = false;
     block_hash seed;            ///< its chains' root (tenant and salt)

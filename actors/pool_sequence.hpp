@@ -79,10 +79,12 @@ struct alignas(64) sequence {
   std::uint64_t step_stamp = 0;
   std::uint32_t num_hashed = 0;
   /// Its first blocks whose K/V were written before it came (at most
-  /// 65535): those its admission found cached, an earlier request's pass
-  /// wrote them (a fork's: its parent's). An end that cannot know its own
-  /// K/V were written (an unindexing preemption, a reclaim) leaves them in
-  /// the index.
+  /// 65535): those its admission found cached, up to the first hit on a
+  /// block in use - which another request's admission may just have
+  /// indexed, unwritten - as an earlier request's pass wrote them (a
+  /// fork's: its parent's). An end that cannot know its own K/V were
+  /// written (an unindexing preemption, a reclaim) leaves them in the
+  /// index.
   std::uint16_t hit_blocks = 0;
   /// Draft tokens (speculative decoding): the last `drafts` of num_tokens
   /// hold slots but are not settled - no block holding one is indexed, and

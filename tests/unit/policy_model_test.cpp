@@ -6,6 +6,7 @@
 // tenants, against pool_reference_model. After every operation: the core's
 // invariant, the whole state against the model, no reservation broken, and
 // the KV events replayed into an index equal to the core's.
+#include <algorithm>
 #include <chrono>
 #include <map>
 #include <string>
@@ -39,8 +40,11 @@ std::map<std::string, std::size_t> run_and_report(const run_params& p) {
   return h.cov;
 }
 
+/// `not_here`: keys of the common list this case's settings reach too
+/// rarely to require (another case requires them).
 void run_and_check_coverage(const run_params& p,
-                            std::vector<std::string> must_reach) {
+                            std::vector<std::string> must_reach,
+                            const std::vector<std::string>& not_here = {}) {
   auto cov = run_and_report(p);
   for (auto k : {"allocate:ok", "allocate:out_of_blocks", "allocate:quota_exceeded",
                  "allocate:unknown_tenant", "extend:ok", "extend:invalid_request",
@@ -61,7 +65,8 @@ void run_and_check_coverage(const run_params& p,
                  "victim preempted, draining:ok", "victim drains",
                  "drain ended by time", "drain ended by its stepper",
                  "event:stored", "event:removed"})
-    must_reach.push_back(k);
+    if (std::find(not_here.begin(), not_here.end(), k) == not_here.end())
+      must_reach.push_back(k);
   for (auto& k : must_reach)
     BOOST_TEST(cov.count(k) > 0, "seed " << p.seed << " never reached " << k);
 }
@@ -81,11 +86,15 @@ BOOST_AUTO_TEST_CASE(three_tenants_under_pressure_with_a_watermark) {
   // The watermark keeps room for extends: a step almost never runs short
   // here (once in 100,000 operations before revived prefixes kept their
   // level, none since), so step preemption is the next case's to reach.
-  // (Seed 12 until the supervisor's victims left the prefix index, their
-  // pins with them: it then never filled the pin quota.)
+  // Its victims leave the prefix index, their pins with them (and since
+  // a hit on a block in use no longer counts as written, more of them):
+  // the pin quota fills in few seeds - 0 to 3 times in 100,000 operations
+  // - so the other cases require that. (Seed 12 until victims first left
+  // the index.)
   run_and_check_coverage({22, 64, 100000, "immediate", 0.05},
                          {"headroom refused", "swap_in headroom refused",
-                          "reservation binding"});
+                          "reservation binding"},
+                         {"pin:quota_exceeded"});
 }
 
 BOOST_AUTO_TEST_CASE(three_tenants_under_pressure_admitted_immediately) {

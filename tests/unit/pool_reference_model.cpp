@@ -111,6 +111,9 @@ pool_model::plan pool_model::plan_allocation(const allocation_request& req) cons
       ++revived;
       pinned += m.pinned;
     }
+    // Written for sure: a cached block, before any hit on a held one.
+    if (m.st == state::cached && p.written == i)
+      ++p.written;
   }
   if (admission_.policy == "reserve_expected") {
     auto out = req.expected_output_tokens != 0
@@ -172,7 +175,7 @@ model_allocation pool_model::allocate(const allocation_request& req) {
   seq.num_tokens = p.n;
   seq.max_tokens = req.max_sequence_length;
   seq.expected_tokens = p.expected;
-  seq.hit_blocks = std::min<std::uint32_t>(p.hits, 65535);
+  seq.hit_blocks = std::min<std::uint32_t>(p.written, 65535);
   for (std::uint32_t i = 0; i < p.hits; ++i) {
     auto b = index_.at(key_of(t, req.cache_salt, prompt, (i + 1) * block_size_));
     share(b, seq);

@@ -290,6 +290,7 @@ private:
     std::uint64_t whole = 0; ///< the prompt's (or initial) tokens
     std::uint64_t need = 0;
     std::uint32_t hits = 0;
+    std::uint32_t written = 0; ///< leading hits on cached blocks
     bool hashing = false;
     std::uint64_t expected = 0;
   };
