@@ -148,7 +148,10 @@ public:
   /// supervisor chose it) writes into blocks nobody else has. `tag`: who
   /// may end the drain early (the stepper that admitted it; 0: nobody).
   /// The drain's serial is last_drain() (0 when no block drains: nothing
-  /// went, or a swapped or mid-swap victim). Errors: preempt's.
+  /// went, or a swapped or mid-swap victim). Errors: preempt's;
+  /// invalid_request while a block of its table is in a copy in flight
+  /// (settle_copies first: it would come free at the settle, past the
+  /// drain).
   caf::expected<std::uint32_t> preempt_draining(request_id id,
                                                 std::uint64_t tag);
   /// The serial of the drain the last preempt_draining began, 0 if none.

@@ -11,6 +11,8 @@
 // same blocks), but no one allocates them until the drain ends.
 #include "kvactor/actors/block_pool_core.hpp"
 
+#include "kvactor/messages/error.hpp"
+
 #include <algorithm>
 #include <cassert>
 
@@ -22,6 +24,16 @@ block_pool_core::preempt_draining(request_id id, std::uint64_t tag) {
   auto seq = find(id);
   if (seq == nullptr || seq->where != residency::resident)
     return preempt(id, true); // the error, or no device blocks go now
+  // A copy's blocks are held until it settles, and come free then: into
+  // no drain. (The pool actor settles a step's copies before it takes
+  // another message; only a direct caller could come between.)
+  for (auto& p : pending_cows_)
+    for (auto b : seq->blocks)
+      if (b == p.copy.src || b == p.copy.dst)
+        return make_error(errc::invalid_request,
+                          req_name(id) + ": block " + std::to_string(b)
+                            + " is in a copy-on-write copy in flight - "
+                              "settle it before a draining preemption");
   std::vector<block_id> table(seq->blocks.begin(), seq->blocks.end());
   auto stacked = free_.size();
   auto res = preempt(id, true);

@@ -153,4 +153,27 @@ BOOST_FIXTURE_TEST_CASE(an_unknown_victim_fails_and_changes_nothing,
   BOOST_TEST(pool().end_drain(serial) == 2u);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_draining_preemption_waits_for_copies_in_flight,
+                        pool_fixture) {
+  // 2's extend copies 1's half-full last block and holds the copy: its
+  // destination would come free at the settle, into no drain, and a new
+  // request could take it while a pass still writes 2's K/V. Refused,
+  // nothing changed; settled first, it drains.
+  alloc(prompt_req(1, run(10, 6))); // blocks 0, 1 (half full)
+  BOOST_REQUIRE(pool().fork(1, 2));
+  std::vector<token_id> t{20, 21, 22, 23, 24};
+  auto ext = pool().extend(2, 5, t.data(), true);
+  BOOST_REQUIRE(ext);
+  BOOST_REQUIRE(ext->copies.size() == 1u);
+  auto before = describe(pool(), true);
+  auto res = pool().preempt_draining(2, 7);
+  BOOST_TEST(code(res) == "invalid_request");
+  BOOST_TEST(pool().last_drain() == 0u);
+  BOOST_TEST(describe(pool(), true) == before);
+  pool().settle_copies(ext->copies, true);
+  BOOST_REQUIRE(pool().preempt_draining(2, 7));
+  BOOST_TEST(pool().draining_blocks() == 2u); // the copy and the new block
+  BOOST_TEST(invariant(pool()) == "ok");
+}
+
 BOOST_AUTO_TEST_SUITE_END()
