@@ -162,6 +162,7 @@ block_pool_core::allocate(const allocation_request& req) {
   seq.max_tokens = req.max_sequence_length;
   seq.expected_tokens = p.expected;
   seq.hit_blocks = static_cast<std::uint16_t>(std::min<std::uint32_t>(p.written, 65535));
+  seq.brought_from = static_cast<std::uint16_t>(std::min<std::uint32_t>(p.hits, 65535));
   seq.blocks.reserve(p.need);
   for (std::uint32_t i = 0; i < p.hits; ++i) {
     auto b = find_indexed(scratch_[i].lo);

@@ -296,6 +296,16 @@ void block_pool_core::evict_one(block_id b, std::uint8_t level) {
     events_.push_back(index_event{false, m.hash.lo, parent_[b], b, m.stored_by, {}});
 }
 
+void block_pool_core::unindex_held(block_id b) {
+  auto& m = blocks_[b];
+  if (m.pinned)
+    unpin_with_descendants(b);
+  index_.erase(m.hash.lo, b);
+  m.indexed = false;
+  if (record_events_)
+    events_.push_back(index_event{false, m.hash.lo, parent_[b], b, m.stored_by, {}});
+}
+
 void block_pool_core::prefetch_evictions(block_id b) const noexcept {
   // Evicting a block touches three scattered places: its metadata, its LRU
   // links and its index slot (found from the hash in its metadata). While

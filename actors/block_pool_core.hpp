@@ -118,10 +118,12 @@ public:
   /// release(id), but the blocks whose last reference goes leave the prefix
   /// index (free, not cached - pinned ones lose their pins, and their
   /// pinned descendants): for a request whose K/V may never have been
-  /// written, its forward pass having failed. Blocks others still hold stay
-  /// indexed (discard the other requests of a failed pass too). One not
-  /// resident ends as by release: its K/V were written before it moved.
-  /// Its first `keep` blocks stay indexed (written by an earlier pass).
+  /// written, its forward pass having failed. So do those it brought (from
+  /// brought_from on) that others still hold - they hit them or forked it,
+  /// and read what it never wrote: discard the other requests of a failed
+  /// pass too - but not those it only found. One not resident ends as by
+  /// release: its K/V were written before it moved. Its first `keep`
+  /// blocks stay indexed (written by an earlier pass).
   caf::expected<std::uint32_t> discard(request_id id, std::uint32_t keep = 0);
 
   /// Ends `id` only if its cache_id is still `cache_id` (a reclaim after
@@ -527,6 +529,9 @@ private:
   /// Unpins `b` (pinned) and, before it, every pinned block below it in
   /// the prefix tree, deepest first. O(pins x depth).
   void unpin_with_descendants(block_id b);
+  /// Takes block `b`, in use, out of the prefix index (its pin first, with
+  /// the pins below it): its holders keep it, nobody finds it any more.
+  void unindex_held(block_id b);
   void evict_one(block_id b, std::uint8_t level);
   void index_block(block_id b, block_hash h, std::uint64_t parent,
                    std::uint16_t t, const token_id* tokens);

@@ -58,14 +58,23 @@ caf::expected<std::uint32_t> block_pool_core::discard(request_id id,
     return release(id);
   keep = std::min<std::uint32_t>(keep, seq->blocks.size());
   std::vector<block_id> table(seq->blocks.begin() + keep, seq->blocks.end());
+  std::size_t brought = seq->brought_from > keep ? seq->brought_from - keep : 0;
   auto freed = release(id);
   // Those it held last are cached now (the indexed ones): out of the index,
   // in table order. A pinned one first loses its pin, with the pins below
-  // it in the prefix tree (what stays pinned stays reachable).
-  for (auto b : table) {
+  // it in the prefix tree (what stays pinned stays reachable). Those it
+  // brought that others still hold - they hit them, or forked it - leave
+  // the index too: nobody may write them now, and they would serve their
+  // unwritten K/V to every later prompt that hit them.
+  for (std::size_t k = 0; k < table.size(); ++k) {
+    auto b = table[k];
     auto& m = blocks_[b];
+    if (m.state == block_state::used && m.indexed && k >= brought) {
+      unindex_held(b);
+      continue;
+    }
     if (m.state != block_state::cached)
-      continue; // still used by others, or it went free
+      continue; // still used by others (not its own), or it went free
     if (m.pinned)
       unpin_with_descendants(b);
     evict_one(b, m.level);

@@ -71,6 +71,7 @@ sequence& block_pool_core::new_sequence(request_id id) {
   seq.where = residency::resident;
   seq.release_pending = false;
   seq.hit_blocks = 0;
+  seq.brought_from = 0;
   seq.drafts = 0;
   seq.expected_tokens = 0;
   seq.step_stamp = 0;
@@ -251,6 +252,8 @@ caf::expected<allocation_outcome> block_pool_core::fork(request_id parent,
   // pass ran (a fork may come before it), so an end that cannot know its
   // K/V were written (a reclaim, the supervisor's) leaves only these.
   c.hit_blocks = p.hit_blocks;
+  c.brought_from = static_cast<std::uint16_t>(
+    std::min<std::size_t>(p.blocks.size(), 65535));
   c.chain = p.chain;
   c.tail = p.tail;
   p.tail_shared = c.tail_shared = p.num_tokens % block_size_ != 0;

@@ -69,6 +69,12 @@ struct alignas(64) sequence {
   // once but leaves it a ghost (release_pending: out of the id index, its
   // id free for a new incarnation) until the move's end returns its blocks.
   bool release_pending : 1;
+  /// Where the blocks it brought begin (at most 65535): its admission's
+  /// hits before (a fork's: its parent's table at the fork). Those from
+  /// here on it indexed itself - at its admission, or as it grew - and an
+  /// end that cannot know its K/V were written takes them out of the
+  /// prefix index even while others hold them (discard).
+  std::uint16_t brought_from = 0;
   sequence_blocks blocks; ///< 64 bytes: bytes 48 to 112
   // -- the rest ----------------------------------------------------------------
   /// Tokens it is expected to reach (admission headroom); 0 = no promise.

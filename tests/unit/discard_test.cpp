@@ -41,14 +41,23 @@ BOOST_FIXTURE_TEST_CASE(a_discarded_prompt_leaves_nothing_cached, pool_fixture) 
   BOOST_TEST(alloc(prompt_req(3, prompt)) == 12u);
 }
 
-BOOST_FIXTURE_TEST_CASE(blocks_another_request_holds_stay_until_it_goes_too,
+BOOST_FIXTURE_TEST_CASE(blocks_it_brought_leave_the_index_while_another_holds_them,
                         pool_fixture) {
+  // 2 hit 1's blocks in the same pass, before 1's K/V were written. 1's
+  // pass failed: what it brought is findable no more, though 2 holds it
+  // (and reads what 1 never wrote - discard the pass's other requests
+  // too). A discard of the one that only found them leaves them be.
   auto prompt = run(100, 13);
   alloc(prompt_req(1, prompt));
   BOOST_TEST(alloc(prompt_req(2, prompt)) == 12u); // same pass: it hit them
+  BOOST_TEST(alloc(prompt_req(3, prompt)) == 12u);
+  BOOST_REQUIRE(pool().discard(3));
+  BOOST_TEST(pool().index_size() == 3u);
   auto shared = blocks(2);
   BOOST_REQUIRE(pool().discard(1));
-  BOOST_TEST(pool().index_size() == 3u); // 2 still holds them
+  BOOST_TEST(blocks(2) == shared);
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_TEST(pool().cached_prefix(prompt_req(4, prompt)).value() == 0u);
   BOOST_REQUIRE(pool().discard(2));      // the pass failed for both
   BOOST_TEST(pool().index_size() == 0u);
   BOOST_TEST(pool().cached_blocks() == 0u);

@@ -176,6 +176,7 @@ model_allocation pool_model::allocate(const allocation_request& req) {
   seq.max_tokens = req.max_sequence_length;
   seq.expected_tokens = p.expected;
   seq.hit_blocks = std::min<std::uint32_t>(p.written, 65535);
+  seq.brought_from = std::min<std::uint32_t>(p.hits, 65535);
   for (std::uint32_t i = 0; i < p.hits; ++i) {
     auto b = index_.at(key_of(t, req.cache_salt, prompt, (i + 1) * block_size_));
     share(b, seq);
@@ -377,6 +378,8 @@ model_allocation pool_model::fork(request_id parent, request_id child) {
   c.admitted = next_admission_++;
   c.release_pending = false;
   // c.hit_blocks: its parent's, the blocks its admission found cached.
+  c.brought_from = static_cast<std::uint32_t>(
+    std::min<std::size_t>(ps.blocks.size(), 65535));
   for (auto b : c.blocks) {
     ++blocks_[b].refs;
     blocks_[b].level = std::max(blocks_[b].level, c.level);

@@ -67,6 +67,9 @@ struct model_sequence {
   /// Blocks its admission found cached, at most 65535 (as the pool keeps);
   /// a fork's are its parent's.
   std::uint32_t hit_blocks = 0;
+  /// Its table from here on is what it brought to the index (before: its
+  /// admission's hits, or a fork's parent's table then; at most 65535).
+  std::uint32_t brought_from = 0;
   /// It came onto its partly filled last block by a fork or by a failed
   /// copy, and has not grown since: others may read that block, so before
   /// writing into it, it takes a copy unless it is the only reader left
@@ -320,6 +323,8 @@ private:
   /// Unpins `b` alone, as the core's unpin_at does.
   void drop_pin(block_id b);
   void evict_block(block_id b);
+  /// Out of the index while in use (pins first, with those below).
+  void unindex_held(block_id b);
   void index(block_id b, prefix_key key, std::uint16_t t);
   /// Indexes `seq`'s blocks of settled tokens from block `from` on.
   void index_settled(model_sequence& seq, std::size_t from);

@@ -69,6 +69,15 @@ void pool_model::evict_block(block_id b) {
   ++counters_.evictions;
 }
 
+void pool_model::unindex_held(block_id b) {
+  auto& m = blocks_[b];
+  if (m.pinned)
+    unpin_with_descendants(b);
+  index_.erase(*m.key);
+  events_.push_back(model_event{false, *m.key, b, m.stored_by});
+  m.key.reset();
+}
+
 block_id pool_model::take(std::uint16_t t, std::size_t level) {
   block_id b;
   if (!free_.empty()) {

@@ -53,13 +53,18 @@ model_release pool_model::discard(request_id id, std::uint32_t keep) {
   if (it == seqs_.end() || it->second.where != residency::resident)
     return release(id);
   auto table = it->second.blocks;
-  table.erase(table.begin(),
-              table.begin() + std::min<std::size_t>(keep, table.size()));
+  auto brought = it->second.brought_from;
   auto res = release(id);
   // What went cached leaves the index, in table order (pins first go, with
-  // the pinned blocks below).
-  for (auto b : table) {
+  // the pinned blocks below); so does what it brought that others hold.
+  for (std::size_t k = std::min<std::size_t>(keep, table.size());
+       k < table.size(); ++k) {
+    auto b = table[k];
     auto& m = blocks_[b];
+    if (m.st == state::used && m.key && k >= brought) {
+      unindex_held(b);
+      continue;
+    }
     if (m.st != state::cached)
       continue;
     if (m.pinned)
