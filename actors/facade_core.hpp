@@ -137,6 +137,21 @@ public:
   /// invalid_handle once that actor is gone.
   caf::expected<std::uint64_t> incarnation(request_slot& slot);
 
+  /// Ends the request of handle actor `handle` as unclaimed - an allocate
+  /// or fork whose handle never went out (answered after its caller gave
+  /// up, or unconfirmed): tells the handle actor, which has the manager
+  /// reclaim it (a pool round trip after two hops; the registry holds the
+  /// request until then), and marks it ended here first, so that no lookup
+  /// meanwhile hands out a handle that reads valid.
+  void unclaim(const request_handle_actor& handle);
+
+  /// The late-reply handler of an allocate or fork: unclaims the request
+  /// its reply made. It runs on the replier's thread, inside the reply's
+  /// delivery - before the replier handles anything else, so before any
+  /// lookup that could find the request - and never touches the core
+  /// (which may be going): only the unclaimed set, shared with it.
+  blocking_bridge::late_reply_handler unclaim_late() const;
+
   /// Marks the request of handle actor `handle_id` ended. With `ended`
   /// (its ended event, not its actor's down), a slot made for it later -
   /// by a lookup or an allocate whose reply was already on its way - starts
@@ -270,6 +285,25 @@ private:
   using slot_map = id_map<slot_entry>;
   /// Forgets the slot at `i` and its request's mapping to it (under mtx_).
   void untrack(slot_map::iterator i);
+  /// Handle actors of requests ended as unclaimed (see unclaim): a slot
+  /// made for one is born invalid. Shared with the late-reply handlers,
+  /// which may outlive the core; its own lock, taken after mtx_ where both
+  /// are. The last recent_ends_cap are remembered (CAF never reuses an
+  /// actor id): they only have to outlast a reclaim, whose end event then
+  /// puts each in recent_ends_.
+  struct unclaimed_set {
+    std::mutex mtx;
+    recent_ids ids{recent_ends_cap};
+    void insert(std::uint64_t handle_id) {
+      std::lock_guard<std::mutex> guard{mtx};
+      ids.insert(handle_id);
+    }
+    bool contains(std::uint64_t handle_id) {
+      std::lock_guard<std::mutex> guard{mtx};
+      return ids.contains(handle_id);
+    }
+  };
+  std::shared_ptr<unclaimed_set> unclaimed_ = std::make_shared<unclaimed_set>();
   std::mutex mtx_;
   slot_map slots_;                   ///< by handle id
   id_map<std::uint64_t> by_request_; ///< request id -> handle id

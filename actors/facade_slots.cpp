@@ -1,12 +1,14 @@
 // facade_core: which handles the facade tracks - one slot per handle actor,
 // made from a reply (allocate, lookup, list, fork), marked invalid when its
-// request's ended event (or its manager's death) comes, confirmed with the
-// manager when more ends came meanwhile than the facade remembers - and
-// each slot's incarnation.
+// request's ended event (or its manager's death) comes or when the facade
+// ends it as unclaimed, confirmed with the manager when more ends came
+// meanwhile than the facade remembers - and each slot's incarnation.
 #include "kvactor/actors/facade_core.hpp"
 
 #include <unordered_set>
 #include <vector>
+
+#include <caf/send.hpp>
 
 #include "kvactor/messages/error_context.hpp"
 
@@ -23,7 +25,8 @@ facade_core::slot_for(const request_handle_actor& h, const request_info& info) {
     // Ended before this slot was made (its reply crossed the end), or the
     // facade stopped or its manager went: born invalid, and not tracked (no
     // end is coming to untrack it).
-    if (stopped_ || manager_gone_ || recent_ends_.contains(h.id())) {
+    if (stopped_ || manager_gone_ || recent_ends_.contains(h.id())
+        || unclaimed_->contains(h.id())) {
       s->valid = false;
       return s;
     }
@@ -84,6 +87,22 @@ void facade_core::invalidate(std::uint64_t handle_id, bool ended) {
     s->valid = false;
   // Whether or not a handle still references the slot.
   untrack(i);
+}
+
+void facade_core::unclaim(const request_handle_actor& handle) {
+  unclaimed_->insert(handle.id());
+  invalidate(handle.id()); // a slot another thread's lookup made meanwhile
+  caf::anon_send(handle, unclaimed_atom::value);
+}
+
+blocking_bridge::late_reply_handler facade_core::unclaim_late() const {
+  return [unclaimed = unclaimed_](caf::message& reply) {
+    if (!reply.match_elements<request_handle_actor, block_table>())
+      return;
+    auto& handle = reply.get_as<request_handle_actor>(0);
+    unclaimed->insert(handle.id());
+    caf::anon_send(handle, unclaimed_atom::value);
+  };
 }
 
 void facade_core::untrack(slot_map::iterator i) {

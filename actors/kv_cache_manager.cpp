@@ -135,15 +135,6 @@ caf::error kv_cache_manager::check_layout(const allocation_request& req) const {
 
 namespace {
 
-/// For a late reply to an allocate or fork whose caller timed out: ends
-/// the request nobody holds a handle of (through its handle actor, which
-/// names its own incarnation), as unclaimed - nobody wrote its K/V, so its
-/// prompt's fresh blocks must not stay in the prefix index.
-void end_unclaimed(caf::message& reply) {
-  if (reply.match_elements<request_handle_actor, block_table>())
-    caf::anon_send(reply.get_as<request_handle_actor>(0), unclaimed_atom::value);
-}
-
 /// "fork of request <parent> as <child>", leading a failed fork's errors.
 std::string fork_name(request_id parent, request_id child) {
   return "fork of request " + std::to_string(parent) + " as "
@@ -159,8 +150,12 @@ kv_cache_manager::allocate(const allocation_request& req) {
   // The handle serves the table on demand: only the handle actor comes
   // back (the reply's table is dropped on the replier's thread).
   auto since = core_->ends_taken();
+  // A reply after the caller timed out: the request nobody holds a handle
+  // of is ended as unclaimed (through its handle actor, which names its own
+  // incarnation) - nobody wrote its K/V, so its prompt's fresh blocks must
+  // not stay in the prefix index - and no lookup hands it out meanwhile.
   auto res = core_->ask_first<request_handle_actor, block_table>(
-    end_unclaimed, core_->cache().manager, allocate_atom::value, req);
+    core_->unclaim_late(), core_->cache().manager, allocate_atom::value, req);
   if (!res)
     return std::move(res.error());
   request_info info;
@@ -169,7 +164,7 @@ kv_cache_manager::allocate(const allocation_request& req) {
   if (core_->may_have_forgotten(since))
     if (auto err = core_->confirm_slots({slot})) {
       // No handle goes out: nobody will use the request.
-      caf::anon_send(*res, unclaimed_atom::value);
+      core_->unclaim(*res);
       return in_context("allocate of request " + std::to_string(req.id), err);
     }
   return core_->make_handle(std::move(slot));
@@ -225,7 +220,8 @@ caf::expected<std::shared_ptr<kv_cache_handle>>
 kv_cache_manager::fork(request_id parent, request_id child) {
   auto since = core_->ends_taken();
   auto res = core_->ask_first<request_handle_actor, block_table>(
-    end_unclaimed, core_->cache().manager, fork_atom::value, parent, child);
+    core_->unclaim_late(), core_->cache().manager, fork_atom::value, parent,
+    child);
   if (!res)
     return std::move(res.error());
   auto& made = *res;
@@ -252,7 +248,7 @@ kv_cache_manager::fork(request_id parent, request_id child) {
   auto slot = core_->slot_for(made, std::get<1>(*info));
   if (core_->may_have_forgotten(since))
     if (auto err = core_->confirm_slots({slot})) {
-      caf::anon_send(made, unclaimed_atom::value);
+      core_->unclaim(made);
       return in_context(fork_name(parent, child), err);
     }
   return core_->make_handle(std::move(slot));
@@ -320,6 +316,10 @@ std::shared_ptr<kv_cache_handle> kv_cache_manager::get_handle(request_id id) con
     core_->drop_unconfirmed(std::move(made));
     return nullptr; // as for a failed lookup
   }
+  // Ended by the time its slot was made (the lookup's reply crossed its
+  // end, or it is being ended as unclaimed): not live, so none.
+  if (!slot->valid.load())
+    return nullptr;
   return core_->make_handle(std::move(slot));
 }
 
@@ -341,7 +341,8 @@ kv_cache_manager::list_handles() const {
   }
   out.reserve(slots.size());
   for (std::size_t i = 0; i < slots.size(); ++i)
-    out.emplace_back(std::get<0>(*res)[i].id, core_->make_handle(slots[i]));
+    if (slots[i]->valid.load()) // as get_handle: ended ones are not live
+      out.emplace_back(std::get<0>(*res)[i].id, core_->make_handle(slots[i]));
   return out;
 }
 

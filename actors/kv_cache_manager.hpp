@@ -166,10 +166,12 @@ public:
   /// ones, so a running callback's calls return at once.)
   void set_pressure_callback(std::function<void(memory_pressure)> f);
 
-  /// The live request's handle, or null.
+  /// The live request's handle, or null (also for a request ending: one
+  /// whose end the facade heard of already, or an allocate's or fork's that
+  /// timed out, which is being ended as unclaimed).
   std::shared_ptr<kv_cache_handle> get_handle(request_id id) const;
 
-  /// Every live request, by id.
+  /// Every live request, by id (none that get_handle would not return).
   std::vector<std::pair<request_id, std::shared_ptr<kv_cache_handle>>>
   list_handles() const;
 
@@ -248,7 +250,10 @@ public:
   /// and the wait ("no reply within 5 ms to 'extend' sent to actor 42");
   /// an allocate, fork or step
   /// answered after that has what it admitted ended again, so it leaves no
-  /// request behind (a step's extends and frees still take effect). Other
+  /// request behind (a step's extends and frees still take effect); an
+  /// allocate's or fork's is never handed out meanwhile (get_handle and
+  /// list_handles skip it), but the id may read as allocated until the
+  /// reclaim lands - a retry may get duplicate_request: try again. Other
   /// calls that time out may still take effect (an extend may still grow
   /// the table: read it again). Calls waiting when the cache stops fail
   /// with errc::shutting_down. A negative timeout is refused

@@ -362,6 +362,67 @@ BOOST_AUTO_TEST_CASE(a_step_answered_after_its_timeout_admits_nothing) {
   f.expect_hits_only_if_answered(answered, prompt_of);
 }
 
+BOOST_AUTO_TEST_CASE(a_request_whose_allocate_timed_out_is_never_handed_out) {
+  // An allocate answered after its caller gave up is ended again, as
+  // unclaimed: its handle actor passes that on to the manager, which has
+  // the pool reclaim it - until then the registry holds the request. A
+  // lookup meanwhile (the caller retrying, another thread listing) must not
+  // hand out a handle that reads valid, only to turn invalid once the
+  // reclaim lands: a timed-out allocate leaves no request behind.
+  // Probes of a cached 8000-token prompt keep the pool busy: the first
+  // before the admission (the allocate is answered late), the second
+  // after it (the reclaim waits behind it, the lookups do not: the manager
+  // answers them) - deterministically, each lookup in that window is one
+  // that must find nothing.
+  auto cfg = small_config(100000);
+  cache_fixture f{cfg};
+  auto prompt_of = [](request_id id) {
+    return iota_tokens(static_cast<token_id>(id * 10000), 8000);
+  };
+  BOOST_REQUIRE(!f.m().deallocate(f.alloc(f.req(1, 0, 8192, prompt_of(1)))->id()));
+  std::vector<allocation_request> busy;
+  for (request_id k = 0; k < 200; ++k)
+    busy.push_back(f.req(1000 + k, 0, 8192, prompt_of(1)));
+  auto keeper = f.alloc(f.req(999, 4)); // for the facade's core
+  auto core = core_of::get(*keeper);
+  BOOST_REQUIRE(core);
+  std::size_t timed_out = 0;
+  std::size_t looked_up = 0;
+  std::size_t handed_out = 0; // valid handles of timed-out requests
+  for (request_id id = 2; id <= 11; ++id) {
+    auto since = core->ends_taken();
+    caf::anon_send(f.m().actor(), probe_atom::value, busy);
+    BOOST_REQUIRE(!f.m().set_timeout(std::chrono::milliseconds{0}));
+    auto h = f.m().allocate(f.req(id, 0, 8192, prompt_of(id)));
+    BOOST_REQUIRE(!f.m().set_timeout(std::chrono::seconds{60}));
+    if (h) { // answered in time after all
+      BOOST_REQUIRE(!f.m().deallocate(id));
+      continue;
+    }
+    BOOST_REQUIRE_MESSAGE(h.error() == caf::sec::request_timeout, why(h));
+    ++timed_out;
+    caf::anon_send(f.m().actor(), probe_atom::value, busy);
+    // Until the facade hears of the request's end (the reclaim landed).
+    auto until = std::chrono::steady_clock::now() + std::chrono::seconds{30};
+    while (core->ends_taken() == since) {
+      BOOST_REQUIRE(std::chrono::steady_clock::now() < until);
+      auto again = f.m().get_handle(id);
+      handed_out += again && again->is_valid() ? 1 : 0;
+      for (auto& [listed, lh] : f.m().list_handles())
+        handed_out += listed == id && lh->is_valid() ? 1 : 0;
+      ++looked_up;
+    }
+    BOOST_TEST(!f.m().get_handle(id));
+  }
+  BOOST_TEST_MESSAGE(timed_out << " of 10 allocations timed out, " << looked_up
+                               << " lookups meanwhile");
+  BOOST_TEST(timed_out > 0u);
+  BOOST_TEST(handed_out == 0u, handed_out << " valid handle(s) handed out of "
+                                          << "requests whose allocate timed out");
+  BOOST_REQUIRE(!f.m().deallocate(999));
+  BOOST_TEST(eventually([&] { return f.checked_stats().active_caches == 0u; }));
+}
+
 BOOST_AUTO_TEST_CASE(a_negative_timeout_is_refused_and_changes_nothing) {
   cache_fixture f;
   auto err = f.m().set_timeout(std::chrono::milliseconds{-5});
