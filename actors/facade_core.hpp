@@ -152,6 +152,14 @@ public:
   /// (which may be going): only the unclaimed set, shared with it.
   blocking_bridge::late_reply_handler unclaim_late() const;
 
+  /// Ends the request of handle actor `made`, whose handle never went out
+  /// (a fork whose child lookup failed), before it returns: no lookup hands
+  /// it out from now on, and its incarnation is freed. None once the
+  /// request ended (by this free, or before it); an error (a timeout, say)
+  /// if that is not known - then the handle actor ends it as unclaimed
+  /// when it gets to it.
+  caf::error free_unreceived(const request_handle_actor& made);
+
   /// Marks the request of handle actor `handle_id` ended. With `ended`
   /// (its ended event, not its actor's down), a slot made for it later -
   /// by a lookup or an allocate whose reply was already on its way - starts

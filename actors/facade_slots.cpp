@@ -8,6 +8,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include <caf/sec.hpp>
 #include <caf/send.hpp>
 
 #include "kvactor/messages/error_context.hpp"
@@ -103,6 +104,35 @@ blocking_bridge::late_reply_handler facade_core::unclaim_late() const {
     unclaimed->insert(handle.id());
     caf::anon_send(handle, unclaimed_atom::value);
   };
+}
+
+caf::error facade_core::free_unreceived(const request_handle_actor& made) {
+  unclaimed_->insert(made.id());
+  invalidate(made.id()); // a slot another thread's lookup made meanwhile
+  // Which incarnation: the handle actor says, also while it ends; one gone
+  // bounces the call, and so does its end event (the facade fails the
+  // calls waiting on a handle actor then) - either way the request ended.
+  caf::error err;
+  if (auto info = ask<request_info>(made, info_atom::value)) {
+    // Freed by id and incarnation, the manager answering. (Asked of the
+    // handle actor, which delegates it to the manager, the free's own end
+    // event failed the call before its answer came.) invalid_handle: that
+    // incarnation ended already.
+    auto& req = std::get<0>(*info);
+    auto res = ask<std::uint32_t>(cache_.manager, free_atom::value,
+                                  req.request.id, req.cache_id);
+    if (res || has_code(res.error(), errc::invalid_handle))
+      return caf::none;
+    err = std::move(res.error());
+  } else if (info.error() == caf::sec::request_receiver_down) {
+    return caf::none;
+  } else {
+    err = std::move(info.error());
+  }
+  // No answer in time (or the cache stopping): the handle actor ends the
+  // request when it gets to it.
+  caf::anon_send(made, unclaimed_atom::value);
+  return err;
 }
 
 void facade_core::untrack(slot_map::iterator i) {

@@ -228,16 +228,16 @@ kv_cache_manager::fork(request_id parent, request_id child) {
   auto info = core_->ask<request_handle_actor, request_info>(
     core_->cache().manager, lookup_atom::value, child);
   if (!info || std::get<0>(*info) != made) {
-    // The child ended already (preempted at critical pressure; the id may
-    // even be live again, another incarnation) or the lookup timed out: no
-    // handle goes out, so none may stay allocated - a failed fork changes
-    // nothing, and when the free answers, has changed nothing by the time
-    // it returns. (The handle actor ends its own incarnation; one that
-    // ended already says so.) If the free times out as well, the handle
-    // actor ends the request when it gets to it (a request nobody
-    // received: its K/V unwritten) - the id may read as allocated until.
-    if (!core_->ask<std::uint32_t>(made, free_atom::value))
-      caf::anon_send(made, unclaimed_atom::value);
+    // The child ended already (preempted at critical pressure, freed by
+    // another thread; the id may even be live again, another incarnation)
+    // or the lookup timed out: no handle goes out, so none may stay
+    // allocated - a failed fork changes nothing, and when the free
+    // answers, has changed nothing by the time it returns. (The free names
+    // the child's incarnation; one that ended already is left alone.) If
+    // the free times out as well, the handle actor ends the request when it
+    // gets to it (a request nobody received: its K/V unwritten) - the id
+    // may read as allocated until then, though no lookup hands it out.
+    (void) core_->free_unreceived(made);
     if (!info)
       return in_context(fork_name(parent, child) + ": looking up the child",
                         info.error());

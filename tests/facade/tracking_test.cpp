@@ -423,6 +423,31 @@ BOOST_AUTO_TEST_CASE(a_request_whose_allocate_timed_out_is_never_handed_out) {
   BOOST_TEST(eventually([&] { return f.checked_stats().active_caches == 0u; }));
 }
 
+BOOST_AUTO_TEST_CASE(a_request_nobody_received_is_freed_and_says_so) {
+  // A fork whose child lookup failed hands out no handle, so it frees the
+  // child before it returns - and sends it unclaimed only if that free
+  // did not answer. A free through the handle actor was failed by the
+  // request's own end event (which fails the calls waiting on its handle
+  // actor) before its answer came: it never read as done.
+  one_request r;
+  auto& [f, h, core, actor, info] = r;
+  auto other = f.alloc(f.req(2, 4));
+  auto err = core->free_unreceived(actor);
+  BOOST_TEST(!err, render(err));
+  // Ended by the time it returned, and handed out by no lookup.
+  BOOST_TEST(!h->is_valid());
+  BOOST_TEST(!f.m().get_handle(1));
+  BOOST_TEST(f.checked_stats().active_caches == 1u);
+  // One that ended already: nothing to do, and nothing else ends - the
+  // id's next request included.
+  auto fresh = f.alloc(f.req(1, 4));
+  err = core->free_unreceived(actor);
+  BOOST_TEST(!err, render(err));
+  BOOST_TEST(fresh->is_valid());
+  BOOST_TEST(other->is_valid());
+  BOOST_TEST(f.checked_stats().active_caches == 2u);
+}
+
 BOOST_AUTO_TEST_CASE(a_negative_timeout_is_refused_and_changes_nothing) {
   cache_fixture f;
   auto err = f.m().set_timeout(std::chrono::milliseconds{-5});
