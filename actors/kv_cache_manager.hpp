@@ -68,7 +68,11 @@ public:
   /// snapshot buffer could not be described. How many prompt tokens it
   /// found cached - whose K/V the model need not compute - is in the
   /// handle's stats().prefix_hit_tokens (cached_prefix beforehand is a
-  /// hint that may be stale by then).
+  /// hint that may be stale by then). The request took effect once this
+  /// succeeds, but may end by other hands at any moment after (a free of
+  /// the id on another thread, a preemption): the handle may read invalid
+  /// already when it comes back - as it could a moment later - and its
+  /// calls then fail with invalid_handle.
   caf::expected<std::shared_ptr<kv_cache_handle>>
   allocate(const allocation_request& req);
 
@@ -116,6 +120,9 @@ public:
   caf::error discard(request_id id);
 
   /// A new request `child` sharing every block of `parent` (copy-on-write).
+  /// Unlike allocate, a fork whose child ended before its handle was made
+  /// fails with unknown_request: it takes the child's
+  /// parameters from a lookup after the fork, which then finds nothing.
   caf::expected<std::shared_ptr<kv_cache_handle>> fork(request_id parent,
                                                        request_id child);
 
