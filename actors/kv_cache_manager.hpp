@@ -121,8 +121,8 @@ public:
 
   /// A new request `child` sharing every block of `parent` (copy-on-write).
   /// Unlike allocate, a fork whose child ended before its handle was made
-  /// fails with unknown_request: it takes the child's
-  /// parameters from a lookup after the fork, which then finds nothing.
+  /// fails with unknown_request: it takes the child's parameters from a
+  /// lookup after the fork, which then finds nothing.
   caf::expected<std::shared_ptr<kv_cache_handle>> fork(request_id parent,
                                                        request_id child);
 
