@@ -280,16 +280,20 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       -> caf::result<request_handle_actor, request_info> {
       auto& st = self->state;
       auto i = st.registry.find(id);
-      if (i == st.registry.end())
+      // One whose end (a free, a reclaim: an unclaimed one, say) has gone
+      // to the pool is live no more, though its entry waits for the reply.
+      if (i == st.registry.end() || st.ending.contains(id))
         return make_error(errc::unknown_request, unknown(id));
       return {i->second.handle, i->second.info};
     },
     [self](list_atom) {
+      auto& st = self->state;
       std::vector<handle_entry> out;
-      out.reserve(self->state.registry.size());
-      for (auto& kvp : self->state.registry)
-        out.push_back(handle_entry{kvp.first, kvp.second.handle,
-                                   kvp.second.info});
+      out.reserve(st.registry.size());
+      for (auto& kvp : st.registry)
+        if (!st.ending.contains(kvp.first)) // as lookup
+          out.push_back(handle_entry{kvp.first, kvp.second.handle,
+                                     kvp.second.info});
       std::sort(out.begin(), out.end(),
                 [](auto& x, auto& y) { return x.id < y.id; });
       return out;

@@ -3,7 +3,8 @@
 // trip, but each answer is what the pool - which has the messages in their
 // order - makes of them. A free right after an allocate frees what it
 // admitted; an allocate right after a free is no duplicate; a preempt, a
-// fork or a table right after an allocate find the request.
+// fork or a table right after an allocate find the request, a lookup right
+// after a free does not.
 #include "fixture.hpp"
 
 #include <caf/all.hpp>
@@ -149,6 +150,25 @@ BOOST_AUTO_TEST_CASE(a_fork_into_an_id_just_freed_is_no_duplicate) {
   BOOST_REQUIRE(child);
   BOOST_TEST(std::get<1>(*child).num_tokens == 9u);
   BOOST_TEST(value_or(table(6), block_table{}).num_tokens == 9u);
+}
+
+BOOST_AUTO_TEST_CASE(a_lookup_right_after_a_free_finds_nothing) {
+  // The free has gone to the pool: the request is live no more, though the
+  // registry holds its entry until the reply (nor does list name it).
+  BOOST_REQUIRE(allocate(5, 9));
+  BOOST_REQUIRE(allocate(6, 4));
+  self->send(mgr, free_atom::value, request_id{5});
+  self->send(mgr, lookup_atom::value, request_id{5});
+  self->send(mgr, list_atom::value);
+  run();
+  // Answered at once, ahead of the free's reply (a pool round trip).
+  BOOST_TEST(outcome(reply_to<request_handle_actor, request_info>(self))
+             == "unknown_request");
+  auto listed = reply_to<std::vector<handle_entry>>(self);
+  BOOST_REQUIRE(listed);
+  BOOST_REQUIRE(std::get<0>(*listed).size() == 1u);
+  BOOST_TEST(std::get<0>(*listed)[0].id == 6u);
+  BOOST_TEST(value_or(count(), 0u) == 3u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
