@@ -121,10 +121,13 @@ public:
   /// written, its forward pass having failed. So do those it brought (from
   /// brought_from on) that others still hold - they hit them or forked it,
   /// and read what it never wrote: discard the other requests of a failed
-  /// pass too - but not those it only found. One not resident ends as by
-  /// release: its K/V were written before it moved. Its first `keep`
-  /// blocks stay indexed (written by an earlier pass).
-  caf::expected<std::uint32_t> discard(request_id id, std::uint32_t keep = 0);
+  /// pass too - but not those it only found, and not with `!brought_held`
+  /// (a supervisor's victim: the pass of a step that admitted it still
+  /// writes its K/V). One not resident ends as by release: its K/V were
+  /// written before it moved. Its first `keep` blocks stay indexed
+  /// (written by an earlier pass).
+  caf::expected<std::uint32_t> discard(request_id id, std::uint32_t keep = 0,
+                                       bool brought_held = true);
 
   /// Ends `id` only if its cache_id is still `cache_id` (a reclaim after
   /// the handle died must not free a newer request with the same id), as

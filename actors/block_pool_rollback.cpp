@@ -52,13 +52,16 @@ block_pool_core::settle_drafts(request_id id, std::uint64_t accepted) {
 }
 
 caf::expected<std::uint32_t> block_pool_core::discard(request_id id,
-                                                      std::uint32_t keep) {
+                                                      std::uint32_t keep,
+                                                      bool brought_held) {
   auto seq = find(id);
   if (seq == nullptr || seq->where != residency::resident)
     return release(id);
   keep = std::min<std::uint32_t>(keep, seq->blocks.size());
   std::vector<block_id> table(seq->blocks.begin() + keep, seq->blocks.end());
   std::size_t brought = seq->brought_from > keep ? seq->brought_from - keep : 0;
+  if (!brought_held)
+    brought = table.size();
   auto freed = release(id);
   // Those it held last are cached now (the indexed ones): out of the index,
   // in table order. A pinned one first loses its pin, with the pins below

@@ -184,7 +184,8 @@ caf::expected<std::uint32_t> block_pool_core::reclaim(request_id id,
   if (seq == nullptr)
     return std::uint32_t{0};
   // Its owner or handle went, or nobody got it: its K/V may never have
-  // been written. What stays indexed is what preempt(id, true) keeps.
+  // been written, and nobody will write them - also not into the blocks it
+  // brought that others hold. What stays indexed is its written hits.
   return discard(id, seq->hit_blocks);
 }
 
@@ -199,7 +200,9 @@ caf::expected<std::uint32_t> block_pool_core::preempt(request_id id,
   // ends (its swap was already the pool's answer to pressure). Either
   // still ends, as preempted, for its owner.
   bool resident = seq->where == residency::resident;
-  auto res = unindex ? discard(id, seq->hit_blocks) : release(id);
+  // A victim's blocks others hold stay indexed: a step's pass that
+  // admitted it still writes its K/V (the README's supervisor section).
+  auto res = unindex ? discard(id, seq->hit_blocks, false) : release(id);
   if (!res)
     return res;
   if (resident) {

@@ -64,6 +64,25 @@ BOOST_FIXTURE_TEST_CASE(blocks_it_brought_leave_the_index_while_another_holds_th
   BOOST_TEST(pool().used_blocks() == 0u);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_supervisors_victim_leaves_what_others_hold_indexed,
+                        pool_fixture) {
+  // Its step's pass still writes its K/V (a reclaimed request's nobody
+  // writes): the blocks it brought that 2 hit stay findable.
+  auto prompt = run(100, 13);
+  alloc(prompt_req(1, prompt));
+  BOOST_TEST(alloc(prompt_req(2, prompt)) == 12u);
+  BOOST_REQUIRE(pool().preempt(1, true));
+  BOOST_TEST(pool().index_size() == 3u);
+  BOOST_TEST(pool().cached_prefix(prompt_req(3, prompt)).value() == 12u);
+  auto second = pool().find(2)->cache_id;
+  alloc(prompt_req(4, prompt));
+  BOOST_REQUIRE(pool().reclaim(4, pool().find(4)->cache_id));
+  BOOST_TEST(pool().index_size() == 3u); // 4 only found them
+  BOOST_REQUIRE(pool().reclaim(2, second));
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_TEST(invariant(pool()) == "ok");
+}
+
 BOOST_FIXTURE_TEST_CASE(a_pinned_prefix_it_revived_loses_its_pins, pool_fixture) {
   cfg.max_pinned_blocks = 8;
   make(16);

@@ -332,7 +332,8 @@ model_release pool_model::reclaim(request_id id, std::uint64_t cache_id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end() || it->second.cache_id != cache_id)
     return {};
-  // Its K/V may never have been written: as an unindexing preemption.
+  // Its K/V may never have been written, nor will be: a discard keeping
+  // its written hits.
   return discard(id, it->second.hit_blocks);
 }
 
@@ -343,8 +344,9 @@ model_release pool_model::preempt(request_id id, bool unindex) {
   auto t = it->second.tenant;
   // Counted only if it frees device blocks now: resident.
   bool resident = it->second.where == residency::resident;
-  // The blocks its admission found cached stay (an earlier pass wrote them).
-  auto res = unindex ? discard(id, it->second.hit_blocks) : release(id);
+  // The blocks its admission found cached stay (an earlier pass wrote them),
+  // and those it brought that others hold (a step's pass writes them).
+  auto res = unindex ? discard(id, it->second.hit_blocks, false) : release(id);
   if (res.err)
     return res;
   if (resident) {

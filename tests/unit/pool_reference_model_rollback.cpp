@@ -48,7 +48,8 @@ model_extension pool_model::settle_drafts(request_id id,
   return out;
 }
 
-model_release pool_model::discard(request_id id, std::uint32_t keep) {
+model_release pool_model::discard(request_id id, std::uint32_t keep,
+                                  bool brought_held) {
   auto it = seqs_.find(id);
   if (it == seqs_.end() || it->second.where != residency::resident)
     return release(id);
@@ -61,7 +62,7 @@ model_release pool_model::discard(request_id id, std::uint32_t keep) {
        k < table.size(); ++k) {
     auto b = table[k];
     auto& m = blocks_[b];
-    if (m.st == state::used && m.key && k >= brought) {
+    if (brought_held && m.st == state::used && m.key && k >= brought) {
       unindex_held(b);
       continue;
     }
