@@ -175,7 +175,7 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       res.failed.insert(res.failed.end(),
                         std::make_move_iterator(rejected.begin()),
                         std::make_move_iterator(rejected.end()));
-      if (st.lanes.step_done(stepper, res, st.trace))
+      if (st.lanes.step_done(stepper, step, res, st.trace))
         self->monitor(stepper); // forgotten when it goes
       res.ended = st.lanes.take(stepper);
       // Before the reply: the manager's mailbox holds the effects before

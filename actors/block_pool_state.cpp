@@ -193,6 +193,9 @@ caf::expected<extension> grow(pool_ptr self, request_id id,
     return name_shortage("extend of request " + std::to_string(id) + " by "
                            + std::to_string(n) + " tokens",
                          std::move(res.error()));
+  // Its writer may be no stepper's: a stepper's promise no longer ends
+  // its drain, should the supervisor preempt it.
+  st.lanes.grown_outside(id, (*seq)->cache_id);
   st.report(self);
   return extension{st.core().table(**seq), std::move(res->copies)};
 }

@@ -43,8 +43,18 @@ step_effects effects_of(const step_request& step, const step_result& res,
 }
 
 bool lane_ledger::step_done(const caf::actor_addr& stepper,
-                            const step_result& res,
+                            const step_request& step, const step_result& res,
                             const block_pool_core::step_trace& trace) {
+  // Grown by another than its stepper (a failed extend too: it may have
+  // been written for): that one's promise no longer covers it. Before the
+  // ends and admissions below - an entry the step ends or admits anew
+  // is gone or fresh by then.
+  if (!owners_.empty())
+    for (auto& e : step.extends) {
+      auto i = owners_.find(e.id);
+      if (i != owners_.end() && i->second.stepper != stepper)
+        i->second.alone = false;
+    }
   auto end = [&](request_id id, end_reason why, std::uint32_t released) {
     auto i = owners_.find(id);
     if (i == owners_.end())
@@ -89,10 +99,18 @@ void lane_ledger::ended(request_id id, std::uint64_t cache_id, end_reason why,
   owners_.erase(i);
 }
 
+void lane_ledger::grown_outside(request_id id, std::uint64_t cache_id) {
+  if (owners_.empty())
+    return;
+  auto i = owners_.find(id);
+  if (i != owners_.end() && i->second.cache_id == cache_id)
+    i->second.alone = false;
+}
+
 caf::actor_addr lane_ledger::stepper_of(request_id id,
                                         std::uint64_t cache_id) const {
   auto i = owners_.find(id);
-  if (i == owners_.end() || i->second.cache_id != cache_id)
+  if (i == owners_.end() || i->second.cache_id != cache_id || !i->second.alone)
     return {};
   return i->second.stepper;
 }

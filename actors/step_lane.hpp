@@ -40,11 +40,18 @@ inline bool has_effects(const step_result& res) noexcept {
 /// its requests it has not been told of yet.
 class lane_ledger {
 public:
-  /// After a step from `stepper`: its ends and admissions. Ends of requests
-  /// another stepper admitted are kept for that one. True if `stepper` is
-  /// new here: the caller monitors it and calls forget() when it goes.
-  bool step_done(const caf::actor_addr& stepper, const step_result& res,
+  /// After a step from `stepper`: its ends and admissions, and whom it grew
+  /// that another stepper admitted. Ends of requests another stepper
+  /// admitted are kept for that one. True if `stepper` is new here: the
+  /// caller monitors it and calls forget() when it goes.
+  bool step_done(const caf::actor_addr& stepper, const step_request& step,
+                 const step_result& res,
                  const block_pool_core::step_trace& trace);
+
+  /// Request `id` (incarnation `cache_id`) grew outside a step (through
+  /// its handle or the manager): its stepper no longer speaks for every
+  /// writer of its K/V.
+  void grown_outside(request_id id, std::uint64_t cache_id);
 
   /// `stepper` is gone: drops what it was owed and its admissions (its
   /// requests are reclaimed as its owner's).
@@ -57,8 +64,10 @@ public:
   /// The ends `stepper` has not been told of, oldest first; forgets them.
   std::vector<request_ended> take(const caf::actor_addr& stepper);
 
-  /// The stepper that admitted request `id` (incarnation `cache_id`), or
-  /// a null address if none did.
+  /// The stepper that admitted request `id` (incarnation `cache_id`) and
+  /// alone grew it since - whose promise that its earlier steps' K/V are
+  /// written covers every write into it - or a null address: none
+  /// admitted it, or another stepper's step or a handle grew it too.
   caf::actor_addr stepper_of(request_id id, std::uint64_t cache_id) const;
 
   /// The drain tag of `stepper`'s victims (block_pool_core::
@@ -91,6 +100,8 @@ private:
   struct entry {
     std::uint64_t cache_id = 0;
     caf::actor_addr stepper;
+    /// Only `stepper` grew it (see stepper_of).
+    bool alone = true;
   };
 
   void tell(const entry& e, request_ended ev);

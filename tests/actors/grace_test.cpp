@@ -1,8 +1,8 @@
 // pressure.preempt_grace_ms: the blocks of the supervisor's victims drain -
 // no request holds them, none may take them - until the grace runs out or
-// the victim's stepper promises its earlier steps' K/V are written, so that
-// a forward pass still writing a victim's K/V writes into blocks nobody
-// else has yet. Timers fire on the deterministic scheduler's
+// the victim's stepper promises its earlier steps' K/V are written (if no
+// one else grew it), so that a forward pass still writing a victim's K/V
+// writes into blocks nobody else has yet. Timers fire on the deterministic scheduler's
 // trigger_timeouts().
 #include "fixture.hpp"
 #include "lane_fixture.hpp"
@@ -31,6 +31,46 @@ allocation_request low_priority(const cache_config& cfg, request_id id) {
   auto req = make_request(cfg, id, 4 * 10);
   req.priority = priority::low;
   return req;
+}
+
+/// 2 came in by a stepper's step, then grew by another stepper's step
+/// (`by_step`) or through the manager: the first stepper's promise that
+/// its earlier steps are written says nothing of that other writer's pass,
+/// which may still be writing 2's K/V - only the grace ends the drain.
+void another_writer_grew_the_victim(grace_fixture& f, bool by_step) {
+  caf::scoped_actor stepper{f.sys};
+  caf::scoped_actor second{f.sys};
+  BOOST_REQUIRE(f.allocate(1, 4 * 30));
+  step_request admit;
+  admit.admits = {low_priority(f.cfg, 2)};
+  auto first = f.lane_step(stepper, admit);
+  BOOST_REQUIRE(first);
+  BOOST_REQUIRE(first->admitted.size() == 1u);
+  if (by_step) {
+    step_request grow;
+    grow.extends = {extend_op{2, 1, 0}};
+    auto grown = f.lane_step(second, grow);
+    BOOST_REQUIRE(grown);
+    BOOST_REQUIRE(grown->failed.empty());
+  } else {
+    BOOST_REQUIRE(f.extend(2, 1));
+  }
+  BOOST_REQUIRE(f.allocate(3, 4 * 10));
+  BOOST_REQUIRE(f.allocate(4, 4 * 10)); // 61 blocks: critical, 2 drains
+  auto s = f.stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->draining_blocks == 11u);
+  step_request promise;
+  promise.earlier_steps_written = true;
+  BOOST_REQUIRE(f.lane_step(stepper, promise));
+  s = f.stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->draining_blocks == 11u);
+  f.sched.trigger_timeouts();
+  f.run();
+  s = f.stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->draining_blocks == 0u);
 }
 
 } // namespace
@@ -114,6 +154,14 @@ BOOST_AUTO_TEST_CASE(a_steppers_next_step_ends_its_victims_drain) {
   s = stats();
   BOOST_REQUIRE(s);
   BOOST_TEST(s->free_blocks == 5u);
+}
+
+BOOST_AUTO_TEST_CASE(a_victim_another_stepper_grew_drains_until_the_grace_ends) {
+  another_writer_grew_the_victim(*this, true);
+}
+
+BOOST_AUTO_TEST_CASE(a_victim_grown_through_the_manager_drains_until_the_grace_ends) {
+  another_writer_grew_the_victim(*this, false);
 }
 
 BOOST_AUTO_TEST_CASE(a_victim_no_stepper_admitted_drains_while_steppers_exist) {

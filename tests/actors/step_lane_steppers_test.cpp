@@ -189,9 +189,9 @@ BOOST_AUTO_TEST_CASE(the_ledger_tells_each_end_once_to_its_stepper_and_forgets_t
   step_result r;
   r.admitted = {admission{1, 11, 0, {}}, admission{2, 12, 0, {}}};
   detail::block_pool_core::step_trace none;
-  BOOST_TEST(l.step_done(a->address(), r, none)); // new: to be monitored
+  BOOST_TEST(l.step_done(a->address(), step_request{}, r, none)); // new: to be monitored
   r.admitted = {admission{3, 13, 0, {}}};
-  BOOST_TEST(!l.step_done(a->address(), r, none));
+  BOOST_TEST(!l.step_done(a->address(), step_request{}, r, none));
   BOOST_TEST(l.size() == 3u);
   l.ended(1, 11, end_reason::preempted, 1);
   l.ended(1, 11, end_reason::preempted, 1); // told once
@@ -201,7 +201,7 @@ BOOST_AUTO_TEST_CASE(the_ledger_tells_each_end_once_to_its_stepper_and_forgets_t
   theirs.freed = {2};
   detail::block_pool_core::step_trace counts;
   counts.freed_blocks = {5};
-  BOOST_TEST(!l.step_done(b->address(), theirs, counts)); // b admitted none
+  BOOST_TEST(!l.step_done(b->address(), step_request{}, theirs, counts)); // b admitted none
   BOOST_TEST(l.take(b->address()).empty());
   auto told = l.take(a->address());
   BOOST_REQUIRE(told.size() == 2u);
@@ -216,18 +216,45 @@ BOOST_AUTO_TEST_CASE(the_ledger_tells_each_end_once_to_its_stepper_and_forgets_t
   // Its own step's ends are not owed to it.
   step_result own;
   own.preempted = {3};
-  l.step_done(a->address(), own, none);
+  l.step_done(a->address(), step_request{}, own, none);
   BOOST_TEST(l.untold() == 0u);
   BOOST_TEST(l.size() == 0u);
   // A stepper that goes leaves nothing behind.
   r.admitted = {admission{4, 14, 0, {}}};
-  l.step_done(a->address(), r, none);
+  l.step_done(a->address(), step_request{}, r, none);
   l.ended(4, 14, end_reason::reclaimed, 1);
   BOOST_TEST(l.untold() == 1u);
   l.forget(a->address());
   BOOST_TEST(l.untold() == 0u);
   BOOST_TEST(l.size() == 0u);
   BOOST_TEST(l.steppers() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(the_ledger_names_a_stepper_only_while_it_alone_grew_its_request) {
+  // Whose promise covers every write into a request (the drain tag of a
+  // supervisor's victim): its stepper's, until another stepper's step or a
+  // handle grows it.
+  detail::lane_ledger l;
+  caf::scoped_actor a{sys};
+  caf::scoped_actor b{sys};
+  step_result r;
+  r.admitted = {admission{1, 11, 0, {}}, admission{2, 12, 0, {}},
+                admission{3, 13, 0, {}}};
+  detail::block_pool_core::step_trace none;
+  l.step_done(a->address(), step_request{}, r, none);
+  step_request own;
+  own.extends = {extend_op{1, 1, 0}};
+  l.step_done(a->address(), own, step_result{}, none);
+  BOOST_TEST((l.stepper_of(1, 11) == a->address()));
+  step_request theirs;
+  theirs.extends = {extend_op{2, 1, 0}};
+  l.step_done(b->address(), theirs, step_result{}, none);
+  BOOST_TEST(!l.stepper_of(2, 12));
+  l.grown_outside(3, 99); // another incarnation: not this one
+  BOOST_TEST((l.stepper_of(3, 13) == a->address()));
+  l.grown_outside(3, 13);
+  BOOST_TEST(!l.stepper_of(3, 13));
+  BOOST_TEST((l.stepper_of(1, 11) == a->address()));
 }
 
 BOOST_AUTO_TEST_CASE(step_effects_from_anyone_but_the_pool_are_ignored) {
