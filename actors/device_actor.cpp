@@ -101,25 +101,25 @@ caf::error wait_own(device_ptr self, ticket t, Describe what) {
 /// finished, all earlier work on its blocks finished too. Earlier work on
 /// other blocks may still run; its own reply is still pending, so no block
 /// it touches has been handed back to the pool.
+/// Each entry leaves the queue only once its answer is decided, and is
+/// answered at once: if the storage throws (finished, wait_one), every
+/// entry is either answered or still whole in the queue, which the state's
+/// destructor answers as the crash ends the actor.
 void drain(device_ptr self) {
   auto& st = self->state;
   auto& q = st.queue;
-  std::vector<device_state::pending> ready;
   bool oldest_answered = false; // the next is the oldest from now
-  auto keep = q.begin();
-  for (auto i = q.begin(); i != q.end(); ++i) {
-    if (st.store->finished(i->t)) {
-      oldest_answered = oldest_answered || i == q.begin();
-      ready.push_back(std::move(*i));
-    } else if (keep != i) {
-      *keep++ = std::move(*i);
-    } else {
-      ++keep;
+  for (auto i = q.begin(); i != q.end();) {
+    if (!st.store->finished(i->t)) {
+      ++i;
+      continue;
     }
+    auto err = st.store->wait_one(i->t);
+    oldest_answered = oldest_answered || i == q.begin();
+    auto p = std::move(*i);
+    i = q.erase(i); // at the front (completion in order) it moves nothing
+    p.finish(std::move(err));
   }
-  q.erase(keep, q.end());
-  for (auto& p : ready)
-    p.finish(st.store->wait_one(p.t));
   // The oldest unanswered work (the queue keeps submission order), timed
   // from when it became the oldest: every op submitted before it was then
   // answered, and the storage orders an op after earlier ops only, so from

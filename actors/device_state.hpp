@@ -136,23 +136,39 @@ struct device_state {
   /// a copy still running would write into them after the pool handed them
   /// to another request. Blocking is fine here: the actor runs detached.
   /// After a fault the waits return at once; work that outlasts the
-  /// timeout (a stalled GPU) is waited for no longer, nor is the rest.
+  /// timeout (a stalled GPU) is waited for no longer, nor is the rest. A
+  /// wait that throws is taken as such a stall: this runs in the state's
+  /// destructor too, which must not throw (std::terminate), and the rest
+  /// must still be answered.
   void answer_in_flight(bool wait_first) {
     auto open = std::move(queue);
     queue.clear();
-    bool hung = false;
+    // Whether the waits go on, or why they stopped.
+    enum class waits { on, off, stalled, threw };
+    auto w = wait_first && store ? waits::on : waits::off;
     for (auto& p : open) {
-      if (wait_first && store && !hung) {
-        wait_bounded(p.t, hung); // its own error: shutting_down anyway
-        if (hung)
+      if (w == waits::on) {
+        bool timed_out = false;
+        try {
+          wait_bounded(p.t, timed_out); // its own error: shutting_down anyway
+        } catch (...) {
+          w = waits::threw;
+        }
+        if (timed_out)
+          w = waits::stalled;
+        if (w != waits::on)
           store->mark_stalled(); // nor may the storage's teardown wait
       }
-      p.finish(make_error(errc::shutting_down,
-                          hung ? "device actor: stopped with this work in "
-                                 "flight, the GPU stalled (not complete "
-                                 "within device_timeout_ms)"
-                               : "device actor: stopped with this work in "
-                                 "flight"));
+      if (!p.finish)
+        continue; // nothing to answer with: calling it would throw
+      const char* why = "device actor: stopped with this work in flight";
+      if (w == waits::stalled)
+        why = "device actor: stopped with this work in flight, the GPU "
+              "stalled (not complete within device_timeout_ms)";
+      else if (w == waits::threw)
+        why = "device actor: stopped with this work in flight, which it "
+              "could not wait for (the storage threw)";
+      p.finish(make_error(errc::shutting_down, why));
     }
   }
 

@@ -452,6 +452,64 @@ BOOST_FIXTURE_TEST_CASE(a_device_killed_with_a_copy_in_flight_still_answers,
   BOOST_TEST(store->pending() == 0u); // waited for before the answer
 }
 
+BOOST_FIXTURE_TEST_CASE(a_storage_that_throws_while_polled_leaves_no_one_waiting,
+                        slow_fixture) {
+  // The pool's copy (ticket 1) completed, and polling the next work
+  // (ticket 2) throws: the copy is answered, the crash ends the device
+  // actor, and the work still queued is answered as it goes. (An entry
+  // taken from the queue before the throw and not yet answered was lost,
+  // and its empty slot in the queue made the state's destructor throw:
+  // std::terminate.)
+  copy_in_flight();
+  check_on_exit = false;
+  self->monitor(mgr);
+  self->send(cache.device, copy_atom::value, std::vector<block_copy>{{5, 6}});
+  run();
+  BOOST_REQUIRE_EQUAL(store->pending(), 2u);
+  store->throw_in_finished(2); // ticket 1's poll answers, ticket 2's throws
+  store->complete_one(1);
+  run();
+  strings got;
+  std::string why = "running";
+  for (bool more = true; more;)
+    self->receive([&](extension&) { got.push_back("extension"); },
+                  [&](std::uint32_t n) { got.push_back(std::to_string(n)); },
+                  [&](caf::error& err) { got.push_back(outcome(err)); },
+                  [&](caf::down_msg& dm) { why = render(dm.reason); },
+                  caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+  std::sort(got.begin(), got.end());
+  // The extend (its copy made) and the second copy, stopped in flight.
+  BOOST_TEST(got == (strings{"extension", "shutting_down"}));
+  BOOST_TEST(why.find("device actor: crashed: slow_storage: finished() threw")
+               != std::string::npos,
+             why);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_storage_whose_waits_throw_still_answers_the_work_in_flight,
+                        slow_fixture) {
+  // Killed, the device actor's state answers its work in flight once it
+  // is done; a wait that throws there (in a destructor: std::terminate)
+  // is taken for a stall - the work answered without more waiting, the
+  // storage told not to wait at teardown either.
+  copy_in_flight();
+  check_on_exit = false;
+  self->monitor(mgr);
+  store->throw_waits();
+  caf::anon_send_exit(cache.device, caf::exit_reason::kill);
+  run();
+  strings got;
+  std::string why = "running";
+  for (bool more = true; more;)
+    self->receive([&](extension&) { got.push_back("extension"); },
+                  [&](caf::error& err) { got.push_back(outcome(err)); },
+                  [&](caf::down_msg& dm) { why = render(dm.reason); },
+                  caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+  BOOST_REQUIRE_EQUAL(got.size(), 1u);
+  BOOST_TEST((got[0] == "shutting_down" || got[0] == "device_failure"), got[0]);
+  BOOST_TEST(*store->told_stalled);
+  BOOST_TEST(why.find("the device actor was killed") != std::string::npos, why);
+}
+
 BOOST_FIXTURE_TEST_CASE(a_swap_waiting_when_the_device_dies_is_told_why,
                         slow_fixture) {
   // The manager's swap-out waits on the device; killed, the device stops

@@ -1,6 +1,7 @@
 // slow_storage: the host backend with a GPU's timing, for the actor tests -
 // work is done at once, but each ticket completes only when the test says
-// (complete, complete_one), and fail() turns it into a faulted device.
+// (complete, complete_one), fail() turns it into a faulted device, and the
+// throw_* controls make its calls throw (an embedder's backend that does).
 #pragma once
 
 #include <atomic>
@@ -135,9 +136,15 @@ public:
     return caf::none;
   }
   bool finished(ticket t) override {
+    if (throw_in_finished_ > 0 && --throw_in_finished_ == 0)
+      throw std::runtime_error("slow_storage: finished() threw as the test "
+                               "asked");
     return failed_ || t <= completed_ || early_.count(t) > 0;
   }
   caf::error wait_one(ticket t) override {
+    if (throw_waits_)
+      throw std::runtime_error("slow_storage: wait_one() threw as the test "
+                               "asked");
     if (failed_)
       return fault();
     mark(t); // blocks until t alone is done
@@ -145,6 +152,9 @@ public:
   }
   caf::error wait_one_for(ticket t, std::chrono::nanoseconds limit,
                           bool& timed_out) override {
+    if (throw_waits_)
+      throw std::runtime_error("slow_storage: wait_one_for() threw as the "
+                               "test asked");
     timed_out = stalled_ && !finished(t);
     if (timed_out)
       return caf::none; // as a stalled GPU would, once `limit` passed
@@ -204,6 +214,16 @@ public:
     throw_next_ = true;
   }
 
+  /// The `k`th call of finished() from now throws (k >= 1; once).
+  void throw_in_finished(int k) {
+    throw_in_finished_ = k;
+  }
+
+  /// From now on wait_one() and wait_one_for() throw.
+  void throw_waits() {
+    throw_waits_ = true;
+  }
+
   /// Whether a wake is set (a device actor's, until its successor's).
   bool has_wake() const noexcept {
     return static_cast<bool>(wake_);
@@ -260,6 +280,8 @@ private:
   bool failed_ = false;
   bool stalled_ = false;
   bool throw_next_ = false;
+  int throw_in_finished_ = 0; // counts down to the call that throws
+  bool throw_waits_ = false;
 };
 
 /// A slow_storage over the host backend `cfg` asks for.
