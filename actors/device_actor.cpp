@@ -101,11 +101,14 @@ caf::error wait_own(device_ptr self, ticket t, Describe what) {
 /// finished, all earlier work on its blocks finished too. Earlier work on
 /// other blocks may still run; its own reply is still pending, so no block
 /// it touches has been handed back to the pool.
+/// Returns the stall's error if the oldest work was overdue (see stall: the
+/// actor quits, everyone waiting was answered), so that a handler that
+/// drains before its own work submits nothing to the stalled GPU.
 /// Each entry leaves the queue only once its answer is decided, and is
 /// answered at once: if the storage throws (finished, wait_one), every
 /// entry is either answered or still whole in the queue, which the state's
 /// destructor answers as the crash ends the actor.
-void drain(device_ptr self) {
+caf::error drain(device_ptr self) {
   auto& st = self->state;
   auto& q = st.queue;
   bool oldest_answered = false; // the next is the oldest from now
@@ -134,15 +137,14 @@ void drain(device_ptr self) {
       q.front().since = std::max(q.front().since, now);
     auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
       now - q.front().since);
-    if (waited >= st.timeout) {
-      stall(self, q.front().what.text(), waited);
-      return;
-    }
+    if (waited >= st.timeout)
+      return stall(self, q.front().what.text(), waited);
   }
   if (!q.empty() && !st.watchdog_armed) {
     st.watchdog_armed = true;
     self->delayed_send(self, watchdog_period, done_atom::value, true);
   }
+  return caf::none;
 }
 
 /// Nothing to do when an op ends.
@@ -279,8 +281,12 @@ device_actor::behavior_type device_fun(device_ptr self,
       if (auto err = holds_data(*self->state.store, "slot_write"))
         return err;
       auto& st = self->state;
+      // Swaps that ended but are not answered yet. Or the oldest work is
+      // overdue: the actor stopped for the stall (quit only takes effect
+      // after this handler), so nothing is staged, submitted or waited for.
       if (!st.swapping_out.empty())
-        drain(self); // swaps that ended but are not answered yet
+        if (auto err = drain(self))
+          return err;
       for (std::size_t i = 0; !st.swapping_out.empty() && i < n; ++i) {
         auto slot = w.slots[i];
         if (slot < 0 || static_cast<std::uint64_t>(slot) / lay.block_size

@@ -6,6 +6,7 @@
 // anyone, then quits; the manager stops the rest - and so when the device
 // actor is told to exit), where before they all waited for ever. Time is the deterministic scheduler's: it passes only
 // when a test lets it.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -361,6 +362,36 @@ BOOST_AUTO_TEST_CASE(a_stalled_slot_write_answers_everyone_waiting) {
   BOOST_TEST(has(write, "device_failure (device actor: " + stalled), write);
   BOOST_TEST(has(swap, "swap-out of request 1"), swap);
   BOOST_TEST(has(swap, stalled), swap);
+  BOOST_TEST(has(f.manager_end(), "its device actor ended"));
+  f.shutdown();
+}
+
+BOOST_AUTO_TEST_CASE(a_write_that_finds_the_gpu_stalled_writes_nothing) {
+  // The write's own look at the work in flight (a swap-out holds blocks
+  // closed to writes) finds the swap overdue: the device actor stops for
+  // the stall then and there, and the write - on a GPU it just declared
+  // stalled - is not staged, submitted or waited for, but told why. The
+  // clock passes without the watchdog's poll, so the write is first to see.
+  stall_fixture f;
+  f.self->send(f.cache.device, swap_out_atom::value,
+               std::vector<block_move>{{4, 0}});
+  f.run();
+  BOOST_REQUIRE_EQUAL(f.store->pending(), 1u);
+  f.sched.clock().current_time += 1001ms; // no timeout fires
+  f.self->send(f.cache.device, write_atom::value, f.one_slot_in(8));
+  f.run();
+  const std::string stalled = "swap-out of 1 blocks not complete after "
+                              "1001 ms (device_timeout_ms 1000)";
+  auto swap = f.reply();
+  BOOST_TEST(has(swap, "device_failure (device actor: " + stalled), swap);
+  auto write = f.reply();
+  BOOST_TEST(has(write, "device_failure (device actor: " + stalled), write);
+  // Block 8's first slot was never written.
+  auto& lay = f.store->layout();
+  auto* slot = static_cast<const std::uint8_t*>(f.store->layer_base(0))
+               + 8 * lay.block_bytes();
+  BOOST_TEST(std::all_of(slot, slot + lay.row_bytes(),
+                         [](std::uint8_t b) { return b == 0; }));
   BOOST_TEST(has(f.manager_end(), "its device actor ended"));
   f.shutdown();
 }
