@@ -253,8 +253,18 @@ device_actor::behavior_type device_fun(device_ptr self,
         });
     },
     [self](swap_out_atom, settle_atom, const std::vector<block_id>& blocks) {
+      // In a cache, only its pool knows that a request let the blocks go:
+      // a stray settle from anyone else would reopen blocks a swap-out
+      // still reads, and a write then would be lost at swap-in. Ignored,
+      // as a reacts_to message has no one to answer. (Raw pointers, as the
+      // pool's from_manager: no reference count touched.)
+      auto& st = self->state;
+      if (st.pool
+          && caf::actor_cast<caf::abstract_actor*>(self->current_sender())
+               != caf::actor_cast<caf::abstract_actor*>(st.pool))
+        return;
       for (auto b : blocks)
-        self->state.reopen_to_writes(b);
+        st.reopen_to_writes(b);
     },
     [self](swap_in_atom, const std::vector<block_move>& moves) {
       return run<std::uint32_t>(

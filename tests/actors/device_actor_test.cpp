@@ -108,9 +108,10 @@ BOOST_AUTO_TEST_CASE(device_actor_swaps_blocks_out_and_back_byte_for_byte) {
   std::vector<block_move> out{{a->table.blocks[0], 5}, {a->table.blocks[1], 2}};
   BOOST_TEST(value_or(f.ask<std::uint32_t>(f.cache.device, swap_out_atom::value, out), 0u) == 2u);
   // Closed to writes until the pool's second phase says the blocks were
-  // let go (sent here as the pool would).
+  // let go (sent here as the pool: the device takes it from no one else).
   BOOST_TEST(outcome(f.write_tokens(a->table, 0, 0, 8, 99)) == "invalid_request");
-  f.self->send(f.cache.device, swap_out_atom::value, settle_atom::value,
+  caf::send_as(f.cache.pool, f.cache.device, swap_out_atom::value,
+               settle_atom::value,
                std::vector<block_id>{a->table.blocks[0], a->table.blocks[1]});
   // Overwrite the device blocks, then swap back into two other blocks.
   BOOST_REQUIRE(f.write_tokens(a->table, 0, 0, 8, 99));

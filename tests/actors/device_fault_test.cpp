@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include <caf/send.hpp>
+
 #include "fixture.hpp"
 #include "slow_storage.hpp"
 
@@ -148,8 +150,15 @@ BOOST_FIXTURE_TEST_CASE(a_write_into_a_block_being_swapped_out_is_refused,
   self->send(cache.device, write_atom::value, w);
   run();
   BOOST_TEST(replies() == strings{"invalid_request"}); // copied, not settled
+  // Only the cache's pool knows when the request let the block go: a
+  // settle from anyone else changes nothing.
   self->send(cache.device, swap_out_atom::value, settle_atom::value,
              std::vector<block_id>{4});
+  self->send(cache.device, write_atom::value, w);
+  run();
+  BOOST_TEST(replies() == strings{"invalid_request"});
+  caf::send_as(cache.pool, cache.device, swap_out_atom::value,
+               settle_atom::value, std::vector<block_id>{4});
   self->send(cache.device, write_atom::value, w);
   run();
   BOOST_TEST(replies() == strings{"1"}); // the slot of -1 is not written
