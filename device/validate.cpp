@@ -197,6 +197,15 @@ caf::error check_gather_request(const storage_layout& layout,
     return bad(op, "more tokens than the blocks hold",
                std::to_string(num_tokens) + " (capacity "
                  + std::to_string(capacity) + ")");
+  // Block ids may repeat (a read of one block twice is harmless), so the
+  // bound above alone lets block 0 named a million times ask for a staging
+  // buffer - which the device actor keeps for good - of any size. No
+  // request holds more tokens than the pool.
+  const auto pool = std::uint64_t{layout.num_blocks} * layout.block_size;
+  if (num_tokens > pool)
+    return bad(op, "more tokens than the pool holds",
+               std::to_string(num_tokens) + " (num_blocks * block_size "
+                 + std::to_string(pool) + ")");
   return caf::none;
 }
 

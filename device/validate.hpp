@@ -43,8 +43,10 @@ caf::error check_write_layers(const storage_layout& layout,
                               std::size_t num_tokens, bool check_slots = true);
 
 /// layer < num_layers; every block id below num_blocks; num_tokens at most
-/// blocks.size() * block_size. (What a gather asks, before any output
-/// memory is set aside for it.)
+/// blocks.size() * block_size, and at most num_blocks * block_size (the
+/// pool holds no more: ids may repeat, so the first bound alone lets a
+/// small message ask for any amount). (What a gather asks, before any
+/// output memory is set aside for it.)
 caf::error check_gather_request(const storage_layout& layout,
                                 std::uint32_t layer,
                                 const std::vector<block_id>& blocks,

@@ -65,6 +65,14 @@ BOOST_AUTO_TEST_CASE(device_actor_writes_gathers_copies_and_rejects_bad_batches)
   BOOST_TEST(outcome(ask<gathered_kv>(cache.device, gather_atom::value, std::uint32_t{0},
                                       std::vector<block_id>{0, 64}, std::uint64_t{8}))
              == "invalid_request");
+  // Ids may repeat, but not to ask for more tokens than the pool holds
+  // (each gather's staging is kept for good).
+  BOOST_TEST(outcome(ask<gathered_kv>(cache.device, gather_atom::value, std::uint32_t{0},
+                                      std::vector<block_id>(65, 0), std::uint64_t{65 * 4}))
+             == "invalid_request");
+  BOOST_TEST(outcome(ask<gathered_kv>(cache.device, gather_atom::value, std::uint32_t{0},
+                                      std::vector<block_id>(64, 0), std::uint64_t{64 * 4}))
+             == "ok");
   // No host tier configured: swapping fails.
   std::vector<block_move> moves{{a->table.blocks[0], 0}};
   BOOST_TEST(outcome(ask<std::uint32_t>(cache.device, swap_out_atom::value, moves)) == "invalid_request");
