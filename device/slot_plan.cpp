@@ -18,8 +18,15 @@ slot_planner::slot_planner(std::uint32_t num_blocks, std::uint32_t block_size)
 void slot_planner::plan(const std::int64_t* slots, std::size_t n) {
   planned_ = false; // until this plan is whole (an allocation may throw)
   ++plans_;
+  // Every allocation before the first slot bit is set: a throw after it
+  // would leave bits set, and the next plan - on this storage, maybe a
+  // restarted device actor's - would take those slots for repeats and
+  // drop their tokens. With the capacity there, the assigns below cannot
+  // throw. (Grows only, as blocks_: at most what the largest batch needs.)
   if (blocks_.size() < n)
     blocks_.resize(n); // room for every token's block
+  dedup_.reserve(n);
+  last_.reserve(n);
   std::size_t count = 0;
   repeats_ = false;
   if (++stamp_ == 0) { // wrapped after 2^32 plans: old stamps would match

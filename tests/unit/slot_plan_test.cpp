@@ -2,10 +2,14 @@
 // against a plain reference on seeded random mappings: the distinct blocks
 // written, and the last token of each slot as the only writer; the same
 // planner reused call after call, at block sizes below, at and above a
-// 64-bit word.
+// 64-bit word; and a plan cut short by a failed allocation, which must not
+// spoil the next (this file replaces operator new for unit_tests to fail
+// one on demand).
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <map>
+#include <new>
 #include <random>
 #include <set>
 #include <vector>
@@ -16,6 +20,59 @@
 
 using kvactor::block_id;
 using kvactor::detail::slot_planner;
+
+// -- failing allocations on demand (this thread only) --------------------------
+
+namespace {
+thread_local bool fail_allocations = false;
+
+void* test_new(std::size_t n) {
+  void* p = fail_allocations ? nullptr : std::malloc(n == 0 ? 1 : n);
+  if (p == nullptr)
+    throw std::bad_alloc{};
+  return p;
+}
+} // namespace
+
+// Every replaceable non-aligned form, so that new and delete stay paired.
+void* operator new(std::size_t n) {
+  return test_new(n);
+}
+void* operator new[](std::size_t n) {
+  return test_new(n);
+}
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return test_new(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void* operator new[](std::size_t n, const std::nothrow_t&) noexcept {
+  try {
+    return test_new(n);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, std::size_t) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept {
+  std::free(p);
+}
+void operator delete[](void* p, const std::nothrow_t&) noexcept {
+  std::free(p);
+}
 
 namespace {
 
@@ -43,6 +100,34 @@ std::set<block_id> blocks_of(const std::vector<std::int64_t>& slots,
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(slot_plan_suite)
+
+BOOST_AUTO_TEST_CASE(a_plan_cut_short_by_a_failed_allocation_spoils_no_later_plan) {
+  // A slot's bit set by a plan that then threw would stay set: the next
+  // plan (a restarted device actor's, on the same storage) would take the
+  // slot for a repeat and launch without its token. Here every allocation
+  // fails while a mapping with a repeat is planned, after one without had
+  // sized the planner: the plan may throw (before it sets a bit) or need
+  // no allocation at all - and either way the next plan is whole.
+  slot_planner p{4, 4};
+  std::vector<std::int64_t> warm{0, 1};
+  p.plan(warm.data(), warm.size());
+  std::vector<std::int64_t> repeat{5, 5}; // needs the copy without repeats
+  bool threw = false;
+  fail_allocations = true;
+  try {
+    p.plan(repeat.data(), repeat.size());
+  } catch (const std::bad_alloc&) {
+    threw = true;
+  }
+  fail_allocations = false;
+  BOOST_TEST(p.same_as_last(repeat.data(), repeat.size()) == !threw);
+  std::vector<std::int64_t> fresh{5, 6};
+  p.plan(fresh.data(), fresh.size());
+  BOOST_TEST(!p.repeats());
+  BOOST_TEST(p.mapping(fresh.data()) == fresh.data());
+  std::vector<block_id> blocks(p.blocks().begin(), p.blocks().end());
+  BOOST_TEST((blocks == std::vector<block_id>{1}));
+}
 
 BOOST_AUTO_TEST_CASE(a_mapping_without_repeats_is_launched_as_given) {
   slot_planner p{8, 16};
