@@ -146,24 +146,34 @@ public:
   gather_blocks(std::uint32_t layer, const std::vector<block_id>& blocks,
                 std::size_t num_tokens, void* key_out, void* value_out) = 0;
 
-  /// True once `t` and all work submitted before it finished (or failed).
+  /// True once `t` and all work submitted before it no longer run
+  /// (finished, or can never run: see finished()).
   virtual bool done(ticket t) = 0;
 
-  /// Blocks until `t` finished; returns device_failure if any work failed.
-  /// A failure is sticky: every later wait reports it too.
+  /// Blocks until `t` and the work before it no longer run (as done());
+  /// returns device_failure if any work failed. A failure is sticky: every
+  /// later wait reports it too.
   virtual caf::error wait(ticket t) = 0;
 
-  /// True once `t` itself finished, or the storage failed; work submitted
-  /// before `t` may still be running. Every earlier op that touched a block
-  /// `t` touches (a write of it, or a read of a block `t` writes) finished
-  /// before `t` did: backends order such work before `t` runs. The default
-  /// is done(t): correct, but it holds `t` behind unrelated earlier work.
+  /// True once `t` itself no longer runs: it finished, or it can never run
+  /// (a sticky fault, after which nothing runs). A failure alone is not
+  /// enough: after one that leaves the device running (cuda: a refused
+  /// launch or event call) work queued before it still runs. The device
+  /// actor trusts this fully - it answers `t` at once, and the pool then
+  /// undoes or hands on the blocks `t` writes (a copy-on-write destination)
+  /// - so true while `t` may still write them lets another request's data
+  /// be overwritten. Work submitted before `t` may still be running. Every
+  /// earlier op that touched a block `t` touches (a write of it, or a read
+  /// of a block `t` writes) finished before `t` did: backends order such
+  /// work before `t` runs. The default is done(t): correct, but it holds
+  /// `t` behind unrelated earlier work.
   virtual bool finished(ticket t) {
     return done(t);
   }
 
-  /// Blocks until `t` itself finished (as finished()); device_failure if the
-  /// storage failed. The default is wait(t).
+  /// Blocks until `t` itself no longer runs (as finished()); device_failure
+  /// if the storage failed - at once only if nothing can run any more. The
+  /// default is wait(t).
   virtual caf::error wait_one(ticket t) {
     return wait(t);
   }
