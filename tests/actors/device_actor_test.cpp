@@ -1,6 +1,7 @@
 // The device actor's own messages on the host backend: writes, gathers,
 // copies and swaps byte for byte, and bad batches that change nothing.
 #include "fixture.hpp"
+#include "slow_storage.hpp"
 
 #include <caf/all.hpp>
 
@@ -86,10 +87,15 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_CASE(storage_none_refuses_writes_and_gathers_before_staging) {
   // Refused by the device actor itself, before a staging buffer (which
-  // only grows) is made for bytes that have nowhere to go.
+  // only grows) is made for bytes that have nowhere to go: storage none,
+  // with a GPU's timing, counts the buffers asked for.
   auto cfg = small_config();
   cfg.storage = "none";
-  cache_fixture f{cfg};
+  auto opts = storage_options_for(cfg);
+  auto made = make_storage(opts);
+  BOOST_REQUIRE(made);
+  auto store = std::make_shared<slow_storage>(std::move(*made));
+  cache_fixture f{cfg, store};
   auto a = f.allocate(1, 8);
   BOOST_REQUIRE(a);
   auto w = f.write_tokens(a->table, 0, 0, 8, 1);
@@ -102,6 +108,7 @@ BOOST_AUTO_TEST_CASE(storage_none_refuses_writes_and_gathers_before_staging) {
   BOOST_TEST(render(g.error()).find("gather: storage none holds no data")
                != std::string::npos,
              render(g.error()));
+  BOOST_TEST(store->host_buffers_asked == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(device_actor_swaps_blocks_out_and_back_byte_for_byte) {

@@ -87,6 +87,9 @@ public:
   /// Set: host buffers and the storage report their release there.
   std::shared_ptr<release_log> log;
 
+  /// How many host buffers (staging) were asked for.
+  std::size_t host_buffers_asked = 0;
+
   /// Whether the device actor told the storage its work stalled
   /// (mark_stalled); shared, to outlive the storage.
   std::shared_ptr<std::atomic<bool>> told_stalled
@@ -167,6 +170,7 @@ public:
     *told_stalled = true;
   }
   std::shared_ptr<std::uint8_t> host_buffer(std::size_t bytes) override {
+    ++host_buffers_asked;
     auto buf = inner_->host_buffer(bytes);
     if (!buf || !log)
       return buf;
