@@ -223,6 +223,34 @@ BOOST_FIXTURE_TEST_CASE(a_fault_answers_every_waiting_request_without_a_wake,
   BOOST_TEST(replies() == strings{"device_failure"});
 }
 
+BOOST_FIXTURE_TEST_CASE(after_a_failure_that_is_not_sticky_work_still_running_waits,
+                        slow_fixture) {
+  // The copy-on-write copy still runs after a failure that leaves the
+  // device running: answered now, the pool would undo the extend and hand
+  // the copy's destination to another request while the copy writes it.
+  // New work fails at once; the copy is answered once it ran.
+  copy_in_flight();
+  store->fail_later();
+  self->send(cache.device, copy_atom::value, std::vector<block_copy>{{5, 6}});
+  run();
+  sched.trigger_timeouts(); // the watchdog polls too
+  run();
+  auto got = [&] {
+    strings out;
+    for (bool more = true; more;)
+      self->receive([&](extension&) { out.push_back("extension"); },
+                    [&](std::uint32_t n) { out.push_back(std::to_string(n)); },
+                    [&](caf::error& err) { out.push_back(outcome(err)); },
+                    caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+    return out;
+  };
+  BOOST_TEST(got() == strings{"device_failure"}); // the new copy alone
+  BOOST_TEST(store->pending() == 1u);
+  store->complete();
+  run();
+  BOOST_TEST(got() == strings{"device_failure"}); // the extend, undone
+}
+
 BOOST_FIXTURE_TEST_CASE(a_fault_during_a_swap_leaves_the_request_resident,
                         slow_fixture) {
   auto a = allocate(1, 10);

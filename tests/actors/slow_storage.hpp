@@ -136,7 +136,7 @@ public:
       return fault();
     while (completed_ < t) // blocks until done, as a GPU would
       mark(completed_ + 1);
-    return caf::none;
+    return failed_later_ ? fault() : caf::none;
   }
   bool finished(ticket t) override {
     if (throw_in_finished_ > 0 && --throw_in_finished_ == 0)
@@ -151,7 +151,7 @@ public:
     if (failed_)
       return fault();
     mark(t); // blocks until t alone is done
-    return caf::none;
+    return failed_later_ ? fault() : caf::none;
   }
   caf::error wait_one_for(ticket t, std::chrono::nanoseconds limit,
                           bool& timed_out) override {
@@ -204,6 +204,13 @@ public:
   /// The device faults: no wake, and from now on every call fails.
   void fail() {
     failed_ = true;
+  }
+
+  /// The device fails, but not for good (cuda: a refused launch or event
+  /// call): new work fails at once, while work already issued still runs
+  /// until complete() and reports the failure once done.
+  void fail_later() {
+    failed_later_ = true;
   }
 
   /// The device stalls: a bounded wait (wait_one_for) for work not yet
@@ -263,7 +270,7 @@ private:
 
   template <class Op>
   caf::expected<ticket> issue(Op op) {
-    if (failed_)
+    if (failed_ || failed_later_)
       return fault();
     if (throw_next_) {
       throw_next_ = false;
@@ -282,6 +289,7 @@ private:
   ticket completed_ = 0;   // every ticket <= completed_ is complete
   std::set<ticket> early_; // complete tickets above completed_
   bool failed_ = false;
+  bool failed_later_ = false; // fail_later(): new work fails, issued work runs
   bool stalled_ = false;
   bool throw_next_ = false;
   int throw_in_finished_ = 0; // counts down to the call that throws
