@@ -242,7 +242,8 @@ using device_actor = caf::typed_actor<
   // The pool's second phase of a swap-out that copied: the request let
   // these device blocks go, and writes into them are a new owner's. Sent
   // by the pool before it can hand the blocks to anyone, so no new
-  // owner's write arrives first.
+  // owner's write arrives first - and taken from no one else once a pool
+  // registered (a stray one would reopen blocks a copy still reads).
   caf::reacts_to<swap_out_atom, settle_atom, std::vector<block_id>>,
   caf::replies_to<swap_in_atom, std::vector<block_move>>::with<std::uint32_t>,
   // Scatter tokens' K/V into slots; replies with tokens written (slots of
