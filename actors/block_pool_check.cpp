@@ -236,6 +236,29 @@ caf::error block_pool_core::check_invariant() const {
   });
   if (err)
     return err;
+  // The swaps in flight the pool keeps count of: one each.
+  std::size_t outs = 0;
+  std::size_t ins = 0;
+  auto count_swaps = [&](const sequence& s) {
+    outs += s.where == residency::swapping_out;
+    if (s.where == residency::swapping_in) {
+      ++ins;
+      auto at = std::find_if(swap_in_shared_.begin(), swap_in_shared_.end(),
+                             [&](const auto& e) { return e.first == s.cache_id; });
+      if (at == swap_in_shared_.end() || at->second > s.incoming.size())
+        err = broken("request " + std::to_string(s.id)
+                     + "'s swap-in has no count of the blocks it shared");
+    }
+  };
+  for_each_sequence(count_swaps);
+  for_each_ghost(count_swaps);
+  if (err)
+    return err;
+  if (outs != swapping_out_ || ins != swap_in_shared_.size())
+    return broken(std::to_string(outs) + " swap-outs and " + std::to_string(ins)
+                  + " swap-ins in flight, the pool counts "
+                  + std::to_string(swapping_out_) + " and "
+                  + std::to_string(swap_in_shared_.size()));
   // Every slot of the request table is exactly one of: live (in the id
   // index), a ghost, or free.
   std::vector<std::uint8_t> slot_seen(seqs_.size(), 0);

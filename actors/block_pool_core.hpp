@@ -276,7 +276,7 @@ public:
   /// they succeed: the exclusive blocks of requests swapping out (live or
   /// ended meanwhile) and of ended requests swapping in. A relief counts
   /// them as going already - else a big swap-out costs an extra victim.
-  /// O(blocks of those requests).
+  /// O(ghosts) with no swap-out in flight, else O(live requests).
   std::uint64_t blocks_leaving() const noexcept;
 
   /// Keeps the cached full blocks of `tokens` (tenant `t`'s namespace) from
@@ -669,6 +669,13 @@ private:
   /// one scan at most).
   std::uint64_t next_pin_expiry_ = UINT64_MAX;
   std::vector<pending_cow> pending_cows_;
+  /// Per swap-in in flight (by cache id): how many of its blocks it shared
+  /// at begin. Its end cannot tell them by the index any more: a discard
+  /// may take a block another request holds out of it (unindex_held).
+  std::vector<std::pair<std::uint64_t, std::uint32_t>> swap_in_shared_;
+  /// Requests swapping out (live or ghosts): blocks_leaving scans none
+  /// while there are none.
+  std::uint32_t swapping_out_ = 0;
   /// Blocks a supervisor's victim let go, kept from reuse a while
   /// (preempt_draining): ref count 0, unindexed, on no list.
   struct drain {

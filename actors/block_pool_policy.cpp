@@ -30,10 +30,11 @@ std::uint64_t block_pool_core::exclusive_blocks(const sequence& s) const noexcep
 
 std::uint64_t block_pool_core::blocks_leaving() const noexcept {
   std::uint64_t n = 0;
-  for_each_sequence([&](const sequence& s) {
-    if (s.where == residency::swapping_out)
-      n += exclusive_blocks(s);
-  });
+  if (swapping_out_ != 0) // else no scan: it runs per landing preemption
+    for_each_sequence([&](const sequence& s) {
+      if (s.where == residency::swapping_out)
+        n += exclusive_blocks(s);
+    });
   // A ghost's blocks go at its swap's end, whatever the outcome: those it
   // had (swapping out) or those it was given (swapping in).
   for_each_ghost([&](const sequence& s) {

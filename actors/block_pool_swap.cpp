@@ -7,6 +7,9 @@
 // keeps sharing its prompt's prefix and the copy moves only the rest.
 #include "kvactor/actors/block_pool_core.hpp"
 
+#include <algorithm>
+#include <cassert>
+
 #include "kvactor/messages/error.hpp"
 
 namespace kvactor::detail {
@@ -34,6 +37,7 @@ block_pool_core::swap_out_begin(request_id id) {
   }
   // The device blocks stay referenced until the copy finished.
   seq->where = residency::swapping_out;
+  ++swapping_out_;
   return moves;
 }
 
@@ -46,6 +50,7 @@ block_pool_core::swap_out_done(request_id id, std::uint64_t cache_id, bool ok,
                       req_name(id) + " (incarnation " + std::to_string(cache_id)
                         + ") has no swap out in progress");
   auto before = counters_.blocks_freed;
+  --swapping_out_;
   if (ok) {
     count_promise(*seq, false); // away now, it will not grow
     auto level = retention_level(*seq);
@@ -130,6 +135,7 @@ block_pool_core::swap_in_begin(request_id id) {
     moves.push_back(block_move{b, seq->host_blocks[i]});
   }
   seq->where = residency::swapping_in;
+  swap_in_shared_.emplace_back(seq->cache_id, static_cast<std::uint32_t>(shared));
   // Admitted with room for its growth: promised from now, as for a new
   // request, or an admission while the device copies would take the room.
   count_promise(*seq, true);
@@ -144,15 +150,22 @@ block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
                       req_name(id) + " (incarnation " + std::to_string(cache_id)
                         + ") has no swap in progress");
   auto before = counters_.blocks_freed;
+  // How many it shared at begin; the rest it took fresh.
+  auto at = std::find_if(swap_in_shared_.begin(), swap_in_shared_.end(),
+                         [&](const auto& e) { return e.first == cache_id; });
+  assert(at != swap_in_shared_.end());
+  std::uint64_t shared = at != swap_in_shared_.end() ? at->second : 0;
+  if (at != swap_in_shared_.end())
+    swap_in_shared_.erase(at);
   if (ok) {
-    // The shared blocks are the indexed ones with the hash they left with;
-    // the copies are fresh, private and not findable. The request's hash
+    // The copies are fresh, private and not findable. The request's hash
     // chain continues from here either way.
-    for (std::size_t i = 0; i < seq->incoming.size(); ++i) {
-      auto& m = blocks_[seq->incoming[i]];
-      counters_.swap_in_shared += m.indexed && m.hash == seq->host_hashes[i];
-    }
+    counters_.swap_in_shared += shared;
     seq->blocks.assign(seq->incoming.begin(), seq->incoming.end());
+    // Its own blocks' K/V were written before it moved: from here on, only
+    // what it grows is its own to take out of the index (discard).
+    seq->brought_from = static_cast<std::uint16_t>(
+      std::min<std::size_t>(seq->blocks.size(), 65535));
     seq->incoming.clear();
     for (auto h : seq->host_blocks)
       host_free_.push(h);
@@ -162,14 +175,8 @@ block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
     ++counters_.swap_ins;
   } else {
     count_promise(*seq, false);
-    // The blocks taken fresh at begin: the shared ones are still indexed
-    // under the hash they left with (an index lets go of cached blocks
-    // only, and these are held), the fresh ones were never indexed.
-    std::uint64_t taken = 0;
-    for (std::size_t i = 0; i < seq->incoming.size(); ++i) {
-      auto& m = blocks_[seq->incoming[i]];
-      taken += !(m.indexed && m.hash == seq->host_hashes[i]);
-    }
+    // The blocks taken fresh at begin.
+    std::uint64_t taken = seq->incoming.size() - shared;
     auto level = retention_level(*seq);
     for (auto i = seq->incoming.rbegin(); i != seq->incoming.rend(); ++i)
       unref(*i, level);

@@ -141,18 +141,24 @@ caf::result<std::uint32_t> preempt_request(mgr_ptr self, request_id id,
   auto sender = self->current_sender();
   auto rp = owe(self, self->make_response_promise<std::uint32_t>(),
                 "preempt", id);
-  self->state.ending.add(id);
-  auto ended = [self, rp, id, sender](std::uint32_t released) mutable {
+  // The supervisor's (unindex) the pool may refuse, the victim living on:
+  // not an end a lookup should hide meanwhile.
+  bool counted = !unindex;
+  if (counted)
+    self->state.ending.add(id);
+  auto ended = [self, rp, id, sender, counted](std::uint32_t released) mutable {
     auto& st = self->state;
-    st.ending.remove(id);
+    if (counted)
+      st.ending.remove(id);
     // The entry of what the pool ended (the registry has caught up).
     auto i = st.registry.find(id);
     bool by_owner = i != st.registry.end() && i->second.owner == sender;
     end_request(self, id, end_reason::preempted, released, !by_owner);
     rp.deliver(released);
   };
-  auto failed = [self, rp, id](caf::error& err) mutable {
-    self->state.ending.remove(id);
+  auto failed = [self, rp, id, counted](caf::error& err) mutable {
+    if (counted)
+      self->state.ending.remove(id);
     rp.deliver(as_ours("preemption of request " + std::to_string(id), err,
                        errc::shutting_down));
   };

@@ -63,6 +63,7 @@ struct model_sequence {
   /// Per host block: its index key when it left, if it was indexed.
   std::vector<std::optional<prefix_key>> host_keys;
   std::vector<block_id> incoming;    ///< swapping_in
+  std::uint64_t shared_at_swap_in = 0; ///< of incoming: shared, not copied
   bool release_pending = false;
   /// Blocks its admission found cached, at most 65535 (as the pool keeps);
   /// a fork's are its parent's.

@@ -123,6 +123,7 @@ model_moves pool_model::swap_in_begin(request_id id) {
     out.moves.push_back(block_move{seq.incoming[i], seq.host_blocks[i]});
   }
   seq.where = residency::swapping_in;
+  seq.shared_at_swap_in = shared;
   return out;
 }
 
@@ -134,11 +135,11 @@ model_release pool_model::swap_in_done(request_id id, std::uint64_t cache_id,
   auto& seq = *found;
   auto before = counters_.blocks_freed;
   if (ok) {
-    for (std::size_t i = 0; i < seq.incoming.size(); ++i)
-      counters_.swap_in_shared += seq.host_keys[i].has_value()
-                                  && blocks_[seq.incoming[i]].key
-                                       == seq.host_keys[i];
+    counters_.swap_in_shared += seq.shared_at_swap_in;
     seq.blocks = std::move(seq.incoming);
+    // Its own K/V were written before it moved.
+    seq.brought_from = static_cast<std::uint32_t>(
+      std::min<std::size_t>(seq.blocks.size(), 65535));
     seq.incoming.clear();
     for (auto h : seq.host_blocks)
       host_free_.push_back(h);
@@ -150,10 +151,7 @@ model_release pool_model::swap_in_done(request_id id, std::uint64_t cache_id,
     // Undone, the fresh blocks' flow included: never handed out. A shared
     // block whose last holder let go now did go. The release still counts
     // what came back.
-    std::uint64_t taken = 0;
-    for (std::size_t i = 0; i < seq.incoming.size(); ++i)
-      taken += !(seq.host_keys[i].has_value()
-                 && blocks_[seq.incoming[i]].key == seq.host_keys[i]);
+    std::uint64_t taken = seq.incoming.size() - seq.shared_at_swap_in;
     for (auto b = seq.incoming.rbegin(); b != seq.incoming.rend(); ++b)
       unref(*b, seq.level);
     give_way(seq.incoming);

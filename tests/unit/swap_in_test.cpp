@@ -273,6 +273,42 @@ BOOST_FIXTURE_TEST_CASE(a_failed_swap_in_counts_a_free_made_during_its_copy,
   BOOST_TEST(pool().used_blocks() == 0u);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_swap_ins_end_counts_what_it_shared_though_a_discard_unindexed_it,
+                        swap_fixture) {
+  // 1's prefix was evicted while it was away; 2 brought it back, and 1's
+  // swap-in shares 2's blocks. 2 is discarded during the copy: the blocks
+  // it brought leave the index while 1 holds them. The swap-in's end still
+  // knows them as shared, not as taken fresh (it told them by the index).
+  for (bool copied : {false, true}) {
+    make(16);
+    auto p = run(50, 10); // 2 full blocks of 4, 2 tokens
+    alloc(prompt_req(1, p));
+    out_begin(1);
+    out_done(1, true);
+    BOOST_REQUIRE(pool().evict(16) == 2u);
+    alloc(prompt_req(2, p));
+    auto flow = pool().counters();
+    BOOST_TEST(in_begin(1).size() == 1u); // shares 2's two full blocks
+    BOOST_REQUIRE(pool().discard(2));     // its own tail block goes
+    BOOST_TEST(pool().index_size() == 0u);
+    in_done(1, copied);
+    auto now = pool().counters();
+    if (copied) {
+      BOOST_TEST(now.swap_in_shared == flow.swap_in_shared + 2);
+      BOOST_TEST(now.blocks_allocated == flow.blocks_allocated + 1);
+      BOOST_TEST(now.blocks_freed == flow.blocks_freed + 1);
+      BOOST_TEST(pool().used_blocks() == 3u);
+    } else {
+      // The fresh block never handed out; the shared ones' last reference
+      // went, with 2's tail: three frees.
+      BOOST_TEST(now.blocks_allocated == flow.blocks_allocated);
+      BOOST_TEST(now.blocks_freed == flow.blocks_freed + 3);
+      BOOST_TEST(pool().used_blocks() == 0u);
+    }
+    ok();
+  }
+}
+
 BOOST_FIXTURE_TEST_CASE(swap_in_obeys_free_blocks_quota_and_reservations,
                         swap_fixture) {
   cfg.tenants = {tenant_config{}, tenant_config{}, tenant_config{}};
