@@ -48,8 +48,12 @@ bool lane_ledger::step_done(const caf::actor_addr& stepper,
   // Grown by another than its stepper (a failed extend too: it may have
   // been written for): that one's promise no longer covers it. Before the
   // ends and admissions below - an entry the step ends or admits anew
-  // is gone or fresh by then.
-  if (!owners_.empty())
+  // is gone or fresh by then. Where this stepper is the only one known,
+  // every entry is its own: no look-up per extend. (A null address is
+  // never looked up: CAF hashes an actor_addr through its pointer.)
+  bool only_one = stepper && steppers_.size() == 1
+                  && steppers_.count(stepper) != 0;
+  if (!owners_.empty() && !only_one)
     for (auto& e : step.extends) {
       auto i = owners_.find(e.id);
       if (i != owners_.end() && i->second.stepper != stepper)
