@@ -124,6 +124,8 @@ caf::error block_pool_core::check_invariant() const {
   };
   caf::error err;
   std::size_t seqs = 0;
+  std::size_t outs = 0; // swaps in flight, which the pool counts too
+  std::size_t ins = 0;
   // Live requests and ghosts (released during a swap) alike hold blocks;
   // only the live count as active.
   auto check_sequence = [&](const sequence& s) {
@@ -144,6 +146,16 @@ caf::error block_pool_core::check_invariant() const {
                      || s.where == residency::swapping_out;
     bool on_host = s.where != residency::resident;
     bool arriving = s.where == residency::swapping_in;
+    outs += s.where == residency::swapping_out;
+    if (arriving) {
+      ++ins;
+      auto at = std::find_if(swap_in_shared_.begin(), swap_in_shared_.end(),
+                             [&](const auto& e) { return e.first == s.cache_id; });
+      if (at == swap_in_shared_.end() || at->second > want) {
+        err = broken(name + "'s swap-in has no count of the blocks it shared");
+        return;
+      }
+    }
     if (s.blocks.size() != (on_device ? want : 0)
         || s.host_blocks.size() != (on_host ? want : 0)
         || s.incoming.size() != (arriving ? want : 0)) {
@@ -234,24 +246,6 @@ caf::error block_pool_core::check_invariant() const {
                    + " has no release pending");
     check_sequence(s);
   });
-  if (err)
-    return err;
-  // The swaps in flight the pool keeps count of: one each.
-  std::size_t outs = 0;
-  std::size_t ins = 0;
-  auto count_swaps = [&](const sequence& s) {
-    outs += s.where == residency::swapping_out;
-    if (s.where == residency::swapping_in) {
-      ++ins;
-      auto at = std::find_if(swap_in_shared_.begin(), swap_in_shared_.end(),
-                             [&](const auto& e) { return e.first == s.cache_id; });
-      if (at == swap_in_shared_.end() || at->second > s.incoming.size())
-        err = broken("request " + std::to_string(s.id)
-                     + "'s swap-in has no count of the blocks it shared");
-    }
-  };
-  for_each_sequence(count_swaps);
-  for_each_ghost(count_swaps);
   if (err)
     return err;
   if (outs != swapping_out_ || ins != swap_in_shared_.size())

@@ -271,6 +271,9 @@ public:
   /// Blocks only `s` holds (no other request, no device copy): what
   /// preempting it frees.
   std::uint64_t exclusive_blocks(const sequence& s) const noexcept;
+  /// The blocks of [first, last) only their one table holds.
+  std::uint64_t exclusive_in(const block_id* first,
+                             const block_id* last) const noexcept;
 
   /// Blocks the swaps in flight will free whatever their outcome, or once
   /// they succeed: the exclusive blocks of requests swapping out (live or

@@ -22,9 +22,14 @@ block_pool_core::tenant_index(const std::string& name) const {
 }
 
 std::uint64_t block_pool_core::exclusive_blocks(const sequence& s) const noexcept {
+  return exclusive_in(s.blocks.data(), s.blocks.data() + s.blocks.size());
+}
+
+std::uint64_t block_pool_core::exclusive_in(const block_id* first,
+                                            const block_id* last) const noexcept {
   std::uint64_t mine = 0;
-  for (auto b : s.blocks)
-    mine += blocks_[b].ref_count - blocks_[b].holds == 1;
+  for (auto b = first; b != last; ++b)
+    mine += blocks_[*b].ref_count - blocks_[*b].holds == 1;
   return mine;
 }
 
@@ -38,12 +43,9 @@ std::uint64_t block_pool_core::blocks_leaving() const noexcept {
   // A ghost's blocks go at its swap's end, whatever the outcome: those it
   // had (swapping out) or those it was given (swapping in).
   for_each_ghost([&](const sequence& s) {
-    if (s.where != residency::swapping_in) {
-      n += exclusive_blocks(s);
-      return;
-    }
-    for (auto b : s.incoming)
-      n += b != no_block && blocks_[b].ref_count - blocks_[b].holds == 1;
+    n += s.where == residency::swapping_in
+           ? exclusive_in(s.incoming.data(), s.incoming.data() + s.incoming.size())
+           : exclusive_blocks(s);
   });
   return n;
 }
