@@ -152,6 +152,17 @@ public:
   /// (which may be going): only the unclaimed set, shared with it.
   blocking_bridge::late_reply_handler unclaim_late() const;
 
+  /// The late-reply handler of a step: ends its admissions again, each by
+  /// its incarnation, as unclaimed (nobody writes their K/V), sent as the
+  /// bridge (their owner) to `manager`, so that a timed-out step admits
+  /// nothing and caches nothing. And, as unclaim_late, a slot made for one
+  /// of them from now on is born invalid: the facade knows no handle actor
+  /// of a step's admission, so by incarnation (the pool's cache id). A
+  /// lookup answered before the reply came found a request that was live
+  /// then; its handle turns invalid when the reclaim lands, as for any
+  /// request ended by other hands.
+  blocking_bridge::late_reply_handler unclaim_step_late() const;
+
   /// Ends the request of handle actor `made`, whose handle never went out
   /// (a fork whose child lookup failed), before it returns: no lookup hands
   /// it out from now on, and its incarnation is freed. None once the
@@ -293,22 +304,32 @@ private:
   using slot_map = id_map<slot_entry>;
   /// Forgets the slot at `i` and its request's mapping to it (under mtx_).
   void untrack(slot_map::iterator i);
-  /// Handle actors of requests ended as unclaimed (see unclaim): a slot
-  /// made for one is born invalid. Shared with the late-reply handlers,
-  /// which may outlive the core; its own lock, taken after mtx_ where both
-  /// are. The last recent_ends_cap are remembered (CAF never reuses an
-  /// actor id): they only have to outlast a reclaim, whose end event then
-  /// puts each in recent_ends_.
+  /// Requests ended as unclaimed (see unclaim, unclaim_step_late): a slot
+  /// made for one is born invalid. By handle actor (an allocate's, a
+  /// fork's) or by incarnation (a step's admissions). Shared with the
+  /// late-reply handlers, which may outlive the core; its own lock, taken
+  /// after mtx_ where both are. The last recent_ends_cap of each are
+  /// remembered (CAF never reuses an actor id, the pool never a cache id):
+  /// they only have to outlast a reclaim, whose end event then puts each
+  /// handle actor in recent_ends_.
   struct unclaimed_set {
     std::mutex mtx;
     recent_ids ids{recent_ends_cap};
+    recent_ids incarnations{recent_ends_cap};
     void insert(std::uint64_t handle_id) {
       std::lock_guard<std::mutex> guard{mtx};
       ids.insert(handle_id);
     }
-    bool contains(std::uint64_t handle_id) {
+    void insert_incarnation(std::uint64_t cache_id) {
       std::lock_guard<std::mutex> guard{mtx};
-      return ids.contains(handle_id);
+      incarnations.insert(cache_id);
+    }
+    /// Whether the request of handle actor `handle_id`, incarnation
+    /// `cache_id` (0: not known), was ended as unclaimed.
+    bool contains(std::uint64_t handle_id, std::uint64_t cache_id) {
+      std::lock_guard<std::mutex> guard{mtx};
+      return ids.contains(handle_id)
+             || (cache_id != 0 && incarnations.contains(cache_id));
     }
   };
   std::shared_ptr<unclaimed_set> unclaimed_ = std::make_shared<unclaimed_set>();

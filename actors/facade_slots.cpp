@@ -12,6 +12,7 @@
 #include <caf/send.hpp>
 
 #include "kvactor/messages/error_context.hpp"
+#include "kvactor/messages/step.hpp"
 
 namespace kvactor::detail {
 
@@ -27,7 +28,7 @@ facade_core::slot_for(const request_handle_actor& h, const request_info& info) {
     // facade stopped or its manager went: born invalid, and not tracked (no
     // end is coming to untrack it).
     if (stopped_ || manager_gone_ || recent_ends_.contains(h.id())
-        || unclaimed_->contains(h.id())) {
+        || unclaimed_->contains(h.id(), info.cache_id)) {
       s->valid = false;
       return s;
     }
@@ -93,16 +94,38 @@ void facade_core::invalidate(std::uint64_t handle_id, bool ended) {
 void facade_core::unclaim(const request_handle_actor& handle) {
   unclaimed_->insert(handle.id());
   invalidate(handle.id()); // a slot another thread's lookup made meanwhile
-  caf::anon_send(handle, unclaimed_atom::value);
+  // As the bridge, the request's owner: the handle passes it on as from
+  // its sender, and the manager takes it from the owner only.
+  caf::send_as(sender(), handle, unclaimed_atom::value);
 }
 
 blocking_bridge::late_reply_handler facade_core::unclaim_late() const {
-  return [unclaimed = unclaimed_](caf::message& reply) {
+  // It runs inside the bridge, which holds it: the bridge's address, not
+  // a reference (which would keep the bridge alive through its own table).
+  return [unclaimed = unclaimed_,
+          owner = caf::actor_cast<caf::actor_addr>(sender())](caf::message& reply) {
     if (!reply.match_elements<request_handle_actor, block_table>())
       return;
     auto& handle = reply.get_as<request_handle_actor>(0);
     unclaimed->insert(handle.id());
-    caf::anon_send(handle, unclaimed_atom::value);
+    caf::send_as(caf::actor_cast<caf::actor>(owner), handle,
+                 unclaimed_atom::value);
+  };
+}
+
+blocking_bridge::late_reply_handler facade_core::unclaim_step_late() const {
+  // Sent as their owner, the bridge: the manager takes it from no one else.
+  // The pool told the manager of the admissions before it replied. As
+  // unclaim_late, the bridge's address, not a reference.
+  return [unclaimed = unclaimed_, manager = cache_.manager,
+          owner = caf::actor_cast<caf::actor_addr>(sender())](caf::message& reply) {
+    if (!reply.match_elements<step_result>())
+      return;
+    auto from = caf::actor_cast<caf::actor>(owner);
+    for (auto& a : reply.get_as<step_result>(0).admitted) {
+      unclaimed->insert_incarnation(a.cache_id);
+      caf::send_as(from, manager, unclaimed_atom::value, a.id, a.cache_id);
+    }
   };
 }
 
@@ -131,7 +154,7 @@ caf::error facade_core::free_unreceived(const request_handle_actor& made) {
   }
   // No answer in time (or the cache stopping): the handle actor ends the
   // request when it gets to it.
-  caf::anon_send(made, unclaimed_atom::value);
+  caf::send_as(sender(), made, unclaimed_atom::value); // as unclaim
   return err;
 }
 

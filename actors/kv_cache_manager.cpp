@@ -355,18 +355,9 @@ caf::expected<step_result> kv_cache_manager::step(step_request req) {
   // its handle.
   auto known = core_->handles_of(req);
   // A reply that comes after the caller timed out: its admissions are
-  // ended again, each by its incarnation (the pool told the manager of
-  // them before it replied), as unclaimed (nobody writes their K/V), so a
-  // timed-out step admits nothing and caches nothing.
-  // Sent as their owner, the bridge: the manager takes it from no one else.
-  auto undo = [manager = core_->cache().manager,
-               owner = core_->sender()](caf::message& reply) {
-    if (!reply.match_elements<step_result>())
-      return;
-    for (auto& a : reply.get_as<step_result>(0).admitted)
-      caf::send_as(owner, manager, unclaimed_atom::value, a.id, a.cache_id);
-  };
-  auto res = core_->ask_undoable<step_result>(undo, core_->cache().pool,
+  // ended again, as unclaimed, and no lookup hands them out meanwhile.
+  auto res = core_->ask_undoable<step_result>(core_->unclaim_step_late(),
+                                              core_->cache().pool,
                                               step_atom::value, std::move(req));
   if (!res)
     return std::move(res.error());

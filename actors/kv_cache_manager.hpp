@@ -257,9 +257,10 @@ public:
   /// and the wait ("no reply within 5 ms to 'extend' sent to actor 42");
   /// an allocate, fork or step
   /// answered after that has what it admitted ended again, so it leaves no
-  /// request behind (a step's extends and frees still take effect); an
-  /// allocate's or fork's is never handed out meanwhile (get_handle and
-  /// list_handles skip it), but the id may read as allocated until the
+  /// request behind (a step's extends and frees still take effect); none
+  /// is handed out once the late reply came (get_handle and list_handles
+  /// skip it; a step's admission looked up before then was live then, and
+  /// turns invalid when the reclaim lands), but the id may read as allocated until the
   /// reclaim lands - a retry may get duplicate_request: try again. Other
   /// calls that time out may still take effect (an extend may still grow
   /// the table: read it again). Calls waiting when the cache stops fail

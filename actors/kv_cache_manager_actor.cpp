@@ -385,16 +385,17 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     },
     [self](unclaimed_atom, request_id id, std::uint64_t cache_id) {
       // A reply that found its caller gone: nobody writes its K/V. Only
-      // from its handle actor (an allocate's or fork's) or its owner (the
-      // facade's bridge, for a step's): from anyone else it would end a
-      // request its owner still uses.
+      // from its owner (the facade's bridge; an allocate's or fork's comes
+      // through its handle actor, as from the bridge) or from this manager
+      // (an owner that died, through the handle): from anyone else it
+      // would end a request its owner still uses.
       auto& reg = self->state.registry;
       auto i = reg.find(id);
       if (i == reg.end() || i->second.info.cache_id != cache_id)
         return;
       auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
       if (!from
-          || (from != i->second.handle.address()
+          || (from != self->address()
               && from != caf::actor_cast<caf::actor_addr>(i->second.owner)))
         return;
       reclaim_request(self, id, cache_id);

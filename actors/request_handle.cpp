@@ -273,9 +273,15 @@ request_handle_actor::behavior_type handle_fun(handle_ptr self,
     },
     [self](unclaimed_atom) {
       auto& st = self->state;
-      if (!st.ending)
-        self->send(st.args.manager, unclaimed_atom::value, st.id(),
-                   st.args.info.cache_id);
+      // As from its sender: the manager takes it only from the request's
+      // owner (the facade's bridge, for a reply nobody received) or from
+      // itself (an owner that died). From anyone else - whoever holds this
+      // handle - it would end a request its owner still uses, and take
+      // what it wrote out of the prefix index.
+      auto from = caf::actor_cast<caf::actor>(self->current_sender());
+      if (!st.ending && from)
+        caf::send_as(from, st.args.manager, unclaimed_atom::value, st.id(),
+                     st.args.info.cache_id);
     },
     [self](end_atom, end_reason) {
       // Only the manager ends a handle, with its request: from anyone else

@@ -39,6 +39,8 @@ using request_handle_actor = caf::typed_actor<
   caf::replies_to<free_atom>::with<std::uint32_t>,
   // Nobody received this request (its allocate's or fork's reply came
   // after the caller gave up): it ends as the manager's unclaimed does.
+  // Passed on to the manager as from its sender, so it counts only from
+  // the request's owner (or the manager): ignored from anyone else.
   caf::reacts_to<unclaimed_atom>,
   // From the manager: the request ended; the actor quits.
   caf::reacts_to<end_atom, end_reason>>;
@@ -313,8 +315,9 @@ using kv_cache_manager_actor = caf::typed_actor<
   // or step whose reply came after its caller gave up: nobody writes its
   // K/V, so it ends as a reclaim does (the blocks it lets go leave the
   // prefix index, all but those its admission found cached). From its
-  // handle actor or its owner; ignored from anyone else, and once that
-  // incarnation ended.
+  // owner or, for an owner that died, the manager itself (passed on by the
+  // request's handle actor as from them); ignored from anyone else, and
+  // once that incarnation ended.
   caf::reacts_to<unclaimed_atom, request_id, std::uint64_t>,
   // (parent, child): a new request sharing the parent's blocks. Errors:
   // unknown_request, duplicate_request, invalid_request (the parent is

@@ -88,24 +88,36 @@ struct owner_fixture : cache_fixture {
 
 BOOST_FIXTURE_TEST_SUITE(owner_monitors, owner_fixture)
 
-BOOST_AUTO_TEST_CASE(only_its_owner_or_handle_may_end_a_request_as_unclaimed) {
+BOOST_AUTO_TEST_CASE(only_its_owner_may_end_a_request_as_unclaimed) {
   // The facade's undo of a reply that came after its caller gave up ends
   // the request as a reclaim; from anyone else the message would end a
-  // request its owner still uses.
+  // request its owner still uses. Straight to the manager or through the
+  // request's handle actor (which anyone holding the handle can reach: it
+  // passes the message on as from its sender).
   as_owner(allocate_atom::value, make_request(cfg, 1, 8));
-  BOOST_REQUIRE(active() == 1u);
+  as_owner(allocate_atom::value, make_request(cfg, 2, 8));
+  BOOST_REQUIRE(active() == 2u);
   auto found = ask_from<request_handle_actor, request_info>(
     self, mgr, lookup_atom::value, request_id{1});
   BOOST_REQUIRE(found);
+  auto handle = std::get<0>(*found);
   const auto cache_id = std::get<1>(*found).cache_id;
   caf::scoped_actor stranger{sys};
   stranger->send(mgr, unclaimed_atom::value, request_id{1}, cache_id);
   caf::anon_send(mgr, unclaimed_atom::value, request_id{1}, cache_id);
+  stranger->send(handle, unclaimed_atom::value);
+  caf::anon_send(handle, unclaimed_atom::value);
+  run();
+  BOOST_TEST(active() == 2u);
+  as_owner(unclaimed_atom::value, request_id{1}, cache_id + 1); // not it
+  BOOST_TEST(active() == 2u);
+  caf::send_as(owner, handle, unclaimed_atom::value); // through the handle
   run();
   BOOST_TEST(active() == 1u);
-  as_owner(unclaimed_atom::value, request_id{1}, cache_id + 1); // not it
-  BOOST_TEST(active() == 1u);
-  as_owner(unclaimed_atom::value, request_id{1}, cache_id);
+  auto second = ask_from<request_handle_actor, request_info>(
+    self, mgr, lookup_atom::value, request_id{2});
+  BOOST_REQUIRE(second);
+  as_owner(unclaimed_atom::value, request_id{2}, std::get<1>(*second).cache_id);
   BOOST_TEST(active() == 0u);
 }
 

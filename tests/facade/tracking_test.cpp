@@ -362,6 +362,45 @@ BOOST_AUTO_TEST_CASE(a_step_answered_after_its_timeout_admits_nothing) {
   f.expect_hits_only_if_answered(answered, prompt_of);
 }
 
+BOOST_AUTO_TEST_CASE(a_step_admission_answered_late_is_not_handed_out) {
+  // A step's late reply ends its admissions as unclaimed; until the reclaim
+  // lands the manager still lists them, so a slot made for one from then
+  // on is born invalid - by incarnation, the facade knowing no handle actor
+  // of a step's admission. Deterministic: the late reply here names
+  // request 7's incarnation under an id the manager does not hold, so the
+  // manager reclaims nothing and only the facade's mark can say "ended".
+  cache_fixture f;
+  step_request step;
+  step.admits.push_back(f.req(7, 4));
+  auto r = f.m().step(std::move(step));
+  BOOST_REQUIRE_MESSAGE(r, why(r));
+  BOOST_REQUIRE_EQUAL(r->admitted.size(), 1u);
+  auto cache_id = r->admitted[0].cache_id;
+  auto h = f.m().get_handle(7);
+  BOOST_REQUIRE(h);
+  BOOST_REQUIRE(h->is_valid());
+  auto core = core_of::get(*h);
+  BOOST_REQUIRE(core);
+  auto actor = h->actor();
+  h.reset(); // no slot left for a lookup to find
+  step_result late;
+  late.admitted.push_back(admission{8, cache_id, 0, {}});
+  auto reply = caf::make_message(std::move(late));
+  core->unclaim_step_late()(reply);
+  BOOST_TEST(!f.m().get_handle(7));
+  for (auto& [id, listed] : f.m().list_handles())
+    BOOST_TEST(id != 7u);
+  request_info info;
+  info.request = f.req(7, 4);
+  info.cache_id = cache_id;
+  BOOST_TEST(!core->slot_for(actor, info)->valid.load());
+  // Another incarnation is not affected.
+  info.cache_id = cache_id + 1000;
+  BOOST_TEST(core->slot_for(actor, info)->valid.load());
+  BOOST_REQUIRE(!f.m().deallocate(7));
+  BOOST_TEST(f.checked_stats().active_caches == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(a_request_whose_allocate_timed_out_is_never_handed_out) {
   // An allocate answered after its caller gave up is ended again, as
   // unclaimed: its handle actor passes that on to the manager, which has
