@@ -84,6 +84,20 @@ std::string num(double x) {
   return text;
 }
 
+/// " (got x)", for the value a message refuses.
+std::string got(double x) {
+  return " (got " + num(x) + ")";
+}
+std::string got(std::uint64_t x) {
+  return " (got " + std::to_string(x) + ")";
+}
+std::string got(std::int64_t x) {
+  return " (got " + std::to_string(x) + ")";
+}
+std::string got(std::uint32_t x) {
+  return got(std::uint64_t{x});
+}
+
 /// True for x in (0, 1]; false for NaN.
 bool in_unit_interval(double x) {
   return x > 0.0 && x <= 1.0;
@@ -99,7 +113,8 @@ bool known(priority x) {
 
 caf::error check_dim(const char* field, std::uint32_t value) {
   if (value < 1 || value > max_model_dim)
-    return fail(field, "must be in [1, " + std::to_string(max_model_dim) + "]");
+    return fail(field, "must be in [1, " + std::to_string(max_model_dim) + "]"
+                         + got(value));
   return caf::none;
 }
 
@@ -112,7 +127,8 @@ caf::error validate_model(const model_config& m) {
     return err;
   if (!known(m.dtype))
     return fail("model.dtype",
-                "must be one of fp32, fp16, bf16, fp8_e4m3, int8");
+                "must be one of fp32, fp16, bf16, fp8_e4m3, int8"
+                  + got(std::int64_t{static_cast<int>(m.dtype)}));
   return caf::none;
 }
 
@@ -124,22 +140,25 @@ caf::error validate_pressure(const pressure_config& p) {
   };
   for (auto& [field, value] : levels)
     if (!in_unit_interval(value))
-      return fail(field, "must be in (0, 1]");
+      return fail(field, "must be in (0, 1]" + got(value));
   if (!(p.high > p.medium))
     return fail("pressure.high", "must be greater than pressure.medium ("
-                                   + num(p.medium) + ")");
+                                   + num(p.medium) + ")" + got(p.high));
   if (!(p.critical > p.high))
     return fail("pressure.critical",
-                "must be greater than pressure.high (" + num(p.high) + ")");
+                "must be greater than pressure.high (" + num(p.high) + ")"
+                  + got(p.critical));
   if (!(p.hysteresis >= 0.0 && p.hysteresis < 0.5))
-    return fail("pressure.hysteresis", "must be in [0, 0.5)");
+    return fail("pressure.hysteresis", "must be in [0, 0.5)" + got(p.hysteresis));
   if (!(p.hysteresis < p.medium))
     return fail("pressure.hysteresis", "must be smaller than pressure.medium ("
-                                         + num(p.medium) + ")");
+                                         + num(p.medium) + ")"
+                                         + got(p.hysteresis));
   if (p.preempt_grace_ms > max_grace_ms)
     return fail("pressure.preempt_grace_ms",
                 "must be at most " + std::to_string(max_grace_ms)
-                  + " (a minute: its blocks are no one's meanwhile)");
+                  + " (a minute: its blocks are no one's meanwhile)"
+                  + got(p.preempt_grace_ms));
   return caf::none;
 }
 
@@ -209,18 +228,21 @@ caf::error validate_tenants(const std::vector<tenant_config>& tenants,
     if (!names.insert(t.name).second)
       return fail(path + "name", "duplicate tenant '" + t.name + "'");
     if (t.max_blocks > max_num_blocks)
-      return fail(path + "max_blocks",
-                  "must be at most " + std::to_string(max_num_blocks));
+      return fail(path + "max_blocks", "must be at most "
+                                         + std::to_string(max_num_blocks)
+                                         + got(t.max_blocks));
     if (t.reserved_blocks > max_num_blocks)
-      return fail(path + "reserved_blocks",
-                  "must be at most " + std::to_string(max_num_blocks));
+      return fail(path + "reserved_blocks", "must be at most "
+                                              + std::to_string(max_num_blocks)
+                                              + got(t.reserved_blocks));
     if (t.max_blocks != 0 && t.max_blocks < t.reserved_blocks)
       return fail(path + "max_blocks",
                   "must be 0 (no quota) or at least reserved_blocks ("
                     + std::to_string(t.reserved_blocks) + ")");
     if (!known(t.priority))
       return fail(path + "priority",
-                  "must be one of low, normal, high, critical");
+                  "must be one of low, normal, high, critical"
+                    + got(std::int64_t{static_cast<int>(t.priority)}));
     // Cannot overflow: each term is at most 2^31.
     reserved_sum += t.reserved_blocks;
     if (num_gpu_blocks > 0 && reserved_sum > num_gpu_blocks)
@@ -323,7 +345,8 @@ bool operator==(const cache_config& x, const cache_config& y) {
 caf::error validate(const cache_config& cfg) {
   if (!valid_block_size(cfg.block_size))
     return fail("block_size", "must be a power of two in [1, "
-                                + std::to_string(max_block_size) + "]");
+                                + std::to_string(max_block_size) + "]"
+                                + got(cfg.block_size));
   if (auto err = validate_model(cfg.model))
     return err;
   if (cfg.layout != "paged" && cfg.layout != "contiguous")
@@ -334,8 +357,9 @@ caf::error validate(const cache_config& cfg) {
     return fail("storage", "must be 'auto', 'cuda', 'host' or 'none' (got '"
                              + cfg.storage + "')");
   if (cfg.num_gpu_blocks > max_num_blocks)
-    return fail("num_gpu_blocks",
-                "must be at most " + std::to_string(max_num_blocks));
+    return fail("num_gpu_blocks", "must be at most "
+                                    + std::to_string(max_num_blocks)
+                                    + got(cfg.num_gpu_blocks));
   if (cfg.num_gpu_blocks == 0
       && (cfg.storage == "host" || cfg.storage == "none"))
     return fail("num_gpu_blocks",
@@ -343,10 +367,12 @@ caf::error validate(const cache_config& cfg) {
                   + "' needs an explicit count > 0 (0 derives it from GPU "
                     "memory: cuda and auto only)");
   if (!in_unit_interval(cfg.gpu_memory_utilization))
-    return fail("gpu_memory_utilization", "must be in (0, 1]");
+    return fail("gpu_memory_utilization",
+                "must be in (0, 1]" + got(cfg.gpu_memory_utilization));
   if (cfg.num_host_blocks > max_num_blocks)
-    return fail("num_host_blocks",
-                "must be at most " + std::to_string(max_num_blocks));
+    return fail("num_host_blocks", "must be at most "
+                                     + std::to_string(max_num_blocks)
+                                     + got(cfg.num_host_blocks));
   if (auto err = check_pool_bytes("num_gpu_blocks", cfg.num_gpu_blocks,
                                   bytes_per_block(cfg)))
     return err;
@@ -364,16 +390,19 @@ caf::error validate(const cache_config& cfg) {
   if (cfg.gc_interval_ms > max_interval_ms)
     return fail("gc_interval_ms", "must be at most "
                                     + std::to_string(max_interval_ms)
-                                    + " (one day); 0 = on demand only");
+                                    + " (one day); 0 = on demand only"
+                                    + got(cfg.gc_interval_ms));
   if (auto err = validate_tenants(cfg.tenants, cfg.num_gpu_blocks))
     return err;
   if (auto err = validate_critical_room(cfg))
     return err;
   if (cfg.admission.policy != "immediate"
       && cfg.admission.policy != "reserve_expected")
-    return fail("admission.policy", "must be immediate or reserve_expected");
+    return fail("admission.policy", "must be immediate or reserve_expected (got '"
+                                      + cfg.admission.policy + "')");
   if (!(cfg.admission.watermark >= 0.0 && cfg.admission.watermark < 1.0))
-    return fail("admission.watermark", "must be in [0, 1)");
+    return fail("admission.watermark",
+                "must be in [0, 1)" + got(cfg.admission.watermark));
   // The pool holds ceil(watermark * blocks) back from admissions: all of
   // them would admit nothing, ever.
   if (cfg.num_gpu_blocks > 0
@@ -385,19 +414,25 @@ caf::error validate(const cache_config& cfg) {
   if (auto err = validate_watermark_room(cfg))
     return err;
   if (cfg.admission.default_expected_output > (std::uint64_t{1} << 32))
-    return fail("admission.default_expected_output", "must be at most 2^32");
+    return fail("admission.default_expected_output",
+                "must be at most 2^32"
+                  + got(cfg.admission.default_expected_output));
   if (cfg.max_pinned_blocks > max_num_blocks)
-    return fail("max_pinned_blocks",
-                "must be at most " + std::to_string(max_num_blocks));
+    return fail("max_pinned_blocks", "must be at most "
+                                       + std::to_string(max_num_blocks)
+                                       + got(cfg.max_pinned_blocks));
   if (cfg.scheduler_threads > max_scheduler_threads)
     return fail("scheduler_threads",
-                "must be at most " + std::to_string(max_scheduler_threads));
+                "must be at most " + std::to_string(max_scheduler_threads)
+                  + got(cfg.scheduler_threads));
   if (cfg.device_index < 0)
-    return fail("device_index", "must be >= 0");
+    return fail("device_index",
+                "must be >= 0" + got(std::int64_t{cfg.device_index}));
   if (cfg.device_timeout_ms > max_interval_ms)
     return fail("device_timeout_ms", "must be at most "
                                        + std::to_string(max_interval_ms)
-                                       + " (one day); 0 = wait for ever");
+                                       + " (one day); 0 = wait for ever"
+                                       + got(cfg.device_timeout_ms));
   return caf::none;
 }
 

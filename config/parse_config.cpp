@@ -42,9 +42,9 @@ public:
   }
 
   /// A JSON integer >= 0; `positive` only words the message for fields whose
-  /// range starts at 1 (validate() reports 0 for those). Values past T's range
-  /// saturate to its maximum, which validate() then reports as out of range:
-  /// a count never wraps.
+  /// range starts at 1 (validate() reports 0 for those). A value past T's
+  /// range is refused here, with the value given: a count never wraps, nor
+  /// reaches validate() clamped (whose message would name the clamp).
   template <class T>
   caf::error count(const char* key, T& out, bool positive = false) const {
     static_assert(std::is_unsigned<T>::value, "counts are unsigned");
@@ -57,7 +57,10 @@ public:
     if (!non_negative_integer(*value, x))
       return fail(field(key), expected + got(*value));
     constexpr std::uint64_t max = std::numeric_limits<T>::max();
-    out = static_cast<T>(x > max ? max : x);
+    if (x > max)
+      return fail(field(key), "must be at most " + std::to_string(max)
+                                + got(*value));
+    out = static_cast<T>(x);
     return caf::none;
   }
 
@@ -219,7 +222,8 @@ caf::error read_device_index(const object_reader& r, int& out) {
                 "expected a non-negative integer" + got(*value));
   constexpr int max = std::numeric_limits<int>::max();
   if (x > static_cast<std::uint64_t>(max))
-    return fail("device_index", "must be at most " + std::to_string(max));
+    return fail("device_index",
+                "must be at most " + std::to_string(max) + got(*value));
   out = static_cast<int>(x);
   return caf::none;
 }

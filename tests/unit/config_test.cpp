@@ -180,7 +180,7 @@ BOOST_AUTO_TEST_CASE(load_config_prefixes_field_errors_with_the_path) {
   BOOST_REQUIRE(!cfg);
   BOOST_TEST(render(cfg.error())
              == "kvactor: invalid_config (" + path
-                  + ": pressure.high: must be in (0, 1])");
+                  + ": pressure.high: must be in (0, 1] (got 2))");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
