@@ -229,8 +229,11 @@ contiguous_kv_cache_handle::view(std::uint32_t layer, view_part part) const {
                         + std::to_string(max_len) + " needs "
                         + std::to_string(bytes)
                         + " bytes of host memory, more than could be had");
-  std::memcpy(buf.get(), kv.keys.data(), kv.keys.size());
-  std::memcpy(buf.get() + max_len * row, kv.values.data(), kv.values.size());
+  // An empty request gathers nothing: no copy from a vector's null data.
+  if (!kv.keys.empty())
+    std::memcpy(buf.get(), kv.keys.data(), kv.keys.size());
+  if (!kv.values.empty())
+    std::memcpy(buf.get() + max_len * row, kv.values.data(), kv.values.size());
   tensor_view v;
   v.device = kvactor::device{};
   v.dtype = lay.dtype;

@@ -2,6 +2,7 @@
 #include "kvactor/messages/dlpack.hpp"
 
 #include <memory>
+#include <string>
 
 #include "kvactor/messages/error.hpp"
 
@@ -27,6 +28,8 @@ DLDevice to_dl_device(const device& dev) noexcept {
 
 DLDataType to_dl_dtype(dtype type) noexcept {
   DLDataType out;
+  out.code = kDLOpaqueHandle;
+  out.bits = 0; // no dtype we know: to_dlpack refuses it
   out.lanes = 1;
   switch (type) {
     case dtype::fp32:
@@ -59,6 +62,12 @@ caf::expected<DLManagedTensor*> to_dlpack(const tensor_view& view) {
     return make_error(errc::invalid_request,
                       "to_dlpack: the view has no data or inconsistent "
                       "shape and strides");
+  auto type = to_dl_dtype(view.dtype);
+  if (type.bits == 0)
+    return make_error(errc::invalid_request,
+                      "to_dlpack: the view's dtype ("
+                        + std::to_string(static_cast<int>(view.dtype))
+                        + ") is none kvactor knows");
   auto ctx = std::make_unique<dl_context>();
   ctx->shape = view.shape;
   ctx->strides = view.strides;
@@ -67,7 +76,7 @@ caf::expected<DLManagedTensor*> to_dlpack(const tensor_view& view) {
   t.data = view.data;
   t.device = to_dl_device(view.device);
   t.ndim = static_cast<std::int32_t>(view.shape.size());
-  t.dtype = to_dl_dtype(view.dtype);
+  t.dtype = type;
   t.shape = ctx->shape.data();
   t.strides = ctx->strides.data();
   t.byte_offset = 0;

@@ -22,7 +22,8 @@ caf::expected<DLManagedTensor*> to_dlpack(const tensor_view& view);
 /// The DLPack device of `dev` (kDLCPU or kDLCUDA).
 DLDevice to_dl_device(const device& dev) noexcept;
 
-/// The DLPack data type of `type`.
+/// The DLPack data type of `type`; bits 0 (an opaque handle) for a value
+/// that names no dtype.
 DLDataType to_dl_dtype(dtype type) noexcept;
 
 } // namespace kvactor

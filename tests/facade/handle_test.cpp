@@ -493,6 +493,13 @@ BOOST_AUTO_TEST_CASE(dlpack_export_matches_the_view_and_its_deleter_frees) {
   BOOST_TEST(cuda.device_id == 1);
   KV_CHECK_ERROR(error_of(to_dlpack(tensor_view{})), errc::invalid_request,
                  "to_dlpack");
+  // A view built by hand with a value that names no dtype: refused, not
+  // exported with an uninitialised type.
+  auto stray = **h->key_cache(1);
+  stray.dtype = static_cast<dtype>(42);
+  BOOST_TEST(to_dl_dtype(stray.dtype).bits == 0);
+  KV_CHECK_ERROR(error_of(to_dlpack(stray)), errc::invalid_request,
+                 "dtype (42)");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
