@@ -11,6 +11,7 @@
 
 #include "kvactor/metrics/prometheus.hpp"
 #include "kvactor/metrics/stats_json.hpp"
+#include "kvactor/metrics/stats_table.hpp"
 
 using nlohmann::json;
 using namespace kvactor;
@@ -143,6 +144,24 @@ BOOST_AUTO_TEST_CASE(usage_fraction_counts_blocks_in_use) {
   cache_manager_stats full;
   full.total_blocks = 8;
   BOOST_TEST(usage_fraction(full) == 1.0);
+}
+
+BOOST_AUTO_TEST_CASE(the_table_shows_draining_blocks_apart_from_those_in_use) {
+  // 1000 blocks, 400 free, 50 of the other 600 draining: 550 in use, as
+  // the memory used says (550 blocks' bytes), not 600.
+  auto s = filled_stats();
+  s.draining_blocks = 50;
+  s.used_memory_bytes = 550 * 65536;
+  auto text = format_table(s);
+  std::istringstream in{text};
+  std::string line;
+  int rows = 0;
+  while (std::getline(in, line))
+    if (line.find("blocks in use (draining)") != std::string::npos) {
+      ++rows;
+      BOOST_TEST(line.find(" 550 (50)") != std::string::npos, line);
+    }
+  BOOST_TEST(rows == 1);
 }
 
 BOOST_AUTO_TEST_CASE(prometheus_text_has_every_pool_metric_with_its_value) {
