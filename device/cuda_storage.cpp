@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <new>
 #include <string>
@@ -30,6 +31,13 @@ std::string cuda_text(cudaError_t err) {
 
 caf::error device_failure(std::string text) {
   return make_error(errc::device_failure, std::move(text));
+}
+
+/// A fraction as %g prints it: 1e-09, not std::to_string's 0.000000.
+std::string fraction_text(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", x);
+  return buf;
 }
 
 /// Device memory a pool sized from gpu_memory_utilization leaves free.
@@ -95,7 +103,8 @@ cuda_storage::make(const storage_options& opts) {
     // config again, after the bookkeeping below was allocated).
     blocks = std::min(blocks, static_cast<double>(max_num_blocks));
     if (blocks < 1)
-      return device_failure("storage cuda: " + std::to_string(util) + " of "
+      return device_failure("storage cuda: gpu_memory_utilization "
+                            + fraction_text(util) + " of "
                             + std::to_string(free_bytes)
                             + " free bytes, less "
                             + std::to_string(kv_headroom)

@@ -120,16 +120,17 @@ void cuda_storage::mark_stalled() noexcept {
 
 bool cuda_storage::busy() noexcept {
   // Not ready is work still queued; any other error is a failed device,
-  // whose calls return at once.
+  // whose calls return at once. Either way the error is cleared, as
+  // query() does (cuda_tickets.cpp): left as this thread's last error, a
+  // not-ready would fail the next launch's check on this thread - a
+  // restarted device actor's first copy, say - and the storage for good.
   auto running = [](CUstream_st* s) {
     if (s == nullptr)
       return false;
     auto err = cudaStreamQuery(s);
-    if (err == cudaErrorNotReady)
-      return true;
     if (err != cudaSuccess)
       cudaGetLastError();
-    return false;
+    return err == cudaErrorNotReady;
   };
   for (std::size_t i = 0; i < num_streams; ++i)
     if (running(streams_[i]) || running(notifiers_[i]))

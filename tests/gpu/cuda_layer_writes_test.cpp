@@ -76,6 +76,33 @@ cudaStream_t compute_stream(twin& tw) {
     cuda_of(tw).native_stream(cuda_storage::stream_role::compute));
 }
 
+/// On Hopper on, the kernels ran with programmatic dependent launch - else
+/// none of the overlap's waits ran, and a suite of chains proved little. A
+/// driver that refused the launch attribute turns it off (kernels.cu). Each
+/// test that chains checks it: run alone (--run_test), it must not pass
+/// without it.
+void check_programmatic_launch_was_used() {
+  int dev = 0, major = 0;
+  BOOST_REQUIRE(cudaGetDevice(&dev) == cudaSuccess);
+  BOOST_REQUIRE(cudaDeviceGetAttribute(&major,
+                                       cudaDevAttrComputeCapabilityMajor, dev)
+                == cudaSuccess);
+  const auto refusal = detail::programmatic_launch_refusal();
+  BOOST_TEST_MESSAGE("programmatic dependent launch: "
+                     << (detail::programmatic_launch_ok() ? "used"
+                                                          : "not available")
+                     << (refusal.empty() ? "" : ", refused: ") << refusal);
+  if (major >= 9)
+    BOOST_TEST(detail::programmatic_launch_ok(),
+               "compute capability " << major
+                 << ", yet no programmatic launch: "
+                 << (refusal.empty()
+                       ? "no refusal kept, so the build has no sm_90 code (or "
+                         "the device could not be asked)"
+                       : "the driver refused the launch attribute: "
+                           + refusal));
+}
+
 } // namespace
 
 BOOST_AUTO_TEST_SUITE(cuda_layer_writes_suite,
@@ -178,28 +205,7 @@ BOOST_AUTO_TEST_CASE(layer_writes_queued_back_to_back_match_host_backend) {
   // the kernels is the device's: gpu_bench's gated storage line shows it.
   BOOST_TEST(reused > 0u);
   BOOST_TEST(overlapped > 0u);
-  // On Hopper on, the kernels ran with programmatic dependent launch -
-  // else none of the overlap's waits ran, and this suite proved little. A
-  // driver that refused the launch attribute turns it off (kernels.cu).
-  int dev = 0, major = 0;
-  BOOST_REQUIRE(cudaGetDevice(&dev) == cudaSuccess);
-  BOOST_REQUIRE(cudaDeviceGetAttribute(&major,
-                                       cudaDevAttrComputeCapabilityMajor, dev)
-                == cudaSuccess);
-  const auto refusal = detail::programmatic_launch_refusal();
-  BOOST_TEST_MESSAGE("programmatic dependent launch: "
-                     << (detail::programmatic_launch_ok() ? "used"
-                                                          : "not available")
-                     << (refusal.empty() ? "" : ", refused: ") << refusal);
-  if (major >= 9)
-    BOOST_TEST(detail::programmatic_launch_ok(),
-               "compute capability " << major
-                 << ", yet no programmatic launch: "
-                 << (refusal.empty()
-                       ? "no refusal kept, so the build has no sm_90 code (or "
-                         "the device could not be asked)"
-                       : "the driver refused the launch attribute: "
-                           + refusal));
+  check_programmatic_launch_was_used();
 }
 
 BOOST_AUTO_TEST_CASE(a_layer_written_twice_in_a_row_keeps_the_later_bytes) {
@@ -301,9 +307,7 @@ BOOST_AUTO_TEST_CASE(launcher_chains_with_no_event_between_match_host_backend) {
     BOOST_REQUIRE(cudaStreamSynchronize(stream) == cudaSuccess);
     BOOST_TEST(tw.same("launcher chains, no event between"));
   }
-  BOOST_TEST_MESSAGE("programmatic dependent launch: "
-                     << (detail::programmatic_launch_ok() ? "used"
-                                                          : "not available"));
+  check_programmatic_launch_was_used();
 }
 
 BOOST_AUTO_TEST_CASE(write_layers_matches_host_backend) {

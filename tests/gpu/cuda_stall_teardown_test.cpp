@@ -50,6 +50,15 @@ BOOST_AUTO_TEST_CASE(a_storage_told_of_a_stall_is_destroyed_without_waiting) {
   // Outlives the storage and this test: the leaked stream's host function
   // reads it until it is opened below.
   auto open = std::make_shared<std::atomic<bool>>(false);
+  // A failed check below unwinds through the storage's destructor, not yet
+  // told of the stall, which waits for the held stream: opened first (this
+  // guard goes before the storage), the test fails, not hangs.
+  struct opener {
+    std::shared_ptr<std::atomic<bool>> flag;
+    ~opener() {
+      flag->store(true, std::memory_order_release);
+    }
+  } open_on_exit{open};
   BOOST_REQUIRE(cudaLaunchHostFunc(stream, &hold, open.get()) == cudaSuccess);
   auto t = store->copy_blocks({block_copy{0, 1}});
   BOOST_REQUIRE_MESSAGE(t, why(t));
