@@ -370,6 +370,10 @@ block_pool_fun(pool_ptr self, cache_config cfg,
                 const std::vector<token_id>& tokens, std::uint64_t ttl_ms,
                 std::uint64_t salt) -> caf::result<std::uint32_t> {
       return for_tenant(self, tenant, [&](std::uint16_t t) {
+        // First, as every operation that counts pins: a pin whose time ran
+        // out must not count against max_pinned_blocks or keep its blocks
+        // off the LRU for this one.
+        st.expire_due_pins();
         return st.core().pin(t, tokens, ttl_ms, block_pool_state::now_ms(),
                              salt);
       });

@@ -239,6 +239,21 @@ BOOST_AUTO_TEST_CASE(an_expired_pin_never_keeps_blocks_from_an_allocation) {
   BOOST_REQUIRE(allocate(2, 4 * 64)); // every block, the pinned three too
 }
 
+// Nor from a pin: an expired pin counts against max_pinned_blocks (4) no
+// longer, with or without a GC pass since.
+BOOST_AUTO_TEST_CASE(an_expired_pin_never_counts_against_the_pin_quota) {
+  auto prompt = make_tokens(12, 40);
+  auto other = make_tokens(12, 41);
+  BOOST_REQUIRE(allocate(make_prompt_request(cfg, 1, prompt)));
+  BOOST_REQUIRE(free(1));
+  BOOST_REQUIRE(allocate(make_prompt_request(cfg, 2, other)));
+  BOOST_REQUIRE(free(2));
+  BOOST_TEST(value_or(pin("", prompt, 1), 0u) == 3u); // 1 ms
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  auto n = pin("", other, 600000); // the first thing after the expiry
+  BOOST_TEST(value_or(n, 0u) == 3u, outcome(n)); // 3 + 3 > 4 if counted
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // -- KV events and races ----------------------------------------------------------------
