@@ -106,6 +106,11 @@ void batcher::warn(std::string text) {
     warnings_.push_back(std::move(text));
 }
 
+void batcher::inconsistent(std::string text) {
+  ++inconsistencies_;
+  warn(std::move(text));
+}
+
 bool batcher::running_before(const live& x, const live& y) const noexcept {
   // Highest priority first, then admission order: the cache preempts from
   // the back, so the lowest-priority, newest request goes first.
@@ -382,6 +387,7 @@ std::optional<verify_target> batcher::pick_verify(std::uint64_t k) {
   auto& l = live_.at(id);
   verify_target out;
   out.id = l.req.id;
+  out.cache_id = l.cache_id;
   out.table = l.table;
   auto n = l.table.num_tokens;
   out.tokens.reserve(n);

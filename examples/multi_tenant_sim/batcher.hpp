@@ -37,7 +37,8 @@ struct computed_token {
 /// One running request's cache contents, for a read-back check.
 struct verify_target {
   request_id id = 0;
-  block_table table;
+  std::uint64_t cache_id = 0;
+  block_table table; ///< as the simulator's mirror has it
   std::vector<token_id> tokens; ///< the tokens in the cache, in order
 };
 
@@ -230,6 +231,15 @@ public:
   const std::vector<std::string>& warnings() const noexcept {
     return warnings_;
   }
+  /// Replies the cache should not have given this simulator: a table of
+  /// another length than the one asked for (extended, admitted, swapped
+  /// in), a free or extend refused for a reason none of its steps can
+  /// cause. Each is also a warning; any fails the run (failed_checks).
+  std::uint64_t inconsistencies() const noexcept {
+    return inconsistencies_;
+  }
+  /// Records a warning that counts as an inconsistency (inconsistencies()).
+  void inconsistent(std::string text);
   /// Extends that computed a prompt chunk (prefill_chunk; admissions'
   /// first chunks not counted).
   std::uint64_t chunk_extends() const noexcept {
@@ -377,6 +387,7 @@ private:
   /// dropped.
   void drop_drafts(live& l);
   void warn(std::string text); ///< recorded for the report (the first few)
+
   bool running_before(const live& x, const live& y) const noexcept;
 
   const scenario& scenario_;
@@ -445,6 +456,7 @@ private:
   std::vector<tenant_figures> figures_;
   step_series series_;
   std::vector<std::string> warnings_;
+  std::uint64_t inconsistencies_ = 0;
 };
 
 } // namespace kvactor::sim

@@ -39,7 +39,7 @@ caf::expected<bool> batcher::apply(const step_result& res) {
       // Finished (or freed by us to recompute) but already preempted by
       // the cache. A finished one has left live_.
       if (!has_code(f.error, errc::unknown_request))
-        warn("free failed: " + what);
+        inconsistent("free failed: " + what);
       else if (live_.count(f.id) == 0)
         ++ended_before_free_;
     } else if (extends.count(f.id)) {
@@ -69,7 +69,7 @@ caf::expected<bool> batcher::apply(const step_result& res) {
         // tenant's figures add up to the time series' column).
         ++figures_[l.req.workload].preempted_in_step;
         ++step_preempted_;
-        warn("extend failed, recomputing: " + what);
+        inconsistent("extend failed, recomputing: " + what);
         free_and_requeue(f.id);
       }
     } else if (auto i = live_.find(f.id); i != live_.end() && !i->second.running) {
@@ -125,7 +125,7 @@ caf::expected<bool> batcher::apply(const step_result& res) {
     auto n = l.next_extend(scenario_.prefill_chunk);
     // A table without a delta (no new block) still shows the old count.
     if (l.table.num_tokens != pos + n && l.table.num_tokens != pos) {
-      warn("request " + std::to_string(id) + ": table holds "
+      inconsistent("request " + std::to_string(id) + ": table holds "
            + std::to_string(l.table.num_tokens) + " tokens, expected "
            + std::to_string(pos + n));
     }
@@ -213,7 +213,7 @@ caf::expected<bool> batcher::apply(const step_result& res) {
     ++admitted;
     ++step_admitted_;
     if (a.table.num_tokens != l.prefilled)
-      warn("request " + std::to_string(a.id) + ": admitted with "
+      inconsistent("request " + std::to_string(a.id) + ": admitted with "
            + std::to_string(a.table.num_tokens) + " tokens, expected "
            + std::to_string(l.prefilled));
     if (track_data_) {

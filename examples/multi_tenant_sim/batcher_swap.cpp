@@ -94,7 +94,7 @@ void batcher::swapped_in(request_id id, const block_table& table) {
   swapped_.erase(std::remove(swapped_.begin(), swapped_.end(), id),
                  swapped_.end());
   if (table.num_tokens != l.held()) // drafts unsettled included
-    warn("request " + std::to_string(id) + ": swapped in with "
+    inconsistent("request " + std::to_string(id) + ": swapped in with "
          + std::to_string(table.num_tokens) + " tokens, expected "
          + std::to_string(l.held()));
   l.swapped = false;

@@ -240,6 +240,8 @@ std::string report_json(const scenario& s, const sim_outcome& r) {
       {"preempted_mid_swap", r.preempted_mid_swap},
       {"chunk_extends", r.chunk_extends},
       {"preempted_mid_prefill", r.preempted_mid_prefill},
+      // Replies that disagreed with what was asked (each a warning too).
+      {"inconsistent_replies", r.inconsistencies},
       {"invariant", {{"checked", r.invariant_checked},
                      {"error", r.invariant_error.empty()
                                  ? json(nullptr)

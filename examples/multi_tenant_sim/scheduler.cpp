@@ -77,6 +77,7 @@ void deliver(sched_actor* self) {
   out.preempted_mid_prefill = b.preempted_mid_prefill();
   out.warnings.insert(out.warnings.begin(), b.warnings().begin(),
                       b.warnings().end());
+  out.inconsistencies = b.inconsistencies();
   auto done = st.done;
   st.done = nullptr;
   st.handed_over->store(true);

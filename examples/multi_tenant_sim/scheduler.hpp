@@ -65,6 +65,9 @@ struct sim_outcome {
   std::uint64_t bytes_written = 0;
   std::uint64_t verify_checks = 0;
   std::uint64_t verify_failures = 0;
+  /// Replies that disagreed with what the simulator asked for
+  /// (batcher::inconsistencies); each is among the warnings too.
+  std::uint64_t inconsistencies = 0;
   double wall_s = 0;
 };
 

@@ -2,6 +2,7 @@
 // step's computed tokens written through the device actor (one message per
 // layer), and every verify_every steps one running request read back and
 // compared with what was written for its tokens.
+#include <algorithm>
 #include <cstring>
 #include <unordered_map>
 #include <vector>
@@ -26,8 +27,21 @@ void fill_row(std::uint8_t* out, std::size_t row, token_id token,
 
 } // namespace
 
+namespace {
+
+/// Reads back `t`'s K/V of `layer` from the blocks of `table` (the
+/// cache's own) and compares them with what was written for its tokens.
+void read_back(sched_actor* self, std::shared_ptr<verify_target> t,
+               std::uint32_t layer, const block_table& table);
+
+} // namespace
+
 /// Every verify_every steps: one running request's K/V of one layer, read
 /// back through the device actor, must be what was written for its tokens.
+/// From the blocks the pool says the request holds, not the simulator's
+/// mirror of its table, which the writes used: a table change the step's
+/// reply left out (a copy-on-write move, say) would have the write and the
+/// read-back agree on the wrong block. The two tables must agree too.
 void verify_step(sched_actor* self) {
   auto& st = self->state;
   auto every = st.sc->verify_every;
@@ -39,8 +53,43 @@ void verify_step(sched_actor* self) {
   auto layer = static_cast<std::uint32_t>(st.verifies % st.num_layers);
   ++st.verifies;
   auto t = std::make_shared<verify_target>(std::move(*target));
+  self->request(st.pool, reply_timeout, table_atom::value, t->id, t->cache_id)
+    .then(
+      [self, t, layer](block_table& table) {
+        if (table.num_tokens != t->table.num_tokens
+            || table.blocks != t->table.blocks) {
+          auto& ours = t->table.blocks;
+          auto k = std::mismatch(table.blocks.begin(), table.blocks.end(),
+                                 ours.begin(), ours.end())
+                     .first
+                   - table.blocks.begin();
+          self->state.b->inconsistent(
+            "request " + std::to_string(t->id) + ": the pool's table ("
+            + std::to_string(table.num_blocks()) + " blocks, "
+            + std::to_string(table.num_tokens) + " tokens) is not the one "
+            "the step replies made (" + std::to_string(t->table.num_blocks())
+            + " blocks, " + std::to_string(t->table.num_tokens)
+            + " tokens): they differ from block " + std::to_string(k) + " on");
+        }
+        if (table.num_tokens != t->tokens.size())
+          return stats_step(self); // counted above; no tokens to compare
+        read_back(self, t, layer, table);
+      },
+      [self](caf::error& err) {
+        // Ended meanwhile (the supervisor preempted it): nothing to read.
+        if (has_code(err, errc::invalid_handle))
+          return stats_step(self);
+        finish(self, "reading a table to verify: " + render(err));
+      });
+}
+
+namespace {
+
+void read_back(sched_actor* self, std::shared_ptr<verify_target> t,
+               std::uint32_t layer, const block_table& table) {
+  auto& st = self->state;
   self->request(st.dev, reply_timeout, gather_atom::value, layer,
-                t->table.blocks, t->table.num_tokens)
+                table.blocks, table.num_tokens)
     .then(
       [self, t, layer](gathered_kv& g) {
         auto& st = self->state;
@@ -77,6 +126,8 @@ void verify_step(sched_actor* self) {
       },
       [self](caf::error& err) { finish(self, "reading K/V back: " + render(err)); });
 }
+
+} // namespace
 
 /// Writes the K/V of every token the step computed (prefill and decode),
 /// one message per layer, and waits for all of them: the next step's

@@ -334,6 +334,9 @@ std::string failed_checks(const sim_outcome& r) {
   if (r.verify_failures > 0)
     why = std::to_string(r.verify_failures) + " of "
           + std::to_string(r.verify_checks) + " K/V read-backs mismatched";
+  if (r.inconsistencies > 0)
+    why += (why.empty() ? "" : "; ") + std::to_string(r.inconsistencies)
+           + " replies disagreed with what was asked (see the warnings)";
   if (!r.invariant_error.empty())
     why += (why.empty() ? "" : "; ") + std::string("the pool's invariant broke: ")
            + r.invariant_error;

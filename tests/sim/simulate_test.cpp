@@ -146,6 +146,10 @@ BOOST_AUTO_TEST_CASE(a_mismatched_read_back_or_a_broken_invariant_fails_the_run)
   r.verify_failures = 0;
   BOOST_TEST(failed_checks(r)
              == "the pool's invariant broke: block 7 is free and owned");
+  r.invariant_error.clear();
+  r.inconsistencies = 2;
+  BOOST_TEST(failed_checks(r)
+             == "2 replies disagreed with what was asked (see the warnings)");
 }
 
 BOOST_AUTO_TEST_CASE(swapped_requests_come_back_with_their_bytes) {
@@ -361,6 +365,7 @@ BOOST_AUTO_TEST_CASE(reports_are_written_and_agree_with_the_outcome) {
   BOOST_TEST(rep["overall"]["arrived"].get<std::uint64_t>() == arrived);
   BOOST_TEST(rep["data"]["read_back_checks"].get<std::uint64_t>() == r.verify_checks);
   BOOST_TEST(rep["data"]["read_back_mismatches"].get<std::uint64_t>() == 0u);
+  BOOST_TEST(rep["run"]["inconsistent_replies"].get<std::uint64_t>() == 0u);
   BOOST_TEST(rep["cache_stats"].is_object());
   std::uint64_t at_levels = 0;
   for (auto& [level, n] : rep["pressure"]["steps_at"].items())
