@@ -71,6 +71,16 @@ std::size_t admissions_tried(const step_result& res) {
 
 using handle_map = std::unordered_map<request_id, std::shared_ptr<kv_cache_handle>>;
 
+/// The manager's stats, or an exception naming why there are none:
+/// stats() answers zeros when the manager does not, which would print a
+/// run's figures as zeros and exit 0.
+cache_manager_stats checked(const kv_cache_manager& mgr) {
+  auto st = mgr.checked_stats();
+  if (!st)
+    throw std::runtime_error("the cache's stats: " + render(st.error()));
+  return std::move(*st);
+}
+
 /// Executes one step's work with one blocking call per operation, with the
 /// step message's semantics (messages/step.hpp).
 step_result run_through_facade(kv_cache_manager& mgr, const step_request& step,
@@ -98,8 +108,11 @@ step_result run_through_facade(kv_cache_manager& mgr, const step_request& step,
     if (gone[i])
       continue;
     tok[0] = step.tokens[i];
+    // Looked up outside the timed call: the harness's map is not the
+    // cache's bookkeeping.
+    auto& handle = *live.at(ops[i].id);
     for (;;) {
-      auto err = timed(fig.extend, [&] { return mgr.append(*live[ops[i].id], tok); });
+      auto err = timed(fig.extend, [&] { return mgr.append(handle, tok); });
       if (!err)
         break;
       if (!has_code(err, errc::out_of_blocks)) {
@@ -133,7 +146,7 @@ step_result run_through_facade(kv_cache_manager& mgr, const step_request& step,
                                      block_table{{}, req.prompt.size(), 0}});
     }
   }
-  auto st = mgr.stats(); // untimed: usage figures only
+  auto st = checked(mgr); // untimed: usage figures only
   r.used_blocks = st.total_blocks - st.free_blocks;
   r.free_blocks = st.free_blocks;
   return r;
@@ -157,7 +170,7 @@ nlohmann::json replay_facade(caf::actor_system& sys, const trace& tr,
     sched.end_step();
   }
   fig.wall_ms = ms(clock_type::now() - t0);
-  return report("facade", tr, opt, sched, mgr.stats(), fig);
+  return report("facade", tr, opt, sched, checked(mgr), fig);
 }
 
 // -- core mode: the same steps straight into the pool core, no actors ------------------
@@ -319,7 +332,7 @@ nlohmann::json replay_step(caf::actor_system& sys, const trace& tr,
   // step. Its mailbox is in order: this stats reply comes after all of
   // them, so the wall clock covers that work too.
   auto t1 = clock_type::now();
-  auto stats = mgr.stats();
+  auto stats = checked(mgr);
   auto t2 = clock_type::now();
   fig.registry_tail_ms = ms(t2 - t1);
   fig.wall_ms = ms(t2 - t0);

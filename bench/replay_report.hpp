@@ -107,7 +107,8 @@ nlohmann::json repeated(std::size_t n, Run run) {
   if (n == 1)
     return out;
   for (auto& r : runs)
-    for (auto key : {"preemptions", "finished", "steps", "block_ops"})
+    for (auto key : {"preemptions", "finished", "steps", "block_ops",
+                     "prefix_hit_rate", "peak_blocks_used", "avg_blocks_used"})
       if (r[key] != out[key])
         throw std::runtime_error(std::string{"runs disagree on "} + key);
   out["repeat"] = n;

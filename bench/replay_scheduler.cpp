@@ -108,7 +108,7 @@ step_request replay_scheduler::more_admits() {
 
 bool replay_scheduler::apply(const step_result& res) {
   if (!res.failed.empty())
-    throw std::runtime_error("replay: the cache refused an operation: "
+    throw std::runtime_error("the cache refused an operation: "
                              + render(res.failed.front().error));
   // Preempted requests leave the running list and go back to the head of
   // the waiting queue, the first preempted (newest) deepest.
@@ -117,7 +117,7 @@ bool replay_scheduler::apply(const step_result& res) {
       return trace_.requests[idx].id == id;
     });
     if (i == running_.end())
-      throw std::runtime_error("replay: preempted an unknown request");
+      throw std::runtime_error("the cache preempted a request that is not running");
     waiting_.push_front(*i);
     running_.erase(i);
     ++preemptions_;
@@ -126,7 +126,7 @@ bool replay_scheduler::apply(const step_result& res) {
   for (auto& a : res.admitted) {
     auto idx = sent_admits_[admitted];
     if (trace_.requests[idx].id != a.id)
-      throw std::runtime_error("replay: admissions out of order");
+      throw std::runtime_error("the cache admitted out of queue order");
     waiting_.pop_front();
     running_.push_back(idx);
     ++admitted;
