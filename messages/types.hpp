@@ -76,7 +76,9 @@ constexpr std::uint32_t max_draft_tokens = 65535;
 /// cache was configured for.
 struct allocation_request {
   request_id id = 0;
-  /// Tokens to make room for now; with a prompt, its length (0 means that too).
+  /// Tokens to make room for now; with a prompt, its length (0 means that
+  /// too). 0 without a prompt is a request that holds no block yet, which
+  /// its extends grow.
   std::uint64_t initial_tokens = 0;
   /// The most tokens this request may ever hold.
   std::uint64_t max_sequence_length = 0;
@@ -232,7 +234,8 @@ struct cache_manager_stats {
   std::uint64_t free_blocks = 0;
   double cache_hit_rate = 0;       ///< prefix hit tokens / looked-up tokens
   std::uint64_t eviction_count = 0;     ///< cached blocks evicted
-  std::uint64_t allocation_count = 0;   ///< successful allocations
+  /// Successful admissions: allocates, a step's admissions, and forks.
+  std::uint64_t allocation_count = 0;
   /// Allocations refused for want of blocks: out_of_blocks,
   /// quota_exceeded, exceeds_capacity.
   std::uint64_t allocation_failures = 0;
@@ -251,7 +254,11 @@ struct cache_manager_stats {
   std::uint64_t host_free_blocks = 0;
   std::vector<tenant_usage> tenants;
   // Block operations since start (REPLAY.md's block_ops is their sum with
-  // eviction_count).
+  // eviction_count). Not a ledger: a cached block a prefix hit takes back
+  // into use is counted among prefix_hit_blocks (as is a hit on a block in
+  // use), not blocks_allocated, and its release again in blocks_freed - so
+  // blocks_allocated - blocks_freed may go below 0. The blocks in use are
+  // total_blocks - free_blocks - draining_blocks.
   std::uint64_t blocks_allocated = 0;  ///< fresh blocks handed out
   std::uint64_t prefix_hit_blocks = 0; ///< blocks shared from the index
   std::uint64_t blocks_freed = 0;      ///< blocks whose last ref went
