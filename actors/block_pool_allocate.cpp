@@ -120,7 +120,7 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
     return err;
   auto want = blocks_for(p.expected);
   if (auto err = admit_headroom(p.tenant, take - p.pinned,
-                                want > p.need ? want - p.need : 0))
+                                want > p.need ? want - p.need : 0, take))
     return err;
   return p;
 }

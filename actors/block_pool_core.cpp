@@ -206,8 +206,20 @@ caf::error block_pool_core::admit_blocks(std::uint16_t t, std::uint64_t n,
   return caf::none;
 }
 
+std::int64_t block_pool_core::usable_promise(std::uint16_t t,
+                                             std::int64_t promised,
+                                             std::int64_t taking) const noexcept {
+  using i64 = std::int64_t;
+  auto quota = static_cast<i64>(tenants_[t].config.max_blocks);
+  if (quota == 0)
+    return promised;
+  auto room = quota - static_cast<i64>(tenants_[t].used) - taking;
+  return std::min(promised, std::max<i64>(room, 0));
+}
+
 caf::error block_pool_core::admit_headroom(std::uint16_t t, std::uint64_t n,
-                                           std::uint64_t own_growth) const {
+                                           std::uint64_t own_growth,
+                                           std::uint64_t charged) const {
   bool reserve = admission_.policy == "reserve_expected";
   if (watermark_blocks_ == 0 && !reserve)
     return caf::none;
@@ -227,9 +239,10 @@ caf::error block_pool_core::admit_headroom(std::uint16_t t, std::uint64_t n,
   if (reserve)
     for (std::size_t u = 0; u < tenants_.size(); ++u) {
       promised_all += static_cast<i64>(tenants_[u].promised);
+      auto v = static_cast<std::uint16_t>(u);
       if (u != t)
-        others += beyond(static_cast<i64>(tenants_[u].promised),
-                         static_cast<i64>(shortfall(static_cast<std::uint16_t>(u))));
+        others += beyond(usable_promise(v, static_cast<i64>(tenants_[u].promised), 0),
+                         static_cast<i64>(shortfall(v)));
     }
   auto mine = reserve ? static_cast<i64>(tenants_[t].promised) : 0;
   auto own = static_cast<i64>(shortfall(t));
@@ -242,9 +255,11 @@ caf::error block_pool_core::admit_headroom(std::uint16_t t, std::uint64_t n,
     return static_cast<i64>(watermark_blocks_) + others
            + beyond(promised, own_left) - shared_left;
   };
-  auto before = lack(shared, own, mine);
+  auto before = lack(shared, own, usable_promise(t, mine, 0));
   auto after = lack(shared - from_shared, own - from_own,
-                    mine + (reserve ? static_cast<i64>(own_growth) : 0));
+                    usable_promise(t,
+                                   mine + (reserve ? static_cast<i64>(own_growth) : 0),
+                                   static_cast<i64>(charged)));
   // An admission may leave a lack there was before - taking only from its
   // tenant's reservation, for no more growth than that still holds - but
   // not deepen it.

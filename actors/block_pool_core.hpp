@@ -475,11 +475,20 @@ private:
   /// count toward the quota but come off neither the free nor the LRU list.
   caf::error admit_blocks(std::uint16_t t, std::uint64_t n,
                           std::uint64_t unlisted = 0) const;
-  /// Admission headroom: after tenant `t` takes `n` blocks, does the pool
-  /// still hold the watermark and (reserve_expected) the promised growth
-  /// plus `growth` - or, where it already did not, no less of it?
+  /// Admission headroom: after tenant `t` takes `n` blocks off the lists
+  /// (`charged` charged to it, revived pinned ones included), does the
+  /// pool still hold the watermark and (reserve_expected) the promised
+  /// growth plus `growth` - or, where it already did not, no less of it?
+  /// A tenant's promises count only as far as its quota lets it grow.
   caf::error admit_headroom(std::uint16_t t, std::uint64_t n,
-                            std::uint64_t growth) const;
+                            std::uint64_t growth,
+                            std::uint64_t charged) const;
+  /// Of `promised` blocks of growth, what tenant `t` could still take
+  /// beside `taking` more: all, but for a quota (max_blocks), which holds
+  /// it to max_blocks - used - taking. Promises past that can never be
+  /// kept, and counted they kept other tenants out while blocks were free.
+  std::int64_t usable_promise(std::uint16_t t, std::int64_t promised,
+                              std::int64_t taking) const noexcept;
   /// Blocks `seq` is expected to grow by (0 without a promise). A request
   /// swapping in was admitted with its growth, which stays promised while
   /// the device copies (its table is `incoming` then); one swapping out

@@ -235,7 +235,8 @@ caf::expected<allocation_outcome> block_pool_core::fork(request_id parent,
                     ? caf::error{}
                     : admit_headroom(par->tenant, 0,
                                      growth(*par)
-                                       + (par->num_tokens % block_size_ != 0)))
+                                       + (par->num_tokens % block_size_ != 0),
+                                     0))
     return make_error(errc::out_of_blocks,
                       "fork of " + req_name(parent) + ": "
                         + context_of(err2));

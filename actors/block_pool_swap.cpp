@@ -115,7 +115,7 @@ block_pool_core::swap_in_begin(request_id id) {
   // its own.
   auto want = blocks_for(seq->expected_tokens);
   if (auto err = admit_headroom(seq->tenant, take - pinned,
-                                want > n ? want - n : 0))
+                                want > n ? want - n : 0, take))
     return err;
   // Commit: share first, so that taking fresh blocks cannot evict them.
   seq->incoming.assign(n, no_block);

@@ -147,7 +147,7 @@ pool_model::plan pool_model::plan_allocation(const allocation_request& req) cons
   if ((p.err = admit(p.t, take, pinned)))
     return p;
   auto want = blocks_for(p.expected, block_size_);
-  p.err = headroom(p.t, take - pinned, want > p.need ? want - p.need : 0);
+  p.err = headroom(p.t, take - pinned, want > p.need ? want - p.need : 0, take);
   return p;
 }
 
@@ -369,7 +369,7 @@ model_allocation pool_model::fork(request_id parent, request_id child) {
   auto& ps = p->second;
   if (admission_.policy == "reserve_expected")
     if (auto e = headroom(ps.tenant, 0,
-                          growth(ps) + (ps.num_tokens % block_size_ != 0)))
+                          growth(ps) + (ps.num_tokens % block_size_ != 0), 0))
       return {*e};
   // Both may read its partly filled last block now: neither writes into
   // it before copying it while the other still holds it.

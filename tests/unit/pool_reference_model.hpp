@@ -285,8 +285,10 @@ private:
   std::uint64_t takeable(std::uint16_t t) const;
   /// Blocks `seq` is expected to grow by, resident only.
   std::uint64_t growth(const model_sequence& seq) const;
+  /// `charged`: blocks the admission charges to `t` (`n` and revived
+  /// pinned ones); a tenant's promises count only up to its quota.
   maybe_errc headroom(std::uint16_t t, std::uint64_t n,
-                      std::uint64_t own_growth) const;
+                      std::uint64_t own_growth, std::uint64_t charged) const;
   /// The plan of allocate and can_allocate: the error, or what to take.
   struct plan {
     maybe_errc err;

@@ -60,7 +60,8 @@ std::uint64_t pool_model::growth(const model_sequence& seq) const {
 }
 
 maybe_errc pool_model::headroom(std::uint16_t t, std::uint64_t n,
-                                std::uint64_t own_growth) const {
+                                std::uint64_t own_growth,
+                                std::uint64_t charged) const {
   bool reserve = admission_.policy == "reserve_expected";
   if (watermark_blocks_ == 0 && !reserve)
     return std::nullopt;
@@ -81,18 +82,29 @@ maybe_errc pool_model::headroom(std::uint16_t t, std::uint64_t n,
       short_of[u] = static_cast<i64>(ts.config.reserved_blocks - ts.used);
     held += short_of[u];
   }
-  auto lack = [&](i64 shared) {
+  // A tenant grows no further than its quota: promises past it are
+  // never kept. `taking`: blocks the admitting tenant `t` is charged now.
+  auto lack = [&](i64 shared, i64 taking) {
     i64 out = static_cast<i64>(watermark_blocks_) - shared;
-    for (std::size_t u = 0; u < tenants_.size(); ++u)
-      out += std::max<i64>(promised[u] - short_of[u], 0);
+    for (std::size_t u = 0; u < tenants_.size(); ++u) {
+      auto& ts = tenants_[u];
+      auto p = promised[u];
+      if (ts.config.max_blocks != 0)
+        p = std::min(p, std::max<i64>(static_cast<i64>(ts.config.max_blocks)
+                                        - static_cast<i64>(ts.used)
+                                        - (u == t ? taking : 0),
+                                      0));
+      out += std::max<i64>(p - short_of[u], 0);
+    }
     return out;
   };
   auto shared = static_cast<i64>(takeable_blocks()) - held;
-  auto before = lack(shared);
+  auto before = lack(shared, 0);
   auto from_own = std::min(static_cast<i64>(n), short_of[t]);
   short_of[t] -= from_own;
   promised[t] += reserve ? static_cast<i64>(own_growth) : 0;
-  auto after = lack(shared - (static_cast<i64>(n) - from_own));
+  auto after = lack(shared - (static_cast<i64>(n) - from_own),
+                    static_cast<i64>(charged));
   if (after > std::max<i64>(before, 0))
     return errc::out_of_blocks;
   return std::nullopt;

@@ -106,7 +106,7 @@ model_moves pool_model::swap_in_begin(request_id id) {
   // And leave the headroom an admission leaves.
   auto want = blocks_for(seq.expected_tokens, block_size_);
   if (auto e = headroom(seq.tenant, n - shared + revived - pinned,
-                        want > n ? want - n : 0))
+                        want > n ? want - n : 0, n - shared + revived))
     return {e, {}};
   seq.incoming.assign(n, 0);
   for (std::size_t i = 0; i < n; ++i) {

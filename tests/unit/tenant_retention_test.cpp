@@ -321,6 +321,40 @@ BOOST_AUTO_TEST_CASE(headroom_charges_a_reservation_only_its_own_tenants_growth)
   BOOST_TEST(code(pool().extend(1, 4, nullptr)) == "out_of_blocks");
 }
 
+// A tenant's promises past its quota can never be kept: it may not take
+// the blocks. Counted, a tenant stuck at its quota kept every other tenant
+// out while most of the pool was free - for good, for a scheduler that
+// waits on the quota_exceeded of its extends.
+BOOST_AUTO_TEST_CASE(promises_past_a_tenants_quota_hold_nothing_back) {
+  cfg.admission.policy = "reserve_expected";
+  cfg.tenants = {tenant_config{}, tenant("b", 4)};
+  make(16);
+  auto req = [](request_id id, std::uint64_t tokens, std::uint64_t out,
+                std::string who = "") {
+    auto r = tokens_req(id, tokens, std::move(who));
+    r.expected_output_tokens = out;
+    r.max_sequence_length = tokens + out;
+    return r;
+  };
+  // b: four 1-block requests, each promising 3 blocks more (12 in all) -
+  // and at its quota of 4 it can grow by none of them.
+  for (request_id id = 1; id <= 4; ++id)
+    BOOST_REQUIRE(try_alloc(req(id, 4, 12, "b")) == "ok");
+  BOOST_TEST(pool().free_blocks() == 12u);
+  BOOST_TEST(code(pool().extend(1, 4, nullptr)) == "quota_exceeded");
+  // So the default tenant is admitted, for all of the 11 blocks' growth
+  // that stay beside its 1 - its own promise still counts.
+  BOOST_TEST(pool().can_allocate(req(5, 4, 44)));
+  BOOST_TEST(!pool().can_allocate(req(5, 4, 48)));
+  BOOST_TEST(try_alloc(req(5, 4, 4)) == "ok");
+  // Once b has room again, its promises count again, as far as the room:
+  // with request 4 gone b may grow by 1 block. 12 free, 11 after the next
+  // admission's own block, less b's 1 and request 5's 1: growth of 9.
+  release(4);
+  BOOST_TEST(pool().can_allocate(req(6, 4, 36)));
+  BOOST_TEST(!pool().can_allocate(req(6, 4, 40)));
+}
+
 BOOST_AUTO_TEST_CASE(the_watermark_gives_way_to_a_reservation) {
   cfg.admission.watermark = 0.1; // 2 of 20
   cfg.tenants = {tenant_config{}, tenant("r", 0, 8)};
