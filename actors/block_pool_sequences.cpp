@@ -256,8 +256,12 @@ caf::expected<allocation_outcome> block_pool_core::fork(request_id parent,
   // pass ran (a fork may come before it), so an end that cannot know its
   // K/V were written (a reclaim, the supervisor's) leaves only these.
   c.hit_blocks = p.hit_blocks;
+  // Its own blocks begin past its parent's full ones: a partly filled last
+  // block it shares is the child's too once it writes there in place (the
+  // parent's copy of it may fail and leave the parent on it), so a discard
+  // of the child takes it out of the index though the parent holds it.
   c.brought_from = static_cast<std::uint16_t>(
-    std::min<std::size_t>(p.blocks.size(), 65535));
+    std::min<std::uint64_t>(p.num_tokens / block_size_, 65535));
   c.chain = p.chain;
   c.tail = p.tail;
   p.tail_shared = c.tail_shared = p.num_tokens % block_size_ != 0;

@@ -70,7 +70,7 @@ struct alignas(64) sequence {
   // id free for a new incarnation) until the move's end returns its blocks.
   bool release_pending : 1;
   /// Where the blocks it brought begin (at most 65535): its admission's
-  /// hits before (a fork's: its parent's table at the fork). Those from
+  /// hits before (a fork's: its parent's full blocks at the fork). Those from
   /// here on it indexed itself - at its admission, or as it grew - and an
   /// end that cannot know its K/V were written takes them out of the
   /// prefix index even while others hold them (discard).

@@ -48,6 +48,38 @@ BOOST_FIXTURE_TEST_CASE(discarding_a_fork_parent_unindexes_what_the_child_holds,
   BOOST_TEST(pool().cached_blocks() == 0u);
 }
 
+BOOST_FIXTURE_TEST_CASE(discarding_a_fork_child_unindexes_a_tail_it_completed_in_place,
+                        pool_fixture) {
+  // Block size 4: the parent's second block holds 2 tokens, shared with
+  // its fork. One step: the parent appends 1 through a held copy; the
+  // child, seeing only the copy's hold on the block, writes 2 into it in
+  // place and completes it, indexed. The copy fails: the parent is back
+  // on the block, which holds the child's 2 tokens. The child's pass
+  // failed too: its discard must take the block out of the index though
+  // the parent holds it - nobody wrote those tokens' K/V.
+  auto prompt = run(100, 6);
+  alloc(prompt_req(1, prompt));
+  BOOST_REQUIRE(pool().fork(1, 2));
+  auto shared = blocks(1).back();
+  step_request step;
+  step.extends = {extend_op{1, 1, 0}, extend_op{2, 2, 0}};
+  step.tokens = {700, 701, 702};
+  auto r = pool().run_step(step, true);
+  BOOST_TEST(r.failed.empty());
+  BOOST_REQUIRE(r.copies.size() == 1u);
+  BOOST_REQUIRE(blocks(2).back() == shared);
+  BOOST_TEST((pool().settle_copies(r.copies, false) == std::vector<request_id>{1}));
+  BOOST_REQUIRE(blocks(1).back() == shared);
+  auto childs = prompt;
+  childs.insert(childs.end(), {701, 702, 9});
+  BOOST_REQUIRE(pool().cached_prefix(prompt_req(3, childs)).value() == 8u);
+  BOOST_REQUIRE(pool().discard(2));
+  BOOST_TEST(blocks(1).back() == shared);
+  // The parent's first block, which its admission indexed, stays.
+  BOOST_TEST(pool().cached_prefix(prompt_req(3, childs)).value() == 4u);
+  BOOST_TEST(invariant(pool()) == "ok");
+}
+
 BOOST_FIXTURE_TEST_CASE(discarding_one_of_two_holders_of_a_pinned_prefix,
                         pool_fixture) {
   cfg.max_pinned_blocks = 8;
