@@ -248,6 +248,14 @@ caf::error still_a_victim(block_pool_state& st, request_id id) {
               + " a relief brings usage under");
   if (core.exclusive_blocks(*seq) == 0)
     return no("every block it holds is shared, its end frees none");
+  // As choose_victims: never from a tenant at or below its reservation -
+  // which it may have reached since (its other requests ended).
+  auto& ts = core.tenants()[seq->tenant];
+  auto reserved = ts.config.reserved_blocks;
+  if (reserved != 0 && ts.used <= reserved)
+    return no("tenant '" + ts.config.name + "' holds "
+              + std::to_string(ts.used) + " blocks, within its "
+              + std::to_string(reserved) + " reserved");
   return caf::none;
 }
 

@@ -2,7 +2,7 @@
 // lands, and checked again then: a victim that ended and came back (a new
 // incarnation nobody chose), or whose preemption no longer relieves
 // anything - memory came free meanwhile, it went to the host tier, its
-// blocks became shared - lives on. Blocks a swap-out in flight takes away
+// blocks became shared, its tenant fell to its reservation - lives on. Blocks a swap-out in flight takes away
 // count as relief already (and a failed swap-out still gets one). And a
 // relief brings usage out of critical, not only under the high mark, when
 // the hysteresis is wider than the gap between the two.
@@ -140,6 +140,58 @@ BOOST_AUTO_TEST_CASE(an_orphan_named_as_victim_again_and_again_ends_the_rounds) 
   BOOST_TEST(used_blocks() == 51u);
   for (request_id id : {1, 3, 4})
     BOOST_TEST(outcome(lookup(id)) == "ok");
+}
+
+namespace {
+
+/// The stale-victim cache with a tenant r that reserves 12 blocks.
+struct reserved_victim_fixture : stale_victim_fixture {
+  static cache_config with_reservation() {
+    auto c = stale_victim_fixture::config();
+    tenant_config r;
+    r.name = "r";
+    r.reserved_blocks = 12;
+    c.tenants = {tenant_config{}, r};
+    return c;
+  }
+  reserved_victim_fixture() : stale_victim_fixture(with_reservation()) {
+  }
+};
+
+} // namespace
+
+BOOST_FIXTURE_TEST_CASE(a_victim_whose_tenant_fell_to_its_reservation_is_spared,
+                        reserved_victim_fixture) {
+  // As choose_victims: never a tenant at or below its reservation - which
+  // the victim's tenant may have reached since its choice.
+  BOOST_REQUIRE(allocate(1, 4 * 30));
+  auto low = make_request(cfg, 2, 4 * 10);
+  low.priority = priority::low;
+  low.tenant = "r";
+  BOOST_REQUIRE(allocate(low));
+  auto other = make_request(cfg, 3, 4 * 10);
+  other.tenant = "r";
+  BOOST_REQUIRE(allocate(other));
+  auto held = sup.address();
+  self->send(mgr, allocate_atom::value, make_request(cfg, 4, 4 * 11));
+  run_except(held);
+  BOOST_REQUIRE(sched.prioritize(sup));
+  sched.run_once(); // critical (61 of 64): victims asked for, 2 named
+  run_except(held);
+  BOOST_REQUIRE((reply_to<request_handle_actor, block_table>(self)));
+  // 3 ends: r holds 10 blocks, within its 12. 5 takes 10: critical again.
+  self->send(mgr, free_atom::value, request_id{3});
+  run_except(held);
+  BOOST_REQUIRE(reply_to<std::uint32_t>(self));
+  self->send(mgr, allocate_atom::value, make_request(cfg, 5, 4 * 10));
+  run_except(held);
+  BOOST_REQUIRE((reply_to<request_handle_actor, block_table>(self)));
+  run(); // the supervisor preempts 2: refused; it looks again
+  BOOST_TEST(outcome(lookup(2)) == "ok");
+  auto notices = preempt_notices(self);
+  BOOST_REQUIRE(notices.size() == 1u);
+  BOOST_TEST(notices[0].id == 5u);
+  BOOST_TEST(used_blocks() == 51u);
 }
 
 BOOST_AUTO_TEST_CASE(a_victim_still_needed_is_preempted) {
