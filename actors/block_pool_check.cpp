@@ -434,6 +434,26 @@ caf::error block_pool_core::check_invariant() const {
     return broken("reservations short of " + std::to_string(shortfall)
                   + " blocks, only " + std::to_string(avail)
                   + " free, evictable or draining");
+  // Each draining block covers the reservation of the tenant it was last
+  // charged to, and no other's.
+  std::vector<std::uint64_t> drained(tenants_.size(), 0);
+  for (auto& d : drains_)
+    for (auto b : d.blocks)
+      if (blocks_[b].tenant < drained.size())
+        ++drained[blocks_[b].tenant];
+  std::uint64_t held = 0;
+  for (std::size_t t = 0; t < tenants_.size(); ++t) {
+    auto& ts = tenants_[t];
+    if (drained[t] != ts.draining)
+      return broken("tenant '" + ts.config.name + "' has "
+                    + std::to_string(ts.draining) + " draining blocks, "
+                    + std::to_string(drained[t]) + " drain charged to it");
+    held += reserve_held(static_cast<std::uint16_t>(t));
+  }
+  if (held != held_total_)
+    return broken("blocks held back for reservations "
+                  + std::to_string(held_total_) + " != "
+                  + std::to_string(held));
   return caf::none;
 }
 

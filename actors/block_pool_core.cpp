@@ -51,6 +51,7 @@ block_pool_core::block_pool_core(const cache_config& cfg,
                                ? "tenant:" + tc.name
                                : "namespace:" + tc.prefix_namespace);
     shortfall_total_ += tc.reserved_blocks;
+    held_total_ += tc.reserved_blocks;
     tenants_.push_back(std::move(ts));
   }
   // "" names the default tenant: cache_config decides which, once.
@@ -170,7 +171,7 @@ caf::error block_pool_core::fits_alone(const std::string& who,
 
 std::uint64_t block_pool_core::takeable(std::uint16_t t) const noexcept {
   auto avail = static_cast<std::uint64_t>(free_.size() + lru_.size());
-  auto held = held_back(shortfall_total_ - shortfall(t)); // others' reserves
+  auto held = held_total_ - reserve_held(t); // others' reserves
   return avail > held ? avail - held : 0;
 }
 
@@ -230,7 +231,7 @@ caf::error block_pool_core::admit_headroom(std::uint16_t t, std::uint64_t n,
   // promise, less the free blocks (vLLM v0's check).
   using i64 = std::int64_t;
   auto avail = static_cast<i64>(free_.size() + lru_.size());
-  auto shared = avail - static_cast<i64>(shortfall_total_);
+  auto shared = avail - static_cast<i64>(held_total_);
   auto beyond = [](i64 promised, i64 own_reserve) {
     return std::max<i64>(promised - own_reserve, 0);
   };
@@ -242,13 +243,12 @@ caf::error block_pool_core::admit_headroom(std::uint16_t t, std::uint64_t n,
       auto v = static_cast<std::uint16_t>(u);
       if (u != t)
         others += beyond(usable_promise(v, static_cast<i64>(tenants_[u].promised), 0),
-                         static_cast<i64>(shortfall(v)));
+                         static_cast<i64>(reserve_held(v)));
     }
   auto mine = reserve ? static_cast<i64>(tenants_[t].promised) : 0;
-  auto own = static_cast<i64>(shortfall(t));
+  auto own = static_cast<i64>(reserve_held(t));
   // admit_blocks checked n <= takeable(t) = shared + own: what t's own
-  // reservation cannot give comes from the shared blocks. (While blocks
-  // drain, takeable may exceed shared + own: this check is the stricter.)
+  // reservation cannot give comes from the shared blocks.
   auto from_own = std::min(static_cast<i64>(n), own);
   auto from_shared = static_cast<i64>(n) - from_own;
   auto lack = [&](i64 shared_left, i64 own_left, i64 promised) {
@@ -286,8 +286,11 @@ caf::error block_pool_core::admit_headroom(std::uint16_t t, std::uint64_t n,
 void block_pool_core::charge(block_id b, std::uint16_t t) noexcept {
   blocks_[b].tenant = t;
   auto& ts = tenants_[t];
-  if (ts.used < ts.config.reserved_blocks)
+  if (ts.used < ts.config.reserved_blocks) {
     --shortfall_total_;
+    if (ts.config.reserved_blocks - ts.used > ts.draining)
+      --held_total_; // its reserve_held falls by one
+  }
   ++ts.used;
   ++used_;
 }
@@ -295,9 +298,19 @@ void block_pool_core::charge(block_id b, std::uint16_t t) noexcept {
 void block_pool_core::uncharge(block_id b) noexcept {
   auto& ts = tenants_[blocks_[b].tenant];
   --ts.used;
-  if (ts.used < ts.config.reserved_blocks)
+  if (ts.used < ts.config.reserved_blocks) {
     ++shortfall_total_;
+    if (ts.config.reserved_blocks - ts.used > ts.draining)
+      ++held_total_; // its reserve_held rises by one
+  }
   --used_;
+}
+
+void block_pool_core::add_draining(std::uint16_t t, int delta) noexcept {
+  auto before = reserve_held(t);
+  tenants_[t].draining = static_cast<std::uint64_t>(
+    static_cast<std::int64_t>(tenants_[t].draining) + delta);
+  held_total_ = held_total_ - before + reserve_held(t);
 }
 
 void block_pool_core::evict_one(block_id b, std::uint8_t level) {

@@ -463,13 +463,20 @@ private:
 
   /// Blocks tenant `t` may take now: free and cached, less others' reserves.
   std::uint64_t takeable(std::uint16_t t) const noexcept;
-  /// Of `shortfall` blocks reservations miss, those the free and cached
-  /// blocks must hold back: the draining ones cover reservations first (a
-  /// victim's drain must not take from everyone else the room its tenant's
-  /// reservation is owed - that tenant waits for the drain's end instead).
-  std::uint64_t held_back(std::uint64_t shortfall) const noexcept {
-    return shortfall > draining_ ? shortfall - draining_ : 0;
+  /// Of the blocks tenant `t`'s reservation misses, those the free and
+  /// cached blocks must hold back for it: its own draining blocks cover it
+  /// first (a victim's drain must not take from everyone else the room its
+  /// tenant's reservation is owed - that tenant waits for the drain's end
+  /// instead), and no other tenant's (whose drain would make this one
+  /// wait).
+  std::uint64_t reserve_held(std::uint16_t t) const noexcept {
+    auto s = shortfall(t);
+    auto d = tenants_[t].draining;
+    return s > d ? s - d : 0;
   }
+  /// Adds `delta` blocks (+1 or -1) to tenant `t`'s draining ones, keeping
+  /// held_total_.
+  void add_draining(std::uint16_t t, int delta) noexcept;
   /// Whether tenant `t` may take `n` more blocks (quota and reservations);
   /// the error says which limit. `unlisted` of them (revived pinned blocks)
   /// count toward the quota but come off neither the free nor the LRU list.
@@ -664,6 +671,9 @@ private:
   std::uint16_t default_tenant_ = 0; ///< what "" names (find_tenant(""))
   std::uint64_t used_ = 0;
   std::uint64_t shortfall_total_ = 0; ///< sum over tenants of reserved - used
+  /// Sum over tenants of reserve_held: what the free and cached blocks
+  /// hold back for reservations.
+  std::uint64_t held_total_ = 0;
   std::uint64_t next_cache_id_ = 1;
   std::uint64_t next_admission_ = 1;
   std::uint64_t step_stamp_ = 0; ///< run_step's count (sequence::step_stamp)

@@ -54,8 +54,10 @@ block_pool_core::preempt_draining(request_id id, std::uint64_t tag) {
     free_.pop();
   if (d.blocks.empty())
     return res;
-  for (auto b : d.blocks)
+  for (auto b : d.blocks) {
     blocks_[b].state = block_state::draining;
+    add_draining(blocks_[b].tenant, +1); // uncharged from it just now
+  }
   draining_ += d.blocks.size();
   d.serial = next_drain_++;
   d.tag = tag;
@@ -68,6 +70,7 @@ std::uint32_t block_pool_core::end_drain_at(std::size_t i) {
   auto& d = drains_[i];
   for (auto b : d.blocks) {
     blocks_[b].state = block_state::free;
+    add_draining(blocks_[b].tenant, -1);
     free_.push(b);
   }
   auto n = static_cast<std::uint32_t>(d.blocks.size());

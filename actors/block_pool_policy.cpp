@@ -179,7 +179,7 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
   // far as reservations are concerned - the pinner's own too, or another
   // reserved tenant would find its share gone to the pinner's shortfall.
   auto avail = static_cast<std::uint64_t>(free_.size() + lru_.size());
-  auto held = held_back(shortfall_total_);
+  auto held = held_total_;
   auto spare = avail > held ? avail - held : 0;
   if (off_lru > spare)
     return make_error(errc::out_of_blocks,
@@ -270,7 +270,7 @@ void block_pool_core::unpin_at(std::size_t i) {
 }
 
 void block_pool_core::give_way(const block_id* blocks, std::size_t n) {
-  while (n > 0 && free_.size() + lru_.size() < held_back(shortfall_total_)) {
+  while (n > 0 && free_.size() + lru_.size() < held_total_) {
     auto b = blocks[--n];
     auto& m = blocks_[b];
     if (m.pinned && m.state == block_state::cached)

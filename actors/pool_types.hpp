@@ -79,6 +79,10 @@ struct tenant_state {
   /// Sum of growth() over the tenant's live resident requests: blocks its
   /// promises may still take (reserve_expected).
   std::uint64_t promised = 0;
+  /// Draining blocks last charged to it (a supervisor's victim let them
+  /// go under a grace): they cover its reservation's shortfall, not any
+  /// other tenant's.
+  std::uint64_t draining = 0;
   std::uint64_t query_tokens = 0;
   std::uint64_t hit_tokens = 0;
   std::uint64_t preemptions = 0; ///< as pool_counters::preemptions

@@ -187,6 +187,17 @@ BOOST_AUTO_TEST_CASE(check_catches_a_reservation_shortfall_that_is_not_the_sum) 
   expect_broken("reservation shortfall 1 != 0");
 }
 
+BOOST_AUTO_TEST_CASE(check_catches_a_tenant_draining_count_that_is_not_its_drained_blocks) {
+  // Request 8's drained block was last charged to the default tenant.
+  ++access::tenants(*pool)[quota_tenant].draining;
+  expect_broken("tenant 'q' has 1 draining blocks, 0 drain charged to it");
+}
+
+BOOST_AUTO_TEST_CASE(check_catches_a_held_back_count_that_is_not_the_sum) {
+  ++access::held(*pool);
+  expect_broken("blocks held back for reservations 1 != 0");
+}
+
 BOOST_AUTO_TEST_CASE(check_catches_reservations_the_pool_cannot_serve) {
   // q reserves 100 and holds 2: 98 short, with 10 free, 2 cached and 1
   // draining.

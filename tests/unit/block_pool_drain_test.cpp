@@ -138,6 +138,41 @@ BOOST_FIXTURE_TEST_CASE(draining_blocks_cover_reservations_first,
   alloc(tokens_req(4, 32, "a"));
 }
 
+BOOST_FIXTURE_TEST_CASE(a_drain_covers_its_own_tenants_reservation_only,
+                        pool_fixture) {
+  // b reserves 4 blocks and holds none: the 4 free blocks are b's. a's
+  // victim drains 6 blocks: they cover no reservation of b's, so the
+  // default tenant still may not take b's 4 (which would make b wait for
+  // another tenant's drain), and b may.
+  cfg.tenants = {tenant_config{}, tenant("a"), tenant("b", 0, 4)};
+  make(16);
+  alloc(tokens_req(1, 24, "a"));
+  alloc(tokens_req(2, 24));
+  BOOST_REQUIRE(pool().preempt_draining(1, 0));
+  BOOST_TEST(pool().draining_blocks() == 6u);
+  BOOST_TEST(code(pool().allocate(tokens_req(3, 4))) == "out_of_blocks");
+  BOOST_TEST(invariant(pool()) == "ok");
+  alloc(tokens_req(4, 16, "b"));
+}
+
+BOOST_FIXTURE_TEST_CASE(a_drain_that_covers_a_reservation_leaves_the_headroom_too,
+                        pool_fixture) {
+  // As draining_blocks_cover_reservations_first, with a watermark of one
+  // block: the admission headroom counts the drain's cover as takeable()
+  // does - the other tenant's admission leaving the watermark free passes.
+  cfg.tenants = {tenant_config{}, tenant("a", 0, 8)};
+  cfg.admission.watermark = 1.0 / 16;
+  make(16);
+  alloc(tokens_req(1, 48, "a"));
+  alloc(tokens_req(2, 8));
+  BOOST_REQUIRE(pool().preempt_draining(1, 0));
+  BOOST_TEST(pool().can_allocate(tokens_req(3, 4)));
+  alloc(tokens_req(3, 4));
+  // The last free block is the watermark's.
+  BOOST_TEST(code(pool().allocate(tokens_req(4, 4, "a"))) == "out_of_blocks");
+  BOOST_TEST(invariant(pool()) == "ok");
+}
+
 BOOST_FIXTURE_TEST_CASE(an_unknown_victim_fails_and_changes_nothing,
                         pool_fixture) {
   alloc(tokens_req(1, 8));

@@ -283,6 +283,9 @@ private:
   /// What tenant `t` may take: free and LRU blocks less the others'
   /// reservations.
   std::uint64_t takeable(std::uint16_t t) const;
+  /// Per tenant: what the free and LRU blocks hold back for its
+  /// reservation - its shortfall less its own draining blocks.
+  std::vector<std::uint64_t> reserve_held() const;
   /// Blocks `seq` is expected to grow by, resident only.
   std::uint64_t growth(const model_sequence& seq) const;
   /// `charged`: blocks the admission charges to `t` (`n` and revived

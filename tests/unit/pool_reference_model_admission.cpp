@@ -19,13 +19,30 @@ std::uint64_t pool_model::shortfall() const {
   return n;
 }
 
+std::vector<std::uint64_t> pool_model::reserve_held() const {
+  // A tenant's draining blocks (those last charged to it) cover its own
+  // reservation first - they come free soon - and no other tenant's.
+  std::vector<std::uint64_t> drained(tenants_.size(), 0);
+  for (auto& b : blocks_)
+    if (b.st == state::draining)
+      ++drained[b.tenant];
+  std::vector<std::uint64_t> held(tenants_.size(), 0);
+  for (std::size_t u = 0; u < tenants_.size(); ++u) {
+    auto& ts = tenants_[u];
+    auto miss = ts.used < ts.config.reserved_blocks
+                  ? ts.config.reserved_blocks - ts.used
+                  : 0;
+    held[u] = miss > drained[u] ? miss - drained[u] : 0;
+  }
+  return held;
+}
+
 std::uint64_t pool_model::takeable(std::uint16_t t) const {
   std::uint64_t held = 0; // what other tenants' reservations hold back
+  auto by_tenant = reserve_held();
   for (std::size_t u = 0; u < tenants_.size(); ++u)
-    if (u != t && tenants_[u].used < tenants_[u].config.reserved_blocks)
-      held += tenants_[u].config.reserved_blocks - tenants_[u].used;
-  // Draining blocks cover reservations first: they come free soon.
-  held = held > draining_blocks() ? held - draining_blocks() : 0;
+    if (u != t)
+      held += by_tenant[u];
   auto avail = takeable_blocks();
   return avail > held ? avail - held : 0;
 }
@@ -76,10 +93,9 @@ maybe_errc pool_model::headroom(std::uint16_t t, std::uint64_t n,
     for (auto& [id, seq] : seqs_)
       promised[seq.tenant] += static_cast<i64>(growth(seq));
   i64 held = 0;
+  auto by_tenant = reserve_held();
   for (std::size_t u = 0; u < tenants_.size(); ++u) {
-    auto& ts = tenants_[u];
-    if (ts.used < ts.config.reserved_blocks)
-      short_of[u] = static_cast<i64>(ts.config.reserved_blocks - ts.used);
+    short_of[u] = static_cast<i64>(by_tenant[u]);
     held += short_of[u];
   }
   // A tenant grows no further than its quota: promises past it are

@@ -6,6 +6,7 @@
 #include "pool_reference_model.hpp"
 
 #include <algorithm>
+#include <numeric>
 
 namespace kvactor::test {
 
@@ -49,9 +50,10 @@ pool_model::pin(std::uint16_t t, const std::vector<token_id>& tokens,
   if (pinned_.size() + fresh > max_pinned_)
     return {errc::quota_exceeded, 0};
   // Pinned cached blocks cannot be taken: never those reservations need
-  // (anyone's, the pinner's own too) - but for those draining blocks
-  // cover, which come free soon.
-  auto held = shortfall() > draining_blocks() ? shortfall() - draining_blocks() : 0;
+  // (anyone's, the pinner's own too) - but for those each tenant's own
+  // draining blocks cover, which come free soon.
+  auto by_tenant = reserve_held();
+  auto held = std::accumulate(by_tenant.begin(), by_tenant.end(), std::uint64_t{0});
   auto spare = takeable_blocks() > held ? takeable_blocks() - held : 0;
   if (off_lru > spare)
     return {errc::out_of_blocks, 0};
@@ -99,7 +101,9 @@ void pool_model::give_way(const std::vector<block_id>& table) {
   // Reservations come first: while the blocks anyone may take fall short
   // of them, the table's pinned cached blocks lose their pins, last first.
   for (auto b = table.rbegin(); b != table.rend(); ++b) {
-    if (takeable_blocks() + draining_blocks() >= shortfall())
+    auto by_tenant = reserve_held();
+    if (takeable_blocks()
+        >= std::accumulate(by_tenant.begin(), by_tenant.end(), std::uint64_t{0}))
       return;
     auto& m = blocks_[*b];
     if (m.pinned && m.st == state::cached)

@@ -87,6 +87,10 @@ struct block_pool_test_access {
   static std::uint64_t& used(core& p) {
     return p.used_;
   }
+  /// What the free and cached blocks hold back for reservations.
+  static std::uint64_t& held(core& p) {
+    return p.held_total_;
+  }
   static std::uint64_t& shortfall(core& p) {
     return p.shortfall_total_;
   }
