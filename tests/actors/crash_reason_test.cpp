@@ -10,6 +10,7 @@
 #include <caf/all.hpp>
 
 #include "kvactor/actors/crash_reason.hpp"
+#include "spawn_fn.hpp"
 
 using namespace kvactor;
 using namespace kvactor::test;
@@ -21,7 +22,7 @@ namespace {
 template <class Throw>
 std::string end_of_one_that_throws(Throw thrown) {
   cache_fixture f;
-  auto victim = f.sys.spawn([thrown](caf::event_based_actor* self) {
+  auto victim = spawn_fn(f.sys, [thrown](caf::event_based_actor* self) {
     detail::name_crashes(self, "test actor");
     return caf::behavior{[thrown](int) { thrown(); }};
   });

@@ -20,6 +20,7 @@
 #include "kvactor/actors/device_actor.hpp"
 #include "kvactor/messages/registration.hpp"
 #include "slow_storage.hpp"
+#include "spawn_fn.hpp"
 
 using namespace kvactor;
 using namespace kvactor::test;
@@ -104,7 +105,7 @@ using event_log = std::shared_ptr<std::vector<std::string>>;
 caf::actor spawn_spy(caf::actor_system& sys, const device_actor& dev,
                      event_log log, std::vector<block_move> moves,
                      caf::actor next = {}) {
-  return sys.spawn([log, dev, moves, next](caf::event_based_actor* self) {
+  return spawn_fn(sys, [log, dev, moves, next](caf::event_based_actor* self) {
     self->set_exit_handler([log](caf::exit_msg& msg) {
       log->push_back("exit: " + render(msg.reason));
     });

@@ -2,6 +2,7 @@
 // interleavings the other tests do not force: owners that die with a fork in
 // flight or a request swapped out, subscribers that subscribe twice or die.
 #include "fixture.hpp"
+#include "spawn_fn.hpp"
 
 #include <caf/all.hpp>
 
@@ -33,7 +34,7 @@ BOOST_FIXTURE_TEST_SUITE(registry_interleavings_suite, probe_fixture)
 BOOST_AUTO_TEST_CASE(an_owner_dying_with_a_fork_in_flight_leaves_nothing) {
   run();
   BOOST_REQUIRE(allocate(1, 8));
-  auto owner = sys.spawn([](caf::event_based_actor* me) -> caf::behavior {
+  auto owner = spawn_fn(sys, [](caf::event_based_actor* me) -> caf::behavior {
     me->set_default_handler(caf::drop);
     return {[](caf::unit_t) {}};
   });
@@ -50,7 +51,7 @@ BOOST_AUTO_TEST_CASE(an_owner_dying_with_a_fork_in_flight_leaves_nothing) {
 BOOST_AUTO_TEST_CASE(a_lifecycle_subscriber_owner_dying_with_an_allocate_in_flight_leaves_nothing) {
   run();
   caf::scoped_actor sub{sys};
-  auto owner = sys.spawn([](caf::event_based_actor* me) -> caf::behavior {
+  auto owner = spawn_fn(sys, [](caf::event_based_actor* me) -> caf::behavior {
     me->set_default_handler(caf::drop);
     return {[](caf::unit_t) {}};
   });
@@ -92,7 +93,7 @@ BOOST_AUTO_TEST_CASE(subscribing_twice_to_lifecycle_tells_each_end_once) {
 
 BOOST_AUTO_TEST_CASE(an_owner_dying_with_its_request_swapped_out_frees_both_tiers) {
   run();
-  auto owner = sys.spawn([](caf::event_based_actor* me) -> caf::behavior {
+  auto owner = spawn_fn(sys, [](caf::event_based_actor* me) -> caf::behavior {
     me->set_default_handler(caf::drop);
     return {[](caf::unit_t) {}};
   });
@@ -141,7 +142,7 @@ BOOST_AUTO_TEST_CASE(a_handle_killed_mid_swap_ends_its_request_once) {
 BOOST_AUTO_TEST_CASE(a_dead_lifecycle_subscriber_is_dropped_and_others_still_hear) {
   caf::scoped_actor sub{sys};
   subscribe(topic::lifecycle, sub);
-  auto dead = sys.spawn([](caf::event_based_actor* me) -> caf::behavior {
+  auto dead = spawn_fn(sys, [](caf::event_based_actor* me) -> caf::behavior {
     me->set_default_handler(caf::drop);
     return {[](caf::unit_t) {}};
   });

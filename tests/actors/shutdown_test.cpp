@@ -15,6 +15,7 @@
 #include <caf/all.hpp>
 
 #include "kvactor/messages/registration.hpp"
+#include "spawn_fn.hpp"
 
 using namespace kvactor;
 using namespace kvactor::test;
@@ -307,7 +308,7 @@ BOOST_AUTO_TEST_CASE(a_linked_actor_ending_normally_stops_nothing) {
   auto a = f.allocate(1, 9);
   BOOST_REQUIRE(a);
   auto mgr = caf::actor_cast<caf::actor>(f.mgr);
-  f.sys.spawn([mgr](caf::event_based_actor* linked) {
+  spawn_fn(f.sys, [mgr](caf::event_based_actor* linked) {
     linked->link_to(mgr);
     linked->quit();
   });

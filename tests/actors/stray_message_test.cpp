@@ -7,6 +7,7 @@
 // returns sec::unexpected_message, which goes back to the sender). One
 // careless client would stop the whole cache.
 #include "fixture.hpp"
+#include "spawn_fn.hpp"
 
 #include <memory>
 #include <string>
@@ -45,7 +46,7 @@ BOOST_AUTO_TEST_CASE(a_client_without_a_handler_for_the_reply_stops_nothing) {
   // prints "*** unexpected message": expected in this test's output).
   auto a = allocate(1, 5);
   BOOST_REQUIRE(a);
-  auto careless = sys.spawn([](caf::event_based_actor* self) -> caf::behavior {
+  auto careless = spawn_fn(sys, [](caf::event_based_actor* self) -> caf::behavior {
     return {[self](const kv_cache_manager_actor& mgr, request_id id) {
       self->send(mgr, free_atom::value, id);
     }};
@@ -66,7 +67,7 @@ BOOST_AUTO_TEST_CASE(an_unknown_message_is_answered_with_unexpected_message) {
   auto ask_unknown = [&](const auto& dest) {
     auto out = std::make_shared<std::string>("no reply");
     auto to = caf::actor_cast<caf::actor>(dest);
-    sys.spawn([to, out](caf::event_based_actor* asker) {
+    spawn_fn(sys, [to, out](caf::event_based_actor* asker) {
       asker->request(to, caf::infinite, std::string{"what is this"})
         .then([out](const std::string&) { *out = "ok"; },
               [out](caf::error& err) { *out = outcome(err); });

@@ -32,6 +32,7 @@
 #include "kvactor/actors/caf_scheduler.hpp"
 #include "kvactor/actors/kv_cache_manager.hpp"
 #include "kvactor/messages/registration.hpp"
+#include "spawn_fn.hpp"
 
 using namespace kvtest;
 using kvactor::detail::quiet_clock_counts;
@@ -103,7 +104,7 @@ BOOST_AUTO_TEST_CASE(a_timer_fires_while_the_only_worker_is_saturated) {
   // The stopper's message comes from the clock thread while a and b keep
   // the worker busy; newest-first workers would never run the stopper.
   std::promise<void> stopped;
-  auto stopper = q.sys.spawn([stop, &stopped](caf::event_based_actor* self)
+  auto stopper = spawn_fn(q.sys, [stop, &stopped](caf::event_based_actor* self)
                                -> caf::behavior {
     return {[self, stop, &stopped](std::int32_t) {
       stop->store(true);
@@ -133,7 +134,7 @@ BOOST_AUTO_TEST_CASE(ended_handle_actors_quit_while_the_load_goes_on) {
   constexpr std::size_t churns = 3000;
   constexpr auto failed = static_cast<std::size_t>(-1);
   std::promise<std::size_t> running_at_end;
-  sys.spawn([&, mgr](caf::event_based_actor* self) {
+  spawn_fn(sys, [&, mgr](caf::event_based_actor* self) {
     auto next = std::make_shared<std::size_t>(0);
     auto done = std::make_shared<std::size_t>(0);
     auto over = std::make_shared<bool>(false);
@@ -184,7 +185,7 @@ BOOST_AUTO_TEST_CASE(a_call_from_outside_does_not_wait_behind_a_long_job) {
   auto& sys = q.sys;
   auto stop = std::make_shared<std::atomic<bool>>(false);
   auto started = std::make_shared<std::atomic<bool>>(false);
-  auto hog = sys.spawn([stop, started](caf::event_based_actor*) -> caf::behavior {
+  auto hog = spawn_fn(sys, [stop, started](caf::event_based_actor*) -> caf::behavior {
     return {[stop, started](std::int32_t) {
       started->store(true);
       auto until = std::chrono::steady_clock::now() + 30s;
@@ -192,7 +193,7 @@ BOOST_AUTO_TEST_CASE(a_call_from_outside_does_not_wait_behind_a_long_job) {
         std::this_thread::yield();
     }};
   });
-  auto echo = sys.spawn([](caf::event_based_actor*) -> caf::behavior {
+  auto echo = spawn_fn(sys, [](caf::event_based_actor*) -> caf::behavior {
     return {[](std::int32_t x) { return x; }};
   });
   caf::scoped_actor self{sys};
@@ -232,7 +233,7 @@ BOOST_AUTO_TEST_CASE(a_call_after_a_pause_wakes_the_worker_that_served_the_last)
   // round robin (which would pick the same one in 1 of 4 calls).
   quiet_system q{4, caf::timespan{10s}};
   auto& sys = q.sys;
-  auto where = sys.spawn([](caf::event_based_actor*) -> caf::behavior {
+  auto where = spawn_fn(sys, [](caf::event_based_actor*) -> caf::behavior {
     return {[](std::int32_t) {
       return static_cast<std::uint64_t>(
         std::hash<std::thread::id>{}(std::this_thread::get_id()));
@@ -271,7 +272,7 @@ BOOST_AUTO_TEST_CASE(calls_from_many_threads_and_actor_chains_all_complete) {
   caf::anon_send(c, std::int64_t{0}, d);
   std::vector<caf::actor> echoes;
   for (int i = 0; i < 4; ++i)
-    echoes.push_back(sys.spawn([](caf::event_based_actor*) -> caf::behavior {
+    echoes.push_back(spawn_fn(sys, [](caf::event_based_actor*) -> caf::behavior {
       return {[](std::int32_t x) { return x + 1; }};
     }));
   std::atomic<int> wrong{0};
@@ -302,7 +303,7 @@ BOOST_AUTO_TEST_CASE(actors_quitting_without_timeouts_do_not_reach_the_clock) {
   BOOST_REQUIRE(quiet_clock_counts_of(q.sys).has_value());
   auto before = *quiet_clock_counts_of(q.sys);
   for (int i = 0; i < 1000; ++i)
-    q.sys.spawn([](caf::event_based_actor* self) { self->quit(); });
+    spawn_fn(q.sys, [](caf::event_based_actor* self) { self->quit(); });
   q.sys.await_all_actors_done();
   auto after = settled_counts(q.sys, [&](const quiet_clock_counts& c) {
     return c.skipped - before.skipped >= 1000;
@@ -314,7 +315,7 @@ BOOST_AUTO_TEST_CASE(actors_quitting_without_timeouts_do_not_reach_the_clock) {
 BOOST_AUTO_TEST_CASE(request_timeouts_fire_and_are_cancelled_at_exit) {
   quiet_system q;
   // Never answers: the request can only end by its timeout.
-  auto silent = q.sys.spawn([](caf::event_based_actor*) -> caf::behavior {
+  auto silent = spawn_fn(q.sys, [](caf::event_based_actor*) -> caf::behavior {
     return {[](std::int32_t) -> caf::result<std::int32_t> {
       return caf::delegated<std::int32_t>{};
     }};
@@ -339,7 +340,7 @@ BOOST_AUTO_TEST_CASE(receive_timeouts_and_delayed_messages_arrive) {
   caf::scoped_actor self{q.sys};
   auto client = caf::actor_cast<caf::actor>(self);
   // Reports its receive timeout, then quits.
-  q.sys.spawn([client](caf::event_based_actor* ev) -> caf::behavior {
+  spawn_fn(q.sys, [client](caf::event_based_actor* ev) -> caf::behavior {
     return {
       [](std::int32_t) {},
       caf::after(10ms) >> [ev, client] {
@@ -366,7 +367,7 @@ BOOST_AUTO_TEST_CASE(an_actor_quitting_with_a_timer_pending_has_it_cancelled) {
   auto before = *quiet_clock_counts_of(q.sys);
   // Its receive timeout is an hour away when it quits: the cancellation
   // must reach the clock (exactly this one actor's).
-  auto sleeper = q.sys.spawn([client](caf::event_based_actor* ev) -> caf::behavior {
+  auto sleeper = spawn_fn(q.sys, [client](caf::event_based_actor* ev) -> caf::behavior {
     return {
       [ev](std::int32_t) { ev->quit(); },
       caf::after(std::chrono::seconds{3600}) >> [ev, client] {

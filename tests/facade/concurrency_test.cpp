@@ -9,6 +9,7 @@
 
 #include "fixture.hpp"
 #include "load_client.hpp"
+#include "spawn_fn.hpp"
 
 using namespace kvtest;
 
@@ -38,7 +39,7 @@ BOOST_AUTO_TEST_CASE(thirty_two_client_actors_hammer_one_manager) {
     c->rng.seed(static_cast<unsigned>(i + 1));
     c->next_id = static_cast<request_id>(i + 1) * 1000000;
     c->ops_left = ops_per_client;
-    f.sys->spawn([c](caf::event_based_actor* self) -> caf::behavior {
+    spawn_fn(*f.sys, [c](caf::event_based_actor* self) -> caf::behavior {
       c->self = self;
       // Keep c alive as long as the actor: its continuations capture `this`.
       self->attach_functor([c](const caf::error&) { c->self = nullptr; });

@@ -17,6 +17,7 @@
 #include "kvactor/actors/blocking_bridge.hpp"
 #include "kvactor/actors/facade_core.hpp"
 #include "kvactor/actors/kv_cache_handle.hpp"
+#include "spawn_fn.hpp"
 
 using namespace kvtest;
 
@@ -210,7 +211,7 @@ BOOST_AUTO_TEST_CASE(a_call_to_an_actor_that_went_unanswering_fails_at_once) {
   // vector, written on a worker, is not the test thread's to read).
   auto kept = std::make_shared<std::vector<caf::response_promise>>();
   auto in = std::make_shared<std::atomic<bool>>(false);
-  auto silent = sys.spawn([kept, in](caf::event_based_actor* self) -> caf::behavior {
+  auto silent = spawn_fn(sys, [kept, in](caf::event_based_actor* self) -> caf::behavior {
     return {[self, kept, in](std::int32_t) -> caf::result<std::int32_t> {
       kept->push_back(self->make_response_promise());
       in->store(true);
