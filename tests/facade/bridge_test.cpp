@@ -19,6 +19,7 @@
 
 #include "fixture.hpp"
 #include "kvactor/actors/blocking_bridge.hpp"
+#include "spawn_fn.hpp"
 
 using namespace kvtest;
 
@@ -65,7 +66,7 @@ BOOST_FIXTURE_TEST_SUITE(blocking_bridge_suite, watchdog)
 BOOST_AUTO_TEST_CASE(timeouts_racing_their_replies_neither_hang_nor_mix_replies) {
   caf::actor_system_config cfg;
   caf::actor_system sys{cfg};
-  auto echo = caf::actor_cast<caf::strong_actor_ptr>(sys.spawn(slow_echo));
+  auto echo = caf::actor_cast<caf::strong_actor_ptr>(spawn_fn(sys, slow_echo));
   std::size_t answered = 0;
   std::size_t timed_out = 0;
   {
@@ -96,7 +97,7 @@ BOOST_AUTO_TEST_CASE(timeouts_racing_their_replies_neither_hang_nor_mix_replies)
 BOOST_AUTO_TEST_CASE(a_reply_is_trimmed_on_the_repliers_thread_unless_late) {
   caf::actor_system_config cfg;
   caf::actor_system sys{cfg};
-  auto echo = caf::actor_cast<caf::strong_actor_ptr>(sys.spawn(sleepy_echo));
+  auto echo = caf::actor_cast<caf::strong_actor_ptr>(spawn_fn(sys, sleepy_echo));
   kvactor::detail::blocking_bridge bridge{sys};
   trims = 0;
   auto res = bridge.call(echo, caf::make_message(std::int32_t{10}),
@@ -128,7 +129,7 @@ BOOST_AUTO_TEST_CASE(a_trim_that_throws_fails_its_call_and_spares_the_replier) {
   // error instead of waiting for good, and the replier answers on.
   caf::actor_system_config cfg;
   caf::actor_system sys{cfg};
-  auto echo = caf::actor_cast<caf::strong_actor_ptr>(sys.spawn(sleepy_echo));
+  auto echo = caf::actor_cast<caf::strong_actor_ptr>(spawn_fn(sys, sleepy_echo));
   kvactor::detail::blocking_bridge bridge{sys};
   auto res = bridge.call(echo, caf::make_message(std::int32_t{10}),
                          std::chrono::milliseconds::max(), nullptr,
