@@ -11,6 +11,20 @@ using namespace kvactor;
 using namespace kvactor::test;
 using namespace kvactor::test::tenant_policy;
 
+namespace {
+
+/// Request `id` of tenant `who`: `tokens` now, `out` more expected, and no
+/// room past them.
+allocation_request expecting(request_id id, std::uint64_t tokens,
+                             std::uint64_t out, std::string who = "") {
+  auto r = tokens_req(id, tokens, std::move(who));
+  r.expected_output_tokens = out;
+  r.max_sequence_length = tokens + out;
+  return r;
+}
+
+} // namespace
+
 BOOST_FIXTURE_TEST_SUITE(tenant_retention_suite, policy_fixture)
 
 // -- retention ----------------------------------------------------------------------
@@ -296,28 +310,21 @@ BOOST_AUTO_TEST_CASE(headroom_charges_a_reservation_only_its_own_tenants_growth)
   cfg.admission.policy = "reserve_expected";
   cfg.tenants = {tenant_config{}, tenant("r", 0, 8)};
   make(20);
-  auto req = [](request_id id, std::uint64_t tokens, std::uint64_t out,
-                std::string who = "") {
-    auto r = tokens_req(id, tokens, std::move(who));
-    r.expected_output_tokens = out;
-    r.max_sequence_length = tokens + out;
-    return r;
-  };
-  alloc(req(1, 4, 28));  // 1 block, 7 promised
-  auto second = req(2, 4, 4); // 1 block, 1 promised: 10 free for the others
+  alloc(expecting(1, 4, 28));  // 1 block, 7 promised
+  auto second = expecting(2, 4, 4); // 1 block, 1 promised: 10 free for the others
   second.max_sequence_length = 100;
   alloc(second);
   BOOST_REQUIRE(pool().extend(2, 40, nullptr)); // 11 blocks, past its promise
   // 12 used, 8 free - all of them r's; the default tenant's 7 promised
   // cannot be covered, and r's admissions change nothing about that.
-  BOOST_TEST(try_alloc(req(3, 32, 0, "r")) == "ok");
+  BOOST_TEST(try_alloc(expecting(3, 32, 0, "r")) == "ok");
   BOOST_TEST(pool().free_blocks() == 0u);
   release(3);
   // With growth r's reservation holds, and past it (from no shared block).
-  BOOST_TEST(pool().can_allocate(req(3, 16, 16, "r")));
-  BOOST_TEST(!pool().can_allocate(req(3, 16, 20, "r")));
+  BOOST_TEST(pool().can_allocate(expecting(3, 16, 16, "r")));
+  BOOST_TEST(!pool().can_allocate(expecting(3, 16, 20, "r")));
   // The default tenant may take none of them, admitted or grown.
-  BOOST_TEST(try_alloc(req(4, 4, 0)) == "out_of_blocks");
+  BOOST_TEST(try_alloc(expecting(4, 4, 0)) == "out_of_blocks");
   BOOST_TEST(code(pool().extend(1, 4, nullptr)) == "out_of_blocks");
 }
 
@@ -329,30 +336,23 @@ BOOST_AUTO_TEST_CASE(promises_past_a_tenants_quota_hold_nothing_back) {
   cfg.admission.policy = "reserve_expected";
   cfg.tenants = {tenant_config{}, tenant("b", 4)};
   make(16);
-  auto req = [](request_id id, std::uint64_t tokens, std::uint64_t out,
-                std::string who = "") {
-    auto r = tokens_req(id, tokens, std::move(who));
-    r.expected_output_tokens = out;
-    r.max_sequence_length = tokens + out;
-    return r;
-  };
   // b: four 1-block requests, each promising 3 blocks more (12 in all) -
   // and at its quota of 4 it can grow by none of them.
   for (request_id id = 1; id <= 4; ++id)
-    BOOST_REQUIRE(try_alloc(req(id, 4, 12, "b")) == "ok");
+    BOOST_REQUIRE(try_alloc(expecting(id, 4, 12, "b")) == "ok");
   BOOST_TEST(pool().free_blocks() == 12u);
   BOOST_TEST(code(pool().extend(1, 4, nullptr)) == "quota_exceeded");
   // So the default tenant is admitted, for all of the 11 blocks' growth
   // that stay beside its 1 - its own promise still counts.
-  BOOST_TEST(pool().can_allocate(req(5, 4, 44)));
-  BOOST_TEST(!pool().can_allocate(req(5, 4, 48)));
-  BOOST_TEST(try_alloc(req(5, 4, 4)) == "ok");
+  BOOST_TEST(pool().can_allocate(expecting(5, 4, 44)));
+  BOOST_TEST(!pool().can_allocate(expecting(5, 4, 48)));
+  BOOST_TEST(try_alloc(expecting(5, 4, 4)) == "ok");
   // Once b has room again, its promises count again, as far as the room:
   // with request 4 gone b may grow by 1 block. 12 free, 11 after the next
   // admission's own block, less b's 1 and request 5's 1: growth of 9.
   release(4);
-  BOOST_TEST(pool().can_allocate(req(6, 4, 36)));
-  BOOST_TEST(!pool().can_allocate(req(6, 4, 40)));
+  BOOST_TEST(pool().can_allocate(expecting(6, 4, 36)));
+  BOOST_TEST(!pool().can_allocate(expecting(6, 4, 40)));
 }
 
 BOOST_AUTO_TEST_CASE(the_watermark_gives_way_to_a_reservation) {
