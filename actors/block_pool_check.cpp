@@ -454,6 +454,13 @@ caf::error block_pool_core::check_invariant() const {
     return broken("blocks held back for reservations "
                   + std::to_string(held_total_) + " != "
                   + std::to_string(held));
+  // And they are there now: what no tenant's own drain covers, the free
+  // and evictable blocks hold (every take passes takeable(), every pin
+  // leaves them, a pin gives way before they fall short).
+  if (free_.size() + lru_.size() < held_total_)
+    return broken("reservations hold back " + std::to_string(held_total_)
+                  + " blocks, only " + std::to_string(free_.size() + lru_.size())
+                  + " free or evictable");
   return caf::none;
 }
 

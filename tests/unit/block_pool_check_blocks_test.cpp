@@ -198,6 +198,16 @@ BOOST_AUTO_TEST_CASE(check_catches_a_held_back_count_that_is_not_the_sum) {
   expect_broken("blocks held back for reservations 1 != 0");
 }
 
+BOOST_AUTO_TEST_CASE(check_catches_reservations_not_held_in_free_blocks) {
+  // q reserves 15 and holds 2: 13 short - covered by the 10 free, 2
+  // cached and 1 draining blocks together, but that block drains for the
+  // default tenant, not q: 13 must be free or evictable, 12 are.
+  access::tenants(*pool)[quota_tenant].config.reserved_blocks = 15;
+  access::shortfall(*pool) = 13;
+  access::held(*pool) = 13;
+  expect_broken("reservations hold back 13 blocks, only 12 free or evictable");
+}
+
 BOOST_AUTO_TEST_CASE(check_catches_reservations_the_pool_cannot_serve) {
   // q reserves 100 and holds 2: 98 short, with 10 free, 2 cached and 1
   // draining.
