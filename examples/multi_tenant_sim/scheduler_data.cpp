@@ -25,14 +25,49 @@ void fill_row(std::uint8_t* out, std::size_t row, token_id token,
     out[j] = static_cast<std::uint8_t>((h >> (8 * (j & 3))) + j);
 }
 
-} // namespace
-
-namespace {
-
 /// Reads back `t`'s K/V of `layer` from the blocks of `table` (the
 /// cache's own) and compares them with what was written for its tokens.
 void read_back(sched_actor* self, std::shared_ptr<verify_target> t,
-               std::uint32_t layer, const block_table& table);
+               std::uint32_t layer, const block_table& table) {
+  auto& st = self->state;
+  self->request(st.dev, reply_timeout, gather_atom::value, layer,
+                table.blocks, table.num_tokens)
+    .then(
+      [self, t, layer](gathered_kv& g) {
+        auto& st = self->state;
+        auto row = st.row_bytes;
+        auto n = t->tokens.size();
+        ++st.out->verify_checks;
+        std::uint64_t bad = 0;
+        std::uint64_t first_bad = 0;
+        if (g.keys.size() != n * row || g.values.size() != n * row) {
+          bad = n;
+        } else {
+          std::vector<std::uint8_t> want(row);
+          for (std::size_t pos = 0; pos < n; ++pos) {
+            bool ok = true;
+            for (std::uint32_t kind = 0; kind < 2 && ok; ++kind) {
+              fill_row(want.data(), row, t->tokens[pos],
+                       static_cast<std::uint32_t>(pos), layer, kind);
+              auto& got = kind == 0 ? g.keys : g.values;
+              ok = std::memcmp(got.data() + pos * row, want.data(), row) == 0;
+            }
+            if (!ok && bad++ == 0)
+              first_bad = pos;
+          }
+        }
+        if (bad > 0) {
+          ++st.out->verify_failures;
+          warn(self, "read-back of request " + std::to_string(t->id) + ", layer "
+                       + std::to_string(layer) + ": " + std::to_string(bad)
+                       + " of " + std::to_string(n)
+                       + " tokens differ (first at position "
+                       + std::to_string(first_bad) + ")");
+        }
+        stats_step(self);
+      },
+      [self](caf::error& err) { finish(self, "reading K/V back: " + render(err)); });
+}
 
 } // namespace
 
@@ -82,52 +117,6 @@ void verify_step(sched_actor* self) {
         finish(self, "reading a table to verify: " + render(err));
       });
 }
-
-namespace {
-
-void read_back(sched_actor* self, std::shared_ptr<verify_target> t,
-               std::uint32_t layer, const block_table& table) {
-  auto& st = self->state;
-  self->request(st.dev, reply_timeout, gather_atom::value, layer,
-                table.blocks, table.num_tokens)
-    .then(
-      [self, t, layer](gathered_kv& g) {
-        auto& st = self->state;
-        auto row = st.row_bytes;
-        auto n = t->tokens.size();
-        ++st.out->verify_checks;
-        std::uint64_t bad = 0;
-        std::uint64_t first_bad = 0;
-        if (g.keys.size() != n * row || g.values.size() != n * row) {
-          bad = n;
-        } else {
-          std::vector<std::uint8_t> want(row);
-          for (std::size_t pos = 0; pos < n; ++pos) {
-            bool ok = true;
-            for (std::uint32_t kind = 0; kind < 2 && ok; ++kind) {
-              fill_row(want.data(), row, t->tokens[pos],
-                       static_cast<std::uint32_t>(pos), layer, kind);
-              auto& got = kind == 0 ? g.keys : g.values;
-              ok = std::memcmp(got.data() + pos * row, want.data(), row) == 0;
-            }
-            if (!ok && bad++ == 0)
-              first_bad = pos;
-          }
-        }
-        if (bad > 0) {
-          ++st.out->verify_failures;
-          warn(self, "read-back of request " + std::to_string(t->id) + ", layer "
-                       + std::to_string(layer) + ": " + std::to_string(bad)
-                       + " of " + std::to_string(n)
-                       + " tokens differ (first at position "
-                       + std::to_string(first_bad) + ")");
-        }
-        stats_step(self);
-      },
-      [self](caf::error& err) { finish(self, "reading K/V back: " + render(err)); });
-}
-
-} // namespace
 
 /// Writes the K/V of every token the step computed (prefill and decode),
 /// one message per layer, and waits for all of them: the next step's
