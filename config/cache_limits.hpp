@@ -1,4 +1,4 @@
-// cache_limits: the bounds validate() (cache_config.cpp) puts on a config's
+// cache_limits: the bounds validate() (validate_config.cpp) puts on a config's
 // sizes, for readers that check their own input against what the cache will
 // accept before they build a config from it (the replay's trace header).
 #pragma once

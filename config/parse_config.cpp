@@ -1,5 +1,5 @@
 // Reads a cache_config from JSON (parse_config, load_config): key and type
-// checks here, range checks shared with validate() in cache_config.cpp.
+// checks here, range checks shared with validate() in validate_config.cpp.
 #include "kvactor/config/cache_config.hpp"
 #include "kvactor/config/cache_limits.hpp"
 
