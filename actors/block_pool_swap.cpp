@@ -162,10 +162,13 @@ block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
     // chain continues from here either way.
     counters_.swap_in_shared += shared;
     seq->blocks.assign(seq->incoming.begin(), seq->incoming.end());
-    // Its own blocks' K/V were written before it moved: from here on, only
-    // what it grows is its own to take out of the index (discard).
-    seq->brought_from = static_cast<std::uint16_t>(
-      std::min<std::size_t>(seq->blocks.size(), 65535));
+    // Its full blocks' K/V were written before it moved: from here on, only
+    // what it writes is its own to take out of the index (discard). Not a
+    // partly filled last block, nor one its drafts reach: it writes there
+    // still (drafts may be dropped and their places grown anew), and may
+    // complete and index it.
+    seq->brought_from = static_cast<std::uint16_t>(std::min<std::uint64_t>(
+      (seq->num_tokens - seq->drafts) / block_size_, 65535));
     seq->incoming.clear();
     for (auto h : seq->host_blocks)
       host_free_.push(h);

@@ -137,9 +137,10 @@ model_release pool_model::swap_in_done(request_id id, std::uint64_t cache_id,
   if (ok) {
     counters_.swap_in_shared += seq.shared_at_swap_in;
     seq.blocks = std::move(seq.incoming);
-    // Its own K/V were written before it moved.
-    seq.brought_from = static_cast<std::uint32_t>(
-      std::min<std::size_t>(seq.blocks.size(), 65535));
+    // Its full blocks' K/V were written before it moved; not a partial
+    // last block nor one its drafts reach (it writes there still).
+    seq.brought_from = static_cast<std::uint32_t>(std::min<std::uint64_t>(
+      (seq.num_tokens - seq.drafts) / block_size_, 65535));
     seq.incoming.clear();
     for (auto h : seq.host_blocks)
       host_free_.push_back(h);

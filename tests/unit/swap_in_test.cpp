@@ -309,6 +309,74 @@ BOOST_FIXTURE_TEST_CASE(a_swap_ins_end_counts_what_it_shared_though_a_discard_un
   }
 }
 
+namespace {
+
+/// Whether block `b` is in `pool`'s prefix index.
+bool indexed(const block_pool_core& pool, block_id b) {
+  bool found = false;
+  pool.for_each_indexed([&](std::uint64_t, block_id x) { found |= x == b; });
+  return found;
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_CASE(a_discard_after_a_swap_in_unindexes_the_partial_block_it_completed,
+                        swap_fixture) {
+  // 1 comes back with a partly filled last block and completes it in place
+  // (indexed). 2's prompt hits it before 1's pass wrote those tokens; 1's
+  // pass fails and it is discarded: the block leaves the index though 2
+  // holds it, as without the swap. Before, a swap-in counted every block
+  // as written before it moved, and 3 hit 2 tokens nobody wrote.
+  alloc(prompt_req(1, run(100, 6))); // a full block and 2 tokens
+  out_begin(1);
+  out_done(1, true);
+  in_begin(1);
+  in_done(1, true);
+  auto grown = run(106, 2);
+  BOOST_REQUIRE(pool().extend(1, 2, grown.data()));
+  auto b = seq(1).blocks[1];
+  BOOST_REQUIRE(indexed(pool(), b));
+  alloc(prompt_req(2, run(100, 9))); // hits both of 1's blocks
+  BOOST_REQUIRE(seq(2).blocks[1] == b);
+  BOOST_REQUIRE(pool().discard(1));
+  BOOST_TEST(!indexed(pool(), b));
+  auto third = pool().allocate(prompt_req(3, run(100, 9)));
+  BOOST_REQUIRE(third);
+  BOOST_TEST(third->hit_tokens == 4u); // the block written before the swap
+  ok();
+}
+
+BOOST_FIXTURE_TEST_CASE(a_discard_after_a_swap_in_unindexes_a_block_regrown_past_dropped_drafts,
+                        swap_fixture) {
+  // 1 moves with 4 drafts filling its third block; they are dropped after
+  // the swap-in and 4 other tokens grow that place anew (indexed). 2 hits
+  // it, 1 is discarded: the block leaves the index.
+  alloc(prompt_req(1, run(100, 8))); // 2 full blocks
+  auto drafts = run(108, 4);
+  BOOST_REQUIRE(pool().extend(1, 4, drafts.data(), false, 4));
+  out_begin(1);
+  out_done(1, true);
+  in_begin(1);
+  in_done(1, true);
+  BOOST_REQUIRE(pool().settle_drafts(1, 0));
+  BOOST_REQUIRE(seq(1).blocks.size() == 2u);
+  auto grown = run(200, 4);
+  BOOST_REQUIRE(pool().extend(1, 4, grown.data()));
+  auto b = seq(1).blocks[2];
+  BOOST_REQUIRE(indexed(pool(), b));
+  auto prompt = run(100, 8);
+  prompt.insert(prompt.end(), grown.begin(), grown.end());
+  prompt.push_back(1);
+  alloc(prompt_req(2, prompt));
+  BOOST_REQUIRE(seq(2).blocks[2] == b);
+  BOOST_REQUIRE(pool().discard(1));
+  BOOST_TEST(!indexed(pool(), b));
+  auto third = pool().allocate(prompt_req(3, prompt));
+  BOOST_REQUIRE(third);
+  BOOST_TEST(third->hit_tokens == 8u);
+  ok();
+}
+
 BOOST_FIXTURE_TEST_CASE(swap_in_obeys_free_blocks_quota_and_reservations,
                         swap_fixture) {
   cfg.tenants = {tenant_config{}, tenant_config{}, tenant_config{}};
