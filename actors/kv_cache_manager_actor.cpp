@@ -42,6 +42,18 @@ bool registered(const manager_state& st, request_id id) {
   return st.registry.count(id) != 0 && !st.ending.contains(id);
 }
 
+/// Whether lookup and list hand out entry `e` of `id`: not while its end
+/// is in flight to the pool, nor once its handle actor is going (killed or
+/// crashed: the supervisor's reclaim report is on its way; every call on
+/// that handle would fail).
+bool listed(const manager_state& st, request_id id,
+            const manager_state::entry& e) {
+  if (st.ending.contains(id))
+    return false;
+  auto h = caf::actor_cast<caf::abstract_actor*>(e.handle);
+  return h != nullptr && !h->getf(caf::abstract_actor::is_shutting_down_flag);
+}
+
 /// The incarnation a by-id operation on `id` names: the registry's
 /// (prefetching its handle, which the operation's end visits) or - while
 /// the manager's own admission of `id` is in flight, for a client that did
@@ -281,8 +293,9 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       auto& st = self->state;
       auto i = st.registry.find(id);
       // One whose end (a free, a reclaim: an unclaimed one, say) has gone
-      // to the pool is live no more, though its entry waits for the reply.
-      if (i == st.registry.end() || st.ending.contains(id))
+      // to the pool is live no more, though its entry waits for the reply;
+      // nor is one whose handle actor died, its reclaim on the way.
+      if (i == st.registry.end() || !listed(st, id, i->second))
         return make_error(errc::unknown_request, unknown(id));
       return {i->second.handle, i->second.info};
     },
@@ -291,7 +304,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       std::vector<handle_entry> out;
       out.reserve(st.registry.size());
       for (auto& kvp : st.registry)
-        if (!st.ending.contains(kvp.first)) // as lookup
+        if (listed(st, kvp.first, kvp.second)) // as lookup
           out.push_back(handle_entry{kvp.first, kvp.second.handle,
                                      kvp.second.info});
       std::sort(out.begin(), out.end(),
@@ -324,10 +337,11 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       // preempt through the manager - unless it is the stepper, whose
       // result says so.
       auto ptr = caf::actor_cast<caf::strong_actor_ptr>(owner);
+      auto addr = owner.address();
       for (std::size_t k = 0; k < fx.preempted.size(); ++k) {
         auto i = self->state.registry.find(fx.preempted[k]);
         bool tell = i != self->state.registry.end() && i->second.owner
-                    && i->second.owner != ptr;
+                    && i->second.owner != addr;
         end_request(self, fx.preempted[k], end_reason::preempted,
                     count_at(fx.preempted_blocks, k), tell);
       }
@@ -396,7 +410,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       auto from = caf::actor_cast<caf::actor_addr>(self->current_sender());
       if (!from
           || (from != self->address()
-              && from != caf::actor_cast<caf::actor_addr>(i->second.owner)))
+              && from != i->second.owner))
         return;
       reclaim_request(self, id, cache_id);
     },

@@ -26,7 +26,7 @@ std::string unknown(request_id id) {
 request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
                                  std::uint64_t cache_id,
                                  std::uint64_t hit_tokens,
-                                 caf::strong_actor_ptr owner) {
+                                 const caf::strong_actor_ptr& owner) {
   auto& st = self->state;
   request_handle_args args;
   args.info.request = without_prompt(req);
@@ -40,14 +40,16 @@ request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
   auto h = spawn_request_handle(self->system(), std::move(args), st.supervisor);
   if (owner) {
     // One monitor per actor: a subscriber is watched already.
+    // `owner` is alive here (strong, since its message came), as monitor
+    // needs; the entry keeps only its address.
     auto addr = caf::actor_cast<caf::actor_addr>(owner);
     auto [o, fresh] = st.owned.try_emplace(addr, 0);
     ++o->second;
     if (fresh && !is_lifecycle_subscriber(st, addr))
-      self->monitor(addr);
+      self->monitor(owner);
   }
-  st.registry[req.id] = manager_state::entry{h, std::move(info),
-                                             std::move(owner)};
+  st.registry[req.id] = manager_state::entry{
+    h, std::move(info), caf::actor_cast<caf::actor_addr>(owner)};
   return h;
 }
 
@@ -69,15 +71,16 @@ void end_request(mgr_ptr self, request_id id, end_reason why,
   // owners hold one request after another, and a monitor set up and torn
   // down for each would cost an attach and a detach on the owner each time.
   if (e.owner)
-    if (auto o = st.owned.find(caf::actor_cast<caf::actor_addr>(e.owner));
+    if (auto o = st.owned.find(e.owner);
         o != st.owned.end())
       --o->second;
   self->send(e.handle, end_atom::value, why);
   request_ended ev{id, e.info.cache_id, why, released, e.handle.id()};
   for (auto& sub : st.lifecycle)
     caf::anon_send(sub, ended_atom::value, ev);
-  if (tell_owner && e.owner)
-    caf::anon_send(caf::actor_cast<caf::actor>(e.owner), preempt_atom::value, ev);
+  if (tell_owner)
+    if (auto owner = caf::actor_cast<caf::actor>(e.owner)) // null: it went
+      caf::anon_send(owner, preempt_atom::value, ev);
 }
 
 /// Ends registered request `id` (incarnation `cache_id`): the pool releases
@@ -152,7 +155,8 @@ caf::result<std::uint32_t> preempt_request(mgr_ptr self, request_id id,
       st.ending.remove(id);
     // The entry of what the pool ended (the registry has caught up).
     auto i = st.registry.find(id);
-    bool by_owner = i != st.registry.end() && i->second.owner == sender;
+    bool by_owner = i != st.registry.end() && i->second.owner
+                    && i->second.owner == caf::actor_cast<caf::actor_addr>(sender);
     end_request(self, id, end_reason::preempted, released, !by_owner);
     rp.deliver(released);
   };

@@ -60,7 +60,10 @@ struct manager_state {
   struct entry {
     request_handle_actor handle;
     request_info info;
-    caf::strong_actor_ptr owner;
+    /// Weak: the registry must not keep an owner alive. An actor whose
+    /// last reference goes ends (its monitor's down message reclaims its
+    /// requests); a strong pointer here kept it, and them, for good.
+    caf::actor_addr owner;
   };
   using registry_map = id_map<entry>;
   /// Shared with the functor that stops the handles if the manager is
@@ -102,7 +105,7 @@ std::string unknown(request_id id);
 request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
                                  std::uint64_t cache_id,
                                  std::uint64_t hit_tokens,
-                                 caf::strong_actor_ptr owner);
+                                 const caf::strong_actor_ptr& owner);
 
 /// Whether `addr` is subscribed to lifecycle events (the manager monitors
 /// it for that too).

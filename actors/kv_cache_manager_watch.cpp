@@ -98,13 +98,13 @@ void watch_cache(mgr_ptr self) {
       st.owned.erase(o);
       if (holds > 0)
         for (auto& [id, e] : st.registry)
-          if (e.owner && e.owner.get() == dm.source.get()) {
+          if (e.owner && e.owner == dm.source) {
             self->send(e.handle, unclaimed_atom::value);
             // Its count is gone with the entry: the end of this request,
             // a pool round trip away, must not take one off the count of a
             // request the dead owner's allocate still in flight registers
             // meanwhile (and watches anew) - that request would leak.
-            e.owner = nullptr;
+            e.owner = caf::actor_addr{};
           }
     }
     // It may have been a lifecycle subscriber too: drop it there as well.

@@ -259,4 +259,65 @@ BOOST_AUTO_TEST_CASE(an_owner_that_quits_without_a_free_has_its_request_reclaime
   BOOST_TEST(outcome(lookup(1)) == "unknown_request");
 }
 
+
+BOOST_AUTO_TEST_CASE(an_owner_whose_last_reference_goes_has_its_requests_reclaimed) {
+  // The usual end of an event-based actor in CAF: nobody holds it any
+  // more. The registry held it strongly, so it never went, no down message
+  // came, and its requests (one allocated, one admitted by a step it sent)
+  // kept their blocks until the cache stopped.
+  caf::scoped_actor sub{sys};
+  subscribe(topic::lifecycle, sub);
+  auto gone = std::make_shared<std::atomic<bool>>(false);
+  auto got = std::make_shared<std::atomic<int>>(0);
+  {
+    auto owner = sys.spawn([&, gone, got](caf::event_based_actor* me)
+                             -> caf::behavior {
+      me->attach_functor([gone](const caf::error&) { *gone = true; });
+      me->request(mgr, caf::infinite, allocate_atom::value,
+                   make_request(cfg, 1, 9))
+        .then([got](const request_handle_actor&, const block_table&) { ++*got; },
+              [](caf::error&) {});
+      step_request admit;
+      admit.admits.push_back(make_request(cfg, 2, 5));
+      me->request(pool, caf::infinite, step_atom::value, admit)
+        .then([got](const step_result&) { ++*got; }, [](caf::error&) {});
+      return {[](caf::unit_t) {}};
+    });
+  } // the spawner's reference goes; the requests' messages hold it a while
+  run();
+  BOOST_REQUIRE(got->load() == 2);
+  BOOST_TEST(gone->load());
+  BOOST_TEST(must(stats()).active_caches == 0u);
+  BOOST_TEST(used_blocks() == 0u);
+  auto ended = ended_events(sub);
+  BOOST_REQUIRE(ended.size() == 2u);
+  for (auto& e : ended)
+    BOOST_TEST((e.reason == end_reason::reclaimed));
+}
+
+BOOST_AUTO_TEST_CASE(a_killed_handle_is_not_handed_out_before_its_reclaim) {
+  // Killed, its handle actor reports to the supervisor, which passes the
+  // report on; a lookup or list the manager answers meanwhile handed out a
+  // handle every call on which fails.
+  auto a = allocate(1, 9);
+  BOOST_REQUIRE(a);
+  caf::anon_send_exit(a->handle, caf::exit_reason::kill);
+  BOOST_REQUIRE(sched.prioritize(a->handle));
+  sched.run_once(); // it goes; its report is on the way
+  self->send(mgr, lookup_atom::value, request_id{1});
+  BOOST_REQUIRE(sched.prioritize(mgr));
+  sched.run_once();
+  auto found = reply_to<request_handle_actor, request_info>(self);
+  BOOST_TEST(outcome(found) == "unknown_request");
+  self->send(mgr, list_atom::value);
+  BOOST_REQUIRE(sched.prioritize(mgr));
+  sched.run_once();
+  auto listed = reply_to<std::vector<handle_entry>>(self);
+  BOOST_REQUIRE(listed);
+  BOOST_TEST(std::get<0>(*listed).empty());
+  run();
+  BOOST_TEST(outcome(lookup(1)) == "unknown_request");
+  BOOST_TEST(must(stats()).active_caches == 0u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
