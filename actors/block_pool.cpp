@@ -218,6 +218,7 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       return table_of(st.core(), id);
     },
     [&st](stats_atom) {
+      st.expire_due_pins(); // an expired pin is no pin: not counted as one
       return st.core().stats();
     },
     [&st](stats_atom, request_id id,
@@ -236,6 +237,7 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       return s; // memory_bytes: the handle knows the bytes per block
     },
     [self, &st](evict_atom, std::uint32_t n) {
+      st.expire_due_pins(); // first: expired pins are evictable
       auto done = st.core().evict(n);
       st.report(self);
       return done;

@@ -3,6 +3,9 @@
 // allocation that runs short, its room under max_pinned_blocks back.
 #include "fixture.hpp"
 
+#include <chrono>
+#include <thread>
+
 using namespace kvactor;
 using namespace kvactor::test;
 
@@ -67,6 +70,29 @@ BOOST_AUTO_TEST_CASE(unpinning_makes_room_under_max_pinned_blocks) {
   // The pool answers anyone, as for pin_atom.
   BOOST_TEST(value_or(unpin(pool, "", prompt), 99u) == 3u);
   BOOST_TEST(value_or(pin(other), 0u) == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(an_expired_pin_is_neither_counted_nor_kept_by_stats_or_evict) {
+  // Pins expire lazily, when a message that may need their blocks comes;
+  // stats reported them as pins past their deadline and evict could not
+  // take their blocks - for as long as the cache stayed idle.
+  auto prompt = make_tokens(12, 40);
+  BOOST_REQUIRE(allocate(make_prompt_request(cfg, 1, prompt)));
+  BOOST_REQUIRE(free(1));
+  BOOST_TEST(value_or(ask<std::uint32_t>(mgr, pin_atom::value, std::string{},
+                                         prompt, std::uint64_t{1},
+                                         std::uint64_t{0}),
+                      0u)
+             == 3u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  auto s = ask<pool_stats>(pool, stats_atom::value);
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->pinned_blocks == 0u);
+  BOOST_TEST(s->cached_blocks == 3u);
+  BOOST_TEST(value_or(ask<std::uint32_t>(pool, evict_atom::value,
+                                         std::uint32_t{3}),
+                      0u)
+             == 3u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
