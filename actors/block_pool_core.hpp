@@ -125,7 +125,9 @@ public:
   /// (a supervisor's victim: the pass of a step that admitted it still
   /// writes its K/V). One not resident ends as by release: its K/V were
   /// written before it moved. Its first `keep` blocks stay indexed
-  /// (written by an earlier pass).
+  /// (written by an earlier pass). With `brought_held`, what others
+  /// computed over the blocks it takes out of the index leaves it too, and
+  /// whoever holds such a block indexes nothing more (forget_built_on).
   caf::expected<std::uint32_t> discard(request_id id, std::uint32_t keep = 0,
                                        bool brought_held = true);
 
@@ -554,6 +556,19 @@ private:
   /// Takes block `b`, in use, out of the prefix index (its pin first, with
   /// the pins below it): its holders keep it, nobody finds it any more.
   void unindex_held(block_id b);
+  /// After a discard took the blocks whose hash.lo is in `gone` out of the
+  /// index (`held`: those of them others hold) as never written: takes out
+  /// every indexed block whose chain runs through one (computed over them:
+  /// a later prompt that recomputes the prefix would find it again), and
+  /// stops each request holding such a block, or that held one when it
+  /// moved to the host, from indexing what it writes (block_pool_rollback.
+  /// cpp). O(blocks) a call; O(blocks x log blocks + table entries) when
+  /// there is something to take.
+  void forget_built_on(std::vector<std::uint64_t> gone,
+                       std::vector<block_id> held);
+  /// `seq` computes over K/V nobody wrote: no block of its enters the
+  /// index from now on (nor after the undo of a copy in flight).
+  void stop_indexing(sequence& seq);
   void evict_one(block_id b, std::uint8_t level);
   void index_block(block_id b, block_hash h, std::uint64_t parent,
                    std::uint16_t t, const token_id* tokens);

@@ -105,6 +105,8 @@ public:
     }
     for (auto& [why, n] : model_.copy_reasons())
       cov_.n[why] += n;
+    cov_.n["discard took what was built on it"] += model_.built_on().first;
+    cov_.n["discard stopped a holder's indexing"] += model_.built_on().second;
   }
 
   const coverage& cov() const {

@@ -19,6 +19,101 @@ using namespace kvactor::test;
 
 BOOST_AUTO_TEST_SUITE(discard_edges_suite)
 
+namespace {
+
+std::vector<token_id> cat(std::vector<token_id> a, const std::vector<token_id>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+bool in_index(const kvactor::detail::block_pool_core& pool, block_id b) {
+  bool found = false;
+  pool.for_each_indexed([&](std::uint64_t, block_id x) { found |= x == b; });
+  return found;
+}
+
+} // namespace
+
+BOOST_FIXTURE_TEST_CASE(a_reclaim_takes_what_others_computed_over_its_blocks_out_of_the_index,
+                        pool_fixture) {
+  // A's prompt P (4 full blocks) is indexed at its admission, unwritten.
+  // B hits them and computes its block 4 (Q) over them. A is reclaimed
+  // before its pass: its blocks leave the index though B holds them - and
+  // so must B's block 4. Before, it stayed: C recomputed P under the same
+  // hashes, and D's prompt P+Q hit 20 tokens, block 4 included.
+  make(32);
+  auto P = run(100, 16);
+  auto Q = run(500, 4);
+  auto a = pool().allocate(prompt_req(1, cat(P, run(900, 1))));
+  BOOST_REQUIRE(a);
+  alloc(prompt_req(2, cat(cat(P, Q), run(901, 1))));
+  auto b4 = blocks(2)[4];
+  BOOST_REQUIRE(in_index(pool(), b4));
+  BOOST_REQUIRE(pool().reclaim(1, a->cache_id));
+  BOOST_TEST(!in_index(pool(), b4));
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_TEST(blocks(2).size() == 6u); // B holds them still
+  // B computes over what nobody wrote: what it fills is indexed no more.
+  auto more = run(600, 3);
+  BOOST_REQUIRE(pool().extend(2, 3, more.data()));
+  BOOST_TEST(!in_index(pool(), blocks(2)[5]));
+  alloc(prompt_req(3, cat(cat(P, run(700, 4)), run(902, 1))));
+  auto d = pool().allocate(prompt_req(4, cat(cat(P, Q), run(903, 1))));
+  BOOST_REQUIRE(d);
+  BOOST_TEST(d->hit_tokens == 16u); // C's P, not B's block 4
+  BOOST_TEST(blocks(4)[4] != b4);
+  BOOST_TEST(invariant(pool()) == "ok");
+}
+
+BOOST_FIXTURE_TEST_CASE(a_discard_takes_what_a_request_away_on_the_host_computed_over_its_blocks,
+                        pool_fixture) {
+  // As above, but B is swapped out when A goes: its block 4 is cached,
+  // indexed, and leaves the index with A's; B, back in, indexes nothing
+  // it fills.
+  cfg.num_host_blocks = 8;
+  make(32);
+  auto P = run(100, 16);
+  auto Q = run(500, 4);
+  alloc(prompt_req(1, cat(P, run(900, 1))));
+  alloc(prompt_req(2, cat(cat(P, Q), run(901, 1))));
+  auto b4 = blocks(2)[4];
+  auto cid = pool().find(2)->cache_id;
+  BOOST_REQUIRE(pool().swap_out_begin(2));
+  BOOST_REQUIRE(pool().swap_out_done(2, cid, true));
+  BOOST_REQUIRE(in_index(pool(), b4)); // cached
+  BOOST_REQUIRE(pool().discard(1));
+  BOOST_TEST(!in_index(pool(), b4));
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_REQUIRE(pool().swap_in_begin(2));
+  BOOST_REQUIRE(pool().swap_in_done(2, cid, true));
+  auto more = run(600, 3);
+  BOOST_REQUIRE(pool().extend(2, 3, more.data()));
+  BOOST_TEST(pool().index_size() == 0u);
+  alloc(prompt_req(3, cat(P, run(902, 1))));
+  auto d = pool().allocate(prompt_req(4, cat(cat(P, Q), run(903, 1))));
+  BOOST_REQUIRE(d);
+  BOOST_TEST(d->hit_tokens == 16u);
+  BOOST_TEST(invariant(pool()) == "ok");
+}
+
+BOOST_FIXTURE_TEST_CASE(a_victims_preemption_leaves_what_others_computed_over_its_blocks,
+                        pool_fixture) {
+  // A supervisor's victim: the pass of the step that admitted it still
+  // writes its K/V, so what B computed over them stands.
+  make(32);
+  auto P = run(100, 16);
+  auto Q = run(500, 4);
+  alloc(prompt_req(1, cat(P, run(900, 1))));
+  alloc(prompt_req(2, cat(cat(P, Q), run(901, 1))));
+  auto b4 = blocks(2)[4];
+  BOOST_REQUIRE(pool().preempt(1, true));
+  BOOST_TEST(in_index(pool(), b4));
+  auto more = run(600, 3);
+  BOOST_REQUIRE(pool().extend(2, 3, more.data()));
+  BOOST_TEST(in_index(pool(), blocks(2)[5]));
+  BOOST_TEST(invariant(pool()) == "ok");
+}
+
 BOOST_FIXTURE_TEST_CASE(discarding_a_fork_parent_unindexes_what_the_child_holds,
                         pool_fixture) {
   // The parent brought the blocks: they leave the index with it (their

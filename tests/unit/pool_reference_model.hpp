@@ -16,6 +16,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -202,6 +203,11 @@ public:
   const std::map<std::string, std::size_t>& copy_reasons() const {
     return copy_reasons_;
   }
+  /// Discards that took blocks computed over theirs out of the index, and
+  /// the requests they stopped from indexing (coverage).
+  std::pair<std::size_t, std::size_t> built_on() const {
+    return {built_on_taken_, built_on_stopped_};
+  }
 
   model_moves swap_out_begin(request_id id);
   model_release swap_out_done(request_id id, std::uint64_t cache_id, bool ok);
@@ -332,6 +338,10 @@ private:
   void evict_block(block_id b);
   /// Out of the index while in use (pins first, with those below).
   void unindex_held(block_id b);
+  /// After a discard took the blocks with keys `gone` out of the index
+  /// (`held`: those others hold): what was computed over them goes too,
+  /// and their holders index nothing more.
+  void forget_built_on(std::set<prefix_key> gone, std::set<block_id> held);
   void index(block_id b, prefix_key key, std::uint16_t t);
   /// Indexes `seq`'s blocks of settled tokens from block `from` on.
   void index_settled(model_sequence& seq, std::size_t from);
@@ -387,6 +397,8 @@ private:
   /// it (a coverage key), or null if it may write in place.
   const char* copy_reason(const model_sequence& seq) const;
   std::map<std::string, std::size_t> copy_reasons_;
+  std::size_t built_on_taken_ = 0;
+  std::size_t built_on_stopped_ = 0;
   /// The failed copy's extend undone, if its request is still live.
   bool undo(const held_copy& h);
 };

@@ -5,6 +5,7 @@
 #include "pool_reference_model.hpp"
 
 #include <algorithm>
+#include <set>
 
 namespace kvactor::test {
 
@@ -55,25 +56,91 @@ model_release pool_model::discard(request_id id, std::uint32_t keep,
     return release(id);
   auto table = it->second.blocks;
   auto brought = it->second.brought_from;
+  std::size_t written = it->second.hit_blocks; // what others built on stands
   auto res = release(id);
   // What went cached leaves the index, in table order (pins first go, with
   // the pinned blocks below); so does what it brought that others hold.
+  std::set<prefix_key> gone;
+  std::set<block_id> held;
   for (std::size_t k = std::min<std::size_t>(keep, table.size());
        k < table.size(); ++k) {
     auto b = table[k];
     auto& m = blocks_[b];
     if (brought_held && m.st == state::used && m.key && k >= brought) {
+      gone.insert(*m.key);
+      held.insert(b);
       unindex_held(b);
       continue;
     }
     if (m.st != state::cached)
       continue;
+    if (k >= written)
+      gone.insert(*m.key);
     if (m.pinned)
       unpin_with_descendants(b);
     evict_block(b);
     free_.push_back(b);
   }
+  if (brought_held)
+    forget_built_on(gone, held);
   return res;
+}
+
+void pool_model::forget_built_on(std::set<prefix_key> gone,
+                                 std::set<block_id> held) {
+  // Every indexed block whose key extends a gone one's by a block, then
+  // theirs, and so on: computed over K/V nobody wrote. Taken out in block
+  // order, as discard takes its own.
+  auto parent = [&](const prefix_key& k) {
+    return prefix_key{k.first, std::vector<token_id>(
+                                 k.second.begin(),
+                                 k.second.end() - std::min<std::size_t>(
+                                   block_size_, k.second.size()))};
+  };
+  std::set<prefix_key> reached = gone;
+  std::set<block_id> below;
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (auto& [key, b] : index_)
+      if (below.count(b) == 0 && key.second.size() > block_size_
+          && reached.count(parent(key)) != 0) {
+        below.insert(b);
+        reached.insert(key);
+        grew = true;
+      }
+  }
+  built_on_taken_ += !below.empty();
+  for (auto b : below) {
+    auto& m = blocks_[b];
+    gone.insert(*m.key);
+    if (m.st == state::cached) {
+      if (m.pinned)
+        unpin_with_descendants(b);
+      evict_block(b);
+      free_.push_back(b);
+    } else {
+      held.insert(b);
+      unindex_held(b);
+    }
+  }
+  // Whoever holds one of them, or held one when it moved to the host,
+  // indexes nothing from here on (nor after a failed copy's undo).
+  for (auto& [rid, s] : seqs_) {
+    bool over = false;
+    for (auto b : s.blocks)
+      over |= held.count(b) != 0;
+    for (auto b : s.incoming)
+      over |= held.count(b) != 0;
+    for (auto& k : s.host_keys)
+      over |= k && gone.count(*k) != 0;
+    if (!over)
+      continue;
+    built_on_stopped_ += s.hashable;
+    s.hashable = false;
+    for (auto& h : held_)
+      if (h.before.id == s.id && h.before.cache_id == s.cache_id)
+        h.before.hashable = false;
+  }
 }
 
 } // namespace kvactor::test
