@@ -61,7 +61,9 @@ block_pool_core::swap_out_done(request_id id, std::uint64_t cache_id, bool ok,
       left->assign(seq->blocks.begin(), seq->blocks.end());
     seq->blocks.clear();
     seq->where = residency::swapped;
-    ++counters_.swap_outs;
+    // A swap that took effect: not one of a request that ended meanwhile
+    // (its caller heard unknown_request).
+    counters_.swap_outs += !seq->release_pending;
   } else {
     // Back in reverse, so the host tier hands them out as before.
     for (auto h = seq->host_blocks.rbegin(); h != seq->host_blocks.rend(); ++h)
@@ -160,7 +162,8 @@ block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
   if (ok) {
     // The copies are fresh, private and not findable. The request's hash
     // chain continues from here either way.
-    counters_.swap_in_shared += shared;
+    if (!seq->release_pending) // as swap_outs: swaps that took effect
+      counters_.swap_in_shared += shared;
     seq->blocks.assign(seq->incoming.begin(), seq->incoming.end());
     // Its full blocks' K/V were written before it moved: from here on, only
     // what it writes is its own to take out of the index (discard). Not a
@@ -175,7 +178,7 @@ block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
     seq->host_blocks.clear();
     seq->host_hashes.clear();
     seq->where = residency::resident; // its growth was promised at begin
-    ++counters_.swap_ins;
+    counters_.swap_ins += !seq->release_pending;
   } else {
     count_promise(*seq, false);
     // The blocks taken fresh at begin.

@@ -144,7 +144,8 @@ std::string to_prometheus(const cache_manager_stats& s) {
   counter(reg, "kvactor:cow_copies_total", "Copy-on-write block copies.",
           s.cow_copies);
   counter(reg, "kvactor:swap_outs_total",
-          "Requests swapped out to the host tier.", s.swap_out_count);
+          "Requests swapped out to the host tier (not those that ended "
+          "during the copy).", s.swap_out_count);
   counter(reg, "kvactor:swap_ins_total",
           "Requests swapped back in from the host tier.", s.swap_in_count);
   counter(reg, "kvactor:swap_in_shared_blocks_total",

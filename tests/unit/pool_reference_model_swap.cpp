@@ -64,7 +64,7 @@ model_release pool_model::swap_out_done(request_id id, std::uint64_t cache_id,
     give_way(seq.blocks);
     seq.blocks.clear();
     seq.where = residency::swapped;
-    ++counters_.swap_outs;
+    counters_.swap_outs += !seq.release_pending; // took effect
   } else {
     // As if it never started: the host blocks go back to where they were.
     for (auto h = seq.host_blocks.rbegin(); h != seq.host_blocks.rend(); ++h)
@@ -135,7 +135,8 @@ model_release pool_model::swap_in_done(request_id id, std::uint64_t cache_id,
   auto& seq = *found;
   auto before = counters_.blocks_freed;
   if (ok) {
-    counters_.swap_in_shared += seq.shared_at_swap_in;
+    if (!seq.release_pending)
+      counters_.swap_in_shared += seq.shared_at_swap_in;
     seq.blocks = std::move(seq.incoming);
     // Its full blocks' K/V were written before it moved; not a partial
     // last block nor one its drafts reach (it writes there still).
@@ -147,7 +148,7 @@ model_release pool_model::swap_in_done(request_id id, std::uint64_t cache_id,
     seq.host_blocks.clear();
     seq.host_keys.clear();
     seq.where = residency::resident;
-    ++counters_.swap_ins;
+    counters_.swap_ins += !seq.release_pending;
   } else {
     // Undone, the fresh blocks' flow included: never handed out. A shared
     // block whose last holder let go now did go. The release still counts

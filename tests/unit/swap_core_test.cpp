@@ -153,8 +153,13 @@ BOOST_FIXTURE_TEST_CASE(release_during_a_swap_ends_it_and_frees_its_id_at_once,
     ok();
     // The ghost's end finishes its release: device and host blocks all
     // return, and the new incarnation is untouched.
+    auto swaps = pool().counters();
     auto freed = in ? in_done(1, success, cache_id) : out_done(1, success, cache_id);
     BOOST_TEST(pool().num_ghosts() == 0u);
+    // A swap of an ended request took no effect: not counted as one.
+    BOOST_TEST(pool().counters().swap_outs == swaps.swap_outs);
+    BOOST_TEST(pool().counters().swap_ins == swaps.swap_ins);
+    BOOST_TEST(pool().counters().swap_in_shared == swaps.swap_in_shared);
     // Only its private block: the prefix it shares stays with request 2
     // (a swap-in shares it again rather than copying it).
     BOOST_TEST(freed == 1u, "case " << c);
