@@ -8,6 +8,7 @@
 #pragma once
 
 #include <iostream>
+#include <memory>
 #include <optional>
 
 #include <caf/actor_system.hpp>
@@ -29,9 +30,12 @@ class bench_cache {
   }
 
 public:
-  bench_cache(const char* bench, const cache_config& cfg)
+  /// `store`: a storage of the caller's own (kv_cache_manager::start's);
+  /// null, the one cfg.storage names.
+  bench_cache(const char* bench, const cache_config& cfg,
+              std::shared_ptr<storage> store = nullptr)
     : sys{configured(sys_cfg_, cfg)} {
-    auto started = kv_cache_manager::start(sys, cfg);
+    auto started = kv_cache_manager::start(sys, cfg, std::move(store));
     if (started)
       mgr.emplace(std::move(*started));
     else

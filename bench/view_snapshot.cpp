@@ -6,13 +6,17 @@
 // request of --tokens tokens, max_sequence_length --max-len, 8 KV heads x
 // 128 dims in fp16 (2 KiB a token), on the host backend; beside them, a
 // plain memcpy of the bytes the request holds (the gather's own floor).
-// Prints one JSON line.
+// The pools are filled with non-zero bytes before the cache starts, as a
+// serving cache's are once written: a host pool untouched since its mmap
+// reads as the kernel's shared zero page, which a gather reads from cache
+// while the memcpy beside it reads real memory. Prints one JSON line.
 //
 //   view_snapshot [--tokens N] [--max-len M] [--views V]
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -21,6 +25,8 @@
 #include <nlohmann/json.hpp>
 
 #include "kvactor/actors/kv_cache_manager.hpp"
+#include "kvactor/actors/kv_cache_manager_actor.hpp"
+#include "kvactor/device/storage.hpp"
 #include "kvactor/messages/error.hpp"
 #include "bench_cache.hpp"
 #include "bench_options.hpp"
@@ -63,7 +69,19 @@ int main(int argc, char** argv) {
   cfg.num_gpu_blocks = static_cast<std::uint32_t>(2 * (tokens / cfg.block_size + 1));
   cfg.num_host_blocks = 0;
   cfg.gc_interval_ms = 0;
-  kvactor::bench::bench_cache cache{"view_snapshot", cfg};
+  // The pools, written whole before any actor owns them (fill_byte in
+  // every K and V row, the request's included).
+  constexpr std::uint8_t fill_byte = 0x5a;
+  auto made = make_storage(storage_options_for(cfg));
+  if (!made) {
+    std::cerr << "view_snapshot: " << render(made.error()) << '\n';
+    return 1;
+  }
+  std::shared_ptr<storage> store{std::move(*made)};
+  auto& lay = store->layout();
+  for (std::uint32_t l = 0; l < lay.num_layers; ++l)
+    std::memset(store->layer_base(l), fill_byte, lay.layer_bytes(lay.num_blocks));
+  kvactor::bench::bench_cache cache{"view_snapshot", cfg, store};
   if (!cache.mgr)
     return 1;
   auto& mgr = cache.mgr;
@@ -92,6 +110,11 @@ int main(int argc, char** argv) {
       if (!v || !*v) {
         std::cerr << "view_snapshot: "
                   << (v ? std::string{"no view"} : render(v.error())) << '\n';
+        std::exit(1);
+      }
+      // The gather read the written pool: its first row holds fill_byte.
+      if (static_cast<const std::uint8_t*>((*v)->data)[0] != fill_byte) {
+        std::cerr << "view_snapshot: the view does not hold the pool's bytes\n";
         std::exit(1);
       }
     }
