@@ -17,8 +17,9 @@ namespace kvactor::sim {
 void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r);
 
 /// What the run's own checks found wrong: K/V read-backs that mismatched,
-/// the pool's invariant broken at the end. Empty when both held (or were
-/// not made); otherwise the run failed, whatever else it did.
+/// verification on (storage holding bytes) but nothing read back in a run
+/// not interrupted, the pool's invariant broken at the end. Empty when all
+/// held; otherwise the run failed, whatever else it did.
 std::string failed_checks(const sim_outcome& r);
 
 /// Creates s.output_dir and checks that a file can be written there: called

@@ -142,7 +142,10 @@
 //                              from the token and its position - is written
 //                              through the device actor; every N steps one
 //                              running request's K/V are gathered back and
-//                              compared (0 = never; mismatches are reported).
+//                              compared (0 = never; mismatches are reported,
+//                              and verifies that read nothing back - nothing
+//                              running, the request ended - are counted; a
+//                              run that read nothing back at all fails).
 //   "workloads": {             (required) one entry per tenant that sends
 //                              requests; each name must be a tenant of
 //                              cache.tenants (tenants without one stay idle).

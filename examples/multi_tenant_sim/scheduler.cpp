@@ -326,6 +326,7 @@ sim_outcome simulate(const scenario& s, const std::atomic<bool>& interrupted,
                      progress& bar, std::size_t series_cap) {
   sim_outcome out;
   out.effective = s.cache;
+  out.verify_every = s.verify_every;
   auto t0 = sched::clock_type::now();
   {
     // Everything lives in this scope: the system's destructor waits for

@@ -65,6 +65,22 @@ struct sim_outcome {
   std::uint64_t bytes_written = 0;
   std::uint64_t verify_checks = 0;
   std::uint64_t verify_failures = 0;
+  /// The scenario's verify_every: with storage that holds bytes, a run
+  /// that had it on and read nothing back checked nothing (failed_checks).
+  std::uint64_t verify_every = 0;
+  /// Verifies due (every verify_every steps) that read nothing back, by
+  /// why: nothing was running, the request picked held no tokens, it ended
+  /// (the supervisor preempted it) before its table came, or the pool's
+  /// table disagreed with the simulator's (an inconsistency too).
+  struct verify_skips {
+    std::uint64_t nothing_running = 0;
+    std::uint64_t no_tokens = 0;
+    std::uint64_t ended = 0;
+    std::uint64_t table_disagreed = 0;
+    std::uint64_t total() const noexcept {
+      return nothing_running + no_tokens + ended + table_disagreed;
+    }
+  } verify_skipped;
   /// Replies that disagreed with what the simulator asked for
   /// (batcher::inconsistencies); each is among the warnings too.
   std::uint64_t inconsistencies = 0;

@@ -83,8 +83,11 @@ void verify_step(sched_actor* self) {
   if (!st.write_data || every == 0 || st.b->step() % every != 0)
     return stats_step(self);
   auto target = st.b->pick_verify(st.verifies);
-  if (!target || target->table.num_tokens == 0)
+  if (!target || target->table.num_tokens == 0) {
+    auto& skips = st.out->verify_skipped;
+    ++(target ? skips.no_tokens : skips.nothing_running);
     return stats_step(self);
+  }
   auto layer = static_cast<std::uint32_t>(st.verifies % st.num_layers);
   ++st.verifies;
   auto t = std::make_shared<verify_target>(std::move(*target));
@@ -106,14 +109,19 @@ void verify_step(sched_actor* self) {
             + " blocks, " + std::to_string(t->table.num_tokens)
             + " tokens): they differ from block " + std::to_string(k) + " on");
         }
-        if (table.num_tokens != t->tokens.size())
-          return stats_step(self); // counted above; no tokens to compare
+        if (table.num_tokens != t->tokens.size()) {
+          // An inconsistency above; no tokens to compare.
+          ++self->state.out->verify_skipped.table_disagreed;
+          return stats_step(self);
+        }
         read_back(self, t, layer, table);
       },
       [self](caf::error& err) {
         // Ended meanwhile (the supervisor preempted it): nothing to read.
-        if (has_code(err, errc::invalid_handle))
+        if (has_code(err, errc::invalid_handle)) {
+          ++self->state.out->verify_skipped.ended;
           return stats_step(self);
+        }
         finish(self, "reading a table to verify: " + render(err));
       });
 }

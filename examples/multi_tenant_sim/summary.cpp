@@ -26,6 +26,32 @@ std::string pct(double x) {
   return fmt("%.1f %%", 100.0 * x);
 }
 
+/// The run's storage holds K/V bytes (host or cuda), so it can read back.
+bool holds_bytes(const sim_outcome& r) {
+  return !r.storage.empty() && r.storage != "none";
+}
+
+/// ", N skipped (why: count, ...)" for the verifies due that read nothing
+/// back; empty when none was.
+std::string skipped_read_backs(const sim_outcome& r) {
+  auto& k = r.verify_skipped;
+  if (k.total() == 0)
+    return {};
+  std::string out = ", " + std::to_string(k.total()) + " skipped (";
+  const char* sep = "";
+  auto add = [&](const char* why, std::uint64_t n) {
+    if (n == 0)
+      return;
+    out += sep + std::string(why) + ": " + std::to_string(n);
+    sep = ", ";
+  };
+  add("nothing running", k.nothing_running);
+  add("no tokens held", k.no_tokens);
+  add("ended meanwhile", k.ended);
+  add("tables disagreed", k.table_disagreed);
+  return out + ")";
+}
+
 /// A tenant's name for the summary's text: control characters (a newline
 /// would break the table) shown as '?'.
 std::string printable(const std::string& name) {
@@ -322,7 +348,8 @@ void print_summary(std::ostream& out, const scenario& s, const sim_outcome& r) {
     out << "data: " << r.tokens_written << " K/V rows written ("
         << fmt("%.1f", r.bytes_written / (1024.0 * 1024.0)) << " MiB) through "
         << "the device actor; " << r.verify_checks << " read-backs, "
-        << r.verify_failures << " mismatched\n";
+        << r.verify_failures << " mismatched" << skipped_read_backs(r)
+        << "\n";
   if (!r.invariant_error.empty())
     out << "THE POOL'S INVARIANT BROKE: " << r.invariant_error << '\n';
   for (auto& w : r.warnings)
@@ -334,6 +361,14 @@ std::string failed_checks(const sim_outcome& r) {
   if (r.verify_failures > 0)
     why = std::to_string(r.verify_failures) + " of "
           + std::to_string(r.verify_checks) + " K/V read-backs mismatched";
+  // Verification on, bytes held, and nothing ever read back: the run
+  // checked none of its bytes, which must not pass for "0 mismatched". An
+  // interrupted run may have stopped before its first verify.
+  if (r.verify_every > 0 && holds_bytes(r) && r.verify_checks == 0
+      && !r.interrupted)
+    why += (why.empty() ? "" : "; ")
+           + std::string("verify_every is ") + std::to_string(r.verify_every)
+           + " but no K/V was read back" + skipped_read_backs(r);
   if (r.inconsistencies > 0)
     why += (why.empty() ? "" : "; ") + std::to_string(r.inconsistencies)
            + " replies disagreed with what was asked (see the warnings)";
