@@ -95,6 +95,8 @@ nlohmann::json report(const std::string& mode, const trace& tr,
   } else if (mode == "facade") {
     out["latency"] = "per_call";
     out["preempt"] = fig.preempt.to_json();
+    out["stats_ms"] = fig.stats_ms;
+    out["stats"] = fig.stats.to_json();
   }
   return out;
 }

@@ -53,6 +53,12 @@ struct run_figures {
   /// alloc counts attempted admissions; free the frees of finished
   /// requests; preempt (facade mode) the preemption calls.
   latencies alloc, extend, free, preempt, message;
+  /// Facade mode: the stats call after each step (the usage figures),
+  /// outside bookkeeping_ms - but work the step's calls left queued at the
+  /// handle actors runs while it waits, so it is timed and printed apart
+  /// (stats_ms, stats).
+  latencies stats;
+  double stats_ms = 0;
 };
 
 /// What a replay runs against.
