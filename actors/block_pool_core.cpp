@@ -25,6 +25,11 @@ block_pool_core::block_pool_core(const cache_config& cfg,
     pin_pos_(cfg.max_pinned_blocks > 0 ? num_blocks : 0, 0),
     lru_(num_blocks),
     index_(num_blocks) {
+  std::size_t buckets = 1;
+  while (buckets < num_blocks)
+    buckets *= 2;
+  kids_.assign(buckets, 0);
+  kids_mask_ = buckets - 1;
   free_.reserve(num_blocks);
   // Hand out low block ids first: push them last.
   for (auto b = num_blocks; b > 0; --b)
@@ -318,6 +323,7 @@ void block_pool_core::evict_one(block_id b, std::uint8_t level) {
   lru_.remove(b, level);
   index_.erase(m.hash.lo, b);
   m.indexed = false;
+  --kids_[parent_[b] & kids_mask_];
   m.state = block_state::free;
   ++counters_.evictions;
   if (record_events_)
@@ -330,6 +336,7 @@ void block_pool_core::unindex_held(block_id b) {
     unpin_with_descendants(b);
   index_.erase(m.hash.lo, b);
   m.indexed = false;
+  --kids_[parent_[b] & kids_mask_];
   if (record_events_)
     events_.push_back(index_event{false, m.hash.lo, parent_[b], b, m.stored_by, {}});
 }
@@ -404,6 +411,7 @@ void block_pool_core::index_block(block_id b, block_hash h,
   // stays unindexed: the first copy serves later hits.
   if (index_.insert(h.lo, b, [this](block_id x) { return blocks_[x].hash.lo; })) {
     m.indexed = true;
+    ++kids_[parent & kids_mask_];
     m.stored_by = t;
     ++counters_.blocks_cached;
     if (record_events_)

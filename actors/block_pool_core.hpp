@@ -30,7 +30,9 @@
 // block_pool actor ends ("block pool: crashed: std::bad_alloc", see
 // crash_reason.hpp; the manager stops the cache), and every request to it is
 // answered with CAF's request_receiver_down from then on, never with a
-// half-changed pool. Cost: O(1) per block touched.
+// half-changed pool. Cost: O(1) per block touched - but a discard of
+// blocks another request holds, or that others built on, which searches
+// the pool for what was computed over them (forget_built_on).
 #pragma once
 
 #include <cstdint>
@@ -561,9 +563,10 @@ private:
   /// every indexed block whose chain runs through one (computed over them:
   /// a later prompt that recomputes the prefix would find it again), and
   /// stops each request holding such a block, or that held one when it
-  /// moved to the host, from indexing what it writes (block_pool_rollback.
-  /// cpp). O(blocks) a call; O(blocks x log blocks + table entries) when
-  /// there is something to take.
+  /// moved to the host, from indexing what it writes - taking out what it
+  /// indexed after it - until nothing more goes (block_pool_rollback.cpp).
+  /// O(blocks x log blocks + table entries) a round; discard calls it only
+  /// if it can find something (kids_, held blocks, requests on the host).
   void forget_built_on(std::vector<std::uint64_t> gone,
                        std::vector<block_id> held);
   /// `seq` computes over K/V nobody wrote: no block of its enters the
@@ -671,6 +674,15 @@ private:
   model_config model_;
   std::vector<block_meta> blocks_;
   std::vector<std::uint64_t> parent_;    ///< per block: parent's hash.lo
+  /// Indexed blocks by their parent_ hash, bucketed (hash & kids_mask_):
+  /// a bucket at 0 says no indexed block has a parent with a hash in it,
+  /// so a discard need not search the pool for what was built on it.
+  std::vector<std::uint32_t> kids_;
+  std::uint64_t kids_mask_ = 0;
+  /// Whether an indexed block may have a parent with hash.lo `h`.
+  bool may_have_kids(std::uint64_t h) const noexcept {
+    return kids_[h & kids_mask_] != 0;
+  }
   std::vector<std::uint64_t> pin_until_; ///< per block: pin deadline (ms)
   std::vector<std::uint32_t> pin_pos_; ///< per block: index in pinned_ (pins)
   free_stack free_;

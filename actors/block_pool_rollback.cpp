@@ -62,9 +62,6 @@ caf::expected<std::uint32_t> block_pool_core::discard(request_id id,
   std::size_t brought = seq->brought_from > keep ? seq->brought_from - keep : 0;
   if (!brought_held)
     brought = table.size();
-  // Its first blocks it found written (hit_blocks): what others computed
-  // over them stands, though it no longer trusts them itself.
-  std::size_t written = seq->hit_blocks > keep ? seq->hit_blocks - keep : 0;
   auto freed = release(id);
   // Those it held last are cached now (the indexed ones): out of the index,
   // in table order. A pinned one first loses its pin, with the pins below
@@ -72,20 +69,22 @@ caf::expected<std::uint32_t> block_pool_core::discard(request_id id,
   // brought that others still hold - they hit them, or forked it - leave
   // the index too: nobody may write them now, and they would serve their
   // unwritten K/V to every later prompt that hit them.
-  std::vector<std::uint64_t> gone; // hash.lo of the unwritten ones it took
+  std::vector<std::uint64_t> gone; // hash.lo of its own it took out
   std::vector<block_id> held;      // of those, the ones others hold
   for (std::size_t k = 0; k < table.size(); ++k) {
     auto b = table[k];
     auto& m = blocks_[b];
     if (m.state == block_state::used && m.indexed && k >= brought) {
-      gone.push_back(m.hash.lo); // past its hits: brought >= written
+      gone.push_back(m.hash.lo);
       held.push_back(b);
       unindex_held(b);
       continue;
     }
     if (m.state != block_state::cached)
       continue; // still used by others (not its own), or it went free
-    if (k >= written)
+    // What it brought from others (before `brought`) their passes wrote:
+    // it no longer trusts them itself, but what was built on them stands.
+    if (k >= brought)
       gone.push_back(m.hash.lo);
     if (m.pinned)
       unpin_with_descendants(b);
@@ -93,54 +92,43 @@ caf::expected<std::uint32_t> block_pool_core::discard(request_id id,
     free_.push(b);
   }
   // A victim's step still writes its K/V (!brought_held): what was
-  // computed over them stands.
-  if (brought_held)
+  // computed over them stands. Else the search, unless it can find
+  // nothing: no indexed block hangs below a gone hash, none of them is
+  // held, and no request is on the host.
+  bool search = !held.empty()
+                || std::any_of(gone.begin(), gone.end(),
+                               [&](std::uint64_t h) { return may_have_kids(h); })
+                || host_free_.size() != num_host_blocks_;
+  if (brought_held && search)
     forget_built_on(std::move(gone), std::move(held));
   return freed;
 }
 
 void block_pool_core::forget_built_on(std::vector<std::uint64_t> gone,
                                       std::vector<block_id> held) {
-  if (gone.empty())
-    return;
-  // 1. The indexed blocks whose chain runs through a block just taken out:
-  // computed over K/V nobody wrote, whoever holds them. Found by their
-  // parents' hashes - one scan, and a search of the edges only when the
-  // scan finds one (the common discard has none: its own later blocks
-  // went with it). Only through indexed blocks: one below a block that
-  // had left the index before stays (README, Known limitations).
+  // Rounds until nothing more goes: (1) the indexed blocks whose chain runs
+  // through a gone block, found by their parents' hashes through indexed
+  // blocks; (2) the requests that hold a gone block (or held one when they
+  // moved to the host) stop indexing, and what they indexed after it goes
+  // too - it was computed over it, whatever hash chain led there (a
+  // duplicate block of theirs the index never took, say).
   std::sort(gone.begin(), gone.end());
+  std::sort(held.begin(), held.end());
   auto is_gone = [&](std::uint64_t h) {
     return std::binary_search(gone.begin(), gone.end(), h);
   };
-  std::vector<block_id> below;
-  for (block_id b = 0; b < blocks_.size(); ++b)
-    if (blocks_[b].indexed && is_gone(parent_[b]))
-      below.push_back(b);
-  if (!below.empty()) {
-    std::vector<std::pair<std::uint64_t, block_id>> edges; // parent, child
-    for (block_id b = 0; b < blocks_.size(); ++b)
-      if (blocks_[b].indexed)
-        edges.emplace_back(parent_[b], b);
-    std::sort(edges.begin(), edges.end());
-    std::vector<bool> seen(blocks_.size(), false);
-    for (auto b : below)
-      seen[b] = true;
-    for (std::size_t i = 0; i < below.size(); ++i) {
-      auto h = blocks_[below[i]].hash.lo;
-      auto at = std::lower_bound(edges.begin(), edges.end(),
-                                 std::make_pair(h, block_id{0}));
-      for (; at != edges.end() && at->first == h; ++at)
-        if (!seen[at->second]) {
-          seen[at->second] = true;
-          below.push_back(at->second);
-        }
-    }
-    // Out of the index as discard takes its own: in block order, cached
-    // ones free (a pinned one with the pins below it), held ones unindexed.
-    std::sort(below.begin(), below.end());
-    for (auto b : below) {
+  auto is_held = [&](block_id b) {
+    return std::binary_search(held.begin(), held.end(), b);
+  };
+  // Out of the index, in block order, as discard takes its own: cached ones
+  // free (a pinned one with the pins below it), held ones unindexed.
+  auto take_out = [&](std::vector<block_id>& out) {
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    for (auto b : out) {
       auto& m = blocks_[b];
+      if (!m.indexed)
+        continue;
       gone.push_back(m.hash.lo);
       if (m.state == block_state::cached) {
         if (m.pinned)
@@ -153,27 +141,74 @@ void block_pool_core::forget_built_on(std::vector<std::uint64_t> gone,
       }
     }
     std::sort(gone.begin(), gone.end());
-  }
-  // 2. A request that holds one of them (or held one when it moved to the
-  // host) computes over them still: nothing it writes from here on enters
-  // the index. Only needed if such a request may exist.
-  if (held.empty() && host_free_.size() == num_host_blocks_)
-    return;
-  std::sort(held.begin(), held.end());
-  auto is_held = [&](block_id b) {
-    return std::binary_search(held.begin(), held.end(), b);
+    std::sort(held.begin(), held.end());
   };
-  seq_index_.for_each([&](std::uint64_t, std::uint32_t slot) {
-    auto& s = seqs_[slot]; // unhashable too: an undo may make it hashable
-    bool over = std::any_of(s.blocks.begin(), s.blocks.end(), is_held)
-                || std::any_of(s.incoming.begin(), s.incoming.end(), is_held)
-                || std::any_of(s.host_hashes.begin(), s.host_hashes.end(),
-                               [&](const block_hash& h) {
-                                 return h.lo != 0 && is_gone(h.lo);
-                               });
-    if (over)
-      stop_indexing(s);
-  });
+  for (;;) {
+    // (1): one scan for children of gone blocks (none if their buckets say
+    // so), a search of the edges only when it finds one.
+    std::vector<block_id> below;
+    if (std::any_of(gone.begin(), gone.end(),
+                    [&](std::uint64_t h) { return may_have_kids(h); }))
+      for (block_id b = 0; b < blocks_.size(); ++b)
+        if (blocks_[b].indexed && is_gone(parent_[b]))
+          below.push_back(b);
+    if (!below.empty()) {
+      std::vector<std::pair<std::uint64_t, block_id>> edges; // parent, child
+      for (block_id b = 0; b < blocks_.size(); ++b)
+        if (blocks_[b].indexed)
+          edges.emplace_back(parent_[b], b);
+      std::sort(edges.begin(), edges.end());
+      std::vector<bool> seen(blocks_.size(), false);
+      for (auto b : below)
+        seen[b] = true;
+      for (std::size_t i = 0; i < below.size(); ++i) {
+        auto h = blocks_[below[i]].hash.lo;
+        auto at = std::lower_bound(edges.begin(), edges.end(),
+                                   std::make_pair(h, block_id{0}));
+        for (; at != edges.end() && at->first == h; ++at)
+          if (!seen[at->second]) {
+            seen[at->second] = true;
+            below.push_back(at->second);
+          }
+      }
+      take_out(below);
+    }
+    // (2): only if such a request may exist.
+    if (held.empty() && host_free_.size() == num_host_blocks_)
+      return;
+    std::vector<block_id> after;
+    seq_index_.for_each([&](std::uint64_t, std::uint32_t slot) {
+      auto& s = seqs_[slot]; // unhashable too: an undo may make it hashable
+      if (held.empty() && s.host_hashes.empty())
+        return; // nothing it holds can be gone
+      bool over = false;
+      for (auto b : s.blocks) {
+        if (over && blocks_[b].indexed)
+          after.push_back(b);
+        over |= is_held(b);
+      }
+      bool in = false;
+      for (auto b : s.incoming) {
+        if (in && blocks_[b].indexed)
+          after.push_back(b);
+        in |= is_held(b);
+      }
+      bool away = false;
+      for (auto& h : s.host_hashes) {
+        if (away && h.lo != 0) {
+          auto b = find_indexed(h.lo);
+          if (b != prefix_index::npos && blocks_[b].hash.hi == h.hi)
+            after.push_back(b);
+        }
+        away |= h.lo != 0 && is_gone(h.lo);
+      }
+      if (over || in || away)
+        stop_indexing(s);
+    });
+    if (after.empty())
+      return;
+    take_out(after);
+  }
 }
 
 void block_pool_core::stop_indexing(sequence& seq) {

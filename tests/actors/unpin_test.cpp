@@ -95,6 +95,23 @@ BOOST_AUTO_TEST_CASE(an_expired_pin_is_neither_counted_nor_kept_by_stats_or_evic
              == 3u);
 }
 
+BOOST_AUTO_TEST_CASE(evict_takes_the_blocks_of_an_expired_pin) {
+  // As above, with no stats between: evict alone expires it.
+  auto prompt = make_tokens(12, 40);
+  BOOST_REQUIRE(allocate(make_prompt_request(cfg, 1, prompt)));
+  BOOST_REQUIRE(free(1));
+  BOOST_TEST(value_or(ask<std::uint32_t>(mgr, pin_atom::value, std::string{},
+                                         prompt, std::uint64_t{1},
+                                         std::uint64_t{0}),
+                      0u)
+             == 3u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  BOOST_TEST(value_or(ask<std::uint32_t>(pool, evict_atom::value,
+                                         std::uint32_t{3}),
+                      0u)
+             == 3u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_FIXTURE_TEST_CASE(unpinning_with_pinning_disabled_lets_nothing_go,

@@ -2,6 +2,7 @@
 // pins, copies in flight and the pool's totals: every case corrupts one
 // thing in a pool in every kind of state (corrupt_pool_fixture.hpp) and
 // expects the check to fail naming it.
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -185,6 +186,16 @@ BOOST_AUTO_TEST_CASE(check_catches_a_tenant_over_its_quota) {
 BOOST_AUTO_TEST_CASE(check_catches_a_reservation_shortfall_that_is_not_the_sum) {
   ++access::shortfall(*pool);
   expect_broken("reservation shortfall 1 != 0");
+}
+
+BOOST_AUTO_TEST_CASE(check_catches_parent_hash_buckets_that_disagree_with_the_index) {
+  // A bucket at 0 with an indexed block in it would let a discard skip the
+  // search for what was built on what it took out.
+  auto& kids = access::kids(*pool);
+  auto at = std::find_if(kids.begin(), kids.end(), [](auto k) { return k != 0; });
+  BOOST_REQUIRE(at != kids.end());
+  --*at;
+  expect_broken("parent-hash buckets disagree");
 }
 
 BOOST_AUTO_TEST_CASE(check_catches_a_tenant_draining_count_that_is_not_its_drained_blocks) {

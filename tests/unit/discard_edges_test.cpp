@@ -96,6 +96,37 @@ BOOST_FIXTURE_TEST_CASE(a_discard_takes_what_a_request_away_on_the_host_computed
   BOOST_TEST(invariant(pool()) == "ok");
 }
 
+BOOST_FIXTURE_TEST_CASE(a_discard_takes_what_a_holder_computed_over_a_duplicate_block,
+                        pool_fixture) {
+  // E hits A's unwritten P and completes a block Q' equal to B's indexed Q
+  // (so Q' stays unindexed), then indexes R over it: R's parent hash is
+  // Q's. B's Q is evicted, A discarded: no chain of indexed blocks leads
+  // from P to R, but E holds P - what it indexed after P goes. Before, R
+  // stayed, and once C recomputed P and Q, D hit R.
+  make(64);
+  auto P = run(100, 16);
+  auto Q = run(500, 4);
+  auto R = run(600, 4);
+  alloc(prompt_req(1, cat(P, run(900, 1))));
+  alloc(prompt_req(5, cat(P, {Q[0]})));
+  alloc(prompt_req(2, cat(cat(P, Q), run(901, 1))));
+  std::vector<token_id> rest(Q.begin() + 1, Q.end());
+  BOOST_REQUIRE(pool().extend(5, 3, rest.data()));
+  auto grown = cat(R, run(950, 1));
+  BOOST_REQUIRE(pool().extend(5, 5, grown.data()));
+  auto e_r = blocks(5)[5];
+  BOOST_REQUIRE(!in_index(pool(), blocks(5)[4])); // Q' lost to B's Q
+  BOOST_REQUIRE(in_index(pool(), e_r));
+  release(2);
+  BOOST_REQUIRE(pool().evict(1) == 1u); // B's Q
+  BOOST_REQUIRE(pool().discard(1));
+  BOOST_TEST(!in_index(pool(), e_r));
+  BOOST_TEST(pool().index_size() == 0u);
+  release(5);
+  alloc(prompt_req(3, cat(cat(P, Q), run(902, 1))));
+  BOOST_TEST(alloc(prompt_req(4, cat(cat(cat(P, Q), R), run(903, 1)))) == 20u);
+}
+
 BOOST_FIXTURE_TEST_CASE(a_victims_preemption_leaves_what_others_computed_over_its_blocks,
                         pool_fixture) {
   // A supervisor's victim: the pass of the step that admitted it still

@@ -56,10 +56,11 @@ model_release pool_model::discard(request_id id, std::uint32_t keep,
     return release(id);
   auto table = it->second.blocks;
   auto brought = it->second.brought_from;
-  std::size_t written = it->second.hit_blocks; // what others built on stands
   auto res = release(id);
   // What went cached leaves the index, in table order (pins first go, with
   // the pinned blocks below); so does what it brought that others hold.
+  // Its own (from `brought` on) were never written: what others built on
+  // them goes too.
   std::set<prefix_key> gone;
   std::set<block_id> held;
   for (std::size_t k = std::min<std::size_t>(keep, table.size());
@@ -74,7 +75,7 @@ model_release pool_model::discard(request_id id, std::uint32_t keep,
     }
     if (m.st != state::cached)
       continue;
-    if (k >= written)
+    if (k >= brought)
       gone.insert(*m.key);
     if (m.pinned)
       unpin_with_descendants(b);
@@ -88,58 +89,82 @@ model_release pool_model::discard(request_id id, std::uint32_t keep,
 
 void pool_model::forget_built_on(std::set<prefix_key> gone,
                                  std::set<block_id> held) {
-  // Every indexed block whose key extends a gone one's by a block, then
-  // theirs, and so on: computed over K/V nobody wrote. Taken out in block
-  // order, as discard takes its own.
+  // Rounds until nothing more goes: every indexed block whose key extends
+  // a gone one's by a block (then theirs, and so on); then every request
+  // holding a gone block (or that held one when it moved away) indexes
+  // nothing more, and what it indexed after that block goes too. Each
+  // round's blocks go in block order, as discard takes its own.
   auto parent = [&](const prefix_key& k) {
     return prefix_key{k.first, std::vector<token_id>(
                                  k.second.begin(),
                                  k.second.end() - std::min<std::size_t>(
                                    block_size_, k.second.size()))};
   };
-  std::set<prefix_key> reached = gone;
-  std::set<block_id> below;
-  for (bool grew = true; grew;) {
-    grew = false;
-    for (auto& [key, b] : index_)
-      if (below.count(b) == 0 && key.second.size() > block_size_
-          && reached.count(parent(key)) != 0) {
-        below.insert(b);
-        reached.insert(key);
-        grew = true;
+  auto take_out = [&](const std::set<block_id>& out) {
+    for (auto b : out) {
+      auto& m = blocks_[b];
+      if (!m.key)
+        continue;
+      gone.insert(*m.key);
+      if (m.st == state::cached) {
+        if (m.pinned)
+          unpin_with_descendants(b);
+        evict_block(b);
+        free_.push_back(b);
+      } else {
+        held.insert(b);
+        unindex_held(b);
       }
-  }
-  built_on_taken_ += !below.empty();
-  for (auto b : below) {
-    auto& m = blocks_[b];
-    gone.insert(*m.key);
-    if (m.st == state::cached) {
-      if (m.pinned)
-        unpin_with_descendants(b);
-      evict_block(b);
-      free_.push_back(b);
-    } else {
-      held.insert(b);
-      unindex_held(b);
     }
-  }
-  // Whoever holds one of them, or held one when it moved to the host,
-  // indexes nothing from here on (nor after a failed copy's undo).
-  for (auto& [rid, s] : seqs_) {
-    bool over = false;
-    for (auto b : s.blocks)
-      over |= held.count(b) != 0;
-    for (auto b : s.incoming)
-      over |= held.count(b) != 0;
-    for (auto& k : s.host_keys)
-      over |= k && gone.count(*k) != 0;
-    if (!over)
-      continue;
-    built_on_stopped_ += s.hashable;
-    s.hashable = false;
-    for (auto& h : held_)
-      if (h.before.id == s.id && h.before.cache_id == s.cache_id)
-        h.before.hashable = false;
+  };
+  for (;;) {
+    std::set<prefix_key> reached = gone;
+    std::set<block_id> below;
+    for (bool grew = true; grew;) {
+      grew = false;
+      for (auto& [key, b] : index_)
+        if (below.count(b) == 0 && key.second.size() > block_size_
+            && reached.count(parent(key)) != 0) {
+          below.insert(b);
+          reached.insert(key);
+          grew = true;
+        }
+    }
+    built_on_taken_ += !below.empty();
+    take_out(below);
+    std::set<block_id> after;
+    for (auto& [rid, s] : seqs_) {
+      bool over = false;
+      for (auto b : s.blocks) {
+        if (over && blocks_[b].key)
+          after.insert(b);
+        over |= held.count(b) != 0;
+      }
+      bool in = false;
+      for (auto b : s.incoming) {
+        if (in && blocks_[b].key)
+          after.insert(b);
+        in |= held.count(b) != 0;
+      }
+      bool away = false;
+      for (auto& k : s.host_keys) {
+        if (away && k)
+          if (auto i = index_.find(*k); i != index_.end())
+            after.insert(i->second);
+        away |= k && gone.count(*k) != 0;
+      }
+      if (!(over || in || away))
+        continue;
+      built_on_stopped_ += s.hashable;
+      s.hashable = false;
+      for (auto& h : held_)
+        if (h.before.id == s.id && h.before.cache_id == s.cache_id)
+          h.before.hashable = false;
+    }
+    if (after.empty())
+      return;
+    built_on_taken_ += 1;
+    take_out(after);
   }
 }
 
