@@ -461,14 +461,6 @@ caf::error block_pool_core::check_invariant() const {
     return broken("reservations hold back " + std::to_string(held_total_)
                   + " blocks, only " + std::to_string(free_.size() + lru_.size())
                   + " free or evictable");
-  // The indexed blocks' parent-hash buckets (a discard's shortcut).
-  std::vector<std::uint32_t> kids(kids_.size(), 0);
-  for (block_id b = 0; b < blocks_.size(); ++b)
-    if (blocks_[b].indexed)
-      ++kids[parent_[b] & kids_mask_];
-  if (kids != kids_)
-    return broken("the indexed blocks' parent-hash buckets disagree with "
-                  "the index");
   return caf::none;
 }
 

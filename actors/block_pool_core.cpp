@@ -25,11 +25,6 @@ block_pool_core::block_pool_core(const cache_config& cfg,
     pin_pos_(cfg.max_pinned_blocks > 0 ? num_blocks : 0, 0),
     lru_(num_blocks),
     index_(num_blocks) {
-  std::size_t buckets = 1;
-  while (buckets < num_blocks)
-    buckets *= 2;
-  kids_.assign(buckets, 0);
-  kids_mask_ = buckets - 1;
   free_.reserve(num_blocks);
   // Hand out low block ids first: push them last.
   for (auto b = num_blocks; b > 0; --b)
@@ -323,7 +318,6 @@ void block_pool_core::evict_one(block_id b, std::uint8_t level) {
   lru_.remove(b, level);
   index_.erase(m.hash.lo, b);
   m.indexed = false;
-  --kids_[parent_[b] & kids_mask_];
   m.state = block_state::free;
   ++counters_.evictions;
   if (record_events_)
@@ -336,7 +330,6 @@ void block_pool_core::unindex_held(block_id b) {
     unpin_with_descendants(b);
   index_.erase(m.hash.lo, b);
   m.indexed = false;
-  --kids_[parent_[b] & kids_mask_];
   if (record_events_)
     events_.push_back(index_event{false, m.hash.lo, parent_[b], b, m.stored_by, {}});
 }
@@ -375,6 +368,7 @@ block_id block_pool_core::take_block(std::uint16_t t) {
   m.state = block_state::used;
   m.ref_count = 1;
   m.level = 0;
+  m.shared = false;
   charge(b, t);
   ++counters_.blocks_allocated;
   return b;
@@ -411,7 +405,6 @@ void block_pool_core::index_block(block_id b, block_hash h,
   // stays unindexed: the first copy serves later hits.
   if (index_.insert(h.lo, b, [this](block_id x) { return blocks_[x].hash.lo; })) {
     m.indexed = true;
-    ++kids_[parent & kids_mask_];
     m.stored_by = t;
     ++counters_.blocks_cached;
     if (record_events_)
@@ -442,6 +435,7 @@ void block_pool_core::hold(block_id b, const sequence& seq) noexcept {
   auto& m = blocks_[b];
   m.level = std::max(m.level, seq.level);
   ++m.ref_count;
+  m.shared = true;
 }
 
 // -- eviction -------------------------------------------------------------------------

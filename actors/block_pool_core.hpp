@@ -31,12 +31,13 @@
 // crash_reason.hpp; the manager stops the cache), and every request to it is
 // answered with CAF's request_receiver_down from then on, never with a
 // half-changed pool. Cost: O(1) per block touched - but a discard of
-// blocks another request holds, or that others built on, which searches
-// the pool for what was computed over them (forget_built_on).
+// blocks another request held, which searches the pool for what was
+// computed over them (forget_built_on).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <caf/error.hpp>
@@ -416,6 +417,8 @@ private:
   /// Per block, 32 bytes: what every hot path touches. The parent hash
   /// (events only) and pin deadline (pins only) live in side arrays.
   struct block_meta {
+    block_meta() : indexed(false), pinned(false), shared(false) {
+    }
     std::uint32_t ref_count = 0;
     std::uint16_t tenant = 0;
     /// The tenant whose request entered it into the index: its removal event
@@ -424,8 +427,12 @@ private:
     block_state state = block_state::free;
     /// LRU level while cached; while used, the highest level of its holders.
     std::uint8_t level = 0;
-    bool indexed = false;
-    bool pinned = false; ///< cached but kept off the LRU until its deadline
+    bool indexed : 1;
+    bool pinned : 1; ///< cached but kept off the LRU until its deadline
+    /// Another holder came since it was taken fresh (a hit, a fork, a
+    /// swap-in's share): only then may another request have computed over
+    /// it (a discard's search for what was built on it).
+    bool shared : 1;
     /// References held by copies in flight (counted in ref_count too); 32
     /// bits: a block may be the source of >65535 fork copies in one step.
     std::uint32_t holds = 0;
@@ -566,9 +573,12 @@ private:
   /// moved to the host, from indexing what it writes - taking out what it
   /// indexed after it - until nothing more goes (block_pool_rollback.cpp).
   /// O(blocks x log blocks + table entries) a round; discard calls it only
-  /// if it can find something (kids_, held blocks, requests on the host).
+  /// if another request held one of them (block_meta::shared).
+  /// `parent`: the discarded request's cache_id, whose forks (and theirs)
+  /// count as holding its blocks from position `own_from` on.
   void forget_built_on(std::vector<std::uint64_t> gone,
-                       std::vector<block_id> held);
+                       std::vector<block_id> held, std::uint64_t parent,
+                       std::uint64_t own_from);
   /// `seq` computes over K/V nobody wrote: no block of its enters the
   /// index from now on (nor after the undo of a copy in flight).
   void stop_indexing(sequence& seq);
@@ -674,15 +684,6 @@ private:
   model_config model_;
   std::vector<block_meta> blocks_;
   std::vector<std::uint64_t> parent_;    ///< per block: parent's hash.lo
-  /// Indexed blocks by their parent_ hash, bucketed (hash & kids_mask_):
-  /// a bucket at 0 says no indexed block has a parent with a hash in it,
-  /// so a discard need not search the pool for what was built on it.
-  std::vector<std::uint32_t> kids_;
-  std::uint64_t kids_mask_ = 0;
-  /// Whether an indexed block may have a parent with hash.lo `h`.
-  bool may_have_kids(std::uint64_t h) const noexcept {
-    return kids_[h & kids_mask_] != 0;
-  }
   std::vector<std::uint64_t> pin_until_; ///< per block: pin deadline (ms)
   std::vector<std::uint32_t> pin_pos_; ///< per block: index in pinned_ (pins)
   free_stack free_;
@@ -694,6 +695,10 @@ private:
   flat_index seq_index_; ///< request id -> slot in seqs_
   std::shared_ptr<index_hint> hint_; ///< share_index
   std::vector<std::uint32_t> ghosts_; ///< slots of ghosts (for_each_ghost)
+  /// A live fork's incarnation -> its parent's (cache_ids): a discard of
+  /// the parent stops what the fork built on the parent's own blocks -
+  /// shared, or copied before the parent wrote them (forget_built_on).
+  std::unordered_map<std::uint64_t, std::uint64_t> forked_from_;
   std::vector<tenant_state> tenants_;
   std::uint16_t default_tenant_ = 0; ///< what "" names (find_tenant(""))
   std::uint64_t used_ = 0;

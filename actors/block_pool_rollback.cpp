@@ -62,6 +62,13 @@ caf::expected<std::uint32_t> block_pool_core::discard(request_id id,
   std::size_t brought = seq->brought_from > keep ? seq->brought_from - keep : 0;
   if (!brought_held)
     brought = table.size();
+  // Its own blocks begin there; another request may have built on them
+  // only if it held one (block_meta::shared, kept while they go free).
+  const std::uint64_t own_from = keep + brought;
+  const std::uint64_t parent_id = seq->cache_id;
+  bool shared = false;
+  for (std::size_t k = brought; k < table.size(); ++k)
+    shared |= blocks_[table[k]].shared;
   auto freed = release(id);
   // Those it held last are cached now (the indexed ones): out of the index,
   // in table order. A pinned one first loses its pin, with the pins below
@@ -70,14 +77,17 @@ caf::expected<std::uint32_t> block_pool_core::discard(request_id id,
   // the index too: nobody may write them now, and they would serve their
   // unwritten K/V to every later prompt that hit them.
   std::vector<std::uint64_t> gone; // hash.lo of its own it took out
-  std::vector<block_id> held;      // of those, the ones others hold
+  std::vector<block_id> held;      // its own that others hold
   for (std::size_t k = 0; k < table.size(); ++k) {
     auto b = table[k];
     auto& m = blocks_[b];
-    if (m.state == block_state::used && m.indexed && k >= brought) {
-      gone.push_back(m.hash.lo);
+    if (m.state == block_state::used && k >= brought) {
+      // Others hold it (a fork its partly filled last block, say).
       held.push_back(b);
-      unindex_held(b);
+      if (m.indexed) {
+        gone.push_back(m.hash.lo);
+        unindex_held(b);
+      }
       continue;
     }
     if (m.state != block_state::cached)
@@ -92,26 +102,28 @@ caf::expected<std::uint32_t> block_pool_core::discard(request_id id,
     free_.push(b);
   }
   // A victim's step still writes its K/V (!brought_held): what was
-  // computed over them stands. Else the search, unless it can find
-  // nothing: no indexed block hangs below a gone hash, none of them is
-  // held, and no request is on the host.
-  bool search = !held.empty()
-                || std::any_of(gone.begin(), gone.end(),
-                               [&](std::uint64_t h) { return may_have_kids(h); })
-                || host_free_.size() != num_host_blocks_;
-  if (brought_held && search)
-    forget_built_on(std::move(gone), std::move(held));
+  // computed over them stands. Nor can anything be built on blocks of its
+  // own no other request ever held: its own later ones went above (an
+  // indexed block elsewhere under one's hash was computed over another
+  // block, written).
+  if (brought_held && shared)
+    forget_built_on(std::move(gone), std::move(held), parent_id, own_from);
   return freed;
 }
 
 void block_pool_core::forget_built_on(std::vector<std::uint64_t> gone,
-                                      std::vector<block_id> held) {
+                                      std::vector<block_id> held,
+                                      std::uint64_t parent,
+                                      std::uint64_t own_from) {
   // Rounds until nothing more goes: (1) the indexed blocks whose chain runs
   // through a gone block, found by their parents' hashes through indexed
   // blocks; (2) the requests that hold a gone block (or held one when they
   // moved to the host) stop indexing, and what they indexed after it goes
   // too - it was computed over it, whatever hash chain led there (a
-  // duplicate block of theirs the index never took, say).
+  // duplicate block of theirs the index never took, say). A fork of it (or
+  // of such a fork) counts as holding its own blocks from `own_from` on,
+  // though it may have copied one before writing into it.
+  std::vector<std::uint64_t> forks{parent}; // incarnations, sorted
   std::sort(gone.begin(), gone.end());
   std::sort(held.begin(), held.end());
   auto is_gone = [&](std::uint64_t h) {
@@ -144,14 +156,12 @@ void block_pool_core::forget_built_on(std::vector<std::uint64_t> gone,
     std::sort(held.begin(), held.end());
   };
   for (;;) {
-    // (1): one scan for children of gone blocks (none if their buckets say
-    // so), a search of the edges only when it finds one.
+    // (1): one scan for children of gone blocks, a search of the edges
+    // only when it finds one.
     std::vector<block_id> below;
-    if (std::any_of(gone.begin(), gone.end(),
-                    [&](std::uint64_t h) { return may_have_kids(h); }))
-      for (block_id b = 0; b < blocks_.size(); ++b)
-        if (blocks_[b].indexed && is_gone(parent_[b]))
-          below.push_back(b);
+    for (block_id b = 0; b < blocks_.size(); ++b)
+      if (blocks_[b].indexed && is_gone(parent_[b]))
+        below.push_back(b);
     if (!below.empty()) {
       std::vector<std::pair<std::uint64_t, block_id>> edges; // parent, child
       for (block_id b = 0; b < blocks_.size(); ++b)
@@ -173,28 +183,39 @@ void block_pool_core::forget_built_on(std::vector<std::uint64_t> gone,
       }
       take_out(below);
     }
-    // (2): only if such a request may exist.
-    if (held.empty() && host_free_.size() == num_host_blocks_)
-      return;
+    // (2): the holders, the requests away on the host and the forks.
     std::vector<block_id> after;
-    seq_index_.for_each([&](std::uint64_t, std::uint32_t slot) {
-      auto& s = seqs_[slot]; // unhashable too: an undo may make it hashable
-      if (held.empty() && s.host_hashes.empty())
+    // Live requests and ghosts (ended mid-swap: they index nothing more,
+    // but what they indexed goes as any holder's).
+    std::vector<std::uint64_t> forked;
+    auto visit = [&](sequence& s) {
+      auto f = forked_from_.find(s.cache_id);
+      bool fork = f != forked_from_.end()
+                  && std::binary_search(forks.begin(), forks.end(), f->second);
+      if (!fork && held.empty() && s.host_hashes.empty())
         return; // nothing it holds can be gone
       bool over = false;
-      for (auto b : s.blocks) {
+      for (std::size_t k = 0; k < s.blocks.size(); ++k) {
+        auto b = s.blocks[k];
+        over |= fork && k >= own_from;
         if (over && blocks_[b].indexed)
           after.push_back(b);
         over |= is_held(b);
       }
+      if (fork && !std::binary_search(forks.begin(), forks.end(), s.cache_id))
+        forked.push_back(s.cache_id);
       bool in = false;
-      for (auto b : s.incoming) {
+      for (std::size_t k = 0; k < s.incoming.size(); ++k) {
+        auto b = s.incoming[k];
+        in |= fork && k >= own_from;
         if (in && blocks_[b].indexed)
           after.push_back(b);
         in |= is_held(b);
       }
       bool away = false;
-      for (auto& h : s.host_hashes) {
+      for (std::size_t k = 0; k < s.host_hashes.size(); ++k) {
+        auto& h = s.host_hashes[k];
+        away |= fork && k >= own_from;
         if (away && h.lo != 0) {
           auto b = find_indexed(h.lo);
           if (b != prefix_index::npos && blocks_[b].hash.hi == h.hi)
@@ -202,11 +223,17 @@ void block_pool_core::forget_built_on(std::vector<std::uint64_t> gone,
         }
         away |= h.lo != 0 && is_gone(h.lo);
       }
-      if (over || in || away)
-        stop_indexing(s);
-    });
-    if (after.empty())
+      if (over || in || away || fork)
+        stop_indexing(s); // unhashable too: an undo may make it hashable
+    };
+    seq_index_.for_each(
+      [&](std::uint64_t, std::uint32_t slot) { visit(seqs_[slot]); });
+    for (auto slot : ghosts_)
+      visit(seqs_[slot]);
+    if (after.empty() && forked.empty())
       return;
+    forks.insert(forks.end(), forked.begin(), forked.end());
+    std::sort(forks.begin(), forks.end());
     take_out(after);
   }
 }

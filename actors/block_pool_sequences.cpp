@@ -102,6 +102,8 @@ void block_pool_core::drop_sequence(sequence& seq) {
   seq.where = residency::resident;
   seq.release_pending = false;
   seq.expected_tokens = 0;
+  if (!forked_from_.empty())
+    forked_from_.erase(seq.cache_id);
   free_seq_slots_.push_back(slot);
 }
 
@@ -249,6 +251,7 @@ caf::expected<allocation_outcome> block_pool_core::fork(request_id parent,
   c.max_tokens = p.max_tokens;
   c.expected_tokens = p.expected_tokens;
   c.blocks = p.blocks;
+  forked_from_[c.cache_id] = p.cache_id;
   c.hashable = p.hashable;
   c.num_hashed = p.num_hashed;
   // The blocks its parent's admission found cached are its first too, and

@@ -188,16 +188,6 @@ BOOST_AUTO_TEST_CASE(check_catches_a_reservation_shortfall_that_is_not_the_sum) 
   expect_broken("reservation shortfall 1 != 0");
 }
 
-BOOST_AUTO_TEST_CASE(check_catches_parent_hash_buckets_that_disagree_with_the_index) {
-  // A bucket at 0 with an indexed block in it would let a discard skip the
-  // search for what was built on what it took out.
-  auto& kids = access::kids(*pool);
-  auto at = std::find_if(kids.begin(), kids.end(), [](auto k) { return k != 0; });
-  BOOST_REQUIRE(at != kids.end());
-  --*at;
-  expect_broken("parent-hash buckets disagree");
-}
-
 BOOST_AUTO_TEST_CASE(check_catches_a_tenant_draining_count_that_is_not_its_drained_blocks) {
   // Request 8's drained block was last charged to the default tenant.
   ++access::tenants(*pool)[quota_tenant].draining;

@@ -127,6 +127,86 @@ BOOST_FIXTURE_TEST_CASE(a_discard_takes_what_a_holder_computed_over_a_duplicate_
   BOOST_TEST(alloc(prompt_req(4, cat(cat(cat(P, Q), R), run(903, 1)))) == 20u);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_discard_stops_a_fork_that_copied_its_unwritten_tail,
+                        pool_fixture) {
+  // A's own block is its partly filled last one (T, unwritten). C forks A
+  // and completes that block through a copy (indexed): its first tokens'
+  // K/V are what A never wrote. A is reclaimed: C holds none of A's
+  // blocks any more, but as A's fork what it built from there on goes.
+  // Before, D hit C's block.
+  make(64);
+  auto P = run(100, 16);
+  auto T = run(500, 2);
+  auto U = run(600, 2);
+  alloc(prompt_req(9, cat(P, run(900, 1))));
+  release(9); // P written, cached
+  alloc(prompt_req(1, cat(P, T)));
+  auto a = cache_id(1);
+  BOOST_REQUIRE(pool().fork(1, 2));
+  auto res = pool().extend(2, 2, U.data());
+  BOOST_REQUIRE(res);
+  BOOST_REQUIRE(res->copies.size() == 1u);
+  auto c4 = blocks(2)[4];
+  BOOST_REQUIRE(in_index(pool(), c4));
+  BOOST_REQUIRE(pool().reclaim(1, a));
+  BOOST_TEST(!in_index(pool(), c4));
+  BOOST_TEST(!pool().find(2)->hashable);
+  release(2);
+  BOOST_TEST(alloc(prompt_req(3, cat(cat(cat(P, T), U), run(950, 1)))) == 16u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_discard_stops_a_fork_sharing_its_unwritten_tail,
+                        pool_fixture) {
+  // As above, but C forks and A is reclaimed before C writes: C shares
+  // A's unindexed partial block, completes it in place - and indexes
+  // nothing from there.
+  make(64);
+  auto P = run(100, 16);
+  auto T = run(500, 2);
+  auto U = run(600, 2);
+  alloc(prompt_req(9, cat(P, run(900, 1))));
+  release(9);
+  alloc(prompt_req(1, cat(P, T)));
+  auto a = cache_id(1);
+  BOOST_REQUIRE(pool().fork(1, 2));
+  BOOST_REQUIRE(pool().reclaim(1, a));
+  BOOST_TEST(!pool().find(2)->hashable);
+  BOOST_REQUIRE(pool().extend(2, 2, U.data()));
+  BOOST_TEST(!in_index(pool(), blocks(2)[4]));
+  release(2);
+  BOOST_TEST(alloc(prompt_req(3, cat(cat(cat(P, T), U), run(950, 1)))) == 16u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_discard_takes_what_a_ghost_indexed_over_its_blocks,
+                        pool_fixture) {
+  // The duplicate-block case above with E ended during its swap-out (a
+  // ghost): what it indexed over A's blocks goes all the same.
+  cfg.num_host_blocks = 32;
+  make(64);
+  auto P = run(100, 16);
+  auto Q = run(500, 4);
+  auto R = run(600, 4);
+  alloc(prompt_req(1, cat(P, run(900, 1))));
+  alloc(prompt_req(5, cat(P, {Q[0]})));
+  alloc(prompt_req(2, cat(cat(P, Q), run(901, 1))));
+  std::vector<token_id> rest(Q.begin() + 1, Q.end());
+  BOOST_REQUIRE(pool().extend(5, 3, rest.data()));
+  auto grown = cat(R, run(950, 1));
+  BOOST_REQUIRE(pool().extend(5, 5, grown.data()));
+  auto e_r = blocks(5)[5];
+  release(2);
+  BOOST_REQUIRE(pool().evict(1) == 1u);
+  auto e = cache_id(5);
+  BOOST_REQUIRE(pool().swap_out_begin(5));
+  release(5); // a ghost until its copy ends
+  BOOST_REQUIRE(pool().discard(1));
+  BOOST_TEST(!in_index(pool(), e_r));
+  BOOST_REQUIRE(pool().swap_out_done(5, e, true));
+  BOOST_TEST(pool().index_size() == 0u);
+  alloc(prompt_req(3, cat(cat(P, Q), run(902, 1))));
+  BOOST_TEST(alloc(prompt_req(4, cat(cat(cat(P, Q), R), run(903, 1)))) == 20u);
+}
+
 BOOST_FIXTURE_TEST_CASE(a_victims_preemption_leaves_what_others_computed_over_its_blocks,
                         pool_fixture) {
   // A supervisor's victim: the pass of the step that admitted it still

@@ -382,10 +382,12 @@ model_allocation pool_model::fork(request_id parent, request_id child) {
   // c.hit_blocks: its parent's, the blocks its admission found cached.
   // Past the parent's full blocks: a shared partly filled last block the
   // child may write into in place is the child's too.
+  c.forked_from = ps.cache_id;
   c.brought_from = static_cast<std::uint32_t>(
     std::min<std::uint64_t>(ps.num_tokens / block_size_, 65535));
   for (auto b : c.blocks) {
     ++blocks_[b].refs;
+    blocks_[b].shared = true;
     blocks_[b].level = std::max(blocks_[b].level, c.level);
   }
   ++counters_.allocations;

@@ -78,6 +78,8 @@ struct model_sequence {
   /// (pool_reference_model_copies.cpp). Otherwise it wrote there last and
   /// holds the most tokens in it: it writes in place.
   bool shared_tail = false;
+  /// The incarnation it was forked from (0: none).
+  std::uint64_t forked_from = 0;
 };
 
 struct model_tenant {
@@ -274,6 +276,9 @@ private:
     std::uint16_t stored_by = 0;   ///< tenant of its stored event
     bool pinned = false;           ///< then never on an LRU level
     std::uint64_t pin_until = 0;
+    /// Another holder came since it was taken (a hit, a fork, a swap-in's
+    /// share): only then may another request have computed over it.
+    bool shared = false;
   };
 
   maybe_errc check(const allocation_request& req, std::uint16_t& t) const;
@@ -341,7 +346,10 @@ private:
   /// After a discard took the blocks with keys `gone` out of the index
   /// (`held`: those others hold): what was computed over them goes too,
   /// and their holders index nothing more.
-  void forget_built_on(std::set<prefix_key> gone, std::set<block_id> held);
+  /// Forks of incarnation `parent` (and theirs) count as holding its blocks
+  /// from position `own_from` on.
+  void forget_built_on(std::set<prefix_key> gone, std::set<block_id> held,
+                       std::uint64_t parent, std::size_t own_from);
   void index(block_id b, prefix_key key, std::uint16_t t);
   /// Indexes `seq`'s blocks of settled tokens from block `from` on.
   void index_settled(model_sequence& seq, std::size_t from);

@@ -93,6 +93,7 @@ block_id pool_model::take(std::uint16_t t, std::size_t level) {
   auto& m = blocks_[b];
   m.st = state::used;
   m.refs = 1;
+  m.shared = false;
   m.tenant = t;
   m.level = level;
   ++tenants_[t].used;
@@ -140,6 +141,7 @@ void pool_model::share(block_id b, const model_sequence& seq) {
   }
   m.level = std::max(m.level, seq.level);
   ++m.refs;
+  m.shared = true;
 }
 
 } // namespace kvactor::test

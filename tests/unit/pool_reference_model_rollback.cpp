@@ -56,6 +56,14 @@ model_release pool_model::discard(request_id id, std::uint32_t keep,
     return release(id);
   auto table = it->second.blocks;
   auto brought = it->second.brought_from;
+  auto parent = it->second.cache_id;
+  std::size_t first = std::min<std::size_t>(keep, table.size());
+  std::size_t own_from = std::max<std::size_t>(first, brought);
+  // Another request may have built on its own blocks only if it held one.
+  bool shared = false;
+  if (brought_held)
+    for (std::size_t k = own_from; k < table.size(); ++k)
+      shared |= blocks_[table[k]].shared;
   auto res = release(id);
   // What went cached leaves the index, in table order (pins first go, with
   // the pinned blocks below); so does what it brought that others hold.
@@ -67,10 +75,12 @@ model_release pool_model::discard(request_id id, std::uint32_t keep,
        k < table.size(); ++k) {
     auto b = table[k];
     auto& m = blocks_[b];
-    if (brought_held && m.st == state::used && m.key && k >= brought) {
-      gone.insert(*m.key);
+    if (brought_held && m.st == state::used && k >= brought) {
       held.insert(b);
-      unindex_held(b);
+      if (m.key) {
+        gone.insert(*m.key);
+        unindex_held(b);
+      }
       continue;
     }
     if (m.st != state::cached)
@@ -82,19 +92,21 @@ model_release pool_model::discard(request_id id, std::uint32_t keep,
     evict_block(b);
     free_.push_back(b);
   }
-  if (brought_held)
-    forget_built_on(gone, held);
+  // Nothing can be built on its own blocks no other request held.
+  if (brought_held && shared)
+    forget_built_on(gone, held, parent, own_from);
   return res;
 }
 
 void pool_model::forget_built_on(std::set<prefix_key> gone,
-                                 std::set<block_id> held) {
+                                 std::set<block_id> held,
+                                 std::uint64_t parent, std::size_t own_from) {
   // Rounds until nothing more goes: every indexed block whose key extends
   // a gone one's by a block (then theirs, and so on); then every request
   // holding a gone block (or that held one when it moved away) indexes
   // nothing more, and what it indexed after that block goes too. Each
   // round's blocks go in block order, as discard takes its own.
-  auto parent = [&](const prefix_key& k) {
+  auto parent_key = [&](const prefix_key& k) {
     return prefix_key{k.first, std::vector<token_id>(
                                  k.second.begin(),
                                  k.second.end() - std::min<std::size_t>(
@@ -117,6 +129,7 @@ void pool_model::forget_built_on(std::set<prefix_key> gone,
       }
     }
   };
+  std::set<std::uint64_t> forks{parent};
   for (;;) {
     std::set<prefix_key> reached = gone;
     std::set<block_id> below;
@@ -124,7 +137,7 @@ void pool_model::forget_built_on(std::set<prefix_key> gone,
       grew = false;
       for (auto& [key, b] : index_)
         if (below.count(b) == 0 && key.second.size() > block_size_
-            && reached.count(parent(key)) != 0) {
+            && reached.count(parent_key(key)) != 0) {
           below.insert(b);
           reached.insert(key);
           grew = true;
@@ -133,37 +146,51 @@ void pool_model::forget_built_on(std::set<prefix_key> gone,
     built_on_taken_ += !below.empty();
     take_out(below);
     std::set<block_id> after;
-    for (auto& [rid, s] : seqs_) {
+    std::set<std::uint64_t> forked;
+    auto visit = [&](model_sequence& s) {
+      bool fork = s.forked_from != 0 && forks.count(s.forked_from) != 0;
+      if (fork && forks.count(s.cache_id) == 0)
+        forked.insert(s.cache_id);
       bool over = false;
-      for (auto b : s.blocks) {
-        if (over && blocks_[b].key)
-          after.insert(b);
-        over |= held.count(b) != 0;
+      for (std::size_t k = 0; k < s.blocks.size(); ++k) {
+        over |= fork && k >= own_from;
+        if (over && blocks_[s.blocks[k]].key)
+          after.insert(s.blocks[k]);
+        over |= held.count(s.blocks[k]) != 0;
       }
       bool in = false;
-      for (auto b : s.incoming) {
-        if (in && blocks_[b].key)
-          after.insert(b);
-        in |= held.count(b) != 0;
+      for (std::size_t k = 0; k < s.incoming.size(); ++k) {
+        in |= fork && k >= own_from;
+        if (in && blocks_[s.incoming[k]].key)
+          after.insert(s.incoming[k]);
+        in |= held.count(s.incoming[k]) != 0;
       }
       bool away = false;
-      for (auto& k : s.host_keys) {
-        if (away && k)
-          if (auto i = index_.find(*k); i != index_.end())
+      for (std::size_t k = 0; k < s.host_keys.size(); ++k) {
+        auto& key = s.host_keys[k];
+        away |= fork && k >= own_from;
+        if (away && key)
+          if (auto i = index_.find(*key); i != index_.end())
             after.insert(i->second);
-        away |= k && gone.count(*k) != 0;
+        away |= key && gone.count(*key) != 0;
       }
-      if (!(over || in || away))
-        continue;
+      if (!(over || in || away || fork))
+        return;
       built_on_stopped_ += s.hashable;
       s.hashable = false;
       for (auto& h : held_)
         if (h.before.id == s.id && h.before.cache_id == s.cache_id)
           h.before.hashable = false;
-    }
-    if (after.empty())
+    };
+    // Live requests and ghosts (ended mid-swap: what they indexed goes).
+    for (auto& [rid, s] : seqs_)
+      visit(s);
+    for (auto& [cid, s] : ghosts_)
+      visit(s);
+    if (after.empty() && forked.empty())
       return;
-    built_on_taken_ += 1;
+    forks.insert(forked.begin(), forked.end());
+    built_on_taken_ += !after.empty();
     take_out(after);
   }
 }

@@ -43,9 +43,6 @@ struct block_pool_test_access {
   static auto& meta(core& p, block_id b) {
     return p.blocks_[b];
   }
-  static std::vector<std::uint32_t>& kids(core& p) {
-    return p.kids_;
-  }
   static std::vector<std::uint64_t>& parent(core& p) {
     return p.parent_;
   }
