@@ -28,6 +28,20 @@ struct unpin_fixture : cache_fixture {
                               std::uint64_t{0});
   }
 
+  /// A cached prefix of three blocks, pinned for 1 ms, once the pin has
+  /// expired (pins expire lazily: nothing has looked since).
+  void pin_briefly() {
+    auto prompt = make_tokens(12, 40);
+    BOOST_REQUIRE(allocate(make_prompt_request(cfg, 1, prompt)));
+    BOOST_REQUIRE(free(1));
+    BOOST_TEST(value_or(ask<std::uint32_t>(mgr, pin_atom::value, std::string{},
+                                           prompt, std::uint64_t{1},
+                                           std::uint64_t{0}),
+                        0u)
+               == 3u);
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+
   template <class Dest>
   caf::expected<std::uint32_t> unpin(const Dest& dest, std::string tenant,
                                      std::vector<token_id> tokens) {
@@ -76,15 +90,7 @@ BOOST_AUTO_TEST_CASE(an_expired_pin_is_neither_counted_nor_kept_by_stats_or_evic
   // Pins expire lazily, when a message that may need their blocks comes;
   // stats reported them as pins past their deadline and evict could not
   // take their blocks - for as long as the cache stayed idle.
-  auto prompt = make_tokens(12, 40);
-  BOOST_REQUIRE(allocate(make_prompt_request(cfg, 1, prompt)));
-  BOOST_REQUIRE(free(1));
-  BOOST_TEST(value_or(ask<std::uint32_t>(mgr, pin_atom::value, std::string{},
-                                         prompt, std::uint64_t{1},
-                                         std::uint64_t{0}),
-                      0u)
-             == 3u);
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  pin_briefly();
   auto s = ask<pool_stats>(pool, stats_atom::value);
   BOOST_REQUIRE(s);
   BOOST_TEST(s->pinned_blocks == 0u);
@@ -97,15 +103,7 @@ BOOST_AUTO_TEST_CASE(an_expired_pin_is_neither_counted_nor_kept_by_stats_or_evic
 
 BOOST_AUTO_TEST_CASE(evict_takes_the_blocks_of_an_expired_pin) {
   // As above, with no stats between: evict alone expires it.
-  auto prompt = make_tokens(12, 40);
-  BOOST_REQUIRE(allocate(make_prompt_request(cfg, 1, prompt)));
-  BOOST_REQUIRE(free(1));
-  BOOST_TEST(value_or(ask<std::uint32_t>(mgr, pin_atom::value, std::string{},
-                                         prompt, std::uint64_t{1},
-                                         std::uint64_t{0}),
-                      0u)
-             == 3u);
-  std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  pin_briefly();
   BOOST_TEST(value_or(ask<std::uint32_t>(pool, evict_atom::value,
                                          std::uint32_t{3}),
                       0u)

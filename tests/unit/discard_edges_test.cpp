@@ -21,16 +21,45 @@ BOOST_AUTO_TEST_SUITE(discard_edges_suite)
 
 namespace {
 
-std::vector<token_id> cat(std::vector<token_id> a, const std::vector<token_id>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
+/// A prefix P (4 full blocks of 4), Q, R and T, U to build on it.
+struct built_on_fixture : pool_fixture {
+  std::vector<token_id> P = run(100, 16);
+  std::vector<token_id> Q = run(500, 4);
+  std::vector<token_id> R = run(600, 4);
+  std::vector<token_id> T = run(700, 2);
+  std::vector<token_id> U = run(800, 2);
 
-bool in_index(const kvactor::detail::block_pool_core& pool, block_id b) {
-  bool found = false;
-  pool.for_each_indexed([&](std::uint64_t, block_id x) { found |= x == b; });
-  return found;
-}
+  /// A (1) brings P, unwritten. E (5) hits it and completes a block Q' equal
+  /// to B's (2) indexed Q - so Q' stays unindexed - then indexes R over it:
+  /// R's parent hash is Q's. B's Q is evicted. Returns E's R.
+  block_id duplicate_chain() {
+    make(64);
+    alloc(prompt_req(1, cat(P, run(900, 1))));
+    alloc(prompt_req(5, cat(P, {Q[0]})));
+    alloc(prompt_req(2, cat(cat(P, Q), run(901, 1))));
+    std::vector<token_id> rest(Q.begin() + 1, Q.end());
+    BOOST_REQUIRE(pool().extend(5, 3, rest.data()));
+    auto grown = cat(R, run(950, 1));
+    BOOST_REQUIRE(pool().extend(5, 5, grown.data()));
+    BOOST_REQUIRE(!in_index(pool(), blocks(5)[4])); // Q' lost to B's Q
+    auto e_r = blocks(5)[5];
+    BOOST_REQUIRE(in_index(pool(), e_r));
+    release(2);
+    BOOST_REQUIRE(pool().evict(1) == 1u); // B's Q
+    return e_r;
+  }
+
+  /// P written and cached; A (1) hits it, its own block its partly filled
+  /// last one (T, unwritten); C (2) forks A. Returns A's incarnation.
+  std::uint64_t fork_over_unwritten_tail() {
+    make(64);
+    alloc(prompt_req(9, cat(P, run(900, 1))));
+    release(9);
+    alloc(prompt_req(1, cat(P, T)));
+    BOOST_REQUIRE(pool().fork(1, 2));
+    return cache_id(1);
+  }
+};
 
 } // namespace
 
@@ -97,28 +126,11 @@ BOOST_FIXTURE_TEST_CASE(a_discard_takes_what_a_request_away_on_the_host_computed
 }
 
 BOOST_FIXTURE_TEST_CASE(a_discard_takes_what_a_holder_computed_over_a_duplicate_block,
-                        pool_fixture) {
-  // E hits A's unwritten P and completes a block Q' equal to B's indexed Q
-  // (so Q' stays unindexed), then indexes R over it: R's parent hash is
-  // Q's. B's Q is evicted, A discarded: no chain of indexed blocks leads
-  // from P to R, but E holds P - what it indexed after P goes. Before, R
-  // stayed, and once C recomputed P and Q, D hit R.
-  make(64);
-  auto P = run(100, 16);
-  auto Q = run(500, 4);
-  auto R = run(600, 4);
-  alloc(prompt_req(1, cat(P, run(900, 1))));
-  alloc(prompt_req(5, cat(P, {Q[0]})));
-  alloc(prompt_req(2, cat(cat(P, Q), run(901, 1))));
-  std::vector<token_id> rest(Q.begin() + 1, Q.end());
-  BOOST_REQUIRE(pool().extend(5, 3, rest.data()));
-  auto grown = cat(R, run(950, 1));
-  BOOST_REQUIRE(pool().extend(5, 5, grown.data()));
-  auto e_r = blocks(5)[5];
-  BOOST_REQUIRE(!in_index(pool(), blocks(5)[4])); // Q' lost to B's Q
-  BOOST_REQUIRE(in_index(pool(), e_r));
-  release(2);
-  BOOST_REQUIRE(pool().evict(1) == 1u); // B's Q
+                        built_on_fixture) {
+  // No chain of indexed blocks leads from P to E's R once B's Q is gone,
+  // but E holds P: what it indexed after P goes with A's discard. Before,
+  // R stayed, and once C recomputed P and Q, D hit R.
+  auto e_r = duplicate_chain();
   BOOST_REQUIRE(pool().discard(1));
   BOOST_TEST(!in_index(pool(), e_r));
   BOOST_TEST(pool().index_size() == 0u);
@@ -128,21 +140,12 @@ BOOST_FIXTURE_TEST_CASE(a_discard_takes_what_a_holder_computed_over_a_duplicate_
 }
 
 BOOST_FIXTURE_TEST_CASE(a_discard_stops_a_fork_that_copied_its_unwritten_tail,
-                        pool_fixture) {
-  // A's own block is its partly filled last one (T, unwritten). C forks A
-  // and completes that block through a copy (indexed): its first tokens'
-  // K/V are what A never wrote. A is reclaimed: C holds none of A's
-  // blocks any more, but as A's fork what it built from there on goes.
+                        built_on_fixture) {
+  // C completes A's partial block through a copy (indexed): its first
+  // tokens' K/V are what A never wrote. A is reclaimed: C holds none of
+  // A's blocks any more, but as A's fork what it built from there on goes.
   // Before, D hit C's block.
-  make(64);
-  auto P = run(100, 16);
-  auto T = run(500, 2);
-  auto U = run(600, 2);
-  alloc(prompt_req(9, cat(P, run(900, 1))));
-  release(9); // P written, cached
-  alloc(prompt_req(1, cat(P, T)));
-  auto a = cache_id(1);
-  BOOST_REQUIRE(pool().fork(1, 2));
+  auto a = fork_over_unwritten_tail();
   auto res = pool().extend(2, 2, U.data());
   BOOST_REQUIRE(res);
   BOOST_REQUIRE(res->copies.size() == 1u);
@@ -156,19 +159,10 @@ BOOST_FIXTURE_TEST_CASE(a_discard_stops_a_fork_that_copied_its_unwritten_tail,
 }
 
 BOOST_FIXTURE_TEST_CASE(a_discard_stops_a_fork_sharing_its_unwritten_tail,
-                        pool_fixture) {
-  // As above, but C forks and A is reclaimed before C writes: C shares
-  // A's unindexed partial block, completes it in place - and indexes
-  // nothing from there.
-  make(64);
-  auto P = run(100, 16);
-  auto T = run(500, 2);
-  auto U = run(600, 2);
-  alloc(prompt_req(9, cat(P, run(900, 1))));
-  release(9);
-  alloc(prompt_req(1, cat(P, T)));
-  auto a = cache_id(1);
-  BOOST_REQUIRE(pool().fork(1, 2));
+                        built_on_fixture) {
+  // A is reclaimed before C writes: C shares A's unindexed partial block,
+  // completes it in place - and indexes nothing from there.
+  auto a = fork_over_unwritten_tail();
   BOOST_REQUIRE(pool().reclaim(1, a));
   BOOST_TEST(!pool().find(2)->hashable);
   BOOST_REQUIRE(pool().extend(2, 2, U.data()));
@@ -178,24 +172,11 @@ BOOST_FIXTURE_TEST_CASE(a_discard_stops_a_fork_sharing_its_unwritten_tail,
 }
 
 BOOST_FIXTURE_TEST_CASE(a_discard_takes_what_a_ghost_indexed_over_its_blocks,
-                        pool_fixture) {
-  // The duplicate-block case above with E ended during its swap-out (a
-  // ghost): what it indexed over A's blocks goes all the same.
+                        built_on_fixture) {
+  // The duplicate chain with E ended during its swap-out (a ghost): what
+  // it indexed over A's blocks goes all the same.
   cfg.num_host_blocks = 32;
-  make(64);
-  auto P = run(100, 16);
-  auto Q = run(500, 4);
-  auto R = run(600, 4);
-  alloc(prompt_req(1, cat(P, run(900, 1))));
-  alloc(prompt_req(5, cat(P, {Q[0]})));
-  alloc(prompt_req(2, cat(cat(P, Q), run(901, 1))));
-  std::vector<token_id> rest(Q.begin() + 1, Q.end());
-  BOOST_REQUIRE(pool().extend(5, 3, rest.data()));
-  auto grown = cat(R, run(950, 1));
-  BOOST_REQUIRE(pool().extend(5, 5, grown.data()));
-  auto e_r = blocks(5)[5];
-  release(2);
-  BOOST_REQUIRE(pool().evict(1) == 1u);
+  auto e_r = duplicate_chain();
   auto e = cache_id(5);
   BOOST_REQUIRE(pool().swap_out_begin(5));
   release(5); // a ghost until its copy ends

@@ -16,6 +16,20 @@
 
 namespace kvactor::test {
 
+/// Whether block `b` is in `pool`'s prefix index.
+inline bool in_index(const detail::block_pool_core& pool, block_id b) {
+  bool found = false;
+  pool.for_each_indexed([&](std::uint64_t, block_id x) { found |= x == b; });
+  return found;
+}
+
+/// `a` then `b`.
+inline std::vector<token_id> cat(std::vector<token_id> a,
+                                 const std::vector<token_id>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
 /// first, first + 1, ..., n tokens.
 inline std::vector<token_id> run(token_id first, std::size_t n) {
   std::vector<token_id> out(n);

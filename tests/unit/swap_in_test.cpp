@@ -309,17 +309,6 @@ BOOST_FIXTURE_TEST_CASE(a_swap_ins_end_counts_what_it_shared_though_a_discard_un
   }
 }
 
-namespace {
-
-/// Whether block `b` is in `pool`'s prefix index.
-bool indexed(const block_pool_core& pool, block_id b) {
-  bool found = false;
-  pool.for_each_indexed([&](std::uint64_t, block_id x) { found |= x == b; });
-  return found;
-}
-
-} // namespace
-
 BOOST_FIXTURE_TEST_CASE(a_discard_after_a_swap_in_unindexes_the_partial_block_it_completed,
                         swap_fixture) {
   // 1 comes back with a partly filled last block and completes it in place
@@ -335,11 +324,11 @@ BOOST_FIXTURE_TEST_CASE(a_discard_after_a_swap_in_unindexes_the_partial_block_it
   auto grown = run(106, 2);
   BOOST_REQUIRE(pool().extend(1, 2, grown.data()));
   auto b = seq(1).blocks[1];
-  BOOST_REQUIRE(indexed(pool(), b));
+  BOOST_REQUIRE(in_index(pool(), b));
   alloc(prompt_req(2, run(100, 9))); // hits both of 1's blocks
   BOOST_REQUIRE(seq(2).blocks[1] == b);
   BOOST_REQUIRE(pool().discard(1));
-  BOOST_TEST(!indexed(pool(), b));
+  BOOST_TEST(!in_index(pool(), b));
   auto third = pool().allocate(prompt_req(3, run(100, 9)));
   BOOST_REQUIRE(third);
   BOOST_TEST(third->hit_tokens == 4u); // the block written before the swap
@@ -363,14 +352,14 @@ BOOST_FIXTURE_TEST_CASE(a_discard_after_a_swap_in_unindexes_a_block_regrown_past
   auto grown = run(200, 4);
   BOOST_REQUIRE(pool().extend(1, 4, grown.data()));
   auto b = seq(1).blocks[2];
-  BOOST_REQUIRE(indexed(pool(), b));
+  BOOST_REQUIRE(in_index(pool(), b));
   auto prompt = run(100, 8);
   prompt.insert(prompt.end(), grown.begin(), grown.end());
   prompt.push_back(1);
   alloc(prompt_req(2, prompt));
   BOOST_REQUIRE(seq(2).blocks[2] == b);
   BOOST_REQUIRE(pool().discard(1));
-  BOOST_TEST(!indexed(pool(), b));
+  BOOST_TEST(!in_index(pool(), b));
   auto third = pool().allocate(prompt_req(3, prompt));
   BOOST_REQUIRE(third);
   BOOST_TEST(third->hit_tokens == 8u);
