@@ -5,6 +5,7 @@
 // subscriber that owns one request at a time, leaked 40 bytes per
 // allocate that way). The owner here counts the monitors attached to it.
 #include "fixture.hpp"
+#include "spawn_fn.hpp"
 
 #include <atomic>
 #include <memory>
@@ -270,8 +271,8 @@ BOOST_AUTO_TEST_CASE(an_owner_whose_last_reference_goes_has_its_requests_reclaim
   auto gone = std::make_shared<std::atomic<bool>>(false);
   auto got = std::make_shared<std::atomic<int>>(0);
   {
-    auto owner = sys.spawn([&, gone, got](caf::event_based_actor* me)
-                             -> caf::behavior {
+    auto owner = spawn_fn(sys, [&, gone, got](caf::event_based_actor* me)
+                                 -> caf::behavior {
       me->attach_functor([gone](const caf::error&) { *gone = true; });
       me->request(mgr, caf::infinite, allocate_atom::value,
                    make_request(cfg, 1, 9))
