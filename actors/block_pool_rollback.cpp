@@ -194,24 +194,23 @@ void block_pool_core::forget_built_on(std::vector<std::uint64_t> gone,
                   && std::binary_search(forks.begin(), forks.end(), f->second);
       if (!fork && held.empty() && s.host_hashes.empty())
         return; // nothing it holds can be gone
-      bool over = false;
-      for (std::size_t k = 0; k < s.blocks.size(); ++k) {
-        auto b = s.blocks[k];
-        over |= fork && k >= own_from;
-        if (over && blocks_[b].indexed)
-          after.push_back(b);
-        over |= is_held(b);
-      }
+      // A table (its blocks, or a swap-in's incoming ones): what it indexed
+      // past a gone block it holds - past its parent's own, for a fork.
+      auto scan = [&](const auto& table) {
+        bool over = false;
+        for (std::size_t k = 0; k < table.size(); ++k) {
+          auto b = table[k];
+          over |= fork && k >= own_from;
+          if (over && blocks_[b].indexed)
+            after.push_back(b);
+          over |= is_held(b);
+        }
+        return over;
+      };
+      bool over = scan(s.blocks);
+      bool in = scan(s.incoming);
       if (fork && !std::binary_search(forks.begin(), forks.end(), s.cache_id))
         forked.push_back(s.cache_id);
-      bool in = false;
-      for (std::size_t k = 0; k < s.incoming.size(); ++k) {
-        auto b = s.incoming[k];
-        in |= fork && k >= own_from;
-        if (in && blocks_[b].indexed)
-          after.push_back(b);
-        in |= is_held(b);
-      }
       bool away = false;
       for (std::size_t k = 0; k < s.host_hashes.size(); ++k) {
         auto& h = s.host_hashes[k];

@@ -151,20 +151,20 @@ void pool_model::forget_built_on(std::set<prefix_key> gone,
       bool fork = s.forked_from != 0 && forks.count(s.forked_from) != 0;
       if (fork && forks.count(s.cache_id) == 0)
         forked.insert(s.cache_id);
-      bool over = false;
-      for (std::size_t k = 0; k < s.blocks.size(); ++k) {
-        over |= fork && k >= own_from;
-        if (over && blocks_[s.blocks[k]].key)
-          after.insert(s.blocks[k]);
-        over |= held.count(s.blocks[k]) != 0;
-      }
-      bool in = false;
-      for (std::size_t k = 0; k < s.incoming.size(); ++k) {
-        in |= fork && k >= own_from;
-        if (in && blocks_[s.incoming[k]].key)
-          after.insert(s.incoming[k]);
-        in |= held.count(s.incoming[k]) != 0;
-      }
+      // Its blocks, or a swap-in's incoming ones: what it indexed past a
+      // gone block it holds (past its parent's own, for a fork).
+      auto scan = [&](const std::vector<block_id>& table) {
+        bool over = false;
+        for (std::size_t k = 0; k < table.size(); ++k) {
+          over |= fork && k >= own_from;
+          if (over && blocks_[table[k]].key)
+            after.insert(table[k]);
+          over |= held.count(table[k]) != 0;
+        }
+        return over;
+      };
+      bool over = scan(s.blocks);
+      bool in = scan(s.incoming);
       bool away = false;
       for (std::size_t k = 0; k < s.host_keys.size(); ++k) {
         auto& key = s.host_keys[k];
