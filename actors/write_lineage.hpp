@@ -1,0 +1,159 @@
+// write_lineage: whose unconfirmed writes each block's K/V were computed
+// over - what a discard must take out of the prefix index. CAF-free.
+//
+// The pool indexes a request's blocks before its forward pass writes them,
+// and never learns that the pass ran: only how the request ends. Each
+// stretch a request spends on the device is one *epoch* (from its
+// admission or a swap-in until it leaves: a failed swap-out does not end
+// it), named by a token unique over the pool's life: twice its cache_id
+// for its first, an odd number for each later one. An epoch is live while
+// it lasts, and ends confirmed (a release, a completed swap-out, a
+// supervisor victim's preemption: a pass wrote what it had) or bad (a
+// discard - a reclaim, a failed pass: its own K/V were never written).
+//
+//  - A block's deps: the live tokens its K/V were computed over - its last
+//    writer's, and every live token its writer had acquired then. Set when
+//    a request writes into the block (wrote), cleared when it is taken
+//    fresh.
+//  - A request's acc: the live tokens it acquired from blocks it holds but
+//    did not write - a hit, a swap-in's share (acquire) - and from its
+//    parent, for a fork (the parent's acc and the parent's own token).
+//
+// A bad token's dependents are then exactly the indexed blocks whose deps
+// hold it and the requests whose acc holds it: no search of the prefix
+// tree, and nothing missed because a dependent ended or a block in between
+// was evicted. Dead tokens are dropped whenever a set is written. A token
+// that no other request acquired (not spread) has no dependent but its
+// own blocks: its bad end needs no scan.
+//
+// Cost: per block 12 bytes (its writer's token and a set number, 0 for
+// none); a set of acquired tokens only for blocks and requests that built
+// on another live request's writes; per live epoch one entry in an
+// open-addressing table.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "kvactor/actors/flat_index.hpp"
+#include "kvactor/messages/types.hpp"
+
+namespace kvactor::detail {
+
+class write_lineage {
+public:
+  using token = std::uint64_t;
+  using token_set = std::vector<token>;
+
+  /// The token of incarnation `cache_id`'s current epoch; `restarted`:
+  /// it has had more than one.
+  token current(std::uint64_t cache_id, bool restarted) const {
+    return restarted ? restarted_.at(cache_id) : cache_id << 1;
+  }
+  /// Incarnation `cache_id` starts a later epoch: its token, live.
+  token restart(std::uint64_t cache_id) {
+    auto t = next_odd_;
+    next_odd_ += 2;
+    restarted_[cache_id] = t;
+    begin(t);
+    return t;
+  }
+
+  explicit write_lineage(std::size_t num_blocks = 0)
+    : writer_(num_blocks, 0), set_of_(num_blocks, 0), sets_(1) {
+  }
+
+  // -- epochs ------------------------------------------------------------------
+
+  void begin(token t) {
+    live_.insert(t, 0);
+  }
+  /// Ends `t`'s epoch (a no-op if it is not live); whether another request
+  /// acquired it while it lasted.
+  bool end(token t) noexcept {
+    return live_.take(t) == spread_mark;
+  }
+  bool live(token t) const noexcept {
+    return t != 0 && live_.find(t) != flat_index::npos;
+  }
+  std::size_t live_epochs() const noexcept {
+    return live_.size();
+  }
+
+  // -- blocks ------------------------------------------------------------------
+
+  /// Block `b` was taken fresh: it depends on nothing yet.
+  void clear(block_id b) noexcept {
+    writer_[b] = 0;
+    if (set_of_[b] != 0)
+      drop_set(b);
+  }
+  /// Epoch `writer` of request `cache_id` wrote into block `b`: its deps
+  /// become `writer` and the live tokens of that request's acc (`acquired`:
+  /// whether it has one). Returns whether the acc still holds any.
+  bool wrote(block_id b, token writer, std::uint64_t cache_id, bool acquired);
+  /// Whether block `b`'s K/V were computed over epoch `t`'s writes.
+  bool depends_on(block_id b, token t) const noexcept {
+    if (writer_[b] == t)
+      return true;
+    auto& s = sets_[set_of_[b]];
+    return std::find(s.begin(), s.end(), t) != s.end();
+  }
+  /// The epoch that last wrote into block `b` (0: none since taken).
+  token writer_of(block_id b) const noexcept {
+    return writer_[b];
+  }
+  /// Whether `b`'s deps may hold a token besides its writer's.
+  bool has_set(block_id b) const noexcept {
+    return set_of_[b] != 0;
+  }
+
+  // -- requests ----------------------------------------------------------------
+
+  /// Request `cache_id` holds block `b`, which it did not write: the live
+  /// tokens `b` depends on join its acc (its writer's only if
+  /// `writer_may_live`: a cached block's writer let it go, so its epoch
+  /// ended). Returns whether its acc holds any token now.
+  bool acquire(std::uint64_t cache_id, block_id b, bool writer_may_live);
+  /// A fork `child` of `parent` (epoch token `parent_token`): its acc is
+  /// the parent's live acc and the parent's token, if live. Returns
+  /// whether it holds any.
+  bool inherit(std::uint64_t child, std::uint64_t parent, token parent_token,
+               bool parent_acquired);
+  /// Whether request `cache_id`'s acc holds `t`.
+  bool acquired(std::uint64_t cache_id, token t) const;
+  /// Request `cache_id` ended: its acc and later tokens' record go.
+  void forget(std::uint64_t cache_id) {
+    acc_.erase(cache_id);
+    restarted_.erase(cache_id);
+  }
+
+  /// The deps of block `b` (tests, the invariant check): writer first.
+  token_set deps(block_id b) const;
+  /// The acc of request `cache_id`, dead tokens included until its next
+  /// write drops them.
+  token_set acc(std::uint64_t cache_id) const;
+
+private:
+  static constexpr std::uint32_t spread_mark = 1;
+
+  /// Adds live token `t` to `into` (no duplicate); marks it spread.
+  void add_live(token_set& into, token t);
+  /// Drops the dead tokens of `s`.
+  void prune(token_set& s) const;
+  void drop_set(block_id b) noexcept;
+
+  std::vector<token> writer_;         ///< per block: its last writer's epoch
+  std::vector<std::uint32_t> set_of_; ///< per block: index in sets_, 0: none
+  std::vector<token_set> sets_;       ///< sets_[0] stays empty
+  std::vector<std::uint32_t> free_sets_;
+  std::unordered_map<std::uint64_t, token_set> acc_; ///< by cache_id
+  flat_index live_; ///< live epochs' tokens -> spread_mark or 0
+  /// Incarnations past their first epoch -> their current token.
+  std::unordered_map<std::uint64_t, token> restarted_;
+  token next_odd_ = 1;
+};
+
+} // namespace kvactor::detail
