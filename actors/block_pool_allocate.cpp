@@ -184,6 +184,8 @@ block_pool_core::allocate(const allocation_request& req) {
     seq.blocks.push_back(take_block(t));
     blocks_[seq.blocks.back()].level = seq.level;
   }
+  // Its pass writes them, over the hits (write_lineage).
+  wrote(seq, p.hits, p.need);
   if (p.hashing) {
     seq.hashable = true;
     auto& ts = tenants_[t];

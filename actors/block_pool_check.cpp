@@ -71,6 +71,8 @@ struct block_pool_core::checks {
   /// is flagged tail_shared, so its next append copies the block first.
   /// `top_fill`: per block, the most tokens a table has in it; `refs`:
   /// tables holding it.
+  /// Epochs (write_lineage) match residency.
+  static caf::error lineage(const block_pool_core& p);
   static caf::error shared_tails(const block_pool_core& p,
                                  const std::vector<std::uint32_t>& top_fill,
                                  const std::vector<std::uint32_t>& refs) {
@@ -461,6 +463,41 @@ caf::error block_pool_core::check_invariant() const {
     return broken("reservations hold back " + std::to_string(held_total_)
                   + " blocks, only " + std::to_string(free_.size() + lru_.size())
                   + " free or evictable");
+  return checks::lineage(*this);
+}
+
+caf::error block_pool_core::checks::lineage(const block_pool_core& p) {
+  // Exactly the epochs of live requests on the device (resident, or
+  // swapping out: a failed move leaves them where they were) are live
+  // (write_lineage).
+  std::size_t resident = 0;
+  caf::error err;
+  p.seq_index_.for_each([&](std::uint64_t, std::uint32_t slot) {
+    auto& s = p.seqs_[slot];
+    bool res = s.where == residency::resident
+               || s.where == residency::swapping_out;
+    resident += res;
+    if (!err && res != p.lineage_.live(p.epoch_of(s)))
+      err = broken(req_name(s.id) + "'s epoch is "
+                   + (res ? "not live, though it is on the device"
+                          : "live, though it is not on the device"));
+  });
+  if (err)
+    return err;
+  for (auto slot : p.ghosts_)
+    if (p.lineage_.live(p.epoch_of(p.seqs_[slot])))
+      return broken("ghost " + req_name(p.seqs_[slot].id)
+                    + "'s epoch is live");
+  if (resident != p.lineage_.live_epochs())
+    return broken(std::to_string(p.lineage_.live_epochs())
+                  + " live epochs for " + std::to_string(resident)
+                  + " requests on the device");
+  // A cached block's writer let it go: its epoch ended (share_indexed
+  // counts on it).
+  for (block_id b = 0; b < p.blocks_.size(); ++b)
+    if (p.blocks_[b].state == block_state::cached
+        && p.lineage_.live(p.lineage_.writer_of(b)))
+      return broken(blk(b) + " is cached, its writer's epoch live");
   return caf::none;
 }
 

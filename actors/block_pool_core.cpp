@@ -24,7 +24,8 @@ block_pool_core::block_pool_core(const cache_config& cfg,
     pin_until_(num_blocks, 0),
     pin_pos_(cfg.max_pinned_blocks > 0 ? num_blocks : 0, 0),
     lru_(num_blocks),
-    index_(num_blocks) {
+    index_(num_blocks),
+    lineage_(num_blocks) {
   free_.reserve(num_blocks);
   // Hand out low block ids first: push them last.
   for (auto b = num_blocks; b > 0; --b)
@@ -368,7 +369,7 @@ block_id block_pool_core::take_block(std::uint16_t t) {
   m.state = block_state::used;
   m.ref_count = 1;
   m.level = 0;
-  m.shared = false;
+  lineage_.clear(b);
   charge(b, t);
   ++counters_.blocks_allocated;
   return b;
@@ -418,8 +419,13 @@ std::uint8_t block_pool_core::retention_level(const sequence& seq) const
   return seq.level;
 }
 
-void block_pool_core::share_indexed(block_id b, const sequence& seq) {
+void block_pool_core::share_indexed(block_id b, sequence& seq) {
   auto& m = blocks_[b];
+  // A cached block's writer let it go: its epoch ended (a swap-out, a
+  // release; a discard takes its own out of the index).
+  if (m.state != block_state::cached || lineage_.has_set(b))
+    seq.acquired = lineage_.acquire(seq.cache_id, b,
+                                    m.state != block_state::cached);
   if (m.state == block_state::cached) {
     if (!m.pinned)
       lru_.remove(b, m.level);
@@ -435,7 +441,17 @@ void block_pool_core::hold(block_id b, const sequence& seq) noexcept {
   auto& m = blocks_[b];
   m.level = std::max(m.level, seq.level);
   ++m.ref_count;
-  m.shared = true;
+}
+
+void block_pool_core::next_epoch(sequence& seq) {
+  lineage_.restart(seq.cache_id);
+  seq.restarted = true;
+}
+
+void block_pool_core::wrote(sequence& seq, std::size_t from, std::size_t to) {
+  auto t = epoch_of(seq);
+  for (auto k = from; k < to; ++k)
+    seq.acquired = lineage_.wrote(seq.blocks[k], t, seq.cache_id, seq.acquired);
 }
 
 // -- eviction -------------------------------------------------------------------------

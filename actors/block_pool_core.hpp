@@ -30,9 +30,9 @@
 // block_pool actor ends ("block pool: crashed: std::bad_alloc", see
 // crash_reason.hpp; the manager stops the cache), and every request to it is
 // answered with CAF's request_receiver_down from then on, never with a
-// half-changed pool. Cost: O(1) per block touched - but a discard of
-// blocks another request held, which searches the pool for what was
-// computed over them (forget_built_on).
+// half-changed pool. Cost: O(1) per block touched - but a discard of a
+// request whose writes another request built on, which scans the pool for
+// what was computed over them (forget_built_on, write_lineage.hpp).
 #pragma once
 
 #include <cstdint>
@@ -50,6 +50,7 @@
 #include "kvactor/actors/pool_sequence.hpp"
 #include "kvactor/actors/pool_types.hpp"
 #include "kvactor/actors/prefix_index.hpp"
+#include "kvactor/actors/write_lineage.hpp"
 #include "kvactor/config/cache_config.hpp"
 #include "kvactor/messages/step.hpp"
 #include "kvactor/messages/types.hpp"
@@ -128,9 +129,10 @@ public:
   /// (a supervisor's victim: the pass of a step that admitted it still
   /// writes its K/V). One not resident ends as by release: its K/V were
   /// written before it moved. Its first `keep` blocks stay indexed
-  /// (written by an earlier pass). With `brought_held`, what others
-  /// computed over the blocks it takes out of the index leaves it too, and
-  /// whoever holds such a block indexes nothing more (forget_built_on).
+  /// (written by an earlier pass). With `brought_held` its epoch ends as
+  /// never written: what others computed over its writes leaves the index
+  /// too, and whoever took them on indexes nothing more (forget_built_on,
+  /// write_lineage.hpp).
   caf::expected<std::uint32_t> discard(request_id id, std::uint32_t keep = 0,
                                        bool brought_held = true);
 
@@ -417,7 +419,7 @@ private:
   /// Per block, 32 bytes: what every hot path touches. The parent hash
   /// (events only) and pin deadline (pins only) live in side arrays.
   struct block_meta {
-    block_meta() : indexed(false), pinned(false), shared(false) {
+    block_meta() : indexed(false), pinned(false) {
     }
     std::uint32_t ref_count = 0;
     std::uint16_t tenant = 0;
@@ -429,10 +431,6 @@ private:
     std::uint8_t level = 0;
     bool indexed : 1;
     bool pinned : 1; ///< cached but kept off the LRU until its deadline
-    /// Another holder came since it was taken fresh (a hit, a fork, a
-    /// swap-in's share): only then may another request have computed over
-    /// it (a discard's search for what was built on it).
-    bool shared : 1;
     /// References held by copies in flight (counted in ref_count too); 32
     /// bits: a block may be the source of >65535 fork copies in one step.
     std::uint32_t holds = 0;
@@ -565,20 +563,12 @@ private:
   /// Takes block `b`, in use, out of the prefix index (its pin first, with
   /// the pins below it): its holders keep it, nobody finds it any more.
   void unindex_held(block_id b);
-  /// After a discard took the blocks whose hash.lo is in `gone` out of the
-  /// index (`held`: those of them others hold) as never written: takes out
-  /// every indexed block whose chain runs through one (computed over them:
-  /// a later prompt that recomputes the prefix would find it again), and
-  /// stops each request holding such a block, or that held one when it
-  /// moved to the host, from indexing what it writes - taking out what it
-  /// indexed after it - until nothing more goes (block_pool_rollback.cpp).
-  /// O(blocks x log blocks + table entries) a round; discard calls it only
-  /// if another request held one of them (block_meta::shared).
-  /// `parent`: the discarded request's cache_id, whose forks (and theirs)
-  /// count as holding its blocks from position `own_from` on.
-  void forget_built_on(std::vector<std::uint64_t> gone,
-                       std::vector<block_id> held, std::uint64_t parent,
-                       std::uint64_t own_from);
+  /// After a discard of a request whose epoch `bad` another request
+  /// acquired: takes out of the index every block computed over its
+  /// writes (its deps hold `bad`), and stops every request that computed
+  /// over them (its acc holds `bad`) from indexing what it writes
+  /// (block_pool_rollback.cpp). O(blocks + requests).
+  void forget_built_on(write_lineage::token bad);
   /// `seq` computes over K/V nobody wrote: no block of its enters the
   /// index from now on (nor after the undo of a copy in flight).
   void stop_indexing(sequence& seq);
@@ -601,7 +591,17 @@ private:
                        std::uint64_t drafts = 0);
   std::uint8_t retention_level(const sequence& seq) const noexcept;
   void hold(block_id b, const sequence& seq) noexcept;
-  void share_indexed(block_id b, const sequence& seq);
+  /// `seq` holds indexed block `b` (a hit, a swap-in's share): revived if
+  /// cached, and what its K/V were computed over joins seq's acc.
+  void share_indexed(block_id b, sequence& seq);
+  /// The token of `seq`'s current epoch (write_lineage).
+  write_lineage::token epoch_of(const sequence& seq) const {
+    return lineage_.current(seq.cache_id, seq.restarted);
+  }
+  /// `seq` is back on the device (a swap-in): a new epoch.
+  void next_epoch(sequence& seq);
+  /// `seq` wrote into its blocks [from, to).
+  void wrote(sequence& seq, std::size_t from, std::size_t to);
   /// Blocks that hold `tokens` tokens.
   std::uint64_t blocks_for(std::uint64_t tokens) const noexcept {
     return tokens / block_size_ + (tokens % block_size_ != 0);
@@ -695,10 +695,8 @@ private:
   flat_index seq_index_; ///< request id -> slot in seqs_
   std::shared_ptr<index_hint> hint_; ///< share_index
   std::vector<std::uint32_t> ghosts_; ///< slots of ghosts (for_each_ghost)
-  /// A live fork's incarnation -> its parent's (cache_ids): a discard of
-  /// the parent stops what the fork built on the parent's own blocks -
-  /// shared, or copied before the parent wrote them (forget_built_on).
-  std::unordered_map<std::uint64_t, std::uint64_t> forked_from_;
+  /// Whose unconfirmed writes each block's K/V were computed over.
+  write_lineage lineage_;
   std::vector<tenant_state> tenants_;
   std::uint16_t default_tenant_ = 0; ///< what "" names (find_tenant(""))
   std::uint64_t used_ = 0;

@@ -33,6 +33,9 @@ bool block_pool_core::append_in_place(sequence& seq, std::uint64_t n,
 void block_pool_core::add_tokens(sequence& seq, std::uint64_t n,
                                  const token_id* tokens,
                                  std::uint64_t drafts) {
+  // The blocks the new tokens go into (write_lineage): in place, the
+  // partly filled last one only.
+  wrote(seq, seq.num_tokens / block_size_, blocks_for(seq.num_tokens + n));
   seq.drafts = static_cast<std::uint16_t>(drafts);
   counters_.draft_tokens += drafts;
   if (tokens != nullptr && seq.hashable) {

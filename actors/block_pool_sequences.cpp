@@ -79,6 +79,9 @@ sequence& block_pool_core::new_sequence(request_id id) {
   seq.host_blocks.clear();
   seq.host_hashes.clear();
   seq.incoming.clear();
+  seq.restarted = false;
+  seq.acquired = false;
+  lineage_.begin(epoch_of(seq));
   return seq;
 }
 
@@ -102,8 +105,12 @@ void block_pool_core::drop_sequence(sequence& seq) {
   seq.where = residency::resident;
   seq.release_pending = false;
   seq.expected_tokens = 0;
-  if (!forked_from_.empty())
-    forked_from_.erase(seq.cache_id);
+  // Ended (if resident): confirmed, unless a discard ended it as bad.
+  lineage_.end(epoch_of(seq));
+  if (seq.acquired || seq.restarted)
+    lineage_.forget(seq.cache_id);
+  seq.acquired = false;
+  seq.restarted = false;
   free_seq_slots_.push_back(slot);
 }
 
@@ -172,6 +179,7 @@ caf::expected<std::uint32_t> block_pool_core::release(request_id id) {
     ghosts_.push_back(seq_index_.take(id));
     count_promise(*seq, false); // a ghost will not grow
     seq->release_pending = true;
+    lineage_.end(epoch_of(*seq)); // ended: confirmed (a ghost writes nothing)
     --tenants_[seq->tenant].active;
     return std::uint32_t{0};
   }
@@ -251,7 +259,9 @@ caf::expected<allocation_outcome> block_pool_core::fork(request_id parent,
   c.max_tokens = p.max_tokens;
   c.expected_tokens = p.expected_tokens;
   c.blocks = p.blocks;
-  forked_from_[c.cache_id] = p.cache_id;
+  // It computes over what its parent wrote, and what that was computed over.
+  c.acquired = lineage_.inherit(c.cache_id, p.cache_id, epoch_of(p),
+                                p.acquired);
   c.hashable = p.hashable;
   c.num_hashed = p.num_hashed;
   // The blocks its parent's admission found cached are its first too, and

@@ -61,6 +61,9 @@ block_pool_core::swap_out_done(request_id id, std::uint64_t cache_id, bool ok,
       left->assign(seq->blocks.begin(), seq->blocks.end());
     seq->blocks.clear();
     seq->where = residency::swapped;
+    // Its K/V were written before it moved: its epoch ends, confirmed (a
+    // failed move leaves it resident in the same one).
+    lineage_.end(epoch_of(*seq));
     // A swap that took effect: not one of a request that ended meanwhile
     // (its caller heard unknown_request).
     counters_.swap_outs += !seq->release_pending;
@@ -179,6 +182,8 @@ block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
     seq->host_hashes.clear();
     seq->where = residency::resident; // its growth was promised at begin
     counters_.swap_ins += !seq->release_pending;
+    if (!seq->release_pending)
+      next_epoch(*seq); // it writes again
   } else {
     count_promise(*seq, false);
     // The blocks taken fresh at begin.

@@ -32,7 +32,7 @@ using sequence_blocks = small_vector<block_id, inline_blocks>;
 struct alignas(64) sequence {
   sequence()
     : tail_shared(false), cow_pending(false), hashable(false),
-      release_pending(false) {
+      release_pending(false), restarted(false), acquired(false) {
   }
 
   // -- first two cache lines -------------------------------------------------
@@ -50,7 +50,7 @@ struct alignas(64) sequence {
   residency where = residency::resident;
   /// LRU level its blocks join when released (retention_of).
   std::uint8_t level = 5;
-  // Flags, one byte for all four.
+  // Flags, one byte for all six.
   /// Its partially filled last block may be shared: set by fork (which
   /// gives a partial block a second holder) and by a failed copy-on-write
   /// copy (which gives it back); checked before appending, which copies
@@ -69,6 +69,12 @@ struct alignas(64) sequence {
   // once but leaves it a ghost (release_pending: out of the id index, its
   // id free for a new incarnation) until the move's end returns its blocks.
   bool release_pending : 1;
+  /// It has come back on the device (a swap-in) since its admission:
+  /// its writes' epoch has a token of its own (write_lineage.hpp).
+  bool restarted : 1;
+  /// Its acc (write_lineage) may hold a token: it holds blocks computed
+  /// over another live request's writes.
+  bool acquired : 1;
   /// Where the blocks it brought begin (at most 65535): its admission's
   /// hits before (a fork's: its parent's full blocks at the fork). Those from
   /// here on it indexed itself - at its admission, or as it grew - and an

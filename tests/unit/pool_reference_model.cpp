@@ -177,6 +177,7 @@ model_allocation pool_model::allocate(const allocation_request& req) {
   seq.expected_tokens = p.expected;
   seq.hit_blocks = std::min<std::uint32_t>(p.written, 65535);
   seq.brought_from = std::min<std::uint32_t>(p.hits, 65535);
+  begin_epoch(seq);
   for (std::uint32_t i = 0; i < p.hits; ++i) {
     auto b = index_.at(key_of(t, req.cache_salt, prompt, (i + 1) * block_size_));
     share(b, seq);
@@ -184,6 +185,7 @@ model_allocation pool_model::allocate(const allocation_request& req) {
   }
   for (auto i = p.hits; i < p.need; ++i)
     seq.blocks.push_back(take(t, seq.level));
+  wrote(seq, p.hits, p.need); // its pass writes them, over its hits
   auto h = p.hits;
   if (p.hashing) {
     seq.hashable = true;
@@ -276,6 +278,9 @@ model_extension pool_model::extend(request_id id, std::uint64_t n,
     give_way({old});
   }
   seq.shared_tail = false;
+  // The blocks its tokens go into.
+  wrote(seq, seq.num_tokens / block_size_,
+        (seq.num_tokens + n + block_size_ - 1) / block_size_);
   seq.drafts = drafts;
   counters_.draft_tokens += drafts;
   if (seq.hashable && tokens != nullptr) {
@@ -304,6 +309,7 @@ void pool_model::return_blocks(model_sequence& seq) {
 
 void pool_model::release_now(request_id id) {
   auto& seq = seqs_.at(id);
+  end_epoch(seq); // confirmed, if a discard did not end it bad
   return_blocks(seq);
   --tenants_[seq.tenant].active;
   seqs_.erase(id);
@@ -318,6 +324,7 @@ model_release pool_model::release(request_id id) {
       || seq.where == residency::swapping_in) {
     // Ended now, a ghost until the device's move ends; the id is free.
     seq.release_pending = true;
+    end_epoch(seq); // confirmed: a ghost writes nothing
     --tenants_[seq.tenant].active;
     ghosts_[seq.cache_id] = std::move(seq);
     seqs_.erase(it);
@@ -382,12 +389,17 @@ model_allocation pool_model::fork(request_id parent, request_id child) {
   // c.hit_blocks: its parent's, the blocks its admission found cached.
   // Past the parent's full blocks: a shared partly filled last block the
   // child may write into in place is the child's too.
-  c.forked_from = ps.cache_id;
   c.brought_from = static_cast<std::uint32_t>(
     std::min<std::uint64_t>(ps.num_tokens / block_size_, 65535));
+  // It computes over what its parent wrote and what that was over.
+  begin_epoch(c);
+  c.acc.clear();
+  for (auto t : ps.acc)
+    if (live_epochs_.count(t))
+      c.acc.insert(t);
+  add_live(c.acc, ps.epoch);
   for (auto b : c.blocks) {
     ++blocks_[b].refs;
-    blocks_[b].shared = true;
     blocks_[b].level = std::max(blocks_[b].level, c.level);
   }
   ++counters_.allocations;

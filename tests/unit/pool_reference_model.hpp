@@ -78,8 +78,12 @@ struct model_sequence {
   /// (pool_reference_model_copies.cpp). Otherwise it wrote there last and
   /// holds the most tokens in it: it writes in place.
   bool shared_tail = false;
-  /// The incarnation it was forked from (0: none).
-  std::uint64_t forked_from = 0;
+  /// The epoch its writes belong to now (write_lineage.hpp): a new one each
+  /// time it becomes resident; live while it is.
+  std::uint64_t epoch = 0;
+  /// The live epochs whose writes the blocks it holds but did not write
+  /// were computed over (dead ones linger until its next write).
+  std::set<std::uint64_t> acc;
 };
 
 struct model_tenant {
@@ -276,9 +280,10 @@ private:
     std::uint16_t stored_by = 0;   ///< tenant of its stored event
     bool pinned = false;           ///< then never on an LRU level
     std::uint64_t pin_until = 0;
-    /// Another holder came since it was taken (a hit, a fork, a swap-in's
-    /// share): only then may another request have computed over it.
-    bool shared = false;
+    /// The epoch that wrote into it last (0: none since taken), and the
+    /// live epochs its writer had acquired then.
+    std::uint64_t writer = 0;
+    std::set<std::uint64_t> deps;
   };
 
   maybe_errc check(const allocation_request& req, std::uint16_t& t) const;
@@ -327,7 +332,7 @@ private:
   model_release finish_swap(model_sequence& seq, std::uint64_t before);
   block_id take(std::uint16_t t, std::size_t level);
   /// One more holder for indexed block `b`: `seq` (revived if cached).
-  void share(block_id b, const model_sequence& seq);
+  void share(block_id b, model_sequence& seq);
   void unref(block_id b, std::size_t level);
   /// Every full block of `tokens` found in the index, from the first on
   /// (what pin and unpin walk).
@@ -343,13 +348,25 @@ private:
   void evict_block(block_id b);
   /// Out of the index while in use (pins first, with those below).
   void unindex_held(block_id b);
-  /// After a discard took the blocks with keys `gone` out of the index
-  /// (`held`: those others hold): what was computed over them goes too,
-  /// and their holders index nothing more.
-  /// Forks of incarnation `parent` (and theirs) count as holding its blocks
-  /// from position `own_from` on.
-  void forget_built_on(std::set<prefix_key> gone, std::set<block_id> held,
-                       std::uint64_t parent, std::size_t own_from);
+  /// After a discard ended epoch `bad` as never written: every indexed
+  /// block computed over it leaves the index, and every request that
+  /// acquired it indexes nothing more.
+  void forget_built_on(std::uint64_t bad);
+
+  // -- epochs (pool_reference_model_lineage.cpp) -----------------------------
+
+  /// `seq` becomes resident: a new epoch, live.
+  void begin_epoch(model_sequence& seq);
+  /// Ends `seq`'s epoch if live; whether another request acquired it.
+  bool end_epoch(model_sequence& seq);
+  /// Adds `t`, if live, to `into`, and marks it acquired by another.
+  void add_live(std::set<std::uint64_t>& into, std::uint64_t t);
+  /// `seq` wrote into its blocks [from, to).
+  void wrote(model_sequence& seq, std::size_t from, std::size_t to);
+  /// `seq` holds `b`, which it did not write (a hit, a swap-in's share).
+  void acquire(model_sequence& seq, block_id b);
+  std::map<std::uint64_t, bool> live_epochs_; ///< -> acquired by another
+  std::uint64_t next_epoch_ = 1;
   void index(block_id b, prefix_key key, std::uint16_t t);
   /// Indexes `seq`'s blocks of settled tokens from block `from` on.
   void index_settled(model_sequence& seq, std::size_t from);

@@ -93,7 +93,8 @@ block_id pool_model::take(std::uint16_t t, std::size_t level) {
   auto& m = blocks_[b];
   m.st = state::used;
   m.refs = 1;
-  m.shared = false;
+  m.writer = 0; // nothing written into it yet
+  m.deps.clear();
   m.tenant = t;
   m.level = level;
   ++tenants_[t].used;
@@ -130,8 +131,9 @@ void pool_model::index(block_id b, prefix_key key, std::uint16_t t) {
   events_.push_back(model_event{true, std::move(key), b, t});
 }
 
-void pool_model::share(block_id b, const model_sequence& seq) {
+void pool_model::share(block_id b, model_sequence& seq) {
   auto& m = blocks_[b];
+  acquire(seq, b);
   if (m.st == state::cached) {
     if (!m.pinned)
       lru_[m.level].remove(b);
@@ -141,7 +143,6 @@ void pool_model::share(block_id b, const model_sequence& seq) {
   }
   m.level = std::max(m.level, seq.level);
   ++m.refs;
-  m.shared = true;
 }
 
 } // namespace kvactor::test

@@ -64,6 +64,7 @@ model_release pool_model::swap_out_done(request_id id, std::uint64_t cache_id,
     give_way(seq.blocks);
     seq.blocks.clear();
     seq.where = residency::swapped;
+    end_epoch(seq); // confirmed: its K/V were written before it moved
     counters_.swap_outs += !seq.release_pending; // took effect
   } else {
     // As if it never started: the host blocks go back to where they were.
@@ -71,7 +72,7 @@ model_release pool_model::swap_out_done(request_id id, std::uint64_t cache_id,
       host_free_.push_back(*h);
     seq.host_blocks.clear();
     seq.host_keys.clear();
-    seq.where = residency::resident;
+    seq.where = residency::resident; // in the same epoch
   }
   return finish_swap(seq, before);
 }
@@ -149,6 +150,8 @@ model_release pool_model::swap_in_done(request_id id, std::uint64_t cache_id,
     seq.host_keys.clear();
     seq.where = residency::resident;
     counters_.swap_ins += !seq.release_pending;
+    if (!seq.release_pending)
+      begin_epoch(seq); // it writes again
   } else {
     // Undone, the fresh blocks' flow included: never handed out. A shared
     // block whose last holder let go now did go. The release still counts
