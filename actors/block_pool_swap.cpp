@@ -136,6 +136,9 @@ block_pool_core::swap_in_begin(request_id id) {
       continue;
     auto b = take_block(seq->tenant);
     blocks_[b].level = seq->level;
+    // A copy of what an ended epoch of its wrote, over what it took on
+    // (write_lineage): indexed later, should its drafts settle.
+    seq->acquired = lineage_.wrote(b, 0, seq->cache_id, seq->acquired);
     seq->incoming[i] = b;
     moves.push_back(block_move{b, seq->host_blocks[i]});
   }

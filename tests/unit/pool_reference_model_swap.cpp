@@ -121,6 +121,8 @@ model_moves pool_model::swap_in_begin(request_id id) {
     if (still[i])
       continue;
     seq.incoming[i] = take(seq.tenant, seq.level);
+    // What an ended epoch of its wrote, over what it took on.
+    copied_back(seq, seq.incoming[i]);
     out.moves.push_back(block_move{seq.incoming[i], seq.host_blocks[i]});
   }
   seq.where = residency::swapping_in;
