@@ -4,14 +4,31 @@
 
 namespace kvactor::detail {
 
+write_lineage::token write_lineage::restart(std::uint64_t cache_id) {
+  // Numbers repeat after 2^32 - 3 swap-ins: never one a live epoch holds
+  // (an ended one's may linger in a cached block's deps - a discard then
+  // takes out more than it must, never less).
+  auto n = restarts_;
+  while (live(token{n} << 1 | 1))
+    n = n == flat_index::max_value ? 0 : n + 1;
+  restarts_ = n == flat_index::max_value ? 0 : n + 1;
+  if (!restarted_.assign(cache_id, n))
+    restarted_.insert(cache_id, n);
+  auto t = token{n} << 1 | 1;
+  begin(t);
+  return t;
+}
+
 void write_lineage::add_live(token_set& into, token t) {
+  auto pos = std::lower_bound(into.begin(), into.end(), t);
+  if (pos != into.end() && *pos == t)
+    return; // marked spread when it came
   auto at = live_.find(t);
   if (at == flat_index::npos)
     return;
   if (at != spread_mark)
     live_.assign(t, spread_mark);
-  if (std::find(into.begin(), into.end(), t) == into.end())
-    into.push_back(t);
+  into.insert(pos, t);
 }
 
 void write_lineage::prune(token_set& s) const {
@@ -28,6 +45,8 @@ void write_lineage::drop_set(block_id b) noexcept {
 
 bool write_lineage::wrote(block_id b, token writer, std::uint64_t cache_id,
                           bool acquired) {
+  if (writer != 0 && writer_[b] == writer)
+    return acquired; // this epoch wrote it before: over the same acc
   writer_[b] = writer;
   token_set* acc = nullptr;
   if (acquired) {
@@ -60,23 +79,19 @@ bool write_lineage::wrote(block_id b, token writer, std::uint64_t cache_id,
 
 bool write_lineage::acquire(std::uint64_t cache_id, block_id b,
                             bool writer_may_live) {
-  auto w = writer_may_live ? writer_[b] : token{0};
-  bool from_writer = w != 0 && live(w);
-  bool from_set = set_of_[b] != 0;
-  if (!from_writer && !from_set) {
-    auto it = acc_.find(cache_id);
-    return it != acc_.end();
-  }
-  auto& acc = acc_[cache_id];
-  if (from_writer)
-    add_live(acc, w);
-  if (from_set)
+  auto it = acc_.find(cache_id);
+  token_set fresh;
+  auto& acc = it != acc_.end() ? it->second : fresh;
+  if (writer_may_live && writer_[b] != 0)
+    add_live(acc, writer_[b]);
+  if (set_of_[b] != 0)
     for (auto t : sets_[set_of_[b]])
       add_live(acc, t);
-  if (acc.empty()) {
-    acc_.erase(cache_id);
+  if (it != acc_.end())
+    return true;
+  if (fresh.empty())
     return false;
-  }
+  acc_.emplace(cache_id, std::move(fresh));
   return true;
 }
 
@@ -86,7 +101,7 @@ bool write_lineage::inherit(std::uint64_t child, std::uint64_t parent,
   if (parent_acquired)
     if (auto it = acc_.find(parent); it != acc_.end()) {
       prune(it->second);
-      acc = it->second;
+      acc = it->second; // sorted, as prune keeps it
     }
   add_live(acc, parent_token);
   if (acc.empty())
@@ -98,17 +113,16 @@ bool write_lineage::inherit(std::uint64_t child, std::uint64_t parent,
 bool write_lineage::acquired(std::uint64_t cache_id, token t) const {
   auto it = acc_.find(cache_id);
   return it != acc_.end()
-         && std::find(it->second.begin(), it->second.end(), t)
-              != it->second.end();
+         && std::binary_search(it->second.begin(), it->second.end(), t);
 }
 
 write_lineage::token_set write_lineage::deps(block_id b) const {
-  token_set out;
-  if (writer_[b] != 0)
-    out.push_back(writer_[b]);
-  for (auto t : sets_[set_of_[b]])
-    if (t != writer_[b])
-      out.push_back(t);
+  token_set out = sets_[set_of_[b]];
+  if (writer_[b] != 0) {
+    auto pos = std::lower_bound(out.begin(), out.end(), writer_[b]);
+    if (pos == out.end() || *pos != writer_[b])
+      out.insert(pos, writer_[b]);
+  }
   return out;
 }
 

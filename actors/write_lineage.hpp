@@ -45,21 +45,16 @@ namespace kvactor::detail {
 class write_lineage {
 public:
   using token = std::uint64_t;
-  using token_set = std::vector<token>;
+  using token_set = std::vector<token>; ///< sorted
 
   /// The token of incarnation `cache_id`'s current epoch; `restarted`:
   /// it has had more than one.
-  token current(std::uint64_t cache_id, bool restarted) const {
-    return restarted ? restarted_.at(cache_id) : cache_id << 1;
+  token current(std::uint64_t cache_id, bool restarted) const noexcept {
+    return restarted ? token{restarted_.find(cache_id)} << 1 | 1
+                     : cache_id << 1;
   }
   /// Incarnation `cache_id` starts a later epoch: its token, live.
-  token restart(std::uint64_t cache_id) {
-    auto t = next_odd_;
-    next_odd_ += 2;
-    restarted_[cache_id] = t;
-    begin(t);
-    return t;
-  }
+  token restart(std::uint64_t cache_id);
 
   explicit write_lineage(std::size_t num_blocks = 0)
     : writer_(num_blocks, 0), set_of_(num_blocks, 0), sets_(1) {
@@ -92,14 +87,18 @@ public:
   }
   /// Epoch `writer` of request `cache_id` wrote into block `b`: its deps
   /// become `writer` and the live tokens of that request's acc (`acquired`:
-  /// whether it has one). Returns whether the acc still holds any.
+  /// whether it has one). Returns whether the acc still holds any. A
+  /// request's acc changes only between its epochs (an admission's hits, a
+  /// fork, a swap-in's shares), so a block its epoch wrote before is left
+  /// as it is: one load on the decode path. `writer` 0: a copy of what an
+  /// ended epoch wrote (a swap-in's), computed over the acc alone.
   bool wrote(block_id b, token writer, std::uint64_t cache_id, bool acquired);
   /// Whether block `b`'s K/V were computed over epoch `t`'s writes.
   bool depends_on(block_id b, token t) const noexcept {
     if (writer_[b] == t)
       return true;
     auto& s = sets_[set_of_[b]];
-    return std::find(s.begin(), s.end(), t) != s.end();
+    return std::binary_search(s.begin(), s.end(), t);
   }
   /// The epoch that last wrote into block `b` (0: none since taken).
   token writer_of(block_id b) const noexcept {
@@ -139,7 +138,7 @@ public:
 private:
   static constexpr std::uint32_t spread_mark = 1;
 
-  /// Adds live token `t` to `into` (no duplicate); marks it spread.
+  /// Adds live token `t` to sorted `into` (no duplicate); marks it spread.
   void add_live(token_set& into, token t);
   /// Drops the dead tokens of `s`.
   void prune(token_set& s) const;
@@ -149,11 +148,12 @@ private:
   std::vector<std::uint32_t> set_of_; ///< per block: index in sets_, 0: none
   std::vector<token_set> sets_;       ///< sets_[0] stays empty
   std::vector<std::uint32_t> free_sets_;
-  std::unordered_map<std::uint64_t, token_set> acc_; ///< by cache_id
+  std::unordered_map<std::uint64_t, token_set> acc_; ///< by cache_id, sorted
   flat_index live_; ///< live epochs' tokens -> spread_mark or 0
-  /// Incarnations past their first epoch -> their current token.
-  std::unordered_map<std::uint64_t, token> restarted_;
-  token next_odd_ = 1;
+  /// Incarnations past their first epoch -> their current token's number
+  /// n (the token 2n + 1: odd, never a first epoch's).
+  flat_index restarted_;
+  std::uint32_t restarts_ = 0;
 };
 
 } // namespace kvactor::detail
