@@ -563,12 +563,12 @@ private:
   /// Takes block `b`, in use, out of the prefix index (its pin first, with
   /// the pins below it): its holders keep it, nobody finds it any more.
   void unindex_held(block_id b);
-  /// After a discard of a request whose epoch `bad` another request
-  /// acquired: takes out of the index every block computed over its
-  /// writes (its deps hold `bad`), and stops every request that computed
-  /// over them (its acc holds `bad`) from indexing what it writes
-  /// (block_pool_rollback.cpp). O(blocks + requests).
-  void forget_built_on(write_lineage::token bad);
+  /// After discards of requests whose epochs `bad` others acquired: takes
+  /// out of the index every block computed over their writes (its deps
+  /// hold one), and stops every request that computed over them (its acc
+  /// holds one) from indexing what it writes (block_pool_rollback.cpp).
+  /// O((blocks + requests) x bad).
+  void forget_built_on(std::vector<write_lineage::token> bad);
   /// `seq` computes over K/V nobody wrote: no block of its enters the
   /// index from now on (nor after the undo of a copy in flight).
   void stop_indexing(sequence& seq);
@@ -697,6 +697,9 @@ private:
   std::vector<std::uint32_t> ghosts_; ///< slots of ghosts (for_each_ghost)
   /// Whose unconfirmed writes each block's K/V were computed over.
   write_lineage lineage_;
+  /// While run_step discards: the bad epochs whose scan waits for the
+  /// last discard (one scan for a failed pass's many); else null.
+  std::vector<write_lineage::token>* batched_bad_ = nullptr;
   std::vector<tenant_state> tenants_;
   std::uint16_t default_tenant_ = 0; ///< what "" names (find_tenant(""))
   std::uint64_t used_ = 0;

@@ -93,20 +93,26 @@ caf::expected<std::uint32_t> block_pool_core::discard(request_id id,
     free_.push(b);
   }
   // Nothing was built on its writes unless another request acquired its
-  // epoch (a hit on one of its blocks, a fork, a swap-in's share).
-  if (spread)
-    forget_built_on(bad);
+  // epoch (a hit on one of its blocks, a fork, a swap-in's share). A
+  // step's discards share one scan (run_step).
+  if (spread) {
+    if (batched_bad_ != nullptr)
+      batched_bad_->push_back(bad);
+    else
+      forget_built_on({bad});
+  }
   return freed;
 }
 
-void block_pool_core::forget_built_on(write_lineage::token bad) {
-  // Every indexed block computed over its writes, in block order as
+void block_pool_core::forget_built_on(std::vector<write_lineage::token> bad) {
+  std::sort(bad.begin(), bad.end());
+  // Every indexed block computed over their writes, in block order as
   // discard takes its own: cached ones free (a pinned one with the pins
   // below it), held ones unindexed - whoever computed them, whether that
   // request lives on, ended, or the blocks between were evicted.
   for (block_id b = 0; b < blocks_.size(); ++b) {
     auto& m = blocks_[b];
-    if (!m.indexed || !lineage_.depends_on(b, bad))
+    if (!m.indexed || !lineage_.depends_on_any(b, bad))
       continue;
     if (m.state == block_state::cached) {
       if (m.pinned)
@@ -120,7 +126,7 @@ void block_pool_core::forget_built_on(write_lineage::token bad) {
   // Every request that computes over them - live, away on the host, or a
   // ghost - indexes nothing more: what it writes builds on them too.
   auto visit = [&](sequence& s) {
-    if (s.acquired && lineage_.acquired(s.cache_id, bad))
+    if (s.acquired && lineage_.acquired_any(s.cache_id, bad))
       stop_indexing(s);
   };
   seq_index_.for_each(

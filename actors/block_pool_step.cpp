@@ -165,8 +165,22 @@ step_result block_pool_core::run_step(const step_request& step,
   };
   for (auto id : step.frees)
     end("free", id, release(id));
-  for (auto id : step.discards)
-    end("discard", id, discard(id));
+  // A failed pass discards many: what was built on their writes goes in
+  // one scan of the pool, after the last.
+  std::vector<write_lineage::token> bad;
+  {
+    struct unbatch { // never left pointing at `bad`, whatever is thrown
+      std::vector<write_lineage::token>*& at;
+      ~unbatch() {
+        at = nullptr;
+      }
+    } after{batched_bad_};
+    batched_bad_ = &bad;
+    for (auto id : step.discards)
+      end("discard", id, discard(id));
+  }
+  if (!bad.empty())
+    forget_built_on(std::move(bad));
   // Extends, oldest first; victims come from the back of the list.
   auto& ops = step.extends;
   bool named = !step.tokens.empty();

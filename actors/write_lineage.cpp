@@ -116,6 +116,17 @@ bool write_lineage::acquired(std::uint64_t cache_id, token t) const {
          && std::binary_search(it->second.begin(), it->second.end(), t);
 }
 
+bool write_lineage::acquired_any(std::uint64_t cache_id,
+                                 const token_set& bad) const {
+  auto it = acc_.find(cache_id);
+  if (it == acc_.end())
+    return false;
+  for (auto t : it->second)
+    if (std::binary_search(bad.begin(), bad.end(), t))
+      return true;
+  return false;
+}
+
 write_lineage::token_set write_lineage::deps(block_id b) const {
   token_set out = sets_[set_of_[b]];
   if (writer_[b] != 0) {

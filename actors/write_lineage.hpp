@@ -100,6 +100,15 @@ public:
     auto& s = sets_[set_of_[b]];
     return std::binary_search(s.begin(), s.end(), t);
   }
+  /// Whether block `b`'s K/V were computed over any of `bad` (sorted).
+  bool depends_on_any(block_id b, const token_set& bad) const noexcept {
+    if (std::binary_search(bad.begin(), bad.end(), writer_[b]))
+      return true;
+    for (auto t : sets_[set_of_[b]])
+      if (std::binary_search(bad.begin(), bad.end(), t))
+        return true;
+    return false;
+  }
   /// The epoch that last wrote into block `b` (0: none since taken).
   token writer_of(block_id b) const noexcept {
     return writer_[b];
@@ -123,6 +132,8 @@ public:
                bool parent_acquired);
   /// Whether request `cache_id`'s acc holds `t`.
   bool acquired(std::uint64_t cache_id, token t) const;
+  /// Whether it holds any of `bad` (sorted).
+  bool acquired_any(std::uint64_t cache_id, const token_set& bad) const;
   /// Request `cache_id` ended: its acc and later tokens' record go.
   void forget(std::uint64_t cache_id) {
     acc_.erase(cache_id);

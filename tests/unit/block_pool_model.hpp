@@ -107,6 +107,7 @@ public:
       cov_.n[why] += n;
     cov_.n["discard took what was built on it"] += model_.built_on().first;
     cov_.n["discard stopped a holder's indexing"] += model_.built_on().second;
+    cov_.n["one scan for a step's discards"] += model_.batched_scans();
   }
 
   const coverage& cov() const {

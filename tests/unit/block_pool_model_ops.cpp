@@ -205,8 +205,9 @@ void harness::do_step() {
                                                  : below(seq.drafts + 1))});
   for (auto k = below(3); k > 0; --k)
     step.frees.push_back(live_id());
-  if (chance(10))
-    step.discards.push_back(live_id());
+  if (chance(10)) // a failed pass: up to three, one scan for them all
+    for (auto k = 1 + below(3); k > 0; --k)
+      step.discards.push_back(live_id());
   for (auto k = below(7); k > 0; --k) {
     extend_op op;
     op.id = live_id();

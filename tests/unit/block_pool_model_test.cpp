@@ -70,7 +70,8 @@ void run_and_check_coverage(const run_params& p) {
     for (auto k : {"prefix hit", "event:stored", "event:removed",
                    "chunk admitted after a hit", "salted prefix hit",
                    "cached_prefix hit", "discard took what was built on it",
-                   "discard stopped a holder's indexing"})
+                   "discard stopped a holder's indexing",
+                   "one scan for a step's discards"})
       BOOST_TEST(has(k), "seed " << p.seed << " never reached " << k);
 }
 

@@ -346,4 +346,39 @@ BOOST_FIXTURE_TEST_CASE(a_swapped_request_with_drafts_discards_like_a_release,
   BOOST_TEST(alloc(prompt_req(1, run(100, 12))) == 4u);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_steps_discards_take_what_each_discard_would_in_one_scan,
+                        built_on_fixture) {
+  // A (1) and B (2) bring P and Q, unwritten; C (3) and D (4) build on
+  // them and end; E (5) builds on A's and runs on; F (6) builds on
+  // nothing of theirs. A failed pass discards A and B in one step: the
+  // pool scans once for both, and takes what a discard of each would.
+  auto scenario = [&] {
+    make(64);
+    alloc(prompt_req(1, cat(P, run(900, 1))));
+    alloc(prompt_req(2, cat(Q, run(901, 1))));
+    alloc(prompt_req(3, cat(cat(P, R), run(902, 1))));
+    alloc(prompt_req(4, cat(cat(Q, T), run(903, 3))));
+    alloc(prompt_req(5, cat(cat(P, U), run(904, 3))));
+    alloc(prompt_req(6, cat(run(700, 8), run(905, 1))));
+    release(3);
+    release(4);
+  };
+  scenario();
+  for (request_id id : {1, 2})
+    BOOST_REQUIRE(pool().discard(id));
+  auto one_by_one = indexed_blocks(pool());
+  auto free_after = pool().free_blocks();
+  scenario();
+  step_request step;
+  step.discards = {1, 2};
+  auto r = pool().run_step(step);
+  BOOST_TEST((r.freed == std::vector<request_id>{1, 2}));
+  BOOST_TEST((indexed_blocks(pool()) == one_by_one));
+  BOOST_TEST(pool().free_blocks() == free_after);
+  BOOST_TEST(!pool().find(5)->hashable); // computed over A's P
+  BOOST_TEST(pool().find(6)->hashable);
+  BOOST_TEST(pool().index_size() == 2u); // F's own two
+  BOOST_TEST(invariant(pool()) == "ok");
+}
+
 BOOST_AUTO_TEST_SUITE_END()

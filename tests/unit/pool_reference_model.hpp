@@ -214,6 +214,11 @@ public:
   std::pair<std::size_t, std::size_t> built_on() const {
     return {built_on_taken_, built_on_stopped_};
   }
+  /// Steps whose discards ended several epochs others built on: one scan
+  /// for all (coverage).
+  std::size_t batched_scans() const {
+    return batched_scans_;
+  }
 
   model_moves swap_out_begin(request_id id);
   model_release swap_out_done(request_id id, std::uint64_t cache_id, bool ok);
@@ -348,10 +353,12 @@ private:
   void evict_block(block_id b);
   /// Out of the index while in use (pins first, with those below).
   void unindex_held(block_id b);
-  /// After a discard ended epoch `bad` as never written: every indexed
-  /// block computed over it leaves the index, and every request that
-  /// acquired it indexes nothing more.
-  void forget_built_on(std::uint64_t bad);
+  /// After discards ended epochs `bad` as never written: every indexed
+  /// block computed over one leaves the index, and every request that
+  /// acquired one indexes nothing more.
+  void forget_built_on(const std::set<std::uint64_t>& bad);
+  /// While a step discards: the bad epochs whose scan waits for its last.
+  std::set<std::uint64_t>* batched_bad_ = nullptr;
 
   // -- epochs (pool_reference_model_lineage.cpp) -----------------------------
 
@@ -426,6 +433,7 @@ private:
   const char* copy_reason(const model_sequence& seq) const;
   std::map<std::string, std::size_t> copy_reasons_;
   std::size_t built_on_taken_ = 0;
+  std::size_t batched_scans_ = 0;
   std::size_t built_on_stopped_ = 0;
   /// The failed copy's extend undone, if its request is still live.
   bool undo(const held_copy& h);

@@ -52,11 +52,17 @@ void pool_model::acquire(model_sequence& seq, block_id b) {
     add_live(seq.acc, t);
 }
 
-void pool_model::forget_built_on(std::uint64_t bad) {
+void pool_model::forget_built_on(const std::set<std::uint64_t>& bad) {
+  auto over_bad = [&](const std::set<std::uint64_t>& s) {
+    for (auto t : s)
+      if (bad.count(t))
+        return true;
+    return false;
+  };
   bool took = false;
   for (block_id b = 0; b < blocks_.size(); ++b) {
     auto& m = blocks_[b];
-    if (!m.key || (m.writer != bad && m.deps.count(bad) == 0))
+    if (!m.key || (bad.count(m.writer) == 0 && !over_bad(m.deps)))
       continue;
     took = true;
     if (m.st == state::cached) {
@@ -70,7 +76,7 @@ void pool_model::forget_built_on(std::uint64_t bad) {
   }
   built_on_taken_ += took;
   auto visit = [&](model_sequence& s) {
-    if (s.acc.count(bad) == 0)
+    if (!over_bad(s.acc))
       return;
     built_on_stopped_ += s.hashable;
     s.hashable = false;

@@ -79,8 +79,12 @@ model_release pool_model::discard(request_id id, std::uint32_t keep,
     free_.push_back(b);
   }
   // Nothing was built on its writes unless another request acquired them.
-  if (spread)
-    forget_built_on(bad);
+  if (spread) {
+    if (batched_bad_ != nullptr)
+      batched_bad_->insert(bad);
+    else
+      forget_built_on({bad});
+  }
   return res;
 }
 

@@ -31,8 +31,15 @@ model_step_result pool_model::run_step(const step_request& step, bool hold) {
   };
   for (auto id : step.frees)
     end(id, release(id));
+  // What was built on the discarded writes goes after the last discard.
+  std::set<std::uint64_t> bad;
+  batched_bad_ = &bad;
   for (auto id : step.discards)
     end(id, discard(id));
+  batched_bad_ = nullptr;
+  if (!bad.empty())
+    forget_built_on(bad);
+  batched_scans_ += bad.size() > 1;
   auto& ops = step.extends;
   // Each extend's own token ids, cut from the flat list (if it is whole).
   std::vector<std::vector<token_id>> tokens(ops.size());
