@@ -164,11 +164,13 @@ block_pool_core::allocate(const allocation_request& req) {
   seq.hit_blocks = static_cast<std::uint16_t>(std::min<std::uint32_t>(p.written, 65535));
   seq.brought_from = static_cast<std::uint16_t>(std::min<std::uint32_t>(p.hits, 65535));
   seq.blocks.reserve(p.need);
+  write_lineage::token_set took; // what its hits were computed over
   for (std::uint32_t i = 0; i < p.hits; ++i) {
     auto b = find_indexed(scratch_[i].lo);
-    share_indexed(b, seq);
+    share_indexed(b, seq, took);
     seq.blocks.push_back(b);
   }
+  seq.acquired = lineage_.adopt(seq.cache_id, std::move(took));
   // The admitted prompt tokens' full blocks (all of the prompt's, unless a
   // prefill chunk stops short of it).
   auto full = static_cast<std::uint32_t>(

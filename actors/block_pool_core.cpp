@@ -419,13 +419,13 @@ std::uint8_t block_pool_core::retention_level(const sequence& seq) const
   return seq.level;
 }
 
-void block_pool_core::share_indexed(block_id b, sequence& seq) {
+void block_pool_core::share_indexed(block_id b, const sequence& seq,
+                                    write_lineage::token_set& took) {
   auto& m = blocks_[b];
   // A cached block's writer let it go: its epoch ended (a swap-out, a
   // release; a discard takes its own out of the index).
   if (m.state != block_state::cached || lineage_.has_set(b))
-    seq.acquired = lineage_.acquire(seq.cache_id, b,
-                                    m.state != block_state::cached);
+    lineage_.take_on(took, b, m.state != block_state::cached);
   if (m.state == block_state::cached) {
     if (!m.pinned)
       lru_.remove(b, m.level);

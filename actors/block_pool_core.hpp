@@ -592,8 +592,10 @@ private:
   std::uint8_t retention_level(const sequence& seq) const noexcept;
   void hold(block_id b, const sequence& seq) noexcept;
   /// `seq` holds indexed block `b` (a hit, a swap-in's share): revived if
-  /// cached, and what its K/V were computed over joins seq's acc.
-  void share_indexed(block_id b, sequence& seq);
+  /// cached; what its K/V were computed over joins `took`, which seq then
+  /// adopts (write_lineage).
+  void share_indexed(block_id b, const sequence& seq,
+                     write_lineage::token_set& took);
   /// The token of `seq`'s current epoch (write_lineage).
   write_lineage::token epoch_of(const sequence& seq) const {
     return lineage_.current(seq.cache_id, seq.restarted);

@@ -33,9 +33,6 @@ bool block_pool_core::append_in_place(sequence& seq, std::uint64_t n,
 void block_pool_core::add_tokens(sequence& seq, std::uint64_t n,
                                  const token_id* tokens,
                                  std::uint64_t drafts) {
-  // The blocks the new tokens go into (write_lineage): in place, the
-  // partly filled last one only.
-  wrote(seq, seq.num_tokens / block_size_, blocks_for(seq.num_tokens + n));
   seq.drafts = static_cast<std::uint16_t>(drafts);
   counters_.draft_tokens += drafts;
   if (tokens != nullptr && seq.hashable) {
@@ -197,6 +194,12 @@ block_pool_core::extend(request_id id, std::uint64_t n,
     unref(old, seq->level);
     give_way(&old, 1);
   }
+  // The blocks the new tokens go into (write_lineage). Appends in place
+  // need not say so: their block is one this epoch wrote before (a fork's
+  // sharers, tail_shared, come this way first; a swap-in records its
+  // copies).
+  wrote(*seq, seq->num_tokens / block_size_,
+        blocks_for(seq->num_tokens + n));
   add_tokens(*seq, n, tokens, drafts);
   seq->last_access = clock_ns_;
   repromise(*seq, promised_before);

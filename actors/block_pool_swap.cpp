@@ -124,11 +124,13 @@ block_pool_core::swap_in_begin(request_id id) {
     return err;
   // Commit: share first, so that taking fresh blocks cannot evict them.
   seq->incoming.assign(n, no_block);
+  write_lineage::token_set took; // what its shares were computed over
   for (std::size_t i = 0; i < n; ++i)
     if (found[i] != no_block) {
-      share_indexed(found[i], *seq);
+      share_indexed(found[i], *seq, took);
       seq->incoming[i] = found[i];
     }
+  seq->acquired = lineage_.adopt(seq->cache_id, std::move(took));
   std::vector<block_move> moves;
   moves.reserve(n - shared);
   for (std::size_t i = 0; i < n; ++i) {
@@ -136,9 +138,6 @@ block_pool_core::swap_in_begin(request_id id) {
       continue;
     auto b = take_block(seq->tenant);
     blocks_[b].level = seq->level;
-    // A copy of what an ended epoch of its wrote, over what it took on
-    // (write_lineage): indexed later, should its drafts settle.
-    seq->acquired = lineage_.wrote(b, 0, seq->cache_id, seq->acquired);
     seq->incoming[i] = b;
     moves.push_back(block_move{b, seq->host_blocks[i]});
   }
@@ -185,8 +184,16 @@ block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
     seq->host_hashes.clear();
     seq->where = residency::resident; // its growth was promised at begin
     counters_.swap_ins += !seq->release_pending;
-    if (!seq->release_pending)
-      next_epoch(*seq); // it writes again
+    if (!seq->release_pending) {
+      // It writes again, in place into its last block: the copies from
+      // its full blocks on (the last, and those its drafts reach - indexed
+      // once they settle) are this epoch's (write_lineage). Those before
+      // are never indexed again.
+      next_epoch(*seq);
+      for (auto k = seq->brought_from; k < seq->blocks.size(); ++k)
+        if (blocks_[seq->blocks[k]].ref_count == 1)
+          wrote(*seq, k, k + 1);
+    }
   } else {
     count_promise(*seq, false);
     // The blocks taken fresh at begin.

@@ -2,6 +2,8 @@
 // header for what they mean).
 #include "kvactor/actors/write_lineage.hpp"
 
+#include <iterator>
+
 namespace kvactor::detail {
 
 write_lineage::token write_lineage::restart(std::uint64_t cache_id) {
@@ -38,60 +40,65 @@ void write_lineage::prune(token_set& s) const {
 }
 
 void write_lineage::drop_set(block_id b) noexcept {
-  sets_[set_of_[b]].clear();
-  free_sets_.push_back(set_of_[b]);
-  set_of_[b] = 0;
+  sets_[recs_[b].set].clear();
+  free_sets_.push_back(recs_[b].set);
+  recs_[b].set = 0;
 }
 
-bool write_lineage::wrote(block_id b, token writer, std::uint64_t cache_id,
-                          bool acquired) {
-  if (writer != 0 && writer_[b] == writer)
-    return acquired; // this epoch wrote it before: over the same acc
-  writer_[b] = writer;
-  token_set* acc = nullptr;
-  if (acquired) {
-    auto it = acc_.find(cache_id);
-    if (it != acc_.end()) {
-      prune(it->second);
-      if (it->second.empty())
-        acc_.erase(it);
-      else
-        acc = &it->second;
-    }
-  }
+bool write_lineage::wrote_first(block_id b, token writer,
+                                std::uint64_t cache_id, bool acquired) {
+  auto& r = recs_[b];
+  r.writer = writer;
+  const token_set* acc = nullptr;
+  if (acquired)
+    if (auto it = acc_.find(cache_id); it != acc_.end())
+      acc = &it->second;
   if (acc == nullptr) {
-    if (set_of_[b] != 0)
+    if (r.set != 0)
       drop_set(b);
     return false;
   }
-  if (set_of_[b] == 0) {
+  if (r.set == 0) {
     if (free_sets_.empty()) {
-      set_of_[b] = static_cast<std::uint32_t>(sets_.size());
+      r.set = static_cast<std::uint32_t>(sets_.size());
       sets_.emplace_back();
     } else {
-      set_of_[b] = free_sets_.back();
+      r.set = free_sets_.back();
       free_sets_.pop_back();
     }
   }
-  sets_[set_of_[b]] = *acc;
+  sets_[r.set] = *acc;
   return true;
 }
 
-bool write_lineage::acquire(std::uint64_t cache_id, block_id b,
+void write_lineage::take_on(token_set& took, block_id b,
                             bool writer_may_live) {
+  auto& r = recs_[b];
+  if (writer_may_live && r.writer != 0)
+    add_live(took, r.writer);
+  if (r.set != 0)
+    for (auto t : sets_[r.set])
+      add_live(took, t);
+}
+
+bool write_lineage::adopt(std::uint64_t cache_id, token_set took) {
   auto it = acc_.find(cache_id);
-  token_set fresh;
-  auto& acc = it != acc_.end() ? it->second : fresh;
-  if (writer_may_live && writer_[b] != 0)
-    add_live(acc, writer_[b]);
-  if (set_of_[b] != 0)
-    for (auto t : sets_[set_of_[b]])
-      add_live(acc, t);
-  if (it != acc_.end())
+  if (it == acc_.end()) {
+    if (took.empty())
+      return false;
+    acc_.emplace(cache_id, std::move(took));
     return true;
-  if (fresh.empty())
+  }
+  prune(it->second); // what it took on before may have ended since
+  token_set merged;
+  merged.reserve(it->second.size() + took.size());
+  std::set_union(it->second.begin(), it->second.end(), took.begin(),
+                 took.end(), std::back_inserter(merged));
+  if (merged.empty()) {
+    acc_.erase(it);
     return false;
-  acc_.emplace(cache_id, std::move(fresh));
+  }
+  it->second = std::move(merged);
   return true;
 }
 
@@ -128,11 +135,12 @@ bool write_lineage::acquired_any(std::uint64_t cache_id,
 }
 
 write_lineage::token_set write_lineage::deps(block_id b) const {
-  token_set out = sets_[set_of_[b]];
-  if (writer_[b] != 0) {
-    auto pos = std::lower_bound(out.begin(), out.end(), writer_[b]);
-    if (pos == out.end() || *pos != writer_[b])
-      out.insert(pos, writer_[b]);
+  token_set out = sets_[recs_[b].set];
+  auto w = recs_[b].writer;
+  if (w != 0) {
+    auto pos = std::lower_bound(out.begin(), out.end(), w);
+    if (pos == out.end() || *pos != w)
+      out.insert(pos, w);
   }
   return out;
 }

@@ -22,11 +22,12 @@
 // A bad token's dependents are then exactly the indexed blocks whose deps
 // hold it and the requests whose acc holds it: no search of the prefix
 // tree, and nothing missed because a dependent ended or a block in between
-// was evicted. Dead tokens are dropped whenever a set is written. A token
-// that no other request acquired (not spread) has no dependent but its
-// own blocks: its bad end needs no scan.
+// was evicted. Dead tokens are harmless (a token is unique, and one that
+// ended confirmed never turns bad): they are dropped when a request takes
+// tokens on. A token that no other request acquired (not spread) has no
+// dependent but its own blocks: its bad end needs no scan.
 //
-// Cost: per block 12 bytes (its writer's token and a set number, 0 for
+// Cost: per block 16 bytes (its writer's token and a set number, 0 for
 // none); a set of acquired tokens only for blocks and requests that built
 // on another live request's writes; per live epoch one entry in an
 // open-addressing table.
@@ -57,7 +58,7 @@ public:
   token restart(std::uint64_t cache_id);
 
   explicit write_lineage(std::size_t num_blocks = 0)
-    : writer_(num_blocks, 0), set_of_(num_blocks, 0), sets_(1) {
+    : recs_(num_blocks), sets_(1) {
   }
 
   // -- epochs ------------------------------------------------------------------
@@ -81,8 +82,8 @@ public:
 
   /// Block `b` was taken fresh: it depends on nothing yet.
   void clear(block_id b) noexcept {
-    writer_[b] = 0;
-    if (set_of_[b] != 0)
+    recs_[b].writer = 0;
+    if (recs_[b].set != 0)
       drop_set(b);
   }
   /// Epoch `writer` of request `cache_id` wrote into block `b`: its deps
@@ -92,39 +93,47 @@ public:
   /// fork, a swap-in's shares), so a block its epoch wrote before is left
   /// as it is: one load on the decode path. `writer` 0: a copy of what an
   /// ended epoch wrote (a swap-in's), computed over the acc alone.
-  bool wrote(block_id b, token writer, std::uint64_t cache_id, bool acquired);
+  bool wrote(block_id b, token writer, std::uint64_t cache_id,
+             bool acquired) {
+    if (writer != 0 && recs_[b].writer == writer)
+      return acquired; // this epoch wrote it before: over the same acc
+    return wrote_first(b, writer, cache_id, acquired);
+  }
   /// Whether block `b`'s K/V were computed over epoch `t`'s writes.
   bool depends_on(block_id b, token t) const noexcept {
-    if (writer_[b] == t)
+    if (recs_[b].writer == t)
       return true;
-    auto& s = sets_[set_of_[b]];
+    auto& s = sets_[recs_[b].set];
     return std::binary_search(s.begin(), s.end(), t);
   }
   /// Whether block `b`'s K/V were computed over any of `bad` (sorted).
   bool depends_on_any(block_id b, const token_set& bad) const noexcept {
-    if (std::binary_search(bad.begin(), bad.end(), writer_[b]))
+    if (std::binary_search(bad.begin(), bad.end(), recs_[b].writer))
       return true;
-    for (auto t : sets_[set_of_[b]])
+    for (auto t : sets_[recs_[b].set])
       if (std::binary_search(bad.begin(), bad.end(), t))
         return true;
     return false;
   }
   /// The epoch that last wrote into block `b` (0: none since taken).
   token writer_of(block_id b) const noexcept {
-    return writer_[b];
+    return recs_[b].writer;
   }
   /// Whether `b`'s deps may hold a token besides its writer's.
   bool has_set(block_id b) const noexcept {
-    return set_of_[b] != 0;
+    return recs_[b].set != 0;
   }
 
   // -- requests ----------------------------------------------------------------
 
-  /// Request `cache_id` holds block `b`, which it did not write: the live
-  /// tokens `b` depends on join its acc (its writer's only if
+  /// A request holds block `b`, which it did not write: the live tokens
+  /// `b` depends on join `took` (sorted; its writer's only if
   /// `writer_may_live`: a cached block's writer let it go, so its epoch
-  /// ended). Returns whether its acc holds any token now.
-  bool acquire(std::uint64_t cache_id, block_id b, bool writer_may_live);
+  /// ended). An admission gathers its hits' so, then adopts them.
+  void take_on(token_set& took, block_id b, bool writer_may_live);
+  /// Request `cache_id` takes `took` on (take_on's): returns whether its
+  /// acc holds any token now.
+  bool adopt(std::uint64_t cache_id, token_set took);
   /// A fork `child` of `parent` (epoch token `parent_token`): its acc is
   /// the parent's live acc and the parent's token, if live. Returns
   /// whether it holds any.
@@ -154,9 +163,16 @@ private:
   /// Drops the dead tokens of `s`.
   void prune(token_set& s) const;
   void drop_set(block_id b) noexcept;
+  /// wrote(), the first time epoch `writer` writes into `b`.
+  bool wrote_first(block_id b, token writer, std::uint64_t cache_id,
+                   bool acquired);
 
-  std::vector<token> writer_;         ///< per block: its last writer's epoch
-  std::vector<std::uint32_t> set_of_; ///< per block: index in sets_, 0: none
+  /// Per block, 16 bytes.
+  struct record {
+    token writer = 0;      ///< its last writer's epoch (0: none live)
+    std::uint32_t set = 0; ///< the acc its writer had then: sets_[set]
+  };
+  std::vector<record> recs_;
   std::vector<token_set> sets_;       ///< sets_[0] stays empty
   std::vector<std::uint32_t> free_sets_;
   std::unordered_map<std::uint64_t, token_set> acc_; ///< by cache_id, sorted

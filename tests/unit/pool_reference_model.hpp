@@ -372,9 +372,6 @@ private:
   void wrote(model_sequence& seq, std::size_t from, std::size_t to);
   /// `seq` holds `b`, which it did not write (a hit, a swap-in's share).
   void acquire(model_sequence& seq, block_id b);
-  /// Fresh block `b` holds a copy of what an ended epoch of `seq` wrote (a
-  /// swap-in's): computed over seq's acc, no live writer.
-  void copied_back(model_sequence& seq, block_id b);
   std::map<std::uint64_t, bool> live_epochs_; ///< -> acquired by another
   std::uint64_t next_epoch_ = 1;
   void index(block_id b, prefix_key key, std::uint16_t t);

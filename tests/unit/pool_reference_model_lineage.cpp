@@ -36,13 +36,6 @@ void pool_model::wrote(model_sequence& seq, std::size_t from, std::size_t to) {
   }
 }
 
-void pool_model::copied_back(model_sequence& seq, block_id b) {
-  for (auto i = seq.acc.begin(); i != seq.acc.end();)
-    i = live_epochs_.count(*i) ? std::next(i) : seq.acc.erase(i);
-  blocks_[b].writer = 0;
-  blocks_[b].deps = seq.acc;
-}
-
 void pool_model::acquire(model_sequence& seq, block_id b) {
   auto& m = blocks_[b];
   // A cached block's writer let it go: its epoch is over.

@@ -121,8 +121,6 @@ model_moves pool_model::swap_in_begin(request_id id) {
     if (still[i])
       continue;
     seq.incoming[i] = take(seq.tenant, seq.level);
-    // What an ended epoch of its wrote, over what it took on.
-    copied_back(seq, seq.incoming[i]);
     out.moves.push_back(block_move{seq.incoming[i], seq.host_blocks[i]});
   }
   seq.where = residency::swapping_in;
@@ -152,8 +150,14 @@ model_release pool_model::swap_in_done(request_id id, std::uint64_t cache_id,
     seq.host_keys.clear();
     seq.where = residency::resident;
     counters_.swap_ins += !seq.release_pending;
-    if (!seq.release_pending)
-      begin_epoch(seq); // it writes again
+    if (!seq.release_pending) {
+      // It writes again: its copies from its full blocks on (the last,
+      // and those its drafts reach) are the new epoch's.
+      begin_epoch(seq);
+      for (auto k = seq.brought_from; k < seq.blocks.size(); ++k)
+        if (blocks_[seq.blocks[k]].refs == 1)
+          wrote(seq, k, k + 1);
+    }
   } else {
     // Undone, the fresh blocks' flow included: never handed out. A shared
     // block whose last holder let go now did go. The release still counts
