@@ -481,6 +481,13 @@ caf::error block_pool_core::checks::lineage(const block_pool_core& p) {
       err = broken(req_name(s.id) + "'s epoch is "
                    + (res ? "not live, though it is on the device"
                           : "live, though it is not on the device"));
+    // An append in place records nothing: its block must be one its epoch
+    // wrote (unless shared with a fork: then the full path records it).
+    if (!err && res && !s.tail_shared && s.num_tokens % p.block_size_ != 0
+        && p.lineage_.writer_of(s.blocks.back()) != p.epoch_of(s))
+      err = broken(req_name(s.id) + " would append in place into "
+                   + blk(s.blocks.back())
+                   + ", which its epoch did not write");
   });
   if (err)
     return err;
