@@ -166,7 +166,10 @@ step_result block_pool_core::run_step(const step_request& step,
   for (auto id : step.frees)
     end("free", id, release(id));
   // A failed pass discards many: what was built on their writes goes in
-  // one scan of the pool, after the last.
+  // one scan of the pool, after the last. The same blocks leave the index
+  // as with one discard after another; a block a later discard let go is
+  // cached first and then evicted (counted in evictions), where one by one
+  // it left the index held - and the free stack's order may differ.
   std::vector<write_lineage::token> bad;
   {
     struct unbatch { // never left pointing at `bad`, whatever is thrown

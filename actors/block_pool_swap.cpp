@@ -188,11 +188,15 @@ block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
       // It writes again, in place into its last block: the copies from
       // its full blocks on (the last, and those its drafts reach - indexed
       // once they settle) are this epoch's (write_lineage). Those before
-      // are never indexed again.
+      // are never indexed again. Not a block it shared back (indexed): it
+      // never writes there (tail_shared, or full), and another's record
+      // stays.
       next_epoch(*seq);
-      for (auto k = seq->brought_from; k < seq->blocks.size(); ++k)
-        if (blocks_[seq->blocks[k]].ref_count == 1)
+      for (auto k = seq->brought_from; k < seq->blocks.size(); ++k) {
+        auto& m = blocks_[seq->blocks[k]];
+        if (m.ref_count == 1 && !m.indexed)
           wrote(*seq, k, k + 1);
+      }
     }
   } else {
     count_promise(*seq, false);

@@ -351,7 +351,8 @@ BOOST_FIXTURE_TEST_CASE(a_steps_discards_take_what_each_discard_would_in_one_sca
   // A (1) and B (2) bring P and Q, unwritten; C (3) and D (4) build on
   // them and end; E (5) builds on A's and runs on; F (6) builds on
   // nothing of theirs. A failed pass discards A and B in one step: the
-  // pool scans once for both, and takes what a discard of each would.
+  // pool scans once for both, and takes what a discard of each would
+  // (the same blocks; its eviction count and free order may differ).
   auto scenario = [&] {
     make(64);
     alloc(prompt_req(1, cat(P, run(900, 1))));

@@ -914,4 +914,30 @@ BOOST_FIXTURE_TEST_CASE(a_reclaim_takes_a_draft_block_that_came_back_from_a_swap
   BOOST_TEST(alloc(4, cat(cat(cat(X, Y), {2, 3, 4, 5}), {7})) == 8u); // X, Y
 }
 
+BOOST_FIXTURE_TEST_CASE(a_swap_in_records_only_the_blocks_it_copied_back,
+                        swap_oracle_fixture) {
+  // A fork's held copy fails: it is back on its parent's last block S,
+  // which the parent filled meanwhile (indexed). The parent ends; the fork
+  // swaps out and in, sharing S again from the index (revived, held by it
+  // alone) - a block it never wrote. It copies away from S at its next
+  // extend, and S is cached: the swap-in must not have recorded S as its
+  // new epoch's (the invariant: no cached block's writer is live; a
+  // discard of the fork would take S out for nothing).
+  alloc(1, {1, 2, 3, 4, 5, 6});
+  BOOST_REQUIRE(o.fork(1, 2));
+  BOOST_REQUIRE(o.extend(2, {9}, 0, true));
+  BOOST_REQUIRE(o.extend(1, {7, 8}, 0, true));
+  auto s = o.blocks(1)[1];
+  o.settle(false);
+  BOOST_REQUIRE(indexed(s));
+  BOOST_REQUIRE(o.release(1));
+  swap_out_and_in(2);
+  BOOST_REQUIRE(o.blocks(2)[1] == s);
+  BOOST_REQUIRE(grow(2, {9}) == 1u); // S is indexed: copied first
+  BOOST_TEST(indexed(s));
+  BOOST_TEST(invariant(o.pool()) == "ok");
+  BOOST_REQUIRE(o.discard(2));
+  BOOST_TEST(indexed(s));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

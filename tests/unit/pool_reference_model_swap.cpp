@@ -155,8 +155,8 @@ model_release pool_model::swap_in_done(request_id id, std::uint64_t cache_id,
       // and those its drafts reach) are the new epoch's.
       begin_epoch(seq);
       for (auto k = seq.brought_from; k < seq.blocks.size(); ++k)
-        if (blocks_[seq.blocks[k]].refs == 1)
-          wrote(seq, k, k + 1);
+        if (blocks_[seq.blocks[k]].refs == 1 && !blocks_[seq.blocks[k]].key)
+          wrote(seq, k, k + 1); // not one shared back from the index
     }
   } else {
     // Undone, the fresh blocks' flow included: never handed out. A shared
