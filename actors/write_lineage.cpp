@@ -39,35 +39,36 @@ void write_lineage::prune(token_set& s) const {
           s.end());
 }
 
-void write_lineage::drop_set(block_id b) noexcept {
-  sets_[recs_[b].set].clear();
-  free_sets_.push_back(recs_[b].set);
-  recs_[b].set = 0;
-}
-
 bool write_lineage::wrote_first(block_id b, token writer,
                                 std::uint64_t cache_id, bool acquired) {
   auto& r = recs_[b];
   r.writer = writer;
-  const token_set* acc = nullptr;
+  acc_entry* acc = nullptr;
   if (acquired)
     if (auto it = acc_.find(cache_id); it != acc_.end())
       acc = &it->second;
   if (acc == nullptr) {
-    if (r.set != 0)
-      drop_set(b);
+    unref_set(r.set);
+    r.set = 0;
     return false;
   }
-  if (r.set == 0) {
+  if (acc->set == 0) { // its first write since the acc changed
     if (free_sets_.empty()) {
-      r.set = static_cast<std::uint32_t>(sets_.size());
+      acc->set = static_cast<std::uint32_t>(sets_.size());
       sets_.emplace_back();
+      set_refs_.push_back(0);
     } else {
-      r.set = free_sets_.back();
+      acc->set = free_sets_.back();
       free_sets_.pop_back();
     }
+    sets_[acc->set] = acc->tokens;
+    set_refs_[acc->set] = 1; // the entry's
   }
-  sets_[r.set] = *acc;
+  if (r.set != acc->set) {
+    unref_set(r.set);
+    r.set = acc->set;
+    ++set_refs_[r.set];
+  }
   return true;
 }
 
@@ -86,19 +87,21 @@ bool write_lineage::adopt(std::uint64_t cache_id, token_set took) {
   if (it == acc_.end()) {
     if (took.empty())
       return false;
-    acc_.emplace(cache_id, std::move(took));
+    acc_.emplace(cache_id, acc_entry{std::move(took), 0});
     return true;
   }
-  prune(it->second); // what it took on before may have ended since
+  auto& e = it->second;
+  changed(e);
+  prune(e.tokens); // what it took on before may have ended since
   token_set merged;
-  merged.reserve(it->second.size() + took.size());
-  std::set_union(it->second.begin(), it->second.end(), took.begin(),
-                 took.end(), std::back_inserter(merged));
+  merged.reserve(e.tokens.size() + took.size());
+  std::set_union(e.tokens.begin(), e.tokens.end(), took.begin(), took.end(),
+                 std::back_inserter(merged));
   if (merged.empty()) {
     acc_.erase(it);
     return false;
   }
-  it->second = std::move(merged);
+  e.tokens = std::move(merged);
   return true;
 }
 
@@ -107,20 +110,23 @@ bool write_lineage::inherit(std::uint64_t child, std::uint64_t parent,
   token_set acc;
   if (parent_acquired)
     if (auto it = acc_.find(parent); it != acc_.end()) {
-      prune(it->second);
-      acc = it->second; // sorted, as prune keeps it
+      acc = it->second.tokens; // sorted; its ended tokens dropped below
+      prune(acc);
     }
   add_live(acc, parent_token);
   if (acc.empty())
     return false;
-  acc_[child] = std::move(acc);
+  auto& e = acc_[child];
+  changed(e);
+  e.tokens = std::move(acc);
   return true;
 }
 
 bool write_lineage::acquired(std::uint64_t cache_id, token t) const {
   auto it = acc_.find(cache_id);
   return it != acc_.end()
-         && std::binary_search(it->second.begin(), it->second.end(), t);
+         && std::binary_search(it->second.tokens.begin(),
+                               it->second.tokens.end(), t);
 }
 
 bool write_lineage::acquired_any(std::uint64_t cache_id,
@@ -128,7 +134,7 @@ bool write_lineage::acquired_any(std::uint64_t cache_id,
   auto it = acc_.find(cache_id);
   if (it == acc_.end())
     return false;
-  for (auto t : it->second)
+  for (auto t : it->second.tokens)
     if (std::binary_search(bad.begin(), bad.end(), t))
       return true;
   return false;
@@ -147,7 +153,7 @@ write_lineage::token_set write_lineage::deps(block_id b) const {
 
 write_lineage::token_set write_lineage::acc(std::uint64_t cache_id) const {
   auto it = acc_.find(cache_id);
-  return it == acc_.end() ? token_set{} : it->second;
+  return it == acc_.end() ? token_set{} : it->second.tokens;
 }
 
 } // namespace kvactor::detail

@@ -28,9 +28,9 @@
 // dependent but its own blocks: its bad end needs no scan.
 //
 // Cost: per block 16 bytes (its writer's token and a set number, 0 for
-// none); a set of acquired tokens only for blocks and requests that built
-// on another live request's writes; per live epoch one entry in an
-// open-addressing table.
+// none); a set of acquired tokens only for requests that built on another
+// live request's writes, shared by the blocks each epoch writes; per live
+// epoch one entry in an open-addressing table.
 #pragma once
 
 #include <algorithm>
@@ -58,7 +58,7 @@ public:
   token restart(std::uint64_t cache_id);
 
   explicit write_lineage(std::size_t num_blocks = 0)
-    : recs_(num_blocks), sets_(1) {
+    : recs_(num_blocks), sets_(1), set_refs_(1, 0) {
   }
 
   // -- epochs ------------------------------------------------------------------
@@ -83,8 +83,8 @@ public:
   /// Block `b` was taken fresh: it depends on nothing yet.
   void clear(block_id b) noexcept {
     recs_[b].writer = 0;
-    if (recs_[b].set != 0)
-      drop_set(b);
+    unref_set(recs_[b].set);
+    recs_[b].set = 0;
   }
   /// Epoch `writer` of request `cache_id` wrote into block `b`: its deps
   /// become `writer` and the live tokens of that request's acc (`acquired`:
@@ -145,7 +145,10 @@ public:
   bool acquired_any(std::uint64_t cache_id, const token_set& bad) const;
   /// Request `cache_id` ended: its acc and later tokens' record go.
   void forget(std::uint64_t cache_id) {
-    acc_.erase(cache_id);
+    if (auto it = acc_.find(cache_id); it != acc_.end()) {
+      unref_set(it->second.set);
+      acc_.erase(it);
+    }
     restarted_.erase(cache_id);
   }
 
@@ -162,10 +165,30 @@ private:
   void add_live(token_set& into, token t);
   /// Drops the dead tokens of `s`.
   void prune(token_set& s) const;
-  void drop_set(block_id b) noexcept;
+  /// Drops a reference to sets_[s] (0: none); the last frees it.
+  void unref_set(std::uint32_t s) noexcept {
+    if (s != 0 && --set_refs_[s] == 0) {
+      sets_[s].clear();
+      free_sets_.push_back(s);
+    }
+  }
   /// wrote(), the first time epoch `writer` writes into `b`.
   bool wrote_first(block_id b, token writer, std::uint64_t cache_id,
                    bool acquired);
+
+  /// A request's acc, and the set its blocks share while it does not
+  /// change (made at its first write, 0 till then; the entry holds a
+  /// reference): every block an epoch writes records one set, not a copy.
+  struct acc_entry {
+    token_set tokens;
+    std::uint32_t set = 0;
+  };
+  /// `e`'s tokens changed: its blocks keep the old set, its next write
+  /// makes a new one.
+  void changed(acc_entry& e) noexcept {
+    unref_set(e.set);
+    e.set = 0;
+  }
 
   /// Per block, 16 bytes.
   struct record {
@@ -173,9 +196,10 @@ private:
     std::uint32_t set = 0; ///< the acc its writer had then: sets_[set]
   };
   std::vector<record> recs_;
-  std::vector<token_set> sets_;       ///< sets_[0] stays empty
+  std::vector<token_set> sets_; ///< sets_[0] stays empty
+  std::vector<std::uint32_t> set_refs_; ///< per set: blocks and accs on it
   std::vector<std::uint32_t> free_sets_;
-  std::unordered_map<std::uint64_t, token_set> acc_; ///< by cache_id, sorted
+  std::unordered_map<std::uint64_t, acc_entry> acc_; ///< by cache_id
   flat_index live_; ///< live epochs' tokens -> spread_mark or 0
   /// Incarnations past their first epoch -> their current token's number
   /// n (the token 2n + 1: odd, never a first epoch's).
