@@ -533,7 +533,7 @@ std::vector<profile> profiles() {
     p.alphabet = 2;
     p.seeds = 1200;
     // A block a swap-in brought back lost what it was computed over, and
-    // settle_drafts indexed it (fixed in swap_in_begin).
+    // settle_drafts indexed it (swap_in_done records its copies now).
     p.regressions = {34599};
     p.floor.bad_ends_built_on = 220;
     p.floor.built_on_taken_out = 400;
