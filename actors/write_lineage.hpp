@@ -87,12 +87,12 @@ public:
     recs_[b].set = 0;
   }
   /// Epoch `writer` of request `cache_id` wrote into block `b`: its deps
-  /// become `writer` and the live tokens of that request's acc (`acquired`:
-  /// whether it has one). Returns whether the acc still holds any. A
-  /// request's acc changes only between its epochs (an admission's hits, a
-  /// fork, a swap-in's shares), so a block its epoch wrote before is left
-  /// as it is: one load on the decode path. `writer` 0: a copy of what an
-  /// ended epoch wrote (a swap-in's), computed over the acc alone.
+  /// become `writer` and that request's acc (`acquired`: whether it has
+  /// one). Returns whether it has one. A request's acc changes only
+  /// between its epochs (an admission's hits, a fork, a swap-in's shares),
+  /// so a block its epoch wrote before is left as it is: one compare. (The
+  /// pool calls it from admissions, the full extend path and swap_in_done;
+  /// an append in place writes into a block its epoch wrote.)
   bool wrote(block_id b, token writer, std::uint64_t cache_id,
              bool acquired) {
     if (writer != 0 && recs_[b].writer == writer)
