@@ -37,7 +37,6 @@
 
 #include <cstdint>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include <caf/error.hpp>
@@ -419,8 +418,6 @@ private:
   /// Per block, 32 bytes: what every hot path touches. The parent hash
   /// (events only) and pin deadline (pins only) live in side arrays.
   struct block_meta {
-    block_meta() : indexed(false), pinned(false) {
-    }
     std::uint32_t ref_count = 0;
     std::uint16_t tenant = 0;
     /// The tenant whose request entered it into the index: its removal event
@@ -429,8 +426,8 @@ private:
     block_state state = block_state::free;
     /// LRU level while cached; while used, the highest level of its holders.
     std::uint8_t level = 0;
-    bool indexed : 1;
-    bool pinned : 1; ///< cached but kept off the LRU until its deadline
+    bool indexed = false;
+    bool pinned = false; ///< cached but kept off the LRU until its deadline
     /// References held by copies in flight (counted in ref_count too); 32
     /// bits: a block may be the source of >65535 fork copies in one step.
     std::uint32_t holds = 0;

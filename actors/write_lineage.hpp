@@ -16,8 +16,9 @@
 //    a request writes into the block (wrote), cleared when it is taken
 //    fresh.
 //  - A request's acc: the live tokens it acquired from blocks it holds but
-//    did not write - a hit, a swap-in's share (acquire) - and from its
-//    parent, for a fork (the parent's acc and the parent's own token).
+//    did not write - a hit, a swap-in's share (take_on, then adopt) - and
+//    from its parent, for a fork (the parent's acc and the parent's own
+//    token).
 //
 // A bad token's dependents are then exactly the indexed blocks whose deps
 // hold it and the requests whose acc holds it: no search of the prefix
@@ -95,7 +96,7 @@ public:
   /// an append in place writes into a block its epoch wrote.)
   bool wrote(block_id b, token writer, std::uint64_t cache_id,
              bool acquired) {
-    if (writer != 0 && recs_[b].writer == writer)
+    if (recs_[b].writer == writer)
       return acquired; // this epoch wrote it before: over the same acc
     return wrote_first(b, writer, cache_id, acquired);
   }
@@ -152,10 +153,10 @@ public:
     restarted_.erase(cache_id);
   }
 
-  /// The deps of block `b` (tests, the invariant check): writer first.
+  /// The deps of block `b` (tests), sorted, its writer's included.
   token_set deps(block_id b) const;
-  /// The acc of request `cache_id`, dead tokens included until its next
-  /// write drops them.
+  /// The acc of request `cache_id`, ended tokens included until it takes
+  /// more on (adopt drops them).
   token_set acc(std::uint64_t cache_id) const;
 
 private:
@@ -192,7 +193,7 @@ private:
 
   /// Per block, 16 bytes.
   struct record {
-    token writer = 0;      ///< its last writer's epoch (0: none live)
+    token writer = 0;      ///< its last writer's epoch (0: none since taken)
     std::uint32_t set = 0; ///< the acc its writer had then: sets_[set]
   };
   std::vector<record> recs_;
