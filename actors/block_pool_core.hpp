@@ -127,13 +127,12 @@ public:
   /// pass too - but not those it only found, and not with `!brought_held`
   /// (a supervisor's victim: the pass of a step that admitted it still
   /// writes its K/V). One not resident ends as by release: its K/V were
-  /// written before it moved. Its first `keep` blocks stay indexed
-  /// (written by an earlier pass). With `brought_held` its epoch ends as
-  /// never written: what others computed over its writes leaves the index
-  /// too, and whoever took them on indexes nothing more (forget_built_on,
-  /// write_lineage.hpp).
-  caf::expected<std::uint32_t> discard(request_id id, std::uint32_t keep = 0,
-                                       bool brought_held = true);
+  /// written before it moved. What its admission found cached (its first
+  /// hit_blocks) stays indexed, pins and all: earlier passes wrote it. With
+  /// `brought_held` its epoch ends as never written: what others computed
+  /// over its writes leaves the index too, and whoever took them on
+  /// indexes nothing more (forget_built_on, write_lineage.hpp).
+  caf::expected<std::uint32_t> discard(request_id id, bool brought_held = true);
 
   /// Ends `id` only if its cache_id is still `cache_id` (a reclaim after
   /// the handle died must not free a newer request with the same id), as

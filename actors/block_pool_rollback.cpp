@@ -52,12 +52,16 @@ block_pool_core::settle_drafts(request_id id, std::uint64_t accepted) {
 }
 
 caf::expected<std::uint32_t> block_pool_core::discard(request_id id,
-                                                      std::uint32_t keep,
                                                       bool brought_held) {
   auto seq = find(id);
   if (seq == nullptr || seq->where != residency::resident)
     return release(id);
-  keep = std::min<std::uint32_t>(keep, seq->blocks.size());
+  // What its admission found cached an earlier pass wrote (hit_blocks
+  // stops at the first hit on a block in use, which may be unwritten):
+  // it stays cached, and keeps its pins - one failed pass must not take
+  // an operator's pinned system prompt with it.
+  std::uint32_t keep = std::min<std::uint32_t>(seq->hit_blocks,
+                                               seq->blocks.size());
   std::vector<block_id> table(seq->blocks.begin() + keep, seq->blocks.end());
   std::size_t brought = seq->brought_from > keep ? seq->brought_from - keep : 0;
   if (!brought_held)

@@ -196,7 +196,7 @@ caf::expected<std::uint32_t> block_pool_core::reclaim(request_id id,
   // Its owner or handle went, or nobody got it: its K/V may never have
   // been written, and nobody will write them - also not into the blocks it
   // brought that others hold. What stays indexed is its written hits.
-  return discard(id, seq->hit_blocks);
+  return discard(id);
 }
 
 caf::expected<std::uint32_t> block_pool_core::preempt(request_id id,
@@ -212,7 +212,7 @@ caf::expected<std::uint32_t> block_pool_core::preempt(request_id id,
   bool resident = seq->where == residency::resident;
   // A victim's blocks others hold stay indexed: a step's pass that
   // admitted it still writes its K/V (the README's supervisor section).
-  auto res = unindex ? discard(id, seq->hit_blocks, false) : release(id);
+  auto res = unindex ? discard(id, false) : release(id);
   if (!res)
     return res;
   if (resident) {

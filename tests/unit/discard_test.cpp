@@ -1,7 +1,8 @@
-// discard: a request ends as with release, but nothing it lets go stays in
+// discard: a request ends as with release, but nothing it wrote stays in
 // the prefix index - for a request whose forward pass failed, so its K/V
-// were never written. Blocks others still hold stay indexed until their
-// last holder goes the same way; pins give way.
+// were never written. What its admission found cached (written by earlier
+// passes) stays, pins and all; what it brought leaves the index even while
+// others hold it.
 #include <cstdint>
 #include <vector>
 
@@ -83,7 +84,7 @@ BOOST_FIXTURE_TEST_CASE(a_supervisors_victim_leaves_what_others_hold_indexed,
   BOOST_TEST(invariant(pool()) == "ok");
 }
 
-BOOST_FIXTURE_TEST_CASE(a_pinned_prefix_it_revived_loses_its_pins, pool_fixture) {
+BOOST_FIXTURE_TEST_CASE(a_pinned_prefix_it_revived_keeps_its_pins, pool_fixture) {
   cfg.max_pinned_blocks = 8;
   make(16);
   auto prompt = run(100, 13);
@@ -92,13 +93,23 @@ BOOST_FIXTURE_TEST_CASE(a_pinned_prefix_it_revived_loses_its_pins, pool_fixture)
   auto pinned = pool().pin(0, prompt, 1000, 0);
   BOOST_REQUIRE(pinned);
   BOOST_TEST(*pinned == 3u);
-  // A request revives the pinned blocks, and its pass fails: whatever it
-  // may have written over them, they are no longer trusted.
-  BOOST_TEST(alloc(prompt_req(2, prompt)) == 12u);
+  // A request revives the pinned blocks and adds two of its own; its pass
+  // fails. An earlier pass wrote what it found cached, and the failed one
+  // wrote nothing there (its slots are past its hits): the pinned prefix
+  // stays findable and pinned. Its own blocks go.
+  auto longer = prompt;
+  auto more = run(500, 8);
+  longer.insert(longer.end() - 1, more.begin(), more.end()); // 5 full blocks
+  BOOST_TEST(alloc(prompt_req(2, longer)) == 12u);
+  BOOST_TEST(pool().index_size() == 5u);
   BOOST_REQUIRE(pool().discard(2));
-  BOOST_TEST(pool().pinned_blocks() == 0u);
-  BOOST_TEST(pool().index_size() == 0u);
-  BOOST_TEST(pool().free_blocks() == 16u);
+  BOOST_TEST(pool().pinned_blocks() == 3u);
+  BOOST_TEST(pool().index_size() == 3u);
+  BOOST_TEST(pool().pinned_cached_blocks() == 3u);
+  BOOST_TEST(pool().cached_blocks() == 0u); // its own went free
+  BOOST_TEST(pool().used_blocks() == 0u);
+  BOOST_TEST(pool().cached_prefix(prompt_req(3, longer)).value() == 12u);
+  BOOST_TEST(invariant(pool()) == "ok");
 }
 
 BOOST_FIXTURE_TEST_CASE(a_step_discards_after_its_frees, pool_fixture) {

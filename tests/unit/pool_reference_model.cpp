@@ -341,7 +341,7 @@ model_release pool_model::reclaim(request_id id, std::uint64_t cache_id) {
     return {};
   // Its K/V may never have been written, nor will be: a discard keeping
   // its written hits.
-  return discard(id, it->second.hit_blocks);
+  return discard(id);
 }
 
 model_release pool_model::preempt(request_id id, bool unindex) {
@@ -353,7 +353,7 @@ model_release pool_model::preempt(request_id id, bool unindex) {
   bool resident = it->second.where == residency::resident;
   // The blocks its admission found cached stay (an earlier pass wrote them),
   // and those it brought that others hold (a step's pass writes them).
-  auto res = unindex ? discard(id, it->second.hit_blocks, false) : release(id);
+  auto res = unindex ? discard(id, false) : release(id);
   if (res.err)
     return res;
   if (resident) {

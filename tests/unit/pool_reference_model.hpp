@@ -169,10 +169,9 @@ public:
   model_extension settle_drafts(request_id id, std::uint64_t accepted);
   model_release release(request_id id);
   model_release reclaim(request_id id, std::uint64_t cache_id);
-  /// release, caching nothing it lets go (resident requests only).
-  /// Its first `keep` blocks stay indexed.
-  model_release discard(request_id id, std::uint32_t keep = 0,
-                        bool brought_held = true);
+  /// release, caching nothing it lets go (resident requests only) but its
+  /// admission's written hits (its first hit_blocks).
+  model_release discard(request_id id, bool brought_held = true);
   /// With `unindex`, as discard (the supervisor's victims).
   model_release preempt(request_id id, bool unindex = false);
   /// preempt(id, true), the blocks whose last reference went draining

@@ -48,11 +48,12 @@ model_extension pool_model::settle_drafts(request_id id,
   return out;
 }
 
-model_release pool_model::discard(request_id id, std::uint32_t keep,
-                                  bool brought_held) {
+model_release pool_model::discard(request_id id, bool brought_held) {
   auto it = seqs_.find(id);
   if (it == seqs_.end() || it->second.where != residency::resident)
     return release(id);
+  // Its admission's written hits stay (earlier passes wrote them).
+  auto keep = it->second.hit_blocks;
   auto table = it->second.blocks;
   auto brought = it->second.brought_from;
   // Its epoch ends bad - a victim's (!brought_held) confirmed: a pass
