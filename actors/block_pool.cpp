@@ -358,7 +358,11 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       // Named by incarnation: the supervisor preempts them a round trip
       // later, when an id may name a newer request. Blocks that swaps in
       // flight take away count as gone (a failed swap-out reports usage
-      // again, so a relief still follows).
+      // again, so a relief still follows). Whatever the answer, the next
+      // change while usage is still to be relieved is reported: a round
+      // that found too few victims (or only stale ones) ends, and nothing
+      // else would make the supervisor look again.
+      st.victims_watch = true;
       std::vector<std::pair<request_id, std::uint64_t>> out;
       auto leaving = st.core().blocks_leaving();
       if (leaving >= blocks)

@@ -25,10 +25,13 @@ void block_pool_state::init(const cache_config& cfg,
 
 void block_pool_state::report(block_pool_actor::pointer self, bool always) {
   publish_events();
-  auto b = marks->band(core().used_blocks());
-  if ((b == band && !always) || !supervisor)
+  auto used = core().used_blocks();
+  auto b = marks->band(used);
+  auto wake = victims_watch && used >= marks->relief_target();
+  if ((b == band && !always && !wake) || !supervisor)
     return;
   band = b;
+  victims_watch = false;
   self->send(supervisor, usage_atom::value,
              pool_usage{core().used_blocks(), core().cached_blocks(),
                         core().num_blocks()});

@@ -31,6 +31,12 @@ struct block_pool_state {
   std::unique_ptr<pressure_tracker> marks;
   std::size_t band = 0;
   supervisor_actor supervisor;
+  /// The supervisor asked for victims: while usage stays at or above its
+  /// relief target, the next change is reported even within the band (a
+  /// sharer's end, an admission, a tenant past its reservation may make a
+  /// victim where its last round found none, and above the critical mark
+  /// no crossing would wake it).
+  bool victims_watch = false;
   device_actor device; ///< copies for copy-on-write
   std::vector<caf::actor> kv_subscribers;
   std::uint64_t kv_seq = 0;
@@ -55,8 +61,10 @@ struct block_pool_state {
     return *core_ptr;
   }
 
-  /// After each message: KV events to their subscribers, usage crossings to
-  /// the supervisor (`always`: the usage even within the same band).
+  /// After each message that may change the pool: KV events to their
+  /// subscribers, usage crossings to the supervisor (`always`: the usage
+  /// even within the same band; so too once after its victims were asked
+  /// for, while usage is still to be relieved: victims_watch).
   void report(block_pool_actor::pointer self, bool always = false);
 
   void publish_events();

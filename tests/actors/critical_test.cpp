@@ -2,7 +2,8 @@
 // chooses (lowest priority, then newest; never one whose blocks are all
 // shared), who hears of it, and what of a victim's blocks stays findable
 // (the prefix its admission hit; not the blocks it brought, which nobody
-// may have written).
+// may have written), and that a round which found no victim is not the
+// last while usage stays critical.
 #include "fixture.hpp"
 
 #include <caf/all.hpp>
@@ -168,6 +169,31 @@ BOOST_AUTO_TEST_CASE(critical_pressure_never_preempts_requests_whose_blocks_are_
   BOOST_TEST(notices[0].id == 4u);
   BOOST_TEST(outcome(lookup(1)) == "ok");
   BOOST_TEST(outcome(lookup(2)) == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(a_victim_that_appears_within_the_critical_band_is_preempted) {
+  // 1 and its fork share 60 blocks: neither is a victim. 3 takes usage to
+  // 61 (critical) and goes; 60 is still critical, and the round ends with
+  // no victim. Then the fork ends: 1 holds the 60 alone. No mark is
+  // crossed (usage stays 60), yet the supervisor must look again - with
+  // GC off (this fixture), nothing else would make it.
+  BOOST_REQUIRE(allocate(1, 4 * 60));
+  BOOST_REQUIRE(fork(1, 2));
+  BOOST_REQUIRE(allocate(3, 4));
+  auto notices = preempt_notices(self);
+  BOOST_REQUIRE(notices.size() == 1u);
+  BOOST_TEST(notices[0].id == 3u);
+  auto s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->pressure == memory_pressure::critical);
+  BOOST_REQUIRE(free(2));
+  notices = preempt_notices(self);
+  BOOST_REQUIRE(notices.size() == 1u);
+  BOOST_TEST(notices[0].id == 1u);
+  s = stats();
+  BOOST_REQUIRE(s);
+  BOOST_TEST(s->pressure == memory_pressure::low);
+  BOOST_TEST(outcome(lookup(1)) == "unknown_request");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
