@@ -439,6 +439,12 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       std::vector<std::uint64_t> out;
       out.reserve(reqs.size());
       for (auto& req : reqs) {
+        // Allocate's checks, the device first (as the lane's admits and
+        // the manager's allocate): a router must not rank first a prompt
+        // that this cache never admits.
+        if (!st.store.kind.empty())
+          if (auto err = check_device(st.store, req))
+            return err;
         auto n = st.core().cached_prefix(req);
         if (!n)
           return std::move(n.error());

@@ -61,6 +61,17 @@ BOOST_AUTO_TEST_CASE(a_bad_request_fails_the_probe_naming_it) {
   auto res = probe(lane, {make_prompt_request(cfg, 4, make_tokens(8, 1)), bad});
   BOOST_TEST(outcome(res) == "unknown_tenant");
   BOOST_TEST((!res && render(res.error()).find("request 5") != std::string::npos));
+  // A request for another device: allocate refuses it, so does the probe
+  // (else a router would rank first a prompt this cache never admits).
+  auto cached = make_tokens(8, 1);
+  BOOST_REQUIRE(allocate(make_prompt_request(cfg, 6, cached)));
+  auto elsewhere = make_prompt_request(cfg, 7, cached);
+  elsewhere.device = device{device_kind::cuda, 3};
+  for (auto res2 : {probe(mgr, {elsewhere}), probe(lane, {elsewhere})}) {
+    BOOST_TEST(outcome(res2) == "invalid_request");
+    BOOST_TEST((!res2 && render(res2.error()).find("request 7") != std::string::npos));
+    BOOST_TEST((!res2 && render(res2.error()).find("cuda:3") != std::string::npos));
+  }
   auto empty = probe(mgr, {});
   BOOST_REQUIRE_MESSAGE(empty, outcome(empty));
   BOOST_TEST(empty->empty());
