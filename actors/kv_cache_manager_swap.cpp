@@ -33,6 +33,17 @@ caf::error copy_failed(request_id id, const char* way, const caf::error& cause) 
                     cause, errc::device_failure);
 }
 
+/// The reply to a swap whose request ended during the move and whose copy
+/// then failed: its blocks went back all the same, so nothing is "where it
+/// was" - the id may name a newer incarnation. The device's code stays.
+caf::error ended_and_failed(request_id id, const char* way,
+                            const caf::error& cause) {
+  return in_context("request " + std::to_string(id)
+                      + " ended before its swap-" + way
+                      + " was answered, and the device copy failed",
+                    cause, errc::device_failure);
+}
+
 /// Swaps request `id` (incarnation `cache_id`) out (`out`) or in; `done`
 /// gets the device blocks moved or the error (the copy's, or that the
 /// request ended during the move).
@@ -48,10 +59,15 @@ void swap_request(mgr_ptr self, request_id id, std::uint64_t cache_id,
       self->request(self->state.pool, caf::infinite, atom, id, cache_id, ok)
         .then(
           [done, ok, cause, moved, id, out](std::uint32_t, bool ended) mutable {
-            if (!ok)
+            // Ended first: its blocks went back whatever the copy did, and
+            // "the request is where it was" would be false - the id may
+            // name a newer incarnation by now. The copy's error says why
+            // the device failed.
+            if (ended)
+              done(ok ? ended_mid_swap(id, out ? "out" : "in")
+                      : ended_and_failed(id, out ? "out" : "in", cause));
+            else if (!ok)
               done(copy_failed(id, out ? "out" : "in", cause));
-            else if (ended)
-              done(ended_mid_swap(id, out ? "out" : "in"));
             else
               done(moved);
           },

@@ -334,6 +334,42 @@ BOOST_FIXTURE_TEST_CASE(an_id_freed_mid_swap_is_free_at_once_and_the_swap_leaves
   BOOST_TEST(value_or(free(1), 0u) == 1u);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_swap_whose_request_ended_and_whose_copy_failed_says_both,
+                        slow_fixture) {
+  // Freed mid-copy and its id admitted again; then the copy fails. Its
+  // blocks went back all the same: "undone, the request is where it was"
+  // would send the caller to the newer incarnation.
+  BOOST_REQUIRE(allocate(1, 10));
+  auto before = stats();
+  BOOST_REQUIRE(before);
+  caf::scoped_actor swapper{sys};
+  swapper->send(mgr, swap_out_atom::value, request_id{1});
+  run();
+  BOOST_TEST(value_or(free(1), 99u) == 0u);
+  auto again = allocate(1, 4);
+  BOOST_REQUIRE(again);
+  store->fail();
+  sched.trigger_timeouts();
+  run();
+  std::string got = "no reply";
+  swapper->receive([&](std::uint32_t) { got = "swapped"; },
+                   [&](caf::error& e) { got = render(e); },
+                   caf::after(std::chrono::seconds(0)) >> [] {});
+  BOOST_TEST(got.rfind("kvactor: device_failure (request 1 ended before its "
+                       "swap-out was answered, and the device copy failed: ",
+                       0)
+               == 0u,
+             got);
+  auto t = table(1);
+  BOOST_REQUIRE(t);
+  BOOST_TEST(t->blocks == again->table.blocks);
+  BOOST_TEST(used_blocks() == 1u);
+  auto after = stats();
+  BOOST_REQUIRE(after);
+  BOOST_TEST(after->host_free_blocks == before->host_free_blocks);
+  BOOST_TEST(value_or(free(1), 0u) == 1u);
+}
+
 BOOST_FIXTURE_TEST_CASE(a_fault_during_a_step_fails_only_the_copied_extend,
                         slow_fixture) {
   // 3 forks 1 (10 tokens: its last block of 4 is shared and half full), so
