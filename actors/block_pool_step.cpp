@@ -65,11 +65,12 @@ void block_pool_core::run_extends(const step_request& step, bool named,
     if (slot[i] == gone)
       continue;
     if (slot[i] == repeated) {
-      r.failed.push_back(op_failure{
-        op.id, make_error(errc::invalid_request,
-                          req_name(op.id)
-                            + " appears twice in the step's extends: a "
-                              "request is extended at most once per step")});
+      r.failed.push_back(failed_op(
+        "extend", op.id,
+        make_error(errc::invalid_request,
+                   req_name(op.id)
+                     + " appears twice in the step's extends: a request is "
+                       "extended at most once per step")));
       continue;
     }
     auto tokens = named ? step.tokens.data() + offset : nullptr;
@@ -198,7 +199,7 @@ step_result block_pool_core::run_step(const step_request& step,
                               + " token ids for " + std::to_string(want)
                               + " extended tokens");
       for (auto& op : ops)
-        r.failed.push_back(op_failure{op.id, err});
+        r.failed.push_back(failed_op("extend", op.id, err));
       named = false;
     }
   }

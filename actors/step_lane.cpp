@@ -3,6 +3,9 @@
 #include "kvactor/actors/step_lane.hpp"
 
 #include <algorithm>
+#include <string>
+
+#include "kvactor/messages/error_context.hpp"
 
 namespace kvactor::detail {
 
@@ -13,7 +16,9 @@ std::vector<op_failure> reject_foreign(const storage_info& store,
     return out;
   auto bad = [&](const allocation_request& r) {
     if (auto err = check_device(store, r)) {
-      out.push_back(op_failure{r.id, std::move(err)});
+      // Named as the step's other failures are (block_pool_step.cpp).
+      out.push_back(op_failure{
+        r.id, in_context("admission of request " + std::to_string(r.id), err)});
       return true;
     }
     return false;

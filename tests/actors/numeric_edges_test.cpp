@@ -99,10 +99,14 @@ BOOST_AUTO_TEST_CASE(step_counts_past_32_bits_fail_naming_their_requests) {
   r = step(named);
   BOOST_REQUIRE_MESSAGE(r, outcome(r));
   BOOST_REQUIRE_EQUAL(r->failed.size(), 2u);
-  for (auto& f : r->failed)
+  for (auto& f : r->failed) {
     BOOST_TEST(says(f.error, errc::invalid_request,
                     "1 token ids for 4294967297 extended tokens"),
                render(f.error));
+    BOOST_TEST(says(f.error, errc::invalid_request,
+                    "extend of request " + std::to_string(f.id) + ": "),
+               render(f.error));
+  }
   BOOST_TEST(unchanged());
   // Draft counts and verdicts past anything held.
   step_request drafts;

@@ -117,6 +117,7 @@ BOOST_AUTO_TEST_CASE(an_admit_for_another_device_fails_alone_on_either_path) {
     BOOST_TEST(res->failed[0].id == 2u);
     BOOST_TEST(outcome(res->failed[0].error) == "invalid_request");
     auto text = render(res->failed[0].error);
+    BOOST_TEST(text.find("(admission of request 2: ") != std::string::npos, text);
     BOOST_TEST(text.find("cuda:0") != std::string::npos, text);
     BOOST_TEST(text.find("cpu") != std::string::npos, text);
     BOOST_TEST(outcome(lookup(2)) == "unknown_request");

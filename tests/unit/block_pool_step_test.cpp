@@ -118,7 +118,8 @@ BOOST_FIXTURE_TEST_CASE(run_step_extends_a_request_at_most_once_per_step,
   BOOST_TEST(r.failed[0].id == 1u);
   BOOST_TEST(code(r.failed[0].error) == "invalid_request");
   auto msg = render(r.failed[0].error);
-  BOOST_TEST(msg.find("request 1 appears twice in the step's extends")
+  BOOST_TEST(msg.find("(extend of request 1: request 1 appears twice in the "
+                      "step's extends")
                != std::string::npos, msg);
   BOOST_TEST(r.changed.empty());
   BOOST_TEST((blocks(2) == ids{2, 3}));
