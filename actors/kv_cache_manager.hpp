@@ -113,10 +113,11 @@ public:
   caf::error deallocate(request_id id);
 
   /// Ends a request whose forward pass failed, so its K/V may never have
-  /// been written: as deallocate, but none of the blocks it lets go stays
-  /// in the prefix index (a later prompt computes them anew). Blocks other
-  /// requests still hold stay indexed: discard every request of the failed
-  /// pass. Error: unknown_request.
+  /// been written: as deallocate, but the blocks it brought leave the
+  /// prefix index (a later prompt computes them anew), also those other
+  /// requests hold - they read what it never wrote: discard every request
+  /// of the failed pass. What its admission found cached stays, pins and
+  /// all: earlier passes wrote it. Error: unknown_request.
   caf::error discard(request_id id);
 
   /// A new request `child` sharing every block of `parent` (copy-on-write).

@@ -306,7 +306,9 @@ using kv_cache_manager_actor = caf::typed_actor<
   // End a request; replies with the blocks returned. Error: unknown_request.
   caf::replies_to<free_atom, request_id>::with<std::uint32_t>,
   // End a request whose K/V a failed forward pass may have left unwritten:
-  // as free, but none of the blocks it lets go stays in the prefix index.
+  // as free, but what it wrote leaves the prefix index - also blocks of it
+  // that others hold, and what was computed over them - and what its
+  // admission found cached stays (written by earlier passes; pins kept).
   caf::replies_to<discard_atom, request_id>::with<std::uint32_t>,
   // From a handle: end the incarnation it serves (request id, cache id).
   // Error: invalid_handle once that incarnation ended.

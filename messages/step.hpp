@@ -46,9 +46,11 @@ typename Inspector::result_type inspect(Inspector& f, draft_verdict& x) {
 /// 0. `verdicts` settle the draft tokens of the previous step's extends (a
 ///    shrunk table is reported in `changed`: blocks[first...] are gone);
 /// 1. `frees` end (finished requests; blocks return, hashed ones stay
-///    cached), then `discards` end the same way but cache nothing they let
-///    go (requests whose K/V a failed forward pass may have left unwritten;
-///    both are reported in `freed`). One that ended by other hands since
+///    cached), then `discards` end the same way but take what they wrote
+///    out of the prefix index, also where others hold it (requests whose
+///    K/V a failed forward pass may have left unwritten; what their
+///    admission found cached stays, pins and all); both are reported in
+///    `freed`. One that ended by other hands since
 ///    the scheduler last looked - the supervisor preempts at critical
 ///    pressure, and may pick a request that just finished - fails
 ///    unknown_request in `failed`: it is done all the same (its end came
@@ -178,7 +180,8 @@ struct step_result {
   /// admission_blocked is set; read it only then - 0 is a request id too.
   request_id blocked = 0;
   /// Admission stopped at `blocked`: it and every admit after it in the
-  /// request were not admitted (nor are they in `failed`) - wait again.
+  /// request were not admitted (nor are they in `failed`, but for those
+  /// refused before the step ran for naming another device) - wait again.
   bool admission_blocked = false;
   /// As of the reply (after copy-on-write copies finished), cached blocks
   /// counted as free, draining ones (pressure.preempt_grace_ms) not.
