@@ -1,6 +1,9 @@
 // kv_cache_manager facade: each method is one blocking round trip.
 #include "kvactor/actors/kv_cache_manager.hpp"
 
+#include <algorithm>
+#include <iterator>
+
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/sec.hpp>
@@ -271,6 +274,10 @@ kv_cache_manager::cached_prefix(const allocation_request& req) const {
 
 caf::expected<std::vector<std::uint64_t>>
 kv_cache_manager::cached_prefixes(const std::vector<allocation_request>& reqs) const {
+  // allocate's own check first: a request it refuses fails the probe.
+  for (auto& req : reqs)
+    if (auto err = check_layout(req))
+      return err;
   auto res = core_->ask<std::vector<std::uint64_t>>(core_->cache().manager,
                                                     probe_atom::value, reqs);
   if (!res)
@@ -354,6 +361,23 @@ caf::expected<step_result> kv_cache_manager::step(step_request req) {
   // newer incarnation another thread allocates once the reply is out keeps
   // its handle.
   auto known = core_->handles_of(req);
+  // Admits allocate would refuse for the layout (a contiguous handle's
+  // buffer past int64) fail here, as the lane fails a foreign device's:
+  // after the step's own failures, never sent.
+  std::vector<op_failure> refused;
+  auto& admits = req.admits;
+  admits.erase(std::remove_if(admits.begin(), admits.end(),
+                              [&](const allocation_request& a) {
+                                auto err = check_layout(a);
+                                if (!err)
+                                  return false;
+                                refused.push_back(op_failure{
+                                  a.id, in_context("admission of request "
+                                                     + std::to_string(a.id),
+                                                   err)});
+                                return true;
+                              }),
+               admits.end());
   // A reply that comes after the caller timed out: its admissions are
   // ended again, as unclaimed, and no lookup hands them out meanwhile.
   auto res = core_->ask_undoable<step_result>(core_->unclaim_step_late(),
@@ -362,6 +386,8 @@ caf::expected<step_result> kv_cache_manager::step(step_request req) {
   if (!res)
     return std::move(res.error());
   auto& r = std::get<0>(*res);
+  r.failed.insert(r.failed.end(), std::make_move_iterator(refused.begin()),
+                  std::make_move_iterator(refused.end()));
   for (auto* ended : {&r.freed, &r.preempted})
     for (auto id : *ended)
       if (auto i = known.find(id); i != known.end())

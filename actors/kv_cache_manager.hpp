@@ -184,7 +184,9 @@ public:
   list_handles() const;
 
   /// One scheduler step in one round trip (messages/step.hpp), to the
-  /// pool's step lane; the registry is current when it returns.
+  /// pool's step lane; the registry is current when it returns. An admit
+  /// that allocate would refuse for the layout (the contiguous handle's
+  /// max_sequence_length) is not sent: it is last in `failed`.
   caf::expected<step_result> step(step_request req);
 
   /// Recompute-style preemption: frees the request's blocks now; its full

@@ -170,7 +170,9 @@ struct step_result {
   /// In the order the step ran them - verdicts, frees, discards, extends
   /// (a victim's preemption where it happened), admits - then the admits
   /// the pool refused before the step ran for naming another device, then
-  /// the extends a failed copy-on-write undid: a request whose verdict and
+  /// the extends a failed copy-on-write undid (and, through the facade's
+  /// step(), last the admits never sent for a max_sequence_length the
+  /// contiguous layout cannot hold): a request whose verdict and
   /// extend both failed has its verdict's failure first. An admit failing
   /// `out_of_blocks` is not here: admission stops at it (`blocked`); one
   /// failing otherwise (`quota_exceeded` included) is, and admission goes

@@ -374,6 +374,30 @@ BOOST_AUTO_TEST_CASE(contiguous_lengths_past_what_a_buffer_can_hold_are_errors) 
                        "contiguous"}),
              render(h.error()));
   BOOST_TEST((snapshot::of(f.m()) == before));
+  // A probe and a step refuse it the same way; the step's other admit goes
+  // on, and the refused one is last in `failed`, never sent.
+  auto probed = f.m().cached_prefix(r);
+  BOOST_REQUIRE(!probed);
+  BOOST_TEST(is_error(probed.error(), errc::invalid_request,
+                      {"request 1", "contiguous"}),
+             render(probed.error()));
+  step_request st;
+  st.admits = {r, f.req(3, 4)};
+  auto stepped = f.m().step(st);
+  BOOST_REQUIRE_MESSAGE(stepped, why(stepped));
+  BOOST_REQUIRE(stepped->admitted.size() == 1u);
+  BOOST_TEST(stepped->admitted[0].id == 3u);
+  BOOST_REQUIRE(stepped->failed.size() == 1u);
+  BOOST_TEST(stepped->failed[0].id == 1u);
+  BOOST_TEST(is_error(stepped->failed[0].error, errc::invalid_request,
+                      {"admission of request 1", "contiguous"}),
+             render(stepped->failed[0].error));
+  BOOST_TEST(!f.m().get_handle(1));
+  BOOST_REQUIRE(!f.m().deallocate(3));
+  auto now = snapshot::of(f.m());
+  BOOST_TEST(now.allocation_count == before.allocation_count + 1); // 3 alone
+  now.allocation_count = before.allocation_count;
+  BOOST_TEST((now == before));
   // Up to the limit it may be allocated (its view would need 2^63 bytes).
   auto limit = std::uint64_t{std::numeric_limits<std::int64_t>::max()} / 2
                / (2 * 8 * 4); // a row: 2 heads x 8 dims, fp32
