@@ -200,22 +200,19 @@ block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
     }
   } else {
     count_promise(*seq, false);
-    // The blocks taken fresh at begin.
-    std::uint64_t taken = seq->incoming.size() - shared;
     auto level = retention_level(*seq);
     for (auto i = seq->incoming.rbegin(); i != seq->incoming.rend(); ++i)
       unref(*i, level);
     give_way(seq->incoming.data(), seq->incoming.size());
     seq->incoming.clear();
     seq->where = residency::swapped;
-    // As far as the flow counters go, the fresh blocks were never handed
-    // out (as a copy-on-write's undo). A shared block whose last holder
-    // let go now - revived from the cache at begin, or released by another
-    // request during the copy - did go: counted, as any last reference.
+    // The fresh blocks were handed out at begin and came back now: counted
+    // both ways. Not taken back: the pool answered stats during the copy,
+    // and a counter that went down would read as a reset to a scraper (a
+    // copy-on-write's undo, answered before any other message, can). A
+    // shared block whose last holder let go now - revived from the cache at
+    // begin, or released by another request during the copy - went too.
     // The reply counts every block that came back, for whoever waits.
-    counters_.blocks_allocated -= taken;
-    counters_.blocks_freed -= taken;
-    before -= taken;
   }
   if (seq->release_pending)
     release_now(*seq);

@@ -159,18 +159,15 @@ model_release pool_model::swap_in_done(request_id id, std::uint64_t cache_id,
           wrote(seq, k, k + 1); // not one shared back from the index
     }
   } else {
-    // Undone, the fresh blocks' flow included: never handed out. A shared
-    // block whose last holder let go now did go. The release still counts
-    // what came back.
-    std::uint64_t taken = seq.incoming.size() - seq.shared_at_swap_in;
+    // Undone: the fresh blocks were handed out and came back (the flow
+    // counters never go down: stats are answered during the copy). A
+    // shared block whose last holder let go now went too. The release
+    // counts what came back.
     for (auto b = seq.incoming.rbegin(); b != seq.incoming.rend(); ++b)
       unref(*b, seq.level);
     give_way(seq.incoming);
     seq.incoming.clear();
     seq.where = residency::swapped;
-    counters_.blocks_allocated -= taken;
-    counters_.blocks_freed -= taken;
-    before -= taken;
   }
   return finish_swap(seq, before);
 }
