@@ -295,14 +295,28 @@ caf::error validate_watermark_room(const cache_config& cfg) {
     reserved += t.reserved_blocks;
   if (held + reserved < n)
     return caf::none;
-  if (auto* t = unreserved_tenant(cfg))
-    return fail("admission.watermark",
-                "holds back " + std::to_string(held) + " blocks, and the "
-                  "tenants' reserved_blocks " + std::to_string(reserved)
-                  + ": of the " + std::to_string(n) + " blocks, none is left "
-                  "for tenant '" + t->name + "' (no reservation of its own) "
-                  "to be admitted with");
-  return caf::none;
+  auto* t = unreserved_tenant(cfg);
+  if (t == nullptr)
+    return caf::none;
+  auto left = " of the " + std::to_string(n) + " blocks, none is left for "
+              "tenant '" + t->name + "' (no reservation of its own) to be "
+              "admitted with";
+  // The reservations alone take the pool: theirs is the field to fix,
+  // named at the last tenant that reserves.
+  if (reserved >= n) {
+    std::size_t last = 0;
+    for (std::size_t i = 0; i < cfg.tenants.size(); ++i)
+      if (cfg.tenants[i].reserved_blocks != 0)
+        last = i;
+    return fail("tenants[" + std::to_string(last) + "].reserved_blocks",
+                "the tenants' reservations add up to "
+                  + std::to_string(reserved) + ":" + left
+                  + " (reserve fewer, or give it a reservation)");
+  }
+  return fail("admission.watermark",
+              "holds back " + std::to_string(held) + " blocks, and the "
+                "tenants' reserved_blocks " + std::to_string(reserved) + ":"
+                + left);
 }
 
 } // namespace

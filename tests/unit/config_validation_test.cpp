@@ -344,6 +344,17 @@ BOOST_AUTO_TEST_CASE(a_watermark_may_not_leave_an_unreserved_tenant_no_block) {
   j["tenants"] = json::array({{{"name", "a"}, {"reserved_blocks", 128}},
                               {{"name", "b"}, {"reserved_blocks", 128}}});
   BOOST_TEST(parse_error(j) == "ok");
+  // Without a watermark, reservations that take the whole pool are the
+  // field at fault, not the watermark of 0.
+  j["admission"]["watermark"] = 0.0;
+  j["tenants"] = json::array({{{"name", "a"}, {"reserved_blocks", 200}},
+                              {{"name", "b"}, {"reserved_blocks", 56}},
+                              {{"name", "c"}}});
+  BOOST_TEST(fails_naming(j, "tenants[1].reserved_blocks",
+                          "reservations add up to 256: of the 256 blocks, "
+                          "none is left for tenant 'c'"));
+  j["tenants"][1]["reserved_blocks"] = 55;
+  BOOST_TEST(parse_error(j) == "ok");
 }
 
 BOOST_AUTO_TEST_CASE(pools_past_the_storages_byte_range_are_refused_by_name) {
