@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_options.hpp"
 #include "kvactor/actors/block_pool_core.hpp"
 
 using namespace kvactor;
@@ -176,28 +177,27 @@ int main(int argc, char** argv) {
   std::size_t requests = 4096, chain = 256, discards = 256;
   int steps = 64;
   std::uint32_t kib = 64;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    std::string k = argv[i];
-    auto v = std::strtoull(argv[i + 1], nullptr, 10);
-    if (k == "--requests")
-      requests = v;
-    else if (k == "--steps")
-      steps = static_cast<int>(v);
-    else if (k == "--chain")
-      chain = v;
-    else if (k == "--discards")
-      discards = v;
-    else if (k == "--pool-kib")
-      kib = static_cast<std::uint32_t>(v);
-    else {
-      std::fprintf(stderr, "lineage_cost: unknown option %s\n", k.c_str());
-      return 2;
-    }
-  }
-  if (argc % 2 == 0) {
-    std::fprintf(stderr, "lineage_cost: %s needs a value\n", argv[argc - 1]);
+  using kvactor::bench::count;
+  if (!kvactor::bench::parse_options(
+        argc, argv,
+        "usage: lineage_cost [--requests N] [--steps N] [--chain N] "
+        "[--discards N] [--pool-kib N] (each at least 1)\n",
+        [&](const std::string& k, const std::string& v) {
+          if (k == "--requests")
+            requests = count(v, 1 << 20, 1);
+          else if (k == "--steps")
+            steps = static_cast<int>(count(v, 1 << 20, 1));
+          else if (k == "--chain")
+            chain = count(v, 1 << 16, 1);
+          else if (k == "--discards")
+            discards = count(v, 1 << 20, 1);
+          else if (k == "--pool-kib") // blocks = kib << 10, a 32-bit count
+            kib = static_cast<std::uint32_t>(count(v, (1u << 22) - 1, 1));
+          else
+            return false;
+          return true;
+        }))
     return 2;
-  }
   for (auto name : {"plain", "acquired", "restarted"})
     decode_case(name, requests, steps);
   chain_case(chain, steps);

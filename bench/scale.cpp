@@ -84,16 +84,20 @@ allocation_request make_req(request_id id) {
 }
 
 /// Runs `total` operations produced by `issue(self, i, done)` with `window`
-/// in flight from a new event-based actor (kept alive: it owns what it
-/// allocated); returns the wall time.
-double run_window(caf::actor_system& sys, std::size_t total,
+/// in flight from a new event-based actor, which goes into `owners`: it
+/// owns the requests it allocated, and an owner whose last reference goes
+/// ends - its requests reclaimed (the manager keeps an owner's address
+/// only). Returns the wall time.
+double run_window(caf::actor_system& sys, std::vector<caf::actor>& owners,
+                  std::size_t total,
                   std::function<void(caf::event_based_actor*, std::size_t,
                                      std::function<void()>)>
                     issue) {
   std::promise<void> finished;
   auto fut = finished.get_future();
   auto t0 = clock_type::now();
-  sys.spawn([&, total](caf::event_based_actor* self) -> caf::behavior {
+  owners.push_back(sys.spawn([&, total](caf::event_based_actor* self)
+                               -> caf::behavior {
     auto next = std::make_shared<std::size_t>(0);
     auto done = std::make_shared<std::size_t>(0);
     auto pump = std::make_shared<std::function<void()>>();
@@ -102,8 +106,7 @@ double run_window(caf::actor_system& sys, std::size_t total,
         return;
       auto i = (*next)++;
       issue(self, i, [=, &finished] {
-        // The actor stays: it owns the requests it allocated, and a request
-        // is reclaimed when its owner terminates.
+        // The actor stays (`owners`): it owns the requests it allocated.
         if (++*done == total) {
           *pump = nullptr; // it held itself (LeakSanitizer)
           finished.set_value();
@@ -115,7 +118,7 @@ double run_window(caf::actor_system& sys, std::size_t total,
     for (std::size_t k = 0; k < window && k < total; ++k)
       (*pump)();
     return {[](caf::unit_t) {}}; // stay alive for the replies
-  });
+  }));
   fut.get();
   return std::chrono::duration<double>(clock_type::now() - t0).count();
 }
@@ -215,6 +218,10 @@ int main(int argc, char** argv) {
   auto& sys = started.sys;
   auto& cache = started.mgr;
   auto mgr = cache->actor();
+  // The client actors (run_window), each owning what it allocated: kept
+  // until their requests were freed (empty_cache), and let go before the
+  // cache stops - declared after it, so gone first on every return.
+  std::vector<caf::actor> owners;
   // Timing: every size on this one cache, grown from the last, as a
   // long-running server's cache grows. Memory: afterwards, each size on a
   // cache of its own (fresh_cache): a cache's tables (the pool's sequences,
@@ -225,6 +232,7 @@ int main(int argc, char** argv) {
   // for a second fresh 100k: the new pools' first-touched memory, which a
   // long-running cache has long paid for.)
   auto fresh_cache = [&]() -> bool {
+    owners.clear();              // their requests were freed (empty_cache)
     cache.reset();               // stops the cache...
     sys.await_all_actors_done(); // ...and its actors are gone, tables freed
     auto made = kv_cache_manager::start(sys, cfg);
@@ -259,7 +267,7 @@ int main(int argc, char** argv) {
     g.first = next_id;
     next_id += n;
     g.handles.resize(n);
-    g.alloc_seconds = run_window(sys, n, [&](caf::event_based_actor* self,
+    g.alloc_seconds = run_window(sys, owners, n, [&](caf::event_based_actor* self,
                                        std::size_t i, std::function<void()> k) {
       auto sent = clock_type::now();
       self->request(mgr, caf::infinite, allocate_atom::value, make_req(g.first + i))
@@ -271,7 +279,7 @@ int main(int argc, char** argv) {
               },
               fail);
     });
-    g.start_seconds = run_window(sys, n, [&](caf::event_based_actor* self,
+    g.start_seconds = run_window(sys, owners, n, [&](caf::event_based_actor* self,
                                         std::size_t i, std::function<void()> k) {
       self->request(g.handles[i], caf::infinite, info_atom::value)
         .then([k](request_info&) { k(); }, fail);
@@ -282,7 +290,7 @@ int main(int argc, char** argv) {
   // (those of requests churned out ended long before: at their free).
   auto empty_cache = [&]() -> bool {
     std::vector<handle_entry> live;
-    run_window(sys, 1, [&](caf::event_based_actor* self, std::size_t,
+    run_window(sys, owners, 1, [&](caf::event_based_actor* self, std::size_t,
                            std::function<void()> k) {
       self->request(mgr, caf::infinite, list_atom::value)
         .then(
@@ -292,7 +300,7 @@ int main(int argc, char** argv) {
           },
           fail);
     });
-    run_window(sys, live.size(), [&](caf::event_based_actor* self, std::size_t i,
+    run_window(sys, owners, live.size(), [&](caf::event_based_actor* self, std::size_t i,
                                      std::function<void()> k) {
       self->request(mgr, caf::infinite, free_atom::value, live[i].id)
         .then([k](std::uint32_t) { k(); }, [k](caf::error&) { k(); });
@@ -301,6 +309,7 @@ int main(int argc, char** argv) {
     for (auto& e : live)
       gone.push_back(e.handle);
     await_gone(sys, gone);
+    owners.clear(); // they own nothing now
     if (auto left = cache->stats().active_caches; left != 0) {
       std::cerr << "scale: " << left << " requests still live after emptying\n";
       return false;
@@ -350,7 +359,7 @@ int main(int argc, char** argv) {
       // Operations that failed: none should, and a round of failures is
       // no measure of anything - counted, printed, and the run fails.
       auto failures = std::make_shared<std::size_t>(0);
-      auto t_round = run_window(sys, per_round, [&](caf::event_based_actor* self,
+      auto t_round = run_window(sys, owners, per_round, [&](caf::event_based_actor* self,
                                                     std::size_t i,
                                                     std::function<void()> k) {
         // The client's own lookups (a random slot of `ids` and `busy`)
