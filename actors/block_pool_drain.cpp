@@ -63,6 +63,10 @@ block_pool_core::preempt_draining(request_id id, std::uint64_t tag) {
   d.tag = tag;
   last_drain_ = d.serial;
   drains_.push_back(std::move(d));
+  // The release let pins give way as if those blocks were free; the drain
+  // covers only its own tenant's reservation. What it kept cached and
+  // pinned (the blocks it brought) gives way now if another falls short.
+  give_way(table.data(), table.size());
   return res;
 }
 

@@ -32,6 +32,8 @@ model_release pool_model::preempt_draining(request_id id, std::uint64_t tag) {
   d.tag = tag;
   last_drain_ = d.serial;
   drains_.push_back(std::move(d));
+  // The drain covers its own tenant alone: pins it kept give way for others.
+  give_way(table);
   return res;
 }
 
