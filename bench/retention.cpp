@@ -11,6 +11,7 @@
 //
 //   retention [--steps N] [--seed S] [--batch-quota B]
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <iostream>
 #include <map>
@@ -254,8 +255,11 @@ figures run(const std::vector<std::vector<workload_request>>& arrivals,
   }
   pool.run_step(step_request{to_free, {}, {}, {}, true, false});
   fig.evictions = pool.counters().evictions;
-  if (auto err = pool.check_invariant())
+  if (auto err = pool.check_invariant()) {
+    // Books that do not add up make every figure of the run meaningless.
     std::cerr << "retention: " << render(err) << '\n';
+    std::exit(1);
+  }
   return fig;
 }
 

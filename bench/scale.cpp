@@ -461,12 +461,14 @@ int main(int argc, char** argv) {
       return 1;
     auto& out = lines[k];
     out["memory_blocks_per_request"] = blocks_per_req;
-    double per_req = n ? double(grown - base) / n : 0.0;
+    // Signed: the RSS may shrink while it grows (memory given back).
+    auto rss_delta = double(grown) - double(base);
+    double per_req = n ? rss_delta / double(n) : 0.0;
     double heap_per_req =
       n ? (double(heap_grown) - double(heap_base)) / double(n) : 0.0;
     out["heap_delta_bytes"] = double(heap_grown) - double(heap_base);
     out["heap_bytes_per_live_request"] = heap_per_req;
-    out["rss_delta_bytes"] = grown - base;
+    out["rss_delta_bytes"] = rss_delta;
     out["bytes_per_live_request"] = per_req;
     out["heap_bytes_per_request_minus_8_per_block"] = heap_per_req - 8.0 * blocks_per_req;
     out["bytes_per_request_minus_8_per_block"] = per_req - 8.0 * blocks_per_req;
