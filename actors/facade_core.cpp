@@ -120,12 +120,14 @@ void facade_core::stop() {
   // the facade, say - stays good while it runs. Pressure events still
   // queued at the relay are dropped.
   auto& cb = *callback_;
+  decltype(cb.f) old; // destroyed after the lock: see set_pressure_callback
   std::unique_lock<std::mutex> lock{cb.mtx};
   cb.stopped = true;
-  cb.f = nullptr;
+  old = std::move(cb.f);
   cb.idle.wait(lock, [&] {
     return cb.running == 0 || cb.caller == std::this_thread::get_id();
   });
+  lock.unlock();
 }
 
 caf::error facade_core::system_thread_error() {
@@ -268,11 +270,15 @@ void facade_core::set_pressure_callback(std::function<void(memory_pressure)> f) 
   // needs those threads, and with one worker waiting here would hold the
   // cache until that call timed out.
   const bool may_wait = !on_system_thread(sys_);
+  // The old callback goes when this returns, no lock held: what it
+  // captured may call the facade from its destructor.
+  decltype(callback_->f) old;
   {
     auto& cb = *callback_;
     std::unique_lock<std::mutex> lock{cb.mtx};
     if (cb.stopped)
       return;
+    old = std::move(cb.f);
     cb.f = f ? std::make_shared<const std::function<void(memory_pressure)>>(
                  std::move(f))
              : nullptr;

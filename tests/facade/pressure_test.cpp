@@ -115,6 +115,37 @@ BOOST_AUTO_TEST_CASE(a_pressure_callback_may_replace_itself) {
   BOOST_TEST(first_calls->load() == 1);
 }
 
+// What a replaced callback captured goes after the setter let its lock go:
+// a destructor that calls the facade - here, setting a callback itself -
+// deadlocked on that lock (on the same thread) when it ran under it.
+BOOST_AUTO_TEST_CASE(a_replaced_callbacks_captures_may_call_the_facade_as_they_go) {
+  cache_fixture f;
+  auto& m = f.m();
+  auto dropped = std::make_shared<std::atomic<int>>(0);
+  struct calls_on_drop {
+    kv_cache_manager* m = nullptr;
+    std::shared_ptr<std::atomic<int>> dropped;
+    ~calls_on_drop() {
+      if (m == nullptr)
+        return;
+      m->set_pressure_callback(nullptr);
+      ++*dropped;
+    }
+  };
+  {
+    auto guard = std::make_shared<calls_on_drop>();
+    guard->m = &m;
+    guard->dropped = dropped;
+    m.set_pressure_callback([guard](memory_pressure) {});
+  } // the callback holds the guard alone now
+  auto done = std::async(std::launch::async, [&] {
+    m.set_pressure_callback([](memory_pressure) {});
+  });
+  BOOST_REQUIRE(done.wait_for(std::chrono::seconds{10})
+                == std::future_status::ready);
+  BOOST_TEST(dropped->load() >= 1);
+}
+
 // A callback set in place of another first hears the level the cache is
 // at, as the first one and a pressure subscriber do; so does one set after
 // an empty one - and each hears it once.
