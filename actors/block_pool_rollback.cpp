@@ -66,28 +66,34 @@ caf::expected<std::uint32_t> block_pool_core::discard(request_id id,
   std::uint32_t keep = std::min<std::uint32_t>(seq->brought_from,
                                                seq->blocks.size());
   std::vector<block_id> table(seq->blocks.begin() + keep, seq->blocks.end());
+  std::size_t brought = seq->brought_from > keep ? seq->brought_from - keep : 0;
+  if (!brought_held)
+    brought = table.size();
   // Its epoch ends bad - but a victim's: the pass of a step that admitted
   // it still writes its K/V, so what was computed over them stands (its
   // release confirms the epoch).
   const auto bad = epoch_of(*seq);
   const bool spread = brought_held && lineage_.end(bad);
   auto freed = release(id);
-  // What it wrote and held last is cached now (the indexed blocks): out of
-  // the index, in table order. A pinned one first loses its pin, with the
-  // pins below it in the prefix tree (what stays pinned stays reachable).
-  // What it wrote that others still hold - they hit it, or forked it -
-  // leaves the index too (but a victim's, whose step's pass writes it):
-  // nobody may write it now, and it would serve its unwritten K/V to
-  // every later prompt that hit it.
-  for (auto b : table) {
+  // Those it held last are cached now (the indexed ones): out of the index,
+  // in table order. A pinned one first loses its pin, with the pins below
+  // it in the prefix tree (what stays pinned stays reachable). Those it
+  // brought that others still hold - they hit them, or forked it - leave
+  // the index too: nobody may write them now, and they would serve their
+  // unwritten K/V to every later prompt that hit them.
+  for (std::size_t k = 0; k < table.size(); ++k) {
+    auto b = table[k];
     auto& m = blocks_[b];
-    if (m.state == block_state::used) {
-      if (brought_held && m.indexed)
+    if (m.state == block_state::used && k >= brought) {
+      // Others hold it (a fork its partly filled last block, say).
+      if (m.indexed)
         unindex_held(b);
       continue;
     }
     if (m.state != block_state::cached)
-      continue; // it went free
+      continue; // still used by others (not its own), or it went free
+    // What it brought from others (before `brought`) their passes wrote:
+    // it no longer trusts them itself, but what was built on them stands.
     if (m.pinned)
       unpin_with_descendants(b);
     evict_one(b, m.level);

@@ -56,19 +56,19 @@ model_release pool_model::discard(request_id id, bool brought_held) {
   // wrote it, a live one holds it, a discarded one took it out already).
   std::uint32_t keep = it->second.brought_from;
   auto table = it->second.blocks;
+  auto brought = it->second.brought_from;
   // Its epoch ends bad - a victim's (!brought_held) confirmed: a pass
   // still writes it.
   auto bad = it->second.epoch;
   bool spread = brought_held && end_epoch(it->second);
   auto res = release(id);
-  // What it wrote and let go goes cached: out of the index, in table
-  // order (pins first go, with the pinned blocks below); so does what it
-  // wrote that others hold (not a victim's).
+  // What went cached leaves the index, in table order (pins first go, with
+  // the pinned blocks below); so does what it brought that others hold.
   for (std::size_t k = std::min<std::size_t>(keep, table.size());
        k < table.size(); ++k) {
     auto b = table[k];
     auto& m = blocks_[b];
-    if (brought_held && m.st == state::used) {
+    if (brought_held && m.st == state::used && k >= brought) {
       if (m.key)
         unindex_held(b);
       continue;
