@@ -77,11 +77,15 @@ block_pool_core::plan_allocation(const allocation_request& req) const {
     p.hits = lookup(p.seed, prompt,
                     static_cast<std::uint32_t>((whole - 1) / block_size_),
                     known);
+    bool leading = true;
     for (std::uint32_t i = 0; i < p.hits; ++i) {
       auto& m = blocks_[find_indexed(scratch_[i].lo)];
       if (m.state == block_state::cached) {
         ++p.revived;
         p.pinned += m.pinned;
+        p.written += leading;
+      } else {
+        leading = false;
       }
     }
   }
@@ -157,6 +161,7 @@ block_pool_core::allocate(const allocation_request& req) {
   seq.num_tokens = p.tokens;
   seq.max_tokens = req.max_sequence_length;
   seq.expected_tokens = p.expected;
+  seq.hit_blocks = static_cast<std::uint16_t>(std::min<std::uint32_t>(p.written, 65535));
   seq.brought_from = static_cast<std::uint16_t>(std::min<std::uint32_t>(p.hits, 65535));
   seq.blocks.reserve(p.need);
   write_lineage::token_set took; // what its hits were computed over

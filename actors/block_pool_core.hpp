@@ -118,38 +118,35 @@ public:
   /// blocks stay with the ended incarnation, a ghost, until the swap's end.
   caf::expected<std::uint32_t> release(request_id id);
 
-  /// release(id), but the blocks it wrote (from brought_from on) whose last
-  /// reference goes leave the prefix index (free, not cached - pinned ones
-  /// lose their pins, and their pinned descendants): for a request whose
-  /// K/V may never have been written, its forward pass having failed. So
-  /// do those that others still hold - they hit them or forked it, and
-  /// read what it never wrote: discard the other requests of a failed pass
-  /// too - but not with `!brought_held` (a supervisor's victim: the pass
-  /// of a step that admitted it still writes its K/V). One not resident
-  /// ends as by release: its K/V were written before it moved. What it
-  /// brought (before brought_from: its admission's hits, a fork's blocks
-  /// from its parent, a swap-in's) it did not write: their writers'
-  /// lineage decides - one that ended confirmed wrote them (they stay
-  /// cached, pins and all), one still live holds them, one discarded took
-  /// them out already. With `brought_held` its epoch ends as never
-  /// written: what others computed over its writes leaves the index too,
-  /// and whoever took them on indexes nothing more (forget_built_on,
-  /// write_lineage.hpp).
+  /// release(id), but the blocks whose last reference goes leave the prefix
+  /// index (free, not cached - pinned ones lose their pins, and their
+  /// pinned descendants): for a request whose K/V may never have been
+  /// written, its forward pass having failed. So do those it brought (from
+  /// brought_from on) that others still hold - they hit them or forked it,
+  /// and read what it never wrote: discard the other requests of a failed
+  /// pass too - but not those it only found, and not with `!brought_held`
+  /// (a supervisor's victim: the pass of a step that admitted it still
+  /// writes its K/V). One not resident ends as by release: its K/V were
+  /// written before it moved. What its admission found cached (its first
+  /// hit_blocks) stays indexed, pins and all: earlier passes wrote it. With
+  /// `brought_held` its epoch ends as never written: what others computed
+  /// over its writes leaves the index too, and whoever took them on
+  /// indexes nothing more (forget_built_on, write_lineage.hpp).
   caf::expected<std::uint32_t> discard(request_id id, bool brought_held = true);
 
   /// Ends `id` only if its cache_id is still `cache_id` (a reclaim after
   /// the handle died must not free a newer request with the same id), as
   /// preempt(id, true) does: its owner or handle went, or nobody received
   /// it (a reply after its caller gave up), so its K/V may never have been
-  /// written - as discard(id). 0 if that incarnation ended.
+  /// written - the blocks whose last reference goes leave the index, all
+  /// but those its admission found cached. 0 if that incarnation ended.
   caf::expected<std::uint32_t> reclaim(request_id id, std::uint64_t cache_id);
 
   /// release(id), counted as a preemption if `id` was resident (a swapped
   /// or mid-swap request frees no device blocks now: not counted). With
-  /// `unindex`, discard(id, false) instead: for a victim chosen at any
-  /// moment (the supervisor's), whose own K/V may not have been written
-  /// yet - but will be, by the pass of the step that admitted it, so what
-  /// others hold of it stays indexed and its epoch ends confirmed.
+  /// `unindex`, discard(id) instead - but for the blocks its admission
+  /// found cached, written by an earlier pass: for a victim chosen at any
+  /// moment (the supervisor's), whose own K/V may not have been written.
   caf::expected<std::uint32_t> preempt(request_id id, bool unindex = false);
 
   // -- draining (block_pool_drain.cpp) ---------------------------------------------
@@ -451,6 +448,10 @@ private:
     std::uint64_t need = 0;     ///< blocks for them
     std::uint32_t hits = 0;     ///< of which shared from the index
     std::uint64_t revived = 0;  ///< hits on cached (unheld) blocks
+    /// Leading hits on cached blocks: written by a pass that ended (a hit
+    /// on a block another request holds may be on one its admission just
+    /// indexed, unwritten yet). The sequence's hit_blocks.
+    std::uint32_t written = 0;
     std::uint64_t pinned = 0;   ///< of which pinned (on no list)
     bool hashing = false;
     block_hash seed;            ///< its chains' root (tenant and salt)

@@ -56,14 +56,11 @@ caf::expected<std::uint32_t> block_pool_core::discard(request_id id,
   auto seq = find(id);
   if (seq == nullptr || seq->where != residency::resident)
     return release(id);
-  // What it brought (its admission's hits, a fork's blocks from its
-  // parent, a swap-in's full blocks) it did not write: trusted as their
-  // writers' epochs are (write_lineage). One ended confirmed wrote them -
-  // they stay cached, pins and all (one failed pass must not take an
-  // operator's pinned system prompt with it); one still live holds them
-  // (they stay indexed, and go with its discard); one discarded took them
-  // out of the index already (forget_built_on).
-  std::uint32_t keep = std::min<std::uint32_t>(seq->brought_from,
+  // What its admission found cached an earlier pass wrote (hit_blocks
+  // stops at the first hit on a block in use, which may be unwritten):
+  // it stays cached, and keeps its pins - one failed pass must not take
+  // an operator's pinned system prompt with it.
+  std::uint32_t keep = std::min<std::uint32_t>(seq->hit_blocks,
                                                seq->blocks.size());
   std::vector<block_id> table(seq->blocks.begin() + keep, seq->blocks.end());
   std::size_t brought = seq->brought_from > keep ? seq->brought_from - keep : 0;

@@ -70,6 +70,7 @@ sequence& block_pool_core::new_sequence(request_id id) {
   seq.cow_pending = false;
   seq.where = residency::resident;
   seq.release_pending = false;
+  seq.hit_blocks = 0;
   seq.brought_from = 0;
   seq.drafts = 0;
   seq.expected_tokens = 0;
@@ -263,9 +264,11 @@ caf::expected<allocation_outcome> block_pool_core::fork(request_id parent,
                                 p.acquired);
   c.hashable = p.hashable;
   c.num_hashed = p.num_hashed;
-  // Its parent's full blocks it brought: a discard of the child leaves
-  // them to their writers' lineage (the parent's epoch: confirmed, live,
-  // or discarded - and then they left the index already).
+  // The blocks its parent's admission found cached are its first too, and
+  // as surely written. Not the parent's own: nothing tells the pool its
+  // pass ran (a fork may come before it), so an end that cannot know its
+  // K/V were written (a reclaim, the supervisor's) leaves only these.
+  c.hit_blocks = p.hit_blocks;
   // Its own blocks begin past its parent's full ones: a partly filled last
   // block it shares is the child's too once it writes there in place (the
   // parent's copy of it may fail and leave the parent on it), so a discard

@@ -113,11 +113,11 @@ public:
   caf::error deallocate(request_id id);
 
   /// Ends a request whose forward pass failed, so its K/V may never have
-  /// been written: as deallocate, but the blocks it wrote leave the prefix
-  /// index (a later prompt computes them anew), also those other requests
-  /// hold - they read what it never wrote: discard every request of the
-  /// failed pass. What it brought from others (its hits, a fork's blocks)
-  /// stays as their writers left it, pins and all. Error: unknown_request.
+  /// been written: as deallocate, but the blocks it brought leave the
+  /// prefix index (a later prompt computes them anew), also those other
+  /// requests hold - they read what it never wrote: discard every request
+  /// of the failed pass. What its admission found cached stays, pins and
+  /// all: earlier passes wrote it. Error: unknown_request.
   caf::error discard(request_id id);
 
   /// A new request `child` sharing every block of `parent` (copy-on-write).

@@ -76,11 +76,10 @@ struct alignas(64) sequence {
   /// over another live request's writes.
   bool acquired : 1;
   /// Where the blocks it brought begin (at most 65535): its admission's
-  /// hits before (a fork's: its parent's full blocks at the fork; after a
-  /// swap-in, its full blocks). Those from here on it indexed itself - at
-  /// its admission, or as it grew - and an end that cannot know its K/V
-  /// were written takes them out of the prefix index even while others
-  /// hold them (discard). Those before, their writers' lineage decides.
+  /// hits before (a fork's: its parent's full blocks at the fork). Those from
+  /// here on it indexed itself - at its admission, or as it grew - and an
+  /// end that cannot know its K/V were written takes them out of the
+  /// prefix index even while others hold them (discard).
   std::uint16_t brought_from = 0;
   sequence_blocks blocks; ///< 64 bytes: bytes 48 to 112
   // -- the rest ----------------------------------------------------------------
@@ -91,6 +90,14 @@ struct alignas(64) sequence {
   /// most once per step).
   std::uint64_t step_stamp = 0;
   std::uint32_t num_hashed = 0;
+  /// Its first blocks whose K/V were written before it came (at most
+  /// 65535): those its admission found cached, up to the first hit on a
+  /// block in use - which another request's admission may just have
+  /// indexed, unwritten - as an earlier request's pass wrote them (a
+  /// fork's: its parent's). An end that cannot know its own K/V were
+  /// written (an unindexing preemption, a reclaim) leaves them in the
+  /// index.
+  std::uint16_t hit_blocks = 0;
   /// Draft tokens (speculative decoding): the last `drafts` of num_tokens
   /// hold slots but are not settled - no block holding one is indexed, and
   /// with named tokens their ids wait at the end of `tail`, unhashed, until

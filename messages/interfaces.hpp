@@ -148,10 +148,10 @@ using block_pool_actor = caf::typed_actor<
   caf::replies_to<reclaim_atom, request_id, std::uint64_t>::with<bool, std::uint32_t>,
   // End it as a preemption.
   caf::replies_to<preempt_atom, request_id, std::uint64_t>::with<std::uint32_t>,
-  // End it as a preemption, the blocks it wrote leaving the prefix index
-  // as a discard's do - but not those others hold (its step's pass still
-  // writes them): the supervisor's victims, chosen at any moment, may not
-  // have had their own K/V written.
+  // End it as a preemption, its blocks leaving the prefix index as a
+  // discard's do - but for the prefix its admission found cached: the
+  // supervisor's victims, chosen at any moment, may not have had their own
+  // K/V written.
   caf::replies_to<preempt_atom, discard_atom, request_id,
                   std::uint64_t>::with<std::uint32_t>,
   // (parent, parent's cache id, child): child shares the parent's blocks.
@@ -307,17 +307,16 @@ using kv_cache_manager_actor = caf::typed_actor<
   caf::replies_to<free_atom, request_id>::with<std::uint32_t>,
   // End a request whose K/V a failed forward pass may have left unwritten:
   // as free, but what it wrote leaves the prefix index - also blocks of it
-  // that others hold, and what was computed over them - and what it
-  // brought from others (hits, a fork's) stays as their writers left it
-  // (pins kept).
+  // that others hold, and what was computed over them - and what its
+  // admission found cached stays (written by earlier passes; pins kept).
   caf::replies_to<discard_atom, request_id>::with<std::uint32_t>,
   // From a handle: end the incarnation it serves (request id, cache id).
   // Error: invalid_handle once that incarnation ended.
   caf::replies_to<free_atom, request_id, std::uint64_t>::with<std::uint32_t>,
   // End incarnation (request id, cache id), admitted by an allocate, fork
   // or step whose reply came after its caller gave up: nobody writes its
-  // K/V, so it ends as a reclaim does (the blocks it wrote leave the
-  // prefix index, not those it brought from others). From its
+  // K/V, so it ends as a reclaim does (the blocks it lets go leave the
+  // prefix index, all but those its admission found cached). From its
   // owner or, for an owner that died, the manager itself (passed on by the
   // request's handle actor as from them); ignored from anyone else, and
   // once that incarnation ended.
@@ -357,9 +356,9 @@ using kv_cache_manager_actor = caf::typed_actor<
   // Recompute-style preemption: frees the blocks, tells the owner.
   caf::replies_to<preempt_atom, request_id>::with<std::uint32_t>,
   // The same for that incarnation only, and as a discard: the blocks it
-  // wrote that it lets go leave the prefix index (the supervisor's
-  // victims, chosen at any moment - a request admitted a moment ago, its
-  // prompt's K/V not written, among them).
+  // lets go leave the prefix index, but for the prefix its admission found
+  // cached (the supervisor's victims, chosen at any moment - a request
+  // admitted a moment ago, its prompt's K/V not written, among them).
   // Error: unknown_request once it ended; invalid_request, the request
   // living on, once preempting it relieves nothing (usage fell under the
   // relief target - the high mark, and out of critical - or it is swapped

@@ -48,9 +48,9 @@ typename Inspector::result_type inspect(Inspector& f, draft_verdict& x) {
 /// 1. `frees` end (finished requests; blocks return, hashed ones stay
 ///    cached), then `discards` end the same way but take what they wrote
 ///    out of the prefix index, also where others hold it (requests whose
-///    K/V a failed forward pass may have left unwritten; what they brought
-///    from others stays as its writers left it, pins and all); both are
-///    reported in `freed`. One that ended by other hands since
+///    K/V a failed forward pass may have left unwritten; what their
+///    admission found cached stays, pins and all); both are reported in
+///    `freed`. One that ended by other hands since
 ///    the scheduler last looked - the supervisor preempts at critical
 ///    pressure, and may pick a request that just finished - fails
 ///    unknown_request in `failed`: it is done all the same (its end came

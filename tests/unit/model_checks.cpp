@@ -88,9 +88,10 @@ std::string sequence_diff(const detail::block_pool_core& core,
   if (s.cache_id != m.cache_id || s.admitted != m.admitted
       || s.tenant != m.tenant || s.priority != m.priority)
     return req() + "cache id, admission, tenant or priority";
-  if (s.brought_from != m.brought_from)
-    return req() + "brought from " + std::to_string(s.brought_from) + " vs "
-           + std::to_string(m.brought_from);
+  if (s.hit_blocks != m.hit_blocks || s.brought_from != m.brought_from)
+    return req() + "hit blocks " + std::to_string(s.hit_blocks) + "/"
+           + std::to_string(s.brought_from) + " vs "
+           + std::to_string(m.hit_blocks) + "/" + std::to_string(m.brought_from);
   if (s.hashable != m.hashable)
     return req() + "hashable";
   if (s.hashable) {

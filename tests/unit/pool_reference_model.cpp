@@ -111,6 +111,9 @@ pool_model::plan pool_model::plan_allocation(const allocation_request& req) cons
       ++revived;
       pinned += m.pinned;
     }
+    // Written for sure: a cached block, before any hit on a held one.
+    if (m.st == state::cached && p.written == i)
+      ++p.written;
   }
   if (admission_.policy == "reserve_expected") {
     auto out = req.expected_output_tokens != 0
@@ -172,6 +175,7 @@ model_allocation pool_model::allocate(const allocation_request& req) {
   seq.num_tokens = p.n;
   seq.max_tokens = req.max_sequence_length;
   seq.expected_tokens = p.expected;
+  seq.hit_blocks = std::min<std::uint32_t>(p.written, 65535);
   seq.brought_from = std::min<std::uint32_t>(p.hits, 65535);
   begin_epoch(seq);
   for (std::uint32_t i = 0; i < p.hits; ++i) {
@@ -335,7 +339,8 @@ model_release pool_model::reclaim(request_id id, std::uint64_t cache_id) {
   auto it = seqs_.find(id);
   if (it == seqs_.end() || it->second.cache_id != cache_id)
     return {};
-  // Its K/V may never have been written, nor will be: a discard.
+  // Its K/V may never have been written, nor will be: a discard keeping
+  // its written hits.
   return discard(id);
 }
 
@@ -381,6 +386,7 @@ model_allocation pool_model::fork(request_id parent, request_id child) {
   c.cache_id = next_cache_id_++;
   c.admitted = next_admission_++;
   c.release_pending = false;
+  // c.hit_blocks: its parent's, the blocks its admission found cached.
   // Past the parent's full blocks: a shared partly filled last block the
   // child may write into in place is the child's too.
   c.brought_from = static_cast<std::uint32_t>(

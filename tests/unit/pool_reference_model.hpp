@@ -66,6 +66,9 @@ struct model_sequence {
   std::vector<block_id> incoming;    ///< swapping_in
   std::uint64_t shared_at_swap_in = 0; ///< of incoming: shared, not copied
   bool release_pending = false;
+  /// Blocks its admission found cached, at most 65535 (as the pool keeps);
+  /// a fork's are its parent's.
+  std::uint32_t hit_blocks = 0;
   /// Its table from here on is what it brought to the index (before: its
   /// admission's hits, or a fork's parent's table then; at most 65535).
   std::uint32_t brought_from = 0;
@@ -166,8 +169,8 @@ public:
   model_extension settle_drafts(request_id id, std::uint64_t accepted);
   model_release release(request_id id);
   model_release reclaim(request_id id, std::uint64_t cache_id);
-  /// release, caching nothing it wrote (resident requests only); what it
-  /// brought (before brought_from) its writers' lineage decides.
+  /// release, caching nothing it lets go (resident requests only) but its
+  /// admission's written hits (its first hit_blocks).
   model_release discard(request_id id, bool brought_held = true);
   /// With `unindex`, as discard (the supervisor's victims).
   model_release preempt(request_id id, bool unindex = false);
@@ -317,6 +320,7 @@ private:
     std::uint64_t whole = 0; ///< the prompt's (or initial) tokens
     std::uint64_t need = 0;
     std::uint32_t hits = 0;
+    std::uint32_t written = 0; ///< leading hits on cached blocks
     bool hashing = false;
     std::uint64_t expected = 0;
   };

@@ -52,9 +52,8 @@ model_release pool_model::discard(request_id id, bool brought_held) {
   auto it = seqs_.find(id);
   if (it == seqs_.end() || it->second.where != residency::resident)
     return release(id);
-  // What it brought stays: its writers' lineage decides (an ended one
-  // wrote it, a live one holds it, a discarded one took it out already).
-  std::uint32_t keep = it->second.brought_from;
+  // Its admission's written hits stay (earlier passes wrote them).
+  auto keep = it->second.hit_blocks;
   auto table = it->second.blocks;
   auto brought = it->second.brought_from;
   // Its epoch ends bad - a victim's (!brought_held) confirmed: a pass
