@@ -119,7 +119,7 @@ void end_request(mgr_ptr self, request_id id, end_reason why,
 /// Ends request `id` (incarnation `cache_id`, or current_incarnation for
 /// an id whose admission is in flight) as a free - from
 /// its handle (`by_handle`: invalid_handle once ended) or by id - through
-/// the pool (with `discard`, caching nothing it lets go), then
+/// the pool (with `discard`, caching nothing it wrote), then
 /// end_request. Callers prefetch the handle actor.
 caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
                                         std::uint64_t cache_id, bool by_handle,

@@ -183,7 +183,8 @@ struct step_result {
   request_id blocked = 0;
   /// Admission stopped at `blocked`: it and every admit after it in the
   /// request were not admitted (nor are they in `failed`, but for those
-  /// refused before the step ran for naming another device) - wait again.
+  /// refused before the step ran: for naming another device, or through
+  /// the facade for the contiguous layout's length) - wait again.
   bool admission_blocked = false;
   /// As of the reply (after copy-on-write copies finished), cached blocks
   /// counted as free, draining ones (pressure.preempt_grace_ms) not.

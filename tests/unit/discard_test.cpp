@@ -112,6 +112,25 @@ BOOST_FIXTURE_TEST_CASE(a_pinned_prefix_it_revived_keeps_its_pins, pool_fixture)
   BOOST_TEST(invariant(pool()) == "ok");
 }
 
+BOOST_FIXTURE_TEST_CASE(a_victims_blocks_leave_with_the_discard_of_their_last_holder,
+                        pool_fixture) {
+  // 2 hits 1's blocks in the same step, before its pass. The supervisor
+  // preempts 1 (its epoch ends as written: its step's pass writes its
+  // K/V). Then that pass fails: the scheduler's discard of 1 finds it
+  // gone, its discard of 2 must take 1's blocks out - 2 held them last,
+  // and nobody may have written them.
+  auto prompt = run(100, 13);
+  alloc(prompt_req(1, prompt));
+  BOOST_TEST(alloc(prompt_req(2, prompt)) == 12u);
+  BOOST_REQUIRE(pool().preempt(1, true));
+  BOOST_TEST(pool().index_size() == 3u); // 2 holds them, its pass writes
+  BOOST_TEST(code(pool().discard(1)) == "unknown_request");
+  BOOST_REQUIRE(pool().discard(2));
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_TEST(pool().cached_prefix(prompt_req(3, prompt)).value() == 0u);
+  BOOST_TEST(invariant(pool()) == "ok");
+}
+
 BOOST_FIXTURE_TEST_CASE(a_step_discards_after_its_frees, pool_fixture) {
   alloc(prompt_req(1, run(100, 9)));
   alloc(prompt_req(2, run(200, 9)));
