@@ -74,6 +74,16 @@ struct slow_fixture : cache_fixture {
                     caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
     return out;
   }
+
+  /// The swap reply waiting in `who`'s mailbox: "swapped", the error as
+  /// rendered, or "no reply".
+  static std::string swap_reply(caf::scoped_actor& who) {
+    std::string got = "no reply";
+    who->receive([&](std::uint32_t) { got = "swapped"; },
+                 [&](caf::error& err) { got = render(err); },
+                 caf::after(std::chrono::seconds(0)) >> [] {});
+    return got;
+  }
 };
 
 using strings = std::vector<std::string>;
@@ -265,10 +275,7 @@ BOOST_FIXTURE_TEST_CASE(a_fault_during_a_swap_leaves_the_request_resident,
   run();
   // device_failure, naming the request and that the swap was undone (the
   // device's error alone names neither).
-  std::string got = "no reply";
-  self->receive([&](std::uint32_t) { got = "swapped"; },
-                [&](caf::error& err) { got = render(err); },
-                caf::after(std::chrono::seconds(0)) >> [] {});
+  auto got = swap_reply(self);
   BOOST_TEST(got.rfind("kvactor: device_failure (swap-out of request 1 undone, "
                        "the request is where it was: the device copy failed: ",
                        0)
@@ -312,13 +319,10 @@ BOOST_FIXTURE_TEST_CASE(an_id_freed_mid_swap_is_free_at_once_and_the_swap_leaves
   store->complete();
   run();
   // The swap's requester learns the request ended during the move.
-  std::string swap_reply = "none";
-  swapper->receive([&](std::uint32_t) { swap_reply = "ok"; },
-                   [&](caf::error& e) { swap_reply = render(e); },
-                   caf::after(std::chrono::seconds(0)) >> [] {});
-  BOOST_TEST(swap_reply.find("ended before its swap-out was answered")
+  auto reply = swap_reply(swapper);
+  BOOST_TEST(reply.find("ended before its swap-out was answered")
                != std::string::npos,
-             swap_reply);
+             reply);
   // The copy's end returned the old incarnation's blocks, device and host,
   // and did not touch the new one: resident, same table, not swapped.
   now = lookup(1);
@@ -351,10 +355,7 @@ BOOST_FIXTURE_TEST_CASE(a_swap_whose_request_ended_and_whose_copy_failed_says_bo
   store->fail();
   sched.trigger_timeouts();
   run();
-  std::string got = "no reply";
-  swapper->receive([&](std::uint32_t) { got = "swapped"; },
-                   [&](caf::error& e) { got = render(e); },
-                   caf::after(std::chrono::seconds(0)) >> [] {});
+  auto got = swap_reply(swapper);
   BOOST_TEST(got.rfind("kvactor: device_failure (request 1 ended before its "
                        "swap-out was answered, and the device copy failed: ",
                        0)
