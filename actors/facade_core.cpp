@@ -8,14 +8,10 @@
 #include <caf/send.hpp>
 #include <caf/system_messages.hpp>
 
-#include <fstream>
-#include <sys/stat.h>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "kvactor/messages/error_context.hpp"
-#include "kvactor/metrics/kv_events.hpp"
+#include "kvactor/metrics/kv_event_file.hpp"
 
 namespace kvactor::detail {
 
@@ -170,41 +166,40 @@ caf::error facade_core::write_kv_events(const std::string& path) {
       return make_error(errc::shutting_down,
                         "write_kv_events: the cache stopped");
   }
-  auto out = std::make_shared<std::ofstream>(path, std::ios::app);
-  struct stat st {};
-  if (!*out || ::stat(path.c_str(), &st) != 0)
-    return make_error(errc::invalid_request,
-                      "write_kv_events: cannot open " + path);
+  auto opened = kv_event_file::open(path);
+  if (!opened)
+    return in_context("write_kv_events", opened.error());
+  std::shared_ptr<kv_event_file> file = std::move(*opened);
   // One writer per file, however it is named: a second would write every
   // event again. Checked and recorded under one lock, so two calls racing
   // for one file make one writer.
   std::unique_lock<std::mutex> lock{mtx_};
   bool known = false;
   for (auto& w : writers_)
-    known = known || (w.device == st.st_dev && w.inode == st.st_ino);
+    known = known
+            || (w.file->device() == file->device()
+                && w.file->inode() == file->inode());
   if (!known) {
     // A detached actor: file I/O never blocks the scheduler's workers. The
     // manager comes as a spawn argument (as does the relay's below): with
-    // none, CAF 0.17 dereferences a null tuple pointer (UBSan).
+    // none, CAF 0.17 dereferences a null tuple pointer (UBSan). A batch
+    // the file system refuses is counted lost (kv_event_files()), and the
+    // next is tried again.
     auto writer = sys_.spawn<caf::detached>(
-      [out](caf::event_based_actor* self,
-            const kv_cache_manager_actor& manager) -> caf::behavior {
+      [file](caf::event_based_actor* self,
+             const kv_cache_manager_actor& manager) -> caf::behavior {
         self->monitor(manager);
         self->set_down_handler([self](const caf::down_msg&) { self->quit(); });
         return {
-          [out](kv_event_atom, const kv_event_batch& batch) {
-            *out << to_json(batch).dump(-1, ' ', false,
-                                        nlohmann::json::error_handler_t::replace)
-                 << '\n';
-            out->flush();
+          [file](kv_event_atom, const kv_event_batch& batch) {
+            file->write(batch);
           },
         };
       },
       cache_.manager);
     caf::anon_send(cache_.manager, subscribe_atom::value, topic::kv_events,
                    writer);
-    writers_.push_back({static_cast<std::uint64_t>(st.st_dev),
-                        static_cast<std::uint64_t>(st.st_ino), writer});
+    writers_.push_back({std::move(file), writer});
   }
   lock.unlock();
   // "From now on": the manager passes the subscription on to the pool, and
@@ -220,6 +215,15 @@ caf::error facade_core::write_kv_events(const std::string& path) {
                         ? std::nullopt
                         : std::optional<errc>{errc::shutting_down});
   return caf::none;
+}
+
+std::vector<kv_event_file_stats> facade_core::kv_event_files() {
+  std::lock_guard<std::mutex> guard{mtx_};
+  std::vector<kv_event_file_stats> out;
+  out.reserve(writers_.size());
+  for (auto& w : writers_)
+    out.push_back(w.file->stats());
+  return out;
 }
 
 void facade_core::call_callback(callback_state& cb, memory_pressure level,

@@ -25,6 +25,7 @@
 #include "kvactor/config/cache_config.hpp"
 #include "kvactor/messages/error.hpp"
 #include "kvactor/messages/step.hpp"
+#include "kvactor/metrics/kv_event_file.hpp"
 
 namespace kvactor::detail {
 
@@ -204,6 +205,9 @@ public:
   /// Spawns a writer of KV events to `path` (JSON lines), subscribed.
   caf::error write_kv_events(const std::string& path);
 
+  /// What each KV-event file took and lost, in the order they were named.
+  std::vector<kv_event_file_stats> kv_event_files();
+
   /// The pressure callback; replaces the previous one. Once this returns,
   /// the previous one is not running and is not called again (unless this
   /// is called from inside it: then it finishes its call).
@@ -352,8 +356,7 @@ private:
   /// KV event files, one writer each (detached), known by device and
   /// inode. Guarded by mtx_.
   struct event_writer {
-    std::uint64_t device = 0;
-    std::uint64_t inode = 0;
+    std::shared_ptr<kv_event_file> file;
     caf::actor actor;
   };
   std::vector<event_writer> writers_;

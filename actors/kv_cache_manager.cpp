@@ -447,6 +447,10 @@ caf::error kv_cache_manager::write_kv_events(const std::string& path) {
   return core_->write_kv_events(path);
 }
 
+std::vector<kv_event_file_stats> kv_cache_manager::kv_event_files() const {
+  return core_->kv_event_files();
+}
+
 kv_cache_manager_actor kv_cache_manager::actor() const {
   return core_->cache().manager;
 }

@@ -31,6 +31,7 @@
 #include "kvactor/messages/interfaces.hpp"
 #include "kvactor/messages/step.hpp"
 #include "kvactor/messages/types.hpp"
+#include "kvactor/metrics/kv_event_file.hpp"
 
 namespace caf {
 class actor_system;
@@ -242,6 +243,13 @@ public:
   /// shutting_down if the cache stopped first, request_timeout if the pool
   /// did not confirm in time (the writer is subscribed: events may follow).
   caf::error write_kv_events(const std::string& path);
+
+  /// Each file write_kv_events writes, in the order first named: batches
+  /// written and lost. A batch the file system refuses (a full disk, say)
+  /// is lost whole - the file keeps whole lines - and the next is tried
+  /// again; a reader sees the loss as a gap in "seq". Still answered after
+  /// the cache stopped.
+  std::vector<kv_event_file_stats> kv_event_files() const;
 
   /// The manager actor, for actor clients.
   kv_cache_manager_actor actor() const;

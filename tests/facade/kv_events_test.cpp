@@ -91,6 +91,44 @@ BOOST_AUTO_TEST_CASE(a_file_named_again_keeps_its_one_writer) {
   std::filesystem::remove(other);
 }
 
+BOOST_AUTO_TEST_CASE(a_full_disk_loses_batches_counted_per_file) {
+  // /dev/full refuses every write (ENOSPC): each batch is counted lost, the
+  // file beside it writes all of its own.
+  if (!std::filesystem::exists("/dev/full"))
+    return;
+  auto path = (std::filesystem::temp_directory_path()
+               / ("kvactor_kv_events_full_" + std::to_string(getpid())
+                  + ".jsonl"))
+                .string();
+  std::filesystem::remove(path);
+  {
+    cache_fixture f;
+    BOOST_TEST(f.m().kv_event_files().empty());
+    BOOST_REQUIRE(!f.m().write_kv_events("/dev/full"));
+    BOOST_REQUIRE(!f.m().write_kv_events(path));
+    step_request step;
+    step.admits = {f.req(1, 17, 256, iota_tokens(1, 17))};
+    auto r = f.m().step(step);
+    BOOST_REQUIRE_MESSAGE(r, why(r));
+    BOOST_TEST(eventually([&] {
+      auto files = f.m().kv_event_files();
+      return files.size() == 2 && files[0].batches_lost >= 1
+             && files[1].batches_written >= 1;
+    }));
+    auto files = f.m().kv_event_files();
+    BOOST_REQUIRE_EQUAL(files.size(), 2u);
+    BOOST_TEST(files[0].path == "/dev/full");
+    BOOST_TEST(files[0].batches_written == 0u);
+    BOOST_TEST(files[0].first_lost_seq == 1u);
+    BOOST_TEST(files[0].last_error == "No space left on device");
+    BOOST_TEST(files[1].path == path);
+    BOOST_TEST(files[1].batches_lost == 0u);
+    BOOST_TEST(files[1].batches_written == files[0].batches_lost);
+    BOOST_TEST(stored_events(path) == 4u);
+  }
+  std::filesystem::remove(path);
+}
+
 BOOST_AUTO_TEST_CASE(a_file_that_cannot_be_opened_is_refused) {
   cache_fixture f;
   auto err = f.m().write_kv_events("/nonexistent-dir/kv_events.jsonl");
