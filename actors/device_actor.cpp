@@ -77,17 +77,6 @@ caf::error stall(device_ptr self, const std::string& what,
   return err;
 }
 
-/// Waits for `t` alone, at most the timeout: past it, a stall of the op
-/// `what()` names (named only then: a write's hot path builds no text).
-template <class Describe>
-caf::error wait_own(device_ptr self, ticket t, Describe what) {
-  auto& st = self->state;
-  bool timed_out = false;
-  auto err = st.wait_bounded(t, timed_out);
-  if (timed_out)
-    return stall(self, what(), st.timeout);
-  return err;
-}
 
 /// Answers every pending request whose own work completed (or failed: after
 /// a fault finished() is true for all, and wait_one() reports it), in any
@@ -147,6 +136,44 @@ caf::error drain(device_ptr self) {
   return caf::none;
 }
 
+/// Waits for `t`, work a handler submitted and waits for itself (a slot
+/// write, a gather), at most the timeout: past it, a stall of the op
+/// `what()` names (named only then: a write's hot path builds no text).
+/// No longer, though, than the oldest queued work has left of its own
+/// bound: the actor's thread polls nothing while it waits here, and on one
+/// stream the op waits behind that work - if it is what hangs, its bound
+/// runs out first, and the stall is its own (drain names it), not the op
+/// queued behind it, after up to twice the timeout.
+template <class Describe>
+caf::error wait_own(device_ptr self, ticket t, Describe what) {
+  auto& st = self->state;
+  if (st.timeout.count() == 0)
+    return st.store->wait_one(t);
+  auto& q = st.queue;
+  auto deadline = self->clock().now() + st.timeout;
+  for (;;) {
+    auto now = self->clock().now();
+    auto until = deadline;
+    bool oldest_first = !q.empty() && q.front().since + st.timeout < deadline;
+    if (oldest_first)
+      until = q.front().since + st.timeout;
+    auto limit = std::max(until - now, decltype(until - now)::zero());
+    bool timed_out = false;
+    auto err = st.store->wait_one_for(t, limit, timed_out);
+    if (!timed_out)
+      return err;
+    if (!oldest_first)
+      return stall(self, what(), st.timeout);
+    // The oldest's bound ran out: its stall, unless it just completed
+    // (then the next oldest's clock starts, and the wait goes on).
+    auto oldest = q.front().t;
+    if (auto stalled = drain(self))
+      return stalled;
+    if (!q.empty() && q.front().t == oldest)
+      return stall(self, q.front().what.text(), st.timeout);
+  }
+}
+
 /// Nothing to do when an op ends.
 struct no_cleanup {
   void operator()(const caf::error&) const noexcept {
@@ -160,6 +187,10 @@ struct no_cleanup {
 template <class T, class Submit, class Ended = no_cleanup>
 caf::result<T> run(device_ptr self, op_desc what, Submit submit, T value,
                    Ended ended = {}) {
+  // Earlier work overdue: the actor stopped for the stall (quit takes
+  // effect after this handler), so nothing is submitted to the GPU.
+  if (auto err = drain(self))
+    return err;
   auto t = submit();
   if (!t) {
     drain(self); // a fault fails the work already queued as well
@@ -291,12 +322,12 @@ device_actor::behavior_type device_fun(device_ptr self,
       if (auto err = holds_data(*self->state.store, "slot_write"))
         return err;
       auto& st = self->state;
-      // Swaps that ended but are not answered yet. Or the oldest work is
-      // overdue: the actor stopped for the stall (quit only takes effect
-      // after this handler), so nothing is staged, submitted or waited for.
-      if (!st.swapping_out.empty())
-        if (auto err = drain(self))
-          return err;
+      // Swaps that ended but are not answered yet (their blocks reopen).
+      // Or the oldest work is overdue: the actor stopped for the stall
+      // (quit only takes effect after this handler), so nothing is staged,
+      // submitted or waited for.
+      if (auto err = drain(self))
+        return err;
       for (std::size_t i = 0; !st.swapping_out.empty() && i < n; ++i) {
         auto slot = w.slots[i];
         if (slot < 0 || static_cast<std::uint64_t>(slot) / lay.block_size
@@ -353,6 +384,9 @@ device_actor::behavior_type device_fun(device_ptr self,
       if (auto err = holds_data(*self->state.store, "gather"))
         return err;
       auto& st = self->state;
+      // Earlier work overdue: stopped for the stall, as for a write.
+      if (auto err = drain(self))
+        return err;
       auto bytes = num_tokens * row;
       auto buf = st.stage(2 * bytes);
       if (buf == nullptr && bytes > 0)

@@ -1,0 +1,146 @@
+// Work a device-actor handler waits for itself - a slot write, a gather -
+// behind earlier work that is overdue or hangs. Neither is made on a GPU
+// the actor has declared stalled (the oldest work overdue when it comes:
+// nothing staged or submitted, the requester told of that work's stall),
+// and its wait is no longer than what the oldest work has left of its own
+// bound: on one stream it queues behind that work, so if that work hangs,
+// the stall is that work's, noticed at its bound - not the write's, a
+// whole timeout later (the actor's thread polls nothing while it waits).
+// Copies and swaps check too before they are submitted.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "stall_fixture.hpp"
+
+using namespace kvactor;
+using namespace kvactor::test;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// Block `b`'s first slot of layer 0 still holds zeros (never written).
+bool untouched(const stall_fixture& f, block_id b) {
+  auto& lay = f.store->layout();
+  auto* slot = static_cast<const std::uint8_t*>(f.store->layer_base(0))
+               + b * lay.block_bytes();
+  return std::all_of(slot, slot + lay.row_bytes(),
+                     [](std::uint8_t x) { return x == 0; });
+}
+
+const std::string copy_overdue = "device_failure (device actor: copy of 1 "
+                                 "block pairs not complete after 1001 ms";
+
+} // namespace
+
+BOOST_AUTO_TEST_SUITE(device_stall_inline_suite)
+
+BOOST_AUTO_TEST_CASE(a_write_behind_an_overdue_copy_is_not_made) {
+  // The pool's copy-on-write copy is overdue (the clock passed without the
+  // watchdog's poll): the write that comes next is the first to see it.
+  stall_fixture f;
+  f.self->send(f.cache.device, copy_atom::value, std::vector<block_copy>{{4, 5}});
+  f.run();
+  BOOST_REQUIRE_EQUAL(f.store->pending(), 1u);
+  f.sched.clock().current_time += 1001ms;
+  f.self->send(f.cache.device, write_atom::value, f.one_slot_in(8));
+  f.run();
+  auto copy = f.reply();
+  BOOST_TEST(has(copy, copy_overdue), copy);
+  auto write = f.reply();
+  BOOST_TEST(has(write, copy_overdue), write);
+  BOOST_TEST(untouched(f, 8));
+  BOOST_TEST(f.store->pending() == 1u); // the write was never submitted
+  BOOST_TEST(has(f.manager_end(), "its device actor ended"));
+  f.shutdown();
+}
+
+BOOST_AUTO_TEST_CASE(a_gather_behind_an_overdue_swap_out_is_not_made) {
+  stall_fixture f;
+  f.self->send(f.cache.device, swap_out_atom::value,
+               std::vector<block_move>{{4, 0}});
+  f.run();
+  f.sched.clock().current_time += 1001ms;
+  f.self->send(f.cache.device, gather_atom::value, std::uint32_t{0},
+               std::vector<block_id>{8}, std::uint64_t{4});
+  f.run();
+  const std::string overdue = "swap-out of 1 blocks not complete after 1001 ms";
+  auto swap = f.reply();
+  BOOST_TEST(has(swap, overdue), swap);
+  auto gather = f.reply();
+  BOOST_TEST(has(gather, overdue), gather);
+  BOOST_TEST(f.store->pending() == 1u);
+  f.shutdown();
+}
+
+BOOST_AUTO_TEST_CASE(a_copy_behind_an_overdue_copy_is_not_submitted) {
+  stall_fixture f;
+  f.self->send(f.cache.device, copy_atom::value, std::vector<block_copy>{{4, 5}});
+  f.run();
+  f.sched.clock().current_time += 1001ms;
+  f.self->send(f.cache.device, copy_atom::value, std::vector<block_copy>{{6, 7}});
+  f.run();
+  auto first = f.reply();
+  BOOST_TEST(has(first, copy_overdue), first);
+  auto second = f.reply();
+  BOOST_TEST(has(second, copy_overdue), second);
+  BOOST_TEST(f.store->pending() == 1u);
+  f.shutdown();
+}
+
+BOOST_AUTO_TEST_CASE(a_write_queued_behind_a_hanging_copy_names_the_copy) {
+  // Halfway through the copy's bound, the GPU hangs and a write comes: the
+  // write waits no longer than the copy has left, and the stall everyone
+  // hears of is the copy's.
+  stall_fixture f;
+  f.self->send(f.cache.device, copy_atom::value, std::vector<block_copy>{{4, 5}});
+  f.run();
+  f.sched.clock().current_time += 500ms;
+  f.store->stall();
+  f.self->send(f.cache.device, write_atom::value, f.one_slot_in(8));
+  f.run();
+  const std::string stalled = "device_failure (device actor: copy of 1 block "
+                              "pairs not complete after 1000 ms";
+  auto copy = f.reply();
+  BOOST_TEST(has(copy, stalled), copy);
+  auto write = f.reply();
+  BOOST_TEST(has(write, stalled), write);
+  BOOST_TEST(has(f.manager_end(), "its device actor ended"));
+  f.shutdown();
+}
+
+BOOST_AUTO_TEST_CASE(a_write_whose_own_work_hangs_is_named_after_its_bound) {
+  // Nothing older in flight: the write's own bound, and its own name.
+  stall_fixture f;
+  f.store->stall();
+  f.self->send(f.cache.device, write_atom::value, f.one_slot_in(8));
+  f.run();
+  auto write = f.reply();
+  BOOST_TEST(has(write, "slot write of 1 tokens of layer 0 not complete after "
+                        "1000 ms"),
+             write);
+  f.shutdown();
+}
+
+BOOST_AUTO_TEST_CASE(a_write_behind_copies_that_complete_is_made) {
+  // Earlier work within its bound, complete when the write looks: answered,
+  // and the write made.
+  stall_fixture f;
+  f.self->send(f.cache.device, copy_atom::value, std::vector<block_copy>{{4, 5}});
+  f.run();
+  f.sched.clock().current_time += 900ms;
+  f.store->complete_one(1);
+  f.self->send(f.cache.device, write_atom::value, f.one_slot_in(8));
+  f.run();
+  BOOST_TEST(f.reply() == "ok");
+  BOOST_TEST(f.reply() == "ok");
+  BOOST_TEST(!untouched(f, 8));
+  BOOST_TEST(f.manager_end() == "running");
+  f.shutdown();
+}
+
+BOOST_AUTO_TEST_SUITE_END()
