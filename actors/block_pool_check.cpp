@@ -385,11 +385,19 @@ caf::error block_pool_core::check_invariant() const {
   }
   // Pins are prefix-closed: a pinned block's parent is pinned (else it
   // could be evicted, leaving the pinned block out of any lookup's reach).
+  // A pin ending at a block ends no later than the block's own pin.
+  if (pin_ends_.size() != pinned_.size())
+    return broken("pin ends for " + std::to_string(pin_ends_.size())
+                  + " of " + std::to_string(pinned_.size()) + " pinned blocks");
   for (std::size_t i = 0; i < pinned_.size(); ++i) {
     auto b = pinned_[i];
     if (pin_pos_[b] != i)
       return broken(blk(b) + " is pinned at " + std::to_string(i)
                     + " but its position says " + std::to_string(pin_pos_[b]));
+    if (pin_ends_[i].here && pin_ends_[i].until > pin_until_[b])
+      return broken(blk(b) + "'s pin ends at " + std::to_string(pin_until_[b])
+                    + ", before the pin ending there ("
+                    + std::to_string(pin_ends_[i].until) + ")");
     if (parent_[b] == 0)
       continue;
     auto up = find_indexed(parent_[b]);

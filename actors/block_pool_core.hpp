@@ -306,10 +306,15 @@ public:
                                    std::uint64_t ttl_ms, std::uint64_t now_ms,
                                    std::uint64_t salt = 0);
 
-  /// Lets the pins on pin's chain of `tokens` go now, deepest first, but
-  /// never one below which another pinned prefix hangs (nor its ancestors);
-  /// returns how many went (0: none pinned, or pinning disabled). Errors:
-  /// unknown_tenant; invalid_request for a negative token id. O(tokens + pins x log(chain)); block_pool_policy.cpp.
+  /// Lets the pin on pin's chain of `tokens` go now: the one whose prefix
+  /// ends at the chain's deepest pinned block. Its blocks lose their pins,
+  /// deepest first, but for those another pin still covers: one whose
+  /// prefix ends higher up the chain (an operator's system prompt under an
+  /// ended session's), or hangs below it off the chain - those blocks keep
+  /// their pins, until the latest of the pins still over them ends. Returns
+  /// how many lost their pins (0: none pinned, or pinning disabled).
+  /// Errors: unknown_tenant; invalid_request for a negative token id.
+  /// O(tokens + pins x log(chain)); block_pool_policy.cpp.
   caf::expected<std::uint32_t> unpin(std::uint16_t t,
                                      const std::vector<token_id>& tokens,
                                      std::uint64_t salt = 0);
@@ -717,6 +722,16 @@ private:
   std::uint64_t watermark_blocks_ = 0;
   std::uint64_t max_pinned_ = 0;
   std::vector<block_id> pinned_;
+  /// A pin, as pin() made it: its prefix ends at a block, and it ends then.
+  struct pin_end {
+    bool here = false;      ///< a pin's prefix ends at this block
+    std::uint64_t until = 0; ///< the latest such pin's deadline (ms)
+  };
+  /// Parallel to pinned_: which pins end at each pinned block. A block is
+  /// pinned while a pin ends at it or below it (pin_until_ is the latest of
+  /// their deadlines) - or, after pins below gave way to reservations, until
+  /// its own deadline, with none.
+  std::vector<pin_end> pin_ends_;
   /// No pin ends before this (a lower bound of pin_until_ over pinned_,
   /// exact after each expire_pins scan; unpins leave it low, which costs
   /// one scan at most).

@@ -200,8 +200,15 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
     m.pinned = true;
     pin_pos_[b] = static_cast<std::uint32_t>(pinned_.size());
     pinned_.push_back(b);
+    pin_ends_.emplace_back();
     if (m.state == block_state::cached)
       lru_.remove(b, m.level);
+  }
+  // The pin itself, where its prefix ends: what unpin lets go.
+  if (hits > 0) {
+    auto& end = pin_ends_[pin_pos_[find_indexed(scratch_[hits - 1].lo)]];
+    end.until = end.here ? std::max(end.until, until) : until;
+    end.here = true;
   }
   return hits;
 }
@@ -228,22 +235,37 @@ block_pool_core::unpin(std::uint16_t t, const std::vector<token_id>& tokens,
   }
   if (chain.empty())
     return 0u;
-  // `keep` chain blocks stay pinned: those down to the deepest one with a
-  // pinned child off the chain (another pinned prefix extends it there).
+  // The pin whose prefix ends at the chain's deepest pinned block goes.
+  // `keep` chain blocks stay pinned: those down to the deepest one another
+  // pin still covers - one ending there, or a pinned child off the chain
+  // (another pinned prefix extends it there). `still[d]`: the latest
+  // deadline among the pins that keep chain[d] and what is above it.
+  pin_ends_[pin_pos_[chain.back()]] = pin_end{};
+  std::size_t keep = 0;
+  std::vector<std::uint64_t> still(chain.size(), 0);
+  for (std::size_t d = 0; d < chain.size(); ++d) {
+    auto& end = pin_ends_[pin_pos_[chain[d]]];
+    if (end.here) {
+      keep = d + 1;
+      still[d] = end.until;
+    }
+  }
   // One pass over the pins, each parent looked up among the chain's hashes.
   std::vector<std::pair<std::uint64_t, std::uint32_t>> at; // hash.lo, depth
   for (std::uint32_t i = 0; i < chain.size(); ++i)
     at.emplace_back(blocks_[chain[i]].hash.lo, i);
   std::sort(at.begin(), at.end());
-  std::size_t keep = 0;
   for (auto c : pinned_) {
     auto j = std::lower_bound(at.begin(), at.end(),
                               std::make_pair(parent_[c], std::uint32_t{0}));
     if (j == at.end() || j->first != parent_[c])
       continue;
     auto depth = j->second;
-    if (depth + 1 >= chain.size() || chain[depth + 1] != c)
+    if (depth + 1 >= chain.size() || chain[depth + 1] != c) {
       keep = std::max<std::size_t>(keep, depth + 1);
+      // Its own deadline is the latest of the pins below it.
+      still[depth] = std::max(still[depth], pin_until_[c]);
+    }
   }
   // Deepest first, as give_way lets pins go: each cached block joins the
   // LRU's most recently used end (unpin_at, where expiry puts them too),
@@ -254,6 +276,14 @@ block_pool_core::unpin(std::uint16_t t, const std::vector<token_id>& tokens,
   // if wanted.
   for (auto i = chain.size(); i > keep; --i)
     unpin_at(pin_pos_[chain[i - 1]]);
+  // What stays ends with the latest pin still over it (not the one that
+  // went, if that was later): an ancestor never before its descendants.
+  std::uint64_t until = 0;
+  for (auto d = keep; d-- > 0;) {
+    until = std::max(until, still[d]);
+    pin_until_[chain[d]] = until;
+    next_pin_expiry_ = std::min(next_pin_expiry_, until);
+  }
   return static_cast<std::uint32_t>(chain.size() - keep);
 }
 
@@ -265,6 +295,8 @@ void block_pool_core::unpin_at(std::size_t i) {
   pinned_[i] = pinned_.back();
   pin_pos_[pinned_[i]] = static_cast<std::uint32_t>(i);
   pinned_.pop_back();
+  pin_ends_[i] = pin_ends_.back();
+  pin_ends_.pop_back();
   if (m.state == block_state::cached)
     lru_.push_back(b, m.level);
 }

@@ -223,10 +223,12 @@ public:
                                           std::chrono::milliseconds ttl,
                                           std::uint64_t cache_salt = 0);
 
-  /// Lets the tenant's pins on `tokens` (under `cache_salt`) go before
-  /// their deadline - a retired system prompt, an ended session - except
-  /// where another pinned prefix extends them; returns how many blocks lost
-  /// their pin (0 if none was pinned). They stay cached, now evictable, and
+  /// Lets the tenant's pin of `tokens` (under `cache_salt`) go before its
+  /// deadline - a retired system prompt, an ended session - except where
+  /// another pin still covers its blocks: one of a shorter prefix (the
+  /// system prompt under a session's), or of a longer one extending them
+  /// (those blocks are then pinned until that pin's deadline); returns how
+  /// many blocks lost their pin (0 if none was pinned). They stay cached, now evictable, and
   /// free room under max_pinned_blocks. Errors: unknown_tenant,
   /// invalid_request (a negative token id).
   caf::expected<std::uint32_t> unpin_prefix(const std::string& tenant,

@@ -67,6 +67,12 @@ pool_model::pin(std::uint16_t t, const std::vector<token_id>& tokens,
     if (m.st == state::cached)
       lru_[m.level].remove(b);
   }
+  if (!found.empty()) {
+    auto& end = blocks_[found.back()];
+    end.pin_end_until = end.pin_ends ? std::max(end.pin_end_until, now_ms + ttl_ms)
+                                     : now_ms + ttl_ms;
+    end.pin_ends = true;
+  }
   return {std::nullopt, static_cast<std::uint32_t>(found.size())};
 }
 
@@ -119,21 +125,43 @@ model_unpin pool_model::unpin(std::uint16_t t, const std::vector<token_id>& toke
     if (tok < 0)
       return {errc::invalid_request};
   auto found = chain(t, salt, tokens);
-  // From the deepest pinned one up; the first with a pinned child left -
-  // another prefix's, the chain's own deeper blocks being unpinned by
-  // then - stays, and so does everything above it.
+  // The pin ending at the deepest pinned block goes. From there up, the
+  // first block another pin still covers - one ending at it, or a pinned
+  // child left (another prefix's, the chain's own deeper blocks being
+  // unpinned by then) - stays, and so does everything above it.
   model_unpin out;
+  std::vector<block_id> kept; // deepest first
+  bool deepest = true;
   for (auto b = found.rbegin(); b != found.rend(); ++b) {
-    if (!blocks_[*b].pinned)
+    auto& m = blocks_[*b];
+    if (!m.pinned)
       continue;
-    if (out.kept > 0
+    if (deepest)
+      m.pin_ends = false;
+    deepest = false;
+    if (out.kept > 0 || m.pin_ends
         || std::any_of(pinned_.begin(), pinned_.end(),
                        [&](block_id x) { return is_child(x, *b); })) {
       ++out.kept;
+      kept.push_back(*b);
       continue;
     }
     drop_pin(*b);
     ++out.unpinned;
+  }
+  // Each kept block is pinned until the latest pin still over it ends: one
+  // ending at it or at a kept block below it, or a pinned branch off the
+  // chain from either (pinned until the latest pin below it).
+  std::uint64_t until = 0;
+  for (auto b : kept) {
+    auto& m = blocks_[b];
+    if (m.pin_ends)
+      until = std::max(until, m.pin_end_until);
+    for (auto x : pinned_)
+      if (is_child(x, b)
+          && std::find(kept.begin(), kept.end(), x) == kept.end())
+        until = std::max(until, blocks_[x].pin_until);
+    m.pin_until = until;
   }
   return out;
 }
@@ -162,6 +190,8 @@ void pool_model::drop_pin(block_id b) {
   auto& m = blocks_[b];
   m.pinned = false;
   m.pin_until = 0;
+  m.pin_ends = false;
+  m.pin_end_until = 0;
   // As the pool does (the order decides later expiries' LRU order): the
   // last pin takes its place.
   *std::find(pinned_.begin(), pinned_.end(), b) = pinned_.back();

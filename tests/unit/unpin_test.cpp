@@ -1,6 +1,8 @@
 // block_pool_core::unpin: a pinned prefix let go before its deadline - the
-// chain pin walks, deepest first, never below another pinned prefix - its
-// cached blocks evictable again and its room under max_pinned_blocks back.
+// chain pin walks, deepest first, never below another pinned prefix nor at
+// or above where another pin's prefix ends (which then sets how long what
+// stays is pinned) - its cached blocks evictable again and its room under
+// max_pinned_blocks back.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -164,6 +166,59 @@ BOOST_AUTO_TEST_CASE(a_chain_another_pin_extends_keeps_the_shared_part_pinned) {
   release(1);
   // Now nothing else hangs below: q's chain goes whole.
   BOOST_TEST(pool().unpin(0, q).value() == 3u);
+  BOOST_TEST(pool().pinned_blocks() == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(an_ended_sessions_unpin_keeps_the_system_prompts_own_pin) {
+  // The operator pins its system prompt for an hour; a session pins its
+  // conversation on top for five minutes. The session ends: its pin goes,
+  // the system prompt's stays - with its own deadline.
+  auto sys = run(10, 8);                // A B
+  auto session = sys + run(100, 5);     // A B C + partial
+  cached(16, 8, {session});
+  BOOST_TEST(pool().pin(0, sys, 3'600'000, 0).value() == 2u);
+  BOOST_TEST(pool().pin(0, session, 300'000, 0).value() == 3u);
+  BOOST_TEST(pool().unpin(0, session).value() == 1u); // C
+  BOOST_TEST(pool().pinned_blocks() == 2u);
+  BOOST_TEST(invariant(pool()) == "ok");
+  BOOST_TEST(pool().evict(16) == 1u); // C only
+  BOOST_TEST(pool().expire_pins(300'000) == 0u);
+  BOOST_TEST(pool().expire_pins(3'600'000) == 2u);
+  BOOST_TEST(invariant(pool()) == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(what_stays_pinned_ends_with_the_pins_left_over_it) {
+  // A later deadline of the pin that went does not outlive it: A and B
+  // were pinned until the session's hour; after its unpin, until the
+  // system prompt's five minutes.
+  auto sys = run(10, 8);
+  auto session = sys + run(100, 5);
+  cached(16, 8, {session});
+  BOOST_TEST(pool().pin(0, sys, 300'000, 0).value() == 2u);
+  BOOST_TEST(pool().pin(0, session, 3'600'000, 0).value() == 3u);
+  BOOST_TEST(pool().unpin(0, session).value() == 1u);
+  BOOST_TEST(pool().expire_pins(299'999) == 0u);
+  BOOST_TEST(pool().expire_pins(300'000) == 2u);
+  BOOST_TEST(pool().pinned_blocks() == 0u);
+  BOOST_TEST(invariant(pool()) == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(unpinning_the_shorter_prefix_leaves_the_longer_pin_alone) {
+  // The system prompt's pin goes; the session's, which covers A and B too,
+  // keeps all three - until its own deadline, not the one that went.
+  auto sys = run(10, 8);
+  auto session = sys + run(100, 5);
+  cached(16, 8, {session});
+  BOOST_TEST(pool().pin(0, sys, 3'600'000, 0).value() == 2u);
+  BOOST_TEST(pool().pin(0, session, 300'000, 0).value() == 3u);
+  BOOST_TEST(pool().unpin(0, sys).value() == 0u);
+  BOOST_TEST(pool().pinned_blocks() == 3u);
+  BOOST_TEST(pool().expire_pins(300'000) == 3u);
+  BOOST_TEST(invariant(pool()) == "ok");
+  // Pinned twice at one end: one unpin lets that pin go whole.
+  BOOST_TEST(pool().pin(0, sys, 1'000, 0).value() == 2u);
+  BOOST_TEST(pool().pin(0, sys, 2'000, 0).value() == 2u);
+  BOOST_TEST(pool().unpin(0, sys).value() == 2u);
   BOOST_TEST(pool().pinned_blocks() == 0u);
 }
 
