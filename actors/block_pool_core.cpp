@@ -333,6 +333,7 @@ void block_pool_core::unindex_held(block_id b) {
   m.indexed = false;
   if (record_events_)
     events_.push_back(index_event{false, m.hash.lo, parent_[b], b, m.stored_by, {}});
+  m.hash = block_hash{}; // no second copy of anything (unref)
 }
 
 void block_pool_core::prefetch_evictions(block_id b) const noexcept {
@@ -369,6 +370,7 @@ block_id block_pool_core::take_block(std::uint16_t t) {
   m.state = block_state::used;
   m.ref_count = 1;
   m.level = 0;
+  m.hash = block_hash{}; // set again if it is indexed (index_block)
   lineage_.clear(b);
   charge(b, t);
   ++counters_.blocks_allocated;
@@ -391,7 +393,27 @@ void block_pool_core::unref(block_id b, std::uint8_t level) {
   } else {
     m.state = block_state::free;
     free_.push(b);
+    if (m.hash.lo != 0) // a second copy of an indexed prefix
+      refresh_first_copy(m.hash, level);
   }
+}
+
+void block_pool_core::refresh_first_copy(block_hash h, std::uint8_t level) {
+  // Its holder's later blocks were indexed as the first copy's children,
+  // and cached by this same release, deepest first: the first copy takes
+  // this one's place in that order - after them on the LRU, evicted after
+  // them - or it would go first and leave them cached where no lookup
+  // reaches. (Held, it is released later, after them anyway; pinned, it
+  // stays.)
+  auto o = find_indexed(h.lo);
+  if (o == no_block)
+    return;
+  auto& f = blocks_[o];
+  if (f.hash.hi != h.hi || f.state != block_state::cached || f.pinned)
+    return;
+  lru_.remove(o, f.level);
+  f.level = std::max(f.level, level);
+  lru_.push_back(o, f.level);
 }
 
 void block_pool_core::index_block(block_id b, block_hash h,
@@ -402,16 +424,30 @@ void block_pool_core::index_block(block_id b, block_hash h,
     return;
   m.hash = h;
   parent_[b] = parent;
-  // A block computed twice (two requests filled identical blocks at once)
-  // stays unindexed: the first copy serves later hits.
-  if (index_.insert(h.lo, b, [this](block_id x) { return blocks_[x].hash.lo; })) {
-    m.indexed = true;
-    m.stored_by = t;
-    ++counters_.blocks_cached;
-    if (record_events_)
-      events_.push_back(index_event{true, h.lo, parent, b, t,
-                                    {tokens, tokens + block_size_}});
+  auto key = [this](block_id x) { return blocks_[x].hash.lo; };
+  if (!index_.insert(h.lo, b, key)) {
+    // Computed twice: two requests filled identical blocks, or a prompt
+    // recomputes its last full block (a hit never covers a prompt's last
+    // token). The request's later blocks are indexed as children of this
+    // hash, so the copy it holds should be the indexed one: a first copy
+    // nobody holds or pins - evicted before them, it would leave them
+    // cached out of any lookup's reach - is evicted now, this one taking
+    // its place. A held or pinned first copy serves later hits; this one
+    // stays out of the index, its hash marking it a second copy (unref).
+    auto o = find_indexed(h.lo);
+    auto& f = blocks_[o];
+    if (f.hash.hi != h.hi || f.state != block_state::cached || f.pinned)
+      return;
+    evict_one(o, f.level);
+    free_.push(o);
+    index_.insert(h.lo, b, key);
   }
+  m.indexed = true;
+  m.stored_by = t;
+  ++counters_.blocks_cached;
+  if (record_events_)
+    events_.push_back(index_event{true, h.lo, parent, b, t,
+                                  {tokens, tokens + block_size_}});
 }
 
 std::uint8_t block_pool_core::retention_level(const sequence& seq) const

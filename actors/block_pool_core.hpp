@@ -546,7 +546,11 @@ private:
   void prefetch_evictions(block_id b) const noexcept;
   void charge(block_id b, std::uint16_t t) noexcept;
   void uncharge(block_id b) noexcept;
+  /// One holder less for `b`; the last one caches it (indexed) or frees it.
   void unref(block_id b, std::uint8_t level);
+  /// A second copy of prefix `h` was let go (unref): its first copy, cached
+  /// and unpinned, moves to the LRU's recent end, at `level` at least.
+  void refresh_first_copy(block_hash h, std::uint8_t level);
   /// Drops the pin pinned_[i] (the last pin moves to i; a cached block
   /// goes onto the LRU at its level).
   void unpin_at(std::size_t i);
@@ -574,6 +578,10 @@ private:
   /// index from now on (nor after the undo of a copy in flight).
   void stop_indexing(sequence& seq);
   void evict_one(block_id b, std::uint8_t level);
+  /// Enters `b` (held, full) into the prefix index under `h`. Its hash is
+  /// indexed already: a first copy cached and unpinned is evicted, `b`
+  /// taking its place; a held or pinned one stays, and `b` stays out of
+  /// the index, a second copy (its hash set: refresh_first_copy).
   void index_block(block_id b, block_hash h, std::uint64_t parent,
                    std::uint16_t t, const token_id* tokens);
   /// Appends `n` token ids to `seq`'s tail (its drafts already counted) and

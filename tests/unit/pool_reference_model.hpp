@@ -281,6 +281,9 @@ private:
     /// its holders since it was taken fresh (revived, it keeps its level).
     std::size_t level = 0;
     std::optional<prefix_key> key; ///< set iff indexed
+    /// Not indexed: the prefix it is a second copy of (its first copy held
+    /// or pinned when it was filled), if any.
+    std::optional<prefix_key> copy_of;
     std::uint16_t stored_by = 0;   ///< tenant of its stored event
     bool pinned = false;           ///< then never on an LRU level
     std::uint64_t pin_until = 0;

@@ -76,6 +76,7 @@ void pool_model::unindex_held(block_id b) {
   index_.erase(*m.key);
   events_.push_back(model_event{false, *m.key, b, m.stored_by});
   m.key.reset();
+  m.copy_of.reset();
 }
 
 block_id pool_model::take(std::uint16_t t, std::size_t level) {
@@ -93,6 +94,7 @@ block_id pool_model::take(std::uint16_t t, std::size_t level) {
   auto& m = blocks_[b];
   m.st = state::used;
   m.refs = 1;
+  m.copy_of.reset();
   m.writer = 0; // nothing written into it yet
   m.deps.clear();
   m.tenant = t;
@@ -116,12 +118,37 @@ void pool_model::unref(block_id b, std::size_t level) {
   } else {
     m.st = state::free;
     free_.push_back(b);
+    // A second copy let go: the first copy, if cached and unpinned, moves
+    // to its LRU level's recent end - after the blocks this release cached
+    // below it.
+    if (m.copy_of) {
+      auto i = index_.find(*m.copy_of);
+      if (i != index_.end()) {
+        auto& f = blocks_[i->second];
+        if (f.st == state::cached && !f.pinned) {
+          lru_[f.level].remove(i->second);
+          f.level = std::max(f.level, level);
+          lru_[f.level].push_back(i->second);
+        }
+      }
+    }
   }
 }
 
 void pool_model::index(block_id b, prefix_key key, std::uint16_t t) {
-  if (index_.count(key))
-    return; // computed twice: the first copy serves hits
+  // Computed twice: a first copy cached and unpinned is evicted, this one
+  // taking its place; a held or pinned one serves hits, this one is a
+  // second copy.
+  auto first = index_.find(key);
+  if (first != index_.end()) {
+    auto o = first->second;
+    if (blocks_[o].st != state::cached || blocks_[o].pinned) {
+      blocks_[b].copy_of = key;
+      return;
+    }
+    evict_block(o);
+    free_.push_back(o);
+  }
   if (blocks_[b].key)
     throw std::logic_error("model: indexing a block that is indexed");
   index_[key] = b;
