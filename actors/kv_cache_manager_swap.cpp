@@ -114,13 +114,29 @@ void swap_request(mgr_ptr self, request_id id, std::uint64_t cache_id,
       .then(copy, failed);
 }
 
+/// The reply to a swap of `id`, which the registry does not hold: not
+/// allocated - or not yet, its admission in flight (a swap names the
+/// incarnation it moves from its start to its end, which such a request
+/// has not got here yet: unlike the by-id calls that leave the choice to
+/// the pool, it waits for the allocate's reply).
+caf::error not_swappable(const manager_state& st, request_id id,
+                         const char* way) {
+  if (st.admitting.contains(id))
+    return make_error(errc::unknown_request,
+                      "swap-" + std::string{way} + " of request "
+                        + std::to_string(id)
+                        + ": its admission is still in flight (swap it once "
+                          "the allocate is answered)");
+  return make_error(errc::unknown_request, unknown(id));
+}
+
 } // namespace
 
 caf::result<std::uint32_t> swap_out_request(mgr_ptr self, request_id id) {
   auto& st = self->state;
   auto i = st.registry.find(id);
   if (i == st.registry.end())
-    return make_error(errc::unknown_request, unknown(id));
+    return not_swappable(st, id, "out");
   auto rp = owe(self, self->make_response_promise<std::uint32_t>(),
                 "swap-out", id);
   auto cache_id = i->second.info.cache_id;
@@ -140,7 +156,7 @@ caf::result<block_table> swap_in_request(mgr_ptr self, request_id id) {
   auto& st = self->state;
   auto i = st.registry.find(id);
   if (i == st.registry.end())
-    return make_error(errc::unknown_request, unknown(id));
+    return not_swappable(st, id, "in");
   auto rp = owe(self, self->make_response_promise<block_table>(),
                 "swap-in", id);
   auto cache_id = i->second.info.cache_id;
@@ -156,9 +172,14 @@ caf::result<block_table> swap_in_request(mgr_ptr self, request_id id) {
                   cache_id)
       .then([rp](block_table& t) mutable { rp.deliver(std::move(t)); },
             [rp, id](caf::error& err) mutable {
+              // The blocks are back on the device, committed; only the
+              // table could not be read (the pool ended: the cache stops).
               rp.deliver(has_code(err, errc::invalid_handle)
                            ? ended_mid_swap(id, "in")
-                           : std::move(err));
+                           : as_ours("swap-in of request " + std::to_string(id)
+                                       + " done, but its table could not be "
+                                         "read",
+                                     err, errc::shutting_down));
             });
   };
   swap_request(self, id, cache_id, false, std::move(done));

@@ -171,4 +171,34 @@ BOOST_AUTO_TEST_CASE(unsubscribing_the_manager_from_pressure_keeps_its_stats_lev
   BOOST_TEST(s->pressure == memory_pressure::medium);
 }
 
+BOOST_AUTO_TEST_CASE(a_swap_sent_before_the_allocates_reply_says_so) {
+  // A swap names the incarnation it moves from start to end, which the
+  // registry has not got while the admission is in flight: it is refused
+  // saying so (it said "not allocated"), and changes nothing. The calls
+  // that leave the incarnation to the pool still work.
+  caf::scoped_actor client{sys};
+  auto alloc = client->request(mgr, caf::infinite, allocate_atom::value,
+                               make_request(cfg, 7, 8));
+  auto swap = client->request(mgr, caf::infinite, swap_out_atom::value,
+                              request_id{7});
+  auto table = client->request(mgr, caf::infinite, table_atom::value,
+                               request_id{7});
+  run();
+  alloc.receive([](request_handle_actor&, block_table&) {},
+                [](caf::error& err) { BOOST_FAIL(render(err)); });
+  std::string got = "no reply";
+  swap.receive([&](std::uint32_t) { got = "ok"; },
+               [&](caf::error& err) { got = render(err); });
+  BOOST_TEST(got.find("unknown_request (swap-out of request 7: its admission "
+                      "is still in flight")
+               != std::string::npos,
+             got);
+  table.receive([](block_table&) {},
+                [](caf::error& err) { BOOST_FAIL(render(err)); });
+  // Answered, it swaps.
+  BOOST_TEST(outcome(ask<std::uint32_t>(mgr, swap_out_atom::value,
+                                        request_id{7}))
+             == "ok");
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -300,6 +300,51 @@ BOOST_AUTO_TEST_CASE(an_extend_in_flight_when_the_pool_ends_is_answered_as_ours)
              got);
 }
 
+BOOST_AUTO_TEST_CASE(a_swap_in_whose_table_the_ended_pool_cannot_give_says_so) {
+  // The swap-in is committed; the pool ends before the manager reads the
+  // table for its reply: shutting_down, naming the swap-in (CAF's bare
+  // request_receiver_down before).
+  cache_fixture f{host_tier_config()};
+  f.check_on_exit = false;
+  BOOST_REQUIRE(f.allocate(1, 8));
+  BOOST_REQUIRE(outcome(f.ask<std::uint32_t>(f.mgr, swap_out_atom::value,
+                                             request_id{1}))
+                == "ok");
+  caf::scoped_actor client{f.sys};
+  client->send(f.mgr, swap_in_atom::value, request_id{1});
+  auto has_job = [&](const caf::actor_addr& a) {
+    for (auto* j : f.sched.jobs)
+      if (auto* x = dynamic_cast<caf::abstract_actor*>(j);
+          x && x->address() == a)
+        return true;
+    return false;
+  };
+  auto mgr_once = [&] {
+    BOOST_REQUIRE(f.sched.prioritize(f.mgr));
+    f.sched.run_once();
+  };
+  mgr_once();                       // the manager asks the pool to begin
+  f.run_except(f.mgr.address());    // the pool's moves
+  mgr_once();                       // to the device
+  f.run_except(f.mgr.address());    // copied
+  for (int i = 0; i < 10 && !has_job(f.pool.address()); ++i)
+    mgr_once();                     // the commit, to the pool
+  BOOST_REQUIRE(has_job(f.pool.address()));
+  f.run_except(f.mgr.address());    // committed
+  caf::anon_send_exit(f.pool, caf::exit_reason::kill); // ahead of the table
+  for (int i = 0; i < 10 && has_job(f.mgr.address()); ++i)
+    mgr_once();                     // the commit's reply: the table asked
+  f.run();
+  std::string got = "no reply";
+  client->receive([&](block_table&) { got = "ok"; },
+                  [&](caf::error& err) { got = render(err); },
+                  caf::after(std::chrono::seconds(0)) >> [] {});
+  BOOST_TEST(got.find("shutting_down (swap-in of request 1 done, but its "
+                      "table could not be read")
+               != std::string::npos,
+             got);
+}
+
 // An exit message without a reason is what a linked actor sends when it
 // ends normally; CAF's default ignores it, and so does the manager now (it
 // shut the whole cache down on one before).
