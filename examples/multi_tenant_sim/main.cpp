@@ -143,7 +143,12 @@ int main(int argc, char** argv) {
   if (opt.help)
     return help();
   if (opt.print_default) {
-    std::cout << default_scenario_json();
+    std::cout << default_scenario_json() << std::flush;
+    if (!std::cout) {
+      std::cerr << "multi_tenant_sim: standard output: the default scenario "
+                   "could not be written\n";
+      return exit_failure;
+    }
     return exit_ok;
   }
   auto loaded = opt.config.empty()
@@ -174,6 +179,7 @@ int main(int argc, char** argv) {
   // Before the run: a long simulation must not end unable to report.
   std::vector<std::string> created_dirs;
   if (auto err = prepare_output_dir(s, &created_dirs)) {
+    remove_created_dirs(created_dirs); // made, then found unwritable
     std::cerr << "multi_tenant_sim: " << s.output_dir_origin << ": "
               << message_of(err) << '\n';
     return exit_bad_input;

@@ -138,7 +138,11 @@ std::string safe_name(const std::string& name) {
   std::string out;
   for (auto c : name) {
     auto u = static_cast<unsigned char>(c);
-    out += (c == ',' || c == '"' || c == '\\' || u < 0x20 || u == 0x7f) ? '_' : c;
+    // A backquote would be a shell command to gnuplot, even in a string.
+    out += (c == ',' || c == '"' || c == '\\' || c == '`' || u < 0x20
+            || u == 0x7f)
+             ? '_'
+             : c;
   }
   return out;
 }

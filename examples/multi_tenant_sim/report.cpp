@@ -265,7 +265,9 @@ std::string report_json(const scenario& s, const sim_outcome& r) {
      r.have_final_stats ? ordered(to_json(r.final_stats)) : json(nullptr)},
     {"warnings", r.warnings},
   };
-  return out.dump(2) + "\n";
+  // A config path need not be UTF-8 (a Latin-1 file name): its bad bytes
+  // become U+FFFD rather than a throw after the old reports went.
+  return out.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
 }
 
 /// A row per step run; a skipped idle gap (batcher::skip_idle) has a row at

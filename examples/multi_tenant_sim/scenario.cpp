@@ -147,6 +147,10 @@ caf::error read_scenario(const json& root, const error_maker& fail,
   out.cache_lines = cache_lines_of(*cache, fail.lines);
   if (out.output_dir.empty())
     return fail("output_dir", "must not be empty");
+  // A path ends at its first NUL for the system: "a\u0000b" would write to
+  // "a" and name it wrongly.
+  if (out.output_dir.find('\0') != std::string::npos)
+    return fail("output_dir", "must not contain a NUL character");
   out.output_dir_origin =
     root.contains("output_dir")
       ? fail.source + ":" + std::to_string(fail.lines.line_of("output_dir"))

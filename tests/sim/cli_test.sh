@@ -61,6 +61,13 @@ expect_in "$dir/malformed.err" "$dir/bad.json:3: malformed JSON after steps"
 
 # A valid file but for one field: the default with a negative rate.
 expect_exit 0 default --print-default
+# Nowhere to write it: a failure, not an empty file and exit 0.
+if [ -w /dev/full ]; then
+  "$sim" --print-default >/dev/full 2>"$dir/full.err"
+  rc=$?
+  [ "$rc" -eq 1 ] || fail "print-default to /dev/full: exit $rc, expected 1"
+  expect_in "$dir/full.err" "the default scenario could not be written"
+fi
 sed 's/"rate": 0.8,/"rate": -1,/' "$dir/default.out" >"$dir/neg.json"
 line=$(grep -n '"rate": -1,' "$dir/neg.json" | cut -d: -f1)
 [ -n "$line" ] || fail "no interactive rate in the default scenario"
@@ -151,6 +158,14 @@ done
 expect_in "$dir/short/report.json" '"completed": true'
 rows=$(($(wc -l <"$dir/short/timeseries.csv") - 1))
 [ "$rows" -ge 50 ] || fail "short: $rows rows in timeseries.csv, expected >= 50"
+
+# A config path that is not UTF-8 (a Latin-1 file name) still gets its
+# report.json, the bad byte replaced.
+latin=$(printf 'lat\351n.json')
+cp "$dir/default.out" "$dir/$latin"
+expect_exit 0 latin --config "$dir/$latin" --steps 20 --storage none \
+  --out "$dir/latin" --no-progress
+[ -s "$dir/latin/report.json" ] || fail "latin: no report.json"
 
 # An output directory that cannot be made stops the run before it starts.
 expect_exit 2 badout --steps 50 --out "$dir/short/report.json/x" --no-progress

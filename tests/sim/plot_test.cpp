@@ -43,6 +43,20 @@ BOOST_AUTO_TEST_CASE(a_few_tenants_are_all_drawn) {
   BOOST_TEST(gp.find("with the highest peak") == std::string::npos);
 }
 
+BOOST_AUTO_TEST_CASE(no_name_reaches_gnuplot_as_a_shell_command) {
+  // gnuplot runs text in backquotes as a shell command, even inside a
+  // double-quoted string: a tenant name or config path from a shared
+  // scenario file must not carry one.
+  scenario s;
+  s.source = "x`touch pwned`.json";
+  auto r = tenants(1, [](std::size_t) { return 0; });
+  r.tenants[0].name = "fr`touch pwned`ee";
+  auto gp = gnuplot_script(s, r);
+  BOOST_TEST(gp.find('`') == std::string::npos, gp);
+  BOOST_TEST(draws(gp, "fr_touch pwned_ee"));
+  BOOST_TEST(safe_name("a`b\"c,d\\e") == "a_b_c_d_e");
+}
+
 BOOST_AUTO_TEST_CASE(of_many_tenants_the_busiest_are_drawn) {
   scenario s;
   // Peaks rise with the index but for t3, the busiest of all: t3 and the

@@ -295,6 +295,9 @@ BOOST_AUTO_TEST_CASE(bad_words_and_types_name_their_field) {
   check_error(replace_once(base, "\"output_dir\": \"out/{x},[y]\\\"z\\\"\\n:\",",
                            "\"output_dir\": \"\","),
               "\"output_dir\"", "output_dir", "must not be empty");
+  check_error(replace_once(base, "\"output_dir\": \"out/{x},[y]\\\"z\\\"\\n:\",",
+                           "\"output_dir\": \"out\\u0000/x\","),
+              "\"output_dir\"", "output_dir", "must not contain a NUL");
 }
 
 BOOST_AUTO_TEST_CASE(a_workload_for_an_unknown_tenant_is_refused) {
