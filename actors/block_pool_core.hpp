@@ -268,10 +268,15 @@ public:
   // -- policy (block_pool_policy.cpp) --------------------------------------------
 
   /// Requests to preempt so that about `blocks` blocks come free: lowest
-  /// priority first, then the tenant furthest over its fair share, then the
-  /// newest; never one of a tenant at or below its (non-zero) reservation.
+  /// request priority first, then lowest tenant priority, then the tenant
+  /// furthest over its fair share, then the newest; never one of a tenant
+  /// at or below its (non-zero) reservation.
   /// O(blocks held + requests x log(requests) + victims x tenants).
   std::vector<request_id> choose_victims(std::uint64_t blocks) const;
+  /// Whether choose_victims could name anyone: a tenant with live requests
+  /// and no reservation, or above it. O(tenants) - what the pool asks
+  /// before it wakes the supervisor again within the critical band.
+  bool may_name_victims() const noexcept;
 
   /// Blocks only `s` holds (no other request, no device copy): what
   /// preempting it frees.

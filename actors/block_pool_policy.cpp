@@ -50,6 +50,15 @@ std::uint64_t block_pool_core::blocks_leaving() const noexcept {
   return n;
 }
 
+bool block_pool_core::may_name_victims() const noexcept {
+  // choose_victims' filter, without looking at a request.
+  for (auto& ts : tenants_)
+    if (ts.active > 0
+        && (ts.config.reserved_blocks == 0 || ts.used > ts.config.reserved_blocks))
+      return true;
+  return false;
+}
+
 std::vector<request_id> block_pool_core::choose_victims(std::uint64_t blocks) const {
   // A tenant's fair share: its reservation, or an equal split of the pool
   // if that is more.

@@ -27,7 +27,13 @@ void block_pool_state::report(block_pool_actor::pointer self, bool always) {
   publish_events();
   auto used = core().used_blocks();
   auto b = marks->band(used);
-  auto wake = victims_watch && used >= marks->relief_target();
+  // The watch stays set while no tenant could offer a victim: all within
+  // their reservations, say, with usage at critical - a steady state of a
+  // pool its tenants' reservations fill, where waking the supervisor at
+  // every change would cost a victims query (O(requests log requests))
+  // each, to name nobody.
+  auto wake = victims_watch && used >= marks->relief_target()
+              && core().may_name_victims();
   if ((b == band && !always && !wake) || !supervisor)
     return;
   band = b;

@@ -197,3 +197,46 @@ BOOST_AUTO_TEST_CASE(a_victim_that_appears_within_the_critical_band_is_preempted
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+namespace {
+
+/// Tenants that reserve 61 of the 64 blocks (the critical mark): "default"
+/// 32, "b" 29; "c" none.
+cache_config reserved_critical_config() {
+  auto c = critical_config();
+  tenant_config a, b, t;
+  a.reserved_blocks = 32;
+  b.name = "b";
+  b.reserved_blocks = 29;
+  t.name = "c";
+  c.tenants = {a, b, t};
+  return c;
+}
+
+} // namespace
+
+BOOST_AUTO_TEST_CASE(within_the_reservations_changes_do_not_wake_the_supervisor) {
+  // Each tenant at its reservation, usage critical: no victim can exist,
+  // and a change in the band (an extend) brings the supervisor nothing -
+  // it would ask for victims each time, to hear of none. A request of the
+  // tenant without a reservation can be one: that change wakes it.
+  critical_fixture f{reserved_critical_config()};
+  BOOST_REQUIRE(f.allocate(1, 4 * 32 - 1)); // "default": 32 blocks
+  auto b = make_request(f.cfg, 2, 4 * 29);
+  b.tenant = "b";
+  BOOST_REQUIRE(f.allocate(b)); // 61 blocks: critical, nobody to preempt
+  BOOST_TEST(f.preempt_notices(f.self).empty());
+  f.self->send(f.mgr, extend_atom::value, request_id{1}, std::uint64_t{1});
+  f.run_except(f.sup.address());
+  BOOST_REQUIRE(f.reply_to<block_table>(f.self));
+  BOOST_TEST(!f.sched.prioritize(f.sup), "the supervisor was woken");
+  f.run();
+  auto c = make_request(f.cfg, 3, 4);
+  c.tenant = "c";
+  BOOST_REQUIRE(f.allocate(c));
+  auto notices = f.preempt_notices(f.self);
+  BOOST_REQUIRE(notices.size() == 1u);
+  BOOST_TEST(notices[0].id == 3u);
+  BOOST_TEST(outcome(f.lookup(1)) == "ok");
+  BOOST_TEST(outcome(f.lookup(2)) == "ok");
+}
