@@ -279,11 +279,17 @@ cuda_storage::write_layers(std::uint32_t first_layer, std::uint32_t num_layers,
       return err;
     if (auto err = detail::launch_write_layers(
           geometry(), first_layer, num_layers, key, value, stride,
-          static_cast<const std::int64_t*>(dev), num_tokens, streams_[s]))
+          static_cast<const std::int64_t*>(dev), num_tokens, streams_[s])) {
+      // Launched in pieces of at most 65535 layers: the pieces before the
+      // one that failed may be queued. Let them land before the failure is
+      // answered, as a swap's failed copy does (an error path: blocking is
+      // fine).
+      cudaStreamSynchronize(streams_[s]);
       return fail(err, "write_layers launch (layers "
                          + std::to_string(first_layer) + " + "
                          + std::to_string(num_layers) + ", "
                          + std::to_string(num_tokens) + " tokens)");
+    }
   }
   auto t = submit(role);
   if (!t)
