@@ -364,7 +364,7 @@ block_id block_pool_core::take_block(std::uint16_t t) {
     b = lru_.front(level);
     assert(b != no_block);
     prefetch_evictions(b);
-    evict_one(b, static_cast<std::uint8_t>(level));
+    evict_lru(b, static_cast<std::uint8_t>(level));
   }
   auto& m = blocks_[b];
   m.state = block_state::used;
@@ -394,11 +394,21 @@ void block_pool_core::unref(block_id b, std::uint8_t level) {
     m.state = block_state::free;
     free_.push(b);
     if (m.hash.lo != 0) // a second copy of an indexed prefix
-      refresh_first_copy(m.hash, level);
+      refresh_first_copy(b, m.hash, level);
   }
 }
 
-void block_pool_core::refresh_first_copy(block_hash h, std::uint8_t level) {
+void block_pool_core::refresh_first_copy(block_id b, block_hash h,
+                                         std::uint8_t level) {
+  // Only a second copy still listed: one computed over K/V a discard
+  // found bad, or of a request that indexes nothing more, was dropped.
+  auto range = second_copies_.equal_range(h.lo);
+  auto i = range.first;
+  while (i != range.second && i->second.block != b)
+    ++i;
+  if (i == range.second)
+    return;
+  second_copies_.erase(i);
   // Its holder's later blocks were indexed as the first copy's children,
   // and cached by this same release, deepest first: the first copy takes
   // this one's place in that order - after them on the LRU, evicted after
@@ -414,6 +424,36 @@ void block_pool_core::refresh_first_copy(block_hash h, std::uint8_t level) {
   lru_.remove(o, f.level);
   f.level = std::max(f.level, level);
   lru_.push_back(o, f.level);
+}
+
+void block_pool_core::evict_lru(block_id b, std::uint8_t level) {
+  auto h = blocks_[b].hash;
+  evict_one(b, level);
+  if (!second_copies_.empty())
+    promote_second_copy(h);
+}
+
+void block_pool_core::promote_second_copy(block_hash h) {
+  auto range = second_copies_.equal_range(h.lo);
+  auto best = second_copies_.end();
+  for (auto i = range.first; i != range.second; ++i) {
+    auto& m = blocks_[i->second.block];
+    if (m.hash.hi == h.hi && m.state == block_state::used && !m.indexed
+        && (best == second_copies_.end() || i->second.block < best->second.block))
+      best = i;
+  }
+  if (best == second_copies_.end())
+    return;
+  auto d = best->second.block;
+  auto& m = blocks_[d];
+  index_.insert(h.lo, d, [this](block_id x) { return blocks_[x].hash.lo; });
+  m.indexed = true;
+  m.stored_by = best->second.tenant;
+  ++counters_.blocks_cached;
+  if (record_events_)
+    events_.push_back(index_event{true, h.lo, parent_[d], d, m.stored_by,
+                                  std::move(best->second.tokens)});
+  second_copies_.erase(best);
 }
 
 void block_pool_core::index_block(block_id b, block_hash h,
@@ -436,8 +476,16 @@ void block_pool_core::index_block(block_id b, block_hash h,
     // stays out of the index, its hash marking it a second copy (unref).
     auto o = find_indexed(h.lo);
     auto& f = blocks_[o];
-    if (f.hash.hi != h.hi || f.state != block_state::cached || f.pinned)
+    if (f.hash.hi != h.hi)
+      return; // another prefix's hash.lo: no copy of anything
+    if (f.state != block_state::cached || f.pinned) {
+      second_copies_.emplace(
+        h.lo, second_copy{b, t, {tokens, tokens + block_size_}});
       return;
+    }
+    // In its place at its level too: a low request recomputing a critical
+    // one's prompt must not make that prefix the first to go.
+    m.level = std::max(m.level, f.level);
     evict_one(o, f.level);
     free_.push(o);
     index_.insert(h.lo, b, key);
@@ -500,7 +548,7 @@ std::uint32_t block_pool_core::evict(std::uint32_t n) {
     if (b == no_block)
       break;
     prefetch_evictions(b);
-    evict_one(b, static_cast<std::uint8_t>(level));
+    evict_lru(b, static_cast<std::uint8_t>(level));
     free_.push(b);
   }
   return done;

@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include <caf/error.hpp>
@@ -553,9 +554,16 @@ private:
   void uncharge(block_id b) noexcept;
   /// One holder less for `b`; the last one caches it (indexed) or frees it.
   void unref(block_id b, std::uint8_t level);
-  /// A second copy of prefix `h` was let go (unref): its first copy, cached
-  /// and unpinned, moves to the LRU's recent end, at `level` at least.
-  void refresh_first_copy(block_hash h, std::uint8_t level);
+  /// Second copy `b` of prefix `h` was let go (unref): it is no second copy
+  /// any more, and the first copy, cached and unpinned, moves to the LRU's
+  /// recent end, at `level` at least.
+  void refresh_first_copy(block_id b, block_hash h, std::uint8_t level);
+  /// The LRU evicted the first copy of `h`: a second copy (the lowest
+  /// block id), still held, is indexed in its place.
+  void promote_second_copy(block_hash h);
+  /// evict_one for the LRU's own evictions (take_block, evict), which
+  /// promote a second copy.
+  void evict_lru(block_id b, std::uint8_t level);
   /// Drops the pin pinned_[i] (the last pin moves to i; a cached block
   /// goes onto the LRU at its level).
   void unpin_at(std::size_t i);
@@ -730,6 +738,16 @@ private:
   pool_counters counters_;
   bool record_events_ = false;
   std::vector<index_event> events_;
+  /// Second copies of indexed prefixes (index_block: the first copy held
+  /// or pinned), by hash.lo, while held: what takes the first copy's place
+  /// when the LRU evicts it (promote_second_copy), so the blocks indexed
+  /// below that hash stay reachable. Empty nearly always.
+  struct second_copy {
+    block_id block = 0;
+    std::uint16_t tenant = 0;     ///< whose request filled it
+    std::vector<token_id> tokens; ///< its tokens, for the stored event
+  };
+  std::unordered_multimap<std::uint64_t, second_copy> second_copies_;
   // Policy state.
   admission_config admission_;
   std::uint64_t watermark_blocks_ = 0;

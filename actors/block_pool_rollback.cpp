@@ -127,6 +127,12 @@ void block_pool_core::forget_built_on(std::vector<write_lineage::token> bad) {
       unindex_held(b);
     }
   }
+  // A second copy computed over them never takes a first copy's place.
+  for (auto i = second_copies_.begin(); i != second_copies_.end();)
+    if (lineage_.depends_on_any(i->second.block, bad))
+      i = second_copies_.erase(i);
+    else
+      ++i;
   // Every request that computes over them - live, away on the host, or a
   // ghost - indexes nothing more: what it writes builds on them too.
   auto visit = [&](sequence& s) {
@@ -142,6 +148,16 @@ void block_pool_core::forget_built_on(std::vector<write_lineage::token> bad) {
 void block_pool_core::stop_indexing(sequence& seq) {
   seq.hashable = false;
   seq.tail.clear();
+  // Nor do its second copies take a first copy's place.
+  if (!second_copies_.empty())
+    for (auto b : seq.blocks) {
+      auto range = second_copies_.equal_range(blocks_[b].hash.lo);
+      for (auto i = range.first; i != range.second; ++i)
+        if (i->second.block == b) {
+          second_copies_.erase(i);
+          break;
+        }
+    }
   // Nor what a copy in flight deferred, nor after an undo of it.
   for (auto& p : pending_cows_)
     if (p.cache_id == seq.cache_id) {

@@ -416,7 +416,7 @@ std::uint32_t pool_model::evict(std::uint32_t n) {
     while (lru_[level].empty())
       ++level;
     auto b = lru_[level].front();
-    evict_block(b);
+    evict_from_lru(b);
     free_.push_back(b);
     ++done;
   }

@@ -284,6 +284,7 @@ private:
     /// Not indexed: the prefix it is a second copy of (its first copy held
     /// or pinned when it was filled), if any.
     std::optional<prefix_key> copy_of;
+    std::uint16_t copy_tenant = 0; ///< whose request filled the second copy
     std::uint16_t stored_by = 0;   ///< tenant of its stored event
     bool pinned = false;           ///< then never on an LRU level
     std::uint64_t pin_until = 0;
@@ -357,6 +358,9 @@ private:
   /// Unpins `b` alone, as the core's unpin_at does.
   void drop_pin(block_id b);
   void evict_block(block_id b);
+  /// evict_block for the LRU's own evictions (take, evict): a second copy
+  /// still held is indexed in the evicted first copy's place.
+  void evict_from_lru(block_id b);
   /// Out of the index while in use (pins first, with those below).
   void unindex_held(block_id b);
   /// After discards ended epochs `bad` as never written: every indexed

@@ -69,6 +69,24 @@ void pool_model::evict_block(block_id b) {
   ++counters_.evictions;
 }
 
+void pool_model::evict_from_lru(block_id b) {
+  auto key = *blocks_[b].key;
+  evict_block(b);
+  // A second copy still held (the lowest block id) takes its place.
+  for (block_id d = 0; d < blocks_.size(); ++d) {
+    auto& m = blocks_[d];
+    if (m.copy_of && *m.copy_of == key && m.st == state::used && !m.key) {
+      index_[key] = d;
+      m.key = key;
+      m.stored_by = m.copy_tenant;
+      m.copy_of.reset();
+      ++counters_.blocks_cached;
+      events_.push_back(model_event{true, key, d, m.stored_by});
+      return;
+    }
+  }
+}
+
 void pool_model::unindex_held(block_id b) {
   auto& m = blocks_[b];
   if (m.pinned)
@@ -89,7 +107,7 @@ block_id pool_model::take(std::uint16_t t, std::size_t level) {
     while (lru_[level].empty())
       ++level;
     b = lru_[level].front();
-    evict_block(b);
+    evict_from_lru(b);
   }
   auto& m = blocks_[b];
   m.st = state::used;
@@ -122,7 +140,9 @@ void pool_model::unref(block_id b, std::size_t level) {
     // to its LRU level's recent end - after the blocks this release cached
     // below it.
     if (m.copy_of) {
-      auto i = index_.find(*m.copy_of);
+      auto copy_of = *m.copy_of;
+      m.copy_of.reset(); // free: no copy of anything
+      auto i = index_.find(copy_of);
       if (i != index_.end()) {
         auto& f = blocks_[i->second];
         if (f.st == state::cached && !f.pinned) {
@@ -144,8 +164,10 @@ void pool_model::index(block_id b, prefix_key key, std::uint16_t t) {
     auto o = first->second;
     if (blocks_[o].st != state::cached || blocks_[o].pinned) {
       blocks_[b].copy_of = key;
+      blocks_[b].copy_tenant = t;
       return;
     }
+    blocks_[b].level = std::max(blocks_[b].level, blocks_[o].level);
     evict_block(o);
     free_.push_back(o);
   }

@@ -68,11 +68,17 @@ void pool_model::forget_built_on(const std::set<std::uint64_t>& bad) {
     }
   }
   built_on_taken_ += took;
+  // A second copy computed over them never takes a first copy's place.
+  for (auto& m : blocks_)
+    if (m.copy_of && (bad.count(m.writer) != 0 || over_bad(m.deps)))
+      m.copy_of.reset();
   auto visit = [&](model_sequence& s) {
     if (!over_bad(s.acc))
       return;
     built_on_stopped_ += s.hashable;
     s.hashable = false;
+    for (auto b : s.blocks) // nor one of a request that indexes nothing more
+      blocks_[b].copy_of.reset();
     for (auto& h : held_)
       if (h.before.id == s.id && h.before.cache_id == s.cache_id)
         h.before.hashable = false;

@@ -83,6 +83,68 @@ BOOST_AUTO_TEST_CASE(a_second_copy_moves_its_first_copy_behind_what_it_cached) {
   BOOST_TEST(reach() == 4u);
 }
 
+BOOST_AUTO_TEST_CASE(a_second_copy_takes_the_place_of_a_first_copy_evicted_meanwhile) {
+  // The first copy's holder ends while the second copy's still runs, and
+  // pressure evicts the first copy: the second copy is indexed in its
+  // place (a stored event with its tokens), so what its holder indexed
+  // below that hash stays reachable.
+  pool().record_events(true);
+  alloc(prompt_req(1, p));                   // holds A B
+  BOOST_TEST(alloc(prompt_req(2, p)) == 4u); // A hit; B held: a second copy
+  auto second = blocks(2)[1];
+  grow(2, y);                                 // C, under B's hash
+  release(1);                                 // B cached
+  pool().take_events();
+  BOOST_TEST(pool().evict(1) == 1u);          // B (the LRU's front)
+  auto events = pool().take_events();
+  BOOST_REQUIRE_EQUAL(events.size(), 2u);
+  BOOST_TEST(!events[0].stored);
+  BOOST_TEST(events[1].stored);
+  BOOST_TEST(events[1].block == second);
+  BOOST_TEST(events[1].tokens == part(p, 4, 8), boost::test_tools::per_element());
+  release(2);
+  BOOST_TEST(reach() == 12u);
+  BOOST_TEST(invariant(pool()) == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(a_pinned_first_copy_expired_and_evicted_gives_way_too) {
+  cfg.max_pinned_blocks = 4;
+  make(16);
+  alloc(prompt_req(1, p));
+  release(1);
+  BOOST_TEST(pool().pin(0, p, 10, 0).value() == 2u);
+  BOOST_TEST(alloc(prompt_req(2, p)) == 4u); // B pinned: a second copy
+  grow(2, y);
+  BOOST_TEST(pool().expire_pins(10) == 2u);
+  BOOST_TEST(pool().evict(1) == 1u);          // the first B
+  release(2);
+  BOOST_TEST(reach() == 12u);
+}
+
+BOOST_AUTO_TEST_CASE(the_copy_in_its_place_keeps_its_retention_level) {
+  // A critical request's prompt, cached at the top level; a normal one's
+  // below it. A low request recomputes the critical prompt's last block:
+  // its copy takes the first copy's level too, and eviction takes the
+  // normal prompt's blocks first.
+  auto hi = prompt_req(1, p);
+  hi.priority = priority::critical;
+  alloc(hi);
+  release(1);
+  auto q = run(60, 8);
+  alloc(prompt_req(3, q));
+  release(3);
+  auto lo = prompt_req(2, p);
+  lo.priority = priority::low;
+  BOOST_TEST(alloc(lo) == 4u);
+  release(2);
+  BOOST_TEST(pool().evict(1) == 1u);
+  auto reach_of = [&](const std::vector<token_id>& x) {
+    return pool().cached_prefix(prompt_req(98, x + run(30, 1))).value();
+  };
+  BOOST_TEST(reach_of(p) == 8u);
+  BOOST_TEST(reach_of(q) == 4u);
+}
+
 BOOST_AUTO_TEST_CASE(a_pinned_first_copy_stays_and_serves) {
   cfg.max_pinned_blocks = 4;
   make(16);
