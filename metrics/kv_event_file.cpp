@@ -3,7 +3,10 @@
 
 #include <cerrno>
 #include <system_error>
+#include <csignal>
+#include <ctime>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -51,6 +54,25 @@ kv_event_file::~kv_event_file() {
 }
 
 int kv_event_file::write_all(const std::string& line) {
+  // A write past a file-size limit (RLIMIT_FSIZE) raises SIGXFSZ, whose
+  // default kills the process: blocked on this thread while it writes, the
+  // write fails with EFBIG instead, and the signal it left pending is
+  // taken, so that unblocking it delivers nothing.
+  sigset_t xfsz, before;
+  sigemptyset(&xfsz);
+  sigaddset(&xfsz, SIGXFSZ);
+  pthread_sigmask(SIG_BLOCK, &xfsz, &before);
+  auto err = write_blocked(line);
+  if (err == EFBIG) {
+    timespec none{0, 0};
+    while (sigtimedwait(&xfsz, nullptr, &none) == SIGXFSZ) {
+    }
+  }
+  pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  return err;
+}
+
+int kv_event_file::write_blocked(const std::string& line) {
   const char* p = line.data();
   auto left = line.size();
   while (left > 0) {

@@ -54,8 +54,10 @@ public:
 private:
   kv_event_file(int fd, std::string path, std::uint64_t device,
                 std::uint64_t inode);
-  /// Writes all of `line`, or returns errno of the failure.
+  /// Writes all of `line`, or returns errno of the failure; SIGXFSZ
+  /// blocked meanwhile (a size limit is EFBIG, not the process's end).
   int write_all(const std::string& line);
+  int write_blocked(const std::string& line);
 
   int fd_;
   std::uint64_t device_;

@@ -42,21 +42,20 @@ std::vector<std::uint64_t> seqs_in(const std::string& path) {
   return out;
 }
 
-/// A file-size limit for this process, and SIGXFSZ ignored (a write past
-/// it then fails with EFBIG), both restored at the end of the scope.
+/// A file-size limit for this process, restored at the end of the scope.
+/// SIGXFSZ keeps its default disposition, which kills the process: the
+/// file must not let a write past the limit raise it.
 struct file_size_limit {
   rlimit old{};
-  void (*old_handler)(int) = nullptr;
   explicit file_size_limit(rlim_t bytes) {
     getrlimit(RLIMIT_FSIZE, &old);
-    old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    BOOST_TEST_REQUIRE(std::signal(SIGXFSZ, SIG_DFL) != SIG_ERR);
     rlimit lim = old;
     lim.rlim_cur = bytes;
     BOOST_TEST_REQUIRE(setrlimit(RLIMIT_FSIZE, &lim) == 0);
   }
   ~file_size_limit() {
     setrlimit(RLIMIT_FSIZE, &old);
-    std::signal(SIGXFSZ, old_handler);
   }
 };
 
