@@ -137,40 +137,41 @@ caf::error drain(device_ptr self) {
 }
 
 /// Waits for `t`, work a handler submitted and waits for itself (a slot
-/// write, a gather), at most the timeout: past it, a stall of the op
-/// `what()` names (named only then: a write's hot path builds no text).
-/// No longer, though, than the oldest queued work has left of its own
-/// bound: the actor's thread polls nothing while it waits here, and on one
-/// stream the op waits behind that work - if it is what hangs, its bound
-/// runs out first, and the stall is its own (drain names it), not the op
-/// queued behind it, after up to twice the timeout.
+/// write, a gather): past its bound, a stall of the op `what()` names
+/// (named only then: a write's hot path builds no text). Bounded as drain
+/// bounds queued work: by its own run, from when the work submitted before
+/// it was all answered - on one stream it waits behind that work, and a
+/// long healthy copy before it is no stall of its own. Until then the wait
+/// ends at the oldest work's bound: the actor's thread polls nothing while
+/// it waits here, and if that work is what hangs, the stall is its own
+/// (drain names it), not the op queued behind it, a timeout later.
 template <class Describe>
 caf::error wait_own(device_ptr self, ticket t, Describe what) {
   auto& st = self->state;
   if (st.timeout.count() == 0)
     return st.store->wait_one(t);
-  auto& q = st.queue;
+  auto& q = st.queue; // work submitted before this op: nothing joins it here
   auto deadline = self->clock().now() + st.timeout;
   for (;;) {
     auto now = self->clock().now();
-    auto until = deadline;
-    bool oldest_first = !q.empty() && q.front().since + st.timeout < deadline;
-    if (oldest_first)
-      until = q.front().since + st.timeout;
+    const bool behind = !q.empty();
+    auto until = behind ? q.front().since + st.timeout : deadline;
     auto limit = std::max(until - now, decltype(until - now)::zero());
     bool timed_out = false;
     auto err = st.store->wait_one_for(t, limit, timed_out);
     if (!timed_out)
       return err;
-    if (!oldest_first)
+    if (!behind)
       return stall(self, what(), st.timeout);
-    // The oldest's bound ran out: its stall, unless it just completed
-    // (then the next oldest's clock starts, and the wait goes on).
+    // The oldest's bound ran out: its stall, unless it just completed.
     auto oldest = q.front().t;
     if (auto stalled = drain(self))
       return stalled;
     if (!q.empty() && q.front().t == oldest)
       return stall(self, q.front().what.text(), st.timeout);
+    // All before it answered: its own run is timed from now on.
+    if (q.empty())
+      deadline = std::max(deadline, self->clock().now() + st.timeout);
   }
 }
 

@@ -276,7 +276,8 @@ BOOST_AUTO_TEST_CASE(a_stalled_copy_on_write_copy_frees_the_pool_awaiting_it) {
 BOOST_AUTO_TEST_CASE(a_stalled_slot_write_answers_everyone_waiting) {
   // A write waits for its own work on the device actor's thread; bounded,
   // a stalled one ends the wait, and the swap waiting before it is told
-  // too.
+  // too. Both hear of the oldest work's stall: the swap, whose bound runs
+  // out first (the write's own would start once the swap was answered).
   stall_fixture f;
   auto a = f.allocate(1, 10);
   BOOST_REQUIRE(a);
@@ -293,8 +294,8 @@ BOOST_AUTO_TEST_CASE(a_stalled_slot_write_answers_everyone_waiting) {
   // then the swap (failed in the device, or closed by the manager's stop).
   auto write = f.reply();
   auto swap = f.reply();
-  const std::string stalled = "slot write of 1 tokens of layer 0 not complete "
-                              "after 1000 ms (device_timeout_ms 1000)";
+  const std::string stalled = "swap-out of 3 blocks not complete after "
+                              "1000 ms (device_timeout_ms 1000)";
   BOOST_TEST(has(write, "device_failure (device actor: " + stalled), write);
   BOOST_TEST(has(swap, "swap-out of request 1"), swap);
   BOOST_TEST(has(swap, stalled), swap);
