@@ -394,10 +394,10 @@ caf::error block_pool_core::check_invariant() const {
     if (pin_pos_[b] != i)
       return broken(blk(b) + " is pinned at " + std::to_string(i)
                     + " but its position says " + std::to_string(pin_pos_[b]));
-    if (pin_ends_[i].here && pin_ends_[i].until > pin_until_[b])
+    if (pin_ends_[i].until() > pin_until_[b])
       return broken(blk(b) + "'s pin ends at " + std::to_string(pin_until_[b])
-                    + ", before the pin ending there ("
-                    + std::to_string(pin_ends_[i].until) + ")");
+                    + ", before a pin ending there ("
+                    + std::to_string(pin_ends_[i].until()) + ")");
     if (parent_[b] == 0)
       continue;
     auto up = find_indexed(parent_[b]);

@@ -753,10 +753,21 @@ private:
   std::uint64_t watermark_blocks_ = 0;
   std::uint64_t max_pinned_ = 0;
   std::vector<block_id> pinned_;
-  /// A pin, as pin() made it: its prefix ends at a block, and it ends then.
+  /// The pins whose prefix ends at a block, as pin() made them: each known
+  /// by its token count (what unpin names it by: an operator's system
+  /// prompt and a session's prompt of it and a partial turn end at the
+  /// same block), and when it ends. Empty for nearly every pinned block.
   struct pin_end {
-    bool here = false;      ///< a pin's prefix ends at this block
-    std::uint64_t until = 0; ///< the latest such pin's deadline (ms)
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> pins; ///< tokens, until
+    bool here() const noexcept {
+      return !pins.empty();
+    }
+    std::uint64_t until() const noexcept {
+      std::uint64_t u = 0;
+      for (auto& p : pins)
+        u = std::max(u, p.second);
+      return u;
+    }
   };
   /// Parallel to pinned_: which pins end at each pinned block. A block is
   /// pinned while a pin ends at it or below it (pin_until_ is the latest of

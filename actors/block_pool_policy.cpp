@@ -213,11 +213,17 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
     if (m.state == block_state::cached)
       lru_.remove(b, m.level);
   }
-  // The pin itself, where its prefix ends: what unpin lets go.
+  // The pin itself, where its prefix ends: what unpin lets go. Pinned
+  // again by the same tokens, it lasts the longer of the two.
   if (hits > 0) {
-    auto& end = pin_ends_[pin_pos_[find_indexed(scratch_[hits - 1].lo)]];
-    end.until = end.here ? std::max(end.until, until) : until;
-    end.here = true;
+    auto& pins = pin_ends_[pin_pos_[find_indexed(scratch_[hits - 1].lo)]].pins;
+    auto n = static_cast<std::uint64_t>(tokens.size());
+    auto same = std::find_if(pins.begin(), pins.end(),
+                             [&](const auto& p) { return p.first == n; });
+    if (same != pins.end())
+      same->second = std::max(same->second, until);
+    else
+      pins.emplace_back(n, until);
   }
   return hits;
 }
@@ -244,19 +250,30 @@ block_pool_core::unpin(std::uint16_t t, const std::vector<token_id>& tokens,
   }
   if (chain.empty())
     return 0u;
-  // The pin whose prefix ends at the chain's deepest pinned block goes.
+  // The pin of these tokens, ending at the chain's deepest pinned block,
+  // goes - known by its token count; with none of that count, every pin
+  // ending there (a longer or shorter list names the chain it finds).
   // `keep` chain blocks stay pinned: those down to the deepest one another
   // pin still covers - one ending there, or a pinned child off the chain
   // (another pinned prefix extends it there). `still[d]`: the latest
   // deadline among the pins that keep chain[d] and what is above it.
-  pin_ends_[pin_pos_[chain.back()]] = pin_end{};
+  {
+    auto& pins = pin_ends_[pin_pos_[chain.back()]].pins;
+    auto n = static_cast<std::uint64_t>(tokens.size());
+    auto same = std::find_if(pins.begin(), pins.end(),
+                             [&](const auto& p) { return p.first == n; });
+    if (same != pins.end())
+      pins.erase(same);
+    else
+      pins.clear();
+  }
   std::size_t keep = 0;
   std::vector<std::uint64_t> still(chain.size(), 0);
   for (std::size_t d = 0; d < chain.size(); ++d) {
     auto& end = pin_ends_[pin_pos_[chain[d]]];
-    if (end.here) {
+    if (end.here()) {
       keep = d + 1;
-      still[d] = end.until;
+      still[d] = end.until();
     }
   }
   // One pass over the pins, each parent looked up among the chain's hashes.
@@ -304,7 +321,7 @@ void block_pool_core::unpin_at(std::size_t i) {
   pinned_[i] = pinned_.back();
   pin_pos_[pinned_[i]] = static_cast<std::uint32_t>(i);
   pinned_.pop_back();
-  pin_ends_[i] = pin_ends_.back();
+  pin_ends_[i] = std::move(pin_ends_.back());
   pin_ends_.pop_back();
   if (m.state == block_state::cached)
     lru_.push_back(b, m.level);

@@ -162,9 +162,12 @@ void harness::do_pin() {
   auto t = static_cast<std::uint16_t>(below(3));
   auto prompt = t == 2 ? gamma_prompts_[below(gamma_prompts_.size())]
                        : system_prompts_[below(system_prompts_.size())];
-  // Now and then a prefix of it: pins ending above one another's end.
+  // Now and then a prefix of it: pins ending above one another's end, or
+  // at the same block with another token count.
   if (chance(25))
     prompt.resize(below(prompt.size() + 1));
+  else if (chance(15))
+    prompt.push_back(static_cast<token_id>(below(1000)));
   auto ttl = below(300);
   std::uint64_t salt = chance(10) ? 7 : 0;
   auto want = model_.pin(t, prompt, ttl, now_ms_, salt);

@@ -288,10 +288,9 @@ private:
     std::uint16_t stored_by = 0;   ///< tenant of its stored event
     bool pinned = false;           ///< then never on an LRU level
     std::uint64_t pin_until = 0;
-    /// A pin's prefix ends here (what unpin lets go), and the latest such
-    /// pin's deadline.
-    bool pin_ends = false;
-    std::uint64_t pin_end_until = 0;
+    /// The pins whose prefix ends here (what unpin lets go): each one's
+    /// token count and deadline.
+    std::vector<std::pair<std::size_t, std::uint64_t>> pin_ends; ///< tokens, until
     /// The epoch that wrote into it last (0: none since taken), and the
     /// live epochs its writer had acquired then.
     std::uint64_t writer = 0;

@@ -69,9 +69,14 @@ pool_model::pin(std::uint16_t t, const std::vector<token_id>& tokens,
   }
   if (!found.empty()) {
     auto& end = blocks_[found.back()];
-    end.pin_end_until = end.pin_ends ? std::max(end.pin_end_until, now_ms + ttl_ms)
-                                     : now_ms + ttl_ms;
-    end.pin_ends = true;
+    bool found = false;
+    for (auto& p : end.pin_ends)
+      if (p.first == tokens.size()) {
+        p.second = std::max(p.second, now_ms + ttl_ms);
+        found = true;
+      }
+    if (!found)
+      end.pin_ends.emplace_back(tokens.size(), now_ms + ttl_ms);
   }
   return {std::nullopt, static_cast<std::uint32_t>(found.size())};
 }
@@ -136,10 +141,16 @@ model_unpin pool_model::unpin(std::uint16_t t, const std::vector<token_id>& toke
     auto& m = blocks_[*b];
     if (!m.pinned)
       continue;
-    if (deepest)
-      m.pin_ends = false;
+    if (deepest) { // this tokens' pin goes; with none of its count, all
+      auto same = std::find_if(m.pin_ends.begin(), m.pin_ends.end(),
+                               [&](auto& p) { return p.first == tokens.size(); });
+      if (same != m.pin_ends.end())
+        m.pin_ends.erase(same);
+      else
+        m.pin_ends.clear();
+    }
     deepest = false;
-    if (out.kept > 0 || m.pin_ends
+    if (out.kept > 0 || !m.pin_ends.empty()
         || std::any_of(pinned_.begin(), pinned_.end(),
                        [&](block_id x) { return is_child(x, *b); })) {
       ++out.kept;
@@ -155,8 +166,8 @@ model_unpin pool_model::unpin(std::uint16_t t, const std::vector<token_id>& toke
   std::uint64_t until = 0;
   for (auto b : kept) {
     auto& m = blocks_[b];
-    if (m.pin_ends)
-      until = std::max(until, m.pin_end_until);
+    for (auto& p : m.pin_ends)
+      until = std::max(until, p.second);
     for (auto x : pinned_)
       if (is_child(x, b)
           && std::find(kept.begin(), kept.end(), x) == kept.end())
@@ -190,8 +201,7 @@ void pool_model::drop_pin(block_id b) {
   auto& m = blocks_[b];
   m.pinned = false;
   m.pin_until = 0;
-  m.pin_ends = false;
-  m.pin_end_until = 0;
+  m.pin_ends.clear();
   // As the pool does (the order decides later expiries' LRU order): the
   // last pin takes its place.
   *std::find(pinned_.begin(), pinned_.end(), b) = pinned_.back();

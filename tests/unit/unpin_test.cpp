@@ -222,6 +222,26 @@ BOOST_AUTO_TEST_CASE(unpinning_the_shorter_prefix_leaves_the_longer_pin_alone) {
   BOOST_TEST(pool().pinned_blocks() == 0u);
 }
 
+BOOST_AUTO_TEST_CASE(two_pins_ending_at_one_block_go_one_at_a_time) {
+  // The session's prompt is the system prompt and a turn shorter than a
+  // block: both pins end at B, told apart by their token counts.
+  auto sys = run(10, 8);             // A B
+  auto session = sys + run(100, 3);  // A B + partial
+  cached(16, 8, {sys});
+  BOOST_TEST(pool().pin(0, sys, 3'600'000, 0).value() == 2u);
+  BOOST_TEST(pool().pin(0, session, 300'000, 0).value() == 2u);
+  BOOST_TEST(pool().unpin(0, session).value() == 0u); // the system's stays
+  BOOST_TEST(pool().pinned_blocks() == 2u);
+  BOOST_TEST(pool().expire_pins(300'000) == 0u);
+  BOOST_TEST(pool().expire_pins(3'600'000) == 2u);
+  // A list of another length than any pin ending there lets all go.
+  BOOST_TEST(pool().pin(0, sys, 1'000, 0).value() == 2u);
+  BOOST_TEST(pool().pin(0, session, 1'000, 0).value() == 2u);
+  BOOST_TEST(pool().unpin(0, sys + run(100, 2)).value() == 2u);
+  BOOST_TEST(pool().pinned_blocks() == 0u);
+  BOOST_TEST(invariant(pool()) == "ok");
+}
+
 BOOST_AUTO_TEST_CASE(blocks_in_use_stay_in_use_and_only_lose_the_pin) {
   auto p = run(10, 13);
   cfg.max_pinned_blocks = 8;
