@@ -223,7 +223,8 @@ public:
                                           std::chrono::milliseconds ttl,
                                           std::uint64_t cache_salt = 0);
 
-  /// Lets the tenant's pin of `tokens` (under `cache_salt`) go before its
+  /// Lets the tenant's pin of `tokens` (under `cache_salt`; a pin is known
+  /// by where its full blocks end and its token count) go before its
   /// deadline - a retired system prompt, an ended session - except where
   /// another pin still covers its blocks: one of a shorter prefix (the
   /// system prompt under a session's), or of a longer one extending them
