@@ -33,6 +33,11 @@ run() {
   fi
 }
 
+run critical_steady 1 --requests 20 --extends 2
+grep -q '"pressure":"low"' "$out" || {
+  echo "FAIL: critical_steady: no low-pressure run"
+  failures=$((failures + 1))
+}
 run scale 2 --sizes 100,200 --blocks 10000 --ops 2000 --rounds 2 --scheduler-threads 1
 grep -q '"failed_operations":0' "$out" || {
   echo "FAIL: scale: failed operations"
