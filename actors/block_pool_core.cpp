@@ -330,7 +330,6 @@ block_id block_pool_core::take_block(std::uint16_t t) {
   m.state = block_state::used;
   m.ref_count = 1;
   m.level = 0;
-  m.hash = block_hash{}; // set again if it is indexed (index_block)
   lineage_.clear(b);
   charge(b, t);
   ++counters_.blocks_allocated;
@@ -353,7 +352,7 @@ void block_pool_core::unref(block_id b, std::uint8_t level) {
   } else {
     m.state = block_state::free;
     free_.push(b);
-    if (m.hash.lo != 0) // a second copy of an indexed prefix
+    if (!second_copies_.empty()) // perhaps a second copy of a prefix
       refresh_first_copy(b, m.hash, level);
   }
 }

@@ -35,6 +35,7 @@
 // what was computed over them (forget_built_on, write_lineage.hpp).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <unordered_map>
@@ -554,10 +555,13 @@ private:
   void uncharge(block_id b) noexcept;
   /// One holder less for `b`; the last one caches it (indexed) or frees it.
   void unref(block_id b, std::uint8_t level);
-  /// Second copy `b` of prefix `h` was let go (unref): it is no second copy
-  /// any more, and the first copy, cached and unpinned, moves to the LRU's
-  /// recent end, at `level` at least.
+  /// `b` was let go (unref): if it is a listed second copy of prefix `h`,
+  /// it is one no more, and the first copy, cached and unpinned, moves to
+  /// the LRU's recent end, at `level` at least.
   void refresh_first_copy(block_id b, block_hash h, std::uint8_t level);
+  /// Takes `b` off second_copies_ (listed under its hash); false if it was
+  /// not there.
+  bool drop_second_copy(block_id b);
   /// The LRU evicted the first copy of `h`: a second copy (the lowest
   /// block id), still held, is indexed in its place.
   void promote_second_copy(block_hash h);
@@ -594,7 +598,7 @@ private:
   /// Enters `b` (held, full) into the prefix index under `h`. Its hash is
   /// indexed already: a first copy cached and unpinned is evicted, `b`
   /// taking its place; a held or pinned one stays, and `b` stays out of
-  /// the index, a second copy (its hash set: refresh_first_copy).
+  /// the index, listed in second_copies_.
   void index_block(block_id b, block_hash h, std::uint64_t parent,
                    std::uint16_t t, const token_id* tokens);
   /// Appends `n` token ids to `seq`'s tail (its drafts already counted) and
@@ -761,6 +765,11 @@ private:
     std::vector<std::pair<std::uint64_t, std::uint64_t>> pins; ///< tokens, until
     bool here() const noexcept {
       return !pins.empty();
+    }
+    /// The pin of `tokens` tokens, or pins.end().
+    auto of(std::uint64_t tokens) {
+      return std::find_if(pins.begin(), pins.end(),
+                          [&](const auto& p) { return p.first == tokens; });
     }
     std::uint64_t until() const noexcept {
       std::uint64_t u = 0;

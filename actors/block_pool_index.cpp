@@ -28,7 +28,6 @@ void block_pool_core::unindex_held(block_id b) {
   m.indexed = false;
   if (record_events_)
     events_.push_back(index_event{false, m.hash.lo, parent_[b], b, m.stored_by, {}});
-  m.hash = block_hash{}; // no second copy of anything (unref)
 }
 
 void block_pool_core::prefetch_evictions(block_id b) const noexcept {
@@ -49,17 +48,22 @@ void block_pool_core::prefetch_evictions(block_id b) const noexcept {
   lru_.prefetch(n2);
 }
 
+bool block_pool_core::drop_second_copy(block_id b) {
+  auto range = second_copies_.equal_range(blocks_[b].hash.lo);
+  for (auto i = range.first; i != range.second; ++i)
+    if (i->second.block == b) {
+      second_copies_.erase(i);
+      return true;
+    }
+  return false;
+}
+
 void block_pool_core::refresh_first_copy(block_id b, block_hash h,
                                          std::uint8_t level) {
   // Only a second copy still listed: one computed over K/V a discard
   // found bad, or of a request that indexes nothing more, was dropped.
-  auto range = second_copies_.equal_range(h.lo);
-  auto i = range.first;
-  while (i != range.second && i->second.block != b)
-    ++i;
-  if (i == range.second)
+  if (!drop_second_copy(b))
     return;
-  second_copies_.erase(i);
   // Its holder's later blocks were indexed as the first copy's children,
   // and cached by this same release, deepest first: the first copy takes
   // this one's place in that order - after them on the LRU, evicted after
@@ -124,7 +128,7 @@ void block_pool_core::index_block(block_id b, block_hash h,
     // nobody holds or pins - evicted before them, it would leave them
     // cached out of any lookup's reach - is evicted now, this one taking
     // its place. A held or pinned first copy serves later hits; this one
-    // stays out of the index, its hash marking it a second copy (unref).
+    // stays out of the index, listed as a second copy (unref, evict_lru).
     auto o = find_indexed(h.lo);
     auto& f = blocks_[o];
     if (f.hash.hi != h.hi)

@@ -216,14 +216,12 @@ block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
   // The pin itself, where its prefix ends: what unpin lets go. Pinned
   // again by the same tokens, it lasts the longer of the two.
   if (hits > 0) {
-    auto& pins = pin_ends_[pin_pos_[find_indexed(scratch_[hits - 1].lo)]].pins;
-    auto n = static_cast<std::uint64_t>(tokens.size());
-    auto same = std::find_if(pins.begin(), pins.end(),
-                             [&](const auto& p) { return p.first == n; });
-    if (same != pins.end())
+    auto& end = pin_ends_[pin_pos_[find_indexed(scratch_[hits - 1].lo)]];
+    auto same = end.of(tokens.size());
+    if (same != end.pins.end())
       same->second = std::max(same->second, until);
     else
-      pins.emplace_back(n, until);
+      end.pins.emplace_back(tokens.size(), until);
   }
   return hits;
 }
@@ -258,14 +256,12 @@ block_pool_core::unpin(std::uint16_t t, const std::vector<token_id>& tokens,
   // (another pinned prefix extends it there). `still[d]`: the latest
   // deadline among the pins that keep chain[d] and what is above it.
   {
-    auto& pins = pin_ends_[pin_pos_[chain.back()]].pins;
-    auto n = static_cast<std::uint64_t>(tokens.size());
-    auto same = std::find_if(pins.begin(), pins.end(),
-                             [&](const auto& p) { return p.first == n; });
-    if (same != pins.end())
-      pins.erase(same);
+    auto& end = pin_ends_[pin_pos_[chain.back()]];
+    auto same = end.of(tokens.size());
+    if (same != end.pins.end())
+      end.pins.erase(same);
     else
-      pins.clear();
+      end.pins.clear();
   }
   std::size_t keep = 0;
   std::vector<std::uint64_t> still(chain.size(), 0);

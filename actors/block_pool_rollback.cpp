@@ -150,14 +150,8 @@ void block_pool_core::stop_indexing(sequence& seq) {
   seq.tail.clear();
   // Nor do its second copies take a first copy's place.
   if (!second_copies_.empty())
-    for (auto b : seq.blocks) {
-      auto range = second_copies_.equal_range(blocks_[b].hash.lo);
-      for (auto i = range.first; i != range.second; ++i)
-        if (i->second.block == b) {
-          second_copies_.erase(i);
-          break;
-        }
-    }
+    for (auto b : seq.blocks)
+      drop_second_copy(b);
   // Nor what a copy in flight deferred, nor after an undo of it.
   for (auto& p : pending_cows_)
     if (p.cache_id == seq.cache_id) {

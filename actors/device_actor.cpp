@@ -77,7 +77,6 @@ caf::error stall(device_ptr self, const std::string& what,
   return err;
 }
 
-
 /// Answers every pending request whose own work completed (or failed: after
 /// a fault finished() is true for all, and wait_one() reports it), in any
 /// order, so a copy-on-write or a write is not held behind an unrelated long
