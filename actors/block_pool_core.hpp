@@ -329,8 +329,10 @@ public:
   /// Cached blocks that are pinned (cached_blocks() counts the others).
   std::uint64_t pinned_cached_blocks() const noexcept;
 
-  /// Unpins blocks whose time ran out; returns how many. O(1) until the
-  /// earliest pin's deadline (every hot message calls it), then O(pins).
+  /// Unpins blocks whose time ran out; returns how many. Pins that ended
+  /// at a block whose later pins keep it go too (unpin then no longer
+  /// finds them). O(1) until the earliest pin's deadline (every hot
+  /// message calls it), then O(pins).
   std::uint32_t expire_pins(std::uint64_t now_ms);
   std::uint64_t pinned_blocks() const noexcept {
     return pinned_.size();
@@ -783,9 +785,9 @@ private:
   /// their deadlines) - or, after pins below gave way to reservations, until
   /// its own deadline, with none.
   std::vector<pin_end> pin_ends_;
-  /// No pin ends before this (a lower bound of pin_until_ over pinned_,
-  /// exact after each expire_pins scan; unpins leave it low, which costs
-  /// one scan at most).
+  /// No pin ends before this (a lower bound of pin_until_ over pinned_ and
+  /// of every pin's deadline in pin_ends_, exact after each expire_pins
+  /// scan; unpins leave it low, which costs one scan at most).
   std::uint64_t next_pin_expiry_ = UINT64_MAX;
   std::vector<pending_cow> pending_cows_;
   /// Per swap-in in flight (by cache id): how many of its blocks it shared

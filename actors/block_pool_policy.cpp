@@ -370,13 +370,25 @@ std::uint32_t block_pool_core::expire_pins(std::uint64_t now_ms) {
   // them is the count of expired ancestors; ties by block id.
   if (now_ms < next_pin_expiry_)
     return 0;
+  // A pin that ended where a later one ends too leaves no block to expire,
+  // but is let go here all the same: else unpin, finding it still at the
+  // chain's end, would keep the chain pinned (until this scan's next run).
+  // So the scan is due when the earliest pin ends, not only a block's.
   std::vector<std::pair<std::uint64_t, block_id>> expired; // hash.lo, block
   next_pin_expiry_ = UINT64_MAX;
-  for (auto b : pinned_) {
-    if (pin_until_[b] <= now_ms)
+  for (std::size_t i = 0; i < pinned_.size(); ++i) {
+    auto b = pinned_[i];
+    if (pin_until_[b] <= now_ms) {
       expired.emplace_back(blocks_[b].hash.lo, b);
-    else
-      next_pin_expiry_ = std::min(next_pin_expiry_, pin_until_[b]);
+      continue;
+    }
+    next_pin_expiry_ = std::min(next_pin_expiry_, pin_until_[b]);
+    auto& pins = pin_ends_[i].pins;
+    pins.erase(std::remove_if(pins.begin(), pins.end(),
+                              [&](auto& p) { return p.second <= now_ms; }),
+               pins.end());
+    for (auto& p : pins)
+      next_pin_expiry_ = std::min(next_pin_expiry_, p.second);
   }
   if (expired.empty())
     return 0;

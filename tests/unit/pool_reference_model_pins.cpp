@@ -105,6 +105,14 @@ std::uint32_t pool_model::expire_pins(std::uint64_t now_ms) {
   });
   for (auto& o : order)
     drop_pin(o.second);
+  // A pin that ended where a later one still keeps the block is let go
+  // too: unpin no longer finds it.
+  for (auto b : pinned_) {
+    auto& ends = blocks_[b].pin_ends;
+    ends.erase(std::remove_if(ends.begin(), ends.end(),
+                              [&](auto& p) { return p.second <= now_ms; }),
+               ends.end());
+  }
   return static_cast<std::uint32_t>(order.size());
 }
 

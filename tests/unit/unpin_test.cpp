@@ -242,6 +242,23 @@ BOOST_AUTO_TEST_CASE(two_pins_ending_at_one_block_go_one_at_a_time) {
   BOOST_TEST(invariant(pool()) == "ok");
 }
 
+BOOST_AUTO_TEST_CASE(a_pin_that_ended_at_the_chains_end_keeps_nothing_after_an_unpin) {
+  // The session's five minutes are over, but the system prompt's hour at
+  // the same block kept B pinned, so no block expired. Its unpin then lets
+  // the whole chain go: the session's ended pin is not one still over it.
+  auto sys = run(10, 8);             // A B
+  auto session = sys + run(100, 3);  // A B + partial
+  cached(16, 8, {sys});
+  BOOST_TEST(pool().pin(0, session, 300'000, 0).value() == 2u);
+  BOOST_TEST(pool().pin(0, sys, 3'600'000, 0).value() == 2u);
+  BOOST_TEST(pool().expire_pins(300'000) == 0u); // no block's pin ended
+  BOOST_TEST(invariant(pool()) == "ok");
+  BOOST_TEST(pool().unpin(0, sys).value() == 2u);
+  BOOST_TEST(pool().pinned_blocks() == 0u);
+  BOOST_TEST(pool().cached_blocks() == 2u);
+  BOOST_TEST(invariant(pool()) == "ok");
+}
+
 BOOST_AUTO_TEST_CASE(blocks_in_use_stay_in_use_and_only_lose_the_pin) {
   auto p = run(10, 13);
   cfg.max_pinned_blocks = 8;
