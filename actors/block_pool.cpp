@@ -40,10 +40,8 @@ block_pool_fun(pool_ptr self, cache_config cfg,
                                 return x.address() == dm.source;
                               }),
                subs.end());
-    if (subs.empty()) {
+    if (subs.empty())
       self->state.core().record_events(false);
-      self->state.core().take_events();
-    }
   });
   return {
     [self, &st](allocate_atom, const allocation_request& req)
@@ -278,7 +276,11 @@ block_pool_fun(pool_ptr self, cache_config cfg,
         if (!st.lanes.knows(sub.address())) // a stepper is watched already
           self->monitor(sub); // a subscriber that dies is dropped
       }
-      st.core().record_events(true);
+      // Changes nobody heard (before the first subscriber, or since the
+      // last one left) count as one batch: a subscriber joining after them
+      // starts past 1 and can tell it has no full picture.
+      if (st.core().record_events(true))
+        ++st.kv_seq;
     },
     [self, &st](unsubscribe_atom, topic t, const caf::actor& sub) {
       if (t != topic::kv_events)
@@ -292,10 +294,8 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       // steps here too: CAF's demonitor drops every monitor of the pair.
       if (!st.lanes.knows(sub.address()))
         self->demonitor(sub);
-      if (subs.empty()) {
+      if (subs.empty())
         st.core().record_events(false);
-        st.core().take_events();
-      }
     },
     [self, &st](swap_out_atom, request_id id, std::uint64_t cache_id)
       -> caf::result<std::vector<block_move>> {

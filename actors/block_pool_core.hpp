@@ -357,9 +357,22 @@ public:
   /// Evicts up to `n` cached blocks, least valuable first; returns how many.
   std::uint32_t evict(std::uint32_t n);
 
-  /// Turns on recording of index changes into events().
-  void record_events(bool on) noexcept {
+  /// Turns recording of index changes (take_events) on or off. Off drops
+  /// what was recorded and not taken: those changes, and every one until
+  /// recording is on again, go unheard. On returns whether any did since
+  /// recording was last on (then the pool counts a batch nobody heard, so
+  /// a subscriber joining after them sees a gap in seq).
+  bool record_events(bool on) noexcept {
+    bool missed = false;
+    if (on) {
+      missed = unheard_;
+      unheard_ = false;
+    } else {
+      unheard_ = unheard_ || !events_.empty();
+      events_.clear();
+    }
     record_events_ = on;
+    return missed;
   }
   /// Index changes since the last take_events().
   std::vector<index_event> take_events() {
@@ -743,6 +756,7 @@ private:
   std::uint64_t clock_ns_ = 0;   ///< set_clock
   pool_counters counters_;
   bool record_events_ = false;
+  bool unheard_ = false; ///< an index change while recording was off
   std::vector<index_event> events_;
   /// Second copies of indexed prefixes (index_block: the first copy held
   /// or pinned), by hash.lo, while held: what takes the first copy's place

@@ -18,6 +18,8 @@ void block_pool_core::evict_one(block_id b, std::uint8_t level) {
   ++counters_.evictions;
   if (record_events_)
     events_.push_back(index_event{false, m.hash.lo, parent_[b], b, m.stored_by, {}});
+  else
+    unheard_ = true;
 }
 
 void block_pool_core::unindex_held(block_id b) {
@@ -28,6 +30,8 @@ void block_pool_core::unindex_held(block_id b) {
   m.indexed = false;
   if (record_events_)
     events_.push_back(index_event{false, m.hash.lo, parent_[b], b, m.stored_by, {}});
+  else
+    unheard_ = true;
 }
 
 void block_pool_core::prefetch_evictions(block_id b) const noexcept {
@@ -108,6 +112,8 @@ void block_pool_core::promote_second_copy(block_hash h) {
   if (record_events_)
     events_.push_back(index_event{true, h.lo, parent_[d], d, m.stored_by,
                                   std::move(best->second.tokens)});
+  else
+    unheard_ = true;
   second_copies_.erase(best);
 }
 
@@ -151,6 +157,8 @@ void block_pool_core::index_block(block_id b, block_hash h,
   if (record_events_)
     events_.push_back(index_event{true, h.lo, parent, b, t,
                                   {tokens, tokens + block_size_}});
+  else
+    unheard_ = true;
 }
 
 // -- eviction -------------------------------------------------------------------------

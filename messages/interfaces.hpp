@@ -19,6 +19,9 @@ namespace kvactor {
 
 /// One per live request: its identity, shape and device, the data movement
 /// its growth needs (copy-on-write) and its lifetime (it dies with its owner).
+/// It quits when its request ends: a call sent after that gets CAF's
+/// request_receiver_down, which means the same as invalid_handle (a call
+/// the end overtook on its way).
 using request_handle_actor = caf::typed_actor<
   // Its current block table.
   caf::replies_to<table_atom>::with<block_table>,
@@ -383,7 +386,10 @@ using kv_cache_manager_actor = caf::typed_actor<
   caf::replies_to<unpin_atom, std::string, std::vector<token_id>,
                   std::uint64_t>::with<std::uint32_t>,
   // Subscribe / unsubscribe an actor to a topic (a null handle is ignored:
-  // no reply carries an error).
+  // no reply carries an error). kv_events is passed on to the pool, and
+  // counts from when the pool has it: a stats request sent after it is
+  // answered after that (a step, which goes to the pool's lane directly,
+  // could overtake it).
   caf::reacts_to<subscribe_atom, topic, caf::actor>,
   caf::reacts_to<unsubscribe_atom, topic, caf::actor>,
   // From the supervisor: a handle actor died with an error.

@@ -238,9 +238,10 @@ typename Inspector::result_type inspect(Inspector& f, kv_event& x) {
 
 /// The index changes of one pool message, in order; batches are numbered
 /// consecutively from 1, one sequence for all subscribers, so a subscriber
-/// can tell it missed one (one that joined later starts past 1, with no
-/// snapshot of what is indexed already). Every tenant's events, token ids
-/// included: a subscriber is the operator's.
+/// can tell it missed one. Changes made while nobody was subscribed count
+/// as one batch nobody heard: a subscriber whose first batch is not 1
+/// joined after changes it has no snapshot of. Every tenant's events,
+/// token ids included: a subscriber is the operator's.
 struct kv_event_batch {
   std::uint64_t seq = 0;
   std::uint32_t block_size = 0;

@@ -298,6 +298,40 @@ BOOST_AUTO_TEST_CASE(kv_event_subscribers_see_stored_and_removed_blocks_in_numbe
   unsubscribe(topic::kv_events, sub);
   BOOST_REQUIRE(allocate(make_prompt_request(cfg, 2, prompt)));
   BOOST_TEST(kv_batches(sub).empty());
+  // Back again: what went unheard meanwhile counts as one batch (seq 4),
+  // so the next one it hears shows the gap.
+  subscribe(topic::kv_events, sub);
+  BOOST_REQUIRE(free(2));
+  BOOST_TEST(value_or(ask<std::uint32_t>(pool, evict_atom::value, std::uint32_t{10}), 0u) == 2u);
+  batches = kv_batches(sub);
+  BOOST_REQUIRE(batches.size() == 1u);
+  BOOST_TEST(batches[0].seq == 5u);
+  BOOST_TEST(batches[0].events.size() == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(a_first_subscriber_after_index_changes_starts_past_seq_one) {
+  // Nobody listened while the prompt was indexed: no batch was numbered
+  // then, but the subscriber must still see it lacks the picture.
+  auto prompt = make_tokens(9, 50);
+  BOOST_REQUIRE(allocate(make_prompt_request(cfg, 1, prompt)));
+  caf::scoped_actor sub{sys};
+  subscribe(topic::kv_events, sub);
+  BOOST_REQUIRE(append(1, make_tokens(3, 51))); // one more full block
+  auto batches = kv_batches(sub);
+  BOOST_REQUIRE(batches.size() == 1u);
+  BOOST_TEST(batches[0].seq == 2u);
+  BOOST_TEST(batches[0].events.size() == 1u);
+  // A second subscriber joins where the count is; the first sees no gap.
+  caf::scoped_actor late{sys};
+  subscribe(topic::kv_events, late);
+  BOOST_REQUIRE(free(1));
+  BOOST_TEST(value_or(ask<std::uint32_t>(pool, evict_atom::value, std::uint32_t{10}), 0u) == 3u);
+  batches = kv_batches(sub);
+  BOOST_REQUIRE(batches.size() == 1u);
+  BOOST_TEST(batches[0].seq == 3u);
+  auto heard = kv_batches(late);
+  BOOST_REQUIRE(heard.size() == 1u);
+  BOOST_TEST(heard[0].seq == 3u);
 }
 
 BOOST_AUTO_TEST_CASE(an_extend_racing_a_preemption_is_still_answered) {
