@@ -122,6 +122,10 @@ caf::error check_incarnation(const block_pool_core& core, request_id id,
                              std::uint64_t cache_id) {
   if (core.find(id, cache_id) != nullptr)
     return caf::none;
+  if (cache_id == current_incarnation) // only the manager's forms take it
+    return make_error(errc::invalid_request,
+                      "request " + std::to_string(id)
+                        + ": name its cache id here, not current_incarnation");
   return make_error(errc::invalid_handle,
                     "request " + std::to_string(id) + " has ended");
 }

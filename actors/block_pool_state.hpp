@@ -111,7 +111,8 @@ void fail_undone_extends(step_result& res, const caf::error& err,
                          const std::vector<request_id>& undone);
 
 /// None if incarnation `cache_id` of request `id` is live; otherwise the
-/// error its handle answers with: the request it served has ended.
+/// error its handle answers with: the request it served has ended
+/// (invalid_request for current_incarnation, which names none here).
 caf::error check_incarnation(const block_pool_core& core, request_id id,
                              std::uint64_t cache_id);
 

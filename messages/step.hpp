@@ -180,6 +180,8 @@ struct step_result {
   std::vector<op_failure> failed;
   /// The first admit that did not fit (admission stopped there), when
   /// admission_blocked is set; read it only then - 0 is a request id too.
+  /// A step that preempted (without admit_after_preemption) tries no
+  /// admit: then it is the first admit, which may well have fit.
   request_id blocked = 0;
   /// Admission stopped at `blocked`: it and every admit after it in the
   /// request were not admitted (nor are they in `failed`, but for those

@@ -129,11 +129,13 @@ BOOST_AUTO_TEST_CASE(the_managers_grow_message_names_one_incarnation) {
   t = ask<block_table>(pool, extend_atom::value, request_id{99},
                        current_incarnation, std::uint64_t{1});
   BOOST_TEST(outcome(t) == "unknown_request");
-  // A handle's form always names its own incarnation: 0 names none.
+  // A handle's form always names its own incarnation: 0 names none, and
+  // is refused as such (not as an ended request: it is live).
   auto e = ask<extension>(pool, extend_atom::value, request_id{1},
                           current_incarnation, std::uint64_t{1},
                           std::vector<token_id>{});
-  BOOST_TEST(outcome(e) == "invalid_handle");
+  BOOST_TEST(outcome(e) == "invalid_request");
+  BOOST_TEST(!e && render(e.error()).find("not current_incarnation") != std::string::npos);
   BOOST_TEST(value_or(table(1), block_table{}).num_tokens == 11u);
 }
 
