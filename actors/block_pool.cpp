@@ -35,11 +35,7 @@ block_pool_fun(pool_ptr self, cache_config cfg,
   self->set_down_handler([self](const caf::down_msg& dm) {
     self->state.lanes.forget(dm.source); // a stepper went
     auto& subs = self->state.kv_subscribers;
-    subs.erase(std::remove_if(subs.begin(), subs.end(),
-                              [&](const caf::actor& x) {
-                                return x.address() == dm.source;
-                              }),
-               subs.end());
+    subs.erase(std::remove(subs.begin(), subs.end(), dm.source), subs.end());
     if (subs.empty())
       self->state.core().record_events(false);
   });
@@ -271,8 +267,8 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       if (t != topic::kv_events || !sub) // null: CAF's monitor would crash
         return;
       auto& subs = st.kv_subscribers;
-      if (std::find(subs.begin(), subs.end(), sub) == subs.end()) {
-        subs.push_back(sub);
+      if (std::find(subs.begin(), subs.end(), sub.address()) == subs.end()) {
+        subs.push_back(sub.address());
         if (!st.lanes.knows(sub.address())) // a stepper is watched already
           self->monitor(sub); // a subscriber that dies is dropped
       }
@@ -286,7 +282,7 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       if (t != topic::kv_events)
         return;
       auto& subs = st.kv_subscribers;
-      auto i = std::find(subs.begin(), subs.end(), sub);
+      auto i = std::find(subs.begin(), subs.end(), sub.address());
       if (i == subs.end())
         return;
       subs.erase(i);

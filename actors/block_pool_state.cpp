@@ -61,8 +61,9 @@ void block_pool_state::publish_events() {
     batch.events.push_back(kv_event{e.stored, e.hash, e.parent_hash, e.block,
                                     tenants[e.tenant].config.name,
                                     std::move(e.tokens)});
-  for (auto& sub : kv_subscribers)
-    caf::anon_send(sub, kv_event_atom::value, batch);
+  for (auto& addr : kv_subscribers)
+    if (auto sub = caf::actor_cast<caf::actor>(addr)) // null: it went
+      caf::anon_send(sub, kv_event_atom::value, batch);
 }
 
 void block_pool_state::expire_due_pins() {

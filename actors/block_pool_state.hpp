@@ -38,7 +38,8 @@ struct block_pool_state {
   /// no crossing would wake it).
   bool victims_watch = false;
   device_actor device; ///< copies for copy-on-write
-  std::vector<caf::actor> kv_subscribers;
+  /// Weak (a subscription keeps nobody alive); monitored, dropped when gone.
+  std::vector<caf::actor_addr> kv_subscribers;
   std::uint64_t kv_seq = 0;
   /// The manager, told each step's effects on its registry (none: a pool
   /// spawned alone), and the storage whose device a step's admits must name

@@ -55,8 +55,14 @@ request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
 
 bool is_lifecycle_subscriber(const manager_state& st,
                              const caf::actor_addr& addr) {
-  return std::any_of(st.lifecycle.begin(), st.lifecycle.end(),
-                     [&](const caf::actor& x) { return x.address() == addr; });
+  return std::find(st.lifecycle.begin(), st.lifecycle.end(), addr)
+         != st.lifecycle.end();
+}
+
+void tell_lifecycle(const manager_state& st, const request_ended& ev) {
+  for (auto& addr : st.lifecycle)
+    if (auto sub = caf::actor_cast<caf::actor>(addr)) // null: it went
+      caf::anon_send(sub, ended_atom::value, ev);
 }
 
 void end_request(mgr_ptr self, request_id id, end_reason why,
@@ -76,8 +82,7 @@ void end_request(mgr_ptr self, request_id id, end_reason why,
       --o->second;
   self->send(e.handle, end_atom::value, why);
   request_ended ev{id, e.info.cache_id, why, released, e.handle.id()};
-  for (auto& sub : st.lifecycle)
-    caf::anon_send(sub, ended_atom::value, ev);
+  tell_lifecycle(st, ev);
   if (tell_owner)
     if (auto owner = caf::actor_cast<caf::actor>(e.owner)) // null: it went
       caf::anon_send(owner, preempt_atom::value, ev);

@@ -77,7 +77,9 @@ struct manager_state {
   /// comes first. The entries name their owners; when one dies, a scan of
   /// the registry finds its requests.
   std::unordered_map<caf::actor_addr, std::size_t> owned;
-  std::vector<caf::actor> lifecycle;
+  /// Lifecycle subscribers, weak as owners are (a subscription must not
+  /// keep an owner alive, nor its requests); monitored, dropped when gone.
+  std::vector<caf::actor_addr> lifecycle;
   /// Ids whose admission (allocate, fork) or end (free, discard, preempt,
   /// reclaim) went to the pool and is not answered yet, with how many: the
   /// registry follows the pool by that round trip. A client that sends its
@@ -110,6 +112,9 @@ request_handle_actor add_request(mgr_ptr self, const allocation_request& req,
 /// Whether `addr` is subscribed to lifecycle events (the manager monitors
 /// it for that too).
 bool is_lifecycle_subscriber(const manager_state& st, const caf::actor_addr& addr);
+
+/// Sends `ev` to each lifecycle subscriber still alive.
+void tell_lifecycle(const manager_state& st, const request_ended& ev);
 
 /// Removes a request from the registry, ends its handle and tells the
 /// lifecycle subscribers (and, for preemptions it did not ask for, the owner).

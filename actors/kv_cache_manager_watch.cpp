@@ -40,8 +40,7 @@ void stop_cache(mgr_ptr self, const caf::error& reason) {
   for (auto& kvp : st.registry) {
     request_ended ev{kvp.first, kvp.second.info.cache_id,
                      end_reason::shutdown, 0, kvp.second.handle.id()};
-    for (auto& sub : st.lifecycle)
-      caf::anon_send(sub, ended_atom::value, ev);
+    tell_lifecycle(st, ev);
     self->send_exit(kvp.second.handle, caf::exit_reason::user_shutdown);
   }
   st.registry.clear();
@@ -109,11 +108,7 @@ void watch_cache(mgr_ptr self) {
     }
     // It may have been a lifecycle subscriber too: drop it there as well.
     auto& subs = st.lifecycle;
-    subs.erase(std::remove_if(subs.begin(), subs.end(),
-                              [&](const caf::actor& x) {
-                                return x.address() == dm.source;
-                              }),
-               subs.end());
+    subs.erase(std::remove(subs.begin(), subs.end(), dm.source), subs.end());
   });
   // Orderly shutdown on an exit message: tell subscribers, stop every actor
   // this manager spawned. The state is gone by the time attached functors
@@ -153,9 +148,8 @@ void subscribe(mgr_ptr self, topic t, const caf::actor& sub) {
       caf::anon_send(st.supervisor, subscribe_atom::value, sub);
       break;
     case topic::lifecycle:
-      if (std::find(st.lifecycle.begin(), st.lifecycle.end(), sub)
-          == st.lifecycle.end()) {
-        st.lifecycle.push_back(sub);
+      if (!is_lifecycle_subscriber(st, sub.address())) {
+        st.lifecycle.push_back(sub.address());
         // A subscriber that dies is dropped (one monitor per actor: an
         // owner is watched already).
         if (st.owned.count(sub.address()) == 0)
@@ -181,7 +175,7 @@ void unsubscribe(mgr_ptr self, topic t, const caf::actor& sub) {
       break;
     case topic::lifecycle:
       st.lifecycle.erase(std::remove(st.lifecycle.begin(),
-                                     st.lifecycle.end(), sub),
+                                     st.lifecycle.end(), sub.address()),
                          st.lifecycle.end());
       // Its monitor goes too, unless it owns requests (then that one
       // monitor serves ownership: demonitor would drop it).

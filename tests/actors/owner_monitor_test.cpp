@@ -296,6 +296,42 @@ BOOST_AUTO_TEST_CASE(an_owner_whose_last_reference_goes_has_its_requests_reclaim
     BOOST_TEST((e.reason == end_reason::reclaimed));
 }
 
+BOOST_AUTO_TEST_CASE(a_subscription_keeps_no_owner_alive) {
+  // An owner subscribed to pressure, lifecycle and KV events, as a
+  // scheduler does: the supervisor, the manager and the pool each kept it
+  // by a strong reference, so its last reference never went, and neither
+  // did its request's blocks.
+  auto gone = std::make_shared<std::atomic<bool>>(false);
+  auto got = std::make_shared<std::atomic<int>>(0);
+  {
+    auto owner = spawn_fn(sys, [&, gone, got](caf::event_based_actor* me)
+                                 -> caf::behavior {
+      me->attach_functor([gone](const caf::error&) { *gone = true; });
+      auto hm = caf::actor_cast<caf::actor>(me);
+      for (auto t : {topic::pressure, topic::lifecycle, topic::kv_events})
+        me->send(mgr, subscribe_atom::value, t, hm);
+      me->request(mgr, caf::infinite, allocate_atom::value,
+                  make_request(cfg, 1, 9))
+        .then([got](const request_handle_actor&, const block_table&) { ++*got; },
+              [](caf::error&) {});
+      return {[](pressure_atom, const pressure_event&) {},
+              [](ended_atom, const request_ended&) {},
+              [](kv_event_atom, const kv_event_batch&) {}};
+    });
+  }
+  run();
+  BOOST_REQUIRE(got->load() == 1);
+  BOOST_TEST(gone->load());
+  BOOST_TEST(must(stats()).active_caches == 0u);
+  BOOST_TEST(used_blocks() == 0u);
+  // Those alive still hear: a subscriber held elsewhere gets its notices.
+  caf::scoped_actor sub{sys};
+  subscribe(topic::lifecycle, sub);
+  BOOST_REQUIRE(allocate(2, 4));
+  BOOST_REQUIRE(free(2));
+  BOOST_TEST(ended_events(sub).size() == 1u);
+}
+
 BOOST_AUTO_TEST_CASE(a_killed_handle_is_not_handed_out_before_its_reclaim) {
   // Killed, its handle actor reports to the supervisor, which passes the
   // report on; a lookup or list the manager answers meanwhile handed out a
