@@ -36,10 +36,15 @@ struct supervisor_state {
   bool preempting = false; ///< victims chosen, preemptions in flight
   /// Critical usage came in during a round: look again when it ends.
   bool recheck = false;
-  /// The victims the last round could not preempt (ended meanwhile, not
-  /// the manager's - an orphan, until a GC sweep - or refused as stale):
-  /// a round that the pool answers with these alone is not tried again
-  /// (an orphan, named every time, would keep the rounds going for good).
+  /// The victims the last round could not preempt because the manager
+  /// does not know them (ended meanwhile, or an orphan, until a GC
+  /// sweep): a round that the pool answers with these alone is not tried
+  /// again (an orphan, named every time, would keep the rounds going for
+  /// good). Not those the pool refused as stale (memory had come free, its
+  /// blocks were shared, it was swapping): the pool names a victim by the
+  /// same rules it refuses one, so one it names again is a victim again
+  /// (its fork ended, usage rose) - skipped, the cache stayed critical
+  /// until some later change.
   std::vector<std::pair<request_id, std::uint64_t>> refused;
   /// A timer GC pass is waiting on the pool or the manager: a tick then
   /// starts none (a pool held up - by a slow device copy, say - would
@@ -48,8 +53,15 @@ struct supervisor_state {
   std::uint64_t total_blocks = 0;
   std::uint64_t bytes_per_block = 0;
   std::chrono::milliseconds gc_interval{0};
+  /// Timer passes per invariant check (gc_check_interval_ms, in passes;
+  /// 0: never on the timer), and the passes run so far: the first checks.
+  std::uint64_t check_every = 0;
+  std::uint64_t passes = 0;
   pool_usage last;
-  std::vector<caf::actor> subscribers;
+  /// Weak, as the manager's registry holds owners: a subscription must not
+  /// keep its subscriber alive (an owner whose last reference goes ends,
+  /// and its requests with it). Monitored: one that dies is dropped.
+  std::vector<caf::actor_addr> subscribers;
   /// GC requests waiting on the pool and the manager: answered with
   /// shutting_down if the supervisor exits first - by its exit handler, or
   /// if killed by its attached functor (the state is gone then).
@@ -61,7 +73,9 @@ struct supervisor_state {
   std::uint32_t eviction_target() const {
     if (!evict_at_high || tracker->level() < memory_pressure::high)
       return 0;
-    auto mark = static_cast<std::uint64_t>(medium * total_blocks);
+    // The tracker's medium mark (rounded as the tracker rounds it: 0.57
+    // of 100 blocks is 57, where a plain product truncates to 56).
+    auto mark = pressure_mark(medium, total_blocks);
     auto held = last.used_blocks + last.cached_blocks;
     if (held <= mark)
       return 0;
@@ -147,8 +161,9 @@ void relieve(sup_ptr self) {
           self->request(st.manager, caf::infinite, preempt_atom::value,
                         v.first, v.second)
             .then([one_done](std::uint32_t) { one_done(); },
-                  [self, one_done, v](caf::error&) {
-                    self->state.refused.push_back(v);
+                  [self, one_done, v](caf::error& err) {
+                    if (!has_code(err, errc::invalid_request)) // not stale
+                      self->state.refused.push_back(v);
                     one_done();
                   });
       },
@@ -156,14 +171,15 @@ void relieve(sup_ptr self) {
 }
 
 /// One GC pass: evict under pressure, sweep orphans through the manager,
-/// verify the invariant. `done` receives the figures or the first error.
+/// verify the invariant (if `check`: it holds the pool for a scan of every
+/// block and table). `done` receives the figures or the first error.
 /// Eviction comes first so that the figures count each block once: the
 /// blocks it evicts were cached before the sweep, and the sweep's were
 /// held by orphans meanwhile. (Evicting after the sweep could take an
 /// orphan's blocks just cached - returned and evicted, counted twice.)
 using gc_callback = std::function<void(caf::expected<cache_gc_stats>)>;
 
-void run_gc(sup_ptr self, gc_callback done) {
+void run_gc(sup_ptr self, gc_callback done, bool check) {
   auto& st = self->state;
   auto t0 = std::chrono::steady_clock::now();
   auto rp = std::make_shared<gc_callback>(std::move(done));
@@ -174,7 +190,7 @@ void run_gc(sup_ptr self, gc_callback done) {
   // then are unknown here. Refresh before sizing the eviction.
   self->request(st.pool, caf::infinite, stats_atom::value)
     .then(
-      [self, rp, t0, fail](const pool_stats& now) {
+      [self, rp, t0, fail, check](const pool_stats& now) {
         auto& st = self->state;
         st.last.used_blocks = now.used_blocks;
         st.last.cached_blocks = now.cached_blocks;
@@ -183,25 +199,28 @@ void run_gc(sup_ptr self, gc_callback done) {
         caf::anon_send(st.pool, tick_atom::value); // expired pins
         self->request(st.pool, caf::infinite, evict_atom::value, evict)
           .then(
-            [self, rp, t0, fail](std::uint32_t evicted) {
+            [self, rp, t0, fail, check](std::uint32_t evicted) {
               auto& st = self->state;
               self->request(st.manager, caf::infinite, reclaim_atom::value)
                 .then(
-                  [self, rp, t0, evicted, fail](cache_gc_stats swept) {
-                    auto& st = self->state;
-                    self->request(st.pool, caf::infinite, check_atom::value)
-                      .then(
-                        [self, rp, t0, swept, evicted](bool) {
-                          auto& st = self->state;
-                          auto res = swept;
-                          res.blocks_reclaimed += evicted;
-                          res.memory_freed += evicted * st.bytes_per_block;
-                          std::chrono::duration<double, std::milli> dt
-                            = std::chrono::steady_clock::now() - t0;
-                          res.gc_time_ms = dt.count();
-                          (*rp)(res);
-                        },
-                        fail);
+                  [self, rp, t0, evicted, fail, check](cache_gc_stats swept) {
+                    auto finish = [self, rp, t0, swept, evicted](bool) {
+                      auto& st = self->state;
+                      auto res = swept;
+                      res.blocks_reclaimed += evicted;
+                      res.memory_freed += evicted * st.bytes_per_block;
+                      std::chrono::duration<double, std::milli> dt
+                        = std::chrono::steady_clock::now() - t0;
+                      res.gc_time_ms = dt.count();
+                      (*rp)(res);
+                    };
+                    if (!check) {
+                      finish(true);
+                      return;
+                    }
+                    self->request(self->state.pool, caf::infinite,
+                                  check_atom::value)
+                      .then(finish, fail);
                   },
                   fail);
             },
@@ -228,6 +247,9 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
   st.last.total_blocks = num_blocks;
   st.bytes_per_block = bytes_per_block;
   st.gc_interval = std::chrono::milliseconds{cfg.gc_interval_ms};
+  if (cfg.gc_interval_ms > 0 && cfg.gc_check_interval_ms > 0)
+    st.check_every = (cfg.gc_check_interval_ms + cfg.gc_interval_ms - 1)
+                     / cfg.gc_interval_ms;
   self->send(st.pool, subscribe_atom::value,
              caf::actor_cast<supervisor_actor>(self));
   self->set_exit_handler([self](const caf::exit_msg& msg) {
@@ -245,11 +267,7 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
   // abnormal deaths: see reclaim_atom.)
   self->set_down_handler([self](const caf::down_msg& dm) {
     auto& subs = self->state.subscribers;
-    subs.erase(std::remove_if(subs.begin(), subs.end(),
-                              [&](const caf::actor& x) {
-                                return x.address() == dm.source;
-                              }),
-               subs.end());
+    subs.erase(std::remove(subs.begin(), subs.end(), dm.source), subs.end());
   });
   return {
     [self](usage_atom, const pool_usage& u) {
@@ -268,8 +286,9 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
         // one): the manager takes its level from the supervisor only.
         auto me = caf::actor_cast<caf::strong_actor_ptr>(self);
         auto msg = caf::make_message(pressure_atom::value, ev);
-        for (auto& sub : st.subscribers)
-          sub->enqueue(me, caf::make_message_id(), msg, self->context());
+        for (auto& addr : st.subscribers)
+          if (auto sub = caf::actor_cast<caf::strong_actor_ptr>(addr))
+            sub->enqueue(me, caf::make_message_id(), msg, self->context());
         if (auto n = st.eviction_target())
           caf::anon_send(st.pool, evict_atom::value, n);
       }
@@ -284,12 +303,14 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
       detail::booked_promise<cache_gc_stats> rp{
         self->state.owed, self->make_response_promise<cache_gc_stats>(),
         detail::owed_what{"gc"}};
-      run_gc(self, [rp](caf::expected<cache_gc_stats> res) mutable {
-        if (res)
-          rp.deliver(std::move(*res));
-        else
-          rp.deliver(std::move(res.error()));
-      });
+      run_gc(self,
+             [rp](caf::expected<cache_gc_stats> res) mutable {
+               if (res)
+                 rp.deliver(std::move(*res));
+               else
+                 rp.deliver(std::move(res.error()));
+             },
+             true);
       return rp.promise();
     },
     [self](subscribe_atom,
@@ -299,9 +320,9 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
                           "subscribe: the subscriber is a null actor handle");
       auto& st = self->state;
       auto level = st.tracker->level();
-      if (std::find(st.subscribers.begin(), st.subscribers.end(), sub)
+      if (std::find(st.subscribers.begin(), st.subscribers.end(), sub.address())
           == st.subscribers.end()) {
-        st.subscribers.push_back(sub);
+        st.subscribers.push_back(sub.address());
         self->monitor(sub); // a subscriber that dies is dropped
         // Subscribed on its behalf (the manager's topic::pressure), `sub`
         // does not get this reply: above low, it hears the level now
@@ -325,7 +346,7 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
       if (sub == caf::actor_cast<caf::actor>(self->state.manager))
         return;
       auto& subs = self->state.subscribers;
-      auto i = std::find(subs.begin(), subs.end(), sub);
+      auto i = std::find(subs.begin(), subs.end(), sub.address());
       if (i == subs.end())
         return;
       subs.erase(i);
@@ -341,7 +362,9 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
       if (caf::actor_cast<caf::actor_addr>(self->current_sender())
           != self->address())
         return;
-      // A timer pass answers nobody. A broken invariant means the pool's
+      // A timer pass answers nobody. It checks the invariant on the first
+      // pass and then every gc_check_interval_ms (the check holds the pool
+      // for a scan of it all). A broken invariant means the pool's
       // accounting can no longer be trusted - a block may be handed to two
       // requests, mixing their K/V without an error - so the cache stops
       // (fail-stop): the supervisor ends with the violation, and the
@@ -353,15 +376,19 @@ supervisor_fun(sup_ptr self, cache_config cfg, std::uint32_t num_blocks,
       if (st.timer_gc_running)
         return;
       st.timer_gc_running = true;
-      run_gc(self, [self](caf::expected<cache_gc_stats> res) {
-        self->state.timer_gc_running = false;
-        if (!res && has_code(res.error(), errc::invariant_violation)) {
-          auto why = in_context("periodic GC", res.error());
-          // gc() calls waiting here hear the violation too.
-          self->state.owed.fail_all("the supervisor", render(why));
-          self->quit(why);
-        }
-      });
+      auto check = st.check_every > 0 && st.passes++ % st.check_every == 0;
+      run_gc(
+        self,
+        [self](caf::expected<cache_gc_stats> res) {
+          self->state.timer_gc_running = false;
+          if (!res && has_code(res.error(), errc::invariant_violation)) {
+            auto why = in_context("periodic GC", res.error());
+            // gc() calls waiting here hear the violation too.
+            self->state.owed.fail_all("the supervisor", render(why));
+            self->quit(why);
+          }
+        },
+        check);
     },
   };
 }

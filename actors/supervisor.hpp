@@ -3,9 +3,12 @@
 // reclaimed), runs GC on a timer and on demand, turns
 // pool usage into pressure levels (with hysteresis) and broadcasts each change
 // to its subscribers; under high pressure it evicts cached blocks toward the
-// medium mark, at critical its broadcast asks schedulers to preempt. A
+// medium mark; at critical it preempts the victims the pool names
+// (preempt_at_critical; else its broadcast leaves that to schedulers).
+// Subscribers are held by address: a subscription keeps nobody alive. A
 // timer GC that finds the pool's invariant broken ends the supervisor with
-// the violation, and the manager stops the cache (fail-stop).
+// the violation, and the manager stops the cache (fail-stop); a timer pass
+// checks only every gc_check_interval_ms.
 #pragma once
 
 #include <cstdint>

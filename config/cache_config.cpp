@@ -30,7 +30,9 @@ bool operator==(const cache_config& x, const cache_config& y) {
          && x.gpu_memory_utilization == y.gpu_memory_utilization
          && x.num_host_blocks == y.num_host_blocks
          && x.prefix_caching == y.prefix_caching && x.pressure == y.pressure
-         && x.gc_interval_ms == y.gc_interval_ms && x.tenants == y.tenants
+         && x.gc_interval_ms == y.gc_interval_ms
+         && x.gc_check_interval_ms == y.gc_check_interval_ms
+         && x.tenants == y.tenants
          && x.scheduler_threads == y.scheduler_threads
          && x.device_index == y.device_index
          && x.device_timeout_ms == y.device_timeout_ms
@@ -65,6 +67,7 @@ const char* default_config_json() noexcept {
   },
   "max_pinned_blocks": 64,
   "gc_interval_ms": 1000,
+  "gc_check_interval_ms": 60000,
   "tenants": [{"name": "default"}],
   "scheduler_threads": 0,
   "device_index": 0,
@@ -109,6 +112,7 @@ nlohmann::json to_json(const cache_config& cfg) {
       {"default_expected_output", cfg.admission.default_expected_output}}},
     {"max_pinned_blocks", cfg.max_pinned_blocks},
     {"gc_interval_ms", cfg.gc_interval_ms},
+    {"gc_check_interval_ms", cfg.gc_check_interval_ms},
     {"tenants", std::move(tenants)},
     {"scheduler_threads", cfg.scheduler_threads},
     {"device_index", cfg.device_index},

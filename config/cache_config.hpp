@@ -107,6 +107,12 @@ struct cache_config {
   std::uint64_t max_pinned_blocks = 0;
   /// Period of the supervisor's GC; 0 = only on demand.
   std::uint64_t gc_interval_ms = 1000;
+  /// How often a timer GC pass also checks the accounting invariant (the
+  /// first pass does, then one every this many ms, counted in passes); 0 =
+  /// only gc() checks. The check is O(blocks + table entries) and the pool
+  /// serves nothing meanwhile (~0.1 s at 1M blocks): each pass would stall
+  /// a large pool. gc() always checks.
+  std::uint64_t gc_check_interval_ms = 60000;
   std::vector<tenant_config> tenants{tenant_config{}};
   /// CAF worker threads; 0 = CAF's default.
   std::uint32_t scheduler_threads = 0;

@@ -239,7 +239,8 @@ caf::error read_config(const json& obj, cache_config& out) {
   (err = r.check_keys({"block_size", "model", "layout", "storage",
                        "num_gpu_blocks", "gpu_memory_utilization",
                        "num_host_blocks", "prefix_caching", "pressure",
-                       "gc_interval_ms", "tenants", "scheduler_threads",
+                       "gc_interval_ms", "gc_check_interval_ms", "tenants",
+                       "scheduler_threads",
                        "device_index", "device_timeout_ms", "admission",
                        "max_pinned_blocks"}))
     || (err = r.count("block_size", out.block_size, true))
@@ -257,6 +258,7 @@ caf::error read_config(const json& obj, cache_config& out) {
     || (admission && (err = read_admission(*admission, out.admission)))
     || (err = r.count("max_pinned_blocks", out.max_pinned_blocks))
     || (err = r.count("gc_interval_ms", out.gc_interval_ms))
+    || (err = r.count("gc_check_interval_ms", out.gc_check_interval_ms))
     || (err = read_tenants(r.find("tenants"), out.tenants))
     || (err = r.count("scheduler_threads", out.scheduler_threads))
     || (err = read_device_index(r, out.device_index))

@@ -373,6 +373,11 @@ caf::error validate(const cache_config& cfg) {
                                     + std::to_string(max_interval_ms)
                                     + " (one day); 0 = on demand only"
                                     + got(cfg.gc_interval_ms));
+  if (cfg.gc_check_interval_ms > max_interval_ms)
+    return fail("gc_check_interval_ms",
+                "must be at most " + std::to_string(max_interval_ms)
+                  + " (one day); 0 = only gc() checks"
+                  + got(cfg.gc_check_interval_ms));
   if (auto err = validate_tenants(cfg.tenants, cfg.num_gpu_blocks))
     return err;
   if (auto err = validate_critical_room(cfg))

@@ -91,4 +91,34 @@ BOOST_AUTO_TEST_CASE(a_periodic_gc_that_finds_them_stops_the_cache) {
   BOOST_TEST(!timed.handle_table(a->handle));
 }
 
+BOOST_AUTO_TEST_CASE(a_timer_pass_checks_only_every_gc_check_interval) {
+  // Every 50 ms a pass, every 100 ms a check: passes 1, 3, 5... check. The
+  // books break after the first: the second pass runs on, the third stops
+  // the cache. (The check holds the pool for a scan of it all: 0.1 s at
+  // 1M blocks, every second by default before.)
+  auto c = timer_config();
+  c.gc_check_interval_ms = 100;
+  cache_fixture timed{c};
+  timed.check_on_exit = false; // the cache stops
+  timed.self->monitor(timed.mgr);
+  auto stopped = [&] {
+    bool down = false;
+    timed.self->receive([&](caf::down_msg&) { down = true; },
+                        caf::after(std::chrono::seconds(0)) >> [] {});
+    return down;
+  };
+  BOOST_REQUIRE(timed.sched.trigger_timeout()); // pass 1: checked, fine
+  timed.run();
+  BOOST_REQUIRE(!stopped());
+  auto a = timed.allocate(1, 8);
+  BOOST_REQUIRE(a);
+  ++access::meta(core_of(timed.pool), a->table.blocks.at(0)).ref_count;
+  BOOST_REQUIRE(timed.sched.trigger_timeout()); // pass 2: no check
+  timed.run();
+  BOOST_TEST(!stopped());
+  BOOST_REQUIRE(timed.sched.trigger_timeout()); // pass 3: checked
+  timed.run();
+  BOOST_TEST(stopped());
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -99,6 +99,59 @@ BOOST_AUTO_TEST_CASE(a_victim_whose_blocks_became_shared_is_spared_for_another) 
   BOOST_TEST(used_blocks() == 50u);
 }
 
+BOOST_AUTO_TEST_CASE(a_victim_refused_as_stale_is_taken_when_named_again) {
+  // 2 forks while its preemption is on the way: refused, its blocks all
+  // shared. The fork ends before the next round: 2 holds them alone again
+  // and the pool names it again. The supervisor took it for a victim it
+  // could not preempt and ended the rounds: 61 of 64 blocks, critical,
+  // until some later change.
+  reach_critical_with_the_victims_held();
+  auto held = sup.address();
+  self->send(mgr, fork_atom::value, request_id{2}, request_id{5});
+  run_except(held);
+  BOOST_REQUIRE((reply_to<request_handle_actor, block_table>(self)));
+  BOOST_REQUIRE(sched.prioritize(sup));
+  sched.run_once(); // the victims [2]: its preemption goes out, refused
+  run_except(held);
+  self->send(mgr, free_atom::value, request_id{5});
+  run_except(held);
+  BOOST_REQUIRE(reply_to<std::uint32_t>(self));
+  run();
+  BOOST_TEST(outcome(lookup(2)) == "unknown_request");
+  BOOST_TEST(must(stats()).preemption_count == 1u);
+  BOOST_TEST(used_blocks() == 51u);
+}
+
+BOOST_AUTO_TEST_CASE(a_victim_spared_by_a_free_is_taken_after_a_step_refills) {
+  // 3 ends (51 blocks): 2's preemption is refused. Before the refusal is
+  // back, a scheduler's step admits 5: 61 blocks, critical again, and the
+  // round after names 2 again - which the supervisor skipped.
+  reach_critical_with_the_victims_held();
+  auto held = sup.address();
+  self->send(mgr, free_atom::value, request_id{3});
+  run_except(held);
+  BOOST_REQUIRE(reply_to<std::uint32_t>(self));
+  BOOST_REQUIRE(sched.prioritize(sup));
+  sched.run_once(); // the victims [2]: on to the manager
+  BOOST_REQUIRE(sched.prioritize(mgr));
+  sched.run_once(); // on to the pool
+  BOOST_REQUIRE(sched.prioritize(pool));
+  sched.run_once(); // refused (51 < 52); the refusal waits at the manager
+  step_request admit;
+  admit.admits.push_back(make_request(cfg, 5, 4 * 10));
+  self->send(pool, step_atom::value, admit);
+  BOOST_REQUIRE(sched.prioritize(pool));
+  sched.run_once();
+  run();
+  bool stepped = false;
+  self->receive([&](step_result& r) { stepped = r.admitted.size() == 1u; },
+                [](caf::error&) {}, caf::after(std::chrono::seconds(0)) >> [] {});
+  BOOST_REQUIRE(stepped);
+  BOOST_TEST(outcome(lookup(2)) == "unknown_request");
+  BOOST_TEST(must(stats()).preemption_count == 1u);
+  BOOST_TEST(used_blocks() == 51u);
+}
+
 BOOST_AUTO_TEST_CASE(a_victim_that_ended_and_came_back_is_not_preempted) {
   // The supervisor names victims by incarnation: between the pool's choice
   // and the preempt reaching the manager, the victim's id may end and be

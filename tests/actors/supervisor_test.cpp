@@ -188,7 +188,7 @@ BOOST_AUTO_TEST_CASE(high_pressure_evicts_cached_blocks_toward_the_medium_mark) 
   BOOST_REQUIRE(s);
   BOOST_TEST(s->cached_blocks == 8u);
   BOOST_TEST(s->eviction_count == 0u);
-  // 52 (high): used + cached is above the medium mark (38) by more than the
+  // 52 (high): used + cached is above the medium mark (39) by more than the
   // cached blocks, so all of them go.
   BOOST_REQUIRE(allocate(101, 4));
   s = stats();

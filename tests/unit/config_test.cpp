@@ -51,6 +51,7 @@ BOOST_AUTO_TEST_CASE(defaults_follow_the_design) {
   BOOST_TEST(cfg.pressure.high == 0.8);
   BOOST_TEST(cfg.pressure.critical == 0.95);
   BOOST_TEST(cfg.gc_interval_ms == 1000u);
+  BOOST_TEST(cfg.gc_check_interval_ms == 60000u);
   BOOST_TEST(cfg.device_timeout_ms == 30000u);
   BOOST_REQUIRE(cfg.tenants.size() == 1u);
   BOOST_TEST(cfg.tenants[0].name == "default");
@@ -88,6 +89,7 @@ BOOST_AUTO_TEST_CASE(to_json_round_trips_every_field) {
   cfg.prefix_caching = false;
   cfg.pressure = {0.5, 0.7, 0.9, 0.1};
   cfg.gc_interval_ms = 0;
+  cfg.gc_check_interval_ms = 5000;
   cfg.tenants = {{"a", 500, 100, priority::high, "shared"},
                  {"b", 0, 0, priority::low, "shared"}};
   cfg.scheduler_threads = 3;
@@ -99,7 +101,7 @@ BOOST_AUTO_TEST_CASE(to_json_round_trips_every_field) {
   auto via_text = parse_config(json::parse(to_json(cfg).dump()));
   BOOST_REQUIRE(via_text);
   BOOST_TEST((*via_text == cfg));
-  BOOST_TEST(to_json(cfg).size() == 16u);
+  BOOST_TEST(to_json(cfg).size() == 17u);
   cfg.tenants[1].prefix_namespace = "other";
   BOOST_TEST((*direct != cfg));
 }

@@ -259,6 +259,12 @@ BOOST_AUTO_TEST_CASE(gc_interval_is_at_most_a_day) {
   BOOST_TEST(fails_naming(j, "gc_interval_ms", "(got 86400001)"));
   j["gc_interval_ms"] = 0;
   BOOST_TEST(parse_error(j) == "ok");
+  j["gc_check_interval_ms"] = 86400001;
+  BOOST_TEST(fails_naming(j, "gc_check_interval_ms", "one day"));
+  j["gc_check_interval_ms"] = 0;
+  BOOST_TEST(parse_error(j) == "ok");
+  j["gc_check_interval_ms"] = -1;
+  BOOST_TEST(fails_naming(j, "gc_check_interval_ms", ""));
 }
 
 BOOST_AUTO_TEST_CASE(device_timeout_is_at_most_a_day) {
