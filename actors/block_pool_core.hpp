@@ -280,8 +280,9 @@ public:
   /// before it wakes the supervisor again within the critical band.
   bool may_name_victims() const noexcept;
 
-  /// Blocks only `s` holds (no other request, no device copy): what
-  /// preempting it frees.
+  /// Blocks no other request's table holds: what preempting `s` frees. A
+  /// copy-on-write copy in flight holds its blocks too, but only until it
+  /// lands - that hold makes no block shared.
   std::uint64_t exclusive_blocks(const sequence& s) const noexcept;
   /// The blocks of [first, last) only their one table holds.
   std::uint64_t exclusive_in(const block_id* first,

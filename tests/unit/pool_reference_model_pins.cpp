@@ -230,7 +230,7 @@ std::vector<request_id> pool_model::choose_victims(std::uint64_t blocks) const {
       continue;
     std::uint64_t own = 0;
     for (auto b : seq.blocks)
-      own += blocks_[b].refs == 1;
+      own += blocks_[b].refs - holds(b) == 1; // a copy's hold shares nothing
     if (own > 0)
       cands.push_back({&seq, own});
   }
