@@ -135,7 +135,8 @@ BOOST_AUTO_TEST_CASE(the_managers_grow_message_names_one_incarnation) {
                           current_incarnation, std::uint64_t{1},
                           std::vector<token_id>{});
   BOOST_TEST(outcome(e) == "invalid_request");
-  BOOST_TEST(!e && render(e.error()).find("not current_incarnation") != std::string::npos);
+  BOOST_REQUIRE(!e);
+  BOOST_TEST(render(e.error()).find("not current_incarnation") != std::string::npos);
   BOOST_TEST(value_or(table(1), block_table{}).num_tokens == 11u);
 }
 
