@@ -18,7 +18,8 @@ namespace kvactor {
 
 /// Why a request ended.
 enum class end_reason : std::uint8_t {
-  deallocated, ///< its owner freed it
+  deallocated, ///< its owner freed it (or discarded it: a failed pass,
+               ///< whose writes also left the prefix index)
   preempted,   ///< its blocks were taken back to make room (recompute later)
   reclaimed,   ///< its handle actor or its owner died, GC found it an
                ///< orphan, or nobody received it (a late reply)
