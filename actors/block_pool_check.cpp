@@ -398,11 +398,6 @@ caf::error block_pool_core::check_invariant() const {
       return broken(blk(b) + "'s pin ends at " + std::to_string(pin_until_[b])
                     + ", before a pin ending there ("
                     + std::to_string(pin_ends_[i].until()) + ")");
-    for (auto& pin : pin_ends_[i].pins)
-      if (pin.second < next_pin_expiry_)
-        return broken(blk(b) + " ends a pin of " + std::to_string(pin.first)
-                      + " tokens at " + std::to_string(pin.second)
-                      + " ms, before the earliest expiry the pool expects");
     if (parent_[b] == 0)
       continue;
     auto up = find_indexed(parent_[b]);

@@ -319,8 +319,11 @@ public:
   /// deepest first, but for those another pin still covers: one whose
   /// prefix ends higher up the chain (an operator's system prompt under an
   /// ended session's), or hangs below it off the chain - those blocks keep
-  /// their pins, until the latest of the pins still over them ends. Returns
-  /// how many lost their pins (0: none pinned, or pinning disabled).
+  /// their pins, until the latest of the pins still over them ends. A pin
+  /// whose time ran out (by expire_pins' latest now) covers nothing, but
+  /// is still the one a list of its length names. With no pin of the
+  /// list's length there, every pin ending there goes. Returns how many
+  /// lost their pins (0: none pinned, or pinning disabled).
   /// Errors: unknown_tenant; invalid_request for a negative token id.
   /// O(tokens + pins x log(chain)); block_pool_policy.cpp.
   caf::expected<std::uint32_t> unpin(std::uint16_t t,
@@ -330,10 +333,10 @@ public:
   /// Cached blocks that are pinned (cached_blocks() counts the others).
   std::uint64_t pinned_cached_blocks() const noexcept;
 
-  /// Unpins blocks whose time ran out; returns how many. Pins that ended
-  /// at a block whose later pins keep it go too (unpin then no longer
-  /// finds them). O(1) until the earliest pin's deadline (every hot
-  /// message calls it), then O(pins).
+  /// Unpins blocks whose time ran out; returns how many. A pin that ended
+  /// at a block a later pin keeps stays listed there, as ended (unpin).
+  /// O(1) until the earliest pin's deadline (every hot message calls it),
+  /// then O(pins).
   std::uint32_t expire_pins(std::uint64_t now_ms);
   std::uint64_t pinned_blocks() const noexcept {
     return pinned_.size();
@@ -794,16 +797,29 @@ private:
         u = std::max(u, p.second);
       return u;
     }
+    /// The latest end of a pin still running after `now` (0: none is).
+    std::uint64_t live_until(std::uint64_t now) const noexcept {
+      std::uint64_t u = 0;
+      for (auto& p : pins)
+        if (p.second > now)
+          u = std::max(u, p.second);
+      return u;
+    }
   };
   /// Parallel to pinned_: which pins end at each pinned block. A block is
   /// pinned while a pin ends at it or below it (pin_until_ is the latest of
   /// their deadlines) - or, after pins below gave way to reservations, until
   /// its own deadline, with none.
   std::vector<pin_end> pin_ends_;
-  /// No pin ends before this (a lower bound of pin_until_ over pinned_ and
-  /// of every pin's deadline in pin_ends_, exact after each expire_pins
-  /// scan; unpins leave it low, which costs one scan at most).
+  /// No pin ends before this (a lower bound of pin_until_ over pinned_,
+  /// exact after each expire_pins scan; unpins leave it low, which costs
+  /// one scan at most).
   std::uint64_t next_pin_expiry_ = UINT64_MAX;
+  /// The latest now_ms expire_pins was given: a pin that ended by then
+  /// covers nothing, though its entry stays in pin_ends_ until its block
+  /// unpins - so that an unpin naming it finds it, and lets go that one
+  /// rather than every pin at its end.
+  std::uint64_t pins_now_ms_ = 0;
   std::vector<pending_cow> pending_cows_;
   /// Per swap-in in flight (by cache id): how many of its blocks it shared
   /// at begin. Its end cannot tell them by the index any more: a discard

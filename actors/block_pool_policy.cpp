@@ -249,12 +249,10 @@ block_pool_core::unpin(std::uint16_t t, const std::vector<token_id>& tokens,
   if (chain.empty())
     return 0u;
   // The pin of these tokens, ending at the chain's deepest pinned block,
-  // goes - known by its token count; with none of that count, every pin
-  // ending there (a longer or shorter list names the chain it finds).
-  // `keep` chain blocks stay pinned: those down to the deepest one another
-  // pin still covers - one ending there, or a pinned child off the chain
-  // (another pinned prefix extends it there). `still[d]`: the latest
-  // deadline among the pins that keep chain[d] and what is above it.
+  // goes - known by its token count, even if its time ran out (an ended
+  // pin stays listed for this: forgotten, the fallback below would let go
+  // a live pin ending there); with none of that count, every pin ending
+  // there (a longer or shorter list names the chain it finds).
   {
     auto& end = pin_ends_[pin_pos_[chain.back()]];
     auto same = end.of(tokens.size());
@@ -263,13 +261,18 @@ block_pool_core::unpin(std::uint16_t t, const std::vector<token_id>& tokens,
     else
       end.pins.clear();
   }
+  // `keep` chain blocks stay pinned: those down to the deepest one another
+  // pin still covers - one ending there whose time has not run out, or a
+  // pinned child off the chain (another pinned prefix extends it there).
+  // `still[d]`: the latest deadline among the pins that keep chain[d] and
+  // what is above it.
   std::size_t keep = 0;
   std::vector<std::uint64_t> still(chain.size(), 0);
   for (std::size_t d = 0; d < chain.size(); ++d) {
-    auto& end = pin_ends_[pin_pos_[chain[d]]];
-    if (end.here()) {
+    auto live = pin_ends_[pin_pos_[chain[d]]].live_until(pins_now_ms_);
+    if (live != 0) {
       keep = d + 1;
-      still[d] = end.until();
+      still[d] = live;
     }
   }
   // One pass over the pins, each parent looked up among the chain's hashes.
@@ -368,27 +371,16 @@ std::uint32_t block_pool_core::expire_pins(std::uint64_t now_ms) {
   // A block's descendants expire no later than it (a pin takes every block
   // from the start, and keeps the longest time), so the depth that orders
   // them is the count of expired ancestors; ties by block id.
+  pins_now_ms_ = std::max(pins_now_ms_, now_ms);
   if (now_ms < next_pin_expiry_)
     return 0;
-  // A pin that ended where a later one ends too leaves no block to expire,
-  // but is let go here all the same: else unpin, finding it still at the
-  // chain's end, would keep the chain pinned (until this scan's next run).
-  // So the scan is due when the earliest pin ends, not only a block's.
   std::vector<std::pair<std::uint64_t, block_id>> expired; // hash.lo, block
   next_pin_expiry_ = UINT64_MAX;
-  for (std::size_t i = 0; i < pinned_.size(); ++i) {
-    auto b = pinned_[i];
-    if (pin_until_[b] <= now_ms) {
+  for (auto b : pinned_) {
+    if (pin_until_[b] <= now_ms)
       expired.emplace_back(blocks_[b].hash.lo, b);
-      continue;
-    }
-    next_pin_expiry_ = std::min(next_pin_expiry_, pin_until_[b]);
-    auto& pins = pin_ends_[i].pins;
-    pins.erase(std::remove_if(pins.begin(), pins.end(),
-                              [&](auto& p) { return p.second <= now_ms; }),
-               pins.end());
-    for (auto& p : pins)
-      next_pin_expiry_ = std::min(next_pin_expiry_, p.second);
+    else
+      next_pin_expiry_ = std::min(next_pin_expiry_, pin_until_[b]);
   }
   if (expired.empty())
     return 0;

@@ -404,6 +404,8 @@ private:
   admission_config admission_;
   std::uint64_t watermark_blocks_ = 0;
   std::uint64_t max_pinned_ = 0;
+  /// The latest now expire_pins was given: pins ended by then cover nothing.
+  std::uint64_t pins_now_ = 0;
   /// Pinned blocks, in the order the core keeps them: expiry walks it and
   /// moves the last entry into each removed one's place, and that order is
   /// the order expired cached blocks rejoin the LRU.

@@ -85,6 +85,7 @@ std::uint32_t pool_model::expire_pins(std::uint64_t now_ms) {
   // Deepest first - depth: how many of the expired blocks' keys are a
   // prefix of its own -, then by block id; each joins its LRU level's most
   // recently used end, so eviction takes an expired chain from its tail.
+  pins_now_ = std::max(pins_now_, now_ms); // pins ended by then cover nothing
   std::vector<block_id> expired;
   for (auto b : pinned_)
     if (blocks_[b].pin_until <= now_ms)
@@ -105,14 +106,6 @@ std::uint32_t pool_model::expire_pins(std::uint64_t now_ms) {
   });
   for (auto& o : order)
     drop_pin(o.second);
-  // A pin that ended where a later one still keeps the block is let go
-  // too: unpin no longer finds it.
-  for (auto b : pinned_) {
-    auto& ends = blocks_[b].pin_ends;
-    ends.erase(std::remove_if(ends.begin(), ends.end(),
-                              [&](auto& p) { return p.second <= now_ms; }),
-               ends.end());
-  }
   return static_cast<std::uint32_t>(order.size());
 }
 
@@ -138,13 +131,17 @@ model_unpin pool_model::unpin(std::uint16_t t, const std::vector<token_id>& toke
     if (tok < 0)
       return {errc::invalid_request};
   auto found = chain(t, salt, tokens);
-  // The pin ending at the deepest pinned block goes. From there up, the
-  // first block another pin still covers - one ending at it, or a pinned
-  // child left (another prefix's, the chain's own deeper blocks being
-  // unpinned by then) - stays, and so does everything above it.
+  // The pin ending at the deepest pinned block goes, ended or not. From
+  // there up, the first block another pin still covers - one ending at it
+  // whose time has not run out, or a pinned child left (another prefix's,
+  // the chain's own deeper blocks being unpinned by then) - stays, and so
+  // does everything above it.
   model_unpin out;
   std::vector<block_id> kept; // deepest first
   bool deepest = true;
+  auto live = [&](const std::pair<std::uint64_t, std::uint64_t>& p) {
+    return p.second > pins_now_;
+  };
   for (auto b = found.rbegin(); b != found.rend(); ++b) {
     auto& m = blocks_[*b];
     if (!m.pinned)
@@ -158,7 +155,7 @@ model_unpin pool_model::unpin(std::uint16_t t, const std::vector<token_id>& toke
         m.pin_ends.clear();
     }
     deepest = false;
-    if (out.kept > 0 || !m.pin_ends.empty()
+    if (out.kept > 0 || std::any_of(m.pin_ends.begin(), m.pin_ends.end(), live)
         || std::any_of(pinned_.begin(), pinned_.end(),
                        [&](block_id x) { return is_child(x, *b); })) {
       ++out.kept;
@@ -175,7 +172,8 @@ model_unpin pool_model::unpin(std::uint16_t t, const std::vector<token_id>& toke
   for (auto b : kept) {
     auto& m = blocks_[b];
     for (auto& p : m.pin_ends)
-      until = std::max(until, p.second);
+      if (live(p))
+        until = std::max(until, p.second);
     for (auto x : pinned_)
       if (is_child(x, b)
           && std::find(kept.begin(), kept.end(), x) == kept.end())

@@ -259,6 +259,24 @@ BOOST_AUTO_TEST_CASE(a_pin_that_ended_at_the_chains_end_keeps_nothing_after_an_u
   BOOST_TEST(invariant(pool()) == "ok");
 }
 
+BOOST_AUTO_TEST_CASE(unpinning_a_pin_that_ran_out_keeps_a_live_one_at_its_end) {
+  // The session's cleanup names its own pin, whose five minutes are over:
+  // that one goes, not the system prompt's hour ending at the same block
+  // (with the ended pin forgotten, no pin of its length was there, and
+  // every pin there went).
+  auto sys = run(10, 8);             // A B
+  auto session = sys + run(100, 3);  // A B + partial
+  cached(16, 8, {sys});
+  BOOST_TEST(pool().pin(0, session, 300'000, 0).value() == 2u);
+  BOOST_TEST(pool().pin(0, sys, 3'600'000, 0).value() == 2u);
+  BOOST_TEST(pool().expire_pins(300'000) == 0u);
+  BOOST_TEST(pool().unpin(0, session).value() == 0u);
+  BOOST_TEST(pool().pinned_blocks() == 2u);
+  BOOST_TEST(pool().expire_pins(3'599'999) == 0u);
+  BOOST_TEST(pool().expire_pins(3'600'000) == 2u);
+  BOOST_TEST(invariant(pool()) == "ok");
+}
+
 BOOST_AUTO_TEST_CASE(blocks_in_use_stay_in_use_and_only_lose_the_pin) {
   auto p = run(10, 13);
   cfg.max_pinned_blocks = 8;
