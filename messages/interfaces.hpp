@@ -386,7 +386,8 @@ using kv_cache_manager_actor = caf::typed_actor<
   caf::replies_to<unpin_atom, std::string, std::vector<token_id>,
                   std::uint64_t>::with<std::uint32_t>,
   // Subscribe / unsubscribe an actor to a topic (a null handle is ignored:
-  // no reply carries an error). kv_events is passed on to the pool, and
+  // no reply carries an error). The subscriber is held by address: keep
+  // it alive yourself. kv_events is passed on to the pool, and
   // counts from when the pool has it: a stats request sent after it is
   // answered after that (a step, which goes to the pool's lane directly,
   // could overtake it).
