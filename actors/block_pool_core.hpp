@@ -783,9 +783,6 @@ private:
   /// same block), and when it ends. Empty for nearly every pinned block.
   struct pin_end {
     std::vector<std::pair<std::uint64_t, std::uint64_t>> pins; ///< tokens, until
-    bool here() const noexcept {
-      return !pins.empty();
-    }
     /// The pin of `tokens` tokens, or pins.end().
     auto of(std::uint64_t tokens) {
       return std::find_if(pins.begin(), pins.end(),
