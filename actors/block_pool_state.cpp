@@ -226,7 +226,9 @@ caf::result<std::uint32_t> end_by_manager(pool_ptr self, request_id id,
   auto res = discard ? st.core().discard(id) : st.core().release(id);
   if (!res)
     return std::move(res.error());
-  st.lanes.ended(id, cache_id, end_reason::deallocated, *res);
+  st.lanes.ended(id, cache_id,
+                 discard ? end_reason::discarded : end_reason::deallocated,
+                 *res);
   st.report(self);
   return *res;
 }

@@ -166,6 +166,7 @@ step_result block_pool_core::run_step(const step_request& step,
   };
   for (auto id : step.frees)
     end("free", id, release(id));
+  auto frees_end = r.freed.size();
   // A failed pass discards many: what was built on their writes goes in
   // one scan of the pool, after the last. The same blocks leave the index
   // as with one discard after another; a block a later discard let go is
@@ -183,6 +184,8 @@ step_result block_pool_core::run_step(const step_request& step,
     for (auto id : step.discards)
       end("discard", id, discard(id));
   }
+  if (trace != nullptr)
+    trace->discarded = static_cast<std::uint32_t>(r.freed.size() - frees_end);
   if (!bad.empty())
     forget_built_on(std::move(bad));
   // Extends, oldest first; victims come from the back of the list.

@@ -330,8 +330,11 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       if (self->current_sender()
           != caf::actor_cast<caf::strong_actor_ptr>(self->state.pool))
         return;
+      auto frees = fx.freed.size() - fx.discarded;
       for (std::size_t k = 0; k < fx.freed.size(); ++k)
-        end_request(self, fx.freed[k], end_reason::deallocated,
+        end_request(self, fx.freed[k],
+                    k < frees ? end_reason::deallocated
+                              : end_reason::discarded,
                     count_at(fx.freed_blocks, k), false);
       // A preempted request's owner hears of it (preempt_atom), as with a
       // preempt through the manager - unless it is the stepper, whose

@@ -100,9 +100,11 @@ caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
   auto rp = owe(self, self->make_response_promise<std::uint32_t>(),
                 discard ? "discard" : "free", id);
   self->state.ending.add(id);
-  auto done = [self, rp, id](std::uint32_t released) mutable {
+  auto done = [self, rp, id, discard](std::uint32_t released) mutable {
     self->state.ending.remove(id);
-    end_request(self, id, end_reason::deallocated, released, false);
+    end_request(self, id,
+                discard ? end_reason::discarded : end_reason::deallocated,
+                released, false);
     rp.deliver(released);
   };
   auto failed = [self, rp, id, by_handle, discard](caf::error& err) mutable {

@@ -114,10 +114,13 @@ struct pool_step_trace {
   /// Blocks whose last reference went, per entry of freed / preempted.
   std::vector<std::uint32_t> freed_blocks;
   std::vector<std::uint32_t> preempted_blocks;
+  /// The last this many entries of freed were discards (after the frees).
+  std::uint32_t discarded = 0;
   void clear() noexcept {
     admitted_at.clear();
     freed_blocks.clear();
     preempted_blocks.clear();
+    discarded = 0;
   }
 };
 

@@ -36,6 +36,7 @@ step_effects effects_of(const step_request& step, const step_result& res,
   fx.preempted = res.preempted;
   fx.freed_blocks = trace.freed_blocks;
   fx.preempted_blocks = trace.preempted_blocks;
+  fx.discarded = trace.discarded;
   fx.admitted.reserve(res.admitted.size());
   fx.cache_ids.reserve(res.admitted.size());
   fx.hit_tokens.reserve(res.admitted.size());
@@ -72,8 +73,10 @@ bool lane_ledger::step_done(const caf::actor_addr& stepper,
       tell(i->second, request_ended{id, i->second.cache_id, why, released});
     owners_.erase(i);
   };
+  auto frees = res.freed.size() - trace.discarded;
   for (std::size_t k = 0; k < res.freed.size(); ++k)
-    end(res.freed[k], end_reason::deallocated,
+    end(res.freed[k],
+        k < frees ? end_reason::deallocated : end_reason::discarded,
         count_at(trace.freed_blocks, k));
   for (std::size_t k = 0; k < res.preempted.size(); ++k)
     end(res.preempted[k], end_reason::preempted,

@@ -11,6 +11,7 @@ const char* to_string(end_reason x) noexcept {
     case end_reason::preempted: return "preempted";
     case end_reason::reclaimed: return "reclaimed";
     case end_reason::shutdown: return "shutdown";
+    case end_reason::discarded: return "discarded";
   }
   return "unknown";
 }

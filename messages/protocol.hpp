@@ -18,12 +18,15 @@ namespace kvactor {
 
 /// Why a request ended.
 enum class end_reason : std::uint8_t {
-  deallocated, ///< its owner freed it (or discarded it: a failed pass,
-               ///< whose writes also left the prefix index)
+  deallocated, ///< its owner freed it (a finished request)
   preempted,   ///< its blocks were taken back to make room (recompute later)
   reclaimed,   ///< its handle actor or its owner died, GC found it an
                ///< orphan, or nobody received it (a late reply)
   shutdown,    ///< the manager stopped
+  /// Its owner discarded it (a failed forward pass: what it wrote also
+  /// left the prefix index). Last, so the values before keep their
+  /// numbers on the wire.
+  discarded,
 };
 
 const char* to_string(end_reason x) noexcept;
@@ -86,6 +89,9 @@ struct step_effects {
   /// (the lifecycle events' blocks_released).
   std::vector<std::uint32_t> freed_blocks;
   std::vector<std::uint32_t> preempted_blocks;
+  /// The last this many entries of freed were discards (the step's frees
+  /// come first).
+  std::uint32_t discarded = 0;
 };
 
 /// counts[k], or 0 where the list is short (a count not sent).
@@ -98,7 +104,7 @@ template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, step_effects& x) {
   return f(caf::meta::type_name("step_effects"), x.freed, x.preempted,
            x.admitted, x.cache_ids, x.hit_tokens, x.freed_blocks,
-           x.preempted_blocks);
+           x.preempted_blocks, x.discarded);
 }
 
 /// Pool usage, sent to the supervisor when it crosses a pressure mark.

@@ -104,6 +104,38 @@ BOOST_AUTO_TEST_CASE(lifecycle_subscribers_hear_every_end_with_its_reason) {
   BOOST_TEST(ended_events(sub).empty());
 }
 
+BOOST_AUTO_TEST_CASE(lifecycle_subscribers_tell_a_discard_from_a_free) {
+  // A discard (a failed forward pass) is not a finished request: a
+  // subscriber counting finished requests, or failed passes, tells them
+  // apart - through the manager and in a step, whose frees run first.
+  caf::scoped_actor sub{sys};
+  subscribe(topic::lifecycle, sub);
+  for (request_id id = 1; id <= 4; ++id)
+    BOOST_REQUIRE(allocate(id, 4));
+  BOOST_REQUIRE(ask<std::uint32_t>(mgr, discard_atom::value, request_id{1}));
+  step_request req;
+  req.discards = {2};
+  req.frees = {3};
+  auto res = step(req);
+  BOOST_REQUIRE(res);
+  BOOST_TEST(res->freed == (std::vector<request_id>{3, 2}));
+  BOOST_REQUIRE(free(4));
+  run();
+  auto ended = ended_events(sub);
+  BOOST_REQUIRE(ended.size() == 4u);
+  BOOST_TEST(ended[0].id == 1u);
+  BOOST_TEST(ended[0].reason == end_reason::discarded);
+  BOOST_TEST(ended[0].blocks_released == 1u);
+  BOOST_TEST(ended[1].id == 3u);
+  BOOST_TEST(ended[1].reason == end_reason::deallocated);
+  BOOST_TEST(ended[2].id == 2u);
+  BOOST_TEST(ended[2].reason == end_reason::discarded);
+  BOOST_TEST(ended[2].blocks_released == 1u);
+  BOOST_TEST(ended[3].id == 4u);
+  BOOST_TEST(ended[3].reason == end_reason::deallocated);
+  BOOST_TEST(to_string(end_reason::discarded) == std::string{"discarded"});
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 // -- the supervisor's rounds at critical pressure ----------------------------------

@@ -59,6 +59,32 @@ BOOST_AUTO_TEST_CASE(a_step_reply_reports_the_steppers_requests_ended_elsewhere)
   BOOST_TEST(res->ended.empty());
 }
 
+BOOST_AUTO_TEST_CASE(a_step_reply_tells_a_discard_elsewhere_from_a_free) {
+  // Another stepper's step discards one of ours and frees another; the
+  // manager discards a third: each is reported with how it ended.
+  step_request admit;
+  admit.admits = {make_request(cfg, 1, 4), make_request(cfg, 2, 4),
+                  make_request(cfg, 3, 4)};
+  BOOST_REQUIRE(lane_step(self, admit));
+  caf::scoped_actor other{sys};
+  step_request theirs;
+  theirs.frees = {1};
+  theirs.discards = {2};
+  BOOST_REQUIRE(lane_step(other, theirs));
+  BOOST_REQUIRE(ask_from<std::uint32_t>(other, mgr, discard_atom::value,
+                                        request_id{3}));
+  auto res = lane_step(self, step_request{});
+  BOOST_REQUIRE(res);
+  BOOST_REQUIRE(res->ended.size() == 3u);
+  BOOST_TEST(res->ended[0].id == 1u);
+  BOOST_TEST(res->ended[0].reason == end_reason::deallocated);
+  BOOST_TEST(res->ended[1].id == 2u);
+  BOOST_TEST(res->ended[1].reason == end_reason::discarded);
+  BOOST_TEST(res->ended[1].blocks_released == 1u);
+  BOOST_TEST(res->ended[2].id == 3u);
+  BOOST_TEST(res->ended[2].reason == end_reason::discarded);
+}
+
 BOOST_AUTO_TEST_CASE(a_preemption_in_another_steppers_step_is_reported_to_the_owner) {
   caf::scoped_actor a{sys};
   step_request admit;
