@@ -145,7 +145,26 @@ step_result block_pool_core::run_step(const step_request& step,
   step_result r;
   if (trace != nullptr)
     trace->clear();
+  // A request's drafts are settled at most once per step, as it is
+  // extended at most once: a second verdict would be judged against what
+  // the first left (no drafts), succeeding as a no-op or failing on a
+  // count the scheduler never saw - its intent lost either way.
+  ++step_stamp_;
   for (auto& v : step.verdicts) {
+    auto s = seq_index_.find(v.id);
+    if (s != flat_index::npos) {
+      if (seqs_[s].step_stamp == step_stamp_) {
+        r.failed.push_back(failed_op(
+          "verdict", v.id,
+          make_error(errc::invalid_request,
+                     req_name(v.id)
+                       + " appears twice in the step's verdicts: a "
+                         "request's drafts are settled at most once per "
+                         "step")));
+        continue;
+      }
+      seqs_[s].step_stamp = step_stamp_;
+    }
     if (auto res = settle_drafts(v.id, v.accepted)) {
       if (res->changed)
         r.changed.push_back(table_delta{

@@ -203,6 +203,8 @@ void harness::do_step() {
       step.verdicts.push_back(draft_verdict{
         id, static_cast<std::uint32_t>(chance(3) ? seq.drafts + 1
                                                  : below(seq.drafts + 1))});
+  if (!step.verdicts.empty() && chance(5)) // a repeat fails alone
+    step.verdicts.push_back(step.verdicts[below(step.verdicts.size())]);
   for (auto k = below(3); k > 0; --k)
     step.frees.push_back(live_id());
   if (chance(10)) // a failed pass: up to three, one scan for them all

@@ -162,6 +162,38 @@ BOOST_FIXTURE_TEST_CASE(a_request_cut_by_its_verdict_can_be_the_steps_victim,
   BOOST_TEST(alloc(prompt_req(3, run(200, 9))) == 4u);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_second_verdict_for_a_request_in_one_step_fails_alone,
+                        pool_fixture) {
+  // Keep all three drafts, then drop them: the second verdict would find
+  // no drafts and pass as a no-op, the scheduler believing them dropped.
+  // It fails instead, naming the repeat; the first stands.
+  alloc(prompt_req(1, run(100, 6)));
+  auto t1 = run(106, 3);
+  BOOST_REQUIRE(pool().extend(1, 3, t1.data(), false, 3));
+  step_request step;
+  step.verdicts = {draft_verdict{1, 3}, draft_verdict{1, 0},
+                   draft_verdict{77, 0}, draft_verdict{77, 0}};
+  auto r = pool().run_step(step);
+  BOOST_REQUIRE(r.failed.size() == 3u);
+  BOOST_TEST(r.failed[0].id == 1u);
+  BOOST_TEST(has_code(r.failed[0].error, errc::invalid_request));
+  BOOST_TEST(render(r.failed[0].error).find("appears twice in the step's verdicts")
+             != std::string::npos);
+  // An unknown id is unknown each time, not a repeat.
+  BOOST_TEST(has_code(r.failed[1].error, errc::unknown_request));
+  BOOST_TEST(has_code(r.failed[2].error, errc::unknown_request));
+  BOOST_TEST(tokens(1) == 9u);
+  BOOST_TEST(drafts(1) == 0u);
+  BOOST_TEST(invariant(pool()) == "ok");
+  // The next step settles again.
+  auto t2 = run(109, 2);
+  BOOST_REQUIRE(pool().extend(1, 2, t2.data(), false, 2));
+  step.verdicts = {draft_verdict{1, 0}};
+  r = pool().run_step(step);
+  BOOST_TEST(r.failed.empty());
+  BOOST_TEST(tokens(1) == 9u);
+}
+
 BOOST_FIXTURE_TEST_CASE(a_failed_verdict_fails_the_extend_and_spares_the_others,
                         pool_fixture) {
   alloc(prompt_req(1, run(100, 6)));

@@ -15,7 +15,12 @@ using detail::residency;
 
 model_step_result pool_model::run_step(const step_request& step, bool hold) {
   model_step_result r;
+  std::set<request_id> settled; // at most once per step
   for (auto& v : step.verdicts) {
+    if (seqs_.count(v.id) != 0 && !settled.insert(v.id).second) {
+      r.failed.emplace_back(v.id, errc::invalid_request);
+      continue;
+    }
     auto res = settle_drafts(v.id, v.accepted);
     if (res.err)
       r.failed.emplace_back(v.id, *res.err);
