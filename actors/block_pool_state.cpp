@@ -9,6 +9,7 @@
 
 #include <caf/send.hpp>
 
+#include "kvactor/actors/incarnation_error.hpp"
 #include "kvactor/messages/error.hpp"
 #include "kvactor/messages/error_context.hpp"
 
@@ -127,8 +128,8 @@ caf::error check_incarnation(const block_pool_core& core, request_id id,
     return make_error(errc::invalid_request,
                       "request " + std::to_string(id)
                         + ": name its cache id here, not current_incarnation");
-  return make_error(errc::invalid_handle,
-                    "request " + std::to_string(id) + " has ended");
+  auto live = core.find(id);
+  return not_live(id, cache_id, live != nullptr ? live->cache_id : 0);
 }
 
 std::uint64_t named_incarnation(const block_pool_core& core, request_id id,

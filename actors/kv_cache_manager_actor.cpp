@@ -24,6 +24,7 @@
 #include "kvactor/actors/block_pool.hpp"
 #include "kvactor/actors/crash_reason.hpp"
 #include "kvactor/actors/device_actor.hpp"
+#include "kvactor/actors/incarnation_error.hpp"
 #include "kvactor/actors/kv_cache_manager_state.hpp"
 #include "kvactor/actors/request_handle.hpp"
 #include "kvactor/actors/stray_messages.hpp"
@@ -199,13 +200,13 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       self->state.pool_index->prefetch(id); // fetched during our lookup
       auto cache_id = incarnation_of(self, id);
       if (!cache_id)
-        return make_error(errc::unknown_request, unknown(id));
+        return make_error(errc::unknown_request, unknown("free", id));
       return free_request(self, id, *cache_id, false);
     },
     [self](discard_atom, request_id id) -> caf::result<std::uint32_t> {
       auto cache_id = incarnation_of(self, id);
       if (!cache_id)
-        return make_error(errc::unknown_request, unknown(id));
+        return make_error(errc::unknown_request, unknown("discard", id));
       return free_request(self, id, *cache_id, false, true);
     },
     [self](free_atom, request_id id,
@@ -214,8 +215,9 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       auto& reg = self->state.registry;
       auto i = reg.find(id);
       if (i == reg.end() || i->second.info.cache_id != cache_id)
-        return make_error(errc::invalid_handle,
-                          "request " + std::to_string(id) + " has ended");
+        return detail::not_live(id, cache_id,
+                                i == reg.end() ? 0 : i->second.info.cache_id,
+                                errc::invalid_handle, false);
       prefetch_handle(i->second.handle);
       return free_request(self, id, cache_id, true);
     },
@@ -224,7 +226,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       auto& st = self->state;
       auto parent_cache_id = incarnation_of(self, parent);
       if (!parent_cache_id)
-        return make_error(errc::unknown_request, unknown(parent));
+        return make_error(errc::unknown_request, unknown("fork", parent));
       if (registered(st, child))
         return make_error(errc::duplicate_request,
                           "request " + std::to_string(child)
@@ -249,8 +251,8 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
               // its child.
               reclaim_request(self, child, a.cache_id);
               rp.deliver(make_error(errc::unknown_request,
-                                    "fork of request " + std::to_string(child)
-                                      + ": " + unknown(parent)));
+                                    "request " + std::to_string(child) + ": "
+                                      + unknown("fork", parent)));
               return;
             }
             auto req = i->second.info.request;
@@ -296,7 +298,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       // to the pool is live no more, though its entry waits for the reply;
       // nor is one whose handle actor died, its reclaim on the way.
       if (i == st.registry.end() || !listed(st, id, i->second))
-        return make_error(errc::unknown_request, unknown(id));
+        return make_error(errc::unknown_request, unknown("lookup", id));
       return {i->second.handle, i->second.info};
     },
     [self](list_atom) {
@@ -314,7 +316,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     [self](table_atom, request_id id) -> caf::result<block_table> {
       auto& st = self->state;
       if (!incarnation_of(self, id))
-        return make_error(errc::unknown_request, unknown(id));
+        return make_error(errc::unknown_request, unknown("table", id));
       return self->delegate(st.pool, table_atom::value, id);
     },
     [self](step_atom, step_request& step) -> caf::result<step_result> {
@@ -355,7 +357,7 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
     [self](preempt_atom, request_id id) -> caf::result<std::uint32_t> {
       auto cache_id = incarnation_of(self, id);
       if (!cache_id)
-        return make_error(errc::unknown_request, unknown(id));
+        return make_error(errc::unknown_request, unknown("preempt", id));
       return preempt_request(self, id, *cache_id);
     },
     [self](preempt_atom, request_id id,
@@ -367,9 +369,9 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
       auto& reg = self->state.registry;
       auto i = reg.find(id);
       if (i == reg.end() || i->second.info.cache_id != cache_id)
-        return make_error(errc::unknown_request,
-                          "request " + std::to_string(id) + " (cache id "
-                            + std::to_string(cache_id) + ") has ended");
+        return detail::not_live(id, cache_id,
+                                i == reg.end() ? 0 : i->second.info.cache_id,
+                                errc::unknown_request, false);
       prefetch_handle(i->second.handle);
       return preempt_request(self, id, cache_id, true);
     },

@@ -19,8 +19,9 @@
 
 namespace kvactor::detail {
 
-std::string unknown(request_id id) {
-  return "request " + std::to_string(id) + " is not allocated";
+std::string unknown(const char* op, request_id id) {
+  auto name = "request " + std::to_string(id);
+  return std::string{op} + " of " + name + ": " + name + " is not allocated";
 }
 
 request_handle_actor add_request(mgr_ptr self, const allocation_request& req,

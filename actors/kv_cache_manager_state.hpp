@@ -99,8 +99,8 @@ struct manager_state {
 
 using mgr_ptr = kv_cache_manager_actor::stateful_pointer<manager_state>;
 
-/// "request <id> is not allocated".
-std::string unknown(request_id id);
+/// "<op> of request <id>: request <id> is not allocated".
+std::string unknown(const char* op, request_id id);
 
 /// Spawns and registers the handle of a request the pool just admitted,
 /// which found `hit_tokens` of its prompt cached (its stats report them).

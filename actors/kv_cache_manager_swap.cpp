@@ -127,7 +127,8 @@ caf::error not_swappable(const manager_state& st, request_id id,
                         + std::to_string(id)
                         + ": its admission is still in flight (swap it once "
                           "the allocate is answered)");
-  return make_error(errc::unknown_request, unknown(id));
+  return make_error(errc::unknown_request,
+                    unknown(*way == 'o' ? "swap-out" : "swap-in", id));
 }
 
 } // namespace

@@ -92,7 +92,10 @@ BOOST_AUTO_TEST_CASE(a_gather_of_an_ended_incarnation_says_it_ended) {
   BOOST_REQUIRE(allocate(1, 8)); // a new incarnation of id 1
   auto got = ask<gathered_kv>(pool, gather_atom::value, request_id{1},
                               old->second.cache_id, std::uint32_t{0});
-  BOOST_TEST(says(got, "invalid_handle", "request 1 has ended"), said(got));
+  BOOST_TEST(says(got, "invalid_handle",
+                  "request 1's incarnation "
+                    + std::to_string(old->second.cache_id) + " has ended"),
+             said(got));
   // A layer out of range is the device's to refuse.
   auto cur = lookup(1);
   BOOST_REQUIRE(cur);

@@ -116,6 +116,33 @@ BOOST_AUTO_TEST_CASE(the_managers_grow_message_names_one_incarnation) {
   auto s = ask<cache_handle_stats>(pool, stats_atom::value, request_id{1},
                                    old_cache_id);
   BOOST_TEST(outcome(s) == "invalid_handle");
+  // It says which incarnation ended and which is live: the request is.
+  BOOST_REQUIRE(!s);
+  auto live = std::to_string(now->cache_id);
+  BOOST_TEST(render(s.error()).find("request 1's incarnation "
+                                    + std::to_string(old_cache_id)
+                                    + " has ended (incarnation " + live
+                                    + " is live)")
+               != std::string::npos,
+             render(s.error()));
+  // A newer one than the live one was never given: bad input.
+  s = ask<cache_handle_stats>(pool, stats_atom::value, request_id{1},
+                              now->cache_id + 7);
+  BOOST_TEST(outcome(s) == "invalid_request");
+  BOOST_REQUIRE(!s);
+  BOOST_TEST(render(s.error()).find("has no incarnation") != std::string::npos,
+             render(s.error()));
+  // The manager's handle form says the same, in its own words: its
+  // registry may lag the pool's steps, so not "no incarnation".
+  auto f = ask<std::uint32_t>(mgr, free_atom::value, request_id{1},
+                              now->cache_id + 7);
+  BOOST_TEST(outcome(f) == "invalid_handle");
+  BOOST_REQUIRE(!f);
+  BOOST_TEST(render(f.error()).find("incarnation " + std::to_string(now->cache_id + 7)
+                                    + " is not live (incarnation " + live
+                                    + " is live)")
+               != std::string::npos,
+             render(f.error()));
   // What the manager's extend and append by id send: current_incarnation,
   // whichever is live - here the new one; an id not live is refused.
   t = ask<block_table>(pool, extend_atom::value, request_id{1},
