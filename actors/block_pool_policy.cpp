@@ -151,13 +151,15 @@ caf::expected<std::uint32_t>
 block_pool_core::pin(std::uint16_t t, const std::vector<token_id>& tokens,
                      std::uint64_t ttl_ms, std::uint64_t now_ms,
                      std::uint64_t salt) {
-  if (max_pinned_ == 0)
-    return make_error(errc::quota_exceeded,
-                      "pinning is disabled (max_pinned_blocks is 0)");
+  // Bad input first, whatever the config: a caller learns what it got
+  // wrong before it learns that pinning is off.
   if (t >= tenants_.size())
     return make_error(errc::unknown_tenant, "no tenant " + std::to_string(t));
   if (auto err = negative_token(tokens, [] { return std::string{"pin: tokens"}; }))
     return err;
+  if (max_pinned_ == 0)
+    return make_error(errc::quota_exceeded,
+                      "pinning is disabled (max_pinned_blocks is 0)");
   // Every full block of `tokens` that is in the index, from the start.
   auto full = static_cast<std::uint32_t>(tokens.size() / block_size_);
   auto hits = lookup(seed_of(t, salt), tokens, full);

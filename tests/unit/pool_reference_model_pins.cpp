@@ -29,13 +29,13 @@ std::vector<block_id> pool_model::chain(std::uint16_t t, std::uint64_t salt,
 std::pair<maybe_errc, std::uint32_t>
 pool_model::pin(std::uint16_t t, const std::vector<token_id>& tokens,
                 std::uint64_t ttl_ms, std::uint64_t now_ms, std::uint64_t salt) {
-  if (max_pinned_ == 0)
-    return {errc::quota_exceeded, 0};
   if (t >= tenants_.size())
     return {errc::unknown_tenant, 0};
   for (auto tok : tokens)
     if (tok < 0)
       return {errc::invalid_request, 0};
+  if (max_pinned_ == 0)
+    return {errc::quota_exceeded, 0};
   auto found = chain(t, salt, tokens);
   std::uint64_t fresh = 0;
   std::uint64_t off_lru = 0;

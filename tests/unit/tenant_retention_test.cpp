@@ -143,6 +143,10 @@ BOOST_AUTO_TEST_CASE(pinning_past_the_cap_pins_nothing_and_zero_disables_it) {
   alloc(prompt_req(1, p));
   BOOST_TEST(code(pool().pin(0, p, 10, 0)) == "quota_exceeded");
   BOOST_TEST(pool().pinned_blocks() == 0u);
+  // Bad input is named as such even with pinning off: the caller's error
+  // comes before the config's.
+  BOOST_TEST(code(pool().pin(7, p, 10, 0)) == "unknown_tenant");
+  BOOST_TEST(code(pool().pin(0, {1, -2}, 10, 0)) == "invalid_request");
 }
 
 BOOST_AUTO_TEST_CASE(a_pinned_prefix_is_usable_when_the_pool_is_full) {
