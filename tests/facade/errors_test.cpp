@@ -142,11 +142,19 @@ BOOST_AUTO_TEST_CASE(unknown_ids_are_refused_by_every_operation) {
   cache_fixture f;
   auto live = f.alloc(f.req(1, 5));
   auto before = snapshot::of(f.m());
-  KV_CHECK_ERROR(f.m().deallocate(77), errc::unknown_request, "request 77",
-                 "not allocated");
-  KV_CHECK_ERROR(f.m().preempt(77), errc::unknown_request, "request 77");
+  // Each names the operation that failed, not just the id.
+  KV_CHECK_ERROR(f.m().deallocate(77), errc::unknown_request,
+                 "free of request 77", "not allocated");
+  KV_CHECK_ERROR(f.m().discard(77), errc::unknown_request,
+                 "discard of request 77");
+  KV_CHECK_ERROR(f.m().preempt(77), errc::unknown_request,
+                 "preempt of request 77");
+  KV_CHECK_ERROR(f.m().swap_out(77), errc::unknown_request,
+                 "swap-out of request 77");
+  KV_CHECK_ERROR(f.m().swap_in(77), errc::unknown_request,
+                 "swap-in of request 77");
   KV_CHECK_ERROR(error_of(f.m().fork(77, 78)), errc::unknown_request,
-                 "request 77");
+                 "fork of request 77");
   BOOST_TEST(!f.m().get_handle(77));
   auto mgr = f.m().actor();
   auto& sys = *f.sys;
