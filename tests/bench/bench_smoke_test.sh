@@ -51,6 +51,11 @@ run view_snapshot 1 --tokens 256 --max-len 1024 --views 4
 run writer_race 1 0 threads=2 requests=50 blocks=256
 run lineage_cost 3 --chain 4 --steps 16 --requests 16 --discards 1
 run slot_plan_bench 1 --blocks 1024 --tokens 256 --runs 10
+run gc_stall 5 --requests 200 --blocks 2000 --seconds 1 --gc-interval-ms 100
+grep -q '"phase":"explicit_gc"' "$out" || {
+  echo "FAIL: gc_stall: no explicit gc() line"
+  failures=$((failures + 1))
+}
 
 [ "$failures" -eq 0 ] || exit 1
 echo "all benchmarks ran"
