@@ -302,12 +302,6 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       auto res = st.core().swap_out_begin(id);
       if (!res)
         return std::move(res.error());
-      std::vector<block_id> closed;
-      for (auto& m : *res)
-        if (!m.shared)
-          closed.push_back(m.device_block);
-      st.closed_by_swaps.emplace_back(named_incarnation(st.core(), id, cache_id),
-                                      std::move(closed));
       st.report(self);
       return std::move(*res);
     },
@@ -330,18 +324,10 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       if (auto err = from_manager(self, st.registry, "swap out"))
         return err;
       bool ended = st.core().find(id, cache_id) == nullptr; // a ghost's
-      auto res = st.core().swap_out_done(id, cache_id, ok);
+      std::vector<block_id> left;
+      auto res = st.core().swap_out_done(id, cache_id, ok, &left);
       if (!res)
         return std::move(res.error());
-      auto& swaps = st.closed_by_swaps;
-      auto i = std::find_if(swaps.begin(), swaps.end(),
-                            [&](auto& s) { return s.first == cache_id; });
-      std::vector<block_id> left;
-      if (i != swaps.end()) {
-        if (ok) // failed, the device reopened them itself
-          left = std::move(i->second);
-        swaps.erase(i);
-      }
       // Before any of them can go to a new owner (a local send is in the
       // device's mailbox when it returns): writes into them were refused
       // since the copy began, lest one land after the copy and be lost.

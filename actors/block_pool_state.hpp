@@ -47,10 +47,6 @@ struct block_pool_state {
   kv_cache_manager_actor registry;
   storage_info store;
   block_pool_core::step_trace trace; ///< scratch of the step handler
-  /// Per swap-out in flight (its cache id): the device blocks the device
-  /// closed to writes - those the request held alone (block_move::shared)
-  /// - which the pool reopens once the request let them go. Few at once.
-  std::vector<std::pair<std::uint64_t, std::vector<block_id>>> closed_by_swaps;
   lane_ledger lanes; ///< who admitted what through a step
   std::uint32_t block_size = 0;
   /// pressure.preempt_grace_ms: how long a supervisor's victim's blocks

@@ -33,9 +33,7 @@ block_pool_core::swap_out_begin(request_id id) {
     seq->host_blocks.push_back(h);
     auto& m = blocks_[b];
     seq->host_hashes.push_back(m.indexed ? m.hash : block_hash{});
-    // Held by another request too (a copy's hold aside, as for victims):
-    // that one's writes go on during the copy.
-    moves.push_back(block_move{b, h, m.ref_count - m.holds > 1});
+    moves.push_back(block_move{b, h});
   }
   // The device blocks stay referenced until the copy finished.
   seq->where = residency::swapping_out;

@@ -268,13 +268,10 @@ device_actor::behavior_type device_fun(device_ptr self,
       return run<std::uint32_t>(
         self, op_desc{"swap-out", moves.size(), "blocks"},
         [&] {
-          // Closed: the blocks the leaving request held alone. A shared
-          // one takes its other holders' writes still (they stay).
           auto t = self->state.store->swap_out(moves);
           if (t)
             for (auto& m : moves)
-              if (!m.shared)
-                self->state.close_to_writes(m.device_block);
+              self->state.close_to_writes(m.device_block);
           return t;
         },
         static_cast<std::uint32_t>(moves.size()),
@@ -283,8 +280,7 @@ device_actor::behavior_type device_fun(device_ptr self,
           // write now would still be lost (the request is leaving them).
           if (err)
             for (auto& m : moves)
-              if (!m.shared)
-                self->state.reopen_to_writes(m.device_block);
+              self->state.reopen_to_writes(m.device_block);
         });
     },
     [self](swap_out_atom, settle_atom, const std::vector<block_id>& blocks) {

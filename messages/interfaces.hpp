@@ -242,9 +242,7 @@ using device_actor = caf::typed_actor<
   // Device -> host tier, and back. A slot write into a device block a
   // swap-out reads is refused (invalid_request: it would miss the host
   // copy) from the swap-out's start until the copy failed, or, the copy
-  // done, until the pool let the blocks go (the next message) - but for
-  // a move marked `shared` (another request holds the block, and writes
-  // it still).
+  // done, until the pool let the blocks go (the next message).
   caf::replies_to<swap_out_atom, std::vector<block_move>>::with<std::uint32_t>,
   // The pool's second phase of a swap-out that copied: the request let
   // these device blocks go, and writes into them are a new owner's. Sent

@@ -190,22 +190,15 @@ typename Inspector::result_type inspect(Inspector& f, block_copy& x) {
 struct block_move {
   block_id device_block = 0;
   block_id host_block = 0;
-  /// Swap-out: another request holds the device block too (a fork, a
-  /// prefix hit). The device keeps it open to writes during the copy -
-  /// they are that request's, which stays - where it closes the blocks the
-  /// leaving request held alone.
-  bool shared = false;
 };
 
 inline bool operator==(const block_move& x, const block_move& y) noexcept {
-  return x.device_block == y.device_block && x.host_block == y.host_block
-         && x.shared == y.shared;
+  return x.device_block == y.device_block && x.host_block == y.host_block;
 }
 
 template <class Inspector>
 typename Inspector::result_type inspect(Inspector& f, block_move& x) {
-  return f(caf::meta::type_name("block_move"), x.device_block, x.host_block,
-           x.shared);
+  return f(caf::meta::type_name("block_move"), x.device_block, x.host_block);
 }
 
 // -- statistics ------------------------------------------------------------------

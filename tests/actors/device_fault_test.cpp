@@ -216,48 +216,6 @@ BOOST_FIXTURE_TEST_CASE(a_write_after_a_swap_outs_copy_is_refused_until_the_pool
   BOOST_TEST(replies() == strings{"1"});
 }
 
-BOOST_FIXTURE_TEST_CASE(a_swap_out_leaves_the_blocks_it_shares_open_to_their_other_holders,
-                        slow_fixture) {
-  // Request 1's pass has not written yet when its fork 2 (parallel
-  // sampling, forked at admission) and request 3, which hit 1's prompt,
-  // are swapped out. 1 stays: its writes into the blocks they share are
-  // its own and must land - where one into a block the leaving request
-  // held alone would miss the host copy.
-  auto prompt = make_tokens(10, 7); // 3 blocks of 4, the last half full
-  auto a = allocate(make_prompt_request(cfg, 1, prompt));
-  BOOST_REQUIRE(a);
-  BOOST_REQUIRE(fork(1, 2));
-  auto hit = allocate(make_prompt_request(cfg, 3, make_tokens(9, 7)));
-  BOOST_REQUIRE(hit); // blocks 0 and 1 hit, its third block its own
-  BOOST_REQUIRE(hit->table.blocks.size() == 3u);
-  BOOST_REQUIRE(hit->table.blocks[0] == a->table.blocks[0]);
-  auto own = hit->table.blocks[2];
-  BOOST_REQUIRE(own != a->table.blocks[2]);
-  self->send(mgr, swap_out_atom::value, request_id{2});
-  self->send(mgr, swap_out_atom::value, request_id{3});
-  run();
-  BOOST_TEST(store->pending() == 2u);
-  for (auto b : a->table.blocks) {
-    self->send(cache.device, write_atom::value, one_slot_in(b));
-    run();
-    BOOST_TEST(replies() == strings{"1"}, "request 1's block " << b);
-  }
-  // 3's own block is closed while its copy reads it.
-  self->send(cache.device, write_atom::value, one_slot_in(own));
-  run();
-  BOOST_TEST(replies() == strings{"invalid_request"});
-  store->complete();
-  run();
-  BOOST_TEST(replies() == (strings{"3", "3"}));
-  // Settled: 3's block went back to the pool, open to its next owner; 1's
-  // blocks took writes throughout.
-  self->send(cache.device, write_atom::value, one_slot_in(own));
-  self->send(cache.device, write_atom::value, one_slot_in(a->table.blocks[2]));
-  run();
-  BOOST_TEST(replies() == (strings{"1", "1"}));
-  BOOST_TEST(must(stats()).swap_out_count == 2u);
-}
-
 BOOST_FIXTURE_TEST_CASE(a_fault_answers_every_waiting_request_without_a_wake,
                         slow_fixture) {
   self->send(cache.device, copy_atom::value, std::vector<block_copy>{{0, 1}});
