@@ -338,8 +338,10 @@ device_actor::behavior_type device_fun(device_ptr self,
           return make_error(errc::invalid_request,
                             "slot_write: slot " + std::to_string(slot)
                               + " is in block " + std::to_string(b)
-                              + ", which is being swapped out: the write "
-                                "would miss the host copy");
+                              + ", which a swap-out is reading: the write "
+                                "would miss the host copy (a request "
+                                "sharing the block writes it again once "
+                                "the swap-out ended)");
       }
       // Stage in memory the backend accepts; wait here (for this op alone,
       // not for earlier swaps on other streams), so the staging is free

@@ -216,6 +216,43 @@ BOOST_FIXTURE_TEST_CASE(a_write_after_a_swap_outs_copy_is_refused_until_the_pool
   BOOST_TEST(replies() == strings{"1"});
 }
 
+BOOST_FIXTURE_TEST_CASE(a_swap_out_closes_the_blocks_it_shares_to_their_other_holders_too,
+                        slow_fixture) {
+  // Request 1's pass has not written when its fork 2 is swapped out. 1
+  // stays, but it writes the blocks it shares with 2 only for tokens 2
+  // holds as well: taken now, such a write would miss 2's host copy, and
+  // 2 come back with stale K/V (its partial last block is copied back from
+  // the host tier) - silently. The write fails, naming the block; once
+  // the swap-out is answered, 1 writes again, and 2's copy is its own to
+  // refresh (a swap of a request whose sharers had not written is the
+  // scheduler's to avoid).
+  auto a = allocate(make_prompt_request(cfg, 1, make_tokens(10, 7)));
+  BOOST_REQUIRE(a); // 3 blocks of 4, the last half full
+  BOOST_REQUIRE(fork(1, 2));
+  self->send(mgr, swap_out_atom::value, request_id{2});
+  run();
+  BOOST_TEST(store->pending() == 1u);
+  auto last = a->table.blocks.back();
+  self->send(cache.device, write_atom::value, one_slot_in(last));
+  run();
+  self->receive(
+    [&](std::uint32_t n) { BOOST_ERROR("the write went through: " << n); },
+    [&](caf::error& err) {
+      BOOST_TEST(outcome(err) == "invalid_request");
+      BOOST_TEST(render(err).find("block " + std::to_string(last)
+                                  + ", which a swap-out is reading")
+                 != std::string::npos, render(err));
+      BOOST_TEST(render(err).find("once the swap-out ended") != std::string::npos);
+    },
+    caf::after(std::chrono::seconds(0)) >> [] { BOOST_ERROR("no reply"); });
+  store->complete();
+  run();
+  BOOST_TEST(replies() == strings{"3"});
+  self->send(cache.device, write_atom::value, one_slot_in(last));
+  run();
+  BOOST_TEST(replies() == strings{"1"});
+}
+
 BOOST_FIXTURE_TEST_CASE(a_fault_answers_every_waiting_request_without_a_wake,
                         slow_fixture) {
   self->send(cache.device, copy_atom::value, std::vector<block_copy>{{0, 1}});
