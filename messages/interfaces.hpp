@@ -86,6 +86,10 @@ using step_actor = caf::typed_actor<
     std::vector<std::uint64_t>>>;
 
 /// The one owner of block-level truth (see actors/block_pool_core.hpp).
+/// Its forms that name an incarnation (request id, cache id) fail with
+/// invalid_handle once that incarnation ended (the text names the live
+/// one, if any), and with invalid_request for a cache id newer than the
+/// live one's: never given.
 using block_pool_actor = caf::typed_actor<
   // Lookup + pin of the cached prefix and allocation of the rest, in one
   // step. The manager's to ask (schedulers admit through steps). Errors: as

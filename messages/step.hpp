@@ -44,7 +44,9 @@ typename Inspector::result_type inspect(Inspector& f, draft_verdict& x) {
 
 /// One step, executed in this order in one message:
 /// 0. `verdicts` settle the draft tokens of the previous step's extends (a
-///    shrunk table is reported in `changed`: blocks[first...] are gone);
+///    shrunk table is reported in `changed`: blocks[first...] are gone),
+///    each request's at most once: a second verdict for the same id fails
+///    alone (invalid_request, "appears twice in the step's verdicts");
 /// 1. `frees` end (finished requests; blocks return, hashed ones stay
 ///    cached), then `discards` end the same way but take what they wrote
 ///    out of the prefix index, also where others hold it (requests whose
