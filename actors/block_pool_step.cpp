@@ -166,9 +166,11 @@ step_result block_pool_core::run_step(const step_request& step,
       seqs_[s].step_stamp = step_stamp_;
     }
     if (auto res = settle_drafts(v.id, v.accepted)) {
+      // Settled, the request is live: its slot is the one found above
+      // (a verdict adds and drops no sequence), no second lookup.
       if (res->changed)
         r.changed.push_back(table_delta{
-          v.id, res->first_changed, {}, find(v.id)->num_tokens});
+          v.id, res->first_changed, {}, seqs_[s].num_tokens});
     } else {
       r.failed.push_back(failed_op("verdict", v.id, std::move(res.error())));
     }
