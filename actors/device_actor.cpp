@@ -51,6 +51,29 @@ caf::error holds_data(const storage& s, const char* op) {
                     std::string{op} + ": storage none holds no data");
 }
 
+/// Copies and swaps are the cache's own work: once a cache registered
+/// (registry_atom), a copy comes from its pool alone (copy-on-write, fork)
+/// and a swap from its manager alone, as the settle of a swap-out does.
+/// Writers hold this actor for their writes and gathers; one that sent a
+/// swap-out would close blocks to writes for good and overwrite host
+/// blocks a swapped-out request holds, and a copy would overwrite blocks
+/// the pool gave others - nothing the pool accounts for. Refused, with
+/// nothing submitted. (Raw pointers, as the settle's check.)
+caf::error from_cache(device_ptr self, const op_desc& what,
+                      const caf::actor& part, const char* part_name) {
+  if (!part
+      || caf::actor_cast<caf::abstract_actor*>(self->current_sender())
+           == caf::actor_cast<caf::abstract_actor*>(part))
+    return caf::none;
+  return make_error(errc::invalid_request,
+                    "device actor: " + what.text()
+                      + " from an actor that is not this cache's "
+                      + part_name
+                      + ": copies and swaps are the cache's own work (a "
+                        "client sends the device actor only slot writes "
+                        "and gathers)");
+}
+
 /// The GPU has not completed `what` in `waited`: every waiting requester
 /// gets device_failure saying so, without waiting (the work may never
 /// end), and the actor quits with it - the manager stops the cache: the
@@ -256,17 +279,25 @@ device_actor::behavior_type device_fun(device_ptr self,
       std::thread([s = std::move(store), a = std::move(staging)] {}).detach();
   });
   return {
-    [self](copy_atom, const std::vector<block_copy>& pairs) {
+    [self](copy_atom, const std::vector<block_copy>& pairs)
+      -> caf::result<std::uint32_t> {
+      auto what = op_desc{"copy", pairs.size(), "block pairs"};
+      if (auto err = from_cache(self, what, self->state.pool, "pool"))
+        return err;
       return run<std::uint32_t>(
-        self, op_desc{"copy", pairs.size(), "block pairs"},
+        self, what,
         [&] { return self->state.store->copy_blocks(pairs); },
         static_cast<std::uint32_t>(pairs.size()));
     },
-    [self](swap_out_atom, const std::vector<block_move>& moves) {
+    [self](swap_out_atom, const std::vector<block_move>& moves)
+      -> caf::result<std::uint32_t> {
+      auto what = op_desc{"swap-out", moves.size(), "blocks"};
+      if (auto err = from_cache(self, what, self->state.manager, "manager"))
+        return err;
       // Submitted, the moves' sources are being read until the op ends
       // (the storage checked their range).
       return run<std::uint32_t>(
-        self, op_desc{"swap-out", moves.size(), "blocks"},
+        self, what,
         [&] {
           auto t = self->state.store->swap_out(moves);
           if (t)
@@ -297,9 +328,13 @@ device_actor::behavior_type device_fun(device_ptr self,
       for (auto b : blocks)
         st.reopen_to_writes(b);
     },
-    [self](swap_in_atom, const std::vector<block_move>& moves) {
+    [self](swap_in_atom, const std::vector<block_move>& moves)
+      -> caf::result<std::uint32_t> {
+      auto what = op_desc{"swap-in", moves.size(), "blocks"};
+      if (auto err = from_cache(self, what, self->state.manager, "manager"))
+        return err;
       return run<std::uint32_t>(
-        self, op_desc{"swap-in", moves.size(), "blocks"},
+        self, what,
         [&] { return self->state.store->swap_in(moves); },
         static_cast<std::uint32_t>(moves.size()));
     },

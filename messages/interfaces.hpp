@@ -239,9 +239,13 @@ using block_pool_actor = caf::typed_actor<
   caf::replies_to<index_atom>::with<std::vector<std::pair<std::uint64_t, block_id>>>>;
 
 /// Owns the K/V storage and every CUDA stream; runs detached.
+/// Copies and swaps are the cache's own work: once a cache registered,
+/// a copy is taken from its pool alone and a swap (either way) from its
+/// manager alone; from anyone else, invalid_request and nothing done. A
+/// client sends the device actor writes, gathers and info only.
 using device_actor = caf::typed_actor<
   // Copy blocks (all layers, K and V); replies once done with the count.
-  // Errors: invalid_request (bad ids), device_failure.
+  // Errors: invalid_request (bad ids, or not from the pool), device_failure.
   caf::replies_to<copy_atom, std::vector<block_copy>>::with<std::uint32_t>,
   // Device -> host tier, and back. A slot write into a device block a
   // swap-out reads is refused (invalid_request: it would miss the host

@@ -1,11 +1,10 @@
-// The device actor when the GPU is slow or fails: each reply waits for its
-// own work to complete (heard through the storage's wake), not for unrelated
-// earlier work (answered in completion order), and a fault - after which
-// CUDA calls no host callback at all - still answers every waiting requester
-// with device_failure (the watchdog's poll notices it), fails later work at
-// once, and leaves the pool's accounting as it was (a failed swap stays
-// where it was; a step still reports what it did, failing only the extend
-// whose copy failed). The storage is the host backend with a GPU's timing.
+// A cache whose GPU is slow or fails: a slot write is refused while a
+// swap-out reads its block, a fault leaves the pool's accounting as it was
+// (a failed swap stays where it was; a step still reports what it did,
+// failing only the extend whose copy failed), and work in flight is
+// answered when the device actor is stopped, killed or crashes. The
+// storage is the host backend with a GPU's timing. The device actor's own
+// queue, alone: device_queue_test.cpp.
 #include <algorithm>
 #include <memory>
 #include <set>
@@ -92,104 +91,6 @@ using strings = std::vector<std::string>;
 
 BOOST_AUTO_TEST_SUITE(device_fault_suite)
 
-BOOST_FIXTURE_TEST_CASE(replies_wait_for_the_work_and_come_with_the_wake,
-                        slow_fixture) {
-  self->send(cache.device, copy_atom::value, std::vector<block_copy>{{0, 1}, {2, 3}});
-  self->send(cache.device, swap_out_atom::value, std::vector<block_move>{{4, 0}});
-  run();
-  BOOST_TEST(store->pending() == 2u);
-  BOOST_TEST(replies() == strings{}); // nothing answers before the work is done
-  store->complete();
-  run();
-  BOOST_TEST(replies() == (strings{"2", "1"}));
-}
-
-BOOST_FIXTURE_TEST_CASE(a_later_op_that_completes_first_is_answered_first,
-                        slow_fixture) {
-  // A long swap (ticket 1) must not hold back a copy (ticket 2) that finished
-  // on another stream: each reply waits for its own work only.
-  self->send(cache.device, swap_out_atom::value,
-             std::vector<block_move>{{4, 0}, {5, 1}});
-  self->send(cache.device, copy_atom::value, std::vector<block_copy>{{0, 1}});
-  run();
-  BOOST_TEST(store->pending() == 2u);
-  store->complete_one(2);
-  run();
-  BOOST_TEST(replies() == strings{"1"});
-  BOOST_TEST(store->pending() == 1u);
-  store->complete_one(1);
-  run();
-  BOOST_TEST(replies() == strings{"2"});
-}
-
-BOOST_FIXTURE_TEST_CASE(a_write_waits_for_its_own_work_only, slow_fixture) {
-  self->send(cache.device, swap_out_atom::value,
-             std::vector<block_move>{{4, 0}, {5, 1}});
-  run();
-  const std::size_t row = std::size_t{cfg.model.num_kv_heads}
-                          * cfg.model.head_dim * size_of(cfg.model.dtype);
-  slot_write w;
-  w.layer = 0;
-  w.slots = {8 * std::int64_t{cfg.block_size}};
-  w.keys.assign(row, 1);
-  w.values.assign(row, 2);
-  self->send(cache.device, write_atom::value, w);
-  run();
-  BOOST_TEST(replies() == strings{"1"}); // the write, not the swap before it
-  BOOST_TEST(store->pending() == 1u);
-  store->complete();
-  run();
-  BOOST_TEST(replies() == strings{"2"});
-}
-
-BOOST_FIXTURE_TEST_CASE(a_write_into_a_block_being_swapped_out_is_refused,
-                        slow_fixture) {
-  // Ordered after the swap's read, it would miss the host copy and be lost
-  // at swap-in: refused, nothing submitted, while the copy runs - and after
-  // it, until the pool says the request let the block go.
-  self->send(cache.device, swap_out_atom::value, std::vector<block_move>{{4, 0}});
-  run();
-  auto w = one_slot_in(4);
-  self->send(cache.device, write_atom::value, w);
-  run();
-  BOOST_TEST(replies() == strings{"invalid_request"});
-  BOOST_TEST(store->pending() == 1u);
-  store->complete();
-  run();
-  BOOST_TEST(replies() == strings{"1"});
-  self->send(cache.device, write_atom::value, w);
-  run();
-  BOOST_TEST(replies() == strings{"invalid_request"}); // copied, not settled
-  // Only the cache's pool knows when the request let the block go: a
-  // settle from anyone else changes nothing.
-  self->send(cache.device, swap_out_atom::value, settle_atom::value,
-             std::vector<block_id>{4});
-  self->send(cache.device, write_atom::value, w);
-  run();
-  BOOST_TEST(replies() == strings{"invalid_request"});
-  caf::send_as(cache.pool, cache.device, swap_out_atom::value,
-               settle_atom::value, std::vector<block_id>{4});
-  self->send(cache.device, write_atom::value, w);
-  run();
-  BOOST_TEST(replies() == strings{"1"}); // the slot of -1 is not written
-  BOOST_TEST(store->pending() == 0u);
-}
-
-BOOST_FIXTURE_TEST_CASE(a_swap_out_whose_copy_failed_takes_writes_again,
-                        slow_fixture) {
-  self->send(cache.device, swap_out_atom::value, std::vector<block_move>{{4, 0}});
-  run();
-  store->fail();
-  sched.trigger_timeouts();
-  run();
-  BOOST_TEST(replies() == strings{"device_failure"});
-  // Open again (the request stays in its blocks), and the write reaches the
-  // storage, which reports the fault - not the swap's refusal.
-  self->send(cache.device, write_atom::value, one_slot_in(4));
-  run();
-  BOOST_TEST(replies() == strings{"device_failure"});
-}
-
 BOOST_FIXTURE_TEST_CASE(a_write_after_a_swap_outs_copy_is_refused_until_the_pool_let_the_blocks_go,
                         slow_fixture) {
   // The copy is done and answered, but the manager's second phase has not
@@ -253,32 +154,16 @@ BOOST_FIXTURE_TEST_CASE(a_swap_out_closes_the_blocks_it_shares_to_their_other_ho
   BOOST_TEST(replies() == strings{"1"});
 }
 
-BOOST_FIXTURE_TEST_CASE(a_fault_answers_every_waiting_request_without_a_wake,
-                        slow_fixture) {
-  self->send(cache.device, copy_atom::value, std::vector<block_copy>{{0, 1}});
-  self->send(cache.device, swap_out_atom::value, std::vector<block_move>{{4, 0}});
-  run();
-  store->fail();
-  run();
-  BOOST_TEST(replies() == strings{}); // no wake comes after a fault...
-  sched.trigger_timeouts();            // ...but the watchdog polls
-  run();
-  BOOST_TEST(replies() == (strings{"device_failure", "device_failure"}));
-  // Later work fails at once (the fault is sticky, as CUDA's are).
-  self->send(cache.device, copy_atom::value, std::vector<block_copy>{{5, 6}});
-  run();
-  BOOST_TEST(replies() == strings{"device_failure"});
-}
-
 BOOST_FIXTURE_TEST_CASE(after_a_failure_that_is_not_sticky_work_still_running_waits,
                         slow_fixture) {
   // The copy-on-write copy still runs after a failure that leaves the
   // device running: answered now, the pool would undo the extend and hand
   // the copy's destination to another request while the copy writes it.
-  // New work fails at once; the copy is answered once it ran.
+  // New work - a slot write here - fails at once; the copy is answered
+  // once it ran.
   copy_in_flight();
   store->fail_later();
-  self->send(cache.device, copy_atom::value, std::vector<block_copy>{{5, 6}});
+  self->send(cache.device, write_atom::value, one_slot_in(8));
   run();
   sched.trigger_timeouts(); // the watchdog polls too
   run();
@@ -291,7 +176,7 @@ BOOST_FIXTURE_TEST_CASE(after_a_failure_that_is_not_sticky_work_still_running_wa
                     caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
     return out;
   };
-  BOOST_TEST(got() == strings{"device_failure"}); // the new copy alone
+  BOOST_TEST(got() == strings{"device_failure"}); // the new write alone
   BOOST_TEST(store->pending() == 1u);
   store->complete();
   run();
@@ -561,39 +446,6 @@ BOOST_FIXTURE_TEST_CASE(a_device_killed_with_a_copy_in_flight_still_answers,
   BOOST_TEST((got[0] == "shutting_down" || got[0] == "device_failure"), got[0]);
   BOOST_TEST(downs == 1u);
   BOOST_TEST(store->pending() == 0u); // waited for before the answer
-}
-
-BOOST_FIXTURE_TEST_CASE(a_storage_that_throws_while_polled_leaves_no_one_waiting,
-                        slow_fixture) {
-  // The pool's copy (ticket 1) completed, and polling the next work
-  // (ticket 2) throws: the copy is answered, the crash ends the device
-  // actor, and the work still queued is answered as it goes. (An entry
-  // taken from the queue before the throw and not yet answered was lost,
-  // and its empty slot in the queue made the state's destructor throw:
-  // std::terminate.)
-  copy_in_flight();
-  check_on_exit = false;
-  self->monitor(mgr);
-  self->send(cache.device, copy_atom::value, std::vector<block_copy>{{5, 6}});
-  run();
-  BOOST_REQUIRE_EQUAL(store->pending(), 2u);
-  store->throw_in_finished(2); // ticket 1's poll answers, ticket 2's throws
-  store->complete_one(1);
-  run();
-  strings got;
-  std::string why = "running";
-  for (bool more = true; more;)
-    self->receive([&](extension&) { got.push_back("extension"); },
-                  [&](std::uint32_t n) { got.push_back(std::to_string(n)); },
-                  [&](caf::error& err) { got.push_back(outcome(err)); },
-                  [&](caf::down_msg& dm) { why = render(dm.reason); },
-                  caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
-  std::sort(got.begin(), got.end());
-  // The extend (its copy made) and the second copy, stopped in flight.
-  BOOST_TEST(got == (strings{"extension", "shutting_down"}));
-  BOOST_TEST(why.find("device actor: crashed: slow_storage: finished() threw")
-               != std::string::npos,
-             why);
 }
 
 BOOST_FIXTURE_TEST_CASE(a_storage_whose_waits_throw_still_answers_the_work_in_flight,
