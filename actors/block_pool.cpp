@@ -457,7 +457,7 @@ caf::expected<block_pool_actor>
 spawn_block_pool(caf::actor_system& sys, const cache_config& cfg,
                  std::uint32_t num_blocks, device_actor device,
                  std::shared_ptr<detail::index_hint> hint) {
-  // The pool's bookkeeping (some 70 bytes a block) is allocated here, not
+  // The pool's bookkeeping (some 85 bytes a block) is allocated here, not
   // in the actor: a block count this machine cannot hold fails as an error
   // naming it, not as an actor dead of bad_alloc behind a spawn that
   // answered.

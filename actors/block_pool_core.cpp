@@ -25,7 +25,8 @@ block_pool_core::block_pool_core(const cache_config& cfg,
     pin_pos_(cfg.max_pinned_blocks > 0 ? num_blocks : 0, 0),
     lru_(num_blocks),
     index_(num_blocks),
-    lineage_(num_blocks) {
+    lineage_(num_blocks),
+    marks_(num_blocks) {
   free_.reserve(num_blocks);
   // Hand out low block ids first: push them last.
   for (auto b = num_blocks; b > 0; --b)

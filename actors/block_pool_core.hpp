@@ -788,13 +788,8 @@ private:
       return std::find_if(pins.begin(), pins.end(),
                           [&](const auto& p) { return p.first == tokens; });
     }
-    std::uint64_t until() const noexcept {
-      std::uint64_t u = 0;
-      for (auto& p : pins)
-        u = std::max(u, p.second);
-      return u;
-    }
-    /// The latest end of a pin still running after `now` (0: none is).
+    /// The latest end of a pin still running after `now` (0: none is;
+    /// live_until(0): the latest of all).
     std::uint64_t live_until(std::uint64_t now) const noexcept {
       std::uint64_t u = 0;
       for (auto& p : pins)
@@ -843,6 +838,19 @@ private:
   free_stack host_free_;
   mutable std::vector<block_hash> scratch_;
   mutable admission_memo memo_; ///< the last admission that did not fit
+  /// check_invariant's count of what each block should be, recomputed from
+  /// the tables and lists on every check. Kept between checks, and made
+  /// with the pool (so a block count the host cannot keep it for fails at
+  /// start): made afresh, a million blocks' worth cost a third of a check
+  /// in page faults.
+  struct check_mark {
+    std::uint32_t refs = 0;     ///< tables holding the block
+    std::uint32_t top_fill = 0; ///< most tokens one of them has in it
+    std::uint32_t holds = 0;    ///< copies in flight reading or writing it
+    std::uint8_t list = 0;      ///< 0 none, 1 free, 2 LRU, 3 draining
+    std::uint8_t writers = 0;   ///< tables that may write it in place (to 2)
+  };
+  mutable std::vector<check_mark> marks_;
 };
 
 } // namespace kvactor::detail
