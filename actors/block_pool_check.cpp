@@ -26,14 +26,14 @@ std::string blk(block_id b) {
 /// The parts of check_invariant that look at one kind of state apart.
 struct block_pool_core::checks {
   /// Copies in flight: counts the holds each block should have into
-  /// its mark, and matches them with the requests waiting for them: each
-  /// live request marked cow_pending has exactly one record, and a record
-  /// of a live incarnation is marked on it (a record of a request ended
-  /// since stays, still holding its blocks, until settled).
-  static caf::error copies(const block_pool_core& p) {
+  /// its mark, and into `records` (per slot of the request table) the
+  /// copies each live incarnation has in flight - the pass over the
+  /// requests matches them with cow_pending (copy_pending). A record of a
+  /// request ended since stays, still holding its blocks, until settled.
+  static caf::error copies(const block_pool_core& p,
+                           std::vector<std::uint8_t>& records) {
     auto n = p.blocks_.size();
     auto& marks = p.marks_;
-    std::vector<std::uint8_t> records(p.seqs_.size(), 0);
     for (auto& c : p.pending_cows_) {
       if (c.copy.src >= n || c.copy.dst >= n || c.copy.src == c.copy.dst)
         return broken("the copy in flight for " + req_name(c.id) + " names "
@@ -41,37 +41,28 @@ struct block_pool_core::checks {
       ++marks[c.copy.src].holds;
       ++marks[c.copy.dst].holds;
       auto slot = p.seq_index_.find(c.id);
-      if (slot != flat_index::npos && p.seqs_[slot].cache_id == c.cache_id
-          && records[slot]++ != 0)
+      if (slot != flat_index::npos && slot < records.size()
+          && p.seqs_[slot].cache_id == c.cache_id && records[slot]++ != 0)
         return broken(req_name(c.id) + " has two copies in flight");
     }
-    caf::error err;
-    p.seq_index_.for_each([&](std::uint64_t, std::uint32_t slot) {
-      auto& s = p.seqs_[slot];
-      if (!err && s.cow_pending != (records[slot] == 1))
-        err = broken(req_name(s.id)
-                     + (s.cow_pending
-                          ? " waits for a copy that is not in flight"
-                          : " has a copy in flight but does not wait for it"));
-    });
-    for (auto slot : p.ghosts_)
-      if (!err && p.seqs_[slot].cow_pending)
-        err = broken("ghost of " + req_name(p.seqs_[slot].id)
-                     + " waits for a copy");
-    return err;
+    return caf::none;
+  }
+  /// Each live request marked cow_pending has exactly one copy in flight
+  /// (`records`, at its slot), and a ghost none.
+  static caf::error copy_pending(const sequence& s, std::uint8_t records,
+                                 bool ghost) {
+    if (ghost)
+      return s.cow_pending ? broken("ghost of " + req_name(s.id)
+                                    + " waits for a copy")
+                           : caf::none;
+    if (s.cow_pending == (records == 1))
+      return caf::none;
+    return broken(req_name(s.id)
+                  + (s.cow_pending
+                       ? " waits for a copy that is not in flight"
+                       : " has a copy in flight but does not wait for it"));
   }
 
-  /// Copy-on-write safety: a partially filled last block that several
-  /// tables hold is written in place by one of them at most - the one that
-  /// appended in place while the other holders' copies of the block were
-  /// in flight - and only if no other has more tokens in it (its writes
-  /// past its own tokens then touch no one else's). The others may come
-  /// back to the block when their copies fail, as many tokens in it as the
-  /// writer once its drafts are rejected, never more. Every other holder
-  /// is flagged tail_shared, so its next append copies the block first.
-  /// Reads the marks' refs, top_fill and writers (check_sequence).
-  /// Epochs (write_lineage) match residency.
-  static caf::error lineage(const block_pool_core& p);
   /// The block `s` may write into in place, if any: its partial last
   /// block on the device, unless flagged tail_shared.
   static std::optional<block_id> writes_into(const block_pool_core& p,
@@ -83,22 +74,59 @@ struct block_pool_core::checks {
       return std::nullopt;
     return s.blocks.back();
   }
-  static caf::error shared_tails(const block_pool_core& p) {
-    caf::error err;
-    auto& marks = p.marks_;
-    auto check = [&](const sequence& s) {
-      auto b = writes_into(p, s);
-      if (err || !b || marks[*b].refs < 2)
-        return;
-      auto fill = s.num_tokens % p.block_size_;
-      if (marks[*b].top_fill != fill || marks[*b].writers != 1)
-        err = broken(req_name(s.id) + " may write into its last " + blk(*b)
-                     + ", which another table holds with more tokens or may "
-                       "write into too, but is not flagged tail_shared");
+
+  /// Copy-on-write safety: a partially filled last block that several
+  /// tables hold is written in place by one of them at most - the one that
+  /// appended in place while the other holders' copies of the block were
+  /// in flight - and only if no other has more tokens in it (its writes
+  /// past its own tokens then touch no one else's). The others may come
+  /// back to the block when their copies fail, as many tokens in it as the
+  /// writer once its drafts are rejected, never more. Every other holder
+  /// is flagged tail_shared, so its next append copies the block first.
+  /// From block `b`'s mark, counted by the pass over the tables: refs,
+  /// top_fill, and the tables writes_into names it for.
+  static caf::error shared_tail(const block_pool_core& p, block_id b,
+                                const check_mark& mark) {
+    if (mark.refs < 2 || mark.writers == 0
+        || (mark.writers == 1 && mark.writer_fill == mark.top_fill))
+      return caf::none;
+    // Broken: name the first such table, as a pass over them meets it.
+    request_id id = 0;
+    bool found = false;
+    auto first = [&](const sequence& s) {
+      if (!found && writes_into(p, s) == b) {
+        id = s.id;
+        found = true;
+      }
     };
-    p.for_each_sequence(check);
-    p.for_each_ghost(check);
-    return err;
+    p.for_each_sequence(first);
+    p.for_each_ghost(first);
+    return broken(req_name(id) + " may write into its last " + blk(b)
+                  + ", which another table holds with more tokens or may "
+                    "write into too, but is not flagged tail_shared");
+  }
+
+  /// Epochs (write_lineage) match residency, for one request: exactly the
+  /// epochs of live requests on the device (resident, or swapping out: a
+  /// failed move leaves them where they were) are live; a ghost's is not.
+  static caf::error lineage(const block_pool_core& p, const sequence& s,
+                            bool ghost) {
+    bool res = !ghost
+               && (s.where == residency::resident
+                   || s.where == residency::swapping_out);
+    if (res != p.lineage_.live(p.epoch_of(s)))
+      return broken((ghost ? "ghost " : "") + req_name(s.id) + "'s epoch is "
+                    + (res ? "not live, though it is on the device"
+                           : ghost ? "live"
+                                   : "live, though it is not on the device"));
+    // An append in place records nothing: its block must be one its epoch
+    // wrote (unless shared with a fork: then the full path records it).
+    if (res && !s.tail_shared && s.num_tokens % p.block_size_ != 0
+        && p.lineage_.writer_of(s.blocks.back()) != p.epoch_of(s))
+      return broken(req_name(s.id) + " would append in place into "
+                    + blk(s.blocks.back())
+                    + ", which its epoch did not write");
+    return caf::none;
   }
 };
 
@@ -117,6 +145,7 @@ caf::error block_pool_core::check_invariant() const {
     return r == 0 ? block_size_ : r;
   };
   caf::error err;
+  std::size_t resident = 0; // live requests on the device
   std::size_t seqs = 0;
   std::size_t outs = 0; // swaps in flight, which the pool counts too
   std::size_t ins = 0;
@@ -219,8 +248,12 @@ caf::error block_pool_core::check_invariant() const {
         auto fill = k + 1 == table.size ? partial_fill(s) : block_size_;
         mark.top_fill = std::max<std::uint32_t>(mark.top_fill, fill);
       }
-    if (auto b = checks::writes_into(*this, s); b && marks[*b].writers < 2)
-      ++marks[*b].writers; // (in range: its table's last block)
+    if (auto b = checks::writes_into(*this, s)) { // (in range: checked above)
+      auto& mark = marks[*b];
+      mark.writers = static_cast<std::uint8_t>(std::min(mark.writers + 1, 2));
+      mark.writer_fill
+        = static_cast<std::uint16_t>(s.num_tokens % block_size_);
+    }
     for (auto h : s.host_blocks) {
       if (h >= num_host_blocks_ || host_seen[h]) {
         err = broken(name + " holds host block " + std::to_string(h)
@@ -230,19 +263,54 @@ caf::error block_pool_core::check_invariant() const {
       host_seen[h] = true;
     }
   };
-  for_each_sequence([&](const sequence& s) {
+  // Copies in flight, per block (the marks) and per slot. Their errors,
+  // and those of the epochs, are reported after the others, as when these
+  // were passes of their own: the most telling first (a table flagged
+  // wrongly breaks its epoch's rule too).
+  std::vector<std::uint8_t> records(seqs_.size(), 0);
+  auto copy_err = checks::copies(*this, records);
+  caf::error epoch_err;
+  // One pass over the requests, live then ghosts, each checked whole; and
+  // every slot of the request table is exactly one of: live (in the id
+  // index), a ghost, or free.
+  std::vector<std::uint8_t> slot_seen(seqs_.size(), 0);
+  bool slots_ok = true;
+  auto mark = [&](std::uint32_t slot) {
+    if (slot >= slot_seen.size() || slot_seen[slot]++ != 0)
+      slots_ok = false;
+    return slot < slot_seen.size();
+  };
+  bool keys_ok = true;
+  seq_index_.for_each([&](std::uint64_t id, std::uint32_t slot) {
+    if (!mark(slot) || err)
+      return; // out of range: slots_ok says so below
+    auto& s = seqs_[slot];
+    keys_ok = keys_ok && s.id == id;
     ++seqs;
-    if (!err && s.release_pending)
+    if (s.release_pending)
       err = broken("request " + std::to_string(s.id)
                    + " has ended but is in the id index");
     check_sequence(s);
+    if (!err && !epoch_err)
+      epoch_err = checks::lineage(*this, s, false);
+    if (!err && !copy_err)
+      copy_err = checks::copy_pending(s, records[slot], false);
+    resident += s.where == residency::resident
+                || s.where == residency::swapping_out;
   });
-  for_each_ghost([&](const sequence& s) {
-    if (!err && !s.release_pending)
+  for (auto slot : ghosts_) {
+    if (!mark(slot) || err)
+      continue;
+    auto& s = seqs_[slot];
+    if (!s.release_pending)
       err = broken("ghost of request " + std::to_string(s.id)
                    + " has no release pending");
     check_sequence(s);
-  });
+    if (!err && !epoch_err)
+      epoch_err = checks::lineage(*this, s, true);
+    if (!err && !copy_err)
+      copy_err = checks::copy_pending(s, 0, true);
+  }
   if (err)
     return err;
   if (outs != swapping_out_ || ins != swap_in_shared_.size())
@@ -250,21 +318,6 @@ caf::error block_pool_core::check_invariant() const {
                   + " swap-ins in flight, the pool counts "
                   + std::to_string(swapping_out_) + " and "
                   + std::to_string(swap_in_shared_.size()));
-  // Every slot of the request table is exactly one of: live (in the id
-  // index), a ghost, or free.
-  std::vector<std::uint8_t> slot_seen(seqs_.size(), 0);
-  bool slots_ok = true;
-  auto mark = [&](std::uint32_t slot) {
-    if (slot >= slot_seen.size() || slot_seen[slot]++ != 0)
-      slots_ok = false;
-  };
-  bool keys_ok = true;
-  seq_index_.for_each([&](std::uint64_t id, std::uint32_t slot) {
-    mark(slot);
-    keys_ok = keys_ok && (slot >= seqs_.size() || seqs_[slot].id == id);
-  });
-  for (auto slot : ghosts_)
-    mark(slot);
   for (auto slot : free_seq_slots_)
     mark(slot);
   if (!slots_ok || seqs + ghosts_.size() + free_seq_slots_.size() != seqs_.size())
@@ -272,8 +325,9 @@ caf::error block_pool_core::check_invariant() const {
                   "exactly once");
   if (!keys_ok)
     return broken("the id index names a slot holding another request");
-  if (auto e = checks::shared_tails(*this))
-    return e;
+  for (block_id b = 0; b < n; ++b)
+    if (auto e = checks::shared_tail(*this, b, marks[b]))
+      return e;
   // Membership of the free stack and the LRU lists.
   for (auto b : free_.ids()) {
     if (b >= n || marks[b].list != 0)
@@ -306,13 +360,13 @@ caf::error block_pool_core::check_invariant() const {
   });
   if (err)
     return err;
-  // Copies in flight: each holds its source and destination once.
-  if (auto e = checks::copies(*this))
-    return e;
+  if (copy_err)
+    return copy_err;
   std::vector<std::uint64_t> charged(tenants_.size(), 0);
   std::uint64_t used = 0;
   std::size_t indexed = 0;
   std::size_t pinned = 0;
+  caf::error cached_err; // (an epoch's error: reported with them, last)
   // One pass over the blocks, each against its mark.
   for (block_id b = 0; b < n; ++b) {
     auto& m = blocks_[b];
@@ -338,8 +392,8 @@ caf::error block_pool_core::check_invariant() const {
                                  "(or pinned and on the LRU)");
         // Its writer let it go: its epoch ended (share_indexed counts on
         // it).
-        if (lineage_.live(lineage_.writer_of(b)))
-          return broken(blk(b) + " is cached, its writer's epoch live");
+        if (!cached_err && lineage_.live(lineage_.writer_of(b)))
+          cached_err = broken(blk(b) + " is cached, its writer's epoch live");
         break;
       case block_state::draining:
         if (m.ref_count != 0 || on_list != 3 || m.indexed || m.pinned)
@@ -471,43 +525,13 @@ caf::error block_pool_core::check_invariant() const {
     return broken("reservations hold back " + std::to_string(held_total_)
                   + " blocks, only " + std::to_string(free_.size() + lru_.size())
                   + " free or evictable");
-  return checks::lineage(*this);
-}
-
-caf::error block_pool_core::checks::lineage(const block_pool_core& p) {
-  // Exactly the epochs of live requests on the device (resident, or
-  // swapping out: a failed move leaves them where they were) are live
-  // (write_lineage).
-  std::size_t resident = 0;
-  caf::error err;
-  p.seq_index_.for_each([&](std::uint64_t, std::uint32_t slot) {
-    auto& s = p.seqs_[slot];
-    bool res = s.where == residency::resident
-               || s.where == residency::swapping_out;
-    resident += res;
-    if (!err && res != p.lineage_.live(p.epoch_of(s)))
-      err = broken(req_name(s.id) + "'s epoch is "
-                   + (res ? "not live, though it is on the device"
-                          : "live, though it is not on the device"));
-    // An append in place records nothing: its block must be one its epoch
-    // wrote (unless shared with a fork: then the full path records it).
-    if (!err && res && !s.tail_shared && s.num_tokens % p.block_size_ != 0
-        && p.lineage_.writer_of(s.blocks.back()) != p.epoch_of(s))
-      err = broken(req_name(s.id) + " would append in place into "
-                   + blk(s.blocks.back())
-                   + ", which its epoch did not write");
-  });
-  if (err)
-    return err;
-  for (auto slot : p.ghosts_)
-    if (p.lineage_.live(p.epoch_of(p.seqs_[slot])))
-      return broken("ghost " + req_name(p.seqs_[slot].id)
-                    + "'s epoch is live");
-  if (resident != p.lineage_.live_epochs())
-    return broken(std::to_string(p.lineage_.live_epochs())
+  if (epoch_err)
+    return epoch_err;
+  if (resident != lineage_.live_epochs())
+    return broken(std::to_string(lineage_.live_epochs())
                   + " live epochs for " + std::to_string(resident)
                   + " requests on the device");
-  return caf::none; // (cached blocks' writers: check_invariant's block pass)
+  return cached_err;
 }
 
 } // namespace kvactor::detail

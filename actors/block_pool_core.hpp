@@ -437,6 +437,8 @@ public:
 
   /// Verifies every invariant in the header comment; O(blocks + table
   /// entries). Returns invariant_violation naming the first broken one.
+  /// Not from two threads at once on one pool, const as it is: it counts
+  /// into marks_ (the pool actor calls it, one message at a time).
   caf::error check_invariant() const;
 
 private:
@@ -849,6 +851,7 @@ private:
     std::uint32_t holds = 0;    ///< copies in flight reading or writing it
     std::uint8_t list = 0;      ///< 0 none, 1 free, 2 LRU, 3 draining
     std::uint8_t writers = 0;   ///< tables that may write it in place (to 2)
+    std::uint16_t writer_fill = 0; ///< the last such table's tokens in it
   };
   mutable std::vector<check_mark> marks_;
 };

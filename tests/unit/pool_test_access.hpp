@@ -74,6 +74,21 @@ struct block_pool_test_access {
   static std::uint64_t& draining(core& p) {
     return p.draining_;
   }
+  /// Which pins end at each pinned block (parallel to pinned), and each
+  /// block's pin deadline.
+  static auto& pin_ends(core& p) {
+    return p.pin_ends_;
+  }
+  static std::vector<std::uint64_t>& pin_until(core& p) {
+    return p.pin_until_;
+  }
+  /// The blocks' lineage (write_lineage.hpp), and the epoch of `s`.
+  static write_lineage& lineage(core& p) {
+    return p.lineage_;
+  }
+  static write_lineage::token epoch(const core& p, const sequence& s) {
+    return p.epoch_of(s);
+  }
   /// The copies in flight (pending_cow records).
   static auto& copies(core& p) {
     return p.pending_cows_;
