@@ -94,6 +94,8 @@ void copy_then(pool_ptr self, const std::vector<block_copy>& copies,
     self->state.report(self);
     done(std::move(err), std::move(undone));
   };
+  // Requested by the pool itself, never delegated: the device takes a
+  // copy from its cache's pool alone (device_actor.cpp).
   self->request(st.device, caf::infinite, copy_atom::value, copies)
     .await([finish](std::uint32_t) { finish(caf::none); },
            [finish](caf::error& err) { finish(std::move(err)); });

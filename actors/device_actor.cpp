@@ -58,7 +58,11 @@ caf::error holds_data(const storage& s, const char* op) {
 /// swap-out would close blocks to writes for good and overwrite host
 /// blocks a swapped-out request holds, and a copy would overwrite blocks
 /// the pool gave others - nothing the pool accounts for. Refused, with
-/// nothing submitted. (Raw pointers, as the settle's check.)
+/// nothing submitted. (Raw pointers, as the settle's check.) The pool and
+/// the manager must therefore request() copies and swaps, not delegate()
+/// them: a delegated message keeps its caller as the sender. This guards
+/// against a client's mistake, not against code that sends as the pool
+/// (caf::send_as), which CAF lets anyone do.
 caf::error from_cache(device_ptr self, const op_desc& what,
                       const caf::actor& part, const char* part_name) {
   if (!part
@@ -69,9 +73,9 @@ caf::error from_cache(device_ptr self, const op_desc& what,
                     "device actor: " + what.text()
                       + " from an actor that is not this cache's "
                       + part_name
-                      + ": copies and swaps are the cache's own work (a "
-                        "client sends the device actor only slot writes "
-                        "and gathers)");
+                      + ": copies and swaps are the cache's own work (swap "
+                        "a request through the manager; a client sends the "
+                        "device actor only slot writes, gathers and info)");
 }
 
 /// The GPU has not completed `what` in `waited`: every waiting requester

@@ -92,6 +92,8 @@ void swap_request(mgr_ptr self, request_id id, std::uint64_t cache_id,
       finish(true, caf::none, 0);
       return;
     }
+    // Requested by the manager itself, never delegated: the device takes
+    // a swap from its cache's manager alone (device_actor.cpp).
     if (out)
       self->request(self->state.device, caf::infinite, swap_out_atom::value,
                     std::move(moves))

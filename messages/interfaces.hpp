@@ -241,13 +241,17 @@ using block_pool_actor = caf::typed_actor<
 /// Owns the K/V storage and every CUDA stream; runs detached.
 /// Copies and swaps are the cache's own work: once a cache registered,
 /// a copy is taken from its pool alone and a swap (either way) from its
-/// manager alone; from anyone else, invalid_request and nothing done. A
-/// client sends the device actor writes, gathers and info only.
+/// manager alone; from any other sender, invalid_request and nothing done
+/// (so each must request() them, never delegate(), which would keep its
+/// own caller as the sender). A client sends the device actor writes,
+/// gathers and info only.
 using device_actor = caf::typed_actor<
   // Copy blocks (all layers, K and V); replies once done with the count.
   // Errors: invalid_request (bad ids, or not from the pool), device_failure.
   caf::replies_to<copy_atom, std::vector<block_copy>>::with<std::uint32_t>,
-  // Device -> host tier, and back. A slot write into a device block a
+  // Device -> host tier, and back; from the manager alone. Errors:
+  // invalid_request (bad ids, no host tier, not from the manager),
+  // device_failure. A slot write into a device block a
   // swap-out reads is refused (invalid_request: it would miss the host
   // copy) from the swap-out's start until the copy failed, or, the copy
   // done, until the pool let the blocks go (the next message).
