@@ -71,13 +71,17 @@ struct one_worker_at_medium : cache_fixture {
 struct held_callback {
   explicit held_callback(kv_cache_manager& m) {
     auto first = std::make_shared<std::atomic<bool>>(true);
-    m.set_pressure_callback([&m, this, first](memory_pressure) {
+    // `done` is the lambda's own copy, stored before the result wakes the
+    // test: once woken, the test may end, and this object with it
+    // (ThreadSanitizer saw the store land in freed memory).
+    m.set_pressure_callback([&m, this, first, done = finished](memory_pressure) {
       if (!first->exchange(false))
         return;
       entered.set_value();
       go_now.wait();
-      result.set_value(error_of(m.checked_stats()));
-      finished->store(true);
+      auto err = error_of(m.checked_stats());
+      done->store(true);
+      result.set_value(std::move(err)); // the last touch of this object
     });
     entered.get_future().wait();
   }
