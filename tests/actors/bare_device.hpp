@@ -84,38 +84,19 @@ struct bare_device : cache_fixture {
     return out;
   }
 
-  /// The next reply in self's mailbox: "ok" for any value, the rendered
-  /// error, or "no reply".
+  /// The next reply in self's mailbox (next_reply).
   std::string reply() {
-    std::string got = "no reply";
-    self->receive([&](std::uint32_t) { got = "ok"; },
-                  [&](gathered_kv&) { got = "ok"; },
-                  [&](caf::error& err) { got = render(err); },
-                  caf::after(std::chrono::seconds(0)) >> [] {});
-    return got;
+    return next_reply(self);
   }
 
   /// Why the device actor ended, rendered, or "running".
   std::string device_end() {
-    std::string why = "running";
-    for (bool more = true; more;)
-      self->receive(
-        [&](caf::down_msg& dm) {
-          if (dm.source == dev.address())
-            why = render(dm.reason);
-        },
-        caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
-    return why;
+    return end_of(self, dev.address());
   }
 
   /// A write of one token into the first slot of block `b`, layer 0.
   slot_write one_slot_in(block_id b) const {
-    slot_write w;
-    w.layer = 0;
-    w.slots = {std::int64_t{b} * cfg.block_size};
-    w.keys.assign(row_bytes(), 1);
-    w.values.assign(row_bytes(), 2);
-    return w;
+    return one_slot_write(*this, b);
   }
 
   /// Block `b`'s first slot of layer 0 still holds zeros (never written).

@@ -23,6 +23,44 @@ inline cache_config stall_config(std::uint64_t timeout_ms = 1000) {
   return cfg;
 }
 
+/// The next reply in `self`'s mailbox: "ok" for any value, the rendered
+/// error, or "no reply".
+inline std::string next_reply(caf::scoped_actor& self) {
+  std::string got = "no reply";
+  self->receive([&](std::uint32_t) { got = "ok"; },
+                [&](block_table&) { got = "ok"; },
+                [&](gathered_kv&) { got = "ok"; },
+                [&](request_handle_actor&, block_table&) { got = "ok"; },
+                [&](caf::error& err) { got = render(err); },
+                caf::after(std::chrono::seconds(0)) >> [] {});
+  return got;
+}
+
+/// Why the actor at `who` (which `self` monitors) ended, rendered, or
+/// "running".
+inline std::string end_of(caf::scoped_actor& self, const caf::actor_addr& who) {
+  std::string why = "running";
+  for (bool more = true; more;)
+    self->receive(
+      [&](caf::down_msg& dm) {
+        if (dm.source == who)
+          why = render(dm.reason);
+      },
+      caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+  return why;
+}
+
+/// A write of one token into the first slot of block `b` of layer 0, for
+/// `f`'s model.
+inline slot_write one_slot_write(const cache_fixture& f, block_id b) {
+  slot_write w;
+  w.layer = 0;
+  w.slots = {std::int64_t{b} * f.cfg.block_size};
+  w.keys.assign(f.row_bytes(), 1);
+  w.values.assign(f.row_bytes(), 2);
+  return w;
+}
+
 /// A cache on a slow_storage whose device actor gives work `timeout_ms`.
 struct stall_fixture : cache_fixture {
   std::shared_ptr<slow_storage> store;
@@ -43,40 +81,19 @@ struct stall_fixture : cache_fixture {
     run();
   }
 
-  /// The next reply in self's mailbox: "ok" for any value, the rendered
-  /// error, or "no reply".
+  /// The next reply in self's mailbox (next_reply).
   std::string reply() {
-    std::string got = "no reply";
-    self->receive([&](std::uint32_t) { got = "ok"; },
-                  [&](block_table&) { got = "ok"; },
-                  [&](gathered_kv&) { got = "ok"; },
-                  [&](request_handle_actor&, block_table&) { got = "ok"; },
-                  [&](caf::error& err) { got = render(err); },
-                  caf::after(std::chrono::seconds(0)) >> [] {});
-    return got;
+    return next_reply(self);
   }
 
   /// Why the manager ended, or "running".
   std::string manager_end() {
-    std::string why = "running";
-    for (bool more = true; more;)
-      self->receive(
-        [&](caf::down_msg& dm) {
-          if (dm.source == mgr.address())
-            why = render(dm.reason);
-        },
-        caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
-    return why;
+    return end_of(self, mgr.address());
   }
 
   /// A write of one token into the first slot of device block `b`.
   slot_write one_slot_in(block_id b) const {
-    slot_write w;
-    w.layer = 0;
-    w.slots = {std::int64_t{b} * cfg.block_size};
-    w.keys.assign(row_bytes(), 1);
-    w.values.assign(row_bytes(), 2);
-    return w;
+    return one_slot_write(*this, b);
   }
 };
 
