@@ -51,6 +51,16 @@ caf::error holds_data(const storage& s, const char* op) {
                     std::string{op} + ": storage none holds no data");
 }
 
+/// Whether the message being handled comes from `part` of the cache, or
+/// no cache registered (`part` unset: a device spawned alone takes work
+/// from anyone). Raw pointers, as the pool's from_manager: no reference
+/// count touched.
+bool sent_by(device_ptr self, const caf::actor& part) {
+  return !part
+         || caf::actor_cast<caf::abstract_actor*>(self->current_sender())
+              == caf::actor_cast<caf::abstract_actor*>(part);
+}
+
 /// Copies and swaps are the cache's own work: once a cache registered
 /// (registry_atom), a copy comes from its pool alone (copy-on-write, fork)
 /// and a swap from its manager alone, as the settle of a swap-out does.
@@ -58,16 +68,14 @@ caf::error holds_data(const storage& s, const char* op) {
 /// swap-out would close blocks to writes for good and overwrite host
 /// blocks a swapped-out request holds, and a copy would overwrite blocks
 /// the pool gave others - nothing the pool accounts for. Refused, with
-/// nothing submitted. (Raw pointers, as the settle's check.) The pool and
+/// nothing submitted, as a settle from another is ignored. The pool and
 /// the manager must therefore request() copies and swaps, not delegate()
 /// them: a delegated message keeps its caller as the sender. This guards
 /// against a client's mistake, not against code that sends as the pool
 /// (caf::send_as), which CAF lets anyone do.
 caf::error from_cache(device_ptr self, const op_desc& what,
                       const caf::actor& part, const char* part_name) {
-  if (!part
-      || caf::actor_cast<caf::abstract_actor*>(self->current_sender())
-           == caf::actor_cast<caf::abstract_actor*>(part))
+  if (sent_by(self, part))
     return caf::none;
   return make_error(errc::invalid_request,
                     "device actor: " + what.text()
@@ -322,12 +330,9 @@ device_actor::behavior_type device_fun(device_ptr self,
       // In a cache, only its pool knows that a request let the blocks go:
       // a stray settle from anyone else would reopen blocks a swap-out
       // still reads, and a write then would be lost at swap-in. Ignored,
-      // as a reacts_to message has no one to answer. (Raw pointers, as the
-      // pool's from_manager: no reference count touched.)
+      // as a reacts_to message has no one to answer.
       auto& st = self->state;
-      if (st.pool
-          && caf::actor_cast<caf::abstract_actor*>(self->current_sender())
-               != caf::actor_cast<caf::abstract_actor*>(st.pool))
+      if (!sent_by(self, st.pool))
         return;
       for (auto b : blocks)
         st.reopen_to_writes(b);
