@@ -75,13 +75,7 @@ struct bare_device : cache_fixture {
   /// The replies waiting in self's mailbox, in order: a count, or an
   /// error's code.
   std::vector<std::string> replies() {
-    std::vector<std::string> out;
-    for (bool more = true; more;)
-      self->receive([&](std::uint32_t n) { out.push_back(std::to_string(n)); },
-                    [&](gathered_kv&) { out.push_back("gathered"); },
-                    [&](caf::error& err) { out.push_back(outcome(err)); },
-                    caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
-    return out;
+    return all_replies(self);
   }
 
   /// The next reply in self's mailbox (next_reply).

@@ -16,6 +16,7 @@
 
 #include "fixture.hpp"
 #include "slow_storage.hpp"
+#include "stall_fixture.hpp"
 
 using namespace kvactor;
 using namespace kvactor::test;
@@ -66,12 +67,7 @@ struct slow_fixture : cache_fixture {
 
   /// The replies (a count or an error) waiting in self's mailbox, in order.
   std::vector<std::string> replies() {
-    std::vector<std::string> out;
-    for (bool more = true; more;)
-      self->receive([&](std::uint32_t n) { out.push_back(std::to_string(n)); },
-                    [&](caf::error& err) { out.push_back(outcome(err)); },
-                    caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
-    return out;
+    return all_replies(self);
   }
 
   /// The swap reply waiting in `who`'s mailbox: "swapped", the error as

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <caf/all.hpp>
 
@@ -34,6 +35,17 @@ inline std::string next_reply(caf::scoped_actor& self) {
                 [&](caf::error& err) { got = render(err); },
                 caf::after(std::chrono::seconds(0)) >> [] {});
   return got;
+}
+
+/// The replies waiting in `self`'s mailbox, in order: a count, or an
+/// error's code.
+inline std::vector<std::string> all_replies(caf::scoped_actor& self) {
+  std::vector<std::string> out;
+  for (bool more = true; more;)
+    self->receive([&](std::uint32_t n) { out.push_back(std::to_string(n)); },
+                  [&](caf::error& err) { out.push_back(outcome(err)); },
+                  caf::after(std::chrono::seconds(0)) >> [&] { more = false; });
+  return out;
 }
 
 /// Why the actor at `who` (which `self` monitors) ended, rendered, or
