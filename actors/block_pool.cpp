@@ -416,6 +416,11 @@ block_pool_fun(pool_ptr self, cache_config cfg,
       // later owner's write to them (see interfaces.hpp).
       if (auto err = check_incarnation(st.core(), id, cache_id))
         return err;
+      if (layer >= st.num_layers)
+        return make_error(errc::invalid_request,
+                          "request " + std::to_string(id) + ": layer "
+                            + std::to_string(layer) + " >= num_layers "
+                            + std::to_string(st.num_layers));
       auto t = table_of(st.core(), id);
       if (!t.holds_tokens())
         return make_error(errc::invalid_request,

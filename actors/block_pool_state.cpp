@@ -18,6 +18,7 @@ namespace kvactor::detail {
 void block_pool_state::init(const cache_config& cfg,
                             std::shared_ptr<block_pool_core> core) {
   block_size = cfg.block_size;
+  num_layers = cfg.model.num_layers;
   grace = std::chrono::milliseconds{cfg.pressure.preempt_grace_ms};
   core_ptr = std::move(core);
   marks = std::make_unique<pressure_tracker>(cfg.pressure,

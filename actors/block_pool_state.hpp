@@ -49,6 +49,9 @@ struct block_pool_state {
   block_pool_core::step_trace trace; ///< scratch of the step handler
   lane_ledger lanes; ///< who admitted what through a step
   std::uint32_t block_size = 0;
+  /// model.num_layers: a gather of a layer past it is refused here, naming
+  /// the request (the device's refusal names only the layer).
+  std::uint32_t num_layers = 0;
   /// pressure.preempt_grace_ms: how long a supervisor's victim's blocks
   /// drain (0: they come free at once).
   std::chrono::milliseconds grace{0};

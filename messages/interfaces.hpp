@@ -182,8 +182,9 @@ using block_pool_actor = caf::typed_actor<
   // the device actor) come after this message, and the device reads before
   // it writes (block hazards). A writer into the pools' memory directly
   // (paged views, layer_base) orders its own writes. Errors:
-  // invalid_handle once that incarnation ended, invalid_request while its
-  // blocks are in the host tier, the device's.
+  // invalid_handle once that incarnation ended, invalid_request for a
+  // layer past the model's (naming the request) or while its blocks are in
+  // the host tier, the device's.
   caf::replies_to<gather_atom, request_id, std::uint64_t,
                   std::uint32_t>::with<gathered_kv>,
   // From a handle: its incarnation's figures, all but memory_bytes (0: the

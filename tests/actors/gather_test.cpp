@@ -96,12 +96,20 @@ BOOST_AUTO_TEST_CASE(a_gather_of_an_ended_incarnation_says_it_ended) {
                   "request 1's incarnation "
                     + std::to_string(old->second.cache_id) + " has ended"),
              said(got));
-  // A layer out of range is the device's to refuse.
+  // A layer out of range is refused by the pool, naming the request (the
+  // device's refusal would name only the layer); a layer in range passes.
   auto cur = lookup(1);
   BOOST_REQUIRE(cur);
+  const auto layers = cfg.model.num_layers;
   auto bad = ask<gathered_kv>(pool, gather_atom::value, request_id{1},
-                              cur->second.cache_id, std::uint32_t{9});
-  BOOST_TEST(says(bad, "invalid_request", ""), said(bad));
+                              cur->second.cache_id, layers);
+  BOOST_TEST(says(bad, "invalid_request",
+                  "request 1: layer " + std::to_string(layers)
+                    + " >= num_layers " + std::to_string(layers)),
+             said(bad));
+  auto last = ask<gathered_kv>(pool, gather_atom::value, request_id{1},
+                               cur->second.cache_id, layers - 1);
+  BOOST_TEST(said(last) == "ok");
 }
 
 BOOST_AUTO_TEST_SUITE_END()
