@@ -101,8 +101,10 @@ using block_pool_actor = caf::typed_actor<
   // The step lane's probe: cached prompt tokens per request.
   caf::replies_to<probe_atom, std::vector<allocation_request>>::with<
     std::vector<std::uint64_t>>,
-  // From a handle: grow (request id, cache id, n, token ids - optional,
-  // empty = unnamed). The cache id names the incarnation the handle serves:
+  // From a handle actor, or the facade for a handle's extend and append
+  // (no hop through the handle actor): grow (request id, cache id, n,
+  // token ids - optional, empty = unnamed). The cache id names the
+  // incarnation the handle serves:
   // a handle whose request ended (its id perhaps allocated again since)
   // gets invalid_handle. Other errors: exceeds_max_sequence_length,
   // exceeds_capacity (more blocks than one request may hold: see
