@@ -4,7 +4,7 @@
 //
 //   facade_latency [--requests N] [--extends K] [--scheduler-threads T]
 //                  [--prompt-len P] [--shared-prefix S] [--live L]
-//                  [--probe W]
+//                  [--probe W] [--tables R]
 //
 // By default a request is 100 unnamed tokens, freed right after its K
 // one-token extends: the bare path, no hashing or lookup. --prompt-len
@@ -18,6 +18,11 @@
 // of W waiting requests each (fresh prompts after the shared prefix, as a
 // cache-aware scheduler would ask before admitting them), "probe" in the
 // output; each answer is checked against the shared prefix's whole blocks.
+//
+// --tables R: after each extend, R calls of the handle's checked_table()
+// (an engine on ferrum's contract reads the block table every step, to
+// build its attention metadata), "table" in the output; each answer's
+// token count is checked.
 //
 // "floor_before" / "floor_after": the same blocking hand-off (the
 // facade's bridge) to a trivial actor that answers at once, 11,000 calls
@@ -64,12 +69,13 @@ int main(int argc, char** argv) {
   std::size_t shared_prefix = 0;
   std::size_t live_target = 0;
   std::size_t probe_window = 0;
+  std::size_t tables = 0;
   using kvactor::bench::count;
   if (!kvactor::bench::parse_options(
         argc, argv,
         "usage: facade_latency [--requests N] [--extends K] "
         "[--scheduler-threads T] [--prompt-len P] [--shared-prefix S] "
-        "[--live L] [--probe W]\n",
+        "[--live L] [--probe W] [--tables R]\n",
         [&](const std::string& arg, const std::string& v) {
           if (arg == "--requests")
             requests = count(v);
@@ -85,6 +91,8 @@ int main(int argc, char** argv) {
             live_target = count(v);
           else if (arg == "--probe")
             probe_window = count(v);
+          else if (arg == "--tables")
+            tables = count(v);
           else
             return false;
           return true;
@@ -118,7 +126,7 @@ int main(int argc, char** argv) {
   for (auto& t : prefix)
     t = token(rng);
   std::deque<request_id> live;
-  std::vector<double> alloc_us, extend_us, free_us;
+  std::vector<double> alloc_us, extend_us, free_us, table_us;
   auto since = [](clock_type::time_point t0) {
     return std::chrono::duration<double, std::micro>(clock_type::now() - t0).count();
   };
@@ -176,6 +184,23 @@ int main(int argc, char** argv) {
       }
       if (measured)
         extend_us.push_back(dt);
+      for (std::size_t r = 0; r < tables; ++r) {
+        t0 = clock_type::now();
+        auto t = (*h)->checked_table();
+        dt = since(t0);
+        if (!t) {
+          std::cerr << "table: " << render(t.error()) << '\n';
+          return 1;
+        }
+        auto want = (prompt_len == 0 ? 100 : prompt_len) + k + 1;
+        if (t->num_tokens != want) {
+          std::cerr << "table: " << t->num_tokens << " tokens, " << want
+                    << " expected\n";
+          return 1;
+        }
+        if (measured)
+          table_us.push_back(dt);
+      }
     }
     live.push_back(req.id);
     if (live.size() <= live_target)
@@ -240,6 +265,8 @@ int main(int argc, char** argv) {
                      {"deallocate", latency_summary(free_us)},
                      {"floor_before", latency_summary(floor_before)},
                      {"floor_after", latency_summary(floor_us)}};
+  if (tables > 0)
+    out["table"] = latency_summary(table_us);
   if (probe_window > 0) {
     out["probe_window"] = probe_window;
     out["probe"] = latency_summary(probe_us);

@@ -43,7 +43,11 @@ grep -q '"failed_operations":0' "$out" || {
   echo "FAIL: scale: failed operations"
   failures=$((failures + 1))
 }
-run facade_latency 1 --requests 50 --extends 20
+run facade_latency 1 --requests 50 --extends 20 --tables 1
+grep -q '"table":' "$out" || {
+  echo "FAIL: facade_latency: no table reads"
+  failures=$((failures + 1))
+}
 run step_floor 1 --steps 1000
 run swap_stall 1 --storage host --swap-mib 4 --requests 8 --extends 50 --rounds 2
 run retention 2 --steps 200
