@@ -73,6 +73,23 @@ caf::expected<gathered_kv> gather_own(detail::facade_core& core,
                       + " for its contiguous view failed: " + render(err));
 }
 
+/// `h`'s table, asked of the pool with its incarnation, as the facade's
+/// extends are: the handle actor would only relay it, a hop more to and
+/// from an actor gone cold among thousands, on a call an engine makes for
+/// every request every step. An ended incarnation is invalid_handle, also
+/// when the id names a newer request by now; the pool gone, shutting_down.
+caf::expected<block_table> table_from_pool(detail::facade_core& core,
+                                           const kv_cache_handle& h) {
+  auto cache_id = core.incarnation(*h.slot());
+  if (!cache_id)
+    return std::move(cache_id.error());
+  auto res = core.ask<block_table>(core.cache().pool, table_atom::value,
+                                   h.id(), *cache_id);
+  if (!res)
+    return std::move(res.error());
+  return std::move(std::get<0>(*res));
+}
+
 } // namespace
 
 // -- kv_cache_handle ----------------------------------------------------------------
@@ -108,10 +125,10 @@ block_table kv_cache_handle::table() const {
   auto core = core_.lock();
   if (!core || !slot_->valid)
     return block_table{{}, 0, core ? core->config().block_size : 0};
-  auto res = core->ask<block_table>(slot_->actor, table_atom::value);
+  auto res = table_from_pool(*core, *this);
   if (!res)
     return block_table{{}, 0, core->config().block_size};
-  return std::move(std::get<0>(*res));
+  return std::move(*res);
 }
 
 caf::expected<block_table> kv_cache_handle::checked_table() const {
@@ -120,10 +137,7 @@ caf::expected<block_table> kv_cache_handle::checked_table() const {
   auto core = core_.lock();
   if (!core) // the facade went since check_live(), and the request with it
     return ended(id());
-  auto res = core->ask<block_table>(slot_->actor, table_atom::value);
-  if (!res)
-    return as_handle_error(std::move(res.error()), id());
-  return std::move(std::get<0>(*res));
+  return table_from_pool(*core, *this);
 }
 
 bool kv_cache_handle::is_swapped() const {

@@ -32,7 +32,8 @@ struct request_slot {
   std::atomic<bool> valid{true};
   /// The incarnation, where info.cache_id lacks it (0: a slot made by
   /// allocate, whose reply does not carry it), once asked of the handle
-  /// actor (the facade's draft calls name it to the pool).
+  /// actor (the facade's extends, appends, draft calls and table reads
+  /// name it to the pool).
   std::atomic<std::uint64_t> incarnation{0};
 };
 } // namespace detail
@@ -41,7 +42,7 @@ class kv_cache_handle {
 public:
   virtual ~kv_cache_handle() = default;
 
-  /// The current block table (a round trip to the handle actor); empty once
+  /// The current block table (a round trip to the pool); empty once
   /// the request ended - and on any failure (ferrum's contract returns a
   /// plain table): checked_table() tells which.
   block_table table() const;

@@ -102,8 +102,8 @@ BOOST_AUTO_TEST_CASE(the_manager_takes_drafts_and_verdicts_by_request_id) {
 BOOST_AUTO_TEST_CASE(growth_through_a_stale_handle_never_reaches_a_newer_request) {
   // A handle from allocate names its incarnation to the pool (asked of its
   // handle actor): once another client ended the request and admitted the
-  // id anew, the handle's extends, appends and draft calls (all sent to the
-  // pool straight away) fail - before or after the facade
+  // id anew, the handle's extends, appends, draft calls and table reads
+  // (all sent to the pool straight away) fail - before or after the facade
   // heard of the end - and the new request stays as it was. (The window
   // before the facade hears of the end is narrow, so this guards the
   // outcome rather than forcing the race; before the fix a call in it
@@ -126,6 +126,10 @@ BOOST_AUTO_TEST_CASE(growth_through_a_stale_handle_never_reaches_a_newer_request
     KV_CHECK_ERROR(f.m().append(*h, iota_tokens(70, 2)), errc::invalid_handle);
     KV_CHECK_ERROR(f.m().append(*h, iota_tokens(60, 2), 1), errc::invalid_handle);
     KV_CHECK_ERROR(f.m().settle_drafts(*h, 0), errc::invalid_handle);
+    auto stale = h->checked_table();
+    BOOST_REQUIRE(!stale);
+    KV_CHECK_ERROR(stale.error(), errc::invalid_handle);
+    BOOST_TEST(h->table().blocks.empty());
     auto now = f.m().get_handle(1);
     BOOST_REQUIRE(now);
     BOOST_TEST(now->table() == fresh);
