@@ -131,11 +131,13 @@ public:
   std::shared_ptr<kv_cache_handle> make_handle(std::shared_ptr<request_slot> slot);
 
   /// The incarnation (the pool's cache id) of `slot`'s request, for calls
-  /// the facade sends the pool itself (drafts, a contiguous view's gather):
-  /// the handle actors do not relay them, so each live request's behavior
-  /// stays small. A slot made from a lookup or a fork knows it; one made
-  /// by allocate asks its handle actor once, then keeps it. Error:
-  /// invalid_handle once that actor is gone.
+  /// the facade sends the pool itself: extends, appends and table reads
+  /// (which the handle actors relay for actor clients: straight to the
+  /// pool, a hop less), drafts and a contiguous view's gather (which they
+  /// do not relay, so each live request's behavior stays small). A slot
+  /// made from a lookup or a fork knows it; one made by allocate asks its
+  /// handle actor once (an 'info' call under the facade's timeout), then
+  /// keeps it. Error: invalid_handle once that actor is gone.
   caf::expected<std::uint64_t> incarnation(request_slot& slot);
 
   /// Ends the request of handle actor `handle` as unclaimed - an allocate

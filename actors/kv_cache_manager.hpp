@@ -81,7 +81,10 @@ public:
   /// before it returns). Errors: invalid_handle, exceeds_max_sequence_length,
   /// exceeds_capacity, out_of_blocks, quota_exceeded, invalid_request
   /// (swapped out: swap it in first), device_failure or shutting_down (the
-  /// copy-on-write copy failed); on error nothing changed.
+  /// copy-on-write copy failed); on error nothing changed. Sent to the pool
+  /// for the handle's incarnation (not through its handle actor): a handle
+  /// whose actor was killed or crashed still grows until the reclaim of its
+  /// request lands, as one the supervisor is about to preempt would.
   caf::error extend(kv_cache_handle& handle, std::size_t additional_tokens);
 
   /// Grows the handle's request by these tokens (full blocks become findable
@@ -277,7 +280,10 @@ public:
   /// turns invalid when the reclaim lands), but the id may read as allocated until the
   /// reclaim lands - a retry may get duplicate_request: try again. Other
   /// calls that time out may still take effect (an extend may still grow
-  /// the table: read it again). Calls waiting when the cache stops fail
+  /// the table: read it again). The first extend, append or table read of
+  /// a handle from allocate first asks its handle actor for the
+  /// incarnation it names to the pool: a call of its own, under the same
+  /// timeout ("... to 'info' ..."). Calls waiting when the cache stops fail
   /// with errc::shutting_down. A negative timeout is refused
   /// (errc::invalid_request) and changes nothing.
   caf::error set_timeout(std::chrono::milliseconds t);

@@ -174,8 +174,9 @@ using block_pool_actor = caf::typed_actor<
   caf::reacts_to<registry_atom, caf::actor, storage_info>,
   // The live request's table. Error: unknown_request.
   caf::replies_to<table_atom, request_id>::with<block_table>,
-  // From a handle: its incarnation's table (request id, cache id). Error:
-  // invalid_handle once that incarnation ended.
+  // From a handle actor, or the facade for a handle's table read: its
+  // incarnation's table (request id, cache id). Error: invalid_handle once
+  // that incarnation ended.
   caf::replies_to<table_atom, request_id, std::uint64_t>::with<block_table>,
   // An incarnation's tokens of one layer (request id, cache id, layer),
   // gathered by the device, which replies: a contiguous view. Sent to the
@@ -280,7 +281,7 @@ using device_actor = caf::typed_actor<
   // but the manager, a kill, a crash), each is sent an exit naming why
   // before anyone waiting on the work hears of it: a caller who heard it
   // finds the manager and the pool stopped, so its next call fails - an
-  // extend (through the handle actor) or a step too. A down message, sent
+  // extend or a step too. A down message, sent
   // as the actor ends, could come after such a caller's next call.
   caf::reacts_to<registry_atom, caf::actor, caf::actor>,
   // Internal: some submitted work completed (the storage's wake).
