@@ -137,7 +137,8 @@ public:
   /// do not relay, so each live request's behavior stays small). A slot
   /// made from a lookup or a fork knows it; one made by allocate asks its
   /// handle actor once (an 'info' call under the facade's timeout), then
-  /// keeps it. Error: invalid_handle once that actor is gone.
+  /// keeps it. Error: invalid_handle once that actor is going (is_going:
+  /// killed or crashed, its request's reclaim on its way) or gone.
   caf::expected<std::uint64_t> incarnation(request_slot& slot);
 
   /// Ends the request of handle actor `handle` as unclaimed - an allocate

@@ -11,6 +11,7 @@
 #include <caf/sec.hpp>
 #include <caf/send.hpp>
 
+#include "kvactor/actors/request_handle.hpp"
 #include "kvactor/messages/error_context.hpp"
 #include "kvactor/messages/step.hpp"
 
@@ -236,6 +237,13 @@ void facade_core::invalidate_all(bool manager_gone) {
 }
 
 caf::expected<std::uint64_t> facade_core::incarnation(request_slot& slot) {
+  // What the handle actor would have answered had the call gone through
+  // it: its request ended (the reclaim is on its way, and the pool would
+  // take the call until it lands).
+  if (is_going(slot.actor))
+    return make_error(errc::invalid_handle,
+                      "request " + std::to_string(slot.info.request.id)
+                        + " has ended");
   if (slot.info.cache_id != 0)
     return slot.info.cache_id;
   if (auto known = slot.incarnation.load(std::memory_order_relaxed))

@@ -50,9 +50,8 @@ public:
   /// request ended - the cache's end, its facade's too), shutting_down (the
   /// cache stopped during the call), CAF's request_timeout (no answer
   /// within the facade's timeout: the request may well be live). Asked of
-  /// the pool for this handle's incarnation: a handle whose actor was
-  /// killed or crashed still reads its table until the reclaim lands
-  /// (checked_stats(), which its handle actor answers, fails at once).
+  /// the pool for this handle's incarnation (invalid_handle once its handle
+  /// actor has begun to quit: killed or crashed).
   caf::expected<block_table> checked_table() const;
 
   request_id id() const noexcept {

@@ -82,9 +82,8 @@ public:
   /// exceeds_capacity, out_of_blocks, quota_exceeded, invalid_request
   /// (swapped out: swap it in first), device_failure or shutting_down (the
   /// copy-on-write copy failed); on error nothing changed. Sent to the pool
-  /// for the handle's incarnation (not through its handle actor): a handle
-  /// whose actor was killed or crashed still grows until the reclaim of its
-  /// request lands, as one the supervisor is about to preempt would.
+  /// for the handle's incarnation (not through its handle actor); once
+  /// that actor has begun to quit (killed or crashed), invalid_handle.
   caf::error extend(kv_cache_handle& handle, std::size_t additional_tokens);
 
   /// Grows the handle's request by these tokens (full blocks become findable

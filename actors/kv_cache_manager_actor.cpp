@@ -49,10 +49,7 @@ bool registered(const manager_state& st, request_id id) {
 /// that handle would fail).
 bool listed(const manager_state& st, request_id id,
             const manager_state::entry& e) {
-  if (st.ending.contains(id))
-    return false;
-  auto h = caf::actor_cast<caf::abstract_actor*>(e.handle);
-  return h != nullptr && !h->getf(caf::abstract_actor::is_shutting_down_flag);
+  return !st.ending.contains(id) && !is_going(e.handle);
 }
 
 /// The incarnation a by-id operation on `id` names: the registry's

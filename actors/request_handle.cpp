@@ -310,6 +310,11 @@ void prefetch_handle(const request_handle_actor& h) noexcept {
     __builtin_prefetch(p + at);
 }
 
+bool is_going(const request_handle_actor& h) noexcept {
+  auto p = caf::actor_cast<caf::abstract_actor*>(h);
+  return p == nullptr || p->getf(caf::abstract_actor::is_shutting_down_flag);
+}
+
 request_handle_actor spawn_request_handle(caf::actor_system& sys,
                                           request_handle_args args,
                                           const supervisor_actor& supervisor) {

@@ -51,4 +51,13 @@ detail::actor_slab::counts handle_slab_counts();
 /// the one the send reads - cost ~0.3 us there.
 void prefetch_handle(const request_handle_actor& h) noexcept;
 
+/// Whether handle actor `h` has begun to quit (killed, crashed, stopped:
+/// a call sent to it now bounces, and the reclaim of its request is on its
+/// way), read from the flag the actor sets as its exit starts - a relaxed
+/// read, so a hint, not a lock: it may begin to quit right after. The
+/// manager lists no such handle; the facade refuses a handle's calls that
+/// go to the pool (extends, table reads, drafts) once it reads true, as
+/// the handle actor would have. Null counts as gone.
+bool is_going(const request_handle_actor& h) noexcept;
+
 } // namespace kvactor

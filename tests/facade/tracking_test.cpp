@@ -10,7 +10,10 @@
 #include <future>
 #include <thread>
 
+#include <caf/after.hpp>
 #include <caf/event_based_actor.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/system_messages.hpp>
 #include <caf/send.hpp>
 
 #include "fixture.hpp"
@@ -260,6 +263,33 @@ BOOST_AUTO_TEST_CASE(calls_on_a_handle_actor_killed_under_them_end_with_its_requ
     stop = true;
     BOOST_REQUIRE(asker.wait_for(std::chrono::seconds{20})
                   == std::future_status::ready);
+  }
+  BOOST_TEST(eventually([&] { return f.checked_stats().active_caches == 0u; }));
+}
+
+BOOST_AUTO_TEST_CASE(a_handle_whose_actor_was_killed_grows_no_more_while_its_reclaim_waits) {
+  // A handle's extends, appends and table reads go to the pool, which holds
+  // the request until the supervisor's reclaim lands; once the handle actor
+  // has begun to quit they fail as a call to it would. The manager is kept
+  // busy, so the reclaim waits in its mailbox behind 20,000 lookups.
+  cache_fixture f;
+  for (request_id id = 1; id <= 10; ++id) {
+    auto h = f.alloc(f.req(id, 4));
+    BOOST_REQUIRE(!f.m().extend(*h, 1));
+    caf::scoped_actor self{*f.sys};
+    self->monitor(h->actor());
+    for (int k = 0; k < 20000; ++k)
+      caf::anon_send(f.m().actor(), lookup_atom::value, request_id{999999});
+    caf::anon_send_exit(h->actor(), caf::exit_reason::kill);
+    bool down = false;
+    self->receive([&](caf::down_msg&) { down = true; },
+                  caf::after(std::chrono::seconds{20}) >> [] {});
+    BOOST_REQUIRE(down);
+    KV_CHECK_ERROR(f.m().extend(*h, 4), errc::invalid_handle, "has ended");
+    KV_CHECK_ERROR(f.m().append(*h, {1, 2}), errc::invalid_handle, "has ended");
+    auto t = h->checked_table();
+    BOOST_REQUIRE(!t);
+    KV_CHECK_ERROR(t.error(), errc::invalid_handle, "has ended");
   }
   BOOST_TEST(eventually([&] { return f.checked_stats().active_caches == 0u; }));
 }
