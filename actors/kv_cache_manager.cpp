@@ -40,8 +40,8 @@ caf::error check_handle(const detail::facade_core& core,
 /// A growth (extend, append, drafts) or draft settlement of `handle`'s
 /// incarnation, asked of the pool straight away: its handle actor would
 /// only relay it, a hop more to and from an actor gone cold among
-/// thousands (the facade replay's bookkeeping: 5.8-6.3 s through the
-/// handle actors, 4.4-4.8 s without, alternated). The pool has shared
+/// thousands (the facade replay's bookkeeping is about a quarter less
+/// without it: README, Benchmarks). The pool has shared
 /// blocks copied (copy-on-write) before it replies. An ended incarnation
 /// fails with invalid_handle - also when the id names a newer request by
 /// now: the pool gets the incarnation, never "whichever is live".
