@@ -134,11 +134,11 @@ public:
   /// the facade sends the pool itself: extends, appends and table reads
   /// (which the handle actors relay for actor clients: straight to the
   /// pool, a hop less), drafts and a contiguous view's gather (which they
-  /// do not relay, so each live request's behavior stays small). A slot
-  /// made from a lookup or a fork knows it; one made by allocate asks its
-  /// handle actor once (an 'info' call under the facade's timeout), then
-  /// keeps it. Error: invalid_handle once that actor is going (is_going:
-  /// killed or crashed, its request's reclaim on its way) or gone.
+  /// do not relay, so each live request's behavior stays small): the
+  /// slot's info has it, from the reply that made the slot (allocate's,
+  /// a lookup's, a list's). Error: invalid_handle once the handle actor is
+  /// going (is_going: killed or crashed, its request's reclaim on its way)
+  /// or gone.
   caf::expected<std::uint64_t> incarnation(request_slot& slot);
 
   /// Ends the request of handle actor `handle` as unclaimed - an allocate

@@ -105,7 +105,9 @@ blocking_bridge::late_reply_handler facade_core::unclaim_late() const {
   // a reference (which would keep the bridge alive through its own table).
   return [unclaimed = unclaimed_,
           owner = caf::actor_cast<caf::actor_addr>(sender())](caf::message& reply) {
-    if (!reply.match_elements<request_handle_actor, block_table>())
+    // allocate's (request_handle_actor, request_info), fork's
+    // (request_handle_actor, block_table).
+    if (reply.size() != 2 || !reply.match_element<request_handle_actor>(0))
       return;
     auto& handle = reply.get_as<request_handle_actor>(0);
     unclaimed->insert(handle.id());
@@ -192,8 +194,7 @@ std::uint64_t facade_core::invalidate_request(const request_ended& ev) {
     auto i = by_request_.find(ev.id);
     if (i == by_request_.end())
       return 0;
-    // A slot made by allocate does not know its cache id (0: the pool's
-    // start at 1); one made from a lookup does.
+    // A slot knows its cache id (the pool's start at 1; 0: not known).
     auto k = slots_.find(i->second);
     auto s = k != slots_.end() ? k->second.slot.lock() : nullptr;
     if (s && s->info.cache_id != 0 && s->info.cache_id > ev.cache_id)
@@ -244,21 +245,7 @@ caf::expected<std::uint64_t> facade_core::incarnation(request_slot& slot) {
     return make_error(errc::invalid_handle,
                       "request " + std::to_string(slot.info.request.id)
                         + " has ended");
-  if (slot.info.cache_id != 0)
-    return slot.info.cache_id;
-  if (auto known = slot.incarnation.load(std::memory_order_relaxed))
-    return known;
-  auto info = ask<request_info>(slot.actor, info_atom::value);
-  if (!info) {
-    if (info.error() == caf::sec::request_receiver_down)
-      return make_error(errc::invalid_handle,
-                        "request " + std::to_string(slot.info.request.id)
-                          + " has ended");
-    return std::move(info.error());
-  }
-  auto cache_id = std::get<0>(*info).cache_id;
-  slot.incarnation.store(cache_id, std::memory_order_relaxed);
-  return cache_id;
+  return slot.info.cache_id;
 }
 
 } // namespace kvactor::detail

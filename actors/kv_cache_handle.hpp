@@ -30,11 +30,6 @@ struct request_slot {
   request_handle_actor actor;
   std::uint64_t handle_id = 0; ///< the handle actor's id: cache_id()
   std::atomic<bool> valid{true};
-  /// The incarnation, where info.cache_id lacks it (0: a slot made by
-  /// allocate, whose reply does not carry it), once asked of the handle
-  /// actor (the facade's extends, appends, draft calls and table reads
-  /// name it to the pool).
-  std::atomic<std::uint64_t> incarnation{0};
 };
 } // namespace detail
 

@@ -138,24 +138,25 @@ caf::expected<std::shared_ptr<kv_cache_handle>>
 kv_cache_manager::allocate(const allocation_request& req) {
   if (auto err = check_layout(req))
     return err;
-  // The handle serves the table on demand: only the handle actor comes
-  // back (the reply's table is dropped on the replier's thread).
+  // The handle serves the table on demand: the reply names the handle actor
+  // and the incarnation admitted, which the handle's calls to the pool name
+  // (no 'info' round trip to the handle actor before the first).
   auto since = core_->ends_taken();
   // A reply after the caller timed out: the request nobody holds a handle
   // of is ended as unclaimed (through its handle actor, which names its own
   // incarnation) - nobody wrote its K/V, so its prompt's fresh blocks must
   // not stay in the prefix index - and no lookup hands it out meanwhile.
-  auto res = core_->ask_first<request_handle_actor, block_table>(
-    core_->unclaim_late(), core_->cache().manager, allocate_atom::value, req);
+  auto res = core_->ask_undoable<request_handle_actor, request_info>(
+    core_->unclaim_late(), core_->cache().manager, allocate_atom::value, req,
+    info_atom::value);
   if (!res)
     return std::move(res.error());
-  request_info info;
-  info.request = without_prompt(req); // not a copy of the prompt
-  auto slot = core_->slot_for(*res, info);
+  auto& [made, info] = *res;
+  auto slot = core_->slot_for(made, info);
   if (core_->may_have_forgotten(since))
     if (auto err = core_->confirm_slots({slot})) {
       // No handle goes out: nobody will use the request.
-      core_->unclaim(*res);
+      core_->unclaim(made);
       return in_context("allocate of request " + std::to_string(req.id), err);
     }
   return core_->make_handle(std::move(slot));

@@ -279,10 +279,7 @@ public:
   /// turns invalid when the reclaim lands), but the id may read as allocated until the
   /// reclaim lands - a retry may get duplicate_request: try again. Other
   /// calls that time out may still take effect (an extend may still grow
-  /// the table: read it again). The first extend, append or table read of
-  /// a handle from allocate first asks its handle actor for the
-  /// incarnation it names to the pool: a call of its own, under the same
-  /// timeout ("... to 'info' ..."). Calls waiting when the cache stops fail
+  /// the table: read it again). Calls waiting when the cache stops fail
   /// with errc::shutting_down. A negative timeout is refused
   /// (errc::invalid_request) and changes nothing.
   caf::error set_timeout(std::chrono::milliseconds t);

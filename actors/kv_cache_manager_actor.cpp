@@ -107,6 +107,42 @@ cache_manager_stats manager_stats(const manager_state& st, pool_stats p) {
   return s;
 }
 
+/// allocate's work for both its replies: the request's handle actor, and
+/// `second(admission, request without its prompt)`.
+template <class Second, class Make>
+caf::result<request_handle_actor, Second>
+admit(mgr_ptr self, allocation_request& req, Make second) {
+  auto& st = self->state;
+  st.pool_index->prefetch(req.id); // the pool's duplicate check
+  if (auto err = check_device(st.store, req))
+    return err;
+  if (registered(st, req.id))
+    return make_error(errc::duplicate_request,
+                      "request " + std::to_string(req.id)
+                        + " is already allocated");
+  // Before the promise, which takes the sender out of the message.
+  auto owner = owner_of(self);
+  auto rp = owe(self,
+                self->make_response_promise<request_handle_actor, Second>(),
+                "allocate", req.id);
+  auto params = without_prompt(req);
+  st.admitting.add(params.id);
+  self->request(st.pool, caf::infinite, allocate_atom::value, std::move(req))
+    .then(
+      [self, rp, params, owner, second](admission& a) mutable {
+        self->state.admitting.remove(params.id);
+        auto h = add_request(self, params, a.cache_id, a.hit_tokens,
+                             std::move(owner));
+        rp.deliver(std::move(h), second(a, params));
+      },
+      [self, rp, id = params.id](caf::error& err) mutable {
+        self->state.admitting.remove(id);
+        rp.deliver(as_ours("allocate of request " + std::to_string(id), err,
+                           errc::shutting_down));
+      });
+  return rp.promise();
+}
+
 } // namespace
 
 kv_cache_manager_actor::behavior_type
@@ -133,35 +169,20 @@ manager_fun(mgr_ptr self, cache_config cfg, storage_info store,
   return {
     [self](allocate_atom, allocation_request& req)
       -> caf::result<request_handle_actor, block_table> {
-      auto& st = self->state;
-      st.pool_index->prefetch(req.id); // the pool's duplicate check
-      if (auto err = check_device(st.store, req))
-        return err;
-      if (registered(st, req.id))
-        return make_error(errc::duplicate_request,
-                          "request " + std::to_string(req.id)
-                            + " is already allocated");
-      // Before the promise, which takes the sender out of the message.
-      auto owner = owner_of(self);
-      auto rp = owe(self,
-                    self->make_response_promise<request_handle_actor, block_table>(),
-                    "allocate", req.id);
-      auto params = without_prompt(req);
-      st.admitting.add(params.id);
-      self->request(st.pool, caf::infinite, allocate_atom::value, std::move(req))
-        .then(
-          [self, rp, params, owner](admission& a) mutable {
-            self->state.admitting.remove(params.id);
-            auto h = add_request(self, params, a.cache_id, a.hit_tokens,
-                                 std::move(owner));
-            rp.deliver(std::move(h), std::move(a.table));
-          },
-          [self, rp, id = params.id](caf::error& err) mutable {
-            self->state.admitting.remove(id);
-            rp.deliver(as_ours("allocate of request " + std::to_string(id),
-                               err, errc::shutting_down));
-          });
-      return rp.promise();
+      return admit<block_table>(
+        self, req, [](admission& a, const allocation_request&) {
+          return std::move(a.table);
+        });
+    },
+    [self](allocate_atom, allocation_request& req, info_atom)
+      -> caf::result<request_handle_actor, request_info> {
+      return admit<request_info>(
+        self, req, [](admission& a, const allocation_request& params) {
+          request_info info;
+          info.cache_id = a.cache_id;
+          info.request = params;
+          return info;
+        });
     },
     [self](extend_atom, request_id id,
            std::uint64_t n) -> caf::result<block_table> {

@@ -310,6 +310,13 @@ using kv_cache_manager_actor = caf::typed_actor<
   // request is reclaimed when its owner dies.
   caf::replies_to<allocate_atom, allocation_request>::with<request_handle_actor,
                                                            block_table>,
+  // Start a request, as above, the reply naming the incarnation admitted
+  // (request_info: its cache id, the request without its prompt) in place
+  // of the table: what a client that sends the pool its handle's calls
+  // itself (the blocking facade) names there, without asking the handle
+  // actor first. Errors: as allocate's.
+  caf::replies_to<allocate_atom, allocation_request, info_atom>::with<
+    request_handle_actor, request_info>,
   // Grow a request by n unnamed tokens; the pool answers (the manager
   // delegates). Errors: unknown_request (also when a step ended the request
   // before the registry heard), and the handle's other extend errors.

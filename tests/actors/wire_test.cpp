@@ -62,6 +62,9 @@ protocol_messages(cache_fixture& f, const request_handle_actor& h) {
   return {
     m{"allocate", caf::make_message(allocate_atom::value, req)},
     m{"allocate reply", caf::make_message(h, table)},
+    m{"allocate naming its incarnation",
+      caf::make_message(allocate_atom::value, req, info_atom::value)},
+    m{"its reply", caf::make_message(h, info)},
     m{"extend", caf::make_message(extend_atom::value, request_id{7}, std::uint64_t{3})},
     m{"append", caf::make_message(append_atom::value, request_id{7}, std::vector<token_id>{1, 2})},
     m{"pool extend", caf::make_message(extend_atom::value, request_id{7}, std::uint64_t{42},

@@ -100,8 +100,8 @@ BOOST_AUTO_TEST_CASE(the_manager_takes_drafts_and_verdicts_by_request_id) {
 }
 
 BOOST_AUTO_TEST_CASE(growth_through_a_stale_handle_never_reaches_a_newer_request) {
-  // A handle from allocate names its incarnation to the pool (asked of its
-  // handle actor): once another client ended the request and admitted the
+  // A handle from allocate names its incarnation (allocate's reply has it)
+  // to the pool: once another client ended the request and admitted the
   // id anew, the handle's extends, appends, draft calls and table reads
   // (all sent to the pool straight away) fail - before or after the facade
   // heard of the end - and the new request stays as it was. (The window
@@ -111,7 +111,7 @@ BOOST_AUTO_TEST_CASE(growth_through_a_stale_handle_never_reaches_a_newer_request
   cache_fixture f;
   for (int round = 0; round < 20; ++round) {
     auto h = f.alloc(f.req(1, 0, 256, iota_tokens(1, 6)));
-    if (round % 2 == 1) // the incarnation learnt before the end, or not
+    if (round % 2 == 1) // a call on the handle before the end, or none
       BOOST_REQUIRE(!f.m().settle_drafts(*h, 0));
     caf::scoped_actor self{*f.sys};
     auto mgr = f.m().actor();

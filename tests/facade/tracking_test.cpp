@@ -267,6 +267,20 @@ BOOST_AUTO_TEST_CASE(calls_on_a_handle_actor_killed_under_them_end_with_its_requ
   BOOST_TEST(eventually([&] { return f.checked_stats().active_caches == 0u; }));
 }
 
+BOOST_AUTO_TEST_CASE(a_handle_from_allocate_knows_its_incarnation) {
+  // Allocate's reply names the incarnation it admitted, so the handle's
+  // first call to the pool names it without asking its handle actor first;
+  // a handle from a lookup names the same one.
+  cache_fixture f;
+  auto h = f.alloc(f.req(1, 0, 256, iota_tokens(1, 6)));
+  auto looked = f.m().get_handle(1);
+  BOOST_REQUIRE(looked);
+  BOOST_TEST(h->slot()->info.cache_id != 0u);
+  BOOST_TEST(h->slot()->info.cache_id == looked->slot()->info.cache_id);
+  BOOST_TEST(h->slot()->info.request.id == request_id{1});
+  BOOST_TEST(h->slot()->info.request.prompt.empty()); // not a copy of it
+}
+
 BOOST_AUTO_TEST_CASE(a_handle_whose_actor_was_killed_grows_no_more_while_its_reclaim_waits) {
   // A handle's extends, appends and table reads go to the pool, which holds
   // the request until the supervisor's reclaim lands; once the handle actor

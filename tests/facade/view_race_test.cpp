@@ -135,12 +135,11 @@ struct gated_cache {
 
   std::shared_ptr<kv_cache_handle> alloc(request_id id, std::uint64_t tokens) {
     auto req = make_request(cfg, id, tokens, 40);
-    auto h = core->ask_first<request_handle_actor, block_table>(
-      nullptr, core->cache().manager, allocate_atom::value, req);
-    BOOST_REQUIRE_MESSAGE(h, why(h));
-    request_info info;
-    info.request = req;
-    return core->make_handle(core->slot_for(*h, info));
+    auto made = core->ask<request_handle_actor, request_info>(
+      core->cache().manager, allocate_atom::value, req, info_atom::value);
+    BOOST_REQUIRE_MESSAGE(made, why(made));
+    auto& [h, info] = *made;
+    return core->make_handle(core->slot_for(h, info));
   }
 
   /// Starts a view of layer 0 on another thread and returns once its
