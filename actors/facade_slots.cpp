@@ -245,6 +245,13 @@ caf::expected<std::uint64_t> facade_core::incarnation(request_slot& slot) {
     return make_error(errc::invalid_handle,
                       "request " + std::to_string(slot.info.request.id)
                         + " has ended");
+  // Every slot the facade makes has it from the reply that made it; 0
+  // would be the pool's "whichever incarnation is live" (current_incarnation),
+  // which a handle must never name.
+  if (slot.info.cache_id == 0)
+    return make_error(errc::invalid_handle,
+                      "request " + std::to_string(slot.info.request.id)
+                        + ": its handle names no incarnation");
   return slot.info.cache_id;
 }
 

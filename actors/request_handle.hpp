@@ -56,8 +56,9 @@ void prefetch_handle(const request_handle_actor& h) noexcept;
 /// way), read from the flag the actor sets as its exit starts - a relaxed
 /// read, so a hint, not a lock: it may begin to quit right after. The
 /// manager lists no such handle; the facade refuses a handle's calls that
-/// go to the pool (extends, table reads, drafts) once it reads true, as
-/// the handle actor would have. Null counts as gone.
+/// go to the pool (extends, appends, table reads, drafts and their
+/// settling, a contiguous view's gather) once it reads true, as the handle
+/// actor would have. Null counts as gone.
 bool is_going(const request_handle_actor& h) noexcept;
 
 } // namespace kvactor

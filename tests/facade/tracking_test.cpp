@@ -35,17 +35,14 @@ struct core_of : kv_cache_handle {
 };
 
 /// Request 1 (4 tokens) in a cache: its handle actor and what a lookup
-/// reply would say of it, to make a slot from later.
+/// reply would say of it (its allocate's handle has the same), to make a
+/// slot from later.
 struct one_request {
   cache_fixture f;
   std::shared_ptr<kv_cache_handle> h = f.alloc(f.req(1, 4));
   std::shared_ptr<detail::facade_core> core = core_of::get(*h);
   request_handle_actor actor = h->actor();
-  request_info info = [this] {
-    request_info i;
-    i.request = f.req(1, 4);
-    return i;
-  }();
+  request_info info = h->slot()->info;
 };
 
 } // namespace
@@ -81,6 +78,26 @@ BOOST_AUTO_TEST_CASE(a_request_is_tracked_once_and_forgotten_at_its_end) {
   t = core->tracked();
   BOOST_TEST(t.slots == 0u);
   BOOST_TEST(t.requests == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_handle_that_names_no_incarnation_reaches_no_request) {
+  // Cache id 0 is the pool's "whichever incarnation is live": a handle must
+  // never send it. No slot the facade makes lacks its cache id; one made so
+  // by hand is refused before anything is sent.
+  one_request r;
+  auto slot = std::make_shared<detail::request_slot>();
+  slot->info = r.info;
+  slot->info.cache_id = 0;
+  slot->actor = r.actor;
+  slot->handle_id = r.actor.id();
+  auto blind = r.core->make_handle(slot);
+  auto before = r.h->table();
+  KV_CHECK_ERROR(r.f.m().append(*blind, {1, 2}, 1), errc::invalid_handle,
+                 "names no incarnation");
+  KV_CHECK_ERROR(r.f.m().extend(*blind, 1), errc::invalid_handle,
+                 "names no incarnation");
+  BOOST_TEST(!blind->checked_table());
+  BOOST_TEST(r.h->table() == before);
 }
 
 BOOST_AUTO_TEST_CASE(a_slot_made_after_its_request_ended_is_born_invalid) {
