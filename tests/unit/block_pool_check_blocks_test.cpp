@@ -13,14 +13,6 @@
 using namespace kvactor;
 using namespace kvactor::test;
 
-namespace {
-
-std::string blk(block_id b) {
-  return "block " + std::to_string(b);
-}
-
-} // namespace
-
 BOOST_FIXTURE_TEST_SUITE(block_pool_check_blocks_suite, corrupt_pool_fixture)
 
 // -- blocks ---------------------------------------------------------------------------

@@ -17,6 +17,11 @@
 
 namespace kvactor::test {
 
+/// "block B", as the check's messages name a block.
+inline std::string blk(block_id b) {
+  return "block " + std::to_string(b);
+}
+
 struct corrupt_pool_fixture {
   using access = detail::block_pool_test_access;
 
