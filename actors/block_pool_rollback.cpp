@@ -54,7 +54,14 @@ block_pool_core::settle_drafts(request_id id, std::uint64_t accepted) {
 caf::expected<std::uint32_t> block_pool_core::discard(request_id id,
                                                       bool brought_held) {
   auto seq = find(id);
-  if (seq == nullptr || seq->where != residency::resident)
+  // Being swapped out, its epoch is live and its blocks its own still: the
+  // move may be copying what its failed pass never wrote (only a completed
+  // swap-out confirms it), so what it wrote leaves the index as for a
+  // resident one, and the ghost frees it when the move ends. Away on the
+  // host or coming back, nothing it holds is unconfirmed: a release.
+  if (seq == nullptr
+      || (seq->where != residency::resident
+          && seq->where != residency::swapping_out))
     return release(id);
   // What its admission found cached an earlier pass wrote (hit_blocks
   // stops at the first hit on a block in use, which may be unwritten):
@@ -82,9 +89,13 @@ caf::expected<std::uint32_t> block_pool_core::discard(request_id id,
     auto b = table[k];
     auto& m = blocks_[b];
     if (m.state == block_state::used && k >= brought) {
-      // Others hold it (a fork its partly filled last block, say).
+      // Others hold it (a fork its partly filled last block, say), or its
+      // own ghost does until the swap-out's copy ends: out of the index,
+      // and a second copy takes no first copy's place.
       if (m.indexed)
         unindex_held(b);
+      else if (!second_copies_.empty())
+        drop_second_copy(b);
       continue;
     }
     if (m.state != block_state::cached)

@@ -161,4 +161,54 @@ BOOST_FIXTURE_TEST_CASE(a_swapped_request_is_discarded_as_released,
   BOOST_TEST(pool().cached_blocks() == cached); // written before it moved
 }
 
+BOOST_FIXTURE_TEST_CASE(a_request_discarded_while_swapping_out_leaves_nothing_cached,
+                        pool_fixture) {
+  // Its failed pass may not have written what the move copies: only a
+  // completed swap-out confirms its K/V. Before, such a discard was a
+  // release, and its two full blocks stayed findable.
+  cfg.num_host_blocks = 8;
+  for (bool copied : {true, false}) {
+    make(16);
+    auto prompt = run(100, 9); // two full blocks and one token
+    alloc(prompt_req(1, prompt));
+    auto cache_id = pool().find(1)->cache_id;
+    BOOST_REQUIRE(pool().swap_out_begin(1));
+    BOOST_REQUIRE(pool().discard(1));
+    BOOST_TEST(pool().index_size() == 0u); // out now, though still held
+    BOOST_TEST(pool().find(1) == nullptr);
+    BOOST_TEST(invariant(pool()) == "ok");
+    // The ghost lets its blocks go when the move ends, made or failed.
+    BOOST_REQUIRE(pool().swap_out_done(1, cache_id, copied));
+    BOOST_TEST(pool().free_blocks() == 16u);
+    BOOST_TEST(pool().cached_blocks() == 0u);
+    BOOST_TEST(pool().free_host_blocks() == 8u);
+    BOOST_TEST(alloc(prompt_req(2, prompt)) == 0u);
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(a_second_copy_discarded_while_swapping_out_never_takes_the_first_ones_place,
+                        pool_fixture) {
+  cfg.num_host_blocks = 8;
+  make(16);
+  auto prompt = run(100, 5);
+  alloc(prompt_req(1, prompt)); // indexes block 0 of the prompt
+  // 2 computes the same first block again: a prompt too short to hit it,
+  // grown by the rest. 1 holds the first copy, so 2's is a second copy.
+  alloc(prompt_req(2, run(100, 2)));
+  auto rest = run(102, 3);
+  BOOST_REQUIRE(pool().extend(2, 3, rest.data()));
+  BOOST_REQUIRE(pool().index_size() == 1u);
+  auto cache_id = pool().find(2)->cache_id;
+  BOOST_REQUIRE(pool().swap_out_begin(2));
+  BOOST_REQUIRE(pool().discard(2));
+  // The first copy goes: cached, then evicted while 2's ghost still holds
+  // its copy. Before, that copy was indexed in its place.
+  release(1);
+  BOOST_TEST(pool().evict(16) == 1u);
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_REQUIRE(pool().swap_out_done(2, cache_id, true));
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_TEST(pool().free_blocks() == 16u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

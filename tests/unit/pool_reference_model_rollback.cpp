@@ -50,7 +50,11 @@ model_extension pool_model::settle_drafts(request_id id,
 
 model_release pool_model::discard(request_id id, bool brought_held) {
   auto it = seqs_.find(id);
-  if (it == seqs_.end() || it->second.where != residency::resident)
+  // Being swapped out, its epoch is live: as resident (its ghost frees
+  // what it unindexes when the move ends).
+  if (it == seqs_.end()
+      || (it->second.where != residency::resident
+          && it->second.where != residency::swapping_out))
     return release(id);
   // Its admission's written hits stay (earlier passes wrote them).
   auto keep = it->second.hit_blocks;
@@ -70,6 +74,7 @@ model_release pool_model::discard(request_id id, bool brought_held) {
     if (brought_held && m.st == state::used && k >= brought) {
       if (m.key)
         unindex_held(b);
+      m.copy_of.reset(); // a second copy no more
       continue;
     }
     if (m.st != state::cached)
