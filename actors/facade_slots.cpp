@@ -4,6 +4,7 @@
 // ends it as unclaimed, confirmed with the manager when more ends came
 // meanwhile than the facade remembers - and each slot's incarnation.
 #include "kvactor/actors/facade_core.hpp"
+#include "kvactor/actors/incarnation_error.hpp"
 
 #include <unordered_set>
 #include <vector>
@@ -242,9 +243,7 @@ caf::expected<std::uint64_t> facade_core::incarnation(request_slot& slot) {
   // it: its request ended (the reclaim is on its way, and the pool would
   // take the call until it lands).
   if (is_going(slot.actor))
-    return make_error(errc::invalid_handle,
-                      "request " + std::to_string(slot.info.request.id)
-                        + " has ended");
+    return ended_error(slot.info.request.id);
   // Every slot the facade makes has it from the reply that made it; 0
   // would be the pool's "whichever incarnation is live" (current_incarnation),
   // which a handle must never name.

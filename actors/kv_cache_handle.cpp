@@ -9,21 +9,19 @@
 #include <caf/sec.hpp>
 
 #include "kvactor/actors/facade_core.hpp"
+#include "kvactor/actors/incarnation_error.hpp"
 #include "kvactor/device/zero_pages.hpp"
 
 namespace kvactor {
 
 namespace {
 
-caf::error ended(request_id id) {
-  return make_error(errc::invalid_handle,
-                    "request " + std::to_string(id) + " has ended");
-}
+using detail::ended_error;
 
 /// A dead handle actor means the request ended.
 caf::error as_handle_error(caf::error err, request_id id) {
   if (err == caf::sec::request_receiver_down)
-    return ended(id);
+    return ended_error(id);
   return err;
 }
 
@@ -66,7 +64,7 @@ caf::expected<gathered_kv> gather_own(detail::facade_core& core,
                                      "request " + std::to_string(h.id())
                                        + ": the cache stopped during its "
                                          "contiguous view")
-                        : ended(h.id());
+                        : ended_error(h.id());
   return make_error(errc::device_failure,
                     "request " + std::to_string(h.id()) + ": gathering layer "
                       + std::to_string(layer)
@@ -100,8 +98,7 @@ bool kv_cache_handle::is_valid() const noexcept {
 
 caf::error kv_cache_handle::check_live() const {
   if (!is_valid())
-    return make_error(errc::invalid_handle,
-                      "request " + std::to_string(id()) + " has ended");
+    return ended_error(id());
   return caf::none;
 }
 
@@ -116,8 +113,7 @@ kv_cache_handle::view_core(std::uint32_t layer) const {
                         + std::to_string(num_layers()));
   auto core = core_.lock();
   if (!core) // the facade went since check_live()
-    return make_error(errc::invalid_handle,
-                      "request " + std::to_string(id()) + " has ended");
+    return ended_error(id());
   return core;
 }
 
@@ -136,7 +132,7 @@ caf::expected<block_table> kv_cache_handle::checked_table() const {
     return err;
   auto core = core_.lock();
   if (!core) // the facade went since check_live(), and the request with it
-    return ended(id());
+    return ended_error(id());
   return table_from_pool(*core, *this);
 }
 
@@ -167,7 +163,7 @@ caf::expected<cache_handle_stats> kv_cache_handle::checked_stats() const {
     return err;
   auto core = core_.lock();
   if (!core) // the facade went since check_live(), and the request with it
-    return ended(id());
+    return ended_error(id());
   auto res = core->ask<cache_handle_stats>(slot_->actor, stats_atom::value);
   if (!res)
     return as_handle_error(std::move(res.error()), id());

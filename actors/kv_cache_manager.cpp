@@ -9,6 +9,7 @@
 #include <caf/send.hpp>
 
 #include "kvactor/actors/facade_core.hpp"
+#include "kvactor/actors/incarnation_error.hpp"
 #include "kvactor/actors/system_threads.hpp"
 #include "kvactor/messages/error_context.hpp"
 #include "kvactor/messages/registration.hpp"
@@ -17,11 +18,6 @@ namespace kvactor {
 
 namespace {
 
-caf::error ended(request_id id) {
-  return make_error(errc::invalid_handle,
-                    "request " + std::to_string(id) + " has ended");
-}
-
 /// invalid_handle unless `handle` is live and this facade's: a handle of
 /// another cache (two caches in one process, a draft and a target model)
 /// would name a request of that cache - the same id, even the same
@@ -29,7 +25,7 @@ caf::error ended(request_id id) {
 caf::error check_handle(const detail::facade_core& core,
                         const kv_cache_handle& handle) {
   if (!handle.is_valid())
-    return ended(handle.id());
+    return detail::ended_error(handle.id());
   if (!handle.made_by(core))
     return make_error(errc::invalid_handle,
                       "request " + std::to_string(handle.id())

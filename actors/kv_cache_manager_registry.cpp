@@ -4,6 +4,7 @@
 // lifecycle notifications sent when it does, and GC's sweep for requests the
 // pool holds that the registry does not know.
 #include "kvactor/actors/kv_cache_manager_state.hpp"
+#include "kvactor/actors/incarnation_error.hpp"
 
 #include <algorithm>
 #include <memory>
@@ -111,8 +112,7 @@ caf::result<std::uint32_t> free_request(mgr_ptr self, request_id id,
   auto failed = [self, rp, id, by_handle, discard](caf::error& err) mutable {
     self->state.ending.remove(id);
     if (by_handle && has_code(err, errc::unknown_request))
-      err = make_error(errc::invalid_handle,
-                       "request " + std::to_string(id) + " has ended");
+      err = ended_error(id);
     rp.deliver(as_ours(std::string{discard ? "discard" : "free"}
                          + " of request " + std::to_string(id),
                        err, errc::shutting_down));

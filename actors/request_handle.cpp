@@ -15,6 +15,7 @@
 #include <caf/typed_event_based_actor.hpp>
 
 #include "kvactor/actors/crash_reason.hpp"
+#include "kvactor/actors/incarnation_error.hpp"
 #include "kvactor/actors/reply_book.hpp"
 #include "kvactor/actors/stray_messages.hpp"
 #include "kvactor/messages/error.hpp"
@@ -163,8 +164,7 @@ void answered(handle_ptr self) {
 }
 
 caf::error ended_error(const request_handle_state& st) {
-  return make_error(errc::invalid_handle,
-                    "request " + std::to_string(st.id()) + " has ended");
+  return detail::ended_error(st.id());
 }
 
 /// Grows the request through the pool, which has shared blocks copied
