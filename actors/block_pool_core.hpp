@@ -129,10 +129,11 @@ public:
   /// pass too - but not those it only found, and not with `!brought_held`
   /// (a supervisor's victim: the pass of a step that admitted it still
   /// writes its K/V). One being swapped out is discarded as if resident
-  /// (its epoch is live: the move may copy what its pass never wrote), its
-  /// ghost freeing what left the index when the copy ends; one away on the
-  /// host or coming back ends as by release: its K/V were written before
-  /// it moved. What its admission found cached (its first
+  /// (its epoch is live: the move may copy what its pass never wrote) -
+  /// what it holds alone counts as let go last - its ghost freeing what
+  /// left the index when the copy ends; one away on the host or coming
+  /// back ends as by release: the completed copy ended its epoch as
+  /// written (the pool is not told whether a pass succeeded). What its admission found cached (its first
   /// hit_blocks) stays indexed, pins and all: earlier passes wrote it. With
   /// `brought_held` its epoch ends as never written: what others computed
   /// over its writes leaves the index too, and whoever took them on

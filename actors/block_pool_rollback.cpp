@@ -78,20 +78,26 @@ caf::expected<std::uint32_t> block_pool_core::discard(request_id id,
   // release confirms the epoch).
   const auto bad = epoch_of(*seq);
   const bool spread = brought_held && lineage_.end(bad);
+  const bool ghost = seq->where == residency::swapping_out;
   auto freed = release(id);
   // Those it held last are cached now (the indexed ones): out of the index,
   // in table order. A pinned one first loses its pin, with the pins below
   // it in the prefix tree (what stays pinned stays reachable). Those it
   // brought that others still hold - they hit them, or forked it - leave
   // the index too: nobody may write them now, and they would serve their
-  // unwritten K/V to every later prompt that hit them.
+  // unwritten K/V to every later prompt that hit them. A ghost (it was
+  // being swapped out) holds its blocks until the copy ends: those it
+  // holds alone, which it lets go last then, leave the index now as a
+  // resident one's cached blocks do (held, they count as no eviction; a
+  // KV event each), and the ghost frees them.
   for (std::size_t k = 0; k < table.size(); ++k) {
     auto b = table[k];
     auto& m = blocks_[b];
-    if (m.state == block_state::used && k >= brought) {
-      // Others hold it (a fork its partly filled last block, say), or its
-      // own ghost does until the swap-out's copy ends: out of the index,
-      // and a second copy takes no first copy's place.
+    bool alone = ghost && m.state == block_state::used && m.ref_count == 1;
+    if (alone || (m.state == block_state::used && k >= brought)) {
+      // Out of the index (a pin first, with the pins below it), and a
+      // second copy takes no first copy's place. Unless its ghost's alone,
+      // others hold it (a fork its partly filled last block, say).
       if (m.indexed)
         unindex_held(b);
       else if (!second_copies_.empty())

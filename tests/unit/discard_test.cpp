@@ -211,4 +211,53 @@ BOOST_FIXTURE_TEST_CASE(a_second_copy_discarded_while_swapping_out_never_takes_t
   BOOST_TEST(pool().free_blocks() == 16u);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_victim_preempted_while_swapping_out_leaves_no_prefix_behind,
+                        pool_fixture) {
+  // As a resident victim: the supervisor's preemption (unindexing) takes
+  // the blocks it lets go last out of the index. Mid-swap, its ghost holds
+  // them until the copy ends; before, they stayed indexed and were cached
+  // then.
+  cfg.num_host_blocks = 8;
+  auto prompt = run(100, 13); // three full blocks
+  alloc(prompt_req(1, prompt));
+  BOOST_REQUIRE(pool().preempt(1, true));
+  BOOST_TEST(*pool().cached_prefix(prompt_req(9, prompt)) == 0u);
+  make(16);
+  alloc(prompt_req(1, prompt));
+  auto cid = cache_id(1);
+  BOOST_REQUIRE(pool().swap_out_begin(1));
+  BOOST_REQUIRE(pool().preempt(1, true));
+  BOOST_TEST(*pool().cached_prefix(prompt_req(9, prompt)) == 0u);
+  BOOST_TEST(invariant(pool()) == "ok");
+  BOOST_REQUIRE(pool().swap_out_done(1, cid, true));
+  BOOST_TEST(*pool().cached_prefix(prompt_req(9, prompt)) == 0u);
+  BOOST_TEST(pool().free_blocks() == 16u);
+}
+
+BOOST_FIXTURE_TEST_CASE(blocks_a_discard_brought_and_held_last_leave_as_when_resident,
+                        pool_fixture) {
+  // 2 hit 1's blocks while 1 held them (hits a discard does not keep),
+  // then held them alone. Its discard takes them out of the index whether
+  // it is resident or being swapped out; before, mid-swap, they were
+  // cached when the copy ended.
+  cfg.num_host_blocks = 8;
+  auto prompt = run(100, 13);
+  for (bool swapping : {false, true}) {
+    make(16);
+    alloc(prompt_req(1, prompt));
+    BOOST_REQUIRE(alloc(prompt_req(2, prompt + run(700, 3))) == 12u);
+    release(1);
+    auto cid = cache_id(2);
+    if (swapping)
+      BOOST_REQUIRE(pool().swap_out_begin(2));
+    BOOST_REQUIRE(pool().discard(2));
+    if (swapping)
+      BOOST_REQUIRE(pool().swap_out_done(2, cid, true));
+    BOOST_TEST(invariant(pool()) == "ok");
+    BOOST_TEST(*pool().cached_prefix(prompt_req(9, prompt)) == 0u,
+               (swapping ? "swapping out" : "resident"));
+    BOOST_TEST(pool().free_blocks() == 16u);
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

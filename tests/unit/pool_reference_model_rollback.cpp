@@ -51,7 +51,8 @@ model_extension pool_model::settle_drafts(request_id id,
 model_release pool_model::discard(request_id id, bool brought_held) {
   auto it = seqs_.find(id);
   // Being swapped out, its epoch is live: as resident (its ghost frees
-  // what it unindexes when the move ends).
+  // what it unindexes when the move ends; those it holds alone leave the
+  // index now).
   if (it == seqs_.end()
       || (it->second.where != residency::resident
           && it->second.where != residency::swapping_out))
@@ -64,6 +65,7 @@ model_release pool_model::discard(request_id id, bool brought_held) {
   // still writes it.
   auto bad = it->second.epoch;
   bool spread = brought_held && end_epoch(it->second);
+  bool ghost = it->second.where == residency::swapping_out;
   auto res = release(id);
   // What went cached leaves the index, in table order (pins first go, with
   // the pinned blocks below); so does what it brought that others hold.
@@ -71,7 +73,10 @@ model_release pool_model::discard(request_id id, bool brought_held) {
        k < table.size(); ++k) {
     auto b = table[k];
     auto& m = blocks_[b];
-    if (brought_held && m.st == state::used && k >= brought) {
+    // A ghost's blocks it alone holds it lets go last when the copy ends:
+    // out of the index now, as cached ones of a resident request would be.
+    bool alone = ghost && m.st == state::used && m.refs == 1;
+    if (alone || (brought_held && m.st == state::used && k >= brought)) {
       if (m.key)
         unindex_held(b);
       m.copy_of.reset(); // a second copy no more
