@@ -106,22 +106,21 @@ struct block_pool_core::checks {
                     "write into too, but is not flagged tail_shared");
   }
 
-  /// Epochs (write_lineage) match residency, for one request: exactly the
-  /// epochs of live requests on the device (resident, or swapping out: a
-  /// failed move leaves them where they were) are live; a ghost's is not.
+  /// Epochs (write_lineage) match the requests, for one request: exactly
+  /// the epochs of live requests are live - on the device, moving or away
+  /// on the host (a swap-out does not end one, a swap-in does) -; a
+  /// ghost's is not.
   static caf::error lineage(const block_pool_core& p, const sequence& s,
                             bool ghost) {
-    bool res = !ghost
-               && (s.where == residency::resident
-                   || s.where == residency::swapping_out);
-    if (res != p.lineage_.live(p.epoch_of(s)))
+    if (ghost == p.lineage_.live(p.epoch_of(s)))
       return broken((ghost ? "ghost " : "") + req_name(s.id) + "'s epoch is "
-                    + (res ? "not live, though it is on the device"
-                           : ghost ? "live"
-                                   : "live, though it is not on the device"));
+                    + (ghost ? "live" : "not live, though the request is"));
     // An append in place records nothing: its block must be one its epoch
     // wrote (unless shared with a fork: then the full path records it).
-    if (res && !s.tail_shared && s.num_tokens % p.block_size_ != 0
+    bool on_device = s.where == residency::resident
+                     || s.where == residency::swapping_out;
+    if (!ghost && on_device && !s.tail_shared
+        && s.num_tokens % p.block_size_ != 0
         && p.lineage_.writer_of(s.blocks.back()) != p.epoch_of(s))
       return broken(req_name(s.id) + " would append in place into "
                     + blk(s.blocks.back())
@@ -145,7 +144,10 @@ caf::error block_pool_core::check_invariant() const {
     return r == 0 ? block_size_ : r;
   };
   caf::error err;
-  std::size_t resident = 0; // live requests on the device
+  std::size_t live = 0; // live requests (each has a live epoch)
+  // The epochs of those away on the host or coming back: a cached block's
+  // writer may be one of them, still live (sorted below).
+  std::vector<write_lineage::token> away;
   std::size_t seqs = 0;
   std::size_t outs = 0; // swaps in flight, which the pool counts too
   std::size_t ins = 0;
@@ -295,8 +297,9 @@ caf::error block_pool_core::check_invariant() const {
       epoch_err = checks::lineage(*this, s, false);
     if (!err && !copy_err)
       copy_err = checks::copy_pending(s, records[slot], false);
-    resident += s.where == residency::resident
-                || s.where == residency::swapping_out;
+    ++live;
+    if (s.where == residency::swapped || s.where == residency::swapping_in)
+      away.push_back(epoch_of(s));
   });
   for (auto slot : ghosts_) {
     if (!mark(slot) || err)
@@ -367,6 +370,7 @@ caf::error block_pool_core::check_invariant() const {
   std::size_t indexed = 0;
   std::size_t pinned = 0;
   caf::error cached_err; // (an epoch's error: reported with them, last)
+  std::sort(away.begin(), away.end());
   // One pass over the blocks, each against its mark.
   for (block_id b = 0; b < n; ++b) {
     auto& m = blocks_[b];
@@ -390,10 +394,13 @@ caf::error block_pool_core::check_invariant() const {
         if (m.ref_count != 0 || on_list != (m.pinned ? 0 : 2) || !m.indexed)
           return broken(blk(b) + " is cached but not an indexed LRU entry "
                                  "(or pinned and on the LRU)");
-        // Its writer let it go: its epoch ended (share_indexed counts on
-        // it).
-        if (!cached_err && lineage_.live(lineage_.writer_of(b)))
-          cached_err = broken(blk(b) + " is cached, its writer's epoch live");
+        // Its writer let it go: its epoch ended, or it is away on the
+        // host (share_indexed looks which).
+        if (!cached_err && lineage_.live(lineage_.writer_of(b))
+            && !std::binary_search(away.begin(), away.end(),
+                                   lineage_.writer_of(b)))
+          cached_err = broken(blk(b) + " is cached, its writer's epoch live "
+                                       "on the device");
         break;
       case block_state::draining:
         if (m.ref_count != 0 || on_list != 3 || m.indexed || m.pinned)
@@ -527,10 +534,10 @@ caf::error block_pool_core::check_invariant() const {
                   + " free or evictable");
   if (epoch_err)
     return epoch_err;
-  if (resident != lineage_.live_epochs())
+  if (live != lineage_.live_epochs())
     return broken(std::to_string(lineage_.live_epochs())
-                  + " live epochs for " + std::to_string(resident)
-                  + " requests on the device");
+                  + " live epochs for " + std::to_string(live)
+                  + " live requests");
   return cached_err;
 }
 

@@ -366,10 +366,12 @@ std::uint8_t block_pool_core::retention_level(const sequence& seq) const
 void block_pool_core::share_indexed(block_id b, const sequence& seq,
                                     write_lineage::token_set& took) {
   auto& m = blocks_[b];
-  // A cached block's writer let it go: its epoch ended (a swap-out, a
-  // release; a discard takes its own out of the index).
-  if (m.state != block_state::cached || lineage_.has_set(b))
-    lineage_.take_on(took, b, m.state != block_state::cached);
+  // A cached block's writer let it go: its epoch ended (a release; a
+  // discard takes its own out of the index) - unless it went away to the
+  // host, its epoch live until it comes back or ends.
+  if (m.state != block_state::cached || lineage_.has_set(b)
+      || lineage_.live(lineage_.writer_of(b)))
+    lineage_.take_on(took, b, true);
   if (m.state == block_state::cached) {
     if (!m.pinned)
       lru_.remove(b, m.level);
@@ -388,6 +390,7 @@ void block_pool_core::hold(block_id b, const sequence& seq) noexcept {
 }
 
 void block_pool_core::next_epoch(sequence& seq) {
+  lineage_.end(epoch_of(seq)); // confirmed
   lineage_.restart(seq.cache_id);
   seq.restarted = true;
 }

@@ -128,12 +128,12 @@ public:
   /// and read what it never wrote: discard the other requests of a failed
   /// pass too - but not those it only found, and not with `!brought_held`
   /// (a supervisor's victim: the pass of a step that admitted it still
-  /// writes its K/V). One being swapped out is discarded as if resident
-  /// (its epoch is live: the move may copy what its pass never wrote) -
+  /// writes its K/V). One being swapped out is discarded as if resident -
   /// what it holds alone counts as let go last - its ghost freeing what
-  /// left the index when the copy ends; one away on the host or coming
-  /// back ends as by release: the completed copy ended its epoch as
-  /// written (the pool is not told whether a pass succeeded). What its admission found cached (its first
+  /// left the index when the copy ends. One away on the host or coming
+  /// back takes out of the index what it wrote before it left (its epoch
+  /// lasts until a swap-in: the pool is not told that a pass succeeded,
+  /// nor does a swap-out say so). What its admission found cached (its first
   /// hit_blocks) stays indexed, pins and all: earlier passes wrote it. With
   /// `brought_held` its epoch ends as never written: what others computed
   /// over its writes leaves the index too, and whoever took them on
@@ -610,6 +610,11 @@ private:
   /// Takes block `b`, in use, out of the prefix index (its pin first, with
   /// the pins below it): its holders keep it, nobody finds it any more.
   void unindex_held(block_id b);
+  /// discard of `seq`, away on the host or coming back (a ghost then):
+  /// its epoch ends bad, and what it wrote before the swap-out leaves the
+  /// index - by the hashes it took along, or forget_built_on's scan if
+  /// others took the epoch on.
+  caf::expected<std::uint32_t> discard_away(sequence& seq);
   /// After discards of requests whose epochs `bad` others acquired: takes
   /// out of the index every block computed over their writes (its deps
   /// hold one), and stops every request that computed over them (its acc
@@ -651,7 +656,8 @@ private:
   write_lineage::token epoch_of(const sequence& seq) const {
     return lineage_.current(seq.cache_id, seq.restarted);
   }
-  /// `seq` is back on the device (a swap-in): a new epoch.
+  /// `seq` is back on the device (a swap-in, its engine resuming it): its
+  /// epoch ends confirmed, a new one begins.
   void next_epoch(sequence& seq);
   /// `seq` wrote into its blocks [from, to).
   void wrote(sequence& seq, std::size_t from, std::size_t to);

@@ -9,6 +9,7 @@
 #include "kvactor/actors/block_pool_core.hpp"
 
 #include <algorithm>
+#include <cassert>
 
 #include "kvactor/messages/error.hpp"
 
@@ -53,16 +54,17 @@ block_pool_core::settle_drafts(request_id id, std::uint64_t accepted) {
 
 caf::expected<std::uint32_t> block_pool_core::discard(request_id id,
                                                       bool brought_held) {
-  auto seq = find(id);
-  // Being swapped out, its epoch is live and its blocks its own still: the
-  // move may be copying what its failed pass never wrote (only a completed
-  // swap-out confirms it), so what it wrote leaves the index as for a
-  // resident one, and the ghost frees it when the move ends. Away on the
-  // host or coming back, nothing it holds is unconfirmed: a release.
-  if (seq == nullptr
-      || (seq->where != residency::resident
-          && seq->where != residency::swapping_out))
-    return release(id);
+  auto seq = find_mut(id);
+  if (seq == nullptr)
+    return release(id); // unknown_request
+  // Away on the host or coming back, its epoch is live still (a swap-out
+  // does not say its passes succeeded): what it wrote went cached at the
+  // swap-out, or others share it since.
+  if (seq->where == residency::swapped || seq->where == residency::swapping_in)
+    return brought_held ? discard_away(*seq) : release(id);
+  // Being swapped out, its blocks are its own still: what it wrote leaves
+  // the index as for a resident one, and the ghost frees it when the move
+  // ends.
   // What its admission found cached an earlier pass wrote (hit_blocks
   // stops at the first hit on a block in use, which may be unwritten):
   // it stays cached, and keeps its pins - one failed pass must not take
@@ -116,6 +118,46 @@ caf::expected<std::uint32_t> block_pool_core::discard(request_id id,
   // Nothing was built on its writes unless another request acquired its
   // epoch (a hit on one of its blocks, a fork, a swap-in's share). A
   // step's discards share one scan (run_step).
+  if (spread) {
+    if (batched_bad_ != nullptr)
+      batched_bad_->push_back(bad);
+    else
+      forget_built_on({bad});
+  }
+  return freed;
+}
+
+caf::expected<std::uint32_t> block_pool_core::discard_away(sequence& seq) {
+  const auto id = seq.id;
+  const auto bad = epoch_of(seq);
+  const bool spread = lineage_.end(bad);
+  // Unless another request took its epoch on (a hit, a swap-in's share -
+  // its own coming back too), what it wrote and let go at the swap-out is
+  // cached, if still indexed: found by the hashes it took to the host, its
+  // own if its epoch last wrote the block (the prefix may have been
+  // computed again since, by another). Out of the index in table order,
+  // as a resident one's; its admission's hits its epoch did not write.
+  std::vector<block_id> own;
+  if (!spread)
+    for (auto h : seq.host_hashes) {
+      if (h == block_hash{})
+        continue;
+      auto b = find_indexed(h.lo);
+      if (b != prefix_index::npos && blocks_[b].hash.hi == h.hi
+          && lineage_.writer_of(b) == bad)
+        own.push_back(b);
+    }
+  auto freed = release(id); // a ghost, if coming back
+  for (auto b : own) {
+    auto& m = blocks_[b];
+    assert(m.state == block_state::cached); // held, it would have spread
+    if (m.pinned)
+      unpin_with_descendants(b);
+    evict_one(b, m.level);
+    free_.push(b);
+  }
+  // Spread: whatever holds its writes or was computed over them - its
+  // ghost's shares included - is found by the scan.
   if (spread) {
     if (batched_bad_ != nullptr)
       batched_bad_->push_back(bad);

@@ -61,9 +61,9 @@ block_pool_core::swap_out_done(request_id id, std::uint64_t cache_id, bool ok,
       left->assign(seq->blocks.begin(), seq->blocks.end());
     seq->blocks.clear();
     seq->where = residency::swapped;
-    // Its K/V were written before it moved: its epoch ends, confirmed (a
-    // failed move leaves it resident in the same one).
-    lineage_.end(epoch_of(*seq));
+    // Its epoch goes on, away: the pool is not told that the passes which
+    // wrote its K/V succeeded - a discard while it is away still takes
+    // them back; a swap-in (its engine resumes it) confirms them.
     // A swap that took effect: not one of a request that ended meanwhile
     // (its caller heard unknown_request).
     counters_.swap_outs += !seq->release_pending;
@@ -170,8 +170,9 @@ block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
     if (!seq->release_pending) // as swap_outs: swaps that took effect
       counters_.swap_in_shared += shared;
     seq->blocks.assign(seq->incoming.begin(), seq->incoming.end());
-    // Its full blocks' K/V were written before it moved: from here on, only
-    // what it writes is its own to take out of the index (discard). Not a
+    // Resumed, its full blocks' K/V are confirmed (next_epoch ends the
+    // epoch that wrote them): from here on, only what it writes is its
+    // own to take out of the index (discard). Not a
     // partly filled last block, nor one its drafts reach: it writes there
     // still (drafts may be dropped and their places grown anew), and may
     // complete and index it.

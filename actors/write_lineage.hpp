@@ -3,13 +3,16 @@
 //
 // The pool indexes a request's blocks before its forward pass writes them,
 // and never learns that the pass ran: only how the request ends. Each
-// stretch a request spends on the device is one *epoch* (from its
-// admission or a swap-in until it leaves: a failed swap-out does not end
-// it), named by a token unique over the pool's life: twice its cache_id
-// for its first, an odd number for each later one. An epoch is live while
-// it lasts, and ends confirmed (a release, a completed swap-out, a
-// supervisor victim's preemption: a pass wrote what it had) or bad (a
-// discard - a reclaim, a failed pass: its own K/V were never written).
+// stretch from a request's admission or swap-in to its end or next
+// swap-in is one *epoch* - a swap-out does not end it: the copy says
+// nothing of whether the passes that wrote the blocks succeeded -, named
+// by a token unique over the pool's life: twice its cache_id for its
+// first, an odd number for each later one. An epoch is live while it
+// lasts, and ends confirmed (a release, a swap-in - its engine resumes
+// it -, a supervisor victim's preemption: a pass wrote what it had) or
+// bad (a discard - a reclaim, a failed pass: its own K/V were never
+// written), wherever the request is. A cached block's writer's epoch has
+// ended, unless that request is away on the host.
 //
 //  - A block's deps: the live tokens its K/V were computed over - its last
 //    writer's, and every live token its writer had acquired then. Set when

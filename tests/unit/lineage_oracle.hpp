@@ -1,8 +1,10 @@
 // lineage_oracle: a block_pool_core and a brute-force shadow of what the K/V
 // in its memory were computed over, for lineage_oracle_test.cpp. A
 // request's blocks are indexed before its pass writes them; when it is
-// discarded or reclaimed while resident or being swapped out (its pass
-// failed, its owner died), its own K/V were never written, so every indexed block computed over them
+// discarded or reclaimed (its pass failed, its owner died) - resident,
+// moving, or away on the host: the pool is not told that a pass
+// succeeded, and a swap-out does not say so either - its own K/V were
+// never written, so every indexed block computed over them
 // - by whoever hit, forked or shared them, transitively, however those
 // ended since - must leave the index. Nor may the index offer bytes nobody
 // rightly wrote: draft tokens a verdict rejected, or a copy-on-write copy
@@ -13,11 +15,10 @@
 // slots to the union of every slot before `from` in S's table plus S's
 // writer; copy-on-write copies and swap moves copy the sets. Writer 0 is
 // garbage: rejected drafts and the destinations of failed copies hold it.
-// A discard or reclaim of a request on the device - resident, or being
-// swapped out: its epoch has not ended - (by itself or in a step) marks
-// its writer bad; a request resident again after a swap-in gets a fresh
-// writer (what it held was written before it moved; one whose swap-out
-// failed keeps its writer). After every operation the pool's invariant
+// A discard or reclaim of a live request (by itself or in a step) marks
+// its writer bad, wherever the request is; a request resident again after
+// a swap-in gets a fresh writer (its engine resumed it: what it held was
+// written; one whose swap-out or swap-in failed keeps its writer). After every operation the pool's invariant
 // holds and no indexed slot depends on a bad writer or on garbage; the
 // first failure is kept with the operation's number, and every operation
 // is logged, so that a failing seed prints how it got there.
@@ -64,12 +65,15 @@ using shadow_block = std::vector<lineage_slot>;
 /// How often the runs reached what the oracle is for: the tests require
 /// minimum counts, so that they cannot pass by never getting there.
 struct lineage_reach {
-  /// Discards and reclaims of requests on the device (writers gone bad),
-  /// steps' discards included.
+  /// Discards and reclaims of live requests (writers gone bad), steps'
+  /// discards included.
   std::uint64_t bad_ends = 0;
-  /// ... of them while the request was being swapped out (its epoch live,
-  /// its blocks still its own).
+  /// ... of them while the request was being swapped out (its blocks
+  /// still its own).
   std::uint64_t bad_ends_swapping_out = 0;
+  /// ... while it was away on the host or coming back (what it wrote
+  /// cached, or shared by others, since the swap-out).
+  std::uint64_t bad_ends_away = 0;
   /// ... while an indexed block another writer computed over its K/V.
   std::uint64_t bad_ends_built_on = 0;
   /// Such blocks the end took out of the index (those it left fail the
@@ -99,6 +103,7 @@ struct lineage_reach {
   void add(const lineage_reach& r) {
     bad_ends += r.bad_ends;
     bad_ends_swapping_out += r.bad_ends_swapping_out;
+    bad_ends_away += r.bad_ends_away;
     bad_ends_built_on += r.bad_ends_built_on;
     built_on_taken_out += r.built_on_taken_out;
     built_on_by_ended += r.built_on_by_ended;
@@ -425,7 +430,8 @@ public:
     return r;
   }
 
-  /// Back in: a fresh writer (what it held was written before it moved).
+  /// Back in: a fresh writer (its engine resumed it: what it held was
+  /// written).
   caf::expected<std::uint32_t> swap_in_done(request_id id, bool ok) {
     auto r = pool_.swap_in_done(id, live_.at(id).cache_id, ok);
     if (ok && r)
@@ -488,7 +494,7 @@ public:
                           s->num_hashed};
     std::vector<built_on> discarded;
     for (auto id : ops.discards)
-      if (before.count(id) != 0 && on_device(before[id].first))
+      if (before.count(id) != 0)
         discarded.push_back(went_bad(id));
     auto r = pool_.run_step(req, hold);
     // Which parts failed: a request fails at most twice, its verdict first
@@ -672,17 +678,13 @@ private:
     remaining_.erase(id);
   }
 
-  /// Whether a request there is in an epoch a discard ends bad: resident,
-  /// or being swapped out (the move may copy what its pass never wrote;
-  /// only a completed swap-out confirms it).
-  static bool on_device(residency where) {
-    return where == residency::resident || where == residency::swapping_out;
-  }
-
-  /// `id`'s writer goes bad (on the device): its K/V were never written.
+  /// Live `id`'s writer goes bad: its K/V were never written.
   built_on went_bad(request_id id) {
-    if (state(id).first == residency::swapping_out)
+    auto where = state(id).first;
+    if (where == residency::swapping_out)
       ++reach_.bad_ends_swapping_out;
+    if (where == residency::swapped || where == residency::swapping_in)
+      ++reach_.bad_ends_away;
     auto w = static_cast<std::size_t>(live_.at(id).writer);
     bad_.set(w);
     built_on out;
@@ -709,17 +711,14 @@ private:
 
   caf::expected<std::uint32_t> bad_end(request_id id, bool reclaim) {
     auto [where, cid] = state(id);
-    auto resident = on_device(where);
-    built_on blocks;
-    if (resident)
-      blocks = went_bad(id);
+    auto blocks = went_bad(id);
     auto r = reclaim ? pool_.reclaim(id, cid) : pool_.discard(id);
     ended(id, where, cid);
     count_taken_out(blocks);
     std::ostringstream line;
-    line << (reclaim ? "reclaim " : "discard ") << id
-         << (resident ? " (on the device: unwritten" : " (not on the device")
-         << ", built on by " << blocks.size() << "): " << code(r);
+    line << (reclaim ? "reclaim " : "discard ") << id << " ("
+         << (where == residency::resident ? "resident" : "away")
+         << ": unwritten, built on by " << blocks.size() << "): " << code(r);
     after(line.str());
     return r;
   }

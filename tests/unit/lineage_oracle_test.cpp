@@ -1,8 +1,8 @@
 // The prefix index never offers K/V computed over K/V nobody wrote, checked
 // against a brute-force lineage oracle (lineage_oracle.hpp). A request's
 // blocks are indexed before its pass writes them; when it is discarded or
-// reclaimed while resident or being swapped out (its pass failed, its
-// owner died), its own K/V were never written, so every indexed block
+// reclaimed (its pass failed, its owner died) - resident, moving or away
+// on the host - its own K/V were never written, so every indexed block
 // computed over them - by whoever hit, forked or shared them,
 // transitively, however those ended since - must leave the index, and
 // whoever still holds such K/V indexes nothing more. Nor may the index
@@ -98,8 +98,9 @@ std::string str(const std::vector<std::uint64_t>& xs) {
 
 std::string str(const lineage_reach& r) {
   std::ostringstream out;
-  out << r.bad_ends << " discards/reclaims of requests on the device ("
-      << r.bad_ends_swapping_out << " being swapped out), "
+  out << r.bad_ends << " discards/reclaims of live requests ("
+      << r.bad_ends_swapping_out << " being swapped out, " << r.bad_ends_away
+      << " away), "
       << r.bad_ends_built_on << " with indexed blocks others built on ("
       << r.built_on_taken_out << " such blocks taken out, "
       << r.built_on_by_ended << " of them by ended writers), "
@@ -493,6 +494,7 @@ std::vector<profile> profiles() {
     p.weights = {2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4};
     p.seeds = 1200;
     p.floor.bad_ends_swapping_out = 2500;
+    p.floor.bad_ends_away = 300;
     p.floor.bad_ends_built_on = 400;
     p.floor.built_on_taken_out = 550;
     p.floor.built_on_by_ended = 80;
@@ -515,6 +517,7 @@ std::vector<profile> profiles() {
     p.alphabet = 2;
     p.seeds = 1200;
     p.floor.bad_ends_swapping_out = 1300;
+    p.floor.bad_ends_away = 90;
     p.floor.bad_ends_built_on = 600;
     p.floor.built_on_taken_out = 1100;
     p.floor.built_on_by_ended = 200;
@@ -540,6 +543,7 @@ std::vector<profile> profiles() {
     // settle_drafts indexed it (swap_in_done records its copies now).
     p.regressions = {34599};
     p.floor.bad_ends_swapping_out = 2200;
+    p.floor.bad_ends_away = 1800;
     p.floor.bad_ends_built_on = 220;
     p.floor.built_on_taken_out = 400;
     p.floor.built_on_by_ended = 70;
@@ -564,6 +568,7 @@ std::vector<profile> profiles() {
     p.focused = true;
     p.seeds = 1200;
     p.floor.bad_ends_swapping_out = 100;
+    p.floor.bad_ends_away = 100;
     p.floor.bad_ends_built_on = 450;
     p.floor.built_on_taken_out = 1000;
     p.floor.built_on_by_ended = 30;
@@ -586,6 +591,7 @@ void require_reach(const std::string& name, const lineage_reach& r,
   at_least("bad_ends", r.bad_ends, floor.bad_ends);
   at_least("bad_ends_swapping_out", r.bad_ends_swapping_out,
            floor.bad_ends_swapping_out);
+  at_least("bad_ends_away", r.bad_ends_away, floor.bad_ends_away);
   at_least("bad_ends_built_on", r.bad_ends_built_on, floor.bad_ends_built_on);
   at_least("built_on_taken_out", r.built_on_taken_out,
            floor.built_on_taken_out);
@@ -618,9 +624,11 @@ BOOST_AUTO_TEST_CASE(random_operations_never_index_what_was_computed_over_unwrit
   // The runs reached the case the oracle is for, often: indexed blocks
   // others computed over a request's K/V when it went bad, taken out of
   // the index, some written by requests that had ended, and writes
-  // computed over unwritten K/V afterwards; and ends during a swap-out.
+  // computed over unwritten K/V afterwards; and ends during a swap-out and
+  // away on the host.
   lineage_reach floor;
   floor.bad_ends_swapping_out = 12000;
+  floor.bad_ends_away = 3000;
   floor.bad_ends_built_on = 1100;
   floor.built_on_taken_out = 1500;
   floor.built_on_by_ended = 300;

@@ -172,6 +172,9 @@ public:
   /// release, caching nothing it lets go (resident requests only) but its
   /// admission's written hits (its first hit_blocks).
   model_release discard(request_id id, bool brought_held = true);
+  /// discard of `seq`, away on the host or coming back: its epoch ends
+  /// bad, what it wrote before it left goes.
+  model_release discard_away(model_sequence& seq);
   /// With `unindex`, as discard (the supervisor's victims).
   model_release preempt(request_id id, bool unindex = false);
   /// preempt(id, true), the blocks whose last reference went draining

@@ -50,13 +50,16 @@ model_extension pool_model::settle_drafts(request_id id,
 
 model_release pool_model::discard(request_id id, bool brought_held) {
   auto it = seqs_.find(id);
+  if (it == seqs_.end())
+    return release(id);
+  // Away or coming back, its epoch is live still: what it wrote before it
+  // left goes (a victim's is a release).
+  if (it->second.where == residency::swapped
+      || it->second.where == residency::swapping_in)
+    return brought_held ? discard_away(it->second) : release(id);
   // Being swapped out, its epoch is live: as resident (its ghost frees
   // what it unindexes when the move ends; those it holds alone leave the
   // index now).
-  if (it == seqs_.end()
-      || (it->second.where != residency::resident
-          && it->second.where != residency::swapping_out))
-    return release(id);
   // Its admission's written hits stay (earlier passes wrote them).
   auto keep = it->second.hit_blocks;
   auto table = it->second.blocks;
@@ -90,6 +93,40 @@ model_release pool_model::discard(request_id id, bool brought_held) {
     free_.push_back(b);
   }
   // Nothing was built on its writes unless another request acquired them.
+  if (spread) {
+    if (batched_bad_ != nullptr)
+      batched_bad_->insert(bad);
+    else
+      forget_built_on({bad});
+  }
+  return res;
+}
+
+model_release pool_model::discard_away(model_sequence& seq) {
+  auto id = seq.id;
+  auto bad = seq.epoch;
+  bool spread = end_epoch(seq);
+  // Not spread: nobody holds what it wrote; cached, found by the keys it
+  // took along, its own if its epoch wrote them.
+  std::vector<block_id> own;
+  if (!spread)
+    for (auto& k : seq.host_keys) {
+      if (!k)
+        continue;
+      auto i = index_.find(*k);
+      if (i != index_.end() && blocks_[i->second].writer == bad)
+        own.push_back(i->second);
+    }
+  auto res = release(id);
+  for (auto b : own) {
+    auto& m = blocks_[b];
+    if (m.st != state::cached)
+      throw std::logic_error("model: a block an unspread epoch wrote is held");
+    if (m.pinned)
+      unpin_with_descendants(b);
+    evict_block(b);
+    free_.push_back(b);
+  }
   if (spread) {
     if (batched_bad_ != nullptr)
       batched_bad_->insert(bad);

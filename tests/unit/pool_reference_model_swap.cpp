@@ -63,8 +63,7 @@ model_release pool_model::swap_out_done(request_id id, std::uint64_t cache_id,
       unref(*b, seq.level);
     give_way(seq.blocks);
     seq.blocks.clear();
-    seq.where = residency::swapped;
-    end_epoch(seq); // confirmed: its K/V were written before it moved
+    seq.where = residency::swapped; // in the same epoch, away
     counters_.swap_outs += !seq.release_pending; // took effect
   } else {
     // As if it never started: the host blocks go back to where they were.
@@ -151,8 +150,10 @@ model_release pool_model::swap_in_done(request_id id, std::uint64_t cache_id,
     seq.where = residency::resident;
     counters_.swap_ins += !seq.release_pending;
     if (!seq.release_pending) {
-      // It writes again: its copies from its full blocks on (the last,
-      // and those its drafts reach) are the new epoch's.
+      // Resumed, what it wrote is confirmed. It writes again: its copies
+      // from its full blocks on (the last, and those its drafts reach) are
+      // the new epoch's.
+      end_epoch(seq);
       begin_epoch(seq);
       for (auto k = seq.brought_from; k < seq.blocks.size(); ++k)
         if (blocks_[seq.blocks[k]].refs == 1 && !blocks_[seq.blocks[k]].key)
