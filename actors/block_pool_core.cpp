@@ -364,14 +364,18 @@ std::uint8_t block_pool_core::retention_level(const sequence& seq) const
 }
 
 void block_pool_core::share_indexed(block_id b, const sequence& seq,
-                                    write_lineage::token_set& took) {
+                                    write_lineage::token_set& took,
+                                    write_lineage::token own) {
   auto& m = blocks_[b];
   // A cached block's writer let it go: its epoch ended (a release; a
   // discard takes its own out of the index) - unless it went away to the
-  // host, its epoch live until it comes back or ends.
-  if (m.state != block_state::cached || lineage_.has_set(b)
-      || lineage_.live(lineage_.writer_of(b)))
-    lineage_.take_on(took, b, true);
+  // host, its epoch live until it comes back or ends. Not the sharer's
+  // own: a swap-in sharing back what it wrote before it left.
+  auto w = lineage_.writer_of(b);
+  bool writer = w != own && w != 0
+                && (m.state != block_state::cached || lineage_.live(w));
+  if (writer || lineage_.has_set(b))
+    lineage_.take_on(took, b, writer);
   if (m.state == block_state::cached) {
     if (!m.pinned)
       lru_.remove(b, m.level);

@@ -649,9 +649,11 @@ private:
   void hold(block_id b, const sequence& seq) noexcept;
   /// `seq` holds indexed block `b` (a hit, a swap-in's share): revived if
   /// cached; what its K/V were computed over joins `took`, which seq then
-  /// adopts (write_lineage).
+  /// adopts (write_lineage) - but `own`, the epoch of a swap-in's own (its
+  /// block, written before it left, is not another's).
   void share_indexed(block_id b, const sequence& seq,
-                     write_lineage::token_set& took);
+                     write_lineage::token_set& took,
+                     write_lineage::token own = 0);
   /// The token of `seq`'s current epoch (write_lineage).
   write_lineage::token epoch_of(const sequence& seq) const {
     return lineage_.current(seq.cache_id, seq.restarted);

@@ -9,7 +9,6 @@
 #include "kvactor/actors/block_pool_core.hpp"
 
 #include <algorithm>
-#include <cassert>
 
 #include "kvactor/messages/error.hpp"
 
@@ -131,12 +130,13 @@ caf::expected<std::uint32_t> block_pool_core::discard_away(sequence& seq) {
   const auto id = seq.id;
   const auto bad = epoch_of(seq);
   const bool spread = lineage_.end(bad);
-  // Unless another request took its epoch on (a hit, a swap-in's share -
-  // its own coming back too), what it wrote and let go at the swap-out is
-  // cached, if still indexed: found by the hashes it took to the host, its
-  // own if its epoch last wrote the block (the prefix may have been
-  // computed again since, by another). Out of the index in table order,
-  // as a resident one's; its admission's hits its epoch did not write.
+  // Unless another request took its epoch on (a hit, a swap-in's share),
+  // what it wrote and let go at the swap-out is cached, if still indexed,
+  // or held by its own ghost coming back: found by the hashes it took to
+  // the host, its own if its epoch last wrote the block (the prefix may
+  // have been computed again since, by another). Out of the index in
+  // table order, as a resident one's; its admission's hits its epoch did
+  // not write.
   std::vector<block_id> own;
   if (!spread)
     for (auto h : seq.host_hashes) {
@@ -150,7 +150,13 @@ caf::expected<std::uint32_t> block_pool_core::discard_away(sequence& seq) {
   auto freed = release(id); // a ghost, if coming back
   for (auto b : own) {
     auto& m = blocks_[b];
-    assert(m.state == block_state::cached); // held, it would have spread
+    if (m.state != block_state::cached) {
+      // Its ghost's share (freed when the copy ends) - or, after 2^32
+      // swap-ins, a block another's ended epoch of the same number wrote:
+      // out of the index, more than it must, never freed under a holder.
+      unindex_held(b);
+      continue;
+    }
     if (m.pinned)
       unpin_with_descendants(b);
     evict_one(b, m.level);

@@ -53,6 +53,12 @@ block_pool_core::swap_out_done(request_id id, std::uint64_t cache_id, bool ok,
   --swapping_out_;
   if (ok) {
     count_promise(*seq, false); // away now, it will not grow
+    // A second copy of its own may have been indexed during the copy (the
+    // first copy evicted): its hash goes along too, for the way back and
+    // for a discard while it is away.
+    for (std::size_t i = 0; i < seq->blocks.size(); ++i)
+      if (blocks_[seq->blocks[i]].indexed)
+        seq->host_hashes[i] = blocks_[seq->blocks[i]].hash;
     auto level = retention_level(*seq);
     for (auto i = seq->blocks.rbegin(); i != seq->blocks.rend(); ++i)
       unref(*i, level);
@@ -125,9 +131,10 @@ block_pool_core::swap_in_begin(request_id id) {
   // Commit: share first, so that taking fresh blocks cannot evict them.
   seq->incoming.assign(n, no_block);
   write_lineage::token_set took; // what its shares were computed over
+  const auto own = epoch_of(*seq); // live while it is away
   for (std::size_t i = 0; i < n; ++i)
     if (found[i] != no_block) {
-      share_indexed(found[i], *seq, took);
+      share_indexed(found[i], *seq, took, own);
       seq->incoming[i] = found[i];
     }
   seq->acquired = lineage_.adopt(seq->cache_id, std::move(took));

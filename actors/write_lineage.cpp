@@ -8,8 +8,10 @@ namespace kvactor::detail {
 
 write_lineage::token write_lineage::restart(std::uint64_t cache_id) {
   // Numbers repeat after 2^32 - 3 swap-ins: never one a live epoch holds
-  // (an ended one's may linger in a cached block's deps - a discard then
-  // takes out more than it must, never less).
+  // (an ended one's may linger in a block's deps or as its writer - a
+  // discard then takes out more than it must, never less, and never frees
+  // a held block: discard_away unindexes those; the invariant check may
+  // then name such a cached block's writer as live, a false alarm).
   auto n = restarts_;
   while (live(token{n} << 1 | 1))
     n = n == flat_index::max_value ? 0 : n + 1;

@@ -264,4 +264,53 @@ BOOST_FIXTURE_TEST_CASE(blocks_a_discard_brought_and_held_last_leave_as_when_res
   }
 }
 
+BOOST_FIXTURE_TEST_CASE(a_second_copy_indexed_during_its_swap_out_leaves_with_a_discard_away,
+                        pool_fixture) {
+  // 2 computes the prompt's first block again (1 holds the first copy):
+  // its copy is a second copy, unindexed when the swap-out begins. The
+  // first copy is evicted during the copy, so 2's takes its place; the
+  // swap-out must take its hash along, or a discard while 2 is away cannot
+  // find it, and later prompts hit K/V 2 never wrote.
+  cfg.num_host_blocks = 8;
+  make(16);
+  auto prompt = run(100, 5);
+  alloc(prompt_req(1, prompt));
+  alloc(prompt_req(2, run(100, 2)));
+  auto rest = run(102, 3);
+  BOOST_REQUIRE(pool().extend(2, 3, rest.data()));
+  auto cid = cache_id(2);
+  BOOST_REQUIRE(pool().swap_out_begin(2));
+  release(1);
+  BOOST_REQUIRE(pool().evict(16) == 1u);
+  BOOST_REQUIRE(pool().index_size() == 1u); // 2's copy, promoted
+  BOOST_REQUIRE(pool().swap_out_done(2, cid, true));
+  BOOST_REQUIRE(pool().discard(2));
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_TEST(*pool().cached_prefix(prompt_req(9, prompt)) == 0u);
+  BOOST_TEST(pool().free_blocks() == 16u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_discard_while_coming_back_takes_back_what_it_shares_again,
+                        pool_fixture) {
+  // Away, 2's full blocks stayed cached; its swap-in shares them back. A
+  // discard before the copy ends finds them through its own hashes (a
+  // swap-in takes its own epoch on from no block, so nothing spread): out
+  // of the index at once, freed when the copy ends.
+  cfg.num_host_blocks = 8;
+  make(16);
+  auto prompt = run(100, 13); // three full blocks and one token
+  alloc(prompt_req(2, prompt));
+  auto cid = cache_id(2);
+  BOOST_REQUIRE(pool().swap_out_begin(2));
+  BOOST_REQUIRE(pool().swap_out_done(2, cid, true));
+  BOOST_REQUIRE(pool().swap_in_begin(2));
+  BOOST_REQUIRE(pool().discard(2));
+  BOOST_TEST(pool().index_size() == 0u);
+  BOOST_TEST(invariant(pool()) == "ok");
+  BOOST_REQUIRE(pool().swap_in_done(2, cid, true));
+  BOOST_TEST(*pool().cached_prefix(prompt_req(9, prompt)) == 0u);
+  BOOST_TEST(pool().free_blocks() == 16u);
+  BOOST_TEST(pool().free_host_blocks() == 8u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -39,8 +39,9 @@ void pool_model::wrote(model_sequence& seq, std::size_t from, std::size_t to) {
 void pool_model::acquire(model_sequence& seq, block_id b) {
   auto& m = blocks_[b];
   // Its writer's epoch, if live: it holds the block, or let it go at a
-  // swap-out (its epoch goes on away).
-  add_live(seq.acc, m.writer);
+  // swap-out (its epoch goes on away) - not the sharer's own, coming back.
+  if (m.writer != seq.epoch)
+    add_live(seq.acc, m.writer);
   for (auto t : m.deps)
     add_live(seq.acc, t);
 }

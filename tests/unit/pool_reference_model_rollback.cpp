@@ -106,8 +106,9 @@ model_release pool_model::discard_away(model_sequence& seq) {
   auto id = seq.id;
   auto bad = seq.epoch;
   bool spread = end_epoch(seq);
-  // Not spread: nobody holds what it wrote; cached, found by the keys it
-  // took along, its own if its epoch wrote them.
+  // Not spread: nobody else holds what it wrote; cached (or its ghost's
+  // share, coming back), found by the keys it took along, its own if its
+  // epoch wrote them.
   std::vector<block_id> own;
   if (!spread)
     for (auto& k : seq.host_keys) {
@@ -120,8 +121,10 @@ model_release pool_model::discard_away(model_sequence& seq) {
   auto res = release(id);
   for (auto b : own) {
     auto& m = blocks_[b];
-    if (m.st != state::cached)
-      throw std::logic_error("model: a block an unspread epoch wrote is held");
+    if (m.st != state::cached) { // its ghost's share, coming back
+      unindex_held(b);
+      continue;
+    }
     if (m.pinned)
       unpin_with_descendants(b);
     evict_block(b);

@@ -59,6 +59,10 @@ model_release pool_model::swap_out_done(request_id id, std::uint64_t cache_id,
   auto& seq = *found;
   auto before = counters_.blocks_freed;
   if (ok) {
+    // A second copy indexed during the copy: its key goes along too.
+    for (std::size_t i = 0; i < seq.blocks.size(); ++i)
+      if (blocks_[seq.blocks[i]].key)
+        seq.host_keys[i] = blocks_[seq.blocks[i]].key;
     for (auto b = seq.blocks.rbegin(); b != seq.blocks.rend(); ++b)
       unref(*b, seq.level);
     give_way(seq.blocks);
