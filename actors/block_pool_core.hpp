@@ -615,6 +615,12 @@ private:
   /// index - by the hashes it took along, or forget_built_on's scan if
   /// others took the epoch on.
   caf::expected<std::uint32_t> discard_away(sequence& seq);
+  /// Cached `b` leaves the index (a pin first, with the pins below it) and
+  /// goes free.
+  void free_cached(block_id b);
+  /// A discarded epoch `bad` others took on: forget_built_on now, or with
+  /// the step's other discards (batched_bad_).
+  void forget_spread(write_lineage::token bad);
   /// After discards of requests whose epochs `bad` others acquired: takes
   /// out of the index every block computed over their writes (its deps
   /// hold one), and stops every request that computed over them (its acc

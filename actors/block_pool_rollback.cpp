@@ -109,20 +109,13 @@ caf::expected<std::uint32_t> block_pool_core::discard(request_id id,
       continue; // still used by others (not its own), or it went free
     // What it brought from others (before `brought`) their passes wrote:
     // it no longer trusts them itself, but what was built on them stands.
-    if (m.pinned)
-      unpin_with_descendants(b);
-    evict_one(b, m.level);
-    free_.push(b);
+    free_cached(b);
   }
   // Nothing was built on its writes unless another request acquired its
   // epoch (a hit on one of its blocks, a fork, a swap-in's share). A
   // step's discards share one scan (run_step).
-  if (spread) {
-    if (batched_bad_ != nullptr)
-      batched_bad_->push_back(bad);
-    else
-      forget_built_on({bad});
-  }
+  if (spread)
+    forget_spread(bad);
   return freed;
 }
 
@@ -157,20 +150,28 @@ caf::expected<std::uint32_t> block_pool_core::discard_away(sequence& seq) {
       unindex_held(b);
       continue;
     }
-    if (m.pinned)
-      unpin_with_descendants(b);
-    evict_one(b, m.level);
-    free_.push(b);
+    free_cached(b);
   }
   // Spread: whatever holds its writes or was computed over them - its
   // ghost's shares included - is found by the scan.
-  if (spread) {
-    if (batched_bad_ != nullptr)
-      batched_bad_->push_back(bad);
-    else
-      forget_built_on({bad});
-  }
+  if (spread)
+    forget_spread(bad);
   return freed;
+}
+
+void block_pool_core::free_cached(block_id b) {
+  auto& m = blocks_[b];
+  if (m.pinned)
+    unpin_with_descendants(b);
+  evict_one(b, m.level);
+  free_.push(b);
+}
+
+void block_pool_core::forget_spread(write_lineage::token bad) {
+  if (batched_bad_ != nullptr)
+    batched_bad_->push_back(bad);
+  else
+    forget_built_on({bad});
 }
 
 void block_pool_core::forget_built_on(std::vector<write_lineage::token> bad) {
@@ -184,10 +185,7 @@ void block_pool_core::forget_built_on(std::vector<write_lineage::token> bad) {
     if (!m.indexed || !lineage_.depends_on_any(b, bad))
       continue;
     if (m.state == block_state::cached) {
-      if (m.pinned)
-        unpin_with_descendants(b);
-      evict_one(b, m.level);
-      free_.push(b);
+      free_cached(b);
     } else {
       unindex_held(b);
     }

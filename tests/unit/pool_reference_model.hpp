@@ -175,6 +175,10 @@ public:
   /// discard of `seq`, away on the host or coming back: its epoch ends
   /// bad, what it wrote before it left goes.
   model_release discard_away(model_sequence& seq);
+  /// Cached `b` leaves the index (unpinned first) and goes free.
+  void free_cached(block_id b);
+  /// forget_built_on({bad}) now, or with the step's other discards.
+  void forget_spread(std::uint64_t bad);
   /// With `unindex`, as discard (the supervisor's victims).
   model_release preempt(request_id id, bool unindex = false);
   /// preempt(id, true), the blocks whose last reference went draining

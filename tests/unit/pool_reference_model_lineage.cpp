@@ -60,10 +60,7 @@ void pool_model::forget_built_on(const std::set<std::uint64_t>& bad) {
       continue;
     took = true;
     if (m.st == state::cached) {
-      if (m.pinned)
-        unpin_with_descendants(b);
-      evict_block(b);
-      free_.push_back(b);
+      free_cached(b);
     } else {
       unindex_held(b);
     }

@@ -87,19 +87,26 @@ model_release pool_model::discard(request_id id, bool brought_held) {
     }
     if (m.st != state::cached)
       continue;
-    if (m.pinned)
-      unpin_with_descendants(b);
-    evict_block(b);
-    free_.push_back(b);
+    free_cached(b);
   }
   // Nothing was built on its writes unless another request acquired them.
-  if (spread) {
-    if (batched_bad_ != nullptr)
-      batched_bad_->insert(bad);
-    else
-      forget_built_on({bad});
-  }
+  if (spread)
+    forget_spread(bad);
   return res;
+}
+
+void pool_model::free_cached(block_id b) {
+  if (blocks_[b].pinned)
+    unpin_with_descendants(b);
+  evict_block(b);
+  free_.push_back(b);
+}
+
+void pool_model::forget_spread(std::uint64_t bad) {
+  if (batched_bad_ != nullptr)
+    batched_bad_->insert(bad);
+  else
+    forget_built_on({bad});
 }
 
 model_release pool_model::discard_away(model_sequence& seq) {
@@ -125,17 +132,10 @@ model_release pool_model::discard_away(model_sequence& seq) {
       unindex_held(b);
       continue;
     }
-    if (m.pinned)
-      unpin_with_descendants(b);
-    evict_block(b);
-    free_.push_back(b);
+    free_cached(b);
   }
-  if (spread) {
-    if (batched_bad_ != nullptr)
-      batched_bad_->insert(bad);
-    else
-      forget_built_on({bad});
-  }
+  if (spread)
+    forget_spread(bad);
   return res;
 }
 
