@@ -179,10 +179,10 @@ block_pool_core::swap_in_done(request_id id, std::uint64_t cache_id, bool ok) {
     seq->blocks.assign(seq->incoming.begin(), seq->incoming.end());
     // Resumed, its full blocks' K/V are confirmed (next_epoch ends the
     // epoch that wrote them): from here on, only what it writes is its
-    // own to take out of the index (discard). Not a
-    // partly filled last block, nor one its drafts reach: it writes there
-    // still (drafts may be dropped and their places grown anew), and may
-    // complete and index it.
+    // own to take out of the index (discard). Not a partly filled last
+    // block, nor one its drafts reach: it writes there still (drafts may
+    // be dropped and their places grown anew), and may complete and index
+    // it.
     seq->brought_from = static_cast<std::uint16_t>(std::min<std::uint64_t>(
       (seq->num_tokens - seq->drafts) / block_size_, 65535));
     seq->incoming.clear();
